@@ -1,0 +1,280 @@
+/* argus.cuh: mark semantic regions in CUDA kernels (header-only; nvcc and NVRTC).
+ *
+ * 1. Device code: give each region a 32-bit ID (argus_rt.regions.region_id("decode/attention"),
+ *    or RegionTree.cuda_defines() for `#define ARGUS_REGION_...` lines) and mark it:
+ *
+ *        #include "argus/argus.cuh"          // include dir: csrc/
+ *        __global__ void k(...) {
+ *          ARGUS_BEGIN(ARGUS_REGION_LOAD);  ...;  ARGUS_END(ARGUS_REGION_LOAD);
+ *          for (int it = 0; it < n; ++it) {
+ *            ARGUS_SCOPE_AT(ARGUS_REGION_STEP, it);   // ends at the closing brace
+ *            ...
+ *          }
+ *        }
+ *
+ *    Markers are warp-level: the lowest active lane of the warp records. Put them where the warp
+ *    is converged (or accept that each divergent path records separately). BEGIN and END of one
+ *    occurrence must carry the same coordinate.
+ *
+ * 2. Build mode, by -DARGUS_MODE=<n>:
+ *      0 (default) off: every macro expands to nothing; the SASS equals a build without markers.
+ *      1 marker-only: each marker is three `pmevent.mask` immediates (SASS `PMTRIG`), no memory
+ *        traffic: (ARGUS_MARKER_TAG | kind), (id & 0xffff), (id >> 16). IDs must be constants.
+ *      2 trace: records {region_id, coord, time|kind} go to per-warp rings in global memory,
+ *        controlled at run time by the `__device__ ArgusCtl argus_ctl` (argus_layout.h).
+ *    Mode 2 defines `argus_ctl` and uses 1 KiB of static shared memory (per-warp ring cursors):
+ *    include this header in one translation unit per module, or define ARGUS_CTL_EXTERN in the
+ *    others (relocatable device code).
+ *
+ * 3. Host (Python): argus_rt.trace.TraceSession allocates the rings as torch tensors, writes
+ *    argus_ctl before a launch (enable, filters, clock), and decodes after it, on request:
+ *
+ *        sess = TraceSession(module, grid=128, threads_per_cta=256, capacity=256)
+ *        sess.arm(); launch(...); torch.cuda.synchronize()
+ *        trace = sess.decode(); intervals = pair_intervals(trace); region_stats(intervals)
+ */
+#ifndef ARGUS_ARGUS_CUH_
+#define ARGUS_ARGUS_CUH_
+
+#include "argus_layout.h"
+
+#ifndef ARGUS_MODE
+#define ARGUS_MODE 0
+#endif
+#if ARGUS_MODE != 0 && ARGUS_MODE != 1 && ARGUS_MODE != 2
+#error "ARGUS_MODE must be 0 (off), 1 (marker-only) or 2 (trace)"
+#endif
+
+/* Marker-only footprint; argus_rt/markers.py holds the same numbers (tests/test_markers_agree.py). */
+#define ARGUS_MARKER_TAG 0xA500u
+#define ARGUS_MARKER_BEGIN 0x01u
+#define ARGUS_MARKER_END 0x02u
+
+#define ARGUS_CAT_INNER_(a, b) a##b
+#define ARGUS_CAT_(a, b) ARGUS_CAT_INNER_(a, b)
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+/* ------------------------------------------------------------------------------------------ */
+#if ARGUS_MODE == 0
+
+#define ARGUS_BEGIN(id) ((void)0)
+#define ARGUS_END(id) ((void)0)
+#define ARGUS_BEGIN_AT(id, coord) ((void)0)
+#define ARGUS_END_AT(id, coord) ((void)0)
+#define ARGUS_SCOPE(id) ((void)0)
+#define ARGUS_SCOPE_AT(id, coord) ((void)0)
+
+/* ------------------------------------------------------------------------------------------ */
+#elif ARGUS_MODE == 1
+
+/* No "memory" clobber: the marker must not change how the surrounding code touches memory. */
+#define ARGUS_PMTRIG_(imm) asm volatile("pmevent.mask %0;" ::"n"((imm)&0xFFFFu))
+#define ARGUS_MARK_(kind, id)                         \
+  do {                                                \
+    ARGUS_PMTRIG_(ARGUS_MARKER_TAG | (kind));         \
+    ARGUS_PMTRIG_(((unsigned)(id)) & 0xFFFFu);        \
+    ARGUS_PMTRIG_((((unsigned)(id)) >> 16) & 0xFFFFu); \
+  } while (0)
+
+namespace argus_detail {
+template <argus_u32 ID>
+struct MarkerScope {
+  __device__ __forceinline__ MarkerScope() { ARGUS_MARK_(ARGUS_MARKER_BEGIN, ID); }
+  __device__ __forceinline__ ~MarkerScope() { ARGUS_MARK_(ARGUS_MARKER_END, ID); }
+};
+}  // namespace argus_detail
+
+#define ARGUS_BEGIN(id) ARGUS_MARK_(ARGUS_MARKER_BEGIN, id)
+#define ARGUS_END(id) ARGUS_MARK_(ARGUS_MARKER_END, id)
+/* The marker footprint carries no coordinate: scopes are told apart in the trace build. */
+#define ARGUS_BEGIN_AT(id, coord) ARGUS_MARK_(ARGUS_MARKER_BEGIN, id)
+#define ARGUS_END_AT(id, coord) ARGUS_MARK_(ARGUS_MARKER_END, id)
+#define ARGUS_SCOPE(id) argus_detail::MarkerScope<(id)> ARGUS_CAT_(argus_scope_, __LINE__)
+#define ARGUS_SCOPE_AT(id, coord) argus_detail::MarkerScope<(id)> ARGUS_CAT_(argus_scope_, __LINE__)
+
+/* ------------------------------------------------------------------------------------------ */
+#else /* ARGUS_MODE == 2: trace */
+
+#ifdef ARGUS_CTL_EXTERN
+extern __device__ ArgusCtl argus_ctl;
+#else
+/* Zero-initialised: tracing is off until the host arms it. */
+__device__ ArgusCtl argus_ctl;
+#endif
+
+namespace argus_detail {
+
+/* Per-warp cursor in shared memory. It belongs to one CTA instance of one launch: (grid, cta)
+ * identify that instance, so no kernel prologue is needed; a stale cursor (left by an earlier CTA
+ * or launch on this SM) fails the check and the warp claims its ring again. Loaded with two
+ * 16-byte shared loads issued back to back, so the fast path waits for one shared-memory latency. */
+struct __align__(16) WarpCursor {
+  argus_u32 grid;        /* low 32 bits of %gridid of the launch that owns this cursor */
+  argus_u32 cta;         /* linear CTA index of the owner */
+  argus_u32 count;       /* records produced so far (the next slot is count & cap_mask) */
+  argus_u32 cap_mask;    /* capacity - 1 */
+  argus_u64 ring;        /* global address of the ring header | clock_mode in bit 0; 0 = no recording */
+  argus_u32 coord_begin; /* iteration window copied from argus_ctl at claim */
+  argus_u32 coord_end;
+};
+static_assert(sizeof(WarpCursor) == 32, "WarpCursor is two 16-byte shared loads");
+
+__device__ __forceinline__ WarpCursor* warp_cursors() {
+  __shared__ WarpCursor cursors[ARGUS_MAX_WARPS_PER_CTA];
+  return cursors;
+}
+
+__device__ __forceinline__ argus_u32 grid_id_lo() {
+  argus_u64 g;
+  asm("mov.u64 %0, %%gridid;" : "=l"(g));
+  return (argus_u32)g;
+}
+
+__device__ __forceinline__ argus_u32 lane_id() {
+  argus_u32 l;
+  asm("mov.u32 %0, %%laneid;" : "=r"(l));
+  return l;
+}
+
+__device__ __forceinline__ argus_u32 sm_id() {
+  argus_u32 s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+
+__device__ __forceinline__ argus_u64 global_timer() {
+  argus_u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ argus_u64 cycle_counter() {
+  argus_u64 t;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ argus_u32 cta_linear() {
+  return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+}
+
+__device__ __forceinline__ argus_u32 warp_in_cta() {
+  return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) >> 5;
+}
+
+/* First marker of a warp in a CTA instance: apply the filters, find the ring, (re)start it.
+ * Kept out of line: it runs once per warp per launch, so the inlined fast path stays small. */
+static __device__ __noinline__ WarpCursor claim_ring(WarpCursor* cur, argus_u32 grid, argus_u32 cta, argus_u32 warp) {
+  WarpCursor c;
+  c.grid = grid;
+  c.cta = cta;
+  c.count = 0;
+  c.cap_mask = 0;
+  c.ring = 0;
+  c.coord_begin = 0;
+  c.coord_end = 0;
+  const volatile ArgusCtl* ctl = &argus_ctl;  // volatile: the host rewrites it between launches
+  const argus_u64 buffers = ctl->buffers;
+  const argus_u32 capacity = ctl->capacity;
+  const argus_u32 wpc = ctl->warps_per_cta;
+  const argus_u32 sm = sm_id();
+  bool record = ctl->enabled != 0 && buffers != 0 && capacity != 0 && (capacity & (capacity - 1)) == 0;
+  record = record && sm < ARGUS_MAX_SMS && ((ctl->sm_mask[sm >> 5] >> (sm & 31)) & 1u);
+  record = record && cta >= ctl->cta_begin && cta < ctl->cta_end;
+  record = record && warp < 32 && ((ctl->warp_mask >> warp) & 1u);
+  if (record) {
+    const argus_u64 ring_index = (argus_u64)(cta - ctl->cta_begin) * wpc + warp;
+    if (warp >= wpc || ring_index >= ctl->num_rings) {
+      atomicAdd((argus_u32*)&argus_ctl.unbuffered, 1u);  // counted, never silent
+    } else {
+      const argus_u64 stride = sizeof(ArgusRingHeader) + (argus_u64)capacity * sizeof(ArgusRecord);
+      argus_u64 gaddr;
+      asm("cvta.to.global.u64 %0, %1;" : "=l"(gaddr) : "l"(buffers + ring_index * stride));
+      ArgusRingHeader* hdr = (ArgusRingHeader*)(buffers + ring_index * stride);
+      const argus_u32 seq = ctl->seq;
+      argus_u32 count = 0;
+      if (hdr->magic == ARGUS_RING_MAGIC && hdr->seq == seq) {
+        count = hdr->written;  // a later launch under the same arm appends
+        hdr->claims += 1;
+      } else {
+        hdr->seq = seq;
+        hdr->sm = sm;
+        hdr->cta = cta;
+        hdr->warp = warp;
+        hdr->written = 0;
+        hdr->dropped = 0;
+        hdr->claims = 1;
+        hdr->magic = ARGUS_RING_MAGIC;
+      }
+      c.count = count;
+      c.cap_mask = capacity - 1;
+      c.ring = gaddr | (ctl->clock_mode == ARGUS_CLOCK_CLOCK64 ? 1ull : 0ull);
+      c.coord_begin = ctl->coord_begin;
+      c.coord_end = ctl->coord_end;
+    }
+  }
+  *cur = c;
+  return c;
+}
+
+/* Both halves of the cursor in one statement, so the fast path waits for one shared latency. */
+__device__ __forceinline__ WarpCursor load_cursor(const WarpCursor* cur) {
+  WarpCursor c;
+  argus_u32 ring_lo, ring_hi;
+  const argus_u32 addr = (argus_u32)__cvta_generic_to_shared(cur);
+  asm volatile(
+      "ld.shared.v4.u32 {%0, %1, %2, %3}, [%8];\n\t"
+      "ld.shared.v4.u32 {%4, %5, %6, %7}, [%8+16];"
+      : "=r"(c.grid), "=r"(c.cta), "=r"(c.count), "=r"(c.cap_mask), "=r"(ring_lo), "=r"(ring_hi),
+        "=r"(c.coord_begin), "=r"(c.coord_end)
+      : "r"(addr));
+  c.ring = ((argus_u64)ring_hi << 32) | ring_lo;
+  return c;
+}
+
+/* One marker: the lowest active lane checks its cursor, reads the clock and stores one record. */
+__device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coord) {
+  const argus_u32 active = __activemask();
+  if (lane_id() != (argus_u32)(__ffs(active) - 1)) return;
+  const argus_u32 warp = warp_in_cta();
+  WarpCursor* cur = warp_cursors() + warp;
+  const argus_u32 grid = grid_id_lo();
+  const argus_u32 cta = cta_linear();
+  WarpCursor c = load_cursor(cur);
+  if (c.grid != grid || c.cta != cta) c = claim_ring(cur, grid, cta, warp);
+  if (c.ring == 0) return;
+  if (coord != ARGUS_COORD_NONE && (coord < c.coord_begin || coord >= c.coord_end)) return;
+  const argus_u64 t = (c.ring & 1ull) ? cycle_counter() : global_timer();
+  const argus_u32 n = c.count;
+  asm volatile("st.shared.u32 [%0+8], %1;" ::"r"((argus_u32)__cvta_generic_to_shared(cur)), "r"(n + 1));
+  const argus_u64 hdr = c.ring & ~1ull;
+  const argus_u64 rec = hdr + sizeof(ArgusRingHeader) + (argus_u64)(n & c.cap_mask) * sizeof(ArgusRecord);
+  const argus_u64 stamp = (t & ARGUS_TIME_MASK) | ((argus_u64)kind << ARGUS_KIND_SHIFT);
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(rec), "r"(id), "r"(coord),
+               "r"((argus_u32)stamp), "r"((argus_u32)(stamp >> 32)));
+  asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_OFFSETOF(ArgusRingHeader, written)), "r"(n + 1));
+  if (n > c.cap_mask) {
+    asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_OFFSETOF(ArgusRingHeader, dropped)), "r"(n - c.cap_mask));
+  }
+}
+
+struct TraceScope {
+  argus_u32 id, coord;
+  __device__ __forceinline__ TraceScope(argus_u32 i, argus_u32 c) : id(i), coord(c) { emit(ARGUS_KIND_BEGIN, id, coord); }
+  __device__ __forceinline__ ~TraceScope() { emit(ARGUS_KIND_END, id, coord); }
+};
+
+}  // namespace argus_detail
+
+#define ARGUS_BEGIN(id) argus_detail::emit(ARGUS_KIND_BEGIN, (id), ARGUS_COORD_NONE)
+#define ARGUS_END(id) argus_detail::emit(ARGUS_KIND_END, (id), ARGUS_COORD_NONE)
+#define ARGUS_BEGIN_AT(id, coord) argus_detail::emit(ARGUS_KIND_BEGIN, (id), (coord))
+#define ARGUS_END_AT(id, coord) argus_detail::emit(ARGUS_KIND_END, (id), (coord))
+#define ARGUS_SCOPE(id) argus_detail::TraceScope ARGUS_CAT_(argus_scope_, __LINE__)((id), ARGUS_COORD_NONE)
+#define ARGUS_SCOPE_AT(id, coord) argus_detail::TraceScope ARGUS_CAT_(argus_scope_, __LINE__)((id), (coord))
+
+#endif /* ARGUS_MODE */
+
+#endif /* __CUDACC__ || __CUDACC_RTC__ */
+#endif /* ARGUS_ARGUS_CUH_ */
