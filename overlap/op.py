@@ -1,0 +1,201 @@
+"""Y = all_gather(A) @ B with the peers' rows exchanged in S chunks while the GEMM runs.
+
+Rows of Y follow the gathered A: rank r's shard lands in rows [r*M_shard, (r+1)*M_shard).
+Schedule of one call (compute = the caller's stream, comm = a high-priority stream):
+
+    compute: [local rows @ B] [wait chunks 1..P][peers' rows of chunks 1..P @ B] [wait ..P+P] ...
+    comm:    [chunk 1][chunk 2] ... [chunk S]
+
+The local shard needs no communication, so its GEMM starts at once and hides the first chunk;
+each later GEMM step multiplies the rows of P freshly arrived chunks, one launch per peer, written
+straight into that peer's rows of Y (no reassembly copy).
+
+R > 0: each chunk is a batched NCCL send/recv on the group whose communicator is capped at R CTAs,
+and every GEMM of the call runs under the cuBLASLt SM carve-out R (SMs - R for the GEMM).
+R = 0: the copy engines carry the data: each rank copies its shard into a symmetric-memory buffer
+(double-buffered, so one barrier per call suffices), then pulls the peers' chunks with peer
+``cudaMemcpyAsync``; the GEMM keeps every SM. Multicast is never used.
+On CPU tensors (gloo, tests) the same chunking and reassembly run synchronously.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import torch
+import torch.distributed as dist
+
+from .config import OverlapConfig, OverlapShapeError, check_operands, chunk_bounds
+from .groups import CommGroupPool
+
+
+@contextlib.contextmanager
+def gemm_sm_limit(r: int):
+    """Hold cuBLAS GEMMs to SMs - r while inside (cuBLASLt ``SM_COUNT_TARGET`` via PyTorch's carve-out).
+
+    r = 0 leaves the BLAS settings untouched (the GEMM keeps every SM).
+    """
+    if r <= 0:
+        yield
+        return
+    prev_lib = torch.backends.cuda.preferred_blas_library()
+    prev = torch._C._get_sm_carveout_experimental()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the carve-out warns once that it is experimental
+        torch.backends.cuda.preferred_blas_library("cublaslt")
+        torch._C._set_sm_carveout_experimental(r)
+    try:
+        yield
+    finally:
+        torch._C._set_sm_carveout_experimental(prev)
+        torch.backends.cuda.preferred_blas_library(prev_lib)
+
+
+def serial_all_gather_matmul(a_shard: torch.Tensor, b: torch.Tensor, group=None) -> torch.Tensor:
+    """The reference: one all-gather, then one GEMM (no overlap)."""
+    check_operands(a_shard, b)
+    world = dist.get_world_size(group)
+    a_full = torch.empty((world * a_shard.shape[0], a_shard.shape[1]), dtype=a_shard.dtype, device=a_shard.device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # renamed in torch 2.13; 2.11 on the GPUs lacks the new name
+        dist.all_gather_into_tensor(a_full, a_shard, group=group)
+    return torch.mm(a_full, b)
+
+
+class AllGatherMatmul:
+    """The pipelined operator. Build it on every rank with the same ``r_values`` (collective)."""
+
+    def __init__(self, r_values=(0,), group=None):
+        self.pool = CommGroupPool(r_values, group)
+        self.group = self.pool.parent
+        self.world = dist.get_world_size(self.group)
+        self.rank = dist.get_rank(self.group)
+        self.global_ranks = self.pool.ranks
+        # Peer order rotates with the rank so no link is everybody's first target.
+        self.peers = [(self.rank + i) % self.world for i in range(1, self.world)]
+        self._comm_stream = None
+        self._symm = None  # (handle, slot_elems, dtype) of the symmetric buffer, grown on demand
+        self._calls = 0
+
+    # -- public -------------------------------------------------------------------------------
+    def __call__(self, a_shard: torch.Tensor, b: torch.Tensor, cfg: OverlapConfig,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+        """Return Y [world*M_shard, N] = all_gather(a_shard) @ b under the knobs ``cfg``."""
+        if not isinstance(cfg, OverlapConfig):
+            raise OverlapShapeError(f"cfg must be an OverlapConfig, got {type(cfg).__name__}")
+        m_shard, k, n = check_operands(a_shard, b, cfg)
+        if cfg.R not in self.pool.r_values:
+            raise OverlapShapeError(f"R={cfg.R} has no communication group; built with R in {self.pool.r_values}")
+        shape = (self.world * m_shard, n)
+        if out is None:
+            out = torch.empty(shape, dtype=a_shard.dtype, device=a_shard.device)
+        elif tuple(out.shape) != shape or out.dtype != a_shard.dtype or not out.is_contiguous():
+            raise OverlapShapeError(f"out must be a contiguous {a_shard.dtype} tensor of shape {shape}, "
+                                    f"got {out.dtype} {tuple(out.shape)} contiguous={out.is_contiguous()}")
+        bounds = chunk_bounds(m_shard, cfg.S)
+        if a_shard.device.type == "cuda":
+            self._run_cuda(a_shard, b, cfg, bounds, out)
+        else:
+            self._run_sync(a_shard, b, cfg, bounds, out)
+        self._calls += 1
+        return out
+
+    # -- the GEMM steps, shared by both paths -------------------------------------------------
+    def _local_gemm(self, a_shard, b, out):
+        m = a_shard.shape[0]
+        torch.mm(a_shard, b, out=out[self.rank * m:(self.rank + 1) * m])
+
+    def _step_gemm(self, gathered, b, out, lo, hi):
+        m = gathered.shape[1]
+        for peer in self.peers:
+            torch.mm(gathered[peer, lo:hi], b, out=out[peer * m + lo:peer * m + hi])
+
+    def _steps(self, cfg, bounds):
+        """(index of the last chunk the step waits for, lo, hi) per GEMM step."""
+        for g in range(cfg.steps):
+            first, last = g * cfg.P, (g + 1) * cfg.P - 1
+            yield last, bounds[first][0], bounds[last][1]
+
+    # -- communication ------------------------------------------------------------------------
+    def _exchange_chunk(self, a_shard, gathered, lo, hi, group):
+        """Send my rows [lo, hi) to every peer and receive theirs; return the works."""
+        ops = []
+        for peer in self.peers:
+            gpeer = self.global_ranks[peer]
+            ops.append(dist.P2POp(dist.isend, a_shard[lo:hi], gpeer, group))
+            ops.append(dist.P2POp(dist.irecv, gathered[peer, lo:hi], gpeer, group))
+        return dist.batch_isend_irecv(ops) if ops else []
+
+    def _run_sync(self, a_shard, b, cfg, bounds, out):
+        m_shard, k = a_shard.shape
+        gathered = torch.empty((self.world, m_shard, k), dtype=a_shard.dtype, device=a_shard.device)
+        group = self.pool.group(cfg.R)
+        self._local_gemm(a_shard, b, out)
+        arrived = -1
+        for last, lo, hi in self._steps(cfg, bounds):
+            while arrived < last:
+                arrived += 1
+                clo, chi = bounds[arrived]
+                for w in self._exchange_chunk(a_shard, gathered, clo, chi, group):
+                    w.wait()
+            self._step_gemm(gathered, b, out, lo, hi)
+
+    def _stream(self, device):
+        if self._comm_stream is None:
+            lo, hi = torch.cuda.Stream.priority_range()
+            self._comm_stream = torch.cuda.Stream(device=device, priority=min(lo, hi))
+        return self._comm_stream
+
+    def _symm_slots(self, a_shard):
+        """Symmetric buffer with two slots of M_shard*K elements; returns (handle, slot_elems)."""
+        import torch.distributed._symmetric_memory as symm_mem
+
+        elems = a_shard.numel()
+        if self._symm is None or self._symm[1] < elems or self._symm[2] != a_shard.dtype:
+            name = self.group.group_name
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                symm_mem.enable_symm_mem_for_group(name)
+            buf = symm_mem.empty(2 * elems, dtype=a_shard.dtype, device=a_shard.device)
+            handle = symm_mem.rendezvous(buf, name)
+            self._symm = (handle, elems, a_shard.dtype, buf)
+        return self._symm[0], self._symm[1]
+
+    def _run_cuda(self, a_shard, b, cfg, bounds, out):
+        m_shard, k = a_shard.shape
+        compute = torch.cuda.current_stream()
+        comm = self._stream(a_shard.device)
+        gathered = torch.empty((self.world, m_shard, k), dtype=a_shard.dtype, device=a_shard.device)
+        arrived = [torch.cuda.Event() for _ in bounds]
+        if cfg.R == 0 and self.world > 1:
+            handle, slot_elems = self._symm_slots(a_shard)
+            offset = (self._calls % 2) * slot_elems
+            shape = (m_shard, k)
+            handle.get_buffer(self.rank, shape, a_shard.dtype, storage_offset=offset).copy_(a_shard)
+            # After this barrier every peer's slot holds its shard, and (double buffering) every
+            # peer has finished the previous call's pulls from the slot written next call.
+            handle.barrier(channel=0)
+            comm.wait_stream(compute)
+            self._local_gemm(a_shard, b, out)
+            remote = {p: handle.get_buffer(p, shape, a_shard.dtype, storage_offset=offset) for p in self.peers}
+            with torch.cuda.stream(comm):
+                for s, (lo, hi) in enumerate(bounds):
+                    for peer in self.peers:
+                        gathered[peer, lo:hi].copy_(remote[peer][lo:hi])
+                    arrived[s].record(comm)
+        else:
+            comm.wait_stream(compute)
+            group = self.pool.group(cfg.R)
+            with gemm_sm_limit(cfg.R):
+                # Issued before the NCCL kernels so the GEMM takes SMs - R and NCCL the R left.
+                self._local_gemm(a_shard, b, out)
+            with torch.cuda.stream(comm):
+                for s, (lo, hi) in enumerate(bounds):
+                    for w in self._exchange_chunk(a_shard, gathered, lo, hi, group):
+                        w.wait()  # makes `comm` wait for NCCL's stream, not the host
+                    arrived[s].record(comm)
+        with gemm_sm_limit(cfg.R):
+            for last, lo, hi in self._steps(cfg, bounds):
+                compute.wait_event(arrived[last])
+                self._step_gemm(gathered, b, out, lo, hi)
+        compute.wait_stream(comm)
