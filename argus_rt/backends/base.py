@@ -1,0 +1,244 @@
+"""The backend adapter contract: how a Collect task runs one tool and hands back evidence.
+
+A Collect task names one backend (``task.op``). The adapter registered under that name is the
+only code that knows the tool (its flags, its output formats, whether it is installed). The
+planner never imports an adapter; it only reads recipes. Adapters run inside a device worker
+process (see ``argus_rt.runtime.workers``) that already sees exactly one GPU as ``cuda:0``
+through ``CUDA_VISIBLE_DEVICES``.
+
+Writing an adapter (this is the whole interface)::
+
+    from argus_rt.backends.base import BackendAdapter, register_backend
+
+    class NcuAdapter(BackendAdapter):
+        name = "ncu"                                   # what recipes and tasks call it
+        effects = frozenset({"replays_kernel", "exclusive_profiler", "perturbs_timing"})
+        outputs = ("pc_counters", "ncu_csv")           # evidence names it can publish
+
+        def available(self):                           # -> (ok, reason when not ok)
+            return (shutil.which("ncu") is not None, "ncu is not on PATH")
+
+        def collect(self, ctx):                        # ctx: CollectContext, see below
+            csv = ctx.outdir / "raw.csv"
+            ...                                        # run the tool, parse, write files
+            return {"pc_counters": ctx.outdir / "pc_counters.json", "ncu_csv": csv}
+
+    register_backend(NcuAdapter())                     # at import time of the module
+
+The built-in names ``trace``, ``ncu``, ``pcmap``, ``nvbit``, ``systrace`` are looked up lazily in
+``argus_rt.backends.<name>`` the first time they are asked for, so those modules only need to call
+:func:`register_backend` at import. Any other module may register more adapters; the registry
+remembers the module so that a freshly spawned worker process can import it again.
+
+Rules an adapter keeps:
+
+* Write every output file under ``ctx.outdir`` (a private staging directory) and return the paths.
+  The runtime hashes them into the workspace after ``collect`` returns; a killed worker therefore
+  leaves nothing visible. Never write into the workspace yourself.
+* Declare in ``effects`` everything running the tool does to the program run. Before ``collect``
+  the worker checks ``adapter.effects`` is a subset of the task's planned effects and refuses the
+  task otherwise (:class:`EffectMismatchError`): a plan must never co-locate what the tool perturbs.
+* Raise :class:`BackendUnavailableError` (tool missing, wrong GPU) with the reason; it fails the
+  task and its dependents only.
+* ``merge_configs`` says how several requests sharing one run combine (default:
+  :func:`merge_configs`, union of lists, equal scalars).
+
+Evidence formats (JSON documents, ``"format"`` field first; other outputs such as raw tool files
+may be published too and are kept for provenance):
+
+``argus.region_intervals/1`` (trace backend)
+    ``{"format", "clock": "ns"|"cycles", "columns": {"region_id": [...], "start": [...], "end": [...],
+    "sm": [...], "cta": [...], "warp": [...], "coord": [...]}, "coord_kind": "iteration"|"layer"|"step"|null,
+    "warp_roles": {"producer": [warp, ...], ...} (optional), "launches": int, "dropped": int, "incomplete": bool}``.
+    One row per region occurrence (paired begin/end), columns of equal length.
+``argus.pc_counters/1`` (ncu backend)
+    ``{"format", "method": str, "pcs": [key, ...], "opcodes": ["FFMA", ...], "metrics": {name: [value per pc]}}``.
+    Standard metric names: ``inst_executed``, ``thread_inst_executed``, ``predicated_off``,
+    ``stall:<reason>`` (warp-stall samples). PC keys are opaque strings (``"<function>@0x<offset>"``
+    recommended) that must match the keys of the PC-to-region map of the same program variant.
+``argus.pc_region_counts/1`` (pcmap / nvbit backends)
+    ``{"format", "method": "sass_cfg+ncu"|"nvbit"|..., "entries": [[pc_key, region_id, n], ...]}``: n(r,p).
+``argus.op_events/1`` (trace backend on a probe variant)
+    ``{"format", "clock", "columns": {"op_id": [...], "iteration": [...], "issue": [...], "complete": [...],
+    "sm": [...], "cta": [...]}}``: issue and completion time of probed async operations.
+``argus.async_sites/1`` (a discovery Control task)
+    ``{"format", "sites": [{"op_id": str, "kind": "tma_load"|"wgmma"|"cp_async", "region": qualified name,
+    "iterations": [int, ...], "completion": {...}}]}``.
+``argus.system_timeline/1`` (systrace backend)
+    ``{"format", "events": [{"name", "category": "kernel"|"memcpy"|"nccl"|..., "start_ns", "end_ns",
+    "device", "stream"}]}``.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+# Effects a collection may have on the program run. Recipes declare them per evidence request and
+# which of them would invalidate what the request measures ("sensitive_to").
+EFFECTS = frozenset({
+    "perturbs_timing",             # the run's timings are not those of the reference program
+    "forces_completion",           # a forced wait makes an async operation complete early
+    "changes_overlap",             # concurrency between operations differs from the reference
+    "replays_kernel",              # the tool replays kernels (several passes, restored memory)
+    "exclusive_profiler",          # holds the one CUPTI subscriber a process may have
+    "needs_binary_instrumentation",  # SASS rewritten at load time (NVBit)
+    "serialises_kernels",          # kernels no longer overlap across streams
+})
+
+EVIDENCE_FORMATS = {
+    "region_intervals": "argus.region_intervals/1",
+    "pc_counters": "argus.pc_counters/1",
+    "pc_region_counts": "argus.pc_region_counts/1",
+    "op_events": "argus.op_events/1",
+    "async_sites": "argus.async_sites/1",
+    "system_timeline": "argus.system_timeline/1",
+}
+
+# Built-in adapters, imported on first use (their modules call register_backend at import).
+BUILTIN_BACKEND_MODULES = {
+    "trace": "argus_rt.backends.trace",
+    "ncu": "argus_rt.backends.ncu",
+    "pcmap": "argus_rt.backends.pcmap",
+    "nvbit": "argus_rt.backends.nvbit",
+    "systrace": "argus_rt.backends.systrace",
+}
+
+
+class BackendError(RuntimeError):
+    """Base class of backend failures; fails the Collect task and its dependents only."""
+
+
+class UnknownBackendError(BackendError, KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class BackendUnavailableError(BackendError):
+    """The tool is missing or cannot run here (no GPU, wrong architecture, no permissions)."""
+
+
+class EffectMismatchError(BackendError):
+    """The adapter has effects the plan did not declare for this run."""
+
+
+class ConfigMergeError(BackendError, ValueError):
+    """Two requests' configurations cannot share one run."""
+
+
+@dataclass
+class CollectContext:
+    """Everything an adapter may use to run one Collect task.
+
+    ``program`` is the :class:`argus_rt.program.ProgramVersion` of the variant to run (its
+    ``launch`` dict says how to run it, its ``regions`` the region tree). ``inputs`` maps
+    ``"<dep task id>/<output name>"`` and, when unambiguous, the bare ``"<output name>"`` to the
+    files of dependency outputs (e.g. a compiled cubin from a Transform task).
+    """
+
+    task: Any  # argus_rt.tasks.Task
+    program: Any  # argus_rt.program.ProgramVersion
+    config: dict
+    scope: Any  # argus_rt.scope.Scope: collection-time filters only
+    sampling: dict
+    inputs: dict[str, Path]
+    outdir: Path
+    device: str | None  # CUDA_VISIBLE_DEVICES of this worker ("" = no GPU)
+    log: Callable[[str], None] = field(default=print)
+
+
+class BackendAdapter:
+    """Base class of backend adapters; subclass and override ``collect`` (see module docstring)."""
+
+    name: str = ""
+    effects: frozenset = frozenset()
+    outputs: tuple = ()
+    needs_gpu: bool = True  # False: a CPU stand-in; it still runs in a device worker process
+
+    def available(self) -> tuple[bool, str]:
+        return True, ""
+
+    def validate_config(self, config: dict) -> None:
+        """Raise ``ValueError`` naming the bad key/value and the valid choices."""
+
+    def merge_configs(self, configs: list[dict]) -> dict:
+        return merge_configs(configs)
+
+    def collect(self, ctx: CollectContext) -> dict[str, Path]:
+        raise NotImplementedError(f"backend {self.name!r} does not implement collect()")
+
+
+def merge_configs(configs: list[dict]) -> dict:
+    """Merge request configurations for one run: lists are unioned (order kept), equal scalars kept.
+
+    Raises :class:`ConfigMergeError` for the first key whose scalar values differ.
+    """
+    merged: dict = {}
+    for cfg in configs:
+        for key, value in cfg.items():
+            if key not in merged:
+                merged[key] = list(value) if isinstance(value, (list, tuple)) else value
+            elif isinstance(merged[key], list) and isinstance(value, (list, tuple)):
+                merged[key] += [v for v in value if v not in merged[key]]
+            elif merged[key] != value:
+                raise ConfigMergeError(f"config key {key!r}: {merged[key]!r} vs {value!r} cannot share a run")
+    return merged
+
+
+_ADAPTERS: dict[str, BackendAdapter] = {}
+_MODULES: dict[str, str] = {}
+
+
+def register_backend(adapter: BackendAdapter, *, replace: bool = False) -> BackendAdapter:
+    """Register ``adapter`` under ``adapter.name``; returns it (usable as a decorator on instances)."""
+    name = adapter.name
+    if not name or not isinstance(name, str):
+        raise ValueError(f"backend adapter {adapter!r} needs a non-empty string name")
+    bad = set(adapter.effects) - EFFECTS
+    if bad:
+        raise ValueError(f"backend {name!r} declares unknown effects {sorted(bad)}; valid: {sorted(EFFECTS)}")
+    if name in _ADAPTERS and not replace and type(_ADAPTERS[name]) is not type(adapter):
+        raise ValueError(f"backend {name!r} is already registered by {type(_ADAPTERS[name]).__module__}")
+    _ADAPTERS[name] = adapter
+    _MODULES[name] = type(adapter).__module__
+    return adapter
+
+
+def unregister_backend(name: str) -> None:
+    _ADAPTERS.pop(name, None)
+    _MODULES.pop(name, None)
+
+
+def get_backend(name: str) -> BackendAdapter:
+    """The adapter registered as ``name``, importing a built-in module on first use."""
+    adapter = _ADAPTERS.get(name)
+    if adapter is not None:
+        return adapter
+    module = _MODULES.get(name) or BUILTIN_BACKEND_MODULES.get(name)
+    if module is not None:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            raise UnknownBackendError(
+                f"backend {name!r} is not built yet (module {module} is missing); registered: "
+                f"{', '.join(sorted(_ADAPTERS)) or 'none'}"
+            ) from None
+        adapter = _ADAPTERS.get(name)
+        if adapter is not None:
+            return adapter
+    raise UnknownBackendError(
+        f"unknown backend {name!r}; registered: {', '.join(sorted(_ADAPTERS)) or 'none'}; "
+        f"built-in: {', '.join(sorted(BUILTIN_BACKEND_MODULES))}"
+    )
+
+
+def backend_module(name: str) -> str | None:
+    """Module to import in a fresh worker process so that ``name`` is registered there."""
+    return _MODULES.get(name) or BUILTIN_BACKEND_MODULES.get(name)
+
+
+def backend_names() -> list[str]:
+    return sorted(set(_ADAPTERS) | set(BUILTIN_BACKEND_MODULES))

@@ -1,0 +1,301 @@
+"""Planner: turn a query into a measurement-valid DAG of typed tasks.
+
+Steps (:func:`plan_query`):
+
+1. Validate the region (qualified or unique leaf name), the signals and the scope: each signal's
+   recipe lists the scope fields it retains; asking for another is an error naming the valid ones.
+2. Close the recipe graph over ``prerequisites`` (depth-first; a cycle is a :class:`RecipeError`
+   naming the loop).
+3. For each evidence request, add a ``variant`` Transform for the program variant it needs.
+4. Partition the requests into runs (:func:`partition_requests`). Two requests share a run only if
+   they use the same backend, program variant, collection scope, sampling and device, neither is
+   ``isolated``, neither's ``effects`` intersect the other's ``sensitive_to``, and their
+   configurations merge. Requests that could share are merged; everything else gets its own run,
+   and ``plan.runs`` records why. The result is valid, not minimal: more runs, never wrong ones.
+5. Add one Synthesize task per recipe (internal analyses are whole-program so any region reuses
+   them) and a Control task for recipes that discover their targets at run time.
+
+Task ids are content hashes, so planning the same query twice gives the same plan and identical
+tasks from different signals collapse into one (deduplication).
+
+The generic ``forced_wait_probes`` expander is here too: it turns a discovery's
+``argus.async_sites/1`` output into one isolated transform -> collect branch per (op, iteration).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .backends.base import ConfigMergeError, merge_configs
+from .program import ProgramVersion
+from .recipes import Evidence, Recipe, RecipeError, get_recipe
+from .regions import UnknownRegionError
+from .runtime.handlers import register_expander
+from .scope import Scope, ScopeError
+from .tasks import Plan, Task, canonical_json, check_sampling, topological_order
+
+DEFAULT_TIMEOUTS_S = {"transform": 900.0, "collect": 600.0, "synthesize": 300.0, "control": 900.0}
+
+
+class QueryError(ValueError):
+    """A query that names an unknown region, signal or scope field."""
+
+
+@dataclass
+class Request:
+    """One evidence request bound to a program variant, waiting to be placed in a run."""
+
+    signal: str
+    evidence: Evidence
+    program: str  # variant id
+    deps: tuple[str, ...]  # the variant transform
+    scope: Scope
+    sampling: dict
+
+    @property
+    def group_key(self) -> str:
+        ev = self.evidence
+        return canonical_json([ev.backend, self.program, self.scope.to_dict(), self.sampling, ev.device])
+
+    @property
+    def name(self) -> str:
+        return f"{self.signal}:{self.evidence.backend}"
+
+
+@dataclass
+class Run:
+    requests: list[Request] = field(default_factory=list)
+    config: dict = field(default_factory=dict)
+    why_separate: list[str] = field(default_factory=list)
+
+    @property
+    def effects(self) -> frozenset:
+        return frozenset().union(*(r.evidence.effects for r in self.requests))
+
+
+def conflict(a: Request, b: Request) -> str | None:
+    """Why two requests must not share a run (``None`` when they may)."""
+    if a.evidence.isolated or b.evidence.isolated:
+        which = a if a.evidence.isolated else b
+        return f"{which.name} is isolated by its recipe (own run)"
+    hit = a.evidence.effects & b.evidence.sensitive_to
+    if hit:
+        return f"{a.name} has effect(s) {sorted(hit)} that invalidate {b.name}"
+    hit = b.evidence.effects & a.evidence.sensitive_to
+    if hit:
+        return f"{b.name} has effect(s) {sorted(hit)} that invalidate {a.name}"
+    return None
+
+
+def partition_requests(requests: list[Request]) -> list[Run]:
+    """Greedy first-fit placement of requests into effect-compatible runs (deterministic order)."""
+    runs_by_group: dict[str, list[Run]] = {}
+    ordered: list[Run] = []
+    for req in requests:
+        candidates = runs_by_group.setdefault(req.group_key, [])
+        reasons = []
+        placed = False
+        for index, run in enumerate(candidates):
+            why = next((w for w in (conflict(req, other) for other in run.requests) if w), None)
+            if why is None:
+                try:
+                    config = merge_configs([run.config, req.evidence.config])
+                except ConfigMergeError as exc:
+                    why = f"configurations do not merge: {exc}"
+                else:
+                    run.requests.append(req)
+                    run.config = config
+                    placed = True
+                    break
+            reasons.append(f"not with run {index + 1} of this backend/variant: {why}")
+        if not placed:
+            run = Run([req], dict(req.evidence.config), reasons)
+            candidates.append(run)
+            ordered.append(run)
+    return ordered
+
+
+def resolve_recipes(signals: list[str]) -> list[Recipe]:
+    """Recipes for ``signals`` and all their prerequisites, prerequisites first; cycles raise."""
+    order: list[Recipe] = []
+    done: set[str] = set()
+
+    def visit(signal: str, stack: list[str]) -> None:
+        if signal in done:
+            return
+        if signal in stack:
+            loop = " -> ".join(stack[stack.index(signal):] + [signal])
+            raise RecipeError(f"recipe prerequisite cycle: {loop}")
+        recipe = get_recipe(signal)
+        for pre in recipe.prerequisites:
+            visit(pre, stack + [signal])
+        done.add(signal)
+        order.append(recipe)
+
+    for s in signals:
+        visit(s, [])
+    return order
+
+
+def plan_query(program: ProgramVersion, region: str | None, signals: list[str], scope: Scope | None = None,
+               *, sampling: dict | None = None, timeouts: dict | None = None) -> Plan:
+    """Plan ``signals`` for ``region`` of ``program`` under ``scope`` (see the module docstring)."""
+    scope = scope if scope is not None else Scope()
+    if not isinstance(scope, Scope):
+        scope = Scope.from_dict(scope)
+    sampling = check_sampling(sampling or {})
+    timeouts = {**DEFAULT_TIMEOUTS_S, **(timeouts or {})}
+    if not signals:
+        raise QueryError("a query needs at least one signal")
+    region_name = None
+    if region is not None:
+        try:
+            region_name = program.regions[region].name
+        except UnknownRegionError as exc:
+            raise QueryError(str(exc)) from None
+    for s in signals:
+        recipe = get_recipe(s)
+        extra = scope.fields_set() - recipe.scope_fields
+        if extra:
+            raise ScopeError(f"signal {s!r} cannot be scoped by {sorted(extra)}: its evidence retains only "
+                             f"{', '.join(sorted(recipe.scope_fields)) or 'no scope fields'}")
+    builder = _PlanBuilder(program, sampling, timeouts)
+    synth_of: dict[str, str] = {}
+    recipes = resolve_recipes(list(signals))
+    requests: list[Request] = []
+    for recipe in recipes:
+        for ev in recipe.evidence:
+            requests.append(builder.request(recipe, ev, scope))
+    runs = partition_requests(requests)
+    collect_of: dict[int, str] = {}
+    for run in runs:
+        task = builder.collect_task(run)
+        for req in run.requests:
+            collect_of[id(req)] = task.id
+    by_recipe: dict[str, list[str]] = {}
+    for req in requests:
+        by_recipe.setdefault(req.signal, []).append(collect_of[id(req)])
+    for recipe in recipes:
+        deps = set(by_recipe.get(recipe.signal, [])) | {synth_of[p] for p in recipe.prerequisites}
+        rregion, rscope = (region_name, scope.restrict(recipe.scope_fields)) if recipe.public else (None, Scope())
+        if recipe.control:
+            control = builder.add(Task(
+                kind="control", op=recipe.control, program=program.id, region=rregion, scope=rscope.to_dict(),
+                config={"expander": recipe.expander} if recipe.expander else {}, outputs=("async_sites",),
+                sampling=sampling, timeout_s=timeouts["control"], label=f"discover for {recipe.signal}"))
+            deps.add(control.id)
+        synth = builder.add(Task(
+            kind="synthesize", op=recipe.synthesis, program=program.id, region=rregion, scope=rscope.to_dict(),
+            config={**recipe.synthesis_config, "signal": recipe.signal, "unit": recipe.unit,
+                    "qualification": recipe.qualification},
+            deps=tuple(deps), outputs=("facts",), sampling=sampling, timeout_s=timeouts["synthesize"],
+            label=recipe.signal))
+        synth_of[recipe.signal] = synth.id
+    plan = Plan(
+        query={"program": program.id, "program_name": program.name, "region": region_name,
+               "signals": list(signals), "scope": scope.to_dict(), "sampling": sampling},
+        programs={pid: pv.to_dict() for pid, pv in builder.programs.items()},
+        tasks={t.id: t for t in topological_order(builder.tasks.values())},
+        targets={s: synth_of[s] for s in signals},
+        runs=[{"collect": collect_of[id(run.requests[0])], "requests": [r.name for r in run.requests],
+               "effects": sorted(run.effects), "why_separate": run.why_separate} for run in runs],
+    )
+    plan.validate()
+    return plan
+
+
+class _PlanBuilder:
+    def __init__(self, program: ProgramVersion, sampling: dict, timeouts: dict) -> None:
+        self.base = program
+        self.sampling = sampling
+        self.timeouts = timeouts
+        self.tasks: dict[str, Task] = {}
+        self.programs: dict[str, ProgramVersion] = {program.id: program}
+
+    def add(self, task: Task) -> Task:
+        return self.tasks.setdefault(task.id, task)  # identical task: keep the first (dedup)
+
+    def variant(self, name: str) -> tuple[str, tuple[str, ...]]:
+        if name == "base":
+            return self.base.id, ()
+        pv = self.base.variant_of(name)
+        self.programs[pv.id] = pv
+        task = self.add(Task(kind="transform", op="variant", program=self.base.id,
+                             config={"variant": name, "expect_program": pv.id}, outputs=("program",),
+                             timeout_s=self.timeouts["transform"], label=f"make {pv.label()}"))
+        return pv.id, (task.id,)
+
+    def request(self, recipe: Recipe, ev: Evidence, scope: Scope) -> Request:
+        pid, deps = self.variant(ev.variant)
+        return Request(recipe.signal, ev, pid, deps, scope.restrict(recipe.collect_filters), self.sampling)
+
+    def collect_task(self, run: Run) -> Task:
+        first = run.requests[0]
+        outputs = sorted({o for r in run.requests for o in r.evidence.outputs})
+        return self.add(Task(
+            kind="collect", op=first.evidence.backend, program=first.program, region=None,
+            scope=first.scope.to_dict(), config=run.config, deps=first.deps, sampling=first.sampling,
+            outputs=tuple(outputs), effects=tuple(run.effects), device=first.evidence.device,
+            timeout_s=self.timeouts["collect"], requests=tuple(r.name for r in run.requests),
+            label=f"{first.evidence.backend} on {self.programs[first.program].label()}"))
+
+
+# ---- run-time branches ------------------------------------------------------------------------
+class BranchBuilder:
+    """Given to an expander after a Control task finished: add tasks and mark which feed synthesis."""
+
+    def __init__(self, control: Task, programs: dict[str, dict]) -> None:
+        self.control = control
+        self._programs = programs
+        self.new_tasks: dict[str, Task] = {}
+        self.new_programs: dict[str, dict] = {}
+        self.fed: list[str] = []
+
+    def program(self, pid: str) -> ProgramVersion:
+        data = self.new_programs.get(pid) or self._programs[pid]
+        return ProgramVersion.from_dict(data)
+
+    def add_program(self, pv: ProgramVersion) -> str:
+        if pv.id not in self._programs:
+            self.new_programs[pv.id] = pv.to_dict()
+        return pv.id
+
+    def add(self, task: Task) -> Task:
+        return self.new_tasks.setdefault(task.id, task)
+
+    def feed(self, task: Task) -> None:
+        """``task``'s outputs become inputs of every task that depends on the Control task."""
+        if task.id not in self.fed:
+            self.fed.append(task.id)
+
+
+PROBE_EFFECTS = ("changes_overlap", "forces_completion")
+
+
+@register_expander("forced_wait_probes")
+def expand_forced_wait_probes(ctx, builder: BranchBuilder) -> None:
+    """One branch per (async site, iteration) in the scope's window: probe transform -> isolated trace."""
+    doc = ctx.read_json("async_sites")
+    if doc.get("format") != "argus.async_sites/1":
+        raise ValueError(f"discovery output has format {doc.get('format')!r}, expected 'argus.async_sites/1'")
+    base = builder.program(builder.control.program)
+    window = builder.control.scope.get("iterations")
+    sampling = builder.control.sampling
+    for site in sorted(doc["sites"], key=lambda s: s["op_id"]):
+        for it in sorted(site.get("iterations", [])):
+            if window and not window[0] <= it < window[1]:
+                continue
+            probe = base.variant_of("probe", op_id=site["op_id"], iteration=it)
+            builder.add_program(probe)
+            transform = builder.add(Task(
+                kind="transform", op="forced_wait_probe", program=base.id,
+                config={"op_id": site["op_id"], "iteration": it, "expect_program": probe.id},
+                outputs=("program",), timeout_s=DEFAULT_TIMEOUTS_S["transform"],
+                label=f"probe {site['op_id']}@{it}"))
+            collect = builder.add(Task(
+                kind="collect", op="trace", program=probe.id, region=None, scope={},
+                config={"probe": {"op_id": site["op_id"], "iteration": it}}, deps=(transform.id,),
+                sampling=sampling, outputs=("op_events", "region_intervals"), effects=PROBE_EFFECTS,
+                device="gpu", timeout_s=DEFAULT_TIMEOUTS_S["collect"],
+                requests=(f"async_completion_latency:probe {site['op_id']}@{it}",),
+                label=f"trace on {probe.label()} (own run: forces completion)"))
+            builder.feed(collect)

@@ -1,0 +1,226 @@
+"""Program versions: an exact program (sources + flags + compiler + launch), content-hashed.
+
+A :class:`ProgramVersion` is identified by ``id`` = ``"pv-"`` + 16 hex digits of a SHA-256 over its
+source contents, build flags, compiler version, launch configuration, kind, and (for variants)
+the variant name, its parameters and its base version. Editing a source makes a new version.
+
+Variants (``trace_free``, ``marker_only``, ``traced``, ``probe``) are derived from a base version by
+:meth:`ProgramVersion.variant`; they keep the region tree and point back to the base with ``base``.
+Evidence from two versions may be joined only when they share a base (:func:`check_joinable`);
+an edited program (``derive``) starts a new base and links to its predecessor with ``parent``.
+
+A program on disk is a directory (or JSON file) with ``argus_program.json``::
+
+    {"name": "nested", "kind": "cuda", "sources": ["kernel.cu", "helper.cuh"],
+     "flags": ["-O3"], "compiler": "nvcc 13.0" (optional: detected), "regions": "regions.json",
+     "launch": {...}}   # free-form, read by backend adapters only
+
+``regions`` names a region manifest (see :mod:`argus_rt.regions`) or holds one inline.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from .regions import RegionTree
+
+PROGRAM_FILE = "argus_program.json"
+VARIANTS = ("base", "trace_free", "marker_only", "traced", "probe")
+PROGRAM_KINDS = ("cuda", "triton", "python", "standin")
+
+
+class ProgramError(ValueError):
+    """A program description that cannot be loaded or a variant that cannot be made."""
+
+
+class IncompatibleVersionsError(ProgramError):
+    """Evidence from program versions that do not share a base cannot be joined."""
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def source_digest(sources: Mapping[str, bytes | str]) -> str:
+    """SHA-256 over (name, content) pairs in name order."""
+    h = hashlib.sha256()
+    for name in sorted(sources):
+        data = sources[name]
+        data = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        h.update(name.encode("utf-8") + b"\0" + len(data).to_bytes(8, "little") + data)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class ProgramVersion:
+    """One exact program. Create with :meth:`from_sources` or :func:`load_program`."""
+
+    name: str
+    kind: str
+    sources_sha256: str
+    flags: tuple[str, ...] = ()
+    compiler: str = "unknown"
+    launch_json: str = "{}"  # canonical JSON of the launch configuration
+    variant: str = "base"
+    params_json: str = "{}"  # canonical JSON of variant parameters (e.g. op_id, iteration)
+    base: str | None = None  # id of the base version (variants only)
+    parent: str | None = None  # id of the version this one was edited from (lineage)
+    regions: RegionTree = field(default_factory=RegionTree, compare=False, hash=False, repr=False)
+    root: str | None = field(default=None, compare=False, hash=False, repr=False)  # sources dir
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ProgramError(f"unknown program variant {self.variant!r}; valid: {', '.join(VARIANTS)}")
+        if self.kind not in PROGRAM_KINDS:
+            raise ProgramError(f"unknown program kind {self.kind!r}; valid: {', '.join(PROGRAM_KINDS)}")
+        if (self.variant == "base") != (self.base is None):
+            raise ProgramError("a base version has no 'base'; a variant must name its base version")
+
+    # ---- identity -------------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        ident = {
+            "kind": self.kind, "sources": self.sources_sha256, "flags": list(self.flags),
+            "compiler": self.compiler, "launch": self.launch_json, "variant": self.variant,
+            "params": self.params_json, "base": self.base,
+            "regions": [[r.name, r.id] for r in self.regions],
+        }
+        return "pv-" + hashlib.sha256(_canonical(ident).encode()).hexdigest()[:16]
+
+    @property
+    def base_id(self) -> str:
+        """The version whose variants this belongs to (itself for a base version)."""
+        return self.base or self.id
+
+    @property
+    def launch(self) -> dict:
+        return json.loads(self.launch_json)
+
+    @property
+    def params(self) -> dict:
+        return json.loads(self.params_json)
+
+    def label(self) -> str:
+        extra = f"[{','.join(f'{k}={v}' for k, v in sorted(self.params.items()))}]" if self.params_json != "{}" else ""
+        return f"{self.name}:{self.variant}{extra}"
+
+    # ---- making new versions --------------------------------------------------------------
+    @classmethod
+    def from_sources(cls, name: str, sources: Mapping[str, bytes | str], *, kind: str = "cuda",
+                     flags: tuple[str, ...] | list[str] = (), compiler: str = "unknown",
+                     launch: dict | None = None, regions: RegionTree | None = None,
+                     root: str | None = None) -> "ProgramVersion":
+        return cls(name=name, kind=kind, sources_sha256=source_digest(sources), flags=tuple(flags),
+                   compiler=compiler, launch_json=_canonical(launch or {}),
+                   regions=regions if regions is not None else RegionTree(name), root=root)
+
+    def variant_of(self, variant: str, **params: Any) -> "ProgramVersion":
+        """The ``variant`` of this version's base (variants of variants link to the same base)."""
+        if variant == "base":
+            raise ProgramError("'base' is not a variant; use the base version itself")
+        if variant not in VARIANTS:
+            raise ProgramError(f"unknown program variant {variant!r}; valid: {', '.join(VARIANTS[1:])}")
+        if variant == "probe" and not params:
+            raise ProgramError("a probe variant needs parameters (e.g. op_id=..., iteration=...)")
+        return replace(self, variant=variant, params_json=_canonical(params), base=self.base_id)
+
+    def derive(self, sources: Mapping[str, bytes | str], *, flags: tuple[str, ...] | None = None,
+               regions: RegionTree | None = None) -> "ProgramVersion":
+        """A new base version edited from this one (e.g. an optimizer's next candidate)."""
+        base = self if self.variant == "base" else None
+        return replace(self, sources_sha256=source_digest(sources),
+                       flags=tuple(flags) if flags is not None else self.flags, variant="base",
+                       params_json="{}", base=None, parent=(base.id if base else self.base_id),
+                       regions=regions if regions is not None else self.regions)
+
+    # ---- serialisation --------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id, "name": self.name, "kind": self.kind, "sources_sha256": self.sources_sha256,
+            "flags": list(self.flags), "compiler": self.compiler, "launch": self.launch,
+            "variant": self.variant, "params": self.params, "base": self.base, "parent": self.parent,
+            "regions": self.regions.to_manifest(), "root": self.root,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ProgramVersion":
+        pv = cls(name=data["name"], kind=data["kind"], sources_sha256=data["sources_sha256"],
+                 flags=tuple(data.get("flags", ())), compiler=data.get("compiler", "unknown"),
+                 launch_json=_canonical(data.get("launch", {})), variant=data.get("variant", "base"),
+                 params_json=_canonical(data.get("params", {})), base=data.get("base"),
+                 parent=data.get("parent"), regions=RegionTree.from_manifest(data["regions"]),
+                 root=data.get("root"))
+        if "id" in data and data["id"] != pv.id:
+            raise ProgramError(f"program record {data['id']!r} does not hash to its id (got {pv.id}); "
+                               "it was edited or made by an incompatible Argus")
+        return pv
+
+
+def check_joinable(versions: list[ProgramVersion]) -> None:
+    """Raise :class:`IncompatibleVersionsError` unless all versions share one base version."""
+    bases = {pv.base_id for pv in versions}
+    if len(bases) > 1:
+        names = ", ".join(f"{pv.label()} ({pv.id}, base {pv.base_id})" for pv in versions)
+        raise IncompatibleVersionsError(
+            f"refusing to join evidence across incompatible program versions: {names}; "
+            "only variants of one base version can be joined"
+        )
+
+
+def detect_compiler(kind: str) -> str:
+    """Version string of the compiler for ``kind`` ("unknown" when it is not installed)."""
+    if kind == "cuda":
+        nvcc = shutil.which("nvcc")
+        if nvcc is None:
+            return "unknown"
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
+        release = [line for line in out.splitlines() if "release" in line]
+        return "nvcc " + (release[-1].split("release", 1)[1].strip() if release else out.strip()[-40:])
+    if kind == "triton":
+        try:
+            import triton
+
+            return f"triton {triton.__version__}"
+        except ImportError:
+            return "unknown"
+    return "none"
+
+
+def load_program(path: str | Path) -> ProgramVersion:
+    """Load a program directory (with ``argus_program.json``) or the JSON file itself."""
+    path = Path(path)
+    spec_path = path / PROGRAM_FILE if path.is_dir() else path
+    if not spec_path.is_file():
+        raise ProgramError(f"no program description at {spec_path}; a program directory holds {PROGRAM_FILE}")
+    root = spec_path.parent
+    try:
+        spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ProgramError(f"{spec_path} is not valid JSON: {exc}") from None
+    valid = {"name", "kind", "sources", "flags", "compiler", "regions", "launch"}
+    unknown = set(spec) - valid
+    if unknown:
+        raise ProgramError(f"{spec_path}: unknown key(s) {sorted(unknown)}; valid keys: {', '.join(sorted(valid))}")
+    sources = {}
+    for rel in spec.get("sources", []):
+        src = (root / rel).resolve()
+        if root.resolve() not in src.parents:
+            raise ProgramError(f"{spec_path}: source {rel!r} lies outside the program directory")
+        sources[rel] = src.read_bytes()
+    regions_spec = spec.get("regions")
+    if isinstance(regions_spec, str):
+        regions = RegionTree.load(root / regions_spec)
+    elif isinstance(regions_spec, dict):
+        regions = RegionTree.from_manifest(regions_spec)
+    else:
+        raise ProgramError(f"{spec_path}: 'regions' must name a manifest file or hold one inline")
+    kind = spec.get("kind", "cuda")
+    compiler = spec.get("compiler") or detect_compiler(kind)
+    return ProgramVersion.from_sources(spec.get("name", root.name), sources, kind=kind,
+                                       flags=tuple(spec.get("flags", ())), compiler=compiler,
+                                       launch=spec.get("launch", {}), regions=regions, root=str(root))

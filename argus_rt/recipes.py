@@ -1,0 +1,202 @@
+"""Recipes: how each signal is obtained. The planner knows recipes, never tools.
+
+A :class:`Recipe` maps one signal (``"latency"``) to:
+
+* ``evidence``: collection requests (:class:`Evidence`): which backend, which program variant,
+  which outputs, the backend configuration, the request's collection ``effects``, the effects it
+  is ``sensitive_to`` (that would invalidate what it measures), and whether it must be
+  ``isolated`` in its own run (a recipe exclusion);
+* ``prerequisites``: other recipes (signals or internal analyses such as ``pc_region_map``) whose
+  synthesized facts this recipe's synthesis reads; the planner adds them recursively;
+* ``control`` / ``expander``: an optional discovery Control task and the expander that turns its
+  outputs into run-time branches (see ``argus_rt.runtime.handlers``);
+* ``scope_fields``: the scope coordinates the evidence retains, i.e. which :class:`Scope` fields a
+  query may use with this signal; ``collect_filters``: those applied at collection time (cheaper
+  runs, less reuse); the rest are selected during synthesis;
+* ``synthesis``: the synthesis rule name (``argus_rt.synthesis``) and the ``qualification`` of the
+  values it produces (observed / attributed / derived).
+
+Registering a new recipe::
+
+    from argus_rt.recipes import Evidence, Recipe, register_recipe
+    register_recipe(Recipe(
+        signal="occupancy", unit="warps/SM", qualification="observed", synthesis="copy_metric",
+        evidence=(Evidence("ncu", outputs=("pc_counters",), variant="marker_only",
+                           config={"sections": ["Occupancy"]},
+                           effects={"replays_kernel", "exclusive_profiler", "perturbs_timing"}),),
+        scope_fields={"step"}, description="achieved occupancy"))
+
+Built-in recipes: ``latency``, ``instruction_mix``, ``barrier_count``, ``stall_reasons``,
+``async_completion_latency``, ``system_timeline`` (public) and ``pc_region_map`` (analysis).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .backends.base import EFFECTS
+from .program import VARIANTS
+from .scope import SCOPE_FIELDS
+
+QUALIFICATIONS = ("observed", "attributed", "derived")
+# Effects that make a run's timings differ from the reference program's.
+TIMING_EFFECTS = frozenset({"perturbs_timing", "forces_completion", "changes_overlap", "replays_kernel",
+                            "needs_binary_instrumentation", "serialises_kernels"})
+
+
+class RecipeError(ValueError):
+    """A malformed recipe or a recipe graph problem (unknown prerequisite, cycle)."""
+
+
+class UnknownSignalError(RecipeError, KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _frozen(values, valid, what: str) -> frozenset:
+    values = frozenset(values)
+    bad = values - frozenset(valid)
+    if bad:
+        raise RecipeError(f"unknown {what} {sorted(bad)}; valid: {', '.join(sorted(valid))}")
+    return values
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One collection request of a recipe (several may share a run; see the planner)."""
+
+    backend: str
+    outputs: tuple[str, ...]
+    variant: str = "traced"
+    config: dict = field(default_factory=dict)
+    effects: frozenset = frozenset()
+    sensitive_to: frozenset = frozenset()
+    isolated: bool = False  # recipe exclusion: never share a run with any other request
+    device: str = "gpu"
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise RecipeError(f"evidence variant {self.variant!r} unknown; valid: {', '.join(VARIANTS)}")
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+        object.__setattr__(self, "effects", _frozen(self.effects, EFFECTS, "effects"))
+        object.__setattr__(self, "sensitive_to", _frozen(self.sensitive_to, EFFECTS, "sensitive_to effects"))
+        if not self.outputs:
+            raise RecipeError(f"evidence from backend {self.backend!r} names no outputs")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    signal: str
+    synthesis: str
+    qualification: str
+    unit: str = ""
+    evidence: tuple[Evidence, ...] = ()
+    prerequisites: tuple[str, ...] = ()
+    control: str | None = None
+    expander: str | None = None
+    scope_fields: frozenset = frozenset(SCOPE_FIELDS)
+    collect_filters: frozenset = frozenset()
+    synthesis_config: dict = field(default_factory=dict)
+    description: str = ""
+    public: bool = True  # False: an internal analysis (still plannable as a prerequisite)
+
+    def __post_init__(self) -> None:
+        if not self.signal.replace("_", "").isalnum():
+            raise RecipeError(f"signal name {self.signal!r} must be letters, digits and '_'")
+        if self.qualification not in QUALIFICATIONS:
+            raise RecipeError(f"qualification {self.qualification!r} unknown; valid: {', '.join(QUALIFICATIONS)}")
+        object.__setattr__(self, "evidence", tuple(self.evidence))
+        object.__setattr__(self, "prerequisites", tuple(self.prerequisites))
+        object.__setattr__(self, "scope_fields", _frozen(self.scope_fields, SCOPE_FIELDS, "scope fields"))
+        object.__setattr__(self, "collect_filters", _frozen(self.collect_filters, self.scope_fields,
+                                                            "collect filters (must be retained scope fields)"))
+        if self.expander and not self.control:
+            raise RecipeError(f"recipe {self.signal!r} names an expander but no control task")
+
+
+_RECIPES: dict[str, Recipe] = {}
+
+
+def register_recipe(recipe: Recipe, *, replace: bool = False) -> Recipe:
+    """Add ``recipe`` to the catalog; ``replace=True`` to override one with the same signal."""
+    if recipe.signal in _RECIPES and not replace:
+        raise RecipeError(f"a recipe for {recipe.signal!r} is already registered; pass replace=True")
+    _RECIPES[recipe.signal] = recipe
+    return recipe
+
+
+def unregister_recipe(signal: str) -> None:
+    _RECIPES.pop(signal, None)
+
+
+def get_recipe(signal: str) -> Recipe:
+    recipe = _RECIPES.get(signal)
+    if recipe is None:
+        raise UnknownSignalError(f"unknown signal {signal!r}; valid signals: {', '.join(signals())}")
+    return recipe
+
+
+def signals(include_internal: bool = False) -> list[str]:
+    return sorted(s for s, r in _RECIPES.items() if r.public or include_internal)
+
+
+def recipes() -> dict[str, Recipe]:
+    return dict(_RECIPES)
+
+
+# ---- built-in catalog -------------------------------------------------------------------------
+_PROFILER = frozenset({"replays_kernel", "exclusive_profiler", "perturbs_timing", "serialises_kernels"})
+_NCU_COUNTERS = Evidence("ncu", outputs=("pc_counters",), variant="marker_only",
+                         config={"sections": ["SourceCounters"]}, effects=_PROFILER)
+
+register_recipe(Recipe(
+    signal="latency", unit="ns", qualification="observed", synthesis="latency",
+    description="duration of each region occurrence from device timestamps (reference trace)",
+    evidence=(Evidence("trace", outputs=("region_intervals",), variant="traced",
+                       sensitive_to=TIMING_EFFECTS),),
+    collect_filters=frozenset(),
+))
+register_recipe(Recipe(
+    signal="pc_region_map", unit="executions", qualification="observed", synthesis="pc_region_map",
+    public=False, description="n(r,p): executions of each PC under each region (mapping run)",
+    evidence=(Evidence("pcmap", outputs=("pc_region_counts",), variant="marker_only", effects=_PROFILER),),
+    scope_fields=frozenset({"step", "layer", "sms", "ctas"}),
+))
+register_recipe(Recipe(
+    signal="instruction_mix", unit="instructions", qualification="attributed", synthesis="attributed_metric",
+    synthesis_config={"metric": "inst_executed", "group_by": "opcode"},
+    description="executed warp instructions per opcode family, attributed to regions through n(r,p)",
+    evidence=(_NCU_COUNTERS,), prerequisites=("pc_region_map",),
+    scope_fields=frozenset({"step", "layer", "sms", "ctas"}),
+))
+register_recipe(Recipe(
+    signal="barrier_count", unit="instructions", qualification="attributed", synthesis="attributed_metric",
+    synthesis_config={"metric": "inst_executed", "opcodes": ["BAR"]},
+    description="executed barrier instructions (BAR.*), attributed to regions through n(r,p)",
+    evidence=(_NCU_COUNTERS,), prerequisites=("pc_region_map",),
+    scope_fields=frozenset({"step", "layer", "sms", "ctas"}),
+))
+register_recipe(Recipe(
+    signal="stall_reasons", unit="samples", qualification="attributed", synthesis="attributed_metric",
+    synthesis_config={"metric_prefix": "stall:"},
+    description="warp-stall samples per reason, attributed to regions through n(r,p)",
+    evidence=(Evidence("ncu", outputs=("pc_counters",), variant="marker_only",
+                       config={"sections": ["SourceCounters", "WarpStateStats"]}, effects=_PROFILER),),
+    prerequisites=("pc_region_map",),
+    scope_fields=frozenset({"step", "layer", "sms", "ctas"}),
+))
+register_recipe(Recipe(
+    signal="async_completion_latency", unit="ns", qualification="derived", synthesis="async_completion_latency",
+    description="issue-to-completion latency of each async operation site and iteration, from forced-wait "
+                "probes joined to the reference trace by (op ID, iteration)",
+    prerequisites=("latency",), control="async_discovery", expander="forced_wait_probes",
+    scope_fields=frozenset({"iterations", "sms", "ctas", "warp_role"}),
+))
+register_recipe(Recipe(
+    signal="system_timeline", unit="ns", qualification="observed", synthesis="system_timeline",
+    description="kernel, copy and communication phases on the host/system timeline",
+    evidence=(Evidence("systrace", outputs=("system_timeline",), variant="trace_free",
+                       effects=frozenset({"exclusive_profiler"}),
+                       sensitive_to=frozenset({"replays_kernel", "needs_binary_instrumentation",
+                                               "forces_completion", "serialises_kernels"})),),
+    scope_fields=frozenset({"step"}),
+))

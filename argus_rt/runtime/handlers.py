@@ -1,0 +1,168 @@
+"""Handlers for the CPU-side task kinds: Transform, Control (+ expanders) and Synthesize.
+
+A handler is a plain function ``fn(ctx: TaskContext) -> dict[str, Path]`` that writes its outputs
+under ``ctx.outdir`` and returns them by name (the runtime hashes them into the workspace after it
+returns). Handlers are looked up by ``(task.op, program kind)`` first, then ``(task.op, None)``::
+
+    from argus_rt.runtime.handlers import register_transform, register_control, register_expander
+
+    @register_transform("forced_wait_probe", kind="triton")
+    def make_probe(ctx):                     # ctx.config: {"op_id": ..., "iteration": ...}
+        probe = ctx.program.variant_of("probe", op_id=..., iteration=...)
+        ...                                  # write the modified TTGIR, compile it
+        return {"program": ctx.write_program(probe), "cubin": ctx.outdir / "probe.cubin"}
+
+    @register_control("async_discovery", kind="triton")
+    def discover(ctx):                       # ctx.region: the queried region (walk its subtree)
+        return {"async_sites": ctx.write_json("async_sites", {"format": "argus.async_sites/1", "sites": [...]})}
+
+    @register_expander("forced_wait_probes")
+    def expand(ctx, builder):                # after the Control task: add run-time branches
+        for site in ctx.read_json("async_sites")["sites"]: ...
+            builder.add(task); builder.feed(task)   # fed tasks become inputs of the Control's dependents
+
+Built-in names are imported lazily from :data:`BUILTIN_HANDLER_MODULES` on first use, so the
+modules there only need to register at import. Synthesis rules are registered the same way with
+``register_synthesis`` (``argus_rt.synthesis`` holds the built-in rules).
+
+A Transform that makes a program variant publishes a ``"program"`` output (``ctx.write_program``):
+the JSON of the :class:`ProgramVersion` it built, whose ``id`` must equal the id the planner
+expected (``task.config["expect_program"]`` when set) — the runtime checks it.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+HANDLER_KINDS = ("transform", "control", "expander", "synthesize")
+BUILTIN_HANDLER_MODULES = {
+    ("transform", "variant"): "argus_rt.runtime.builtin",
+    ("transform", "forced_wait_probe"): "argus_rt.compiler.probes",
+    ("control", "async_discovery"): "argus_rt.compiler.triton_discovery",
+    ("expander", "forced_wait_probes"): "argus_rt.planner",
+    ("synthesize", "*"): "argus_rt.synthesis",
+}
+
+
+class HandlerError(RuntimeError):
+    """A task whose handler is missing or returned something invalid."""
+
+
+class UnknownHandlerError(HandlerError, KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass
+class TaskContext:
+    """What a CPU-side handler gets. ``inputs`` maps ``"<dep id>/<output>"`` and unambiguous bare
+    output names to files; ``input_list(name)`` returns every dependency output of that name."""
+
+    task: Any  # argus_rt.tasks.Task
+    program: Any  # argus_rt.program.ProgramVersion named by task.program
+    programs: Callable[[str], Any]  # program id -> ProgramVersion
+    inputs: dict[str, Path]
+    outdir: Path
+    log: Callable[[str], None] = field(default=lambda msg: None)
+
+    @property
+    def config(self) -> dict:
+        return self.task.config
+
+    @property
+    def region(self) -> str | None:
+        return self.task.region
+
+    def input_list(self, name: str) -> list[tuple[str, Path]]:
+        """(dep task id, path) of every dependency output called ``name``, in dep-id order."""
+        out = []
+        for key, path in sorted(self.inputs.items()):
+            dep, sep, out_name = key.partition("/")
+            if sep and out_name == name:
+                out.append((dep, path))
+        return out
+
+    def read_json(self, name: str) -> Any:
+        if name not in self.inputs:
+            have = sorted(k for k in self.inputs if "/" not in k)
+            raise HandlerError(f"task {self.task.describe()} has no single input {name!r}; inputs: {have}")
+        return json.loads(Path(self.inputs[name]).read_text(encoding="utf-8"))
+
+    def write_json(self, name: str, doc: Any) -> Path:
+        path = self.outdir / f"{_safe(name)}.json"
+        path.write_text(json.dumps(doc, sort_keys=True), encoding="utf-8")
+        return path
+
+    def write_program(self, program: Any) -> Path:
+        return self.write_json("program", program.to_dict())
+
+
+def _safe(name: str) -> str:
+    # output names are identifiers chosen by code, but never let one become a path
+    if not name.replace("_", "").replace("-", "").isalnum():
+        raise HandlerError(f"output name {name!r} must be letters, digits, '_' or '-'")
+    return name
+
+
+_HANDLERS: dict[tuple[str, str, str | None], Callable] = {}
+_HANDLER_MODULES: dict[tuple[str, str], str] = {}
+
+
+def _register(kind: str, name: str, fn: Callable, program_kind: str | None) -> Callable:
+    if kind not in HANDLER_KINDS:
+        raise ValueError(f"unknown handler kind {kind!r}; valid: {', '.join(HANDLER_KINDS)}")
+    _HANDLERS[(kind, name, program_kind)] = fn
+    _HANDLER_MODULES[(kind, name)] = fn.__module__
+    return fn
+
+
+def _decorator(kind: str):
+    def register(name: str, fn: Callable | None = None, *, kind: str | None = None):
+        if fn is not None:
+            return _register(_kind, name, fn, kind)
+        return lambda f: _register(_kind, name, f, kind)
+
+    _kind = kind
+    register.__doc__ = f"Register a {kind} handler: ``register_{kind}(name, fn, kind=None)`` or as a decorator."
+    return register
+
+
+register_transform = _decorator("transform")
+register_control = _decorator("control")
+register_expander = _decorator("expander")
+register_synthesis = _decorator("synthesize")
+
+
+def unregister(kind: str, name: str) -> None:
+    for key in [k for k in _HANDLERS if k[0] == kind and k[1] == name]:
+        del _HANDLERS[key]
+    _HANDLER_MODULES.pop((kind, name), None)
+
+
+def get_handler(kind: str, name: str, program_kind: str | None = None) -> Callable:
+    """The handler for ``(kind, name)``, specialised for ``program_kind`` when one is registered."""
+    for attempt in range(2):
+        fn = _HANDLERS.get((kind, name, program_kind)) or _HANDLERS.get((kind, name, None))
+        if fn is not None:
+            return fn
+        if attempt == 0:
+            module = BUILTIN_HANDLER_MODULES.get((kind, name)) or BUILTIN_HANDLER_MODULES.get((kind, "*"))
+            if module is None:
+                break
+            try:
+                importlib.import_module(module)
+            except ModuleNotFoundError as exc:
+                if exc.name != module:
+                    raise
+                raise UnknownHandlerError(f"{kind} handler {name!r} lives in {module}, which is not built yet") from None
+    names = sorted({k[1] for k in _HANDLERS if k[0] == kind})
+    kinds = sorted({str(k[2]) for k in _HANDLERS if k[0] == kind and k[1] == name})
+    extra = f" (registered for program kinds {kinds}, not {program_kind!r})" if kinds else ""
+    raise UnknownHandlerError(f"unknown {kind} handler {name!r}{extra}; registered: {', '.join(names) or 'none'}")
+
+
+def handler_module(kind: str, name: str) -> str | None:
+    return _HANDLER_MODULES.get((kind, name)) or BUILTIN_HANDLER_MODULES.get((kind, name))
