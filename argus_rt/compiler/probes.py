@@ -1,0 +1,265 @@
+"""Forced-wait probes: a TTGIR variant that waits for one TMA load's completion right after issuing it,
+in one logical iteration only, and timestamps issue and completion.
+
+A TMA load signals an mbarrier shared with the other loads of its pipeline stage (one
+``barrier_expect`` covers all their bytes). Waiting on that shared barrier right after the first
+load would deadlock (the second load is not issued yet) and would measure the group, not the op.
+So, in the selected iteration only, the probe:
+
+1. lowers the stage barrier's expected bytes by this load's bytes (the consumer's wait and
+   results are unchanged: the data is in shared memory before the consumer reads it);
+2. sends this load to a private one-shot mbarrier (``barrier_expect`` of its bytes);
+3. reads ``%globaltimer`` and ``%clock64`` just before the issue and just after
+   ``wait_barrier`` on the private barrier (phase 0) returns, and stores the four values for the CTA
+   in an extra kernel argument ``argus_probe_out`` (int64, 4 per CTA: ns0, ns1, clk0, clk1).
+
+For a load peeled into the prologue the selection is static; for the in-loop copy the trip is
+selected with ``iv == lb + (iteration - trip_offset) * step`` and all edits are predicated on it.
+Every other iteration runs exactly the reference code. The variant is a new program version
+linked to its origin (``origin_hash``) and to the op ID; collection effects: ``forces_completion``,
+``perturbs_timing``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .triton_discovery import TMA_LOAD, Discovery, DiscoveryError, Site, UnsupportedOpError, _tma_parts
+from .ttgir import Module, TtgirError
+
+PROBE_ARG = "%argus_probe_out"
+WORDS_PER_CTA = 4  # ns0, ns1, clk0, clk1
+EFFECTS = ("forces_completion", "perturbs_timing")
+
+
+class ProbeError(ValueError):
+    """A probe that cannot be built; the message names the op, iteration and valid choices."""
+
+
+@dataclass
+class ForcedWaitProbe:
+    """One probe variant: (op, iteration) of one program version, as TTGIR text."""
+
+    origin_hash: str  # sha256 of the reference TTGIR
+    op_id: int
+    iteration: int
+    kind: str
+    label: str
+    ttgir: str
+    effects: tuple[str, ...] = EFFECTS
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def variant_hash(self) -> str:
+        return hashlib.sha256(self.ttgir.encode()).hexdigest()
+
+    @property
+    def key(self) -> str:
+        return f"0x{self.op_id:08x}@{self.iteration}"
+
+    def descriptor(self) -> dict:
+        """JSON-able description linking the variant to its origin (no TTGIR text)."""
+        return {"origin_hash": self.origin_hash, "variant_hash": self.variant_hash, "op_id": f"0x{self.op_id:08x}",
+                "iteration": self.iteration, "kind": self.kind, "label": self.label, "effects": list(self.effects),
+                "probe_arg": {"name": PROBE_ARG.lstrip("%"), "dtype": "int64", "words_per_cta": WORDS_PER_CTA}}
+
+
+def _loc_suffix(text: str) -> str:
+    m = re.search(r"\s(loc\(.*\))\s*$", text)
+    return " " + m.group(1) if m else ""
+
+
+def _indent(text: str) -> str:
+    return text[: len(text) - len(text.lstrip())]
+
+
+def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iteration: int) -> ForcedWaitProbe:
+    """Build the forced-wait TTGIR for ``(op, iteration)`` from the reference ``ttgir``.
+
+    Raises :class:`ProbeError` naming the op for non-TMA sites, unknown iterations, or TTGIR whose
+    shape differs from what discovery saw.
+    """
+    site = discovery.site(op)
+    if site.kind != "tma_load":
+        raise UnsupportedOpError(
+            f"forced-wait probes support TMA loads ({TMA_LOAD}); site 0x{site.op_id:08x} is {site.op_name} "
+            f"({site.kind}) at {site.source}. Valid probe sites: "
+            + (", ".join(f"0x{s.op_id:08x} ({s.label})" for s in discovery.sites if s.kind == "tma_load") or "none"))
+    if iteration not in site.iterations:
+        raise ProbeError(f"iteration {iteration!r} is not served by op 0x{site.op_id:08x} ({site.label}); "
+                         f"valid iterations: {site.iterations}")
+    module = Module(ttgir)
+    if module.func_name != discovery.kernel:
+        raise ProbeError(f"TTGIR is for kernel {module.func_name!r}, discovery was for {discovery.kernel!r}")
+    inst = next(i for i in site.instances if iteration in i.iterations)
+    by_line = {o.line_no: o for o in module.ops}
+    copy = by_line.get(inst.ttgir_line)
+    if copy is None or copy.name != TMA_LOAD:
+        raise ProbeError(f"TTGIR line {inst.ttgir_line} is not {TMA_LOAD}: this TTGIR is not the one discovery read")
+    bar, pred, nbytes = _tma_parts(module, copy)
+    bar_def = module.def_of(bar, copy)
+    alloc_def = module.def_of(bar_def.operands[0], bar_def)
+    bar_type = bar_def.text.split("->")[-1].split(" loc(")[0].strip()
+    alloc_type = re.sub(r"<\d+x", "<1x", alloc_def.text.split("->")[-1].split(" loc(")[0].strip(), count=1)
+    expect = next((o for o in reversed(module.ops[: copy.index]) if o.name == "ttng.barrier_expect"
+                   and o.operands and o.operands[0] == bar and o.loop == copy.loop), None)
+    if expect is None:
+        raise ProbeError(f"{copy}: no barrier_expect for its barrier {bar}")
+    m = re.search(r"(ttng\.barrier_expect\s+%[\w.$-]+\s*,\s*)(\d+)(\s*,\s*)(%[\w.$-]+)", expect.text)
+    if not m:
+        raise ProbeError(f"{expect}: cannot read '<barrier>, <bytes>, <pred>'")
+    expect_bytes, expect_pred = int(m.group(2)), m.group(4)
+    remaining = expect_bytes - nbytes
+    if remaining < 0:
+        raise ProbeError(f"{expect}: expects {expect_bytes} B, less than the probed load's {nbytes} B")
+
+    lines = list(module.lines)
+    loc = _loc_suffix(copy.text)
+    ind = _indent(copy.text)
+    out_ty = "!tt.ptr<i64>"
+    pb, pbi = "%argus_pbar_all", "%argus_pbar"
+    # 1. function argument for the timestamps
+    func_idx = module.func_line - 1
+    fl = lines[func_idx]
+    close = fl.index(") attributes") if ") attributes" in fl else fl.rindex(")")
+    lines[func_idx] = fl[:close] + f", {PROBE_ARG}: {out_ty}" + fl[close:]
+    # 2. constants + private barrier allocation + init, after the last init_barrier
+    inits = [o for o in module.ops if o.name == "ttng.init_barrier" and o.loop is None]
+    anchor = inits[-1] if inits else module.ops[0]
+    ai = _indent(anchor.text)
+    setup = [
+        f"{ai}%argus_c0 = arith.constant 0 : i32",
+        f"{ai}%argus_true = arith.constant true",
+        f"{ai}%argus_nbytes_unused = arith.constant {nbytes} : i32",
+        f"{ai}{pb} = ttg.local_alloc : () -> {alloc_type}",
+        f"{ai}{pbi} = ttg.memdesc_index {pb}[%argus_c0] : {alloc_type} -> {bar_type}",
+        f"{ai}ttng.init_barrier {pbi}, 1 : {bar_type}",
+        f"{ai}%argus_pid_x = tt.get_program_id x : i32",
+        f"{ai}%argus_pid_y = tt.get_program_id y : i32",
+        f"{ai}%argus_pid_z = tt.get_program_id z : i32",
+        f"{ai}%argus_n_x = tt.get_num_programs x : i32",
+        f"{ai}%argus_n_y = tt.get_num_programs y : i32",
+        f"{ai}%argus_lin_yz = arith.muli %argus_pid_z, %argus_n_y : i32",
+        f"{ai}%argus_lin_y = arith.addi %argus_lin_yz, %argus_pid_y : i32",
+        f"{ai}%argus_lin_xy = arith.muli %argus_lin_y, %argus_n_x : i32",
+        f"{ai}%argus_lin = arith.addi %argus_lin_xy, %argus_pid_x : i32",
+        f"{ai}%argus_words = arith.constant {WORDS_PER_CTA} : i32",
+        f"{ai}%argus_base = arith.muli %argus_lin, %argus_words : i32",
+        f"{ai}%argus_p0 = tt.addptr {PROBE_ARG}, %argus_base : {out_ty}, i32",
+    ]
+    for k in range(1, WORDS_PER_CTA):
+        setup += [f"{ai}%argus_c{k}w = arith.constant {k} : i32",
+                  f"{ai}%argus_p{k} = tt.addptr %argus_p0, %argus_c{k}w : {out_ty}, i32"]
+    edits: dict[int, tuple[list[str], str | None, list[str]]] = {}  # line index -> (before, replacement, after)
+
+    def timer(name: str, reg: str, constraint: str = "=l") -> str:
+        return (f'{ind}{name} = tt.elementwise_inline_asm "mov.u64 $0, {reg};" '
+                f'{{constraints = "{constraint}", packed_element = 1 : i32, pure = false}} -> i64{loc}')
+
+    copy_probe = copy.text.replace(f", {bar}, {pred} :", f", {pbi}, %argus_sel_pred :", 1)
+    if copy_probe == copy.text:
+        raise ProbeError(f"{copy}: could not retarget its barrier operand {bar}")
+    if inst.placement in ("prologue", "straight"):
+        sel_lines = [f"{ind}%argus_sel_pred = arith.andi {pred}, %argus_true : i1{loc}"]
+        new_expect = expect.text[: m.start(2)] + str(remaining) + expect.text[m.end(2):]
+        edits[expect.line_no - 1] = ([], new_expect, [])
+        store_mask = "%argus_sel_pred"
+        replaced_copy = None  # the original copy is replaced by the probe copy
+    else:
+        loop = module.loop_of(copy)
+        lb, step = module.constant_int(loop.lower), module.constant_int(loop.step)
+        if lb is None or step is None:
+            raise ProbeError(f"{loop.op}: lower bound and step must be constants to select a trip")
+        trip = iteration - inst.trip_offset
+        sel_lines = [
+            f"{ind}%argus_trip_iv = arith.constant {lb + trip * step} : i32{loc}",
+            f"{ind}%argus_sel = arith.cmpi eq, {loop.iv}, %argus_trip_iv : i32{loc}",
+            f"{ind}%argus_nsel = arith.xori %argus_sel, %argus_true : i1{loc}",
+            f"{ind}%argus_sel_pred = arith.andi {pred}, %argus_sel : i1{loc}",
+            f"{ind}%argus_nsel_pred = arith.andi {pred}, %argus_nsel : i1{loc}",
+        ]
+        eind = _indent(expect.text)
+        eloc = _loc_suffix(expect.text)
+        keep = expect.text.replace(f", {expect_pred} :", ", %argus_e_nsel :", 1)
+        reduced = expect.text[: m.start(2)] + str(remaining) + expect.text[m.end(2):]
+        reduced = reduced.replace(f", {expect_pred} :", ", %argus_e_sel :", 1)
+        edits[expect.line_no - 1] = ([
+            f"{eind}%argus_e_iv = arith.constant {lb + trip * step} : i32{eloc}",
+            f"{eind}%argus_e_is = arith.cmpi eq, {loop.iv}, %argus_e_iv : i32{eloc}",
+            f"{eind}%argus_e_not = arith.xori %argus_e_is, %argus_true : i1{eloc}",
+            f"{eind}%argus_e_sel = arith.andi {expect_pred}, %argus_e_is : i1{eloc}",
+            f"{eind}%argus_e_nsel = arith.andi {expect_pred}, %argus_e_not : i1{eloc}",
+        ], keep + "\n" + reduced, [])
+        store_mask = "%argus_sel_pred"
+        replaced_copy = copy.text.replace(f", {bar}, {pred} :", f", {bar}, %argus_nsel_pred :", 1)
+    probe_block = sel_lines + [
+        timer("%argus_ns0", "%globaltimer"),
+        timer("%argus_clk0", "%clock64"),
+        f"{ind}ttng.barrier_expect {pbi}, {nbytes}, %argus_sel_pred : {bar_type}{loc}",
+        copy_probe,
+        f"{ind}ttng.wait_barrier {pbi}, %argus_c0, %argus_sel_pred : {bar_type}{loc}",
+        timer("%argus_ns1", "%globaltimer"),
+        timer("%argus_clk1", "%clock64"),
+        f"{ind}tt.store %argus_p0, %argus_ns0, {store_mask} : {out_ty}{loc}",
+        f"{ind}tt.store %argus_p1, %argus_ns1, {store_mask} : {out_ty}{loc}",
+        f"{ind}tt.store %argus_p2, %argus_clk0, {store_mask} : {out_ty}{loc}",
+        f"{ind}tt.store %argus_p3, %argus_clk1, {store_mask} : {out_ty}{loc}",
+    ]
+    if replaced_copy is None:
+        edits[copy.line_no - 1] = (probe_block, "", [])
+    else:
+        # selection predicates first: the original copy is now predicated on "not selected"
+        edits[copy.line_no - 1] = (sel_lines, replaced_copy, probe_block[len(sel_lines):])
+    new_lines = []
+    for i, text in enumerate(lines):
+        if i in edits:
+            before, repl, after = edits[i]
+            new_lines += before
+            if repl:
+                new_lines.append(repl)
+            new_lines += after
+        else:
+            new_lines.append(text)
+        if i == anchor.line_no - 1:
+            new_lines += setup
+    out = "\n".join(new_lines) + "\n"
+    origin = hashlib.sha256(ttgir.encode()).hexdigest()
+    return ForcedWaitProbe(origin, site.op_id, iteration, site.kind, site.label, out,
+                           notes=[f"{inst.placement} instance at TTGIR line {inst.ttgir_line}",
+                                  site.completion.describe(iteration)])
+
+
+def compile_ttgir(ttgir: str, workdir: str | Path, name: str, *, capability: int = 90):
+    """Compile TTGIR text with Triton (works without a GPU); returns the CompiledKernel.
+
+    The text is written atomically to ``workdir/name.ttgir`` because Triton compiles from a path.
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from ..fsutil import atomic_write_text
+
+    path = Path(workdir) / f"{name}.ttgir"
+    atomic_write_text(path, ttgir)
+    # MLIR prints its diagnostics (which op, which line) on fd 2, not in the exception: capture them.
+    with tempfile.TemporaryFile() as err:
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            return triton.compile(str(path), target=GPUTarget("cuda", capability, 32))
+        except Exception as exc:  # Triton raises a plain RuntimeError
+            os.dup2(saved, 2)
+            err.seek(0)
+            diag = err.read().decode(errors="replace").strip()
+            raise TtgirError(f"Triton could not compile {path}: {exc}\n{diag[-3000:]}") from exc
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+__all__ = ["ForcedWaitProbe", "ProbeError", "make_forced_wait_probe", "compile_ttgir", "DiscoveryError", "Site",
+           "WORDS_PER_CTA", "PROBE_ARG", "EFFECTS"]
