@@ -1,0 +1,352 @@
+"""Nsight Compute adapter: per-SASS-PC counters from ``ncu --page source --print-source sass --csv``.
+
+The command (seen working on our H200s, ncu 2025.3.1)::
+
+    ncu --section SourceCounters --page source --print-source sass --csv --clock-control none \
+        -k regex:<kernel> -c <launches> <program> <args...>
+
+prints, per profiled launch, a ``"Kernel Name","<demangled name>",`` line, a header row and one row
+per SASS instruction: ``"Address"`` (absolute, the function's base plus the PC offset), ``"Source"``
+(the SASS text) and metric columns. Metric names Argus publishes (``argus.pc_counters/1``):
+
+============================  ===============================================  ==========
+name                          from column                                      level
+============================  ===============================================  ==========
+``inst_executed``             Instructions Executed                            warp
+``thread_inst_executed``      Thread Instructions Executed                     thread
+``predicated_on_thread_inst`` Predicated-On Thread Instructions Executed       thread
+``predicated_off``            thread_inst_executed - predicated_on_thread_inst thread
+``branch_inst_executed``      inst_executed where the opcode is a branch       warp
+``barrier_inst_executed``     inst_executed where the opcode is a barrier      warp
+``divergent_branches``        Divergent Branches                               warp
+``warp_stall_samples``        Warp Stall Sampling (All Samples)                samples
+``stall:<reason>``            stall_<reason>                                   samples
+============================  ===============================================  ==========
+
+Branch and barrier counts are opcode classes of the SASS text times the executed count: the source
+page has no per-PC branch column. :data:`BRANCH_CLASS` matches what ncu's kernel-level "Branch
+Instructions" counts (checked on the saved ground-truth capture: BRA, CALL, RET and EXIT).
+
+Replay effects: ncu replays each profiled kernel (memory saved and restored between passes), holds
+the process's one CUPTI subscriber, serialises kernels and changes their timing; counts are per
+launch, not per replay pass. Instrumented times must never be used as region durations.
+"""
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..fsutil import atomic_write_text
+from ..sass import SassFunction, function_from_rows, kernel_key, pc_key
+from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend
+
+REQUIRED_COLUMNS = ("Address", "Source", "Instructions Executed")
+COLUMN_METRICS = {
+    "Instructions Executed": "inst_executed",
+    "Thread Instructions Executed": "thread_inst_executed",
+    "Predicated-On Thread Instructions Executed": "predicated_on_thread_inst",
+    "Divergent Branches": "divergent_branches",
+    "Warp Stall Sampling (All Samples)": "warp_stall_samples",
+}
+BRANCH_CLASS = frozenset({"BRA", "BRX", "JMP", "JMX", "CALL", "RET", "EXIT"})
+BARRIER_CLASS = frozenset({"BAR", "BARRIER"})
+NCU_EFFECTS = frozenset({"replays_kernel", "exclusive_profiler", "perturbs_timing", "serialises_kernels"})
+DEFAULT_SECTIONS = ("SourceCounters",)
+
+
+class NcuError(BackendError):
+    """Nsight Compute ran but its output cannot be used; the message says why."""
+
+
+class NcuOutputError(NcuError, ValueError):
+    """The CSV lacks required columns or rows."""
+
+
+class NcuNoKernelError(NcuError):
+    """ncu profiled no kernel (the filter matched none); lists the kernels it saw."""
+
+
+class WrongArchError(BackendUnavailableError):
+    """The binary's SASS architecture does not run on (or is not the one profiled on) this GPU."""
+
+
+@dataclass
+class NcuKernelProfile:
+    """Per-PC metrics of one profiled launch. PCs are offsets from the function's base address."""
+
+    kernel_name: str  # as ncu prints it (demangled)
+    base_address: int
+    pcs: list[int]
+    sass: list[str]
+    metrics: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def kernel(self) -> str:
+        return kernel_key(self.kernel_name)
+
+    def metric(self, name: str) -> dict[int, float]:
+        if name not in self.metrics:
+            raise NcuOutputError(f"metric {name!r} was not collected; have: {', '.join(sorted(self.metrics))}")
+        return dict(zip(self.pcs, self.metrics[name]))
+
+    def function(self) -> SassFunction:
+        """The SASS of the profiled kernel as ncu lists it (for a CFG when no binary is at hand)."""
+        return function_from_rows(self.kernel_name, [(self.base_address + pc, t) for pc, t in zip(self.pcs, self.sass)])
+
+    def opcodes(self) -> list[str]:
+        return [self.function()[pc].base for pc in self.pcs]
+
+    def to_evidence(self, method: str = "ncu_source_sass") -> dict:
+        """The ``argus.pc_counters/1`` document."""
+        return {"format": "argus.pc_counters/1", "method": method, "kernel": self.kernel,
+                "kernel_name": self.kernel_name,
+                "pcs": [pc_key(self.kernel, pc) for pc in self.pcs], "opcodes": self.opcodes(),
+                "sass": self.sass, "metrics": self.metrics}
+
+
+def _number(cell: str, column: str, row: int) -> float:
+    cell = cell.strip().replace(",", "")
+    if cell in ("", "-", "n/a", "N/A"):
+        return 0.0
+    try:
+        return float(cell)
+    except ValueError:
+        raise NcuOutputError(f"row {row}: column {column!r} holds {cell!r}, not a number") from None
+
+
+def parse_source_csv(text: str) -> list[NcuKernelProfile]:
+    """Every profiled launch in the output of ``ncu --page source --print-source sass --csv``.
+
+    Lines that are not CSV (``==PROF==`` notes, the program's own output) are skipped. Raises
+    :class:`NcuNoKernelError` when ncu says it profiled nothing, :class:`NcuOutputError` when a
+    required column is missing (the message lists the columns present).
+    """
+    errors = [l for l in text.splitlines() if l.startswith("==ERROR==")]
+    if errors:
+        raise NcuError("ncu reported errors: " + " | ".join(errors[:5]))
+    if "==WARNING== No kernels were profiled" in text:
+        avail = re.findall(r"^\s*\d+\.\s+(\S.*)$", text.split("No kernels were profiled", 1)[1], re.M)
+        raise NcuNoKernelError(
+            "ncu profiled no kernel: the kernel filter matched nothing; kernels the program launched: "
+            + (", ".join(avail) if avail else "none listed")
+        )
+    profiles: list[NcuKernelProfile] = []
+    lines = text.splitlines()
+    k = 0
+    while k < len(lines):
+        if not lines[k].startswith('"Kernel Name"'):
+            k += 1
+            continue
+        name = next(csv.reader([lines[k]]))[1]
+        if k + 1 >= len(lines) or not lines[k + 1].startswith('"'):
+            raise NcuOutputError(f"kernel {name!r}: no header row after the 'Kernel Name' line")
+        header = next(csv.reader([lines[k + 1]]))
+        missing = [c for c in REQUIRED_COLUMNS if c not in header]
+        if missing:
+            raise NcuOutputError(
+                f"kernel {name!r}: source-page CSV lacks column(s) {missing}; columns present: {header}. "
+                "Was it collected with --page source --print-source sass and a section that has "
+                "per-instruction counters (SourceCounters)?"
+            )
+        body = []
+        k += 2
+        while k < len(lines) and lines[k].startswith('"0x'):
+            body.append(lines[k])
+            k += 1
+        if not body:
+            raise NcuOutputError(f"kernel {name!r}: the source page lists no SASS rows")
+        profiles.append(_profile_from_rows(name, header, list(csv.reader(body))))
+    if not profiles:
+        raise NcuOutputError(
+            "no per-PC table in the ncu output (expected a '\"Kernel Name\",...' line followed by an "
+            "'\"Address\",\"Source\",...' header); was it run with --page source --print-source sass --csv?"
+        )
+    return profiles
+
+
+def _profile_from_rows(name: str, header: list[str], rows: list[list[str]]) -> NcuKernelProfile:
+    col = {c: i for i, c in enumerate(header)}
+    addresses = []
+    for n, r in enumerate(rows):
+        if len(r) < len(header):
+            raise NcuOutputError(f"kernel {name!r}: row {n} has {len(r)} cells, header has {len(header)}")
+        addresses.append(int(r[col["Address"]], 16))
+    base = addresses[0]
+    pcs = [a - base for a in addresses]
+    sass = [r[col["Source"]].strip() for r in rows]
+    metrics: dict[str, list[float]] = {}
+    for column, metric in COLUMN_METRICS.items():
+        if column in col:
+            metrics[metric] = [_number(r[col[column]], column, n) for n, r in enumerate(rows)]
+    for column in header:
+        if column.startswith("stall_") and "(Not Issued)" not in column:
+            metrics["stall:" + column[len("stall_"):]] = [_number(r[col[column]], column, n) for n, r in enumerate(rows)]
+    prof = NcuKernelProfile(name, base, pcs, sass, metrics)
+    if "thread_inst_executed" in metrics and "predicated_on_thread_inst" in metrics:
+        metrics["predicated_off"] = [t - p for t, p in zip(metrics["thread_inst_executed"], metrics["predicated_on_thread_inst"])]
+    ops = prof.opcodes()
+    inst = metrics["inst_executed"]
+    metrics["branch_inst_executed"] = [c if op in BRANCH_CLASS else 0.0 for c, op in zip(inst, ops)]
+    metrics["barrier_inst_executed"] = [c if op in BARRIER_CLASS else 0.0 for c, op in zip(inst, ops)]
+    return prof
+
+
+def select_profile(profiles: list[NcuKernelProfile], kernel: str, launch: int = 0) -> NcuKernelProfile:
+    """The ``launch``-th profiled launch of ``kernel`` (matched by :func:`kernel_key`)."""
+    want = kernel_key(kernel)
+    hits = [p for p in profiles if p.kernel == want]
+    if not hits:
+        raise NcuNoKernelError(f"kernel {kernel!r} is not in the ncu output; profiled: {sorted({p.kernel for p in profiles})}")
+    if launch >= len(hits):
+        raise NcuOutputError(f"launch {launch} of {kernel!r} requested; ncu profiled {len(hits)} launch(es)")
+    return hits[launch]
+
+
+def parse_details_csv(text: str) -> dict[str, dict[str, float]]:
+    """Kernel-level metrics (``ncu --csv`` details page): {kernel_key: {"Section/Metric (unit)": value}}."""
+    rows = [l for l in text.splitlines() if l.startswith('"')]
+    if not rows:
+        raise NcuOutputError("no CSV rows in the ncu details output")
+    reader = csv.DictReader(io.StringIO("\n".join(rows)))
+    need = {"Kernel Name", "Section Name", "Metric Name", "Metric Value"}
+    if not need <= set(reader.fieldnames or []):
+        raise NcuOutputError(f"ncu details CSV lacks {sorted(need - set(reader.fieldnames or []))}; has {reader.fieldnames}")
+    out: dict[str, dict[str, float]] = {}
+    for r in reader:
+        try:
+            v = float(r["Metric Value"].replace(",", ""))
+        except ValueError:
+            continue
+        out.setdefault(kernel_key(r["Kernel Name"]), {})[f"{r['Section Name']}/{r['Metric Name']}"] = v
+    return out
+
+
+# ---- running ncu -----------------------------------------------------------------------------
+
+def find_ncu() -> Path:
+    """The ``ncu`` executable: $NCU, PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute/*/ncu."""
+    cands = [os.environ.get("NCU", "")] + [shutil.which("ncu") or ""]
+    cands += ["/usr/local/cuda/bin/ncu"] + sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True)
+    for c in cands:
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return Path(c)
+    raise BackendUnavailableError(
+        "Nsight Compute (ncu) not found: set $NCU, put ncu on PATH, or install it under "
+        "/usr/local/cuda/bin or /opt/nvidia/nsight-compute/<version>/"
+    )
+
+
+def ncu_command(program: list[str], kernel: str | None = None, *, launches: int = 1, launch_skip: int = 0,
+                sections: tuple[str, ...] = DEFAULT_SECTIONS, ncu: str | os.PathLike | None = None) -> list[str]:
+    """The ncu argument list (no shell) for per-PC counters of ``kernel`` in ``program``."""
+    if not program:
+        raise ValueError("program must be a non-empty argument list, e.g. ['./a.out', '128']")
+    if launches < 1 or launch_skip < 0:
+        raise ValueError(f"launches must be >= 1 and launch_skip >= 0, got {launches}, {launch_skip}")
+    cmd = [str(ncu or find_ncu())]
+    for s in sections:
+        cmd += ["--section", s]
+    cmd += ["--page", "source", "--print-source", "sass", "--csv", "--clock-control", "none",
+            "--target-processes", "all", "-c", str(launches)]
+    if launch_skip:
+        cmd += ["-s", str(launch_skip)]
+    if kernel:
+        cmd += ["-k", f"regex:{re.escape(kernel_key(kernel))}"]
+    return cmd + [str(p) for p in program]
+
+
+def run_ncu(program: list[str], kernel: str | None = None, *, outdir: str | os.PathLike, launches: int = 1,
+            timeout_s: float = 600.0, env: dict | None = None) -> tuple[Path, list[NcuKernelProfile]]:
+    """Run ncu on ``program``; save the raw CSV as ``outdir/ncu_source_sass.csv``; return it and the profiles."""
+    cmd = ncu_command(program, kernel, launches=launches)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    raw = Path(outdir) / "ncu_source_sass.csv"
+    atomic_write_text(raw, proc.stdout)
+    if proc.returncode != 0:
+        raise NcuError(f"ncu exited with {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-800:]}")
+    if "LibraryNotLoaded" in proc.stdout + proc.stderr or "ERR_NVGPUCTRPERM" in proc.stdout + proc.stderr:
+        raise BackendUnavailableError(
+            "ncu cannot read the GPU's hardware counters here (profiler library not loaded or no permission)"
+        )
+    return raw, parse_source_csv(proc.stdout)
+
+
+def check_arch(sass_arch: str | None, device_capability: tuple[int, int]) -> None:
+    """Raise :class:`WrongArchError` when SASS built for ``sass_arch`` (``"sm_90a"``) cannot run on
+    a GPU of ``device_capability`` (``(9, 0)``); arch-specific ``a`` targets need the exact major.minor."""
+    if sass_arch is None:
+        raise WrongArchError("the binary holds no SASS (PTX only?): per-PC maps need SASS built for this GPU")
+    m = re.fullmatch(r"sm_(\d+)(\d)([af]?)", sass_arch)
+    if not m:
+        raise WrongArchError(f"unrecognised SASS architecture {sass_arch!r}; expected like 'sm_90' or 'sm_90a'")
+    built = (int(m.group(1)), int(m.group(2)))
+    if built != tuple(device_capability):
+        raise WrongArchError(
+            f"binary SASS is {sass_arch} (compute capability {built[0]}.{built[1]}) but the GPU is "
+            f"{device_capability[0]}.{device_capability[1]}: the driver would JIT other code (or refuse), "
+            f"so PCs would not match; rebuild with -gencode=arch=compute_{device_capability[0]}{device_capability[1]}"
+            f"{'a' if m.group(3) == 'a' else ''},code=sm_{device_capability[0]}{device_capability[1]}"
+            f"{'a' if m.group(3) == 'a' else ''}"
+        )
+
+
+class NcuAdapter(BackendAdapter):
+    """Collect per-PC counters of one kernel with Nsight Compute.
+
+    Config: ``kernel`` (name or key, required), ``launches`` (int, default 1), ``args`` (extra program
+    arguments, list of str). The program to run is ``ctx.program.launch["argv"]`` or the input
+    ``executable``.
+    """
+
+    name = "ncu"
+    effects = NCU_EFFECTS
+    outputs = ("pc_counters", "ncu_csv")
+    VALID_KEYS = ("kernel", "launches", "args")
+
+    def available(self) -> tuple[bool, str]:
+        try:
+            find_ncu()
+        except BackendUnavailableError as exc:
+            return False, str(exc)
+        return True, ""
+
+    def validate_config(self, config: dict) -> None:
+        bad = sorted(set(config) - set(self.VALID_KEYS))
+        if bad:
+            raise ValueError(f"unknown ncu config key(s) {bad}; valid: {', '.join(self.VALID_KEYS)}")
+        if "launches" in config and (not isinstance(config["launches"], int) or config["launches"] < 1):
+            raise ValueError(f"ncu config 'launches' must be an int >= 1, got {config['launches']!r}")
+
+    def collect(self, ctx) -> dict[str, Path]:
+        self.validate_config(ctx.config)
+        argv = program_argv(ctx) + [str(a) for a in ctx.config.get("args", [])]
+        kernel = ctx.config.get("kernel") or (getattr(ctx.program, "launch", {}) or {}).get("kernel")
+        if not kernel:
+            raise ValueError("ncu collection needs config 'kernel' (or program.launch['kernel'])")
+        raw, profiles = run_ncu(argv, kernel, outdir=ctx.outdir, launches=int(ctx.config.get("launches", 1)))
+        prof = select_profile(profiles, kernel)
+        out = Path(ctx.outdir) / "pc_counters.json"
+        atomic_write_text(out, json.dumps(prof.to_evidence()) + "\n")
+        return {"pc_counters": out, "ncu_csv": raw}
+
+
+def program_argv(ctx) -> list[str]:
+    """How to run the program of a Collect context: ``program.launch["argv"]`` or input ``executable``."""
+    launch = getattr(ctx.program, "launch", None) or {}
+    if launch.get("argv"):
+        return [str(a) for a in launch["argv"]]
+    exe = ctx.inputs.get("executable")
+    if exe:
+        return [str(exe)]
+    raise ValueError("no program to run: program.launch has no 'argv' and no input named 'executable'")
+
+
+register_backend(NcuAdapter())
