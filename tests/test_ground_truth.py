@@ -1,0 +1,97 @@
+"""Ground truth on a real H200 capture (CPU): attributed counts within 2% of construction, entropy
+> 0 exactly on the shared helper's PCs, and the kernel's region header agrees with RegionTree."""
+import importlib.util
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from argus_rt import sass
+from argus_rt.backends import ncu, pcmap
+from argus_rt.regions import RegionTree
+
+ROOT = Path(__file__).resolve().parent.parent
+GT = ROOT / "examples" / "ground_truth"
+FIX = Path(__file__).parent / "fixtures" / "device_capture"
+
+
+def load_truth():
+    spec = importlib.util.spec_from_file_location("gt_truth", GT / "truth.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def captured_trips(log_text: str) -> dict[str, int]:
+    m = re.search(r"ground_truth ctas=(\d+) threads=(\d+) trips_a=(\d+) trips_b=(\d+) trips_inner=(\d+) "
+                  r"trips_helper=(\d+) check=ok", log_text)
+    assert m, "the capture must include the kernel's self-check line"
+    keys = ("ctas", "threads", "trips_a", "trips_b", "trips_inner", "trips_helper")
+    return dict(zip(keys, map(int, m.groups())))
+
+
+def check_against_truth(function, profile, trips, tolerance=0.02):
+    tree = RegionTree.load(GT / "regions.json")
+    truth = load_truth().expected_counts(function, **trips)
+    m = pcmap.build_pc_region_map(function, profile.metric("inst_executed"))
+    got = m.attribute(profile.metric("inst_executed"))
+    for name, want in truth.items():
+        value = got[tree[name].id].value
+        assert abs(value - want) / want < tolerance, f"{name}: attributed {value:.0f}, truth {want:.0f}"
+    helper_pcs = {i.pc for b in function.reachable(function.subroutine_entries[0])
+                  for i in function.blocks[b].instructions}
+    executed_helper = {pc for pc in helper_pcs if profile.metric("inst_executed")[pc] > 0}
+    assert set(m.shared_pcs()) == executed_helper  # exactly the shared PCs, nothing else
+    h = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))  # the 3:1 split
+    for pc in executed_helper:
+        assert m.entropy(pc) == pytest.approx(h, rel=1e-9)
+        assert m.pcs[pc].method == "call_site_split"
+    return m, truth, got
+
+
+def test_attribution_matches_construction_on_saved_h200_capture():
+    trips = captured_trips((FIX / "ncu_gt_source_sass.csv").read_text())
+    function = sass.select_function(sass.parse_sass((FIX / "gt_cuobjdump_sass.txt").read_text()), "ground_truth_kernel")
+    profile = ncu.select_profile(ncu.parse_source_csv((FIX / "ncu_gt_source_sass.csv").read_text()), "ground_truth_kernel")
+    check_against_truth(function, profile, trips)
+
+
+def test_ncu_own_sass_gives_the_same_map_as_cuobjdump():
+    profile = ncu.parse_source_csv((FIX / "ncu_gt_source_sass.csv").read_text())[0]
+    from_cuobjdump = sass.select_function(sass.parse_sass((FIX / "gt_cuobjdump_sass.txt").read_text()), "ground_truth")
+    a = pcmap.build_pc_region_map(from_cuobjdump, profile.metric("inst_executed")).counts()
+    b = pcmap.build_pc_region_map(profile.function(), profile.metric("inst_executed")).counts()
+    assert a == b
+
+
+def test_truth_rejects_an_unrolled_build():
+    function = sass.select_function(sass.parse_sass((FIX / "gt_cuobjdump_sass.txt").read_text()), "ground_truth")
+    broken = sass.SassFunction(function.name, [i for i in function.instructions if not (0x170 <= i.pc < 0x1B0)])
+    with pytest.raises(ValueError, match="not found in SASS: \\['stage_a'\\]"):
+        load_truth().loop_body_lengths(broken)
+
+
+def test_region_header_matches_region_tree():
+    tree = RegionTree.load(GT / "regions.json")
+    header = (GT / "regions.h").read_text()
+    assert tree.cuda_defines() in header
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_fresh_build_has_the_markers_and_loops(tmp_path):
+    cubin = tmp_path / "gt.cubin"
+    subprocess.run(["nvcc", "-O3", "-lineinfo", "-DARGUS_MODE=1", "-gencode=arch=compute_90a,code=sm_90a",
+                    "-cubin", "-o", str(cubin), str(GT / "ground_truth.cu")], check=True, capture_output=True)
+    f = sass.select_function(sass.parse_sass(sass.disassemble(cubin)), "ground_truth_kernel")
+    own = pcmap.static_ownership(f)
+    tree = RegionTree.load(GT / "regions.json")
+    assert sorted({rid for _, _, rid in own.markers}) == sorted(r.id for r in tree)
+    assert set(load_truth().loop_body_lengths(f)) == {"stage_a", "stage_b", "inner", "helper"}
+    # Source-file attribution needs nvdisasm's line table: the helper's code is in gt_helper.cuh.
+    g = sass.select_function(sass.parse_sass(sass.disassemble(cubin, tool="nvdisasm", line_info=True)), "ground_truth")
+    ones = {i.pc: 1.0 for i in g.instructions}
+    files = pcmap.attribute_by_source_file(g, ones)
+    assert files.get("gt_helper.cuh", 0) > 0 and files.get("ground_truth.cu", 0) > 0
