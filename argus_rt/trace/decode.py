@@ -1,0 +1,203 @@
+"""Decode a buffer region (bytes written by the device) into numpy structured arrays.
+
+Every ring header is checked against the configuration it was armed with; anything the device
+cannot have written raises :class:`CorruptTraceError` naming the ring and field. Lost records
+(a wrapped ring, warps without a ring) never vanish silently: they are counted and make the
+trace ``incomplete``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+
+from . import layout
+from .config import TraceConfig
+from .errors import CorruptTraceError, TruncatedTraceError, UnknownRegionIdError
+
+# Decoded records, in production order within each ring; rings in index order.
+EVENT_DTYPE = np.dtype(
+    [
+        ("ring", "<u4"),
+        ("sm", "<u4"),
+        ("cta", "<u4"),
+        ("warp", "<u4"),
+        ("index", "<u4"),  # position in the ring's production order (0 = oldest kept)
+        ("region_id", "<u4"),
+        ("coord", "<u4"),
+        ("kind", "u1"),  # layout.KIND_BEGIN or layout.KIND_END
+        ("time", "<u8"),  # ns (globaltimer) or cycles (clock64): see Trace.unit
+    ]
+)
+
+# One row per ring claimed under this arm.
+RING_DTYPE = np.dtype(
+    [
+        ("ring", "<u4"),
+        ("sm", "<u4"),
+        ("cta", "<u4"),
+        ("warp", "<u4"),
+        ("written", "<u4"),
+        ("kept", "<u4"),
+        ("dropped", "<u4"),
+        ("claims", "<u4"),
+    ]
+)
+
+
+@dataclass
+class Trace:
+    """Decoded trace of one arm.
+
+    events:  EVENT_DTYPE array, grouped by ring, production order within a ring.
+    rings:   RING_DTYPE array of the rings claimed under this arm (others recorded nothing).
+    unit:    "ns" or "cycles".
+    dropped: records lost to wrapping rings (sum over rings).
+    unbuffered: warps that passed the filters but had no ring (device counter; None = not read).
+    incomplete: True when any record was lost; `problems` says which and why.
+    """
+
+    config: TraceConfig
+    events: np.ndarray
+    rings: np.ndarray
+    unbuffered: int | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def unit(self) -> str:
+        return self.config.unit
+
+    @property
+    def dropped(self) -> int:
+        return int(self.rings["dropped"].sum()) if len(self.rings) else 0
+
+    @property
+    def incomplete(self) -> bool:
+        return bool(self.problems)
+
+    def ring_events(self, ring: int) -> np.ndarray:
+        return self.events[self.events["ring"] == ring]
+
+
+def _as_bytes_array(buffer) -> np.ndarray:
+    if isinstance(buffer, np.ndarray):
+        return np.ascontiguousarray(buffer).view(np.uint8).reshape(-1)
+    if isinstance(buffer, (bytes, bytearray, memoryview)):
+        return np.frombuffer(buffer, dtype=np.uint8)
+    raise TypeError(f"trace buffer must be bytes or a numpy array, got {type(buffer).__name__}")
+
+
+def decode(
+    buffer,
+    config: TraceConfig,
+    *,
+    known_ids: Iterable[int] | None = None,
+    unbuffered: int | None = None,
+) -> Trace:
+    """Decode the buffer region of one arm.
+
+    buffer:     the region's bytes (``config.buffer_bytes`` long, or longer).
+    config:     the configuration it was armed with (its ``seq`` identifies this arm's rings).
+    known_ids:  region IDs of the program; a record with another ID raises UnknownRegionIdError.
+    unbuffered: the device's count of warps without a ring (from argus_ctl), if read.
+    """
+    raw = _as_bytes_array(buffer)
+    need = config.buffer_bytes
+    if raw.size < need:
+        raise TruncatedTraceError(
+            f"trace buffer holds {raw.size} bytes but {config.num_rings} rings of {config.capacity} records "
+            f"need {need} bytes ({config.num_rings} x {layout.ring_stride(config.capacity)})"
+        )
+    stride = layout.ring_stride(config.capacity)
+    region = raw[:need].reshape(config.num_rings, stride)
+    headers = region[:, : layout.RING_HEADER_DTYPE.itemsize].copy().view(layout.RING_HEADER_DTYPE).reshape(-1)
+    records = region[:, layout.RING_HEADER_DTYPE.itemsize :].copy().view(layout.RECORD_DTYPE)
+    known = None if known_ids is None else {int(i) for i in known_ids}
+
+    problems: list[str] = []
+    ring_rows = []
+    chunks = []
+    cap = config.capacity
+    for i in range(config.num_rings):
+        h = headers[i]
+        magic, seq = int(h["magic"]), int(h["seq"])
+        if magic == 0:
+            if any(int(h[f]) for f in layout.RING_HEADER_DTYPE.names):
+                raise CorruptTraceError(f"ring {i}: header has no magic but non-zero fields {h.tolist()}")
+            continue  # never claimed
+        if magic != layout.RING_MAGIC:
+            raise CorruptTraceError(
+                f"ring {i}: header magic 0x{magic:08x} is not 0x{layout.RING_MAGIC:08x} (ARGR) or 0 (unclaimed)"
+            )
+        if seq != config.seq:
+            continue  # claimed under an earlier arm: nothing recorded here this time
+        cta, warp, sm = int(h["cta"]), int(h["warp"]), int(h["sm"])
+        if config.ring_of(cta, warp) != i or warp >= config.warps_per_cta or not config.cta_begin <= cta < config.cta_end:
+            raise CorruptTraceError(
+                f"ring {i}: header says CTA {cta} warp {warp}, which maps to ring {config.ring_of(cta, warp)} "
+                f"(CTAs [{config.cta_begin}, {config.cta_end}), {config.warps_per_cta} warps per CTA)"
+            )
+        if sm >= layout.MAX_SMS:
+            raise CorruptTraceError(f"ring {i}: SM id {sm} >= {layout.MAX_SMS}")
+        written, dropped, claims = int(h["written"]), int(h["dropped"]), int(h["claims"])
+        expected_dropped = max(0, written - cap)
+        if dropped != expected_dropped:
+            raise CorruptTraceError(
+                f"ring {i} (CTA {cta} warp {warp}): dropped={dropped} but written={written} with capacity {cap} "
+                f"means {expected_dropped} records were overwritten"
+            )
+        if claims < 1:
+            raise CorruptTraceError(f"ring {i} (CTA {cta} warp {warp}): claims={claims}, must be >= 1 when claimed")
+        kept = min(written, cap)
+        recs = records[i]
+        if written > cap:
+            start = written % cap
+            recs = np.concatenate([recs[start:], recs[:start]])
+            problems.append(
+                f"ring {i} (CTA {cta} warp {warp}, SM {sm}) wrapped: {dropped} oldest of {written} records overwritten"
+            )
+        else:
+            recs = recs[:kept]
+        kinds = (recs["stamp"] >> np.uint64(layout.KIND_SHIFT)).astype(np.uint8)
+        bad = np.flatnonzero((kinds != layout.KIND_BEGIN) & (kinds != layout.KIND_END))
+        if bad.size:
+            k = int(bad[0])
+            raise CorruptTraceError(
+                f"ring {i} (CTA {cta} warp {warp}): record {k} of {kept} has kind {int(kinds[k])} "
+                f"(valid: {layout.KIND_BEGIN} begin, {layout.KIND_END} end; 0 = never written)"
+            )
+        zero = np.flatnonzero(recs["region_id"] == 0)
+        if zero.size:
+            raise CorruptTraceError(f"ring {i} (CTA {cta} warp {warp}): record {int(zero[0])} has region ID 0 (reserved)")
+        if known is not None:
+            ids = np.unique(recs["region_id"])
+            unknown = [int(x) for x in ids if int(x) not in known]
+            if unknown:
+                raise UnknownRegionIdError(
+                    f"ring {i} (CTA {cta} warp {warp}): region ID(s) {', '.join(f'0x{u:08x}' for u in unknown)} "
+                    f"not in the program's regions ({', '.join(f'0x{k:08x}' for k in sorted(known)) or 'none'})"
+                )
+        times = recs["stamp"] & np.uint64(layout.TIME_MASK)
+        # clock64 is per SM: launches appended under one arm may run this CTA on another SM.
+        monotone = config.clock_mode == layout.CLOCK_GLOBALTIMER or claims == 1
+        if monotone and kept > 1 and np.any(np.diff(times.astype(np.int64)) < 0):
+            k = int(np.flatnonzero(np.diff(times.astype(np.int64)) < 0)[0])
+            raise CorruptTraceError(
+                f"ring {i} (CTA {cta} warp {warp}): time goes backwards between records {k} and {k + 1} "
+                f"({int(times[k])} -> {int(times[k + 1])} {config.unit})"
+            )
+        ev = np.zeros(kept, dtype=EVENT_DTYPE)
+        ev["ring"], ev["sm"], ev["cta"], ev["warp"] = i, sm, cta, warp
+        ev["index"] = np.arange(kept, dtype=np.uint32)
+        ev["region_id"] = recs["region_id"]
+        ev["coord"] = recs["coord"]
+        ev["kind"] = kinds
+        ev["time"] = times
+        chunks.append(ev)
+        ring_rows.append((i, sm, cta, warp, written, kept, dropped, claims))
+    if unbuffered:
+        problems.append(f"{unbuffered} warp(s) passed the filters but had no ring: their records are missing")
+    events = np.concatenate(chunks) if chunks else np.zeros(0, dtype=EVENT_DTYPE)
+    rings = np.array(ring_rows, dtype=RING_DTYPE) if ring_rows else np.zeros(0, dtype=RING_DTYPE)
+    return Trace(config=config, events=events, rings=rings, unbuffered=unbuffered, problems=problems)

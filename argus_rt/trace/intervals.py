@@ -1,0 +1,122 @@
+"""Pair BEGIN/END events of each warp into nested intervals (one per region occurrence)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import layout
+from .decode import Trace
+from .errors import MismatchedMarkersError
+
+INTERVAL_DTYPE = np.dtype(
+    [
+        ("ring", "<u4"),
+        ("sm", "<u4"),
+        ("cta", "<u4"),
+        ("warp", "<u4"),
+        ("region_id", "<u4"),
+        ("coord", "<u4"),
+        ("depth", "<u4"),  # 0 = outermost region of the warp
+        ("parent", "<i8"),  # row of the enclosing interval in the same array, -1 for none
+        ("start", "<u8"),
+        ("end", "<u8"),
+        ("duration", "<u8"),  # end - start, in Trace.unit
+    ]
+)
+
+
+@dataclass
+class Intervals:
+    """Region occurrences of a trace.
+
+    rows:       INTERVAL_DTYPE array, ordered by (ring, start).
+    unit:       "ns" or "cycles".
+    incomplete: True when occurrences were lost (wrapped rings, missing warps) or, with
+                strict=False, left unmatched; `problems` says which.
+    """
+
+    rows: np.ndarray
+    unit: str
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def incomplete(self) -> bool:
+        return bool(self.problems)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def region(self, region_id: int) -> np.ndarray:
+        return self.rows[self.rows["region_id"] == region_id]
+
+
+def _where(ev) -> str:
+    return f"ring {int(ev['ring'])} (CTA {int(ev['cta'])} warp {int(ev['warp'])}, SM {int(ev['sm'])}) record {int(ev['index'])}"
+
+
+def _coord(c: int) -> str:
+    return "none" if c == layout.COORD_NONE else str(c)
+
+
+def pair_intervals(trace: Trace, *, strict: bool = True) -> Intervals:
+    """Nested intervals per warp.
+
+    A ring that wrapped lost its oldest records, so ENDs whose BEGIN was overwritten are skipped
+    and the result is marked incomplete. Any other mismatch (an END that does not close the
+    innermost open region with the same ID and coordinate, an END with nothing open, a BEGIN
+    never closed) raises MismatchedMarkersError when ``strict``; with ``strict=False`` the
+    offending events are skipped and listed in ``problems``.
+    """
+    problems = list(trace.problems)
+    out: list[tuple] = []
+    events = trace.events
+    wrapped = {int(r["ring"]) for r in trace.rings if int(r["dropped"]) > 0}
+
+    def fail(msg: str) -> None:
+        if strict:
+            raise MismatchedMarkersError(msg)
+        problems.append(msg)
+
+    if len(events):
+        bounds = np.flatnonzero(np.diff(events["ring"].astype(np.int64))) + 1
+        for chunk in np.split(events, bounds):
+            ring = int(chunk["ring"][0])
+            stack: list[tuple[int, int]] = []  # (event row in chunk, output row)
+            lost_prefix = ring in wrapped
+            for k in range(len(chunk)):
+                ev = chunk[k]
+                rid, coord, kind = int(ev["region_id"]), int(ev["coord"]), int(ev["kind"])
+                if kind == layout.KIND_BEGIN:
+                    parent = stack[-1][1] if stack else -1
+                    out.append((ring, int(ev["sm"]), int(ev["cta"]), int(ev["warp"]), rid, coord, len(stack), parent,
+                                int(ev["time"]), 0, 0))
+                    stack.append((k, len(out) - 1))
+                    continue
+                if not stack:
+                    if lost_prefix:
+                        continue  # its BEGIN was overwritten; counted by the wrap problem already
+                    fail(f"{_where(ev)}: END of region 0x{rid:08x} (coord {_coord(coord)}) with no open region")
+                    continue
+                bk, row = stack[-1]
+                b = out[row]
+                if b[4] != rid or b[5] != coord:
+                    fail(
+                        f"{_where(ev)}: END of region 0x{rid:08x} (coord {_coord(coord)}) but the innermost open "
+                        f"region is 0x{b[4]:08x} (coord {_coord(b[5])}) begun at record {int(chunk[bk]['index'])}"
+                    )
+                    continue
+                stack.pop()
+                start = b[8]
+                end = int(ev["time"])
+                out[row] = b[:9] + (end, end - start)
+            for bk, row in stack:
+                fail(f"{_where(chunk[bk])}: BEGIN of region 0x{out[row][4]:08x} is never closed")
+            if stack:
+                # Unclosed occurrences carry no duration; drop them (and re-point their children).
+                dead = {row for _, row in stack}
+                keep = [r for r in range(len(out)) if r not in dead]
+                remap = {old: new for new, old in enumerate(keep)}
+                out = [o[:7] + (remap.get(o[7], -1),) + o[8:] for o in (out[r] for r in keep)]
+    rows = np.array(out, dtype=INTERVAL_DTYPE) if out else np.zeros(0, dtype=INTERVAL_DTYPE)
+    return Intervals(rows=rows, unit=trace.unit, problems=problems)

@@ -1,0 +1,173 @@
+"""TraceSession: trace buffers for one kernel (or module) reused across launches.
+
+Host cost of a traced launch is one ~100-byte control-block copy enqueued on the launch stream
+(no synchronisation, no allocation, no decoding); decoding happens only when asked.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from ..fsutil import atomic_write_bytes
+from . import layout
+from .config import TraceConfig
+from .decode import Trace, decode
+from .errors import TraceConfigError, TraceError
+
+_seq_lock = threading.Lock()
+# Start at a random value: a ring left in reused device memory by another process must not match.
+_next_seq = random.SystemRandom().randrange(1, 2**31)
+
+
+def _new_seq() -> int:
+    global _next_seq
+    with _seq_lock:
+        _next_seq = (_next_seq % 0xFFFFFFFF) + 1
+        return _next_seq
+
+
+@dataclass
+class PendingTrace:
+    """A device-side copy of the buffer region taken after a launch; decode it when convenient."""
+
+    buffer: object  # torch uint8 tensor (device or host)
+    config: TraceConfig
+    unbuffered: int | None = None
+
+    def decode(self, known_ids=None) -> Trace:
+        return decode(self.buffer.cpu().numpy(), self.config, known_ids=known_ids, unbuffered=self.unbuffered)
+
+
+class TraceSession:
+    """Trace buffers and control block of one traced module.
+
+    target: the loaded module, anything with ``write_global(name, data, stream=, blocking=)`` and
+            ``read_global(name)`` (argus_rt.launch.CubinModule).
+    config: TraceConfig (grid size, threads per CTA, capacity, clock, filters).
+
+    Typical use: ``arm()`` before the launches to trace, ``disarm()`` before launches not to trace,
+    then ``decode()`` (synchronises) or ``snapshot()`` (asynchronous copy, decode later).
+    """
+
+    STAGING_SLOTS = 8
+
+    def __init__(self, target, config: TraceConfig, device: int | str = "cuda") -> None:
+        import torch
+
+        if not hasattr(target, "write_global"):
+            raise TraceConfigError(f"trace target {target!r} has no write_global(name, data, ...) method")
+        self.target = target
+        self.config = config
+        self.buffer = torch.zeros(config.buffer_bytes, dtype=torch.uint8, device=device)
+        self._armed: TraceConfig | None = None
+        pin = torch.cuda.is_available()
+        self._staging = torch.zeros((self.STAGING_SLOTS, layout.CTL_DTYPE.itemsize), dtype=torch.uint8, pin_memory=pin)
+        self._events: list = [None] * self.STAGING_SLOTS
+        self._slot = 0
+
+    @property
+    def armed(self) -> TraceConfig | None:
+        """The configuration of the last arm (None before the first or after disarm)."""
+        return self._armed
+
+    def _write_ctl(self, ctl: np.ndarray, stream) -> None:
+        import torch
+
+        slot = self._slot
+        self._slot = (slot + 1) % self.STAGING_SLOTS
+        if self._events[slot] is not None:
+            self._events[slot].synchronize()  # the copy that used this slot has been consumed
+        host = self._staging[slot].numpy()
+        host[:] = np.frombuffer(ctl.tobytes(), dtype=np.uint8)
+        s = stream if stream is not None else torch.cuda.current_stream()
+        self.target.write_global(layout.CTL_SYMBOL, host, stream=s, blocking=False)
+        ev = torch.cuda.Event()
+        ev.record(s)
+        self._events[slot] = ev
+
+    def arm(self, stream=None, **changes) -> TraceConfig:
+        """Enable tracing for the launches enqueued next on ``stream``; returns the armed config.
+
+        ``changes`` replace fields of the session's config for this arm (e.g. ``coord_window``,
+        ``warp_mask``, ``sms``, ``clock``); geometry (ctas, threads_per_cta, capacity, cta_range)
+        must stay as allocated.
+        """
+        cfg = replace(self.config, seq=_new_seq(), **changes)
+        for key in ("ctas", "threads_per_cta", "capacity", "cta_range"):
+            if getattr(cfg, key) != getattr(self.config, key):
+                raise TraceConfigError(
+                    f"arm() cannot change {key} ({getattr(self.config, key)!r} -> {getattr(cfg, key)!r}): "
+                    "the buffers are sized for it; make a new TraceSession"
+                )
+        self._write_ctl(cfg.ctl_block(self.buffer.data_ptr(), enabled=True), stream)
+        self._armed = cfg
+        return cfg
+
+    def disarm(self, stream=None) -> None:
+        """Turn tracing off for the launches enqueued next (markers then cost one check per warp)."""
+        self._write_ctl(self.config.ctl_block(0, enabled=False), stream)
+
+    def _unbuffered(self) -> int | None:
+        if not hasattr(self.target, "read_global"):
+            return None
+        raw = np.asarray(self.target.read_global(layout.CTL_SYMBOL), dtype=np.uint8)
+        return int(raw.view(layout.CTL_DTYPE)[0]["unbuffered"])
+
+    def snapshot(self, stream=None) -> PendingTrace:
+        """Copy the buffer region on the device (enqueued; no host wait) for a later decode."""
+        import torch
+
+        if self._armed is None:
+            raise TraceError("snapshot() before arm(): nothing was recorded")
+        s = stream if stream is not None else torch.cuda.current_stream()
+        with torch.cuda.stream(s):
+            copy = self.buffer.clone()
+        return PendingTrace(copy, self._armed, None)
+
+    def decode(self, known_ids=None) -> Trace:
+        """Wait for the device, copy the rings to the host and decode the last arm's records."""
+        import torch
+
+        if self._armed is None:
+            raise TraceError("decode() before arm(): nothing was recorded")
+        torch.cuda.synchronize(self.buffer.device)
+        return decode(self.buffer.cpu().numpy(), self._armed, known_ids=known_ids, unbuffered=self._unbuffered())
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Save the raw rings and the armed config (npz, no pickle) for ``argus trace show``."""
+        import torch
+
+        if self._armed is None:
+            raise TraceError("save() before arm(): nothing was recorded")
+        torch.cuda.synchronize(self.buffer.device)
+        return save_raw(path, self.buffer.cpu().numpy(), self._armed, self._unbuffered())
+
+
+def save_raw(path: str | os.PathLike, buffer: np.ndarray, config: TraceConfig, unbuffered: int | None = None) -> Path:
+    """Write a raw trace (buffer bytes + config JSON) as an .npz file, atomically."""
+    import io
+
+    meta = {"layout_version": layout.LAYOUT_VERSION, "config": config.to_json(), "unbuffered": unbuffered}
+    bio = io.BytesIO()
+    np.savez(bio, buffer=np.asarray(buffer, dtype=np.uint8).reshape(-1), meta=np.array(json.dumps(meta)))
+    path = Path(path)
+    atomic_write_bytes(path, bio.getvalue())
+    return path
+
+
+def load_raw(path: str | os.PathLike, known_ids=None) -> Trace:
+    """Decode a trace saved by :func:`save_raw` / :meth:`TraceSession.save`."""
+    with np.load(path, allow_pickle=False) as data:
+        if "buffer" not in data or "meta" not in data:
+            raise TraceError(f"{path}: not an Argus raw trace (needs arrays 'buffer' and 'meta', has {list(data)})")
+        meta = json.loads(str(data["meta"]))
+        buffer = data["buffer"]
+    if meta.get("layout_version") != layout.LAYOUT_VERSION:
+        raise TraceError(f"{path}: layout version {meta.get('layout_version')!r}; this Argus reads {layout.LAYOUT_VERSION}")
+    return decode(buffer, TraceConfig.from_json(meta["config"]), known_ids=known_ids, unbuffered=meta.get("unbuffered"))
