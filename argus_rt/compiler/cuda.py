@@ -1,0 +1,280 @@
+"""Build CUDA sources into cubins, with a declared build spec per module and a content-hash cache.
+
+    spec = CudaBuildSpec(name="example", sources=["examples/cuda/nested_regions.cu"], argus_mode=2)
+    cubin = build(spec)              # nvcc; cached under $ARGUS_CACHE_DIR or ~/.cache/argus
+    cubin = build(spec, backend="nvrtc")   # NVRTC through cuda-python, no nvcc needed
+
+The cache key hashes everything that decides the output: source bytes, every header in the
+include directories, defines, flags, arch, backend and the compiler's version string. Builds of one
+key are serialised by a file lock; the cubin is written atomically.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from ..fsutil import atomic_write_bytes, atomic_write_text
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ARGUS_INCLUDE = REPO_ROOT / "csrc"  # holds argus/argus.cuh
+ARGUS_MODES = {0: "off", 1: "marker-only", 2: "trace"}
+BACKENDS = ("nvcc", "nvrtc")
+_HEADER_SUFFIXES = {".h", ".cuh", ".hpp", ".inc", ".inl"}
+
+
+class CudaBuildError(RuntimeError):
+    """Base class of build errors."""
+
+
+class CompilerNotFoundError(CudaBuildError):
+    """nvcc or NVRTC is not available."""
+
+
+class UnsupportedArchError(CudaBuildError):
+    """The requested GPU architecture is not one the compiler can target."""
+
+
+class CompileError(CudaBuildError):
+    """The compiler rejected the sources; the message carries its log."""
+
+
+@dataclass(frozen=True)
+class CudaBuildSpec:
+    """Everything that decides one cubin.
+
+    name:         module name (file names in the cache).
+    sources:      .cu files (nvcc compiles the first and its includes; one TU per module).
+    argus_mode:   0 off, 1 marker-only, 2 trace (defines ARGUS_MODE).
+    arch:         "sm_90a", "sm_90", "sm_80", ... (the GPU code; sm_90a needs compute_90a).
+    include_dirs: extra include directories; csrc/ (for argus/argus.cuh) is always added.
+    defines:      {"NAME": "value"} or {"NAME": None} for a bare -DNAME.
+    flags:        extra compiler flags (e.g. "-lineinfo", "-O3").
+    """
+
+    name: str
+    sources: tuple[str, ...]
+    argus_mode: int = 0
+    arch: str = "sm_90a"
+    include_dirs: tuple[str, ...] = ()
+    defines: tuple[tuple[str, str | None], ...] = ()
+    flags: tuple[str, ...] = ("-O3",)
+
+    def __init__(self, name, sources, argus_mode=0, arch="sm_90a", include_dirs=(), defines=(), flags=("-O3",)):
+        object.__setattr__(self, "name", str(name))
+        object.__setattr__(self, "sources", tuple(str(s) for s in ([sources] if isinstance(sources, (str, Path)) else sources)))
+        object.__setattr__(self, "argus_mode", argus_mode)
+        object.__setattr__(self, "arch", arch)
+        object.__setattr__(self, "include_dirs", tuple(str(d) for d in include_dirs))
+        items = defines.items() if isinstance(defines, dict) else defines
+        object.__setattr__(self, "defines", tuple(sorted((str(k), None if v is None else str(v)) for k, v in items)))
+        object.__setattr__(self, "flags", tuple(flags))
+        self._validate()
+
+    def _validate(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
+            raise CudaBuildError(f"module name {self.name!r} must use letters, digits, '_', '.', '-'")
+        if self.argus_mode not in ARGUS_MODES:
+            raise CudaBuildError(f"argus_mode {self.argus_mode!r} invalid; valid: "
+                                 + ", ".join(f"{k} ({v})" for k, v in ARGUS_MODES.items()))
+        if not self.sources:
+            raise CudaBuildError(f"module {self.name!r} has no sources")
+        if len(self.sources) != 1:
+            raise CudaBuildError(f"module {self.name!r}: one translation unit per module (got {len(self.sources)}); "
+                                 "#include the others")
+        for src in self.sources:
+            if not Path(src).is_file():
+                raise CudaBuildError(f"source {src!r} of module {self.name!r} does not exist")
+        if not re.fullmatch(r"sm_\d+[af]?", self.arch):
+            raise UnsupportedArchError(f"arch {self.arch!r} is not of the form sm_XY (e.g. sm_90a, sm_90, sm_80)")
+        for key, _ in self.defines:
+            if key == "ARGUS_MODE":
+                raise CudaBuildError("set the Argus mode with argus_mode=, not a define")
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise CudaBuildError(f"define name {key!r} is not a C identifier")
+
+    def all_include_dirs(self) -> list[Path]:
+        return [ARGUS_INCLUDE] + [Path(d) for d in self.include_dirs] + [Path(self.sources[0]).resolve().parent]
+
+    def define_flags(self) -> list[str]:
+        out = [f"-DARGUS_MODE={self.argus_mode}"]
+        out += [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in self.defines]
+        return out
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def cache_dir() -> Path:
+    """$ARGUS_CACHE_DIR, else ~/.cache/argus."""
+    env = os.environ.get("ARGUS_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "argus"
+
+
+def find_nvcc() -> str:
+    """Path of nvcc: $ARGUS_NVCC, $CUDA_HOME/bin/nvcc, PATH, /usr/local/cuda/bin/nvcc."""
+    candidates = [os.environ.get("ARGUS_NVCC")]
+    if os.environ.get("CUDA_HOME"):
+        candidates.append(str(Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc"))
+    candidates += [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
+    for c in candidates:
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return c
+    raise CompilerNotFoundError(
+        "nvcc not found (looked at $ARGUS_NVCC, $CUDA_HOME/bin/nvcc, PATH, /usr/local/cuda/bin/nvcc); install the "
+        "CUDA toolkit 12.4+ or use backend='nvrtc' with cuda-python installed"
+    )
+
+
+@lru_cache(maxsize=None)
+def nvcc_version(nvcc: str) -> str:
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "unknown"
+
+
+@lru_cache(maxsize=None)
+def nvcc_archs(nvcc: str) -> tuple[str, ...]:
+    """GPU codes this nvcc can emit (``nvcc --list-gpu-code``), e.g. ('sm_80', 'sm_90', 'sm_90a', ...)."""
+    out = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, check=False)
+    return tuple(sorted(set(out.stdout.split())))
+
+
+def _arch_flags(arch: str) -> list[str]:
+    virtual = "compute_" + arch[3:]
+    return [f"-gencode=arch={virtual},code={arch}"]
+
+
+def _header_files(dirs: list[Path]) -> list[Path]:
+    files = []
+    for d in dirs:
+        if d.is_dir():
+            files += [p for p in d.rglob("*") if p.is_file() and p.suffix in _HEADER_SUFFIXES]
+    return sorted(set(files))
+
+
+def content_key(spec: CudaBuildSpec, backend: str, compiler_version: str) -> str:
+    """SHA-256 over the spec, the compiler version, the source and every header it could include."""
+    h = hashlib.sha256()
+    h.update(json.dumps({"spec": spec.to_json(), "backend": backend, "compiler": compiler_version,
+                         "include_dirs": [str(d) for d in spec.all_include_dirs()]}, sort_keys=True).encode())
+    for path in [Path(s) for s in spec.sources] + _header_files(spec.all_include_dirs()):
+        h.update(str(path.name).encode())
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+@dataclass
+class BuildResult:
+    cubin: Path
+    key: str
+    cached: bool
+    log: str = field(default="", repr=False)
+
+
+def build(spec: CudaBuildSpec, backend: str = "nvcc", *, force: bool = False) -> BuildResult:
+    """Build (or fetch from the cache) the cubin of ``spec``."""
+    if backend not in BACKENDS:
+        raise CudaBuildError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    if backend == "nvcc":
+        nvcc = find_nvcc()
+        archs = nvcc_archs(nvcc)
+        if archs and spec.arch not in archs:
+            raise UnsupportedArchError(f"{nvcc} ({nvcc_version(nvcc)}) cannot build {spec.arch!r}; valid: {', '.join(archs)}")
+        version = nvcc_version(nvcc)
+    else:
+        version = _nvrtc_version()
+    key = content_key(spec, backend, version)
+    out_dir = cache_dir() / spec.name / key[:24]
+    cubin = out_dir / f"{spec.name}.cubin"
+    if cubin.is_file() and not force:
+        return BuildResult(cubin, key, cached=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent builder of the same key waits, then reuses
+        if cubin.is_file() and not force:
+            return BuildResult(cubin, key, cached=True)
+        if backend == "nvcc":
+            data, log = _build_nvcc(spec, nvcc, out_dir)
+        else:
+            data, log = _build_nvrtc(spec)
+        atomic_write_bytes(cubin, data)
+        atomic_write_text(out_dir / "spec.json", json.dumps({"spec": spec.to_json(), "backend": backend,
+                                                             "compiler": version, "key": key}, indent=2))
+    return BuildResult(cubin, key, cached=False, log=log)
+
+
+def nvcc_command(spec: CudaBuildSpec, nvcc: str, output: Path) -> list[str]:
+    cmd = [nvcc, "-cubin", *_arch_flags(spec.arch), *spec.define_flags()]
+    for d in spec.all_include_dirs():
+        cmd += ["-I", str(d)]
+    cmd += [*spec.flags, "-o", str(output), spec.sources[0]]
+    return cmd
+
+
+def _build_nvcc(spec: CudaBuildSpec, nvcc: str, out_dir: Path) -> tuple[bytes, str]:
+    tmp = out_dir / f".{spec.name}.{os.getpid()}.cubin"
+    cmd = nvcc_command(spec, nvcc, tmp)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise CompileError(f"nvcc failed for module {spec.name!r} (exit {proc.returncode}):\n{' '.join(cmd)}\n{log}")
+    data = tmp.read_bytes()
+    tmp.unlink()
+    return data, log
+
+
+def _nvrtc():
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError:
+        try:
+            from cuda import nvrtc  # older cuda-python
+        except ImportError as exc:
+            raise CompilerNotFoundError("NVRTC backend needs cuda-python (pip install cuda-python); it is not installed") from exc
+    return nvrtc
+
+
+def _nvrtc_version() -> str:
+    nvrtc = _nvrtc()
+    try:
+        err, major, minor = nvrtc.nvrtcVersion()
+    except Exception as exc:  # the shared library itself is missing
+        raise CompilerNotFoundError(f"NVRTC library could not be loaded: {exc}") from exc
+    return f"nvrtc {major}.{minor}"
+
+
+def _build_nvrtc(spec: CudaBuildSpec) -> tuple[bytes, str]:
+    nvrtc = _nvrtc()
+    src_path = Path(spec.sources[0])
+    err, prog = nvrtc.nvrtcCreateProgram(src_path.read_bytes(), src_path.name.encode(), 0, [], [])
+    opts = [f"--gpu-architecture={spec.arch}".encode(), b"-std=c++17", b"-default-device"]
+    opts += [f.encode() for f in spec.define_flags()]
+    opts += [f"-I{d}".encode() for d in spec.all_include_dirs()]
+    opts += [f.encode() for f in spec.flags if f not in ("-O3",)]
+    (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    log_buf = b" " * size
+    nvrtc.nvrtcGetProgramLog(prog, log_buf)
+    log = log_buf.decode(errors="replace").rstrip("\x00 ")
+    if int(res) != 0:
+        if "invalid value for --gpu-architecture" in log or "arch" in log and "not supported" in log:
+            raise UnsupportedArchError(f"NVRTC cannot build {spec.arch!r}:\n{log}")
+        raise CompileError(f"NVRTC failed for module {spec.name!r}:\n{log}")
+    err, size = nvrtc.nvrtcGetCUBINSize(prog)
+    cubin = b" " * size
+    nvrtc.nvrtcGetCUBIN(prog, cubin)
+    nvrtc.nvrtcDestroyProgram(prog)
+    return cubin, log
+
+
+def build_all_modes(name: str, source: str, **kw) -> dict[int, BuildResult]:
+    """Build one source in all three Argus modes: {0: off, 1: marker-only, 2: trace}."""
+    return {m: build(CudaBuildSpec(f"{name}.mode{m}", [source], argus_mode=m, **kw)) for m in ARGUS_MODES}
