@@ -1,0 +1,81 @@
+"""System-trace parsing on a real 2xH200 torch.profiler capture, and nsys detection (CPU)."""
+import json
+from pathlib import Path
+
+import pytest
+
+from argus_rt.backends import systrace
+from argus_rt.backends.base import BackendUnavailableError
+
+FIX = Path(__file__).parent / "fixtures" / "device_capture"
+
+
+def _doc():
+    return json.loads((FIX / "kineto_rank0.json").read_text())
+
+
+def test_kineto_capture_has_kernels_streams_and_nccl():
+    events = systrace.parse_kineto_trace(_doc())
+    cats = [e.category for e in events]
+    # The capture ran: matmul on the default stream, matmul on a side stream, a clone, an all-reduce.
+    assert cats.count("nccl") == 1 and cats.count("memcpy") == 1 and cats.count("kernel") == 4
+    nccl = next(e for e in events if e.category == "nccl")
+    assert nccl.name.startswith("ncclDevKernel_AllReduce") and nccl.duration_ns == 215039
+    streams = {e.stream for e in events if e.category == "kernel"}
+    assert len(streams) == 2  # two CUDA streams
+    assert all(e.end_ns >= e.start_ns for e in events)
+    assert [e.start_ns for e in events] == sorted(e.start_ns for e in events)
+
+
+def test_phase_summary_and_document():
+    events = systrace.parse_kineto_trace(_doc())
+    s = systrace.phase_summary(events)
+    assert s["categories"]["nccl"]["count"] == 1 and s["categories"]["nccl"]["busy_ns"] == 215039
+    assert s["categories"]["kernel"]["busy_ns"] <= s["categories"]["kernel"]["sum_ns"]
+    assert s["nccl_compute_overlap_ns"] == 0  # the all-reduce ran after the matmuls
+    doc = systrace.timeline_document(events, tool="torch_profiler")
+    assert doc["format"] == "argus.system_timeline/1" and doc["events"][0]["start_ns"] == events[0].start_ns
+
+
+def test_union_counts_overlap_once():
+    ev = [systrace.TimelineEvent("a", "kernel", 0, 100, 0, 1), systrace.TimelineEvent("b", "kernel", 50, 150, 0, 2),
+          systrace.TimelineEvent("n", "nccl", 120, 220, 0, 3)]
+    s = systrace.phase_summary(ev)
+    assert s["categories"]["kernel"]["busy_ns"] == 150 and s["categories"]["kernel"]["sum_ns"] == 200
+    assert s["nccl_compute_overlap_ns"] == 30
+
+
+def test_bad_traces():
+    with pytest.raises(systrace.SystraceError, match="traceEvents"):
+        systrace.parse_kineto_trace({"events": []})
+    with pytest.raises(systrace.SystraceError, match="no device kernels"):
+        systrace.parse_kineto_trace({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2}]})
+    with pytest.raises(systrace.SystraceError, match="lacks numeric"):
+        systrace.parse_kineto_trace({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": "x"}]})
+
+
+def test_nsys_that_writes_only_qdstrm_is_detected():
+    log = (FIX / "nsys_probe.txt").read_text()  # what the H200 machine's nsys printed
+    with pytest.raises(systrace.NsysNoReportError, match="only a raw .qdstrm stream \\(nsys_gt.qdstrm\\)"):
+        systrace.check_nsys_output(log, ["/tmp/x/nsys_gt.qdstrm"])
+    assert systrace.check_nsys_output("ok", ["/tmp/x/r.nsys-rep"]) == Path("/tmp/x/r.nsys-rep")
+    with pytest.raises(systrace.NsysNoReportError, match="no report"):
+        systrace.check_nsys_output("Error: license", [])
+
+
+def test_nsys_absent(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(systrace.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(systrace.Path, "is_file", lambda self: False)
+    assert systrace.find_nsys() is None
+    with pytest.raises(BackendUnavailableError, match="nsys is not installed"):
+        systrace.run_nsys(["./a.out"], tmp_path)
+
+
+def test_adapter_config():
+    a = systrace.SystraceAdapter()
+    a.validate_config({"tool": "nsys"})
+    with pytest.raises(ValueError, match="tool 'perf' unknown; valid: torch_profiler, nsys"):
+        a.validate_config({"tool": "perf"})
+    with pytest.raises(ValueError, match="unknown systrace config key"):
+        a.validate_config({"tools": "nsys"})
