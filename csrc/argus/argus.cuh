@@ -16,6 +16,10 @@
  *    is converged (or accept that each divergent path records separately). BEGIN and END of one
  *    occurrence must carry the same coordinate.
  *
+ *    Hot kernels may add ARGUS_WARP_STATE(); as the first statement: the ring cursor then lives
+ *    in registers of that function (cheapest markers), with the restriction documented at
+ *    argus_detail::RegCursor below. Without it the cursor lives in shared memory (any function).
+ *
  * 2. Build mode, by -DARGUS_MODE=<n>:
  *      0 (default) off: every macro expands to nothing; the SASS equals a build without markers.
  *      1 marker-only: each marker is three `pmevent.mask` immediates (SASS `PMTRIG`), no memory
@@ -64,6 +68,7 @@
 #define ARGUS_END_AT(id, coord) ((void)0)
 #define ARGUS_SCOPE(id) ((void)0)
 #define ARGUS_SCOPE_AT(id, coord) ((void)0)
+#define ARGUS_WARP_STATE() ((void)0)
 
 /* ------------------------------------------------------------------------------------------ */
 #elif ARGUS_MODE == 1
@@ -92,6 +97,7 @@ struct MarkerScope {
 #define ARGUS_END_AT(id, coord) ARGUS_MARK_(ARGUS_MARKER_END, id)
 #define ARGUS_SCOPE(id) argus_detail::MarkerScope<(id)> ARGUS_CAT_(argus_scope_, __LINE__)
 #define ARGUS_SCOPE_AT(id, coord) argus_detail::MarkerScope<(id)> ARGUS_CAT_(argus_scope_, __LINE__)
+#define ARGUS_WARP_STATE() ((void)0)
 
 /* ------------------------------------------------------------------------------------------ */
 #else /* ARGUS_MODE == 2: trace */
@@ -259,20 +265,83 @@ __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coo
   }
 }
 
-struct TraceScope {
-  argus_u32 id, coord;
-  __device__ __forceinline__ TraceScope(argus_u32 i, argus_u32 c) : id(i), coord(c) { emit(ARGUS_KIND_BEGIN, id, coord); }
-  __device__ __forceinline__ ~TraceScope() { emit(ARGUS_KIND_END, id, coord); }
+/* Opt-in register cursor (ARGUS_WARP_STATE): the warp's ring cursor lives in registers of the
+ * declaring function, so a marker costs a clock read and one predicated 16-byte store, with no
+ * shared-memory round trip. Restriction: every marker executed while it is alive must be in that
+ * function's own body and executed by the whole warp together; markers in called functions use
+ * the shared cursor, and mixing the two overwrites records (the decoder then reports the ring as
+ * corrupt: its timestamps go backwards). */
+struct RegCursor {
+  argus_u64 ring;  /* global address of the ring header | clock bit; 0 = not recording */
+  argus_u32 count, cap_mask, coord_begin, coord_end;
+  WarpCursor* shared;
+  __device__ __forceinline__ RegCursor() {
+    const argus_u32 warp = warp_in_cta();
+    shared = warp_cursors() + warp;
+    const argus_u32 grid = grid_id_lo();
+    const argus_u32 cta = cta_linear();
+    WarpCursor c = load_cursor(shared);
+    if (c.grid != grid || c.cta != cta) c = claim_ring(shared, grid, cta, warp);
+    ring = c.ring;
+    count = c.count;
+    cap_mask = c.cap_mask;
+    coord_begin = c.coord_begin;
+    coord_end = c.coord_end;
+  }
+  __device__ __forceinline__ ~RegCursor() {
+    if (ring != 0 && lane_id() == (argus_u32)(__ffs(__activemask()) - 1)) shared->count = count;
+  }
 };
+
+struct NoRegCursor {};
+
+__device__ __forceinline__ void emit_with(NoRegCursor&, argus_u32 kind, argus_u32 id, argus_u32 coord) {
+  emit(kind, id, coord);
+}
+
+__device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
+  if (rc.ring == 0) return;
+  if (coord != ARGUS_COORD_NONE && (coord < rc.coord_begin || coord >= rc.coord_end)) return;
+  const argus_u64 t = (rc.ring & 1ull) ? cycle_counter() : global_timer();
+  const argus_u32 n = rc.count;
+  rc.count = n + 1;  // every lane counts, so any lane can be the leader next time
+  if (lane_id() != (argus_u32)(__ffs(__activemask()) - 1)) return;
+  const argus_u64 hdr = rc.ring & ~1ull;
+  const argus_u64 rec = hdr + sizeof(ArgusRingHeader) + (argus_u64)(n & rc.cap_mask) * sizeof(ArgusRecord);
+  const argus_u64 stamp = (t & ARGUS_TIME_MASK) | ((argus_u64)kind << ARGUS_KIND_SHIFT);
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(rec), "r"(id), "r"(coord),
+               "r"((argus_u32)stamp), "r"((argus_u32)(stamp >> 32)));
+  asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_OFFSETOF(ArgusRingHeader, written)), "r"(n + 1));
+  if (n > rc.cap_mask) {
+    asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_OFFSETOF(ArgusRingHeader, dropped)), "r"(n - rc.cap_mask));
+  }
+}
+
+template <class Cursor>
+struct TraceScope {
+  Cursor& cursor;
+  argus_u32 id, coord;
+  __device__ __forceinline__ TraceScope(Cursor& cur, argus_u32 i, argus_u32 c) : cursor(cur), id(i), coord(c) {
+    emit_with(cursor, ARGUS_KIND_BEGIN, id, coord);
+  }
+  __device__ __forceinline__ ~TraceScope() { emit_with(cursor, ARGUS_KIND_END, id, coord); }
+};
+
 
 }  // namespace argus_detail
 
-#define ARGUS_BEGIN(id) argus_detail::emit(ARGUS_KIND_BEGIN, (id), ARGUS_COORD_NONE)
-#define ARGUS_END(id) argus_detail::emit(ARGUS_KIND_END, (id), ARGUS_COORD_NONE)
-#define ARGUS_BEGIN_AT(id, coord) argus_detail::emit(ARGUS_KIND_BEGIN, (id), (coord))
-#define ARGUS_END_AT(id, coord) argus_detail::emit(ARGUS_KIND_END, (id), (coord))
-#define ARGUS_SCOPE(id) argus_detail::TraceScope ARGUS_CAT_(argus_scope_, __LINE__)((id), ARGUS_COORD_NONE)
-#define ARGUS_SCOPE_AT(id, coord) argus_detail::TraceScope ARGUS_CAT_(argus_scope_, __LINE__)((id), (coord))
+/* Found by name lookup wherever no ARGUS_WARP_STATE() is in scope: selects the shared cursor. */
+static __device__ argus_detail::NoRegCursor argus_warp_state_;
+
+#define ARGUS_WARP_STATE() argus_detail::RegCursor argus_warp_state_
+#define ARGUS_BEGIN(id) argus_detail::emit_with(argus_warp_state_, ARGUS_KIND_BEGIN, (id), ARGUS_COORD_NONE)
+#define ARGUS_END(id) argus_detail::emit_with(argus_warp_state_, ARGUS_KIND_END, (id), ARGUS_COORD_NONE)
+#define ARGUS_BEGIN_AT(id, coord) argus_detail::emit_with(argus_warp_state_, ARGUS_KIND_BEGIN, (id), (coord))
+#define ARGUS_END_AT(id, coord) argus_detail::emit_with(argus_warp_state_, ARGUS_KIND_END, (id), (coord))
+#define ARGUS_SCOPE(id) \
+  argus_detail::TraceScope<decltype(argus_warp_state_)> ARGUS_CAT_(argus_scope_, __LINE__)(argus_warp_state_, (id), ARGUS_COORD_NONE)
+#define ARGUS_SCOPE_AT(id, coord) \
+  argus_detail::TraceScope<decltype(argus_warp_state_)> ARGUS_CAT_(argus_scope_, __LINE__)(argus_warp_state_, (id), (coord))
 
 #endif /* ARGUS_MODE */
 
