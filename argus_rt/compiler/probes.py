@@ -28,8 +28,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .triton_discovery import TMA_LOAD, Discovery, DiscoveryError, Site, UnsupportedOpError, _tma_parts
-from .ttgir import Module, TtgirError
+from .triton_discovery import (TMA_LOAD, Discovery, DiscoveryError, Module, Site, TtgirError, UnsupportedOpError,
+                               _tma_parts)
 
 PROBE_ARG = "%argus_probe_out"
 WORDS_PER_CTA = 4  # ns0, ns1, clk0, clk1
@@ -263,3 +263,161 @@ def compile_ttgir(ttgir: str, workdir: str | Path, name: str, *, capability: int
 
 __all__ = ["ForcedWaitProbe", "ProbeError", "make_forced_wait_probe", "compile_ttgir", "DiscoveryError", "Site",
            "WORDS_PER_CTA", "PROBE_ARG", "EFFECTS"]
+
+
+# ---- traced reference: per-iteration consumer wait, for the join ------------------------------------
+def make_iteration_trace(ttgir: str, discovery: Discovery) -> str:
+    """The traced reference variant: around the consumer's ``wait_barrier`` of every loop trip,
+    read ``%globaltimer`` before and after and store them (int64, ``2 * iterations`` words per CTA,
+    ``[wait_begin_ns, wait_end_ns]`` per trip) in the extra argument ``argus_probe_out``.
+
+    This is the reference side of the join: for iteration i it says how long the consumer waited
+    for iteration i's tiles in an unprobed run (observed), next to the probe's issue-to-completion
+    latency of each load of iteration i (derived).
+    """
+    module = Module(ttgir)
+    tma = [s for s in discovery.sites if s.kind == "tma_load" and s.completion.consumer_wait_line]
+    if not tma:
+        raise ProbeError(f"kernel {discovery.kernel!r} has no pipelined TMA load with a consumer wait to trace")
+    wait = next(o for o in module.ops if o.line_no == tma[0].completion.consumer_wait_line)
+    loop = module.loop_of(wait)
+    lb, step = module.constant_int(loop.lower), module.constant_int(loop.step)
+    if lb is None or step is None:
+        raise ProbeError(f"{loop.op}: lower bound and step must be constants to index trips")
+    words = 2 * discovery.iterations
+    lines = list(module.lines)
+    fl = lines[module.func_line - 1]
+    close = fl.index(") attributes") if ") attributes" in fl else fl.rindex(")")
+    lines[module.func_line - 1] = fl[:close] + f", {PROBE_ARG}: !tt.ptr<i64>" + fl[close:]
+    first = module.ops[0]
+    fi = _indent(first.text)
+    setup = [
+        f"{fi}%argus_pid_x = tt.get_program_id x : i32",
+        f"{fi}%argus_pid_y = tt.get_program_id y : i32",
+        f"{fi}%argus_pid_z = tt.get_program_id z : i32",
+        f"{fi}%argus_n_x = tt.get_num_programs x : i32",
+        f"{fi}%argus_n_y = tt.get_num_programs y : i32",
+        f"{fi}%argus_lin_yz = arith.muli %argus_pid_z, %argus_n_y : i32",
+        f"{fi}%argus_lin_y = arith.addi %argus_lin_yz, %argus_pid_y : i32",
+        f"{fi}%argus_lin_xy = arith.muli %argus_lin_y, %argus_n_x : i32",
+        f"{fi}%argus_lin = arith.addi %argus_lin_xy, %argus_pid_x : i32",
+        f"{fi}%argus_words = arith.constant {words} : i32",
+        f"{fi}%argus_base = arith.muli %argus_lin, %argus_words : i32",
+        f"{fi}%argus_p0 = tt.addptr {PROBE_ARG}, %argus_base : !tt.ptr<i64>, i32",
+        f"{fi}%argus_lb = arith.constant {lb} : i32",
+        f"{fi}%argus_step = arith.constant {step} : i32",
+        f"{fi}%argus_two = arith.constant 2 : i32",
+        f"{fi}%argus_one = arith.constant 1 : i32",
+        f"{fi}%argus_niter = arith.constant {discovery.iterations} : i32",
+    ]
+    ind, loc = _indent(wait.text), _loc_suffix(wait.text)
+
+    def timer(name: str) -> str:
+        return (f'{ind}{name} = tt.elementwise_inline_asm "mov.u64 $0, %globaltimer;" '
+                f'{{constraints = "=l", packed_element = 1 : i32, pure = false}} -> i64{loc}')
+
+    before = [
+        f"{ind}%argus_rel = arith.subi {loop.iv}, %argus_lb : i32{loc}",
+        f"{ind}%argus_trip = arith.divsi %argus_rel, %argus_step : i32{loc}",
+        f"{ind}%argus_in = arith.cmpi slt, %argus_trip, %argus_niter : i32{loc}",
+        f"{ind}%argus_off0 = arith.muli %argus_trip, %argus_two : i32{loc}",
+        f"{ind}%argus_off1 = arith.addi %argus_off0, %argus_one : i32{loc}",
+        f"{ind}%argus_q0 = tt.addptr %argus_p0, %argus_off0 : !tt.ptr<i64>, i32{loc}",
+        f"{ind}%argus_q1 = tt.addptr %argus_p0, %argus_off1 : !tt.ptr<i64>, i32{loc}",
+        timer("%argus_w0"),
+    ]
+    after = [timer("%argus_w1"),
+             f"{ind}tt.store %argus_q0, %argus_w0, %argus_in : !tt.ptr<i64>{loc}",
+             f"{ind}tt.store %argus_q1, %argus_w1, %argus_in : !tt.ptr<i64>{loc}"]
+    out = []
+    for i, text in enumerate(lines):
+        if i == wait.line_no - 1:
+            out += before + [text] + after
+            continue
+        if i == first.line_no - 1:
+            out += setup
+        out.append(text)
+    return "\n".join(out) + "\n"
+
+
+# ---- synthesis: join probes with the traced reference by (op ID, iteration) ---------------------------
+def probe_latencies(buffer, n_ctas: int) -> dict:
+    """Issue-to-completion latency of one probe from its ``argus_probe_out`` buffer (int64 array of
+    ``4 * n_ctas``): median / min / max over CTAs, in ns (``%globaltimer``) and cycles (``%clock64``)."""
+    import numpy as np
+
+    words = np.asarray(buffer, dtype=np.int64).reshape(n_ctas, WORDS_PER_CTA)
+    written = (words[:, 0] != 0) & (words[:, 1] >= words[:, 0])
+    if not written.all():
+        raise ProbeError(f"{int((~written).sum())} of {n_ctas} CTAs did not record the probe "
+                         "(the selected instance never ran, or timestamps went backwards)")
+    ns = words[:, 1] - words[:, 0]
+    cyc = words[:, 3] - words[:, 2]
+    return {"ctas": n_ctas, "latency_ns_median": float(np.median(ns)), "latency_ns_min": int(ns.min()),
+            "latency_ns_max": int(ns.max()), "latency_cycles_median": float(np.median(cyc))}
+
+
+def iteration_waits(buffer, n_ctas: int, iterations: int) -> dict[int, float]:
+    """Median over CTAs of the consumer's wait (ns) per iteration, from the traced reference buffer."""
+    import numpy as np
+
+    words = np.asarray(buffer, dtype=np.int64).reshape(n_ctas, iterations, 2)
+    if (words[:, :, 0] == 0).any():
+        raise ProbeError("the traced reference did not record every (CTA, iteration) wait")
+    waits = words[:, :, 1] - words[:, :, 0]
+    return {i: float(np.median(waits[:, i])) for i in range(iterations)}
+
+
+def join_probes(discovery: Discovery, probes: dict[tuple[int, int], dict], reference_waits: dict[int, float] | None):
+    """Rows keyed by (op ID, iteration): the probe's latency (derived) joined with the traced
+    reference's consumer wait for the *same* iteration (observed). No timestamps are compared across
+    runs: each number is a difference of two timestamps taken in one run."""
+    rows = []
+    for (op_id, it), lat in sorted(probes.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        site = discovery.site(op_id)
+        rows.append({
+            "op_id": f"0x{op_id:08x}", "label": site.label, "iteration": it,
+            "slot": site.completion.slot_by_iteration.get(it), "phase": site.completion.phase_by_iteration.get(it),
+            "latency_ns": lat["latency_ns_median"], "latency_cycles": lat["latency_cycles_median"],
+            "qualification": "derived",
+            "reference_wait_ns": None if reference_waits is None else reference_waits.get(it),
+            "reference_qualification": None if reference_waits is None else "observed",
+        })
+    return rows
+
+
+# ---- the runtime's Transform handler -------------------------------------------------------------------
+def forced_wait_probe_task(ctx) -> dict:
+    """Transform handler ``forced_wait_probe`` (Triton): probe TTGIR + cubin for one (op, iteration)."""
+    import json
+
+    from .triton_discovery import discover, program_ttgir
+
+    op_id, iteration = ctx.config["op_id"], ctx.config["iteration"]
+    ttgir, iterations = program_ttgir(ctx.program)
+    d = discover(ttgir, None, iterations=iterations)
+    probe = make_forced_wait_probe(ttgir, d, op_id, iteration)
+    pv = ctx.program.variant_of("probe", op_id=op_id, iteration=iteration)
+    expected = ctx.config.get("expect_program")
+    if expected and pv.id != expected:
+        raise ProbeError(f"probe variant of {ctx.program.id} hashes to {pv.id}, the plan expected {expected}")
+    compiled = compile_ttgir(probe.ttgir, ctx.outdir, "probe")
+    cubin = ctx.outdir / "probe.cubin"
+    cubin.write_bytes(compiled.asm["cubin"])
+    desc = probe.descriptor()
+    desc.update(program=pv.id, base_program=ctx.program.id, shared_bytes=compiled.metadata.shared,
+                global_scratch_bytes=compiled.metadata.global_scratch_size)
+    (ctx.outdir / "probe_descriptor.json").write_text(json.dumps(desc, sort_keys=True), encoding="utf-8")
+    return {"program": ctx.write_program(pv), "ttgir": ctx.outdir / "probe.ttgir", "cubin": cubin,
+            "probe": ctx.outdir / "probe_descriptor.json"}
+
+
+def _register_handlers() -> None:
+    try:
+        from ..runtime.handlers import register_transform
+    except ImportError:
+        return
+    register_transform("forced_wait_probe", forced_wait_probe_task, kind="triton")
+
+
+_register_handlers()

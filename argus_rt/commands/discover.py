@@ -1,0 +1,84 @@
+"""`argus discover <kernel> --region R`: list the async operation sites of a Triton kernel region.
+
+``<kernel>`` is a Triton program directory (with ``argus_program.json``, ``kind: "triton"``) or a
+``.ttgir`` file (then ``--iterations`` is required). Compiles for sm_90 on the CPU when needed.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("discover", help="list async sites (TMA, WGMMA, cp.async) in a Triton kernel region")
+    p.add_argument("kernel", help="Triton program directory (argus_program.json) or a .ttgir file")
+    p.add_argument("--region", default=None, help="qualified region name (default: every region)")
+    p.add_argument("--iterations", type=int, default=None,
+                   help="logical K-loop iterations (default: the program's launch.iterations)")
+    p.add_argument("--json", action="store_true", help="print the async_sites JSON document instead of a table")
+    p.add_argument("--emit-probe", metavar="OP@ITER", default=None,
+                   help="also write the forced-wait probe TTGIR for op (ID or label) at ITER to --out")
+    p.add_argument("--out", default=None, help="file for --emit-probe")
+    p.set_defaults(func=run)
+
+
+def _load(args) -> tuple[str, int, str]:
+    from ..compiler.triton_discovery import DiscoveryError, program_ttgir
+
+    path = Path(args.kernel)
+    if path.suffix == ".ttgir":
+        if args.iterations is None:
+            raise DiscoveryError("a .ttgir input needs --iterations (the logical K-loop trip count)")
+        return path.read_text(encoding="utf-8"), args.iterations, str(path)
+    from ..program import load_program
+
+    program = load_program(path)
+    ttgir, iterations = program_ttgir(program)
+    return ttgir, args.iterations or iterations, program.id
+
+
+def run(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..compiler.probes import ProbeError, make_forced_wait_probe
+    from ..compiler.triton_discovery import DiscoveryError, TtgirError, async_sites_document, discover
+    from ..program import ProgramError
+    from ..regions import RegionError
+
+    console = Console()
+    try:
+        ttgir, iterations, ident = _load(args)
+        d = discover(ttgir, args.region, iterations=iterations)
+        if args.json:
+            print(json.dumps(async_sites_document(d, ident), indent=2, sort_keys=True))
+        else:
+            table = Table(title=f"{d.kernel}: async sites in {d.region} ({iterations} iterations)")
+            for col in ("op id", "kind", "value", "region", "source", "instances", "completion"):
+                table.add_column(col)
+            for s in d.sites:
+                inst = "; ".join(f"{i.placement}@{i.ttgir_line}->{i.iterations}" for i in s.instances)
+                table.add_row(f"0x{s.op_id:08x}", s.kind, s.label, s.region, str(s.source), inst, s.completion.describe())
+            console.print(table)
+            for s in d.sites:
+                if s.kind == "tma_load":
+                    per = ", ".join(f"{i}:s{s.completion.slot_by_iteration[i]}/p{s.completion.phase_by_iteration[i]}"
+                                    for i in s.iterations)
+                    console.print(f"0x{s.op_id:08x} ({s.label}) iteration:slot/phase  {per}")
+            for u in d.unsupported:
+                console.print(f"[yellow]unsupported:[/] {u}")
+            console.print(f"probe candidates (TMA op x iteration): {len(d.candidates('tma_load'))}")
+        if args.emit_probe:
+            op, _, it = args.emit_probe.partition("@")
+            if not it.isdigit() or not args.out:
+                raise ProbeError(f"--emit-probe takes OP@ITER (e.g. a@3) and needs --out; got {args.emit_probe!r}")
+            probe = make_forced_wait_probe(ttgir, d, op, int(it))
+            from ..fsutil import atomic_write_text
+
+            atomic_write_text(Path(args.out), probe.ttgir)
+            console.print(f"wrote probe {probe.key} to {args.out}")
+    except (DiscoveryError, TtgirError, ProbeError, ProgramError, RegionError, OSError) as exc:
+        print(f"argus discover: {exc}", file=sys.stderr)
+        return 2
+    return 0
