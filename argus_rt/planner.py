@@ -176,7 +176,8 @@ def plan_query(program: ProgramVersion, region: str | None, signals: list[str], 
         by_recipe.setdefault(req.signal, []).append(collect_of[id(req)])
     for recipe in recipes:
         deps = set(by_recipe.get(recipe.signal, [])) | {synth_of[p] for p in recipe.prerequisites}
-        rregion, rscope = (region_name, scope.restrict(recipe.scope_fields)) if recipe.public else (None, Scope())
+        # internal analyses (the PC-to-region map) are whole-program, so every region's query reuses them
+        rregion, rscope = (region_name if recipe.public else None), scope.restrict(recipe.scope_fields)
         if recipe.control:
             control = builder.add(Task(
                 kind="control", op=recipe.control, program=program.id, region=rregion, scope=rscope.to_dict(),

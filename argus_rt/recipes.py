@@ -145,6 +145,9 @@ def recipes() -> dict[str, Recipe]:
 
 # ---- built-in catalog -------------------------------------------------------------------------
 _PROFILER = frozenset({"replays_kernel", "exclusive_profiler", "perturbs_timing", "serialises_kernels"})
+# PC-keyed counters keep no per-SM/CTA/iteration coordinates; only the launch (step) is selectable,
+# and it is selected at collection time.
+_LAUNCH_SCOPE = frozenset({"step"})
 _NCU_COUNTERS = Evidence("ncu", outputs=("pc_counters",), variant="marker_only",
                          config={"sections": ["SourceCounters"]}, effects=_PROFILER)
 
@@ -159,21 +162,21 @@ register_recipe(Recipe(
     signal="pc_region_map", unit="executions", qualification="observed", synthesis="pc_region_map",
     public=False, description="n(r,p): executions of each PC under each region (mapping run)",
     evidence=(Evidence("pcmap", outputs=("pc_region_counts",), variant="marker_only", effects=_PROFILER),),
-    scope_fields=frozenset({"step", "layer", "sms", "ctas"}),
+    scope_fields=_LAUNCH_SCOPE, collect_filters=_LAUNCH_SCOPE,
 ))
 register_recipe(Recipe(
     signal="instruction_mix", unit="instructions", qualification="attributed", synthesis="attributed_metric",
     synthesis_config={"metric": "inst_executed", "group_by": "opcode"},
     description="executed warp instructions per opcode family, attributed to regions through n(r,p)",
     evidence=(_NCU_COUNTERS,), prerequisites=("pc_region_map",),
-    scope_fields=frozenset({"step", "layer", "sms", "ctas"}),
+    scope_fields=_LAUNCH_SCOPE, collect_filters=_LAUNCH_SCOPE,
 ))
 register_recipe(Recipe(
     signal="barrier_count", unit="instructions", qualification="attributed", synthesis="attributed_metric",
     synthesis_config={"metric": "inst_executed", "opcodes": ["BAR"]},
     description="executed barrier instructions (BAR.*), attributed to regions through n(r,p)",
     evidence=(_NCU_COUNTERS,), prerequisites=("pc_region_map",),
-    scope_fields=frozenset({"step", "layer", "sms", "ctas"}),
+    scope_fields=_LAUNCH_SCOPE, collect_filters=_LAUNCH_SCOPE,
 ))
 register_recipe(Recipe(
     signal="stall_reasons", unit="samples", qualification="attributed", synthesis="attributed_metric",
@@ -182,14 +185,14 @@ register_recipe(Recipe(
     evidence=(Evidence("ncu", outputs=("pc_counters",), variant="marker_only",
                        config={"sections": ["SourceCounters", "WarpStateStats"]}, effects=_PROFILER),),
     prerequisites=("pc_region_map",),
-    scope_fields=frozenset({"step", "layer", "sms", "ctas"}),
+    scope_fields=_LAUNCH_SCOPE, collect_filters=_LAUNCH_SCOPE,
 ))
 register_recipe(Recipe(
     signal="async_completion_latency", unit="ns", qualification="derived", synthesis="async_completion_latency",
     description="issue-to-completion latency of each async operation site and iteration, from forced-wait "
                 "probes joined to the reference trace by (op ID, iteration)",
     prerequisites=("latency",), control="async_discovery", expander="forced_wait_probes",
-    scope_fields=frozenset({"iterations", "sms", "ctas", "warp_role"}),
+    scope_fields=frozenset({"iterations", "sms", "ctas"}),
 ))
 register_recipe(Recipe(
     signal="system_timeline", unit="ns", qualification="observed", synthesis="system_timeline",

@@ -66,7 +66,18 @@ class TaskContext:
     programs: Callable[[str], Any]  # program id -> ProgramVersion
     inputs: dict[str, Path]
     outdir: Path
+    deps: dict = field(default_factory=dict)  # dependency task id -> Task (static and run-time deps)
     log: Callable[[str], None] = field(default=lambda msg: None)
+
+    def deps_with_op(self, op: str) -> list:
+        """Dependency tasks whose ``op`` is ``op`` (e.g. the ``trace`` collects), in id order."""
+        return [t for tid, t in sorted(self.deps.items()) if t.op == op]
+
+    def input_of(self, dep_id: str, name: str) -> Path:
+        key = f"{dep_id}/{name}"
+        if key not in self.inputs:
+            raise HandlerError(f"task {self.task.describe()} has no input {name!r} from {dep_id}")
+        return self.inputs[key]
 
     @property
     def config(self) -> dict:

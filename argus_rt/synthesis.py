@@ -1,0 +1,333 @@
+"""Synthesis rules: evidence -> qualified facts.
+
+Every rule writes one ``facts`` output, an ``argus.facts/1`` document::
+
+    {"format": "argus.facts/1", "signal": str, "values": [value, ...], "extra": {...}}
+
+and every value is::
+
+    {"signal", "region" (qualified name, "<unmapped>", or null for whole-program values),
+     "metric" (e.g. "mean", "FFMA", "stall:long_scoreboard"), "value" (number or null),
+     "unit", "qualification": "observed"|"attributed"|"derived",
+     "provenance": {"task": synthesis task id, "evidence": [{"task", "backend", "program_version"}],
+                    "method": str}, "scope": {...}, "ambiguity": {"entropy_nats", "shared_pcs"} or null,
+     "samples": int or null, "notes": [str, ...]}
+
+Exact joins: evidence is joined only across compatible program versions (same base; PC-keyed joins
+need the very same binary) and by scope coordinates (op ID + iteration), never by timestamps taken
+in different runs. Register more rules with ``argus_rt.runtime.handlers.register_synthesis``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from .attribution import UNMAPPED, PcRegionMap
+from .program import IncompatibleVersionsError, check_joinable
+from .runtime.handlers import HandlerError, register_synthesis
+from .scope import Scope, ScopeError
+
+FACTS_FORMAT = "argus.facts/1"
+
+
+class EvidenceError(ValueError):
+    """Evidence that does not have the documented format."""
+
+
+def _load(path, fmt: str) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise EvidenceError(f"{path}: expected evidence format {fmt!r}, got {got!r}")
+    return doc
+
+
+def _columns(doc: dict, required: tuple[str, ...], where: str) -> dict[str, np.ndarray]:
+    cols = doc.get("columns", {})
+    missing = [c for c in required if c not in cols]
+    if missing:
+        raise EvidenceError(f"{where}: missing column(s) {missing}; present: {sorted(cols)}")
+    arrays = {}
+    for k, v in cols.items():
+        arrays[k] = np.asarray(v) if k not in ("op_id",) else np.asarray(v, dtype=object)
+    lengths = {k: len(a) for k, a in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        raise EvidenceError(f"{where}: columns have different lengths {lengths}")
+    return arrays
+
+
+class _Facts:
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+        cfg = ctx.config
+        self.signal = cfg.get("signal", ctx.task.op)
+        self.unit = cfg.get("unit", "")
+        self.qualification = cfg.get("qualification", "observed")
+        self.values: list[dict] = []
+        self.extra: dict = {}
+        self.evidence: list[dict] = []
+
+    def cite(self, task) -> None:
+        entry = {"task": task.id, "backend": task.op, "program_version": task.program}
+        if entry not in self.evidence:
+            self.evidence.append(entry)
+
+    def add(self, region, metric, value, *, method="", samples=None, ambiguity=None, notes=(), unit=None,
+            qualification=None, extra=None) -> None:
+        value = None if value is None or (isinstance(value, float) and not math.isfinite(value)) else value
+        item = {"signal": self.signal, "region": region, "metric": metric,
+                "value": float(value) if value is not None else None, "unit": unit or self.unit,
+                "qualification": qualification or self.qualification,
+                "provenance": {"task": self.ctx.task.id, "evidence": list(self.evidence), "method": method},
+                "scope": self.ctx.task.scope, "ambiguity": ambiguity,
+                "samples": int(samples) if samples is not None else None, "notes": list(notes)}
+        if extra:
+            item["join"] = extra
+        self.values.append(item)
+
+    def write(self) -> dict:
+        doc = {"format": FACTS_FORMAT, "signal": self.signal, "values": self.values, "extra": self.extra}
+        return {"facts": self.ctx.write_json("facts", doc)}
+
+
+def _subtree(ctx) -> list:
+    """Regions the query covers: the region and its descendants (all regions for None)."""
+    regions = ctx.program.regions
+    return regions.subtree(ctx.region) if ctx.region else list(regions)
+
+
+def _scope_mask(arrays: dict, doc: dict, scope: Scope, where: str) -> np.ndarray:
+    n = len(next(iter(arrays.values()))) if arrays else 0
+    mask = np.ones(n, dtype=bool)
+    coord_kind = doc.get("coord_kind")
+    for name, col in (("sms", "sm"), ("ctas", "cta")):
+        chosen = getattr(scope, name)
+        if chosen is not None:
+            if col not in arrays:
+                raise ScopeError(f"{where}: scope {name} needs column {col!r}, which the evidence lacks")
+            mask &= np.isin(arrays[col], chosen)
+    for name in ("iterations", "step", "layer"):
+        chosen = getattr(scope, name)
+        if chosen is None:
+            continue
+        kind = "iteration" if name == "iterations" else name
+        if coord_kind != kind or "coord" not in arrays:
+            raise ScopeError(f"{where}: scope {name} needs records whose coordinate is the {kind}; "
+                             f"this evidence's coordinate is {coord_kind!r}")
+        lo, hi = chosen if name == "iterations" else (chosen, chosen + 1)
+        mask &= (arrays["coord"] >= lo) & (arrays["coord"] < hi)
+    if scope.warp_role is not None:
+        roles = doc.get("warp_roles") or {}
+        if scope.warp_role not in roles:
+            raise ScopeError(f"{where}: unknown warp role {scope.warp_role!r}; roles the program declares: "
+                             f"{', '.join(sorted(roles)) or 'none'}")
+        mask &= np.isin(arrays["warp"], roles[scope.warp_role])
+    return mask
+
+
+def _stats(d: np.ndarray) -> dict:
+    return {"count": int(d.size), "mean": float(d.mean()), "p50": float(np.percentile(d, 50)),
+            "p99": float(np.percentile(d, 99)), "min": float(d.min()), "max": float(d.max()),
+            "total": float(d.sum())}
+
+
+@register_synthesis("latency")
+def synth_latency(ctx) -> dict:
+    """Per region in the subtree: count, mean, p50, p99, min, max, total of occurrence durations."""
+    facts = _Facts(ctx)
+    collects = ctx.deps_with_op("trace")
+    if len(collects) != 1:
+        raise HandlerError(f"latency synthesis needs exactly one trace collection, got {len(collects)}")
+    src = collects[0]
+    facts.cite(src)
+    path = ctx.input_of(src.id, "region_intervals")
+    doc = _load(path, "argus.region_intervals/1")
+    arrays = _columns(doc, ("region_id", "start", "end"), str(path))
+    mask = _scope_mask(arrays, doc, Scope.from_dict(ctx.task.scope), "latency")
+    notes = []
+    if doc.get("dropped"):
+        notes.append(f"{doc['dropped']} records were dropped by full trace buffers")
+    if doc.get("incomplete"):
+        notes.append("the trace is marked incomplete (unpaired begin/end)")
+    clock = doc.get("clock", "ns")
+    by_coord: dict = {}
+    for region in _subtree(ctx):
+        sel = mask & (arrays["region_id"] == region.id)
+        d = (arrays["end"][sel] - arrays["start"][sel]).astype(np.float64)
+        if d.size == 0:
+            facts.add(region.name, "count", 0, method="region trace", samples=0, unit="occurrences",
+                      notes=notes + ["no occurrence of this region under the scope"])
+            continue
+        for metric, value in _stats(d).items():
+            facts.add(region.name, metric, value, method="region trace", samples=d.size, notes=notes,
+                      unit="occurrences" if metric == "count" else clock)
+        if doc.get("coord_kind") == "iteration" and "coord" in arrays:
+            coords = arrays["coord"][sel]
+            by_coord[region.name] = {str(int(c)): float(d[coords == c].mean()) for c in np.unique(coords)}
+    facts.extra = {"clock": clock, "mean_by_iteration": by_coord}
+    return facts.write()
+
+
+@register_synthesis("pc_region_map")
+def synth_pc_region_map(ctx) -> dict:
+    """Validate n(r,p) and publish it with per-region entropy (whole program)."""
+    facts = _Facts(ctx)
+    collects = [t for t in ctx.deps.values() if t.kind == "collect"]
+    if len(collects) != 1:
+        raise HandlerError(f"pc_region_map synthesis needs one mapping collection, got {len(collects)}")
+    src = collects[0]
+    facts.cite(src)
+    doc = _load(ctx.input_of(src.id, "pc_region_counts"), "argus.pc_region_counts/1")
+    pmap = PcRegionMap.from_doc(doc)
+    names = {r.id: r.name for r in ctx.program.regions}
+    for rid, h in sorted(pmap.region_entropy().items(), key=lambda kv: str(kv[0])):
+        facts.add(names.get(rid, f"0x{int(rid):08x}"), "entropy", h, method=pmap.method, unit="nats")
+    facts.extra = {"map": pmap.to_doc(), "map_program": src.program, "shared_pcs": len(pmap.shared_pcs())}
+    return facts.write()
+
+
+def _find_map(ctx) -> tuple[PcRegionMap, str, object]:
+    maps = ctx.deps_with_op("pc_region_map")
+    if len(maps) != 1:
+        raise HandlerError(f"attribution needs one pc_region_map input, got {len(maps)}")
+    doc = json.loads(ctx.input_of(maps[0].id, "facts").read_text(encoding="utf-8"))
+    return PcRegionMap.from_doc(doc["extra"]["map"]), doc["extra"]["map_program"], maps[0]
+
+
+@register_synthesis("attributed_metric")
+def synth_attributed_metric(ctx) -> dict:
+    """Lift PC-keyed counters to regions through n(r,p).
+
+    Config: ``metric`` (a pc_counters metric) with optional ``group_by: "opcode"`` (one value per
+    opcode family) or ``opcodes`` (only PCs whose opcode family is listed); or ``metric_prefix``
+    (every metric with that prefix, e.g. ``"stall:"``, one value each).
+    """
+    facts = _Facts(ctx)
+    pmap, map_program, map_task = _find_map(ctx)
+    counters = ctx.deps_with_op("ncu")
+    if len(counters) != 1:
+        raise HandlerError(f"attribution needs one PC-counter collection, got {len(counters)}")
+    src = counters[0]
+    facts.cite(src)
+    facts.cite(map_task)
+    if src.program != map_program:
+        # PC keys are offsets in one binary: counters and map must come from the very same variant
+        raise IncompatibleVersionsError(f"PC counters from {src.program} cannot be joined with a PC-to-region "
+                                        f"map of {map_program}: PCs differ between binaries")
+    doc = _load(ctx.input_of(src.id, "pc_counters"), "argus.pc_counters/1")
+    pcs = doc["pcs"]
+    metrics = doc.get("metrics", {})
+    families = [str(op).split(".")[0] for op in doc.get("opcodes", [""] * len(pcs))]
+    cfg = ctx.config
+    series: dict[str, dict] = {}
+    if "metric_prefix" in cfg:
+        for name, values in metrics.items():
+            if name.startswith(cfg["metric_prefix"]):
+                series[name[len(cfg["metric_prefix"]):]] = dict(zip(pcs, values))
+        if not series:
+            raise EvidenceError(f"no metric starts with {cfg['metric_prefix']!r}; metrics: {sorted(metrics)}")
+    else:
+        name = cfg["metric"]
+        if name not in metrics:
+            raise EvidenceError(f"PC counters lack metric {name!r}; present: {sorted(metrics)}")
+        values = metrics[name]
+        if cfg.get("group_by") == "opcode":
+            for pc, fam, v in zip(pcs, families, values):
+                series.setdefault(fam, {})[pc] = v
+        else:
+            keep = set(cfg.get("opcodes", [])) or None
+            series[keep and "+".join(sorted(keep)) or name] = {
+                pc: v for pc, fam, v in zip(pcs, families, values) if keep is None or fam in keep}
+    names = {r.id: r.name for r in ctx.program.regions}
+    subtree = _subtree(ctx)
+    wanted = {r.id for r in subtree}
+    entropy = pmap.region_entropy()
+    shared = set(pmap.shared_pcs())
+    for metric, per_pc in sorted(series.items()):
+        lifted = pmap.attribute(per_pc)
+        for region in subtree:
+            owned = [pc for pc in per_pc if region.id in pmap.alpha(pc)]
+            facts.add(region.name, metric, lifted.get(region.id, 0.0), method=f"count-weighted ({pmap.method})",
+                      ambiguity={"entropy_nats": entropy.get(region.id, 0.0),
+                                 "shared_pcs": sum(1 for pc in owned if pc in shared)})
+        if ctx.region:
+            inclusive = sum(v for rid, v in lifted.items() if rid in wanted)
+            facts.add(ctx.region, f"{metric} (inclusive)", inclusive, method=f"count-weighted ({pmap.method})",
+                      notes=["sum over the region's subtree"])
+        if lifted.get(UNMAPPED):
+            facts.add(UNMAPPED, metric, lifted[UNMAPPED], method="PCs absent from the map",
+                      notes=["counts at PCs the mapping run never executed"])
+        other = sum(v for rid, v in lifted.items() if rid not in wanted and rid != UNMAPPED)
+        facts.extra.setdefault("outside_subtree", {})[metric] = other
+    facts.extra["regions_in_map"] = sorted(names.get(r, str(r)) for r in pmap.regions)
+    return facts.write()
+
+
+@register_synthesis("async_completion_latency")
+def synth_async_completion(ctx) -> dict:
+    """Per (op, iteration): issue-to-completion latency from its forced-wait probe (derived), joined
+    to the reference trace's same iteration by (op ID, iteration) — never by timestamps."""
+    facts = _Facts(ctx)
+    refs = ctx.deps_with_op("latency")
+    if len(refs) != 1:
+        raise HandlerError(f"async completion latency needs the reference latency facts, got {len(refs)}")
+    ref_doc = json.loads(ctx.input_of(refs[0].id, "facts").read_text(encoding="utf-8"))
+    ref_by_iter = ref_doc.get("extra", {}).get("mean_by_iteration", {})
+    sites_task = [t for t in ctx.deps.values() if t.kind == "control"]
+    sites = {}
+    if sites_task:
+        sdoc = _load(ctx.input_of(sites_task[0].id, "async_sites"), "argus.async_sites/1")
+        sites = {s["op_id"]: s for s in sdoc["sites"]}
+    probes = [t for t in ctx.deps.values() if t.kind == "collect" and "probe" in t.config]
+    programs = [ctx.programs(refs[0].program)] + [ctx.programs(t.program) for t in probes]
+    check_joinable(programs)
+    window = ctx.task.scope.get("iterations")
+    for t in sorted(probes, key=lambda t: (str(t.config["probe"]["op_id"]), t.config["probe"]["iteration"])):
+        facts.cite(t)
+        op_id, it = t.config["probe"]["op_id"], t.config["probe"]["iteration"]
+        if window and not window[0] <= it < window[1]:
+            continue
+        path = ctx.input_of(t.id, "op_events")
+        doc = _load(path, "argus.op_events/1")
+        cols = _columns(doc, ("op_id", "iteration", "issue", "complete"), str(path))
+        sel = (cols["op_id"] == op_id) & (cols["iteration"] == it)
+        for name, col in (("sms", "sm"), ("ctas", "cta")):
+            chosen = ctx.task.scope.get(name)
+            if chosen is not None:
+                if col not in cols:
+                    raise ScopeError(f"{path}: scope {name} needs column {col!r}, which the probe events lack")
+                sel &= np.isin(cols[col], chosen)
+        d = (cols["complete"][sel] - cols["issue"][sel]).astype(np.float64)
+        region = sites.get(op_id, {}).get("region", ctx.region)
+        ref = ref_by_iter.get(region or "", {}).get(str(it))
+        notes = [] if d.size else [f"the probe run recorded no event for {op_id} at iteration {it}"]
+        facts.add(region, f"{op_id}@{it}", float(d.mean()) if d.size else None, samples=d.size,
+                  method="forced-wait probe", notes=notes, unit=doc.get("clock", "ns"),
+                  extra={"op_id": op_id, "iteration": it, "reference_region_mean": ref,
+                         "reference_task": refs[0].id, "probe_program": t.program})
+    return facts.write()
+
+
+@register_synthesis("system_timeline")
+def synth_system_timeline(ctx) -> dict:
+    """Total time and count per (category, name) of system events; optional ``step`` selection."""
+    facts = _Facts(ctx)
+    collects = ctx.deps_with_op("systrace")
+    if len(collects) != 1:
+        raise HandlerError(f"system timeline synthesis needs one systrace collection, got {len(collects)}")
+    facts.cite(collects[0])
+    doc = _load(ctx.input_of(collects[0].id, "system_timeline"), "argus.system_timeline/1")
+    step = ctx.task.scope.get("step")
+    groups: dict = defaultdict(list)
+    for ev in doc.get("events", []):
+        if step is not None and ev.get("step") != step:
+            continue
+        groups[(ev.get("category", "other"), ev.get("name", "?"))].append(float(ev["end_ns"]) - float(ev["start_ns"]))
+    for (cat, name), durs in sorted(groups.items()):
+        facts.add(None, f"{cat}:{name}", sum(durs), samples=len(durs), method="system trace",
+                  notes=[f"mean {sum(durs) / len(durs):.1f} ns per event"])
+    return facts.write()

@@ -1,0 +1,319 @@
+"""Versioned workspace: content-addressed blobs plus a SQLite index (WAL) in one directory.
+
+Layout::
+
+    <root>/index.sqlite      programs, tasks, outputs, branches (the only thing readers trust)
+    <root>/blobs/ab/<sha256> immutable output files, named by the SHA-256 of their bytes
+    <root>/staging/<task id>.<random>/   where a running task writes; invisible to readers
+
+Every output is bound to the task that produced it (``task_id``, whose content hash covers the
+program version, region, scope, configuration and dependency ids) and to the exact input versions
+it read (the blob hashes of its dependencies' outputs, stored per output). A task counts as done
+only when its row and all its output rows are committed in one SQLite transaction, after the blobs
+are in place (rename); a worker killed mid-write leaves only a staging directory, which
+:meth:`Workspace.clean_staging` removes. Durability against power loss needs ``durable=True``
+(fsync files and directories); against killed processes it is not needed.
+
+Names from users (region names, branch names, signal names) are stored as data only: every path
+in the workspace is built from hex hashes and validated task ids, never from user strings.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sqlite3
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from .program import ProgramVersion, check_joinable
+
+SCHEMA_VERSION = 1
+_TASK_ID = re.compile(r"^[tcsx]-[0-9a-f]{20}$")
+_BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS programs (
+    id TEXT PRIMARY KEY, base TEXT NOT NULL, parent TEXT, name TEXT NOT NULL, variant TEXT NOT NULL,
+    record TEXT NOT NULL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY, kind TEXT NOT NULL, op TEXT NOT NULL, program TEXT NOT NULL,
+    status TEXT NOT NULL, error TEXT, attempts INTEGER NOT NULL DEFAULT 0, record TEXT NOT NULL,
+    meta TEXT, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS outputs (
+    task_id TEXT NOT NULL, name TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
+    program TEXT NOT NULL, inputs TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (task_id, name));
+CREATE TABLE IF NOT EXISTS branches (
+    name TEXT PRIMARY KEY, program TEXT NOT NULL, forked_from TEXT, created REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS outputs_sha ON outputs (sha256);
+"""
+
+
+class WorkspaceError(RuntimeError):
+    """A workspace that is missing, of another schema version, or asked for something it lacks."""
+
+
+@dataclass(frozen=True)
+class OutputRecord:
+    task_id: str
+    name: str
+    sha256: str
+    size: int  # bytes
+    path: Path
+    program: str
+    inputs: tuple  # ((dep task id, output name, sha256), ...)
+
+    def read_bytes(self) -> bytes:
+        return self.path.read_bytes()
+
+    def read_json(self):
+        return json.loads(self.path.read_text(encoding="utf-8"))
+
+
+def _check_task_id(task_id: str) -> str:
+    if not isinstance(task_id, str) or not _TASK_ID.match(task_id):
+        raise WorkspaceError(f"invalid task id {task_id!r} (expected a planner id like 'c-<20 hex>')")
+    return task_id
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class Workspace:
+    """An embedded versioned store. Thread-safe for one process; several processes may share it
+    (SQLite WAL with a busy timeout)."""
+
+    def __init__(self, root: str | os.PathLike, *, durable: bool = False) -> None:
+        self.root = Path(root)
+        self.durable = durable
+        self.blobs = self.root / "blobs"
+        self.staging = self.root / "staging"
+        for d in (self.root, self.blobs, self.staging):
+            d.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.root / "index.sqlite", timeout=30.0, check_same_thread=False,
+                                   isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+        self._db.executescript(_SCHEMA)
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        if row is None:
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        elif row[0] != str(SCHEMA_VERSION):
+            raise WorkspaceError(f"workspace {self.root} has schema {row[0]}, this Argus reads {SCHEMA_VERSION}")
+
+    # ---- plumbing -------------------------------------------------------------------------
+    class _Tx:
+        def __init__(self, ws: "Workspace") -> None:
+            self.ws = ws
+
+        def __enter__(self):
+            self.ws._lock.acquire()
+            self.ws._db.execute("BEGIN IMMEDIATE")
+            return self.ws._db
+
+        def __exit__(self, exc_type, exc, tb):
+            try:
+                self.ws._db.execute("ROLLBACK" if exc_type else "COMMIT")
+            finally:
+                self.ws._lock.release()
+
+    def _tx(self) -> "_Tx":
+        return Workspace._Tx(self)
+
+    def _query(self, sql: str, args: tuple = ()) -> list:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def blob_path(self, sha: str) -> Path:
+        if not _SHA.match(sha):
+            raise WorkspaceError(f"invalid blob hash {sha!r}")
+        return self.blobs / sha[:2] / sha
+
+    # ---- programs -------------------------------------------------------------------------
+    def put_program(self, pv: ProgramVersion | dict) -> str:
+        pv = pv if isinstance(pv, ProgramVersion) else ProgramVersion.from_dict(pv)
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO programs VALUES (?,?,?,?,?,?,?)",
+                       (pv.id, pv.base_id, pv.parent, pv.name, pv.variant,
+                        json.dumps(pv.to_dict(), sort_keys=True), time.time()))
+        return pv.id
+
+    def get_program(self, pid: str) -> ProgramVersion:
+        rows = self._query("SELECT record FROM programs WHERE id=?", (pid,))
+        if not rows:
+            raise WorkspaceError(f"unknown program version {pid!r} in workspace {self.root}")
+        return ProgramVersion.from_dict(json.loads(rows[0][0]))
+
+    def programs(self) -> list[dict]:
+        rows = self._query("SELECT id, base, parent, name, variant, created FROM programs ORDER BY created")
+        return [dict(zip(("id", "base", "parent", "name", "variant", "created"), r)) for r in rows]
+
+    def check_joinable(self, program_ids: list[str]) -> None:
+        """Raise ``IncompatibleVersionsError`` unless the versions share one base."""
+        check_joinable([self.get_program(pid) for pid in program_ids])
+
+    # ---- forks ----------------------------------------------------------------------------
+    def fork(self, program_id: str, branch: str) -> None:
+        """Start (or move) ``branch`` at an earlier program version; later versions derive from it."""
+        if not isinstance(branch, str) or not _BRANCH.match(branch):
+            raise WorkspaceError(f"invalid branch name {branch!r}: letters, digits, '_', '.', '-', max 64")
+        self.get_program(program_id)  # must exist
+        old = self._query("SELECT program FROM branches WHERE name=?", (branch,))
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO branches VALUES (?,?,?,?)",
+                       (branch, program_id, old[0][0] if old else None, time.time()))
+
+    def advance(self, branch: str, program: ProgramVersion) -> str:
+        """Record ``program`` (derived from the branch head) as the branch's new head."""
+        head = self.branch_head(branch)
+        if program.parent != head:
+            raise WorkspaceError(f"{program.id} was not derived from branch {branch!r} head {head}")
+        self.put_program(program)
+        with self._tx() as db:
+            db.execute("UPDATE branches SET program=? WHERE name=?", (program.id, branch))
+        return program.id
+
+    def branch_head(self, branch: str) -> str:
+        rows = self._query("SELECT program FROM branches WHERE name=?", (branch,))
+        if not rows:
+            names = [r[0] for r in self._query("SELECT name FROM branches ORDER BY name")]
+            raise WorkspaceError(f"unknown branch {branch!r}; branches: {', '.join(names) or 'none'}")
+        return rows[0][0]
+
+    def branches(self) -> dict[str, str]:
+        return dict(self._query("SELECT name, program FROM branches ORDER BY name"))
+
+    # ---- task outputs ---------------------------------------------------------------------
+    def new_staging(self, task_id: str) -> Path:
+        path = self.staging / f"{_check_task_id(task_id)}.{uuid.uuid4().hex[:12]}"
+        path.mkdir(parents=True)
+        return path
+
+    def outputs(self, task_id: str) -> dict[str, OutputRecord] | None:
+        """The committed outputs of a done task, or ``None`` when it has not completed here."""
+        _check_task_id(task_id)
+        status = self._query("SELECT status FROM tasks WHERE id=?", (task_id,))
+        if not status or status[0][0] != "done":
+            return None
+        rows = self._query("SELECT name, sha256, size, program, inputs FROM outputs WHERE task_id=?", (task_id,))
+        return {name: OutputRecord(task_id, name, sha, size, self.blob_path(sha), prog,
+                                   tuple(tuple(i) for i in json.loads(inputs)))
+                for name, sha, size, prog, inputs in rows}
+
+    def commit(self, task, files: dict[str, Path], inputs: list[tuple[str, str, str]],
+               meta: dict | None = None) -> dict[str, OutputRecord]:
+        """Move ``files`` (under a staging dir) into blobs and record them atomically as ``task``'s outputs.
+
+        ``inputs``: the exact (dep task id, output name, sha256) the task read.
+        """
+        _check_task_id(task.id)
+        placed: dict[str, tuple[str, int]] = {}
+        for name, path in sorted(files.items()):
+            path = Path(path)
+            if not path.resolve().is_relative_to(self.staging.resolve()):
+                raise WorkspaceError(f"task {task.id} output {name!r} at {path} is not under the staging area")
+            if self.durable:
+                with open(path, "rb") as fh:
+                    os.fsync(fh.fileno())
+            sha = file_sha256(path)
+            size = path.stat().st_size
+            target = self.blob_path(sha)
+            if not target.exists():
+                target.parent.mkdir(exist_ok=True)
+                os.replace(path, target)  # atomic; identical content may already be there
+                if self.durable:
+                    _fsync_dir(target.parent)
+            placed[name] = (sha, size)
+        now = time.time()
+        inputs_json = json.dumps(sorted(list(i) for i in inputs))
+        with self._tx() as db:
+            db.execute("DELETE FROM outputs WHERE task_id=?", (task.id,))
+            db.executemany("INSERT INTO outputs VALUES (?,?,?,?,?,?,?)",
+                           [(task.id, n, sha, size, task.program, inputs_json, now) for n, (sha, size) in placed.items()])
+            db.execute("INSERT INTO tasks (id, kind, op, program, status, error, attempts, record, meta, updated) "
+                       "VALUES (?,?,?,?,'done',NULL,1,?,?,?) ON CONFLICT(id) DO UPDATE SET status='done', "
+                       "error=NULL, attempts=attempts+1, meta=excluded.meta, updated=excluded.updated",
+                       (task.id, task.kind, task.op, task.program, json.dumps(task.to_dict(), sort_keys=True),
+                        json.dumps(meta or {}, sort_keys=True), now))
+        return self.outputs(task.id) or {}
+
+    def record_failure(self, task, error: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO tasks (id, kind, op, program, status, error, attempts, record, meta, updated) "
+                       "VALUES (?,?,?,?,'failed',?,1,?,NULL,?) ON CONFLICT(id) DO UPDATE SET status='failed', "
+                       "error=excluded.error, attempts=attempts+1, updated=excluded.updated "
+                       "WHERE tasks.status != 'done'",
+                       (task.id, task.kind, task.op, task.program, error[-4000:],
+                        json.dumps(task.to_dict(), sort_keys=True), time.time()))
+
+    def task_status(self, task_id: str) -> dict | None:
+        rows = self._query("SELECT status, error, attempts, op, kind FROM tasks WHERE id=?", (_check_task_id(task_id),))
+        return dict(zip(("status", "error", "attempts", "op", "kind"), rows[0])) if rows else None
+
+    def tasks(self) -> list[dict]:
+        rows = self._query("SELECT id, kind, op, program, status, attempts, updated FROM tasks ORDER BY updated")
+        return [dict(zip(("id", "kind", "op", "program", "status", "attempts", "updated"), r)) for r in rows]
+
+    # ---- maintenance ----------------------------------------------------------------------
+    def clean_staging(self) -> int:
+        """Remove leftover staging directories (of killed or failed tasks). Only call it while no
+        runtime uses this workspace. Returns how many were removed."""
+        n = 0
+        for entry in self.staging.iterdir():
+            shutil.rmtree(entry, ignore_errors=True)
+            n += 1
+        return n
+
+    def verify(self) -> list[str]:
+        """Consistency problems (empty when consistent): every done task's blobs exist and match."""
+        problems = []
+        for task_id, name, sha, size in self._query("SELECT task_id, name, sha256, size FROM outputs"):
+            path = self.blob_path(sha)
+            if not path.exists():
+                problems.append(f"{task_id}/{name}: blob {sha[:12]} missing")
+            elif path.stat().st_size != size or file_sha256(path) != sha:
+                problems.append(f"{task_id}/{name}: blob {sha[:12]} does not match its hash")
+        for (task_id,) in self._query("SELECT id FROM tasks WHERE status='done' AND id NOT IN "
+                                      "(SELECT task_id FROM outputs)"):
+            problems.append(f"{task_id}: done but has no outputs")
+        return problems
+
+    def stats(self) -> dict:
+        blob_bytes = sum(p.stat().st_size for p in self.blobs.rglob("*") if p.is_file())
+        count = lambda sql: self._query(sql)[0][0]  # noqa: E731
+        return {"programs": count("SELECT COUNT(*) FROM programs"),
+                "tasks_done": count("SELECT COUNT(*) FROM tasks WHERE status='done'"),
+                "tasks_failed": count("SELECT COUNT(*) FROM tasks WHERE status='failed'"),
+                "outputs": count("SELECT COUNT(*) FROM outputs"), "blob_bytes": blob_bytes,
+                "staging_dirs": sum(1 for _ in self.staging.iterdir())}
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
