@@ -258,7 +258,9 @@ class PcRegionMap:
         from ..sass import parse_pc_key
 
         pcs: dict[int, PcOwnership] = {}
-        for key, stack, n in doc.get("stacks", []):
+        # Maps from NVBit carry leaf entries only: a leaf stands for its whole stack then.
+        rows = doc.get("stacks") or [[k, [r] if r != NO_REGION else [], n] for k, r, n in doc.get("entries", [])]
+        for key, stack, n in rows:
             _, pc = parse_pc_key(key)
             own = pcs.setdefault(pc, PcOwnership(pc, {}, doc.get("pc_methods", {}).get(key, doc["method"])))
             own.stacks[tuple(stack)] = float(n)
