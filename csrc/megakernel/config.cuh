@@ -1,0 +1,15 @@
+// Compile-time shape of a worker CTA and the shared-memory budget; the host checks a model fits
+// (megakernel/runtime.py: check_fits) before launching.
+#pragma once
+
+namespace mk {
+constexpr int THREADS = 256;             // threads per CTA (scheduler and workers)
+constexpr int NWARPS = THREADS / 32;
+constexpr int SMEM_FLOATS = 8192;        // activation vector (K <= 8192) or attention scores
+constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared memory
+constexpr int GEMV_ROWS = 2;             // rows a warp streams at once (loads in flight = 2 x unroll)
+constexpr int GEMV_UNROLL = 4;           // 16-byte chunks per row per loop trip
+constexpr int MAX_GROUP = 8;             // query heads per KV head (GQA) kept in registers
+static_assert(THREADS % 32 == 0, "whole warps");
+static_assert(SMEM_FLOATS * 4 + MAX_TILE_ROWS * 4 <= 48 * 1024, "static shared memory stays under 48 KiB");
+}  // namespace mk

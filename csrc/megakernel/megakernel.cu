@@ -1,0 +1,314 @@
+// Persistent TinyLlama decode megakernel: one scheduler CTA (block 0) + N worker CTAs.
+//
+// Workers take instruction tickets from a global counter in stream order (ticket t = step
+// t / n_instr, instruction t % n_instr), prefetch the tile's weights (and a look-ahead tile's)
+// into L2, wait on the instruction's dependency counter, run it, and signal its counter. The
+// stream is topologically ordered, so the lowest unfinished ticket can always run: no deadlock,
+// and no grid-wide barrier anywhere. The scheduler CTA timestamps step boundaries (device-side
+// ms/token) and watches for steps that never finish.
+//
+// Build (megakernel/build.py does this, with generated headers in the build directory):
+//   nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -Icsrc -I<build> -DARGUS_MODE=0 megakernel.cu
+#include "argus/argus.cuh"
+#include "megakernel_regions.h"
+#include "megakernel_params.h"
+#include "opcodes.cuh"
+#include "config.cuh"
+#include "common.cuh"
+#include "sync.cuh"
+#include "gemv.cuh"
+#include "attention.cuh"
+
+namespace mk {
+
+struct Smem {
+  float xs[SMEM_FLOATS];
+  float out[MAX_TILE_ROWS];
+  float scratch[2 * NWARPS];
+  int ins[INSTR_WORDS];
+  int argmax_idx[NWARPS];
+  unsigned ticket;
+  int ok;
+};
+
+// Region coordinate: step in the high bits, layer in the low 8 (Argus iteration windows select steps).
+__device__ __forceinline__ unsigned coord(int step, int layer) { return ((unsigned)step << 8) | (unsigned)(layer & 0xff); }
+
+// Weight bytes a GEMV instruction streams (0 for other ops): what the L2 prefetch covers.
+__device__ void tile_weights(const Params& p, const int* ins, const char** ptr, unsigned* bytes) {
+  const int layer = ins[W_LAYER];
+  const size_t D = p.hidden, F = p.ffn, Dh = p.head_dim, KV = p.n_kv_heads * p.head_dim;
+  const __nv_bfloat16* w = nullptr;
+  size_t n = 0;
+  switch (ins[W_OPCODE]) {
+    case OP_QKV_HEAD: {
+      const size_t base = (ins[W_A0] == HEAD_Q ? 0 : ins[W_A0] == HEAD_K ? D : D + KV) + ins[W_A1] * Dh;
+      w = p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D;
+      n = Dh * D;
+      break;
+    }
+    case OP_O_PROJ: w = p.wo + ((size_t)layer * D + ins[W_A0]) * D; n = (size_t)ins[W_A1] * D; break;
+    case OP_GATE_UP: w = p.wgu + ((size_t)layer * 2 * F + 2 * (size_t)ins[W_A0]) * D; n = 2 * (size_t)ins[W_A1] * D; break;
+    case OP_DOWN: w = p.wd + ((size_t)layer * D + ins[W_A0]) * F; n = (size_t)ins[W_A1] * F; break;
+    case OP_LOGITS: w = p.lm_head + (size_t)ins[W_A0] * D; n = (size_t)ins[W_A1] * D; break;
+    default: break;
+  }
+  *ptr = reinterpret_cast<const char*>(w);
+  *bytes = (unsigned)(n * sizeof(__nv_bfloat16));
+}
+
+// Warp 0 prefetches [ptr, ptr + bytes) into L2 in 32 KiB pieces, one piece per lane.
+__device__ __forceinline__ void prefetch_tile(const char* ptr, unsigned bytes) {
+  const unsigned piece = 32u * 1024u;
+  for (unsigned off = (threadIdx.x & 31) * piece; off < bytes; off += 32 * piece)
+    prefetch_l2(ptr + off, min(piece, bytes - off));
+}
+
+__device__ void op_embed(const Params& p, int step, bool* bad) {
+  const int tok = __ldcg(p.tokens + step);  // written by the previous step's Sample on another CTA
+  if (tok < 0 || tok >= p.vocab) {
+    *bad = true;
+    return;
+  }
+  for (int i = threadIdx.x; i < p.hidden; i += THREADS)
+    p.x[i] = __bfloat162float(p.embed[(size_t)tok * p.hidden + i]);
+}
+
+__device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, int step) {
+  const int D = (int)p.hidden, Dh = (int)p.head_dim, KV = (int)(p.n_kv_heads * p.head_dim), half = Dh / 2;
+  {
+    ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_NORM, coord(step, layer));
+    load_rmsnorm(p.x + (size_t)layer * D, p.attn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch);
+  }
+  {
+    ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+    const size_t base = (kind == HEAD_Q ? 0 : kind == HEAD_K ? D : D + KV) + (size_t)head * Dh;
+    gemv_tile(p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D, D, Dh, s.xs, s.out);
+    __syncthreads();
+  }
+  ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_KV_UPDATE, coord(step, layer));
+  const int t = threadIdx.x;
+  if (kind == HEAD_V) {
+    if (t < Dh) p.v_cache[(((size_t)layer * p.n_kv_heads + head) * p.max_seq + step) * Dh + t] = __float2bfloat16(s.out[t]);
+    return;
+  }
+  if (t < half) {  // RoPE, "rotate half" pairs (d, d + Dh/2) share the angle of position `step`
+    const float c = p.rope_cos[(size_t)step * half + t], sn = p.rope_sin[(size_t)step * half + t];
+    const float a = s.out[t], b = s.out[t + half];
+    const float y0 = a * c - b * sn, y1 = b * c + a * sn;
+    if (kind == HEAD_Q) {
+      float* q = p.q + (size_t)layer * D + (size_t)head * Dh;
+      q[t] = y0;
+      q[t + half] = y1;
+    } else {
+      __nv_bfloat16* k = p.k_cache + (((size_t)layer * p.n_kv_heads + head) * p.max_seq + step) * Dh;
+      k[t] = __float2bfloat16(y0);
+      k[t + half] = __float2bfloat16(y1);
+    }
+  }
+}
+
+__device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
+  const int D = (int)p.hidden;
+  {
+    ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
+    load_attention_combined(p, layer, step, s.xs);
+  }
+  ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+  gemv_tile(p.wo + ((size_t)layer * D + row0) * D, D, rows, s.xs, s.out);
+  __syncthreads();
+  for (int r = threadIdx.x; r < rows; r += THREADS)
+    p.x_mid[(size_t)layer * D + row0 + r] = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
+}
+
+__device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, int step) {
+  const int D = (int)p.hidden;
+  {
+    ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_NORM, coord(step, layer));
+    load_rmsnorm(p.x_mid + (size_t)layer * D, p.ffn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch);
+  }
+  ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+  gemv_tile(p.wgu + ((size_t)layer * 2 * p.ffn + 2 * (size_t)f0) * D, D, 2 * nf, s.xs, s.out);
+  __syncthreads();
+  for (int f = threadIdx.x; f < nf; f += THREADS) {  // SiLU(gate) * up, fused into the GEMV tile
+    const float g = s.out[f], u = s.out[nf + f];
+    p.h[(size_t)layer * p.ffn + f0 + f] = g / (1.f + expf(-g)) * u;
+  }
+}
+
+__device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
+  const int D = (int)p.hidden, F = (int)p.ffn;
+  ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+  load_vector(p.h + (size_t)layer * F, F, s.xs);
+  gemv_tile(p.wd + ((size_t)layer * D + row0) * F, F, rows, s.xs, s.out);
+  __syncthreads();
+  for (int r = threadIdx.x; r < rows; r += THREADS)
+    p.x[(size_t)(layer + 1) * D + row0 + r] = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
+}
+
+__device__ void op_logits(const Params& p, Smem& s, int row0, int rows, int step) {
+  const int D = (int)p.hidden, L = (int)p.n_layers;
+  {
+    ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_NORM, coord(step, L));
+    load_rmsnorm(p.x + (size_t)L * D, p.final_norm, D, (float)p.eps, s.xs, s.scratch);
+  }
+  ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_LOGITS, coord(step, L));
+  gemv_tile(p.lm_head + (size_t)row0 * D, D, rows, s.xs, s.out);
+  __syncthreads();
+  for (int r = threadIdx.x; r < rows; r += THREADS) p.logits[row0 + r] = s.out[r];
+}
+
+// Uniform (0, 1) noise for Gumbel-max sampling; megakernel/interpreter.py: gumbel_uniform.
+__device__ __forceinline__ float uniform_noise(unsigned seed, unsigned step, unsigned i) {
+  unsigned x = i * 0x9E3779B1u + step * 0x85EBCA77u + seed;
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  x ^= x >> 13;
+  x *= 0xC2B2AE35u;
+  x ^= x >> 16;
+  return ((float)(x >> 8) + 0.5f) * (1.0f / 16777216.0f);
+}
+
+__device__ void op_sample(const Params& p, Smem& s, int step) {
+  if (step + 1 < p.n_forced || step + 1 > p.max_seq) return;  // the next token is given (prompt)
+  ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_SAMPLING, coord(step, (int)p.n_layers));
+  const float temp = (float)p.temperature;
+  float best = -INFINITY;
+  int best_i = 0x7fffffff;
+  for (int i = threadIdx.x; i < p.vocab; i += THREADS) {
+    float v = __ldcg(p.logits + i);
+    if (temp > 0.f) v = v / temp - logf(-logf(uniform_noise((unsigned)p.seed, (unsigned)step, (unsigned)i)));
+    if (v > best || (v == best && i < best_i)) {
+      best = v;
+      best_i = i;
+    }
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int o = 16; o > 0; o >>= 1) {  // argmax, lowest index on ties
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+    if (ob > best || (ob == best && oi < best_i)) {
+      best = ob;
+      best_i = oi;
+    }
+  }
+  if (lane == 0) {
+    s.scratch[warp] = best;
+    s.argmax_idx[warp] = best_i;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < NWARPS; ++w)
+      if (s.scratch[w] > best || (s.scratch[w] == best && s.argmax_idx[w] < best_i)) {
+        best = s.scratch[w];
+        best_i = s.argmax_idx[w];
+      }
+    // All-NaN logits leave best_i out of range: the next Embed reports ERROR_BAD_TOKEN.
+    p.tokens[step + 1] = best_i == 0x7fffffff ? -1 : best_i;
+  }
+}
+
+__device__ void worker(const Params& p, Smem& s) {
+  const unsigned n_instr = (unsigned)p.n_instr, end = (unsigned)p.ticket_end;
+  for (;;) {
+    unsigned t;
+    int step, index, op, layer;
+    {
+      if (threadIdx.x == 0) s.ticket = error_code(p.error) == ERROR_NONE ? atomicAdd(p.ticket, 1u) : end;
+      __syncthreads();
+      t = s.ticket;
+      if (t >= end) break;
+      step = (int)(t / n_instr);
+      index = (int)(t % n_instr);
+      if (threadIdx.x < INSTR_WORDS) s.ins[threadIdx.x] = __ldg(p.instructions + (size_t)index * INSTR_WORDS + threadIdx.x);
+      __syncthreads();
+      op = s.ins[W_OPCODE];
+      layer = s.ins[W_LAYER];
+    }
+    ARGUS_BEGIN_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
+    if (threadIdx.x < 32) {  // stream weights while the dependency resolves
+      const char* w;
+      unsigned bytes;
+      tile_weights(p, s.ins, &w, &bytes);
+      if (bytes) prefetch_tile(w, bytes);
+      const unsigned ahead = t + (unsigned)p.prefetch_ahead;
+      if (p.prefetch_ahead > 0 && ahead < end) {
+        int future[INSTR_WORDS];
+        const int* src = p.instructions + (size_t)(ahead % n_instr) * INSTR_WORDS;
+        future[W_OPCODE] = __ldg(src + W_OPCODE);
+        future[W_LAYER] = __ldg(src + W_LAYER);
+        future[W_A0] = __ldg(src + W_A0);
+        future[W_A1] = __ldg(src + W_A1);
+        tile_weights(p, future, &w, &bytes);
+        if (bytes) prefetch_tile(w, bytes);
+      }
+    }
+    if (threadIdx.x == 0) {
+      bool ok = true;
+      const int wait = s.ins[W_WAIT];
+      if (wait != NO_COUNTER) {
+        const int need = (step + 1 + s.ins[W_WAIT_DELTA]) * s.ins[W_WAIT_COUNT];
+        if (need > 0) {
+          const WaitSite site{(int)t, step, index, op, layer, wait};
+          ok = wait_counter(p, p.counters + wait, (unsigned)need, site);
+        }
+      }
+      s.ok = ok;
+    }
+    __syncthreads();
+    ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
+    if (!s.ok) break;
+    bool bad = false;
+    switch (op) {
+      case OP_EMBED: op_embed(p, step, &bad); break;
+      case OP_QKV_HEAD: op_qkv(p, s, layer, s.ins[W_A0], s.ins[W_A1], step); break;
+      case OP_ATTN_PARTIAL: {
+        ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
+        attention_partial(p, layer, s.ins[W_A0], s.ins[W_A1], step, s.xs);
+        break;
+      }
+      case OP_O_PROJ: op_oproj(p, s, layer, s.ins[W_A0], s.ins[W_A1], step); break;
+      case OP_GATE_UP: op_gate_up(p, s, layer, s.ins[W_A0], s.ins[W_A1], step); break;
+      case OP_DOWN: op_down(p, s, layer, s.ins[W_A0], s.ins[W_A1], step); break;
+      case OP_LOGITS: op_logits(p, s, s.ins[W_A0], s.ins[W_A1], step); break;
+      case OP_SAMPLE: op_sample(p, s, step); break;
+      default: bad = true; break;
+    }
+    if (bad && threadIdx.x == 0)
+      raise_error(p, op == OP_EMBED ? ERROR_BAD_TOKEN : ERROR_BAD_OPCODE, (int)t, step, index, op);
+    __syncthreads();  // every thread's writes of this tile are done ...
+    if (threadIdx.x == 0) {
+      __threadfence();
+      red_release_add(p.counters + s.ins[W_SIGNAL], 1u);  // ... before the counter says so
+    }
+  }
+}
+
+// Block 0: device-side timestamps of step boundaries (step_ns[0] = start, step_ns[i + 1] = end of
+// step step_begin + i), and a watchdog on whole steps.
+__device__ void scheduler(const Params& p, Smem& s) {
+  if (threadIdx.x != 0) return;
+  p.step_ns[0] = globaltimer_ns();
+  for (int step = (int)p.step_begin; step < p.step_end; ++step) {
+    ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, 0xff));
+    const WaitSite site{-1, step, -1, OP_SAMPLE, (int)p.n_layers, (int)p.sample_counter};
+    if (!wait_counter(p, p.counters + p.sample_counter, (unsigned)(step + 1), site)) return;
+    p.step_ns[step - p.step_begin + 1] = globaltimer_ns();
+  }
+}
+
+}  // namespace mk
+
+extern "C" __global__ void __launch_bounds__(mk::THREADS, 1) argus_megakernel(const Params* __restrict__ params) {
+  __shared__ mk::Smem smem;
+  __shared__ Params p;
+  // The parameter block is 8-byte words: copy it once into shared memory.
+  const unsigned long long* src = reinterpret_cast<const unsigned long long*>(params);
+  unsigned long long* dst = reinterpret_cast<unsigned long long*>(&p);
+  for (int i = threadIdx.x; i < (int)(sizeof(Params) / 8); i += mk::THREADS) dst[i] = src[i];
+  __syncthreads();
+  if (blockIdx.x == 0)
+    mk::scheduler(p, smem);
+  else
+    mk::worker(p, smem);
+}

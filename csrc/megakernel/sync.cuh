@@ -1,0 +1,80 @@
+// Monotonic dependency counters and the watchdog.
+//
+// A producer adds 1 to its counter with release semantics after the whole CTA finished writing;
+// a consumer's thread 0 spins with acquire loads until the counter reaches the expected value
+// (which grows with the step, so counters are never reset). The spin is bounded by a
+// %globaltimer deadline: on expiry the stuck instruction goes to the error slot, every other
+// waiter sees the error code and leaves, and the host raises with it.
+#pragma once
+#include "megakernel_params.h"
+
+namespace mk {
+
+__device__ __forceinline__ unsigned long long globaltimer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ int error_code(const int* err) {
+  return *(volatile const int*)err;
+}
+
+struct WaitSite {  // what to write to the error slot if this wait never ends
+  int ticket, step, index, opcode, layer, counter;
+};
+
+// Called by thread 0 only. Returns false when the kernel must stop (deadline or another error).
+__device__ __noinline__ bool wait_counter(const Params& p, const unsigned* ctr, unsigned expected, const WaitSite& site) {
+  if ((int)(ld_acquire(ctr) - expected) >= 0) return true;
+  const unsigned long long start = globaltimer_ns();
+  unsigned spins = 0;
+  for (;;) {
+    const unsigned v = ld_acquire(ctr);
+    if ((int)(v - expected) >= 0) return true;
+    if ((++spins & 63u) == 0) {
+      if (error_code(p.error) != ERROR_NONE) return false;
+      if (globaltimer_ns() - start > (unsigned long long)p.timeout_ns) {
+        if (atomicCAS(p.error, ERROR_NONE, -1) == ERROR_NONE) {  // first to time out reports
+          int* e = p.error;
+          e[ERR_TICKET] = site.ticket;
+          e[ERR_STEP] = site.step;
+          e[ERR_INDEX] = site.index;
+          e[ERR_OPCODE] = site.opcode;
+          e[ERR_LAYER] = site.layer;
+          e[ERR_COUNTER] = site.counter;
+          e[ERR_EXPECTED] = (int)expected;
+          e[ERR_OBSERVED] = (int)v;
+          e[ERR_BLOCK] = blockIdx.x;
+          __threadfence();
+          atomicExch(p.error, ERROR_DEADLOCK);
+        }
+        return false;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void raise_error(const Params& p, int code, int ticket, int step, int index, int opcode) {
+  if (atomicCAS(p.error, ERROR_NONE, -1) == ERROR_NONE) {
+    p.error[ERR_TICKET] = ticket;
+    p.error[ERR_STEP] = step;
+    p.error[ERR_INDEX] = index;
+    p.error[ERR_OPCODE] = opcode;
+    p.error[ERR_BLOCK] = blockIdx.x;
+    __threadfence();
+    atomicExch(p.error, code);
+  }
+}
+
+}  // namespace mk

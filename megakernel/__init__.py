@@ -1,0 +1,1 @@
+"""Persistent megakernel: instruction encoding, tile-DAG builder, reference interpreter, launcher."""

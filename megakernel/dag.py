@@ -1,0 +1,133 @@
+"""Lower one TinyLlama decode step to a static tile DAG of megakernel instructions.
+
+The list is in a topological order: every instruction waits only on counters signalled by
+instructions earlier in the list (or, for ``Embed``, by the previous step's ``Sample``). Workers
+take instructions in list order from a ticket counter, so the lowest unfinished ticket can always
+run: the order itself rules out deadlock.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tinyllama.config import LlamaConfig
+
+from .instructions import (HEAD_K, HEAD_Q, HEAD_V, NO_COUNTER, WORDS, AttnPartial, Down, Embed, GateUp,
+                           Instruction, Logits, OProj, QkvHead, Sample)
+
+
+class DagError(ValueError):
+    """A tile shape that does not divide the model, or a DAG whose dependencies are wrong."""
+
+
+@dataclass(frozen=True)
+class TileShape:
+    """How each op is cut into tiles (sizes in rows, features or KV positions)."""
+
+    o_rows: int = 16  # Wo rows per OProj tile
+    gate_features: int = 16  # FFN features per GateUp tile (2x as many weight rows)
+    down_rows: int = 16  # Wd rows per Down tile
+    logits_rows: int = 64  # LM-head rows per Logits tile
+    attn_split: int = 256  # KV positions per AttnPartial tile
+
+    def check(self, c: LlamaConfig) -> None:
+        for name, value, total in (("o_rows", self.o_rows, c.hidden), ("gate_features", self.gate_features, c.ffn),
+                                   ("down_rows", self.down_rows, c.hidden), ("logits_rows", self.logits_rows, c.vocab),
+                                   ("attn_split", self.attn_split, c.max_seq)):
+            if not isinstance(value, int) or value <= 0 or value % 2:
+                raise DagError(f"TileShape.{name} must be a positive even int, got {value!r}")
+            if name != "attn_split" and total % value:
+                raise DagError(f"TileShape.{name}={value} does not divide the model dimension {total}")
+
+    def n_splits(self, c: LlamaConfig) -> int:
+        """AttnPartial tiles per KV head (covers the whole KV-cache capacity)."""
+        return -(-c.max_seq // self.attn_split)
+
+
+@dataclass
+class Program:
+    """A decode step as instructions plus the names of the counters they use."""
+
+    config: LlamaConfig
+    tiles: TileShape
+    instructions: list[Instruction] = field(default_factory=list)
+    counters: list[str] = field(default_factory=list)
+
+    def counter(self, name: str) -> int:
+        self.counters.append(name)
+        return len(self.counters) - 1
+
+    def words(self) -> np.ndarray:
+        """int32 array [n_instructions, WORDS]: what the kernel reads."""
+        return np.asarray([i.serialize() for i in self.instructions], dtype=np.int32).reshape(-1, WORDS)
+
+    def signals_per_step(self) -> list[int]:
+        counts = [0] * len(self.counters)
+        for ins in self.instructions:
+            counts[ins.signal] += 1
+        return counts
+
+    def check(self) -> None:
+        """Raise DagError unless every wait names a counter that earlier instructions fill exactly."""
+        counts = self.signals_per_step()
+        seen = [0] * len(self.counters)
+        for idx, ins in enumerate(self.instructions):
+            if not 0 <= ins.signal < len(self.counters):
+                raise DagError(f"instruction {idx} ({ins}) signals unknown counter {ins.signal}")
+            if ins.wait != NO_COUNTER:
+                if not 0 <= ins.wait < len(self.counters):
+                    raise DagError(f"instruction {idx} ({ins}) waits on unknown counter {ins.wait}")
+                if ins.wait_count != counts[ins.wait]:
+                    raise DagError(f"instruction {idx} ({ins}) expects {ins.wait_count} signals per step on "
+                                   f"{self.counters[ins.wait]!r}, which gets {counts[ins.wait]}")
+                filled_before = seen[ins.wait] if ins.wait_delta == 0 else counts[ins.wait]
+                if ins.wait_delta not in (0, -1) or filled_before != ins.wait_count:
+                    raise DagError(f"instruction {idx} ({ins}) waits on {self.counters[ins.wait]!r} before all "
+                                   "its producers are earlier in the stream: deadlock")
+            seen[ins.signal] += 1
+
+
+def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) -> Program:
+    """The static tile DAG of one decode step."""
+    c = config
+    tiles = tiles or TileShape()
+    tiles.check(c)
+    prog = Program(c, tiles)
+    emit = prog.instructions.append
+    n_splits = tiles.n_splits(c)
+    n_qkv = c.n_heads + 2 * c.n_kv_heads
+
+    embed_ctr = prog.counter("embed")
+    sample_ctr_index = None  # known after the loop; Embed waits on the previous step's Sample
+    prev, prev_count = embed_ctr, 1
+    embed_pos = len(prog.instructions)
+    emit(None)  # placeholder for Embed, filled once the sample counter exists
+    for layer in range(c.n_layers):
+        qkv = prog.counter(f"qkv[{layer}]")
+        for kind, n in ((HEAD_Q, c.n_heads), (HEAD_K, c.n_kv_heads), (HEAD_V, c.n_kv_heads)):
+            for head in range(n):
+                emit(QkvHead(layer, prev, prev_count, 0, qkv, kind, head))
+        attn = prog.counter(f"attn[{layer}]")
+        for kv_head in range(c.n_kv_heads):
+            for split in range(n_splits):
+                emit(AttnPartial(layer, qkv, n_qkv, 0, attn, kv_head, split))
+        o = prog.counter(f"o[{layer}]")
+        for row0 in range(0, c.hidden, tiles.o_rows):
+            emit(OProj(layer, attn, c.n_kv_heads * n_splits, 0, o, row0, tiles.o_rows))
+        gate = prog.counter(f"gateup[{layer}]")
+        for f0 in range(0, c.ffn, tiles.gate_features):
+            emit(GateUp(layer, o, c.hidden // tiles.o_rows, 0, gate, f0, tiles.gate_features))
+        down = prog.counter(f"down[{layer}]")
+        for row0 in range(0, c.hidden, tiles.down_rows):
+            emit(Down(layer, gate, c.ffn // tiles.gate_features, 0, down, row0, tiles.down_rows))
+        prev, prev_count = down, c.hidden // tiles.down_rows
+    logits = prog.counter("logits")
+    for row0 in range(0, c.vocab, tiles.logits_rows):
+        emit(Logits(c.n_layers, prev, prev_count, 0, logits, row0, tiles.logits_rows))
+    sample_ctr_index = prog.counter("sample")
+    emit(Sample(c.n_layers, logits, c.vocab // tiles.logits_rows, 0, sample_ctr_index))
+    # Step s embeds tokens[s], written by step s-1's Sample (step 0's token comes from the host).
+    prog.instructions[embed_pos] = Embed(0, sample_ctr_index, 1, -1, embed_ctr)
+    prog.check()
+    return prog

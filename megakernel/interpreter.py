@@ -1,0 +1,241 @@
+"""Reference interpreter: executes the instruction stream in PyTorch, one instruction at a time.
+
+It runs on the same :class:`DecodeState` tensors as the kernel, in fp32 with bf16 weights and KV
+cache, so it is the kernel's specification. ``order="random"`` runs any ready instruction (its
+counter satisfied) in a random order, which catches a dependency the DAG forgot. :func:`localise`
+replays one kernel step here and names the first instruction whose output differs.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .instructions import (HEAD_K, HEAD_Q, AttnPartial, Down, Embed, GateUp, Instruction, Logits, OProj,
+                           QkvHead, Sample)
+from .state import DecodeState
+
+
+class InterpreterError(RuntimeError):
+    """The instruction stream cannot make progress (a dependency that is never satisfied)."""
+
+
+def gumbel_uniform(seed: int, step: int, n: int) -> np.ndarray:
+    """Uniform (0, 1) noise of the on-device sampler: murmur3 finaliser of (index, step, seed)."""
+    with np.errstate(over="ignore"):
+        x = (np.arange(n, dtype=np.uint32) * np.uint32(0x9E3779B1) + np.uint32((step * 0x85EBCA77) & 0xFFFFFFFF)
+             + np.uint32(seed & 0xFFFFFFFF))
+        x ^= x >> np.uint32(16)
+        x *= np.uint32(0x85EBCA6B)
+        x ^= x >> np.uint32(13)
+        x *= np.uint32(0xC2B2AE35)
+        x ^= x >> np.uint32(16)
+    return ((x >> np.uint32(8)).astype(np.float64) + 0.5) / float(1 << 24)
+
+
+@dataclass
+class SamplingParams:
+    """temperature 0 = greedy; otherwise Gumbel-max sampling with ``seed``."""
+
+    temperature: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self):
+        if not (self.temperature >= 0.0 and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+
+
+class Interpreter:
+    """Runs decode steps of ``state.program`` on ``state`` (tensors updated in place)."""
+
+    def __init__(self, state: DecodeState, n_forced: int = 1, sampling: SamplingParams | None = None):
+        self.s = state
+        self.c = state.program.config
+        self.tiles = state.program.tiles
+        self.n_forced = n_forced
+        self.sampling = sampling or SamplingParams()
+
+    # ---- scheduling ---------------------------------------------------------------------------
+    def run_steps(self, first: int, count: int, order: str = "list", seed: int = 0) -> None:
+        if order not in ("list", "random"):
+            raise ValueError(f"order must be 'list' or 'random', got {order!r}")
+        rng = random.Random(seed)
+        for step in range(first, first + count):
+            if order == "list":
+                for ins in self.s.program.instructions:
+                    self._check_ready(ins, step)
+                    self.execute(ins, step)
+            else:
+                self._run_random(step, rng)
+
+    def _ready(self, ins: Instruction, step: int) -> bool:
+        return ins.wait < 0 or int(self.s.t["counters"][ins.wait]) >= ins.expected(step)
+
+    def _check_ready(self, ins: Instruction, step: int) -> None:
+        if not self._ready(ins, step):
+            raise InterpreterError(f"step {step}: {ins} runs before its dependency: counter "
+                                   f"{self.s.program.counters[ins.wait]!r} = {int(self.s.t['counters'][ins.wait])}"
+                                   f" < {ins.expected(step)}")
+
+    def _run_random(self, step: int, rng: random.Random) -> None:
+        pending = list(self.s.program.instructions)
+        while pending:
+            ready = [i for i, ins in enumerate(pending) if self._ready(ins, step)]
+            if not ready:
+                raise InterpreterError(f"step {step}: deadlock, {len(pending)} instructions wait; first: {pending[0]}")
+            ins = pending.pop(rng.choice(ready))
+            self.execute(ins, step)
+
+    # ---- ops ----------------------------------------------------------------------------------
+    def execute(self, ins: Instruction, step: int) -> None:
+        handler = {Embed: self._embed, QkvHead: self._qkv, AttnPartial: self._attn, OProj: self._oproj,
+                   GateUp: self._gateup, Down: self._down, Logits: self._logits, Sample: self._sample}.get(type(ins))
+        if handler is None:
+            raise InterpreterError(f"no handler for {type(ins).__name__}")
+        handler(ins, step)
+        self.s.t["counters"][ins.signal] += 1
+
+    def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean() + self.c.eps) * w.float()
+
+    def _embed(self, ins: Embed, step: int) -> None:
+        t = self.s.t
+        t["x"][0] = t["embed"][int(t["tokens"][step])].float()
+
+    def _qkv(self, ins: QkvHead, step: int) -> None:
+        t, c, L = self.s.t, self.c, ins.layer
+        base = (0, c.hidden, c.hidden + c.kv_dim)[ins.kind] + ins.head * c.head_dim
+        xn = self._norm(t["x"][L], t["attn_norm"][L])
+        y = t["wqkv"][L, base: base + c.head_dim].float() @ xn  # [Dh]
+        if ins.kind in (HEAD_Q, HEAD_K):
+            half = c.head_dim // 2
+            cos, sin = t["rope_cos"][step], t["rope_sin"][step]
+            a, b = y[:half].clone(), y[half:].clone()
+            y = torch.cat([a * cos - b * sin, b * cos + a * sin])
+        if ins.kind == HEAD_Q:
+            t["q"][L, ins.head * c.head_dim: (ins.head + 1) * c.head_dim] = y
+        else:
+            cache = t["k_cache"] if ins.kind == HEAD_K else t["v_cache"]
+            cache[L, ins.head, step] = y.to(torch.bfloat16)
+
+    def _split_range(self, split: int, step: int) -> tuple[int, int]:
+        lo = split * self.tiles.attn_split
+        return lo, min(lo + self.tiles.attn_split, step + 1)
+
+    def _attn(self, ins: AttnPartial, step: int) -> None:
+        t, c, L = self.s.t, self.c, ins.layer
+        lo, hi = self._split_range(ins.split, step)
+        if lo >= hi:
+            return  # beyond the current length: nothing to attend to
+        k = t["k_cache"][L, ins.kv_head, lo:hi].float()  # [n, Dh]
+        v = t["v_cache"][L, ins.kv_head, lo:hi].float()
+        for head in range(ins.kv_head * c.group, (ins.kv_head + 1) * c.group):
+            q = t["q"][L, head * c.head_dim: (head + 1) * c.head_dim]
+            scores = (k @ q) / math.sqrt(c.head_dim)
+            m = scores.max()
+            p = torch.exp(scores - m)
+            t["attn_part"][L, head, ins.split, : c.head_dim] = p @ v
+            t["attn_part"][L, head, ins.split, c.head_dim] = m
+            t["attn_part"][L, head, ins.split, c.head_dim + 1] = p.sum()
+
+    def _combine(self, layer: int, step: int) -> torch.Tensor:
+        """Attention output [hidden] from the used splits' (o, max, sum) partials."""
+        c = self.c
+        used = -(-(step + 1) // self.tiles.attn_split)
+        part = self.s.t["attn_part"][layer, :, :used]  # [H, used, Dh + 2]
+        m = part[..., c.head_dim]
+        w = torch.exp(m - m.max(dim=1, keepdim=True).values)  # [H, used]
+        o = (w[..., None] * part[..., : c.head_dim]).sum(1) / (w * part[..., c.head_dim + 1]).sum(1, keepdim=True)
+        return o.reshape(c.hidden)
+
+    def _oproj(self, ins: OProj, step: int) -> None:
+        t, L, r = self.s.t, ins.layer, slice(ins.row0, ins.row0 + ins.rows)
+        t["x_mid"][L, r] = t["x"][L, r] + t["wo"][L, r].float() @ self._combine(L, step)
+
+    def _gateup(self, ins: GateUp, step: int) -> None:
+        t, L, n = self.s.t, ins.layer, ins.features
+        xn = self._norm(t["x_mid"][L], t["ffn_norm"][L])
+        rows = t["wgu"][L, 2 * ins.f0: 2 * ins.f0 + 2 * n].float()  # tile: n gate rows, then n up rows
+        y = rows @ xn
+        t["h"][L, ins.f0: ins.f0 + n] = torch.nn.functional.silu(y[:n]) * y[n:]
+
+    def _down(self, ins: Down, step: int) -> None:
+        t, L, r = self.s.t, ins.layer, slice(ins.row0, ins.row0 + ins.rows)
+        t["x"][L + 1, r] = t["x_mid"][L, r] + t["wd"][L, r].float() @ t["h"][L]
+
+    def _logits(self, ins: Logits, step: int) -> None:
+        t, r = self.s.t, slice(ins.row0, ins.row0 + ins.rows)
+        t["logits"][r] = t["lm_head"][r].float() @ self._norm(t["x"][self.c.n_layers], t["final_norm"])
+
+    def _sample(self, ins: Sample, step: int) -> None:
+        t = self.s.t
+        if step + 1 < self.n_forced or step + 1 >= t["tokens"].numel():
+            return
+        logits = t["logits"].double()
+        if self.sampling.temperature > 0:
+            u = torch.from_numpy(gumbel_uniform(self.sampling.seed, step, logits.numel()))
+            logits = logits / self.sampling.temperature - torch.log(-torch.log(u))
+        t["tokens"][step + 1] = int(torch.argmax(logits))
+
+
+# ---- localisation ---------------------------------------------------------------------------------
+def outputs_of(ins: Instruction, state: DecodeState, step: int) -> torch.Tensor:
+    """View of what ``ins`` writes in ``step`` (empty for a split past the current length)."""
+    t, c = state.t, state.program.config
+    if isinstance(ins, Embed):
+        return t["x"][0]
+    if isinstance(ins, QkvHead):
+        if ins.kind == HEAD_Q:
+            return t["q"][ins.layer, ins.head * c.head_dim: (ins.head + 1) * c.head_dim]
+        return (t["k_cache"] if ins.kind == HEAD_K else t["v_cache"])[ins.layer, ins.head, step]
+    if isinstance(ins, AttnPartial):
+        lo = ins.split * state.program.tiles.attn_split
+        heads = slice(ins.kv_head * c.group, (ins.kv_head + 1) * c.group)
+        return t["attn_part"][ins.layer, heads, ins.split] if lo <= step else t["attn_part"][:0]
+    if isinstance(ins, OProj):
+        return t["x_mid"][ins.layer, ins.row0: ins.row0 + ins.rows]
+    if isinstance(ins, GateUp):
+        return t["h"][ins.layer, ins.f0: ins.f0 + ins.features]
+    if isinstance(ins, Down):
+        return t["x"][ins.layer + 1, ins.row0: ins.row0 + ins.rows]
+    if isinstance(ins, Logits):
+        return t["logits"][ins.row0: ins.row0 + ins.rows]
+    if isinstance(ins, Sample):
+        return t["tokens"][step + 1: step + 2]
+    raise InterpreterError(f"no output map for {type(ins).__name__}")
+
+
+def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """||got - ref|| / ||ref|| in float64; inf when got has NaN or ref is all zero but got is not."""
+    got, ref = got.double(), ref.double()
+    if torch.isnan(got).any() or torch.isinf(got).any():
+        return math.inf
+    denom = ref.norm().item()
+    diff = (got - ref).norm().item()
+    return diff / denom if denom > 0 else (0.0 if diff == 0 else math.inf)
+
+
+def localise(before: DecodeState, after: DecodeState, step: int, n_forced: int = 1,
+             sampling: SamplingParams | None = None, rtol: float = 1e-2) -> tuple[int, Instruction, float] | None:
+    """Replay ``step`` from ``before`` in the interpreter; compare with the kernel's ``after``.
+
+    Returns (index, instruction, relative error) of the first instruction in stream order whose
+    output differs by more than ``rtol`` (token mismatches count as error 1), or None.
+    """
+    ref = before.clone(device="cpu")
+    got = after.clone(device="cpu")
+    Interpreter(ref, n_forced=n_forced, sampling=sampling).run_steps(step, 1)
+    for idx, ins in enumerate(ref.program.instructions):
+        want, have = outputs_of(ins, ref, step), outputs_of(ins, got, step)
+        if want.numel() == 0:
+            continue
+        if want.dtype in (torch.int32, torch.int64):
+            err = 0.0 if torch.equal(want, have) else 1.0
+        else:
+            err = relative_error(have, want)
+        if err > rtol:
+            return idx, ins, err
+    return None

@@ -1,0 +1,248 @@
+"""Run the megakernel on a GPU: load the cubin, lay out the state, launch steps, report errors.
+
+    dec = MegakernelDecoder(weights_on_gpu)           # builds (cached) and loads the cubin
+    dec.set_prompt([1, 15043, 29892])
+    ns = dec.run(step_begin=0, n_steps=64)           # one launch; per-step device times (ns)
+    dec.tokens()                                      # prompt + sampled tokens
+
+Co-residency: the scheduler and worker CTAs spin on each other, so every CTA must be resident at
+once. The grid is checked against the occupancy calculator, and the launch is cooperative (the
+driver refuses a cooperative grid that cannot be co-resident), so an oversubscribed grid is an
+error, never a hang.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tinyllama.config import LlamaConfig
+from tinyllama.weights import LlamaWeights
+
+from .build import KERNEL_NAME, build
+from .dag import Program, TileShape, build_decode_program
+from .instructions import WORDS, deserialize
+from .interpreter import SamplingParams
+from .params import ERROR_BAD_OPCODE, ERROR_BAD_TOKEN, ERROR_DEADLOCK, ERROR_NONE, ERROR_WORDS, PARAM_BYTES, pack_params
+from .regions import coordinate, region_tree
+from .state import DecodeState
+
+CONFIG_CUH = Path(__file__).resolve().parent.parent / "csrc" / "megakernel" / "config.cuh"
+
+
+class MegakernelError(RuntimeError):
+    """The kernel stopped itself: a dependency deadline passed, a bad token, or a bad opcode."""
+
+
+class DoesNotFitError(ValueError):
+    """The model or the tile shape exceeds the kernel's compile-time limits, or the grid is not co-resident."""
+
+
+def kernel_limits(path: Path = CONFIG_CUH) -> dict[str, int]:
+    """``constexpr int NAME = value`` constants of config.cuh (THREADS, SMEM_FLOATS, ...)."""
+    text = path.read_text(encoding="utf-8")
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"constexpr int (\w+) = (\d+);", text)} | \
+        {"NWARPS": int(re.search(r"constexpr int THREADS = (\d+);", text).group(1)) // 32}
+
+
+def check_fits(config: LlamaConfig, tiles: TileShape) -> None:
+    """Raise DoesNotFitError naming the first size the compiled kernel cannot take."""
+    lim = kernel_limits()
+    c = config
+    checks = [
+        ("hidden", c.hidden, c.hidden <= lim["SMEM_FLOATS"] and c.hidden % 8 == 0, f"<= {lim['SMEM_FLOATS']}, multiple of 8"),
+        ("ffn", c.ffn, c.ffn <= lim["SMEM_FLOATS"] and c.ffn % 8 == 0, f"<= {lim['SMEM_FLOATS']}, multiple of 8"),
+        ("head_dim", c.head_dim, c.head_dim % 8 == 0 and c.head_dim <= min(lim["MAX_TILE_ROWS"], lim["THREADS"]),
+         "multiple of 8, <= THREADS and MAX_TILE_ROWS"),
+        ("group (n_heads / n_kv_heads)", c.group, c.group <= lim["MAX_GROUP"], f"<= {lim['MAX_GROUP']}"),
+        ("o_rows", tiles.o_rows, tiles.o_rows <= lim["MAX_TILE_ROWS"], f"<= {lim['MAX_TILE_ROWS']}"),
+        ("down_rows", tiles.down_rows, tiles.down_rows <= lim["MAX_TILE_ROWS"], f"<= {lim['MAX_TILE_ROWS']}"),
+        ("logits_rows", tiles.logits_rows, tiles.logits_rows <= lim["MAX_TILE_ROWS"], f"<= {lim['MAX_TILE_ROWS']}"),
+        ("2 * gate_features", 2 * tiles.gate_features, 2 * tiles.gate_features <= lim["MAX_TILE_ROWS"],
+         f"<= {lim['MAX_TILE_ROWS']}"),
+        ("attention smem floats", c.group * (c.head_dim + tiles.attn_split + 2),
+         c.group * (c.head_dim + tiles.attn_split + 2) <= lim["SMEM_FLOATS"], f"<= {lim['SMEM_FLOATS']}"),
+    ]
+    for name, value, ok, rule in checks:
+        if not ok:
+            raise DoesNotFitError(f"{name} = {value} does not fit the compiled megakernel: needs {rule} "
+                                  "(csrc/megakernel/config.cuh)")
+
+
+@dataclass
+class LaunchInfo:
+    grid: int  # 1 scheduler + workers
+    workers: int
+    threads: int
+    sms: int
+    blocks_per_sm: int  # occupancy calculator's answer for this kernel
+
+
+class MegakernelDecoder:
+    """TinyLlama decode in one persistent kernel launch per call of :meth:`run`."""
+
+    def __init__(self, weights: LlamaWeights, tiles: TileShape | None = None, workers: int | None = None,
+                 prefetch_ahead: int = 8, timeout_s: float = 2.0, argus_mode: int = 0,
+                 sampling: SamplingParams | None = None, device: int = 0):
+        from argus_rt.launch import CubinModule
+
+        self.config = weights.config
+        self.tiles = tiles or TileShape()
+        check_fits(self.config, self.tiles)
+        if prefetch_ahead < 0:
+            raise ValueError(f"prefetch_ahead must be >= 0 instructions, got {prefetch_ahead}")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s}")
+        self.device = torch.device("cuda", device)
+        self.program: Program = build_decode_program(self.config, self.tiles)
+        self.state = DecodeState.create(self.program, weights, self.device)
+        self.instructions = torch.from_numpy(self.program.words()).to(self.device)
+        self.ticket = torch.zeros(1, dtype=torch.int32, device=self.device)
+        self.error = torch.zeros(len(ERROR_WORDS), dtype=torch.int32, device=self.device)
+        self.step_ns = torch.zeros(self.config.max_seq + 1, dtype=torch.int64, device=self.device)
+        self.params = torch.zeros(PARAM_BYTES, dtype=torch.uint8, device=self.device)
+        self.prefetch_ahead = prefetch_ahead
+        self.timeout_ns = int(timeout_s * 1e9)
+        self.sampling = sampling or SamplingParams()
+        self.n_forced = 1
+        self.argus_mode = argus_mode
+        self.build = build(argus_mode)
+        self.module = CubinModule.load(self.build.cubin, device=device)
+        self.launch_info = self._plan_grid(workers)
+        self.trace_session = None
+        self.traces: list = []  # (steps, Trace) per profiled launch
+
+    # ---- setup ------------------------------------------------------------------------------------
+    def _plan_grid(self, workers: int | None) -> LaunchInfo:
+        from argus_rt.launch import _check, _driver
+
+        drv = _driver()
+        threads = kernel_limits()["THREADS"]
+        sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+        per_sm = _check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.module.function(KERNEL_NAME), threads, 0),
+                        "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        workers = sms - 1 if workers is None else workers
+        if workers < 1:
+            raise DoesNotFitError(f"need at least 1 worker CTA, got workers={workers}")
+        grid = workers + 1
+        if grid > per_sm * sms:
+            raise DoesNotFitError(f"grid of {grid} CTAs (1 scheduler + {workers} workers) cannot be co-resident: "
+                                  f"{per_sm} CTA(s)/SM x {sms} SMs = {per_sm * sms}; use workers <= {per_sm * sms - 1}")
+        return LaunchInfo(grid, workers, threads, sms, int(per_sm))
+
+    def set_prompt(self, tokens: list[int]) -> None:
+        self.state.set_prompt(tokens)
+        self.n_forced = len(tokens)
+
+    def tokens(self, n: int | None = None) -> list[int]:
+        out = self.state.t["tokens"].cpu().tolist()
+        return out[: n] if n is not None else out
+
+    # ---- launch -------------------------------------------------------------------------------------
+    def _param_values(self, step_begin: int, step_end: int) -> dict:
+        t, c = self.state.t, self.config
+        ptr = {name: int(tensor.data_ptr()) for name, tensor in t.items()}
+        return {
+            "instructions": int(self.instructions.data_ptr()), "n_instr": len(self.program.instructions),
+            "counters": ptr["counters"], "ticket": int(self.ticket.data_ptr()), "error": int(self.error.data_ptr()),
+            "step_ns": int(self.step_ns.data_ptr()), "ticket_end": step_end * len(self.program.instructions),
+            "step_begin": step_begin, "step_end": step_end,
+            **{k: ptr[k] for k in ("embed", "wqkv", "wo", "wgu", "wd", "attn_norm", "ffn_norm", "final_norm",
+                                   "lm_head", "k_cache", "v_cache", "x", "x_mid", "q", "attn_part", "h", "logits",
+                                   "rope_cos", "rope_sin", "tokens")},
+            "n_layers": c.n_layers, "hidden": c.hidden, "ffn": c.ffn, "n_heads": c.n_heads,
+            "n_kv_heads": c.n_kv_heads, "head_dim": c.head_dim, "vocab": c.vocab, "max_seq": c.max_seq,
+            "attn_split": self.tiles.attn_split, "n_splits": self.tiles.n_splits(c), "n_forced": self.n_forced,
+            "sample_counter": self.program.counters.index("sample"), "seed": self.sampling.seed & 0xFFFFFFFF,
+            "timeout_ns": self.timeout_ns, "prefetch_ahead": self.prefetch_ahead,
+            "eps": c.eps, "temperature": self.sampling.temperature,
+        }
+
+    def launch(self, step_begin: int, n_steps: int, stream=None) -> None:
+        """Enqueue one launch that decodes steps [step_begin, step_begin + n_steps) (no host sync)."""
+        c = self.config
+        if n_steps < 1 or step_begin < 0 or step_begin + n_steps > c.max_seq:
+            raise ValueError(f"steps [{step_begin}, {step_begin + n_steps}) must lie in [0, {c.max_seq}) "
+                             f"(the KV-cache capacity) and be non-empty")
+        n_instr = len(self.program.instructions)
+        if (step_begin + n_steps) * n_instr >= 2**31:
+            raise ValueError(f"{step_begin + n_steps} steps x {n_instr} instructions overflow the int32 ticket")
+        blob = pack_params(self._param_values(step_begin, step_begin + n_steps))
+        self.params.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8), non_blocking=False)
+        self.ticket.fill_(step_begin * n_instr)  # dispatch cursor only; dependency counters are never reset
+        self.error.zero_()
+        self.module.launch(KERNEL_NAME, grid=self.launch_info.grid, block=self.launch_info.threads,
+                           args=[self.params], stream=stream, cooperative=True)
+
+    def check_error(self) -> None:
+        """Raise MegakernelError if the last launch stopped itself (synchronises)."""
+        err = dict(zip(ERROR_WORDS, self.error.cpu().tolist()))
+        if err["code"] == ERROR_NONE:
+            return
+        index = err["index"]
+        ins = deserialize(self.program.words()[index]) if 0 <= index < len(self.program.instructions) else None
+        counter = self.program.counters[err["counter"]] if 0 <= err["counter"] < len(self.program.counters) else None
+        if err["code"] == ERROR_DEADLOCK:
+            raise MegakernelError(
+                f"dependency deadline ({self.timeout_ns / 1e9:g} s) passed in step {err['step']}: instruction "
+                f"{index} {ins} (ticket {err['ticket']}, CTA {err['block']}) waited on counter {counter!r} for "
+                f"{err['expected']}, it reached {err['observed']}")
+        if err["code"] == ERROR_BAD_TOKEN:
+            raise MegakernelError(f"step {err['step']}: token outside [0, {self.config.vocab}) at instruction {index} "
+                                  f"{ins}; NaN logits in the previous step leave token -1")
+        if err["code"] == ERROR_BAD_OPCODE:
+            raise MegakernelError(f"step {err['step']}: unknown opcode {err['opcode']} at instruction {index}")
+        raise MegakernelError(f"kernel error slot holds unknown code {err['code']}: {err}")
+
+    def run(self, step_begin: int, n_steps: int) -> np.ndarray:
+        """Decode steps in one launch, wait, raise on kernel errors; per-step device times in ns."""
+        self.launch(step_begin, n_steps)
+        torch.cuda.synchronize(self.device)
+        self.check_error()
+        stamps = self.step_ns[: n_steps + 1].cpu().numpy()
+        return np.diff(stamps)
+
+    # ---- generation with an in-process profiling hook -------------------------------------------
+    def generate(self, prompt: list[int], n_new: int, chunk: int = 64, profile_steps: range | None = None,
+                 trace_capacity: int = 16384) -> list[int]:
+        """Prompt + ``n_new`` tokens. ``profile_steps`` (needs argus_mode=2) records Argus regions of
+        those decode steps only: the control block is armed with a coordinate window before the launch
+        that covers them and disarmed after, while the generation keeps running; traces land in
+        ``self.traces``."""
+        self.set_prompt(prompt)
+        total = len(prompt) + n_new - 1  # the last token needs no further step
+        if total > self.config.max_seq:
+            raise ValueError(f"prompt ({len(prompt)}) + new tokens ({n_new}) exceed max_seq={self.config.max_seq}")
+        bounds = {0, total}
+        bounds.update(range(0, total, chunk))
+        if profile_steps is not None:
+            if self.argus_mode != 2:
+                raise ValueError(f"profile_steps needs a trace build (argus_mode=2), this decoder has argus_mode="
+                                 f"{self.argus_mode}")
+            bounds.update({min(max(profile_steps.start, 0), total), min(max(profile_steps.stop, 0), total)})
+        edges = sorted(bounds)
+        for lo, hi in zip(edges, edges[1:]):
+            profiled = profile_steps is not None and lo >= profile_steps.start and hi <= profile_steps.stop
+            if profiled:
+                self._arm(lo, hi, trace_capacity)
+            self.launch(lo, hi - lo)
+            if profiled:
+                self.trace_session.disarm()
+                self.traces.append((range(lo, hi), self.trace_session.snapshot()))
+        torch.cuda.synchronize(self.device)
+        self.check_error()
+        return self.tokens(len(prompt) + n_new)
+
+    def _arm(self, lo: int, hi: int, capacity: int) -> None:
+        from argus_rt.trace import TraceConfig, TraceSession
+
+        if self.trace_session is None:
+            cfg = TraceConfig(ctas=self.launch_info.grid, threads_per_cta=self.launch_info.threads, capacity=capacity)
+            self.trace_session = TraceSession(self.module, cfg, device=self.device)
+        self.trace_session.arm(coord_window=(coordinate(lo, 0), coordinate(hi, 0)))
+
+    def region_ids(self) -> dict[int, str]:
+        return {r.id: r.name for r in region_tree()}
