@@ -1,0 +1,89 @@
+"""`argus plan`: print the measurement DAG of a query as text, Graphviz dot, or the JSON descriptor."""
+from __future__ import annotations
+
+import sys
+
+from ..tasks import Plan, topological_order
+
+_KIND_SHAPE = {"transform": "box", "collect": "box3d", "synthesize": "ellipse", "control": "diamond"}
+
+
+def add_query_arguments(p) -> None:
+    p.add_argument("program", help="program directory (with argus_program.json)")
+    p.add_argument("--region", default=None, help="qualified or unique leaf region name (default: all)")
+    p.add_argument("--signals", default="latency", help="comma-separated signals, e.g. latency,instruction_mix")
+    p.add_argument("--scope", nargs="*", default=[], metavar="FIELD=VALUE",
+                   help="scope items: warp_role=producer iterations=2:4 sms=0-7 ctas=0,1 step=3 layer=0")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="plan a region query and print its task DAG")
+    add_query_arguments(p)
+    p.add_argument("--format", choices=("text", "dot", "json"), default="text")
+    p.add_argument("-o", "--output", default=None, help="write to this file instead of stdout")
+    p.set_defaults(func=run)
+
+
+def plan_from_args(args) -> Plan:
+    from ..query import make_plan
+    from ..scope import Scope
+
+    return make_plan(args.program, args.region, args.signals, Scope.parse(args.scope))
+
+
+def run(args) -> int:
+    from ..fsutil import atomic_write_text
+
+    try:
+        plan = plan_from_args(args)
+    except (ValueError, KeyError) as exc:
+        print(f"argus plan: {exc}", file=sys.stderr)
+        return 2
+    text = {"text": to_text, "dot": to_dot, "json": Plan.to_json}[args.format](plan)
+    if args.output:
+        from pathlib import Path
+
+        atomic_write_text(Path(args.output), text)
+    else:
+        print(text)
+    return 0
+
+
+def to_text(plan: Plan) -> str:
+    q = plan.query
+    lines = [f"plan for {q['program_name']} ({q['program']}) region={q['region'] or '(all)'} "
+             f"signals={','.join(q['signals'])} scope={q['scope'] or 'all'}",
+             f"{len(plan.tasks)} tasks: " + ", ".join(f"{plan.count(k)} {k}" for k in
+                                                      ("transform", "collect", "synthesize", "control")), ""]
+    for t in topological_order(plan.tasks.values()):
+        deps = f"  <- {', '.join(t.deps)}" if t.deps else ""
+        effects = f"  effects={','.join(t.effects)}" if t.effects else ""
+        lines.append(f"{t.id}  {t.describe()}{effects}{deps}")
+    lines.append("")
+    lines.append("collection runs (partitioned by effects):")
+    for i, run in enumerate(plan.runs, 1):
+        lines.append(f"  run {i}: {run['collect']}  {' + '.join(run['requests'])}")
+        for why in run["why_separate"]:
+            lines.append(f"      {why}")
+    for s, tid in plan.targets.items():
+        lines.append(f"signal {s} <- {tid}")
+    return "\n".join(lines)
+
+
+def _dot_quote(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return '"' + escaped + '"'
+
+
+def to_dot(plan: Plan) -> str:
+    lines = ["digraph argus_plan {", "  rankdir=LR;", "  node [fontsize=10];"]
+    for t in plan.tasks.values():
+        label = f"{t.kind}: {t.op}\n{t.label or t.program}"
+        if t.region:
+            label += f"\nregion {t.region}"
+        lines.append(f"  {_dot_quote(t.id)} [shape={_KIND_SHAPE[t.kind]}, label={_dot_quote(label)}];")
+    for t in plan.tasks.values():
+        for d in t.deps:
+            lines.append(f"  {_dot_quote(d)} -> {_dot_quote(t.id)};")
+    lines.append("}")
+    return "\n".join(lines)

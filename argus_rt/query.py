@@ -1,0 +1,69 @@
+"""The query entry point: ``query(program, region=..., signals=[...], scope=Scope(...))`` -> Report.
+
+``program`` is a :class:`argus_rt.program.ProgramVersion` or a path to a program directory (with
+``argus_program.json``). ``region`` is a qualified or unique leaf region name (``None``: all
+regions); a parent region covers its whole subtree. ``signals`` are recipe names
+(:func:`argus_rt.recipes.signals` lists them). ``scope`` is a :class:`Scope` or a dict of its fields.
+Unknown regions, signals and scope fields raise errors that list the valid ones.
+
+Results go to a workspace (``workspace=`` a path or :class:`Workspace`; default ``$ARGUS_WORKSPACE``
+or ``./.argus``) and are reused: asking the same question again runs no collection, and zooming
+into a child region reuses the parent query's runs.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .planner import QueryError, plan_query
+from .program import ProgramVersion, load_program
+from .recipes import get_recipe
+from .report import Report
+from .scope import Scope
+from .tasks import Plan
+
+DEFAULT_WORKSPACE = ".argus"
+
+
+def default_workspace() -> Path:
+    return Path(os.environ.get("ARGUS_WORKSPACE", DEFAULT_WORKSPACE))
+
+
+def _program(program) -> ProgramVersion:
+    if isinstance(program, ProgramVersion):
+        return program
+    if isinstance(program, (str, os.PathLike)):
+        return load_program(program)
+    raise QueryError(f"program must be a ProgramVersion or a program directory path, got {type(program).__name__}")
+
+
+def make_plan(program, region: str | None = None, signals=("latency",), scope=None, *,
+              sampling: dict | None = None) -> Plan:
+    """Validate the query and plan it (no execution)."""
+    if isinstance(signals, str):
+        signals = [s for s in signals.split(",") if s]
+    signals = list(dict.fromkeys(signals))  # keep order, drop repeats
+    for s in signals:
+        get_recipe(s)  # unknown signal: error listing the valid ones
+    if scope is not None and not isinstance(scope, Scope):
+        scope = Scope.from_dict(scope)
+    return plan_query(_program(program), region, signals, scope, sampling=sampling)
+
+
+def query(program, region: str | None = None, signals=("latency",), scope=None, *, workspace=None,
+          runtime=None, devices: list[str] | None = None, sampling: dict | None = None,
+          progress: bool = False) -> Report:
+    """Plan, run (reusing what the workspace has) and report. See the module docstring."""
+    from .runtime.scheduler import Runtime
+    from .workspace import Workspace
+
+    plan = make_plan(program, region, signals, scope, sampling=sampling)
+    if runtime is not None:
+        return Report.from_run(plan, runtime.run(plan))
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace or default_workspace())
+    try:
+        with Runtime(ws, devices=devices, progress=progress) as rt:
+            return Report.from_run(plan, rt.run(plan))
+    finally:
+        if ws is not workspace:
+            ws.close()

@@ -1,0 +1,181 @@
+"""Region reports: a versioned JSON document for programs and agents, plus terminal and markdown views.
+
+Schema (``argus_report_version`` 1; :data:`REPORT_SCHEMA` is the JSON Schema)::
+
+    {"argus_report_version": 1,
+     "query": {"program", "program_name", "region", "signals", "scope", "sampling"},
+     "values": [value, ...],            # see argus_rt.synthesis: signal, region, metric, value, unit,
+                                        # qualification, provenance, scope, ambiguity, samples, notes
+     "unanswered": [{"signal", "reason"}],   # signals whose tasks failed: unmeasured, never guessed
+     "execution": {"tasks": {"done": n, "reused": n, "failed": n, "blocked": n},
+                   "collect_runs": n executed, "wall_s": s},
+     "runs": [{"collect", "requests", "effects", "why_separate"}]}   # the plan's run partition
+
+``qualification``: ``observed`` (measured with region identity), ``attributed`` (PC-keyed data
+lifted through the PC-to-region map; ``ambiguity.entropy_nats`` says how shared), ``derived``
+(inferred from transformed runs, e.g. forced-wait probes).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+REPORT_VERSION = 1
+
+REPORT_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "Argus region report",
+    "type": "object",
+    "required": ["argus_report_version", "query", "values", "unanswered", "execution", "runs"],
+    "properties": {
+        "argus_report_version": {"const": REPORT_VERSION},
+        "query": {"type": "object", "required": ["program", "region", "signals", "scope"]},
+        "values": {"type": "array", "items": {
+            "type": "object",
+            "required": ["signal", "region", "metric", "value", "unit", "qualification", "provenance", "scope"],
+            "properties": {
+                "signal": {"type": "string"}, "region": {"type": ["string", "null"]},
+                "metric": {"type": "string"}, "value": {"type": ["number", "null"]}, "unit": {"type": "string"},
+                "qualification": {"enum": ["observed", "attributed", "derived"]},
+                "provenance": {"type": "object", "required": ["task", "evidence", "method"]},
+                "scope": {"type": "object"}, "ambiguity": {"type": ["object", "null"]},
+                "samples": {"type": ["integer", "null"]}, "notes": {"type": "array"},
+            }}},
+        "unanswered": {"type": "array", "items": {"type": "object", "required": ["signal", "reason"]}},
+        "execution": {"type": "object"},
+        "runs": {"type": "array"},
+    },
+}
+
+
+class ReportError(ValueError):
+    """A report document of another version or shape."""
+
+
+@dataclass
+class Report:
+    query: dict
+    values: list[dict]
+    unanswered: list[dict] = field(default_factory=list)
+    execution: dict = field(default_factory=dict)
+    runs: list[dict] = field(default_factory=list)
+
+    # ---- building -------------------------------------------------------------------------
+    @classmethod
+    def from_run(cls, plan, result) -> "Report":
+        """Collect the target facts of ``plan`` from a :class:`RunResult`."""
+        values, unanswered = [], []
+        for signal, tid in plan.targets.items():
+            res = result.results.get(tid)
+            if res is None or res.status not in ("done", "reused"):
+                why = res.error if res is not None and res.error else "not run"
+                unanswered.append({"signal": signal, "reason": _root_cause(result, tid) or why})
+                continue
+            doc = res.outputs["facts"].read_json()
+            values.extend(doc["values"])
+        statuses = {s: result.count(s) for s in ("done", "reused", "failed", "blocked")}
+        return cls(query=plan.query, values=values, unanswered=unanswered,
+                   execution={"tasks": statuses, "collect_runs": result.executed.get("collect", 0),
+                              "wall_s": round(result.wall_s, 4)}, runs=plan.runs)
+
+    # ---- JSON -----------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"argus_report_version": REPORT_VERSION, "query": self.query, "values": self.values,
+                "unanswered": self.unanswered, "execution": self.execution, "runs": self.runs}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Report":
+        version = data.get("argus_report_version") if isinstance(data, dict) else None
+        if version != REPORT_VERSION:
+            raise ReportError(f"unsupported report version {version!r}; this Argus reads {REPORT_VERSION}")
+        missing = [k for k in REPORT_SCHEMA["required"] if k not in data]
+        if missing:
+            raise ReportError(f"report lacks required key(s) {missing}")
+        return cls(query=data["query"], values=data["values"], unanswered=data["unanswered"],
+                   execution=data["execution"], runs=data["runs"])
+
+    @classmethod
+    def from_json(cls, text: str) -> "Report":
+        return cls.from_dict(json.loads(text))
+
+    # ---- access ---------------------------------------------------------------------------
+    def select(self, signal: str | None = None, region: str | None = None, metric: str | None = None) -> list[dict]:
+        return [v for v in self.values if (signal is None or v["signal"] == signal)
+                and (region is None or v["region"] == region) and (metric is None or v["metric"] == metric)]
+
+    def value(self, signal: str, region: str | None, metric: str) -> float | None:
+        hits = self.select(signal, region, metric)
+        if len(hits) != 1:
+            raise KeyError(f"{len(hits)} values for ({signal}, {region}, {metric})")
+        return hits[0]["value"]
+
+    # ---- views ----------------------------------------------------------------------------
+    def rows(self) -> list[list[str]]:
+        out = []
+        for v in self.values:
+            amb = v.get("ambiguity") or {}
+            out.append([v["signal"], v["region"] or "(program)", v["metric"], _fmt(v["value"]), v["unit"],
+                        v["qualification"], f"{amb['entropy_nats']:.3f}" if "entropy_nats" in amb else "",
+                        v["provenance"].get("method", ""), "; ".join(v.get("notes", []))])
+        return out
+
+    HEADER = ["signal", "region", "metric", "value", "unit", "qualification", "entropy (nats)", "method", "notes"]
+
+    def to_markdown(self) -> str:
+        q = self.query
+        lines = [f"# Argus report: {q.get('program_name', q.get('program'))} / {q.get('region') or '(all regions)'}",
+                 "", f"signals: {', '.join(q.get('signals', []))}; scope: {json.dumps(q.get('scope', {}))}", "",
+                 "| " + " | ".join(self.HEADER) + " |", "|" + "---|" * len(self.HEADER)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in self.rows()]
+        for u in self.unanswered:
+            lines.append(f"\n**unmeasured** `{u['signal']}`: {u['reason']}")
+        ex = self.execution
+        lines.append(f"\n{ex.get('collect_runs', 0)} collection runs executed; tasks {ex.get('tasks', {})}; "
+                     f"{ex.get('wall_s', 0)} s")
+        return "\n".join(lines) + "\n"
+
+    def print(self, console=None) -> None:
+        """A rich table on the terminal."""
+        from rich.console import Console
+        from rich.table import Table
+
+        console = console or Console()
+        q = self.query
+        table = Table(title=f"{q.get('program_name', '')} / {q.get('region') or '(all regions)'}  "
+                            f"scope: {json.dumps(q.get('scope', {}))}")
+        for h in self.HEADER:
+            table.add_column(h, overflow="fold")
+        for row in self.rows():
+            table.add_row(*row)
+        console.print(table)
+        for u in self.unanswered:
+            console.print(f"[bold red]unmeasured[/] {u['signal']}: {u['reason']}")
+        ex = self.execution
+        console.print(f"{ex.get('collect_runs', 0)} collection runs executed; tasks {ex.get('tasks', {})}")
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "unmeasured"
+    if float(value).is_integer() and abs(value) < 1e15:
+        return f"{int(value)}"
+    return f"{value:.4g}"
+
+
+def _root_cause(result, tid: str) -> str | None:
+    """The first failed task under ``tid`` (what to fix), e.g. 'collect:ncu failed: ...'."""
+    seen, stack = set(), [tid]
+    plan = result.plan
+    while stack:
+        cur = stack.pop()
+        if cur in seen:
+            continue
+        seen.add(cur)
+        res = result.results.get(cur)
+        if res is not None and res.status == "failed":
+            return f"{res.kind}:{res.op} failed: {res.error}"
+        stack.extend(plan.tasks[cur].deps if cur in plan.tasks else ())
+    return None
