@@ -278,3 +278,52 @@ def _build_nvrtc(spec: CudaBuildSpec) -> tuple[bytes, str]:
 def build_all_modes(name: str, source: str, **kw) -> dict[int, BuildResult]:
     """Build one source in all three Argus modes: {0: off, 1: marker-only, 2: trace}."""
     return {m: build(CudaBuildSpec(f"{name}.mode{m}", [source], argus_mode=m, **kw)) for m in ARGUS_MODES}
+
+
+# ---- reading back what was built ------------------------------------------------------------
+_SASS_LINE = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;?\s*/\*\s*0x[0-9a-f]+\s*\*/\s*$")
+
+
+def find_cuobjdump() -> str:
+    """cuobjdump from Triton's wheel (works without a GPU or toolkit), else from PATH / CUDA_HOME."""
+    try:
+        import triton
+
+        cand = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        if cand.is_file():
+            return str(cand)
+    except ImportError:
+        pass
+    for cand in (shutil.which("cuobjdump"), os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "cuobjdump")):
+        if cand and Path(cand).is_file():
+            return cand
+    raise CompilerNotFoundError("cuobjdump not found (install triton, whose wheel carries it, or the CUDA toolkit)")
+
+
+def disassemble(cubin: str | os.PathLike, function: str | None = None) -> str:
+    """SASS text of a cubin (``cuobjdump -sass``), optionally of one function."""
+    cmd = [find_cuobjdump(), "-sass"] + (["-fun", function] if function else []) + [str(cubin)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise CudaBuildError(f"cuobjdump failed on {cubin}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def sass_instructions(text: str) -> list[tuple[str, str]]:
+    """(opcode, operands) of each SASS instruction in address order; guard predicates dropped."""
+    out = []
+    for line in text.splitlines():
+        m = _SASS_LINE.match(line)
+        if not m:
+            continue
+        ins = m.group(1).strip().rstrip(";").strip()
+        if ins.startswith("@"):
+            ins = ins.split(None, 1)[1]
+        op, _, ops = ins.partition(" ")
+        out.append((op, ops.strip()))
+    return out
+
+
+def sass_lines(text: str) -> list[str]:
+    """The instruction lines (address, text, encoding): equal lists mean identical machine code."""
+    return [line.strip() for line in text.splitlines() if _SASS_LINE.match(line)]

@@ -66,7 +66,7 @@ class TraceSession:
         self.config = config
         self.buffer = torch.zeros(config.buffer_bytes, dtype=torch.uint8, device=device)
         self._armed: TraceConfig | None = None
-        pin = torch.cuda.is_available()
+        pin = self.buffer.device.type == "cuda"
         self._staging = torch.zeros((self.STAGING_SLOTS, layout.CTL_DTYPE.itemsize), dtype=torch.uint8, pin_memory=pin)
         self._events: list = [None] * self.STAGING_SLOTS
         self._slot = 0
@@ -79,6 +79,10 @@ class TraceSession:
     def _write_ctl(self, ctl: np.ndarray, stream) -> None:
         import torch
 
+        if self.buffer.device.type != "cuda":  # host-side rings (tests, replay): plain synchronous write
+            self.target.write_global(layout.CTL_SYMBOL, np.frombuffer(ctl.tobytes(), dtype=np.uint8), stream=None,
+                                     blocking=True)
+            return
         slot = self._slot
         self._slot = (slot + 1) % self.STAGING_SLOTS
         if self._events[slot] is not None:
@@ -136,7 +140,8 @@ class TraceSession:
 
         if self._armed is None:
             raise TraceError("decode() before arm(): nothing was recorded")
-        torch.cuda.synchronize(self.buffer.device)
+        if self.buffer.device.type == "cuda":
+            torch.cuda.synchronize(self.buffer.device)
         return decode(self.buffer.cpu().numpy(), self._armed, known_ids=known_ids, unbuffered=self._unbuffered())
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -145,7 +150,8 @@ class TraceSession:
 
         if self._armed is None:
             raise TraceError("save() before arm(): nothing was recorded")
-        torch.cuda.synchronize(self.buffer.device)
+        if self.buffer.device.type == "cuda":
+            torch.cuda.synchronize(self.buffer.device)
         return save_raw(path, self.buffer.cpu().numpy(), self._armed, self._unbuffered())
 
 

@@ -1,0 +1,62 @@
+// reference_execution.cu: the reference execution of the tracing-overhead study.
+//
+// 128 CTAs x 256 threads; every thread runs OCCURRENCES sequential occurrences of the region
+// refexec/occurrence (coordinate = occurrence index), each `inner` iterations of either
+//   compute: 8 dependent FP32 FMAs                      a = fma(a, b, c)
+//   memory:  one indexed load (LCG index into a table), then 4 dependent FMAs on the loaded value.
+// Build with -DARGUS_MODE=0 (trace-free), 1 (marker-only) or 2 (trace); with -DREFEXEC_WARP_STATE=1
+// the trace build keeps the ring cursor in registers (ARGUS_WARP_STATE).
+// Outputs are checked against NumPy references in benchmarks/trace_overhead.py before timing.
+#include "argus/argus.cuh"
+#include "reference_execution_regions.h"
+
+#ifndef OCCURRENCES
+#define OCCURRENCES 64
+#endif
+#ifndef REFEXEC_WARP_STATE
+#define REFEXEC_WARP_STATE 0
+#endif
+
+#define LCG_MUL 1664525u
+#define LCG_ADD 1013904223u
+
+extern "C" __global__ void __launch_bounds__(256) refexec_compute(float* out, const float* a0, const float* bs,
+                                                                  const float* cs, int inner) {
+#if REFEXEC_WARP_STATE
+  ARGUS_WARP_STATE();
+#endif
+  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+  float a = a0[t];
+  const float b = bs[t], c = cs[t];
+  for (int occ = 0; occ < OCCURRENCES; ++occ) {
+    ARGUS_BEGIN_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
+    for (int j = 0; j < inner; ++j) {
+#pragma unroll
+      for (int f = 0; f < 8; ++f) a = fmaf(a, b, c);
+    }
+    ARGUS_END_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
+  }
+  out[t] = a;
+}
+
+extern "C" __global__ void __launch_bounds__(256) refexec_memory(float* out, const float* a0, const float* table,
+                                                                 unsigned table_mask, const float* cs, int inner) {
+#if REFEXEC_WARP_STATE
+  ARGUS_WARP_STATE();
+#endif
+  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+  float a = a0[t];
+  const float c = cs[t];
+  unsigned idx = t;
+  for (int occ = 0; occ < OCCURRENCES; ++occ) {
+    ARGUS_BEGIN_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
+    for (int j = 0; j < inner; ++j) {
+      idx = idx * LCG_MUL + LCG_ADD;
+      const float v = __ldg(table + (idx & table_mask));
+#pragma unroll
+      for (int f = 0; f < 4; ++f) a = fmaf(a, v, c);
+    }
+    ARGUS_END_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
+  }
+  out[t] = a;
+}

@@ -1,0 +1,287 @@
+"""Decoder, pairing, statistics and export on hand-crafted ring buffers (no GPU)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from argus_rt.regions import RegionTree
+from argus_rt.trace import (
+    CorruptTraceError,
+    MismatchedMarkersError,
+    TraceConfig,
+    TraceConfigError,
+    TruncatedTraceError,
+    UnknownRegionIdError,
+    chrome_trace,
+    decode,
+    layout,
+    pair_intervals,
+    region_stats,
+    write_chrome_trace,
+)
+from argus_rt.trace.synth import RingWriter
+
+OUTER, INNER, OTHER = 0x11111111, 0x22222222, 0x33333333
+
+
+def cfg(**kw) -> TraceConfig:
+    base = dict(ctas=2, threads_per_cta=64, capacity=8, seq=77)
+    base.update(kw)
+    return TraceConfig(**base)
+
+
+def nested_writer(c: TraceConfig) -> RingWriter:
+    """CTA 0 warp 0 on SM 5: outer[0,100) containing inner[10,30) and inner[40,70) (coords 0, 1)."""
+    w = RingWriter(c)
+    w.emit(0, 0, 5, "begin", OUTER, 0)
+    w.emit(0, 0, 5, "begin", INNER, 10, coord=0)
+    w.emit(0, 0, 5, "end", INNER, 30, coord=0)
+    w.emit(0, 0, 5, "begin", INNER, 40, coord=1)
+    w.emit(0, 0, 5, "end", INNER, 70, coord=1)
+    w.emit(0, 0, 5, "end", OUTER, 100)
+    # CTA 1 warp 1 on SM 9: one inner occurrence of 50.
+    w.emit(1, 1, 9, "begin", INNER, 1000, coord=0)
+    w.emit(1, 1, 9, "end", INNER, 1050, coord=0)
+    return w
+
+
+def test_nesting_decodes_and_pairs_exactly():
+    c = cfg()
+    t = decode(nested_writer(c).bytes(), c)
+    assert not t.incomplete and t.dropped == 0
+    assert list(t.rings["ring"]) == [0, 3] and list(t.rings["sm"]) == [5, 9]
+    assert list(t.events["kind"]) == [1, 1, 2, 1, 2, 2, 1, 2]
+    iv = pair_intervals(t)
+    rows = iv.rows
+    assert len(rows) == 4 and not iv.incomplete
+    outer = rows[rows["region_id"] == OUTER]
+    assert list(outer["duration"]) == [100] and list(outer["depth"]) == [0]
+    inner0 = rows[(rows["region_id"] == INNER) & (rows["ring"] == 0)]
+    assert list(inner0["duration"]) == [20, 30]
+    assert list(inner0["coord"]) == [0, 1]
+    assert list(inner0["depth"]) == [1, 1]
+    parent_row = int(inner0["parent"][0])
+    assert rows[parent_row]["region_id"] == OUTER
+
+
+def test_region_stats_values():
+    c = cfg()
+    stats = {s.region_id: s for s in region_stats(pair_intervals(decode(nested_writer(c).bytes(), c)))}
+    s = stats[INNER]
+    assert (s.count, s.total, s.min, s.max) == (3, 100.0, 20.0, 50.0)
+    assert s.mean == pytest.approx(100 / 3)
+    assert s.p50 == 30.0
+    assert s.sms == 2 and s.sm_mean_min == 25.0 and s.sm_mean_max == 50.0 and s.sm_spread == 25.0
+    assert s.unit == "ns" and not s.incomplete
+    assert stats[OUTER].count == 1 and stats[OUTER].total == 100.0
+
+
+def test_stats_use_region_names():
+    tree = RegionTree("p")
+    tree.add("a")
+    c = cfg()
+    w = RingWriter(c)
+    rid = tree["a"].id
+    w.emit(0, 0, 0, "begin", rid, 5)
+    w.emit(0, 0, 0, "end", rid, 9)
+    (s,) = region_stats(pair_intervals(decode(w.bytes(), c, known_ids=[rid])), names=tree)
+    assert s.name == "a" and s.total == 4.0
+
+
+def test_wrapped_ring_keeps_newest_and_is_incomplete():
+    c = cfg(capacity=4)
+    w = RingWriter(c)
+    for k in range(5):  # 10 records into a ring of 4: 6 overwritten
+        w.emit(0, 0, 1, "begin", OUTER, 100 * k, coord=k)
+        w.emit(0, 0, 1, "end", OUTER, 100 * k + 7, coord=k)
+    t = decode(w.bytes(), c)
+    assert t.incomplete and t.dropped == 6
+    assert list(t.rings[["written", "kept", "dropped"]][0]) == [10, 4, 6]
+    assert list(t.events["time"]) == [300, 307, 400, 407]  # oldest kept first
+    iv = pair_intervals(t)
+    assert list(iv.rows["coord"]) == [3, 4] and list(iv.rows["duration"]) == [7, 7]
+    assert iv.incomplete and "wrapped" in iv.problems[0]
+
+
+def test_wrap_that_cuts_an_occurrence_skips_the_orphan_end():
+    c = cfg(capacity=4)
+    w = RingWriter(c)
+    w.emit(0, 0, 1, "begin", OUTER, 0)
+    for k in range(2):
+        w.emit(0, 0, 1, "begin", INNER, 10 + 10 * k, coord=k)
+        w.emit(0, 0, 1, "end", INNER, 15 + 10 * k, coord=k)
+    w.emit(0, 0, 1, "end", OUTER, 100)  # 6 records, ring keeps the last 4: E inner0? no: B1,E1 ... E outer
+    iv = pair_intervals(decode(w.bytes(), c))
+    assert [int(r) for r in iv.rows["region_id"]] == [INNER]  # outer lost its BEGIN
+    assert iv.incomplete
+
+
+def test_unclaimed_and_stale_rings_are_empty():
+    c = cfg()
+    w = nested_writer(c)
+    stale = RingWriter(cfg(seq=76))
+    stale.emit(0, 1, 3, "begin", OUTER, 1)
+    raw = np.frombuffer(w.bytes(), dtype=np.uint8).copy()
+    stride = layout.ring_stride(c.capacity)
+    raw[stride : 2 * stride] = np.frombuffer(stale.bytes(), dtype=np.uint8)[stride : 2 * stride]
+    t = decode(raw, c)
+    assert list(t.rings["ring"]) == [0, 3]
+
+
+def test_appended_launches_under_one_arm_count_claims():
+    c = cfg()
+    w = RingWriter(c)
+    w.emit(0, 0, 2, "begin", OUTER, 1)
+    w.emit(0, 0, 2, "end", OUTER, 2)
+    w.claim(0, 0, 7)  # a second launch's CTA 0 warp 0 continues the same ring
+    w.emit(0, 0, 7, "begin", OUTER, 3)
+    w.emit(0, 0, 7, "end", OUTER, 4)
+    t = decode(w.bytes(), c)
+    assert int(t.rings["claims"][0]) == 2 and len(pair_intervals(t)) == 2
+
+
+def _header_field(raw: np.ndarray, ring: int, name: str, c: TraceConfig) -> np.ndarray:
+    off = ring * layout.ring_stride(c.capacity) + layout.RING_HEADER_DTYPE.fields[name][1]
+    return raw[off : off + 4].view("<u4")
+
+
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("magic", 0xDEADBEEF, "magic 0xdeadbeef"),
+        ("cta", 1, "maps to ring"),
+        ("warp", 40, "maps to ring"),
+        ("sm", 999, "SM id 999"),
+        ("dropped", 3, "dropped=3"),
+        ("claims", 0, "claims=0"),
+    ],
+)
+def test_corrupt_header_fields_raise(field, value, match):
+    c = cfg()
+    raw = np.frombuffer(nested_writer(c).bytes(), dtype=np.uint8).copy()
+    _header_field(raw, 0, field, c)[0] = value
+    with pytest.raises(CorruptTraceError, match=match):
+        decode(raw, c)
+
+
+def test_header_without_magic_but_fields_is_corrupt():
+    c = cfg()
+    raw = np.zeros(c.buffer_bytes, dtype=np.uint8)
+    _header_field(raw, 2, "written", c)[0] = 3
+    with pytest.raises(CorruptTraceError, match="ring 2: header has no magic"):
+        decode(raw, c)
+
+
+def test_written_beyond_records_is_corrupt():
+    c = cfg()
+    raw = np.frombuffer(nested_writer(c).bytes(), dtype=np.uint8).copy()
+    _header_field(raw, 0, "written", c)[0] = 7  # only 6 records were written: slot 6 is empty
+    with pytest.raises(CorruptTraceError, match="record 6 of 7 has kind 0"):
+        decode(raw, c)
+
+
+def test_time_going_backwards_is_corrupt():
+    c = cfg()
+    w = RingWriter(c)
+    w.emit(0, 0, 0, "begin", OUTER, 50)
+    w.emit(0, 0, 0, "end", OUTER, 40)
+    with pytest.raises(CorruptTraceError, match="time goes backwards between records 0 and 1"):
+        decode(w.bytes(), c)
+
+
+def test_truncated_buffer():
+    c = cfg()
+    data = nested_writer(c).bytes()
+    with pytest.raises(TruncatedTraceError, match=f"holds {len(data) - 1} bytes"):
+        decode(data[:-1], c)
+
+
+def test_unknown_region_id():
+    c = cfg()
+    with pytest.raises(UnknownRegionIdError, match="0x22222222"):
+        decode(nested_writer(c).bytes(), c, known_ids=[OUTER])
+
+
+def test_region_id_zero_is_corrupt():
+    c = cfg()
+    w = RingWriter(c)
+    w.emit(0, 0, 0, "begin", 0, 1)
+    with pytest.raises(CorruptTraceError, match="region ID 0"):
+        decode(w.bytes(), c)
+
+
+@pytest.mark.parametrize(
+    "events,match",
+    [
+        ([("begin", OUTER, 0, 0), ("end", INNER, 0, 5)], "innermost open region is 0x11111111"),
+        ([("begin", OUTER, 0, 0), ("end", OUTER, 1, 5)], r"END of region 0x11111111 \(coord 1\)"),
+        ([("end", OUTER, 0, 5)], "with no open region"),
+        ([("begin", OUTER, 0, 0)], "never closed"),
+        ([("begin", OUTER, 0, 0), ("begin", INNER, 0, 1), ("end", OUTER, 0, 2), ("end", INNER, 0, 3)], "innermost"),
+    ],
+)
+def test_mismatched_markers(events, match):
+    c = cfg()
+    w = RingWriter(c)
+    for kind, rid, coord, time in events:
+        w.emit(1, 0, 4, kind, rid, time, coord=coord)
+    t = decode(w.bytes(), c)
+    with pytest.raises(MismatchedMarkersError, match=match):
+        pair_intervals(t)
+    loose = pair_intervals(t, strict=False)
+    assert loose.incomplete and any("ring 2 (CTA 1 warp 0, SM 4)" in p for p in loose.problems)
+
+
+def test_unbuffered_warps_make_the_trace_incomplete():
+    c = cfg()
+    t = decode(nested_writer(c).bytes(), c, unbuffered=3)
+    assert t.incomplete and "3 warp(s)" in t.problems[0]
+
+
+def test_clock64_unit():
+    c = cfg(clock="clock64")
+    t = decode(nested_writer(c).bytes(), c)
+    assert pair_intervals(t).unit == "cycles"
+
+
+def test_chrome_export(tmp_path):
+    c = cfg()
+    iv = pair_intervals(decode(nested_writer(c).bytes(), c))
+    doc = chrome_trace(iv, names={OUTER: "outer", INNER: "inner"})
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(xs) == 4
+    outer = next(e for e in xs if e["name"] == "outer")
+    assert outer["ts"] == 0.0 and outer["dur"] == pytest.approx(0.1) and outer["pid"] == 5
+    late = next(e for e in xs if e["pid"] == 9)
+    assert late["ts"] == pytest.approx(1.0) and late["args"]["coord"] == 0
+    path = write_chrome_trace(iv, tmp_path / "t.json")
+    assert json.loads(path.read_text())["traceEvents"]
+
+
+def test_ring_geometry_and_filters():
+    c = TraceConfig(ctas=10, threads_per_cta=100, capacity=16, cta_range=(4, 6), sms=[0, 33, 255], coord_window=(2, 5))
+    assert c.warps_per_cta == 4 and c.num_rings == 8 and c.ring_of(5, 3) == 7
+    ctl = c.ctl_block(0x1000)
+    assert int(ctl["cta_begin"]) == 4 and int(ctl["cta_end"]) == 6 and int(ctl["num_rings"]) == 8
+    assert list(ctl["sm_mask"]) == [1, 2, 0, 0, 0, 0, 0, 1 << 31]
+    assert (int(ctl["coord_begin"]), int(ctl["coord_end"])) == (2, 5)
+    assert len(ctl.tobytes()) == layout.CTL_DTYPE.itemsize
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"capacity": 12}, "power of two"),
+        ({"clock": "tsc"}, "valid: globaltimer, clock64"),
+        ({"threads_per_cta": 2048}, r"\[1, 1024\]"),
+        ({"cta_range": (3, 3)}, "cta_range"),
+        ({"sms": [256]}, "SM index 256"),
+        ({"coord_window": (5, 5)}, "empty"),
+        ({"warp_mask": -1}, "warp_mask"),
+    ],
+)
+def test_bad_config_values(kw, match):
+    with pytest.raises(TraceConfigError, match=match):
+        cfg(**kw)
