@@ -27,6 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ARGUS_INCLUDE = REPO_ROOT / "csrc"  # holds argus/argus.cuh
 ARGUS_MODES = {0: "off", 1: "marker-only", 2: "trace"}
 BACKENDS = ("nvcc", "nvrtc")
+_DEFAULT_NVCC = "/usr/local/cuda/bin/nvcc"
 _HEADER_SUFFIXES = {".h", ".cuh", ".hpp", ".inc", ".inl"}
 
 
@@ -123,7 +124,7 @@ def find_nvcc() -> str:
     candidates = [os.environ.get("ARGUS_NVCC")]
     if os.environ.get("CUDA_HOME"):
         candidates.append(str(Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc"))
-    candidates += [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
+    candidates += [shutil.which("nvcc"), _DEFAULT_NVCC]
     for c in candidates:
         if c and Path(c).is_file() and os.access(c, os.X_OK):
             return c
@@ -185,7 +186,9 @@ def build(spec: CudaBuildSpec, backend: str = "nvcc", *, force: bool = False) ->
     if backend == "nvcc":
         nvcc = find_nvcc()
         archs = nvcc_archs(nvcc)
-        if archs and spec.arch not in archs:
+        # --list-gpu-code names base codes only (sm_90); the arch-specific sm_90a / family sm_100f
+        # variants exist wherever their base does.
+        if archs and spec.arch.rstrip("af") not in archs:
             raise UnsupportedArchError(f"{nvcc} ({nvcc_version(nvcc)}) cannot build {spec.arch!r}; valid: {', '.join(archs)}")
         version = nvcc_version(nvcc)
     else:
