@@ -264,9 +264,10 @@ def ncu_command(program: list[str], kernel: str | None = None, *, launches: int 
 
 
 def run_ncu(program: list[str], kernel: str | None = None, *, outdir: str | os.PathLike, launches: int = 1,
-            timeout_s: float = 600.0, env: dict | None = None) -> tuple[Path, list[NcuKernelProfile]]:
+            timeout_s: float = 600.0, env: dict | None = None,
+            sections: tuple[str, ...] = DEFAULT_SECTIONS) -> tuple[Path, list[NcuKernelProfile]]:
     """Run ncu on ``program``; save the raw CSV as ``outdir/ncu_source_sass.csv``; return it and the profiles."""
-    cmd = ncu_command(program, kernel, launches=launches)
+    cmd = ncu_command(program, kernel, launches=launches, sections=sections)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     raw = Path(outdir) / "ncu_source_sass.csv"
     atomic_write_text(raw, proc.stdout)
@@ -301,15 +302,16 @@ def check_arch(sass_arch: str | None, device_capability: tuple[int, int]) -> Non
 class NcuAdapter(BackendAdapter):
     """Collect per-PC counters of one kernel with Nsight Compute.
 
-    Config: ``kernel`` (name or key, required), ``launches`` (int, default 1), ``args`` (extra program
-    arguments, list of str). The program to run is ``ctx.program.launch["argv"]`` or the input
-    ``executable``.
+    Config: ``kernel`` (name or key; default ``program.launch["kernel"]``), ``sections`` (ncu
+    sections, default ``["SourceCounters"]``), ``launches`` (int, default 1), ``args`` (extra program
+    arguments). The program run is ``program.launch["argv"]`` when given, else (CUDA programs) the
+    runner of :mod:`argus_rt.backends.trace` on this task's variant, so PCs match that very cubin.
     """
 
     name = "ncu"
     effects = NCU_EFFECTS
     outputs = ("pc_counters", "ncu_csv")
-    VALID_KEYS = ("kernel", "launches", "args")
+    VALID_KEYS = ("kernel", "sections", "launches", "args")
 
     def available(self) -> tuple[bool, str]:
         try:
@@ -324,29 +326,41 @@ class NcuAdapter(BackendAdapter):
             raise ValueError(f"unknown ncu config key(s) {bad}; valid: {', '.join(self.VALID_KEYS)}")
         if "launches" in config and (not isinstance(config["launches"], int) or config["launches"] < 1):
             raise ValueError(f"ncu config 'launches' must be an int >= 1, got {config['launches']!r}")
+        sections = config.get("sections", list(DEFAULT_SECTIONS))
+        if not (isinstance(sections, (list, tuple)) and sections and all(isinstance(s, str) and s.isidentifier() for s in sections)):
+            raise ValueError(f"ncu config 'sections' must be a non-empty list of section names, got {sections!r}")
 
     def collect(self, ctx) -> dict[str, Path]:
         self.validate_config(ctx.config)
-        argv = program_argv(ctx) + [str(a) for a in ctx.config.get("args", [])]
+        outdir = Path(ctx.outdir)
+        argv, env = program_argv(ctx)
+        argv += [str(a) for a in ctx.config.get("args", [])]
         kernel = ctx.config.get("kernel") or (getattr(ctx.program, "launch", {}) or {}).get("kernel")
         if not kernel:
             raise ValueError("ncu collection needs config 'kernel' (or program.launch['kernel'])")
-        raw, profiles = run_ncu(argv, kernel, outdir=ctx.outdir, launches=int(ctx.config.get("launches", 1)))
+        raw, profiles = run_ncu(argv, kernel, outdir=outdir, launches=int(ctx.config.get("launches", 1)), env=env,
+                                sections=tuple(ctx.config.get("sections", DEFAULT_SECTIONS)))
         prof = select_profile(profiles, kernel)
-        out = Path(ctx.outdir) / "pc_counters.json"
+        out = outdir / "pc_counters.json"
         atomic_write_text(out, json.dumps(prof.to_evidence()) + "\n")
         return {"pc_counters": out, "ncu_csv": raw}
 
 
-def program_argv(ctx) -> list[str]:
-    """How to run the program of a Collect context: ``program.launch["argv"]`` or input ``executable``."""
+def program_argv(ctx) -> tuple[list[str], dict | None]:
+    """How to run the program of a Collect context, and its environment (None: inherit)."""
     launch = getattr(ctx.program, "launch", None) or {}
     if launch.get("argv"):
-        return [str(a) for a in launch["argv"]]
+        return [str(a) for a in launch["argv"]], None
     exe = ctx.inputs.get("executable")
     if exe:
-        return [str(exe)]
-    raise ValueError("no program to run: program.launch has no 'argv' and no input named 'executable'")
+        return [str(exe)], None
+    if getattr(ctx.program, "kind", None) == "cuda":
+        from .trace import VARIANT_MODES, runner_argv, runner_env
+
+        variant = ctx.program.variant if ctx.program.variant in VARIANT_MODES else "marker_only"
+        return runner_argv(ctx.program, variant, Path(ctx.outdir)), runner_env()
+    raise ValueError("no program to run: program.launch has no 'argv', no input named 'executable', "
+                     f"and kind {getattr(ctx.program, 'kind', None)!r} has no built-in runner (valid: cuda)")
 
 
 register_backend(NcuAdapter())

@@ -318,8 +318,9 @@ class NvbitAdapter(BackendAdapter):
         outdir = Path(ctx.outdir)
         tool = build_tool(outdir / "tool")
         raw = outdir / "nvbit_counts.txt"
-        env = dict(os.environ, LD_PRELOAD=str(tool), ARGUS_NVBIT_OUT=str(raw))
-        proc = subprocess.run(program_argv(ctx), capture_output=True, text=True, env=env, timeout=1800)
+        argv, base_env = program_argv(ctx)
+        env = dict(base_env or os.environ, LD_PRELOAD=str(tool), ARGUS_NVBIT_OUT=str(raw))
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
         if proc.returncode != 0:
             raise NvbitError(f"program under NVBit exited with {proc.returncode}: {proc.stderr.strip()[-800:]}")
         doc = parse_tool_output(raw.read_text(), ctx.config.get("kernel"))

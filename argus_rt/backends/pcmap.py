@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..fsutil import atomic_write_text
+from .base import BackendAdapter, register_backend
+from .ncu import NCU_EFFECTS
 from ..markers import MARKER_WORDS, MarkerDecodeError, decode_marker, is_marker_tag
 from ..sass import SassFunction, kernel_key, pc_key
 
@@ -367,3 +369,78 @@ def attribute_by_source_file(function: SassFunction, metric: dict[int, float]) -
         f = os.path.basename(src[0]) if src else "<no line info>"
         out[f] = out.get(f, 0.0) + value
     return out
+
+
+# ---- the mapping run (backend "pcmap") -------------------------------------------------------
+
+def check_same_binary(function: SassFunction, ncu_function: SassFunction) -> None:
+    """Raise :class:`PcMapError` unless Nsight Compute's SASS is the disassembled cubin's, PC for PC."""
+    a = [(i.pc, i.opcode) for i in function.instructions]
+    b = [(i.pc, i.opcode) for i in ncu_function.instructions]
+    if a != b:
+        first = next((x, y) for x, y in zip(a + [None] * len(b), b + [None] * len(a)) if x != y)
+        raise PcMapError(f"Nsight Compute profiled other code than the mapped cubin (first difference: {first}); "
+                         "the counts and the SASS must come from the same build")
+
+
+def mapping_run(program, outdir: Path, *, kernel: str | None = None) -> dict:
+    """Build the marker-only variant, count per-PC executions with Nsight Compute, and map.
+
+    Returns the ``argus.pc_region_counts/1`` document, extended with ``source_file_attribution``
+    (plain ``-lineinfo`` attribution of the same counts, for side-by-side reports) and provenance.
+    """
+    import torch
+
+    from ..sass import disassemble, parse_sass, sass_arch, select_function
+    from . import ncu
+    from .trace import CudaLaunch, build_variant, runner_argv, runner_env
+
+    launch = CudaLaunch.from_program(program)
+    kernel = kernel or launch.kernel
+    cubin = build_variant(program, "marker_only")
+    listing = disassemble(cubin)
+    ncu.check_arch(sass_arch(listing), torch.cuda.get_device_capability())
+    function = select_function(parse_sass(listing), kernel_key(kernel))
+    raw, profiles = ncu.run_ncu(runner_argv(program, "marker_only", outdir), kernel, outdir=outdir, env=runner_env())
+    profile = ncu.select_profile(profiles, kernel)
+    check_same_binary(function, profile.function())
+    counts = profile.metric("inst_executed")
+    pmap = build_pc_region_map(function, counts)
+    lined = select_function(parse_sass(disassemble(cubin, tool="nvdisasm", line_info=True)), kernel_key(kernel))
+    doc = pmap.to_evidence()
+    doc["source_file_attribution"] = {
+        name: attribute_by_source_file(lined, profile.metric(name))
+        for name in ("inst_executed", "barrier_inst_executed", "branch_inst_executed")}
+    doc["provenance"] = {"cubin": cubin.name, "kernel_symbol": function.name, "ncu_csv": raw.name,
+                         "weights": "ncu 'Instructions Executed' (warp-level) of the same cubin"}
+    return doc
+
+
+class PcMapAdapter(BackendAdapter):
+    """n(r, p) by the SASS-CFG + Nsight Compute method on a CUDA program's marker-only build.
+    Config: ``kernel`` (defaults to ``program.launch["kernel"]``)."""
+
+    name = "pcmap"
+    outputs = ("pc_region_counts", "ncu_csv")
+    effects = NCU_EFFECTS  # the mapping run is an Nsight Compute run
+
+    def available(self) -> tuple[bool, str]:
+        from .ncu import NcuAdapter
+
+        return NcuAdapter().available()
+
+    def validate_config(self, config: dict) -> None:
+        bad = sorted(set(config) - {"kernel"})
+        if bad:
+            raise ValueError(f"unknown pcmap config key(s) {bad}; valid: kernel")
+
+    def collect(self, ctx) -> dict[str, Path]:
+        self.validate_config(ctx.config)
+        outdir = Path(ctx.outdir)
+        doc = mapping_run(ctx.program, outdir, kernel=ctx.config.get("kernel"))
+        out = outdir / "pc_region_counts.json"
+        atomic_write_text(out, json.dumps(doc) + "\n")
+        return {"pc_region_counts": out, "ncu_csv": outdir / "ncu_source_sass.csv"}
+
+
+register_backend(PcMapAdapter())

@@ -5,9 +5,10 @@
 //   ground_truth                 the whole body
 //   ground_truth/stage_a         trips_a dependent FMAs, then 3 helper calls
 //   ground_truth/stage_b         trips_b dependent FMAs, the inner region, then 1 helper call
-//   ground_truth/stage_b/inner   trips_inner dependent FMAs
+//   ground_truth/stage_b/inner   trips_inner dependent FMAs, each followed by __syncthreads()
 //
-// Build (marker-only, the mapping build; -lineinfo does not change the code):
+// Build (marker-only, the mapping build; -lineinfo does not change the code; -DARGUS_MODE=2 with
+// -Icsrc for the traced build):
 //   nvcc -O3 -lineinfo -DARGUS_MODE=1 -gencode=arch=compute_90a,code=sm_90a \
 //        -o ground_truth examples/ground_truth/ground_truth.cu
 // Run: ./ground_truth [ctas threads trips_a trips_b trips_inner trips_helper]
@@ -25,13 +26,13 @@
 #define ARGUS_MODE 1
 #endif
 
-// Marker-only footprint, the same three words as argus_rt/markers.py: tag|kind, id low, id high.
-// Local so that this kernel stays a self-contained reference for the SASS analysis.
 // GT_KEEP(v) pins the computation of v before the next marker: NVVM otherwise sinks a pure
 // __noinline__ call past the END words (seen with nvcc 13.0), moving its work out of the region.
 #define GT_KEEP(v) asm volatile("" ::"f"(v))
 
 #if ARGUS_MODE == 1
+// Marker-only footprint, the same three words as argus_rt/markers.py: tag|kind, id low, id high.
+// Local so that this kernel stays a fixed reference for the SASS analysis.
 #define GT_PMEVENT(imm) asm volatile("pmevent.mask %0;" ::"n"(imm) : "memory")
 #define GT_MARK(kind, id)                 \
     do {                                  \
@@ -41,6 +42,11 @@
     } while (0)
 #define GT_BEGIN(id) GT_MARK(1, id)
 #define GT_END(id) GT_MARK(2, id)
+#elif ARGUS_MODE == 2
+// Traced build (region latency): the Argus device library records begin/end per warp.
+#include "argus/argus.cuh"
+#define GT_BEGIN(id) ARGUS_BEGIN(id)
+#define GT_END(id) ARGUS_END(id)
 #else
 #define GT_BEGIN(id) do {} while (0)
 #define GT_END(id) do {} while (0)
@@ -68,7 +74,10 @@ __global__ void ground_truth_kernel(const float* __restrict__ xs, const float* _
     GT_KEEP(x);
     GT_BEGIN(ARGUS_REGION_GROUND_TRUTH_STAGE_B_INNER);
 #pragma unroll 1
-    for (int i = 0; i < trips_inner; ++i) x = fmaf(x, y, 0.125f);
+    for (int i = 0; i < trips_inner; ++i) {
+        x = fmaf(x, y, 0.125f);
+        __syncthreads();  // one CTA barrier per trip: barrier counts are known by construction too
+    }
     GT_KEEP(x);
     GT_END(ARGUS_REGION_GROUND_TRUTH_STAGE_B_INNER);
     x = gt_helper(x, y, trips_helper);

@@ -47,3 +47,9 @@ def expected_counts(function, *, ctas: int, threads: int, trips_a: int, trips_b:
         "ground_truth/stage_b": warps * (trips_b * body["stage_b"] + HELPER_CALLS["ground_truth/stage_b"] * helper),
         "ground_truth/stage_b/inner": warps * trips_inner * body["inner"],
     }
+
+
+def expected_barriers(*, ctas: int, threads: int, trips_inner: int, **_) -> dict[str, float]:
+    """Warp-level executed ``BAR`` instructions per leaf region: one per inner trip, none elsewhere."""
+    warps = ctas * threads // 32
+    return {"ground_truth/stage_a": 0.0, "ground_truth/stage_b": 0.0, "ground_truth/stage_b/inner": float(warps * trips_inner)}

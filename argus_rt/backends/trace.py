@@ -1,0 +1,335 @@
+"""Region tracing adapter, and the runner that builds and launches a CUDA program variant once.
+
+Region tracing (backend ``trace``, evidence ``argus.region_intervals/1``, qualification *observed*):
+build the program's ``traced`` variant (``ARGUS_MODE=2``), launch it once under a
+:class:`argus_rt.trace.TraceSession`, check its outputs against the program's plain PyTorch
+reference, decode the rings, pair begin/end per warp and publish one row per region occurrence.
+
+The same runner serves the other GPU adapters: Nsight Compute profiles a separate process,
+``python -m argus_rt.backends.trace run --program <program.json> --variant marker_only``, so that
+the PCs it reports are those of the very cubin this module built.
+
+A CUDA program's ``launch`` (in ``argus_program.json``) as this runner reads it::
+
+    "launch": {
+      "source": "kernel.cu",                 # the translation unit (default: first .cu source)
+      "kernel": "my_kernel",                 # name or kernel key; the mangled symbol is looked up
+      "grid": [128], "block": [256],
+      "args": [                              # in kernel-parameter order
+        {"tensor": "float32", "shape": [32768], "init": "uniform", "low": -1, "high": 1},
+        {"tensor": "float32", "shape": [32768], "init": "poison"},      # an output: NaN-filled
+        {"int32": 2000}, {"float32": 0.5}
+      ],
+      "reference": "reference.py:expected",  # fn(*CPU args) -> {arg index: expected tensor}
+      "rtol": 1e-4, "atol": 1e-5,            # tolerance of that check
+      "defines": {"NAME": "value"},          # optional, added to every variant's build
+      "arch": "sm_90"                        # optional GPU code (default sm_90; sm_90a for wgmma/setmaxnreg)
+    }
+
+Inputs are drawn fresh on every run (``init``: ``randn``, ``uniform`` [low, high), ``randint``
+[low, high), ``poison`` (NaN, or -1 for integers), ``zeros`` only where a kernel needs it).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..fsutil import atomic_write_text
+from ..sass import disassemble, kernel_key, parse_sass
+from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend
+
+VARIANT_MODES = {"base": 0, "trace_free": 0, "marker_only": 1, "traced": 2}
+LAUNCH_KEYS = ("source", "kernel", "grid", "block", "args", "reference", "rtol", "atol", "defines", "arch", "argv",
+               "python")
+TENSOR_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8")
+SCALAR_TYPES = ("int32", "int64", "uint32", "uint64", "float32", "float64")
+INITS = ("randn", "uniform", "randint", "poison", "zeros")
+
+
+class ProgramRunError(BackendError):
+    """The program variant could not be built or launched, or its launch description is wrong."""
+
+
+class ReferenceMismatchError(ProgramRunError):
+    """The kernel's outputs differ from the plain PyTorch reference beyond the stated tolerance."""
+
+
+@dataclass(frozen=True)
+class CudaLaunch:
+    """A validated ``launch`` description of a CUDA program (see the module docstring)."""
+
+    root: Path
+    source: str
+    kernel: str
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    args: tuple[dict, ...]
+    reference: str | None
+    rtol: float
+    atol: float
+    defines: dict
+    arch: str = "sm_90"
+
+    @property
+    def ctas(self) -> int:
+        return int(np.prod(self.grid))
+
+    @property
+    def threads_per_cta(self) -> int:
+        return int(np.prod(self.block))
+
+    @classmethod
+    def from_program(cls, program) -> "CudaLaunch":
+        if program.kind != "cuda":
+            raise ProgramRunError(f"program {program.name!r} is of kind {program.kind!r}; this runner runs kind 'cuda'")
+        launch = program.launch
+        bad = sorted(set(launch) - set(LAUNCH_KEYS))
+        if bad:
+            raise ProgramRunError(f"launch of {program.name!r}: unknown key(s) {bad}; valid: {', '.join(LAUNCH_KEYS)}")
+        for key in ("kernel", "grid", "block", "args"):
+            if key not in launch:
+                raise ProgramRunError(f"launch of {program.name!r} lacks {key!r} (needs kernel, grid, block, args)")
+        if not program.root:
+            raise ProgramRunError(f"program {program.name!r} has no source directory (root)")
+        root = Path(program.root).resolve()
+        source = launch.get("source") or next((s for s in _sources(root) if s.endswith(".cu")), None)
+        if not source or not (root / source).is_file():
+            raise ProgramRunError(f"launch of {program.name!r}: CUDA source {source!r} not found under {root}")
+        for dims, what in ((launch["grid"], "grid"), (launch["block"], "block")):
+            if not (isinstance(dims, list) and 1 <= len(dims) <= 3 and all(isinstance(d, int) and d > 0 for d in dims)):
+                raise ProgramRunError(f"launch {what} must be a list of 1-3 positive ints, got {dims!r}")
+        for i, spec in enumerate(launch["args"]):
+            _check_arg(i, spec)
+        return cls(root, source, str(launch["kernel"]), tuple(launch["grid"]), tuple(launch["block"]),
+                   tuple(launch["args"]), launch.get("reference"), float(launch.get("rtol", 1e-5)),
+                   float(launch.get("atol", 1e-6)), dict(launch.get("defines", {})), str(launch.get("arch", "sm_90")))
+
+
+def _sources(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.is_file())
+
+
+def _check_arg(i: int, spec) -> None:
+    if not isinstance(spec, dict) or len([k for k in spec if k in ("tensor",) + SCALAR_TYPES]) != 1:
+        raise ProgramRunError(f"launch arg {i}: {spec!r} must be one of {{'tensor': dtype, ...}} or "
+                              f"{{<scalar type>: value}} with scalar types {', '.join(SCALAR_TYPES)}")
+    if "tensor" in spec:
+        if spec["tensor"] not in TENSOR_DTYPES:
+            raise ProgramRunError(f"launch arg {i}: tensor dtype {spec['tensor']!r} unknown; valid: {', '.join(TENSOR_DTYPES)}")
+        if spec.get("init", "randn") not in INITS:
+            raise ProgramRunError(f"launch arg {i}: init {spec.get('init')!r} unknown; valid: {', '.join(INITS)}")
+        shape = spec.get("shape")
+        if not (isinstance(shape, list) and shape and all(isinstance(d, int) and d > 0 for d in shape)):
+            raise ProgramRunError(f"launch arg {i}: shape must be a non-empty list of positive ints, got {shape!r}")
+
+
+def build_variant(program, variant: str, *, extra_flags: tuple[str, ...] = ()) -> Path:
+    """Compile ``variant`` of a CUDA program to a cubin (content-hash cached) and return its path."""
+    from ..compiler.cuda import CudaBuildSpec, build
+
+    if variant not in VARIANT_MODES:
+        raise ProgramRunError(f"cannot build variant {variant!r}; valid: {', '.join(VARIANT_MODES)}")
+    launch = CudaLaunch.from_program(program)
+    flags = tuple(dict.fromkeys(tuple(program.flags or ("-O3",)) + ("-lineinfo",) + tuple(extra_flags)))
+    spec = CudaBuildSpec(name=f"{program.name}_{variant}", sources=[str(launch.root / launch.source)],
+                         argus_mode=VARIANT_MODES[variant], include_dirs=[str(launch.root)],
+                         defines=launch.defines, flags=flags, arch=launch.arch)
+    result = build(spec)
+    return Path(getattr(result, "cubin", result))
+
+
+def kernel_symbol(cubin: Path, kernel: str) -> str:
+    """The (mangled) symbol of ``kernel`` in ``cubin``, matched by :func:`kernel_key`."""
+    names = list(parse_sass(disassemble(cubin)))
+    if kernel in names:
+        return kernel
+    hits = [n for n in names if kernel_key(n) == kernel_key(kernel)]
+    if len(hits) != 1:
+        raise ProgramRunError(f"kernel {kernel!r} {'is ambiguous' if hits else 'not found'} in {cubin.name}; "
+                              f"functions: {', '.join(names)}")
+    return hits[0]
+
+
+def make_arguments(launch: CudaLaunch, seed: int | None = None) -> list:
+    """Fresh kernel arguments: CUDA tensors drawn per ``init``, numpy scalars for scalars."""
+    import torch
+
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(6), "little"))
+    out = []
+    for spec in launch.args:
+        if "tensor" in spec:
+            dtype = getattr(torch, spec["tensor"])
+            shape = spec["shape"]
+            init = spec.get("init", "randn")
+            if init == "randn":
+                t = torch.randn(shape, generator=gen, device="cuda").to(dtype)
+            elif init == "uniform":
+                lo, hi = float(spec.get("low", 0.0)), float(spec.get("high", 1.0))
+                t = (torch.rand(shape, generator=gen, device="cuda", dtype=torch.float64) * (hi - lo) + lo).to(dtype)
+            elif init == "randint":
+                t = torch.randint(int(spec.get("low", 0)), int(spec["high"]), shape, generator=gen, device="cuda").to(dtype)
+            elif init == "poison":
+                t = torch.full(shape, float("nan") if dtype.is_floating_point else -1, device="cuda", dtype=dtype)
+            else:
+                t = torch.zeros(shape, device="cuda", dtype=dtype)
+            out.append(t)
+        else:
+            (kind, value), = ((k, v) for k, v in spec.items() if k in SCALAR_TYPES)
+            out.append(getattr(np, kind)(value))
+    return out
+
+
+def check_reference(launch: CudaLaunch, before: list, after: list) -> float | None:
+    """Compare outputs with the program's reference; return the worst relative error (None: no reference)."""
+    import torch
+
+    if not launch.reference:
+        return None
+    file, _, func = launch.reference.partition(":")
+    path = (launch.root / file).resolve()
+    if launch.root not in path.parents or not path.is_file() or not func:
+        raise ProgramRunError(f"reference {launch.reference!r} must be '<file in {launch.root}>:<function>'")
+    spec = importlib.util.spec_from_file_location(f"argus_reference_{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    expected = getattr(mod, func)(*[a.cpu() if hasattr(a, "cpu") else a.item() for a in before])
+    worst = 0.0
+    for idx, want in expected.items():
+        got = after[idx].detach().cpu()
+        if got.shape != want.shape:
+            raise ReferenceMismatchError(f"output arg {idx}: shape {tuple(got.shape)} vs reference {tuple(want.shape)}")
+        if torch.isnan(got).any():
+            raise ReferenceMismatchError(f"output arg {idx}: {int(torch.isnan(got).sum())} elements unwritten (NaN)")
+        if not torch.allclose(got.double(), want.double(), rtol=launch.rtol, atol=launch.atol):
+            err = ((got.double() - want.double()).abs() / (want.double().abs() + launch.atol)).max().item()
+            raise ReferenceMismatchError(f"output arg {idx} differs from the reference: max rel err {err:.3g} "
+                                         f"> rtol {launch.rtol} (atol {launch.atol})")
+        denom = want.double().abs().clamp_min(launch.atol)
+        worst = max(worst, ((got.double() - want.double()).abs() / denom).max().item())
+    return worst
+
+
+def run_once(program, variant: str, *, trace_config: dict | None = None, check: bool = True) -> dict:
+    """Build ``variant``, launch it once, check it against the reference; with ``trace_config``
+    (traced variant) also decode the trace. Returns {"cubin", "symbol", "max_rel_err", "intervals"?}."""
+    import torch
+
+    from ..launch import CubinModule
+
+    if not torch.cuda.is_available():
+        raise BackendUnavailableError(f"no CUDA GPU visible to torch {torch.__version__}")
+    launch = CudaLaunch.from_program(program)
+    cubin = build_variant(program, variant)
+    symbol = kernel_symbol(cubin, launch.kernel)
+    module = CubinModule.load(cubin)
+    args = make_arguments(launch)
+    before = [a.clone() if hasattr(a, "clone") else a for a in args] if check and launch.reference else []
+    session = None
+    if trace_config is not None:
+        from ..trace import TraceConfig, TraceSession
+
+        session = TraceSession(module, TraceConfig(ctas=launch.ctas, threads_per_cta=launch.threads_per_cta,
+                                                   **trace_config))
+        session.arm()
+    module.launch(symbol, launch.grid, launch.block, args)
+    torch.cuda.synchronize()
+    result = {"cubin": str(cubin), "symbol": symbol, "max_rel_err": None}
+    if check and launch.reference:
+        result["max_rel_err"] = check_reference(launch, before, args)
+    if session is not None:
+        from ..trace import pair_intervals
+
+        known = [r.id for r in program.regions]
+        result["trace"] = session.decode(known_ids=known)
+        result["intervals"] = pair_intervals(result["trace"])
+    return result
+
+
+def intervals_document(intervals, trace) -> dict:
+    """``argus.region_intervals/1`` from paired intervals (one row per occurrence)."""
+    rows = intervals.rows
+    cols = {k: rows[k].astype(np.int64).tolist() for k in ("region_id", "start", "end", "sm", "cta", "warp", "coord")}
+    dropped = int(sum(int(getattr(r, "dropped", 0) or 0) for r in getattr(trace, "rings", []) or []))
+    return {"format": "argus.region_intervals/1", "clock": intervals.unit, "columns": cols, "coord_kind": None,
+            "launches": 1, "dropped": dropped, "incomplete": bool(intervals.incomplete),
+            "problems": [str(p) for p in getattr(intervals, "problems", [])][:20]}
+
+
+class TraceAdapter(BackendAdapter):
+    """Region tracing of a CUDA program's traced variant. Config: ``capacity`` (records per warp
+    ring, power of two, default 256), ``clock`` ("globaltimer" default, or "clock64")."""
+
+    name = "trace"
+    effects = frozenset({"perturbs_timing"})
+    outputs = ("region_intervals",)
+    VALID_KEYS = ("capacity", "clock")
+
+    def validate_config(self, config: dict) -> None:
+        bad = sorted(set(config) - set(self.VALID_KEYS))
+        if bad:
+            raise ValueError(f"unknown trace config key(s) {bad}; valid: {', '.join(self.VALID_KEYS)}")
+
+    def available(self) -> tuple[bool, str]:
+        try:
+            import torch
+        except ImportError:
+            return False, "torch is not installed"
+        return torch.cuda.is_available(), "no CUDA GPU visible to torch"
+
+    def collect(self, ctx) -> dict[str, Path]:
+        self.validate_config(ctx.config)
+        cfg = {"capacity": int(ctx.config.get("capacity", 256)), "clock": ctx.config.get("clock", "globaltimer")}
+        res = run_once(ctx.program, "traced", trace_config=cfg)
+        doc = intervals_document(res["intervals"], res["trace"])
+        doc["reference_check"] = {"max_rel_err": res["max_rel_err"]}
+        out = Path(ctx.outdir) / "region_intervals.json"
+        atomic_write_text(out, json.dumps(doc) + "\n")
+        return {"region_intervals": out}
+
+
+def runner_argv(program, variant: str, outdir: Path) -> list[str]:
+    """argv of a separate process that runs ``variant`` once (what Nsight Compute profiles)."""
+    path = Path(outdir) / "program.json"
+    prog = dataclasses.replace(program, root=str(Path(program.root).resolve())) if program.root else program
+    atomic_write_text(path, json.dumps(prog.to_dict()))
+    return [sys.executable, "-m", "argus_rt.backends.trace", "run", "--program", str(path), "--variant", variant]
+
+
+def runner_env() -> dict:
+    """Environment for :func:`runner_argv`: this checkout importable, multicast off."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("NCCL_NVLS_ENABLE", "0")
+    env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..program import ProgramVersion
+
+    parser = argparse.ArgumentParser(prog="python -m argus_rt.backends.trace")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="build and launch one variant of a CUDA program once, checked")
+    run.add_argument("--program", required=True, help="ProgramVersion JSON (ProgramVersion.to_dict())")
+    run.add_argument("--variant", default="marker_only", choices=sorted(VARIANT_MODES))
+    args = parser.parse_args(argv)
+    program = ProgramVersion.from_dict(json.loads(Path(args.program).read_text()))
+    res = run_once(program, args.variant)
+    print(f"argus-run {program.name}:{args.variant} kernel={res['symbol']} max_rel_err={res['max_rel_err']}")
+    return 0
+
+
+register_backend(TraceAdapter())
+
+if __name__ == "__main__":
+    sys.exit(main())
