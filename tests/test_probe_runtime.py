@@ -1,0 +1,71 @@
+"""Runtime expansion: the Triton discovery Control handler, the planner's probe expander and the probe
+Transform handler work together on the TMA matmul example (CPU only: transforms and compiles)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+from argus_rt.program import load_program  # noqa: E402
+from argus_rt.runtime.handlers import TaskContext, get_handler  # noqa: E402
+from argus_rt.tasks import Task  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def program():
+    p = load_program(ROOT / "examples" / "triton")
+    assert p.kind == "triton"
+    return p
+
+
+def _ctx(task, program, tmp, inputs=None):
+    out = tmp / task.id
+    out.mkdir(parents=True, exist_ok=True)
+    return TaskContext(task=task, program=program, programs=lambda pid: program, inputs=inputs or {}, outdir=out)
+
+
+@pytest.fixture(scope="module")
+def discovery_outputs(program, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("control")
+    control = Task(kind="control", op="async_discovery", program=program.id, region="tma_matmul/kloop")
+    handler = get_handler("control", "async_discovery", "triton")
+    return control, handler(_ctx(control, program, tmp))
+
+
+def test_control_task_publishes_async_sites(discovery_outputs, program):
+    _, outputs = discovery_outputs
+    doc = json.loads(Path(outputs["async_sites"]).read_text())
+    assert doc["format"] == "argus.async_sites/1" and doc["program"] == program.id
+    kinds = [(s["kind"], s["label"]) for s in doc["sites"]]
+    assert kinds == [("tma_load", "a"), ("tma_load", "b"), ("wgmma", "acc")]
+    # probe candidates: TMA loads only; WGMMA lists its iterations separately
+    assert [len(s["iterations"]) for s in doc["sites"]] == [8, 8, 0]
+    assert doc["sites"][2]["logical_iterations"] == list(range(8))
+    assert "tma_matmul_kernel" in Path(outputs["ttgir"]).read_text()
+
+
+def test_expander_and_transform_make_sixteen_linked_probes(discovery_outputs, program, tmp_path):
+    control, outputs = discovery_outputs
+    from argus_rt.planner import BranchBuilder
+
+    builder = BranchBuilder(control, {program.id: program.to_dict()})
+    expand = get_handler("expander", "forced_wait_probes")
+    expand(_ctx(control, program, tmp_path, {"async_sites": Path(outputs["async_sites"])}), builder)
+    transforms = [t for t in builder.new_tasks.values() if t.kind == "transform"]
+    collects = [t for t in builder.new_tasks.values() if t.kind == "collect"]
+    assert len(transforms) == 16 and len(collects) == 16
+    assert all("forces_completion" in c.effects for c in collects)
+    # run one transform: its probe program is the variant the planner expected, linked to the base
+    task = next(t for t in transforms if t.config["iteration"] == 4)
+    handler = get_handler("transform", "forced_wait_probe", "triton")
+    out = handler(_ctx(task, program, tmp_path))
+    pv = json.loads(Path(out["program"]).read_text())
+    assert pv["id"] == task.config["expect_program"] and pv["base"] == program.id and pv["variant"] == "probe"
+    desc = json.loads(Path(out["probe"]).read_text())
+    assert desc["op_id"] == task.config["op_id"] and desc["iteration"] == 4
+    assert Path(out["cubin"]).stat().st_size > 0 and "%argus_pbar" in Path(out["ttgir"]).read_text()
