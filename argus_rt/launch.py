@@ -95,9 +95,8 @@ def _ensure_context(device: int):
     try:
         import torch
 
-        torch.cuda.init()
         torch.cuda.set_device(device)
-        torch.cuda.current_stream(device)  # forces the runtime to bind the primary context
+        torch.zeros(1, device=f"cuda:{device}")  # forces the runtime to create and bind the primary context
     except ImportError:
         pass
     ctx = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")

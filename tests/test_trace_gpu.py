@@ -1,0 +1,213 @@
+"""Tracing a real kernel on the GPU: exact occurrence counts and order, filters, wrap, clock64,
+arming rules, host cost. Each test first checks the kernel's output against a NumPy reference."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from argus_rt.regions import RegionTree
+from argus_rt.trace import TraceConfig, TraceSession, layout, pair_intervals, region_stats
+
+pytestmark = pytest.mark.gpu
+
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "cuda" / "nested_regions.cu"
+TREE = RegionTree.load(ROOT / "examples" / "cuda" / "regions.json")
+EX, A, B, INNER = (TREE[n].id for n in ("example", "example/stage_a", "example/stage_b", "example/stage_b/inner"))
+CTAS, THREADS, ITERS, ROUNDS = 6, 96, 5, 16
+WARPS = THREADS // 32
+
+
+def reference(x: np.ndarray, iters: int, rounds: int) -> np.ndarray:
+    """NumPy float64 model of nested_regions (fp32 FMAs on the GPU)."""
+    x = x.astype(np.float64)
+    for _ in range(rounds):
+        x = x * 0.5 + 0.25
+    acc = np.zeros_like(x)
+    for _ in range(rounds):
+        acc = acc * 0.75 + x
+    for it in range(iters):
+        for _ in range(rounds):
+            acc = acc * 0.75 + (x + it)
+        for _ in range(rounds):
+            acc = acc * 0.5 + 1.0
+    return acc
+
+
+def expected_sequence(iters: int) -> list[tuple[int, int, int]]:
+    """(kind, region_id, coord) recorded by every warp, in order."""
+    none = layout.COORD_NONE
+    seq = [(1, EX, none), (1, A, none), (2, A, none)]
+    for it in range(iters):
+        seq += [(1, B, it), (1, INNER, it), (2, INNER, it), (2, B, it)]
+    return seq + [(2, EX, none)]
+
+
+@pytest.fixture(scope="module")
+def torch_cuda():
+    import torch
+
+    return torch
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory):
+    import os
+
+    from argus_rt.compiler.cuda import CudaBuildSpec, build
+    from argus_rt.launch import CubinModule
+
+    os.environ.setdefault("ARGUS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    out = {}
+    for mode in (0, 2):
+        out[mode] = CubinModule.load(build(CudaBuildSpec(f"nested.m{mode}", [EXAMPLE], argus_mode=mode)).cubin)
+    return out
+
+
+def run(torch, mod, n=None, iters=ITERS, threads=THREADS, ctas=CTAS):
+    n = ctas * threads - 7 if n is None else n  # a partial last CTA exercises the bounds check
+    x = torch.rand(n, device="cuda") * 2 + 0.5
+    out = torch.full((n,), float("nan"), device="cuda")
+    mod.launch("nested_regions", grid=ctas, block=threads, args=[out, x, np.int32(n), np.int32(iters), np.int32(ROUNDS)])
+    torch.cuda.synchronize()
+    ref = reference(x.cpu().numpy(), iters, ROUNDS)
+    got = out.cpu().numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)  # fp32 FMA chain vs float64
+    return got
+
+
+def test_trace_free_build_matches_reference(torch_cuda, modules):
+    run(torch_cuda, modules[0])
+
+
+def test_exact_counts_and_order(torch_cuda, modules):
+    torch = torch_cuda
+    sess = TraceSession(modules[2], TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=64))
+    sess.arm()
+    run(torch, modules[2])
+    trace = sess.decode(known_ids=[r.id for r in TREE])
+    assert not trace.incomplete, trace.problems
+    assert len(trace.rings) == CTAS * WARPS
+    want = expected_sequence(ITERS)
+    for ring in trace.rings:
+        ev = trace.ring_events(int(ring["ring"]))
+        got = list(zip(ev["kind"].tolist(), ev["region_id"].tolist(), ev["coord"].tolist()))
+        assert got == want, f"ring {int(ring['ring'])}"
+        assert int(ring["written"]) == len(want) and int(ring["dropped"]) == 0 and int(ring["claims"]) == 1
+    iv = pair_intervals(trace)
+    counts = {s.region_id: s.count for s in region_stats(iv)}
+    nw = CTAS * WARPS
+    assert counts == {EX: nw, A: nw, B: nw * ITERS, INNER: nw * ITERS}
+    rows = iv.rows
+    assert np.all(rows["end"] >= rows["start"])
+    for r in rows[rows["region_id"] == INNER]:  # inner lies within its stage_b parent
+        p = rows[int(r["parent"])]
+        assert p["region_id"] == B and p["coord"] == r["coord"] and p["start"] <= r["start"] and r["end"] <= p["end"]
+    ctas_seen = sorted({int(c) for c in trace.rings["cta"]})
+    assert ctas_seen == list(range(CTAS))
+
+
+def test_filters(torch_cuda, modules):
+    torch = torch_cuda
+    cfg = TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=64, cta_range=(2, 4))
+    sess = TraceSession(modules[2], cfg)
+    sess.arm(warp_mask=0b010)
+    run(torch, modules[2])
+    t = sess.decode()
+    assert sorted(zip(t.rings["cta"].tolist(), t.rings["warp"].tolist())) == [(2, 1), (3, 1)]
+    sess.arm(coord_window=(1, 3))
+    run(torch, modules[2])
+    t = sess.decode()
+    assert len(t.rings) == 2 * WARPS
+    for ring in t.rings:
+        ev = t.ring_events(int(ring["ring"]))
+        coords = sorted({c for c in ev["coord"].tolist() if c != layout.COORD_NONE})
+        assert coords == [1, 2] and len(ev) == 4 + 4 * 2
+    # SM filter: only warps that ran on even-numbered SMs record.
+    sess.arm(sms=list(range(0, 256, 2)))
+    run(torch, modules[2])
+    t = sess.decode()
+    assert all(int(s) % 2 == 0 for s in t.rings["sm"])
+
+
+def test_wrap_is_counted(torch_cuda, modules):
+    torch = torch_cuda
+    sess = TraceSession(modules[2], TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=8))
+    sess.arm()
+    run(torch, modules[2])
+    t = sess.decode()
+    total = len(expected_sequence(ITERS))
+    assert t.incomplete and t.dropped == CTAS * WARPS * (total - 8)
+    for ring in t.rings:
+        ev = t.ring_events(int(ring["ring"]))
+        got = list(zip(ev["kind"].tolist(), ev["region_id"].tolist(), ev["coord"].tolist()))
+        assert got == expected_sequence(ITERS)[-8:]
+    iv = pair_intervals(t)  # orphan ENDs of overwritten BEGINs are skipped, never mispaired
+    assert iv.incomplete and set(iv.rows["region_id"].tolist()) <= {B, INNER}
+
+
+def test_disarm_append_and_clock64(torch_cuda, modules):
+    torch = torch_cuda
+    sess = TraceSession(modules[2], TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=128))
+    sess.arm()
+    run(torch, modules[2])
+    first = sess.decode()
+    n1, iv1 = len(first.events), len(pair_intervals(first))
+    sess.disarm()
+    run(torch, modules[2])
+    assert len(sess.decode().events) == n1  # the disarmed launch recorded nothing
+    sess.arm()
+    run(torch, modules[2])
+    run(torch, modules[2])
+    t = sess.decode()
+    assert len(t.events) == 2 * n1 and set(t.rings["claims"].tolist()) == {2}
+    assert len(pair_intervals(t)) == 2 * iv1  # the second launch appended complete occurrences
+    sess.arm(clock="clock64")
+    run(torch, modules[2])
+    iv = pair_intervals(sess.decode())
+    assert iv.unit == "cycles" and np.all(iv.rows["duration"] > 0)
+
+
+def test_warps_without_ring_are_counted(torch_cuda, modules):
+    torch = torch_cuda
+    sess = TraceSession(modules[2], TraceConfig(ctas=CTAS, threads_per_cta=32, capacity=64))  # too small
+    sess.arm()
+    run(torch, modules[2])
+    t = sess.decode()
+    assert t.unbuffered == CTAS * (WARPS - 1) and t.incomplete
+
+
+def test_host_cost_per_traced_launch_is_below_1ms(torch_cuda, modules):
+    torch = torch_cuda
+    sess = TraceSession(modules[2], TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=64))
+    x = torch.rand(CTAS * THREADS, device="cuda") + 0.5
+    out = torch.empty_like(x)
+    args = [out, x, np.int32(x.numel()), np.int32(ITERS), np.int32(ROUNDS)]
+    costs = []
+    for _ in range(300):
+        t0 = time.perf_counter()
+        sess.arm()
+        modules[2].launch("nested_regions", grid=CTAS, block=THREADS, args=args)
+        costs.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    assert np.median(costs) < 1e-3, f"median arm+launch host cost {np.median(costs) * 1e6:.1f} us"
+
+
+def test_nvrtc_build_traces_the_same(torch_cuda):
+    try:
+        import cuda.bindings.nvrtc  # noqa: F401
+    except ImportError:
+        pytest.skip("cuda-python NVRTC bindings not installed")
+    from argus_rt.compiler.cuda import CudaBuildSpec, build
+    from argus_rt.launch import CubinModule
+
+    mod = CubinModule.load(build(CudaBuildSpec("nested.nvrtc", [EXAMPLE], argus_mode=2), backend="nvrtc").cubin)
+    sess = TraceSession(mod, TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=64))
+    sess.arm()
+    run(torch_cuda, mod)
+    t = sess.decode()
+    assert len(t.events) == CTAS * WARPS * len(expected_sequence(ITERS))
