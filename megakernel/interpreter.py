@@ -219,14 +219,15 @@ def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def localise(before: DecodeState, after: DecodeState, step: int, n_forced: int = 1,
-             sampling: SamplingParams | None = None, rtol: float = 1e-2) -> tuple[int, Instruction, float] | None:
+             sampling: SamplingParams | None = None, rtol: float = 1e-2,
+             device: str | torch.device = "cpu") -> tuple[int, Instruction, float] | None:
     """Replay ``step`` from ``before`` in the interpreter; compare with the kernel's ``after``.
 
     Returns (index, instruction, relative error) of the first instruction in stream order whose
     output differs by more than ``rtol`` (token mismatches count as error 1), or None.
     """
-    ref = before.clone(device="cpu")
-    got = after.clone(device="cpu")
+    ref = before.clone(device=device)  # the interpreter can run on the GPU too, for full-size models
+    got = after.clone(device=device)
     Interpreter(ref, n_forced=n_forced, sampling=sampling).run_steps(step, 1)
     for idx, ins in enumerate(ref.program.instructions):
         want, have = outputs_of(ins, ref, step), outputs_of(ins, got, step)

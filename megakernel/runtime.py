@@ -133,6 +133,13 @@ class MegakernelDecoder:
                                   f"{per_sm} CTA(s)/SM x {sms} SMs = {per_sm * sms}; use workers <= {per_sm * sms - 1}")
         return LaunchInfo(grid, workers, threads, sms, int(per_sm))
 
+    def replace_program(self, program: Program) -> None:
+        """Run a different instruction stream on the same state (tests: a deliberately broken DAG)."""
+        if program.config != self.config or len(program.counters) != len(self.program.counters):
+            raise ValueError("replacement program must have this decoder's config and counter set")
+        self.program = program
+        self.instructions = torch.from_numpy(program.words()).to(self.device)
+
     def set_prompt(self, tokens: list[int]) -> None:
         self.state.set_prompt(tokens)
         self.n_forced = len(tokens)

@@ -101,7 +101,7 @@ class GraphedDecodeStep:
         self.model = model
         self.tokens = torch.zeros(1, 1, dtype=torch.long, device=dev)
         self.pos = torch.zeros(1, dtype=torch.long, device=dev)
-        fn = torch.compile(model, mode="max-autotune-no-cudagraphs", fullgraph=True) if compiled else model
+        fn = torch.compile(model, fullgraph=True) if compiled else model  # inductor default mode; the graph is ours
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side), torch.no_grad():

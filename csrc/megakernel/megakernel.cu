@@ -21,7 +21,7 @@
 
 namespace mk {
 
-struct Smem {
+struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
   float xs[SMEM_FLOATS];
   float out[MAX_TILE_ROWS];
   float scratch[2 * NWARPS];
@@ -250,7 +250,7 @@ __device__ void worker(const Params& p, Smem& s) {
         const int need = (step + 1 + s.ins[W_WAIT_DELTA]) * s.ins[W_WAIT_COUNT];
         if (need > 0) {
           const WaitSite site{(int)t, step, index, op, layer, wait};
-          ok = wait_counter(p, p.counters + wait, (unsigned)need, site);
+          ok = wait_counter(p, p.counters + wait, (unsigned)need, site, (unsigned long long)p.timeout_ns);
         }
       }
       s.ok = ok;
@@ -292,7 +292,9 @@ __device__ void scheduler(const Params& p, Smem& s) {
   for (int step = (int)p.step_begin; step < p.step_end; ++step) {
     ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, 0xff));
     const WaitSite site{-1, step, -1, OP_SAMPLE, (int)p.n_layers, (int)p.sample_counter};
-    if (!wait_counter(p, p.counters + p.sample_counter, (unsigned)(step + 1), site)) return;
+    // A whole step may take longer than one dependency wait: the scheduler's deadline is 4x
+    // longer, so a stuck instruction is reported by the worker that waits on it, not here.
+    if (!wait_counter(p, p.counters + p.sample_counter, (unsigned)(step + 1), site, 4ull * p.timeout_ns)) return;
     p.step_ns[step - p.step_begin + 1] = globaltimer_ns();
   }
 }

@@ -35,7 +35,8 @@ struct WaitSite {  // what to write to the error slot if this wait never ends
 };
 
 // Called by thread 0 only. Returns false when the kernel must stop (deadline or another error).
-__device__ __noinline__ bool wait_counter(const Params& p, const unsigned* ctr, unsigned expected, const WaitSite& site) {
+__device__ __noinline__ bool wait_counter(const Params& p, const unsigned* ctr, unsigned expected, const WaitSite& site,
+                                          unsigned long long timeout_ns) {
   if ((int)(ld_acquire(ctr) - expected) >= 0) return true;
   const unsigned long long start = globaltimer_ns();
   unsigned spins = 0;
@@ -44,7 +45,7 @@ __device__ __noinline__ bool wait_counter(const Params& p, const unsigned* ctr, 
     if ((int)(v - expected) >= 0) return true;
     if ((++spins & 63u) == 0) {
       if (error_code(p.error) != ERROR_NONE) return false;
-      if (globaltimer_ns() - start > (unsigned long long)p.timeout_ns) {
+      if (globaltimer_ns() - start > timeout_ns) {
         if (atomicCAS(p.error, ERROR_NONE, -1) == ERROR_NONE) {  // first to time out reports
           int* e = p.error;
           e[ERR_TICKET] = site.ticket;
