@@ -76,3 +76,27 @@ def test_all_16_probes_identical_outputs_and_latencies(inputs, tmp_path):
         assert 0 < r["latency_ns"] < 1e6, r  # a 16 KiB TMA tile lands in well under a millisecond
         assert r["latency_cycles"] > 0
         assert r["reference_wait_ns"] is not None and r["reference_wait_ns"] >= 0
+
+
+def test_collect_triton_probe_publishes_op_events(tmp_path):
+    """The Collect-side entry point: one probe program -> argus.op_events/1, output bit-identical."""
+    import tma_matmul as tm
+    from argus_rt.compiler.probes import collect_triton_probe, make_forced_wait_probe
+    from argus_rt.compiler.triton_discovery import discover, program_ttgir
+    from argus_rt.program import load_program
+
+    base = load_program(ROOT / "examples" / "triton")
+    ttgir, iterations = program_ttgir(base)
+    d = discover(ttgir, None, iterations=iterations)
+    site = d.site("b")
+    probe = make_forced_wait_probe(ttgir, d, site.op_id, 3)
+    path = tmp_path / "probe.ttgir"
+    path.write_text(probe.ttgir)
+    pv = base.variant_of("probe", op_id=f"0x{site.op_id:08x}", iteration=3)
+    doc = collect_triton_probe(pv, path, tmp_path, repeats=2)["op_events"]
+    cols = doc["columns"]
+    n = tm.n_ctas()
+    assert doc["format"] == "argus.op_events/1" and len(cols["issue"]) == 2 * n
+    assert set(cols["op_id"]) == {f"0x{site.op_id:08x}"} and set(cols["iteration"]) == {3}
+    assert all(c > i for i, c in zip(cols["issue"], cols["complete"]))
+    assert all(0 <= s < 1024 for s in cols["sm"]) and len(set(cols["sm"])) > 1

@@ -76,7 +76,7 @@ def test_probes_compile_to_runnable_variants(ttgir, disc, tmp_path):
         k = compile_ttgir(p.ttgir, tmp_path, f"probe_{op}{it}")
         assert list(k.src.signature.values()) == ["*f16", "*f16", "*f16", "i32", "i32", "i32", "*i64"]
         assert k.metadata.shared > 0 and len(k.asm["cubin"]) > 0
-        assert "%globaltimer" in k.asm["ptx"] and "mbarrier.try_wait" in k.asm["ptx"]
+        assert "%globaltimer" in k.asm["ptx"] and "%smid" in k.asm["ptx"] and "mbarrier.try_wait" in k.asm["ptx"]
 
 
 def test_traced_reference_compiles(ttgir, disc, tmp_path):

@@ -11,7 +11,7 @@ So, in the selected iteration only, the probe:
 2. sends this load to a private one-shot mbarrier (``barrier_expect`` of its bytes);
 3. reads ``%globaltimer`` and ``%clock64`` just before the issue and just after
    ``wait_barrier`` on the private barrier (phase 0) returns, and stores the four values for the CTA
-   in an extra kernel argument ``argus_probe_out`` (int64, 4 per CTA: ns0, ns1, clk0, clk1).
+   in an extra kernel argument ``argus_probe_out`` (int64, 5 per CTA: ns0, ns1, clk0, clk1, SM id).
 
 For a load peeled into the prologue the selection is static; for the in-loop copy the trip is
 selected with ``iv == lb + (iteration - trip_offset) * step`` and all edits are predicated on it.
@@ -32,7 +32,8 @@ from .triton_discovery import (TMA_LOAD, Discovery, DiscoveryError, Module, Site
                                _tma_parts)
 
 PROBE_ARG = "%argus_probe_out"
-WORDS_PER_CTA = 4  # ns0, ns1, clk0, clk1
+WORDS_PER_CTA = 5  # ns0, ns1, clk0, clk1, smid
+_SMID_ASM = "{ .reg .u32 argus_t; mov.u32 argus_t, %smid; cvt.u64.u32 $0, argus_t; }"
 EFFECTS = ("forces_completion", "perturbs_timing")
 
 
@@ -204,10 +205,13 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
         f"{ind}ttng.wait_barrier {pbi}, %argus_c0, %argus_sel_pred : {bar_type}{loc}",
         timer("%argus_ns1", "%globaltimer"),
         timer("%argus_clk1", "%clock64"),
+        f'{ind}%argus_sm = tt.elementwise_inline_asm "{_SMID_ASM}" '
+        f'{{constraints = "=l", packed_element = 1 : i32, pure = false}} -> i64{loc}',
         f"{ind}tt.store %argus_p0, %argus_ns0, {store_mask} : {out_ty}{loc}",
         f"{ind}tt.store %argus_p1, %argus_ns1, {store_mask} : {out_ty}{loc}",
         f"{ind}tt.store %argus_p2, %argus_clk0, {store_mask} : {out_ty}{loc}",
         f"{ind}tt.store %argus_p3, %argus_clk1, {store_mask} : {out_ty}{loc}",
+        f"{ind}tt.store %argus_p4, %argus_sm, {store_mask} : {out_ty}{loc}",
     ]
     if replaced_copy is None:
         edits[copy.line_no - 1] = (probe_block, "", [])
@@ -357,6 +361,19 @@ def probe_latencies(buffer, n_ctas: int) -> dict:
             "latency_ns_max": int(ns.max()), "latency_cycles_median": float(np.median(cyc))}
 
 
+def op_events_document(buffer, n_ctas: int, op_id: int, iteration: int) -> dict:
+    """``argus.op_events/1`` evidence of one probe run: one row per CTA (issue and completion in ns)."""
+    import numpy as np
+
+    words = np.asarray(buffer, dtype=np.int64).reshape(n_ctas, WORDS_PER_CTA)
+    probe_latencies(buffer, n_ctas)  # raises if a CTA did not record
+    return {"format": "argus.op_events/1", "clock": "ns", "columns": {
+        "op_id": [f"0x{op_id:08x}"] * n_ctas, "iteration": [iteration] * n_ctas,
+        "issue": words[:, 0].tolist(), "complete": words[:, 1].tolist(),
+        "issue_cycles": words[:, 2].tolist(), "complete_cycles": words[:, 3].tolist(),
+        "sm": words[:, 4].tolist(), "cta": list(range(n_ctas))}}
+
+
 def iteration_waits(buffer, n_ctas: int, iterations: int) -> dict[int, float]:
     """Median over CTAs of the consumer's wait (ns) per iteration, from the traced reference buffer."""
     import numpy as np
@@ -384,6 +401,49 @@ def join_probes(discovery: Discovery, probes: dict[tuple[int, int], dict], refer
             "reference_qualification": None if reference_waits is None else "observed",
         })
     return rows
+
+
+# ---- collection on the GPU (for a Triton-aware Collect) -------------------------------------------------
+def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: int = 3, seed: int | None = None) -> dict:
+    """Run one probe variant of a Triton program on the current GPU and return its evidence.
+
+    The kernel module named by ``program.launch["module"]`` provides ``make_inputs(seed)`` (fresh
+    random inputs, outputs poisoned), ``run(compiled, inputs, probe_out=None)`` (returns the output
+    tensor) and ``n_ctas()``. The reference TTGIR (the base program's) runs first on the same inputs;
+    every probe launch must reproduce its output bit for bit (a forced wait changes timing, not
+    results), else :class:`ProbeError`. The first probe launch loads the module and is not evidence.
+    Returns ``{"op_events": doc}`` with all timed launches' rows.
+    """
+    import importlib.util
+
+    import torch
+
+    from .triton_discovery import program_ttgir
+
+    spec = importlib.util.spec_from_file_location("argus_probe_kernel_module", Path(program.root) / program.launch["module"])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    params = program.params
+    op_id = int(str(params["op_id"]), 16) if isinstance(params["op_id"], str) else int(params["op_id"])
+    iteration = int(params["iteration"])
+    ref_ttgir, _ = program_ttgir(program)
+    ref = compile_ttgir(ref_ttgir, workdir, "reference")
+    probe = compile_ttgir(Path(probe_ttgir).read_text(encoding="utf-8"), workdir, "probe")
+    inputs = mod.make_inputs(seed)
+    expected = mod.run(ref, inputs).clone()
+    n = mod.n_ctas()
+    cols: dict[str, list] = {}
+    for rep in range(1 + repeats):
+        out = torch.zeros(n * WORDS_PER_CTA, dtype=torch.int64, device="cuda")
+        got = mod.run(probe, inputs, out)  # run() re-poisons the output before launching
+        torch.cuda.synchronize()
+        if not torch.equal(got, expected):
+            raise ProbeError(f"probe 0x{op_id:08x}@{iteration} changed the kernel's output (launch {rep})")
+        if rep:
+            doc = op_events_document(out.cpu().numpy(), n, op_id, iteration)
+            for k, v in doc["columns"].items():
+                cols.setdefault(k, []).extend(v)
+    return {"op_events": {"format": "argus.op_events/1", "clock": "ns", "columns": cols, "launches": repeats}}
 
 
 # ---- the runtime's Transform handler -------------------------------------------------------------------

@@ -88,6 +88,38 @@ def launch(compiled, a, b, c, probe_out=None) -> None:
     compiled[grid(m, n)](*args)
 
 
+def n_ctas(m: int = M, n: int = N) -> int:
+    gx, gy, gz = grid(m, n)
+    return gx * gy * gz
+
+
+def make_inputs(seed: int | None = None) -> dict:
+    """Fresh random fp16 A [M, K] and B [N, K] on the GPU (never zeros) and a C to be poisoned."""
+    import torch
+
+    gen = torch.Generator(device="cuda")
+    if seed is None:
+        gen.seed()
+    else:
+        gen.manual_seed(seed)
+    a = torch.randn(M, K, dtype=torch.float16, device="cuda", generator=gen)
+    b = torch.randn(N, K, dtype=torch.float16, device="cuda", generator=gen)
+    return {"a": a, "b": b, "c": torch.empty(M, N, dtype=torch.float16, device="cuda")}
+
+
+def run(compiled, inputs: dict, probe_out=None):
+    """Poison C with NaN, launch, synchronise, check every element was written; returns C."""
+    import torch
+
+    c = inputs["c"]
+    c.fill_(float("nan"))
+    launch(compiled, inputs["a"], inputs["b"], c, probe_out)
+    torch.cuda.synchronize()
+    if torch.isnan(c).any():
+        raise RuntimeError("kernel left unwritten (NaN) elements in C")
+    return c
+
+
 def reference(a, b):
     """Plain PyTorch reference: fp32 accumulate, fp16 result."""
     return (a.float() @ b.float().T).half()
