@@ -20,6 +20,7 @@ On CPU tensors (gloo, tests) the same chunking and reassembly run synchronously.
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import warnings
 
 import torch
@@ -65,7 +66,11 @@ def serial_all_gather_matmul(a_shard: torch.Tensor, b: torch.Tensor, group=None)
 class AllGatherMatmul:
     """The pipelined operator. Build it on every rank with the same ``r_values`` (collective)."""
 
-    def __init__(self, r_values=(0,), group=None):
+    def __init__(self, r_values=(0,), group=None, timeout_s: float = 120.0):
+        if timeout_s <= 0:
+            raise OverlapShapeError(f"timeout_s must be > 0 seconds, got {timeout_s}")
+        # Bounded waits: a dead peer ends a CPU exchange or a symmetric-memory barrier with an error.
+        self.timeout = _dt.timedelta(seconds=timeout_s)
         self.pool = CommGroupPool(r_values, group)
         self.group = self.pool.parent
         self.world = dist.get_world_size(self.group)
@@ -137,7 +142,7 @@ class AllGatherMatmul:
                 arrived += 1
                 clo, chi = bounds[arrived]
                 for w in self._exchange_chunk(a_shard, gathered, clo, chi, group):
-                    w.wait()
+                    w.wait(self.timeout)
             self._step_gemm(gathered, b, out, lo, hi)
 
     def _stream(self, device):
@@ -174,7 +179,7 @@ class AllGatherMatmul:
             handle.get_buffer(self.rank, shape, a_shard.dtype, storage_offset=offset).copy_(a_shard)
             # After this barrier every peer's slot holds its shard, and (double buffering) every
             # peer has finished the previous call's pulls from the slot written next call.
-            handle.barrier(channel=0)
+            handle.barrier(channel=0, timeout_ms=int(self.timeout.total_seconds() * 1000))
             comm.wait_stream(compute)
             self._local_gemm(a_shard, b, out)
             remote = {p: handle.get_buffer(p, shape, a_shard.dtype, storage_offset=offset) for p in self.peers}

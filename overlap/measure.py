@@ -1,0 +1,185 @@
+"""Measurements for the model: event timing, Kineto timelines of one call, NVML SM clock.
+
+One profiled call gives, on this rank: the duration of each communication chunk (NCCL
+send/recv kernels for R > 0; the peer memcpys of each chunk for R = 0), each GEMM launch (local
+shard first, then one per peer and step), and the set-up before the local GEMM — all measured
+while both streams run. Times are milliseconds unless a name says otherwise.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+GEMM_NAME_HINTS = ("gemm", "nvjet", "xmma", "cutlass", "gemv", "sm90_", "matmul")
+
+
+def time_op_ms(fn, iters: int = 20, warmup: int = 5, group=None) -> dict:
+    """Median/min/max per-call time (ms) of ``fn`` over ``iters`` calls, slowest rank's median.
+
+    CUDA: events on the current stream around each call. CPU: ``perf_counter``.
+    """
+    cuda = torch.cuda.is_available() and dist.get_backend(group) == "nccl"
+    for _ in range(warmup):
+        fn()
+    if cuda:
+        torch.cuda.synchronize()
+    dist.barrier(group=group)
+    times = []
+    if cuda:
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+        for s, e in ev:
+            s.record()
+            fn()
+            e.record()
+        torch.cuda.synchronize()
+        times = [s.elapsed_time(e) for s, e in ev]
+    else:
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    med = statistics.median(times)
+    t = torch.tensor([med], dtype=torch.float64, device="cuda" if cuda else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return {"median_ms": float(t.item()), "rank_median_ms": med, "min_ms": min(times), "max_ms": max(times),
+            "iters": iters}
+
+
+def device_events_of_one_call(fn) -> list[dict]:
+    """Run ``fn`` once under torch.profiler (Kineto, CUDA activity) and return its device events,
+    sorted by start: dicts with name, cat ("kernel"/"gpu_memcpy"/...), ts_us, dur_us, stream, grid, bytes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="overlap_trace_")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path, encoding="utf-8") as fh:
+            trace = json.load(fh)
+    finally:
+        os.unlink(path)
+    out = []
+    for ev in trace.get("traceEvents", []):
+        cat = ev.get("cat", "")
+        if ev.get("ph") != "X" or cat not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        args = ev.get("args", {})
+        out.append({"name": ev.get("name", ""), "cat": cat, "ts_us": float(ev["ts"]), "dur_us": float(ev.get("dur", 0.0)),
+                    "stream": args.get("stream"), "grid": args.get("grid"), "bytes": args.get("bytes")})
+    out.sort(key=lambda e: e["ts_us"])
+    return out
+
+
+def classify(ev: dict) -> str:
+    """'comm' (NCCL kernel), 'copy' (memcpy), 'gemm', or 'other' (barriers, memsets...)."""
+    name = ev["name"].lower()
+    if ev["cat"] == "gpu_memcpy":
+        return "copy"
+    if "nccl" in name:
+        return "comm"
+    if ev["cat"] == "kernel" and any(h in name for h in GEMM_NAME_HINTS):
+        return "gemm"
+    return "other"
+
+
+def summarize_call(events: list[dict], world: int, S: int, P: int, R: int) -> dict:
+    """Split one call's device events into chunks and GEMM launches (ms)."""
+    gemms = [e for e in events if classify(e) == "gemm"]
+    if R == 0:
+        copies = [e for e in events if classify(e) == "copy"]
+        setup_copy, pulls = (copies[0], copies[1:]) if copies else (None, [])
+        per = max(world - 1, 1)
+        chunks = [pulls[i * per:(i + 1) * per] for i in range(S)] if len(pulls) == S * per else []
+    else:
+        comm = [e for e in events if classify(e) == "comm"]
+        chunks = [[e] for e in comm] if len(comm) == S else []
+    chunk_ms = [(max(e["ts_us"] + e["dur_us"] for e in c) - min(e["ts_us"] for e in c)) / 1e3 for c in chunks if c]
+    expect = 1 + (world - 1) * (S // P)
+    t0 = events[0]["ts_us"] if events else 0.0
+    t_end = max((e["ts_us"] + e["dur_us"] for e in events), default=t0)
+    summary = {
+        "span_ms": (t_end - t0) / 1e3,
+        "chunk_ms": chunk_ms,
+        "gemm_ms": [e["dur_us"] / 1e3 for e in gemms],
+        "gemm_grids": [e["grid"] for e in gemms[:2]],
+        "gemm_names": sorted({e["name"][:80] for e in gemms}),
+        "comm_names": sorted({e["name"][:80] for e in events if classify(e) in ("comm", "copy")}),
+        "matched": bool(chunks) and len(gemms) == expect,
+        "n_events": len(events),
+    }
+    if gemms:
+        summary["setup_ms"] = (gemms[0]["ts_us"] - t0) / 1e3
+        summary["local_gemm_ms"] = gemms[0]["dur_us"] / 1e3
+        steps = gemms[1:]
+        summary["step_gemm_ms"] = statistics.median([e["dur_us"] / 1e3 for e in steps]) if steps else 0.0
+    if chunk_ms:
+        summary["comm_chunk_ms"] = statistics.median(chunk_ms)
+        # Time the comm stream was busy while a GEMM ran: the overlap actually achieved.
+        busy = [(min(e["ts_us"] for e in c), max(e["ts_us"] + e["dur_us"] for e in c)) for c in chunks]
+        ov = 0.0
+        for g in gemms:
+            gs, ge = g["ts_us"], g["ts_us"] + g["dur_us"]
+            ov += sum(max(0.0, min(ge, b1) - max(gs, b0)) for b0, b1 in busy)
+        summary["overlapped_comm_ms"] = ov / 1e3
+        total_bytes = sum((e["bytes"] or 0) for c in chunks for e in c if e["cat"] == "gpu_memcpy")
+        if total_bytes:
+            busy_ms = sum(chunk_ms)
+            summary["copy_GBps"] = total_bytes / (busy_ms * 1e6)
+    return summary
+
+
+class SmClockSampler:
+    """Context manager sampling this GPU's SM clock (MHz) through NVML every ``period_s``.
+
+    ``median_mhz`` is None when NVML is unavailable (said so, not guessed).
+    """
+
+    def __init__(self, index: int, period_s: float = 0.002):
+        self.index, self.period_s = index, period_s
+        self.samples: list[int] = []
+        self.error: str | None = None
+        self._stop = threading.Event()
+
+    def __enter__(self):
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._h = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+        except Exception as exc:  # noqa: BLE001 - NVML absent is a normal, reported outcome
+            self.error = repr(exc)
+            return self
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.samples.append(self._nvml.nvmlDeviceGetClockInfo(self._h, self._nvml.NVML_CLOCK_SM))
+            except Exception as exc:  # noqa: BLE001
+                self.error = repr(exc)
+                return
+            time.sleep(self.period_s)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if getattr(self, "_thread", None):
+            self._thread.join()
+        return False
+
+    @property
+    def median_mhz(self):
+        return statistics.median(self.samples) if self.samples else None
