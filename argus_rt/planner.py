@@ -232,12 +232,21 @@ class _PlanBuilder:
     def collect_task(self, run: Run) -> Task:
         first = run.requests[0]
         outputs = sorted({o for r in run.requests for o in r.evidence.outputs})
-        return self.add(Task(
+        replica = 0
+        while True:
+            task = self._collect(run, first, outputs, replica)
+            if task.id not in self.tasks:
+                self.tasks[task.id] = task
+                return task
+            replica += 1  # the partition separated two runs of identical content: keep both
+
+    def _collect(self, run: Run, first: Request, outputs: list[str], replica: int) -> Task:
+        return (Task(
             kind="collect", op=first.evidence.backend, program=first.program, region=None,
             scope=first.scope.to_dict(), config=run.config, deps=first.deps, sampling=first.sampling,
             outputs=tuple(outputs), effects=tuple(run.effects), device=first.evidence.device,
             timeout_s=self.timeouts["collect"], requests=tuple(r.name for r in run.requests),
-            label=f"{first.evidence.backend} on {self.programs[first.program].label()}"))
+            replica=replica, label=f"{first.evidence.backend} on {self.programs[first.program].label()}"))
 
 
 # ---- run-time branches ------------------------------------------------------------------------

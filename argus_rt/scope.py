@@ -101,6 +101,8 @@ class Scope:
             if not sep:
                 raise ScopeError(f"scope item {item!r} is not field=value; valid fields: {', '.join(SCOPE_FIELDS)}")
             name = name.strip()
+            if name not in SCOPE_FIELDS:
+                raise ScopeError(f"unknown scope field {name!r}; valid fields: {', '.join(SCOPE_FIELDS)}")
             try:
                 if name == "warp_role":
                     fields[name] = text

@@ -74,6 +74,7 @@ class Task:
     timeout_s: float | None = None
     label: str = ""  # human description; not part of the id
     requests: tuple[str, ...] = ()  # collect: the recipe requests merged into this run; not part of the id
+    replica: int = 0  # a second, separate run of otherwise identical content (the planner split them)
 
     def __post_init__(self) -> None:
         if self.kind not in TASK_KINDS:
@@ -93,6 +94,8 @@ class Task:
             "scope": self.scope, "config": self.config, "deps": list(self.deps), "sampling": self.sampling,
             "outputs": list(self.outputs), "effects": list(self.effects), "device": self.device,
         }
+        if self.replica:
+            ident["replica"] = self.replica
         return f"{_ID_PREFIX[self.kind]}-" + hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:20]
 
     @property
@@ -111,6 +114,7 @@ class Task:
             "scope": self.scope, "config": self.config, "deps": list(self.deps), "sampling": self.sampling,
             "outputs": list(self.outputs), "effects": list(self.effects), "device": self.device,
             "timeout_s": self.timeout_s, "label": self.label, "requests": list(self.requests),
+            "replica": self.replica,
         }
 
     @classmethod
@@ -120,7 +124,7 @@ class Task:
                    sampling=data.get("sampling", dict(DEFAULT_SAMPLING)), outputs=tuple(data.get("outputs", ())),
                    effects=tuple(data.get("effects", ())), device=data.get("device", "cpu"),
                    timeout_s=data.get("timeout_s"), label=data.get("label", ""),
-                   requests=tuple(data.get("requests", ())))
+                   requests=tuple(data.get("requests", ())), replica=data.get("replica", 0))
         if "id" in data and data["id"] != task.id:
             raise PlanError(f"task record {data['id']!r} does not hash to its id ({task.id}); it was edited")
         return task

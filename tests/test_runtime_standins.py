@@ -10,7 +10,8 @@ Synthetic program launch spec (``ProgramVersion.launch["standin"]``)::
      "pcs": [[pc, opcode, inst_executed, {"stall:x": n}], ...],
      "owners": [[pc, region, n], ...],
      "events": [[category, name, start_ns, end_ns], ...],
-     "kill_once": path (SIGKILL the worker mid-write the first time), "sleep_s": s, "fail": message}
+     "kill_once": path (SIGKILL the worker mid-write the first time), "sleep_s": s, "fail": message,
+     "only": backend name (the three hooks act only in that backend)}
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ def _spec(ctx) -> dict:
 
 def _hooks(ctx, partial_name: str) -> None:
     spec = _spec(ctx)
+    if spec.get("only", ctx.task.op) != ctx.task.op:
+        return  # the hooks below target one backend
     if spec.get("fail"):
         raise RuntimeError(spec["fail"])
     if spec.get("sleep_s"):
@@ -136,16 +139,18 @@ class StandinSystrace(BackendAdapter):
 
 
 class StandinSleep(BackendAdapter):
-    """A collect that only sleeps (scheduler overhead and timeout tests)."""
+    """A collect that only sleeps and says where and when it ran (overhead, timeout, device tests)."""
 
     name = "standin_sleep"
     outputs = ("done",)
     needs_gpu = False
 
     def collect(self, ctx):
+        start = time.time()
         time.sleep(float(ctx.config.get("sleep_s", 0)))
         path = ctx.outdir / "done.json"
-        path.write_text(json.dumps({"config": ctx.config, "device": ctx.device}))
+        path.write_text(json.dumps({"config": ctx.config, "device": ctx.device, "pid": os.getpid(),
+                                    "start": start, "end": time.time()}))
         return {"done": path}
 
 

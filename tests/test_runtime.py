@@ -1,0 +1,237 @@
+"""Runtime: dependency-driven dispatch, Control branches, failures, SIGKILL, timeouts, devices, reuse.
+
+Collect tasks here are CPU stand-ins (tests/test_runtime_standins.py) run in real spawned workers.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from argus_rt.planner import plan_query
+from argus_rt.recipes import Evidence, Recipe, register_recipe, unregister_recipe
+from argus_rt.runtime.handlers import register_control, register_synthesis, register_transform
+from argus_rt.runtime.scheduler import Runtime
+from argus_rt.scope import Scope
+from argus_rt.workspace import Workspace
+
+from test_runtime_standins import demo_program, standins  # noqa: F401  (fixture)
+
+SITES = {"format": "argus.async_sites/1",
+         "sites": [{"op_id": f"tma{j}", "kind": "tma_load", "region": "main/gemm/load", "iterations": [0, 1, 2, 3],
+                    "completion": {"barrier": j, "phase": "iter % 2"}} for j in range(2)]}
+
+
+@register_control("async_discovery", kind="standin")
+def _discover(ctx):
+    return {"async_sites": ctx.write_json("async_sites", SITES)}
+
+
+@register_transform("forced_wait_probe", kind="standin")
+def _probe(ctx):
+    return {"program": ctx.write_program(ctx.program.variant_of("probe", op_id=ctx.config["op_id"],
+                                                                iteration=ctx.config["iteration"]))}
+
+
+@register_synthesis("standin_where")
+def _where(ctx):
+    rows = [json.loads(p.read_text()) for _dep, p in ctx.input_list("done")]
+    return {"facts": ctx.write_json("facts", {"format": "argus.facts/1", "signal": "where", "values": [],
+                                              "extra": {"runs": rows}})}
+
+
+@pytest.fixture
+def ws(tmp_path):
+    with Workspace(tmp_path / "ws") as w:
+        yield w
+
+
+@pytest.fixture
+def sleepy():
+    """Recipe 'sleepy': four isolated 0.3 s stand-in collections."""
+    evs = tuple(Evidence("standin_sleep", outputs=("done",), variant="base", config={"sleep_s": 0.3, "n": i},
+                         isolated=True) for i in range(4))
+    register_recipe(Recipe("sleepy", synthesis="standin_where", qualification="observed", evidence=evs), replace=True)
+    yield
+    unregister_recipe("sleepy")
+
+
+SIGNALS = ["latency", "instruction_mix", "barrier_count", "stall_reasons", "system_timeline"]
+
+
+def test_full_query_runs_and_second_identical_query_runs_zero_collects(standins, ws):
+    plan = plan_query(demo_program(), "gemm", SIGNALS)
+    with Runtime(ws, devices=[""]) as rt:
+        first = rt.run(plan)
+        assert first.ok, [r.error for r in first.failed()]
+        assert first.executed["collect"] == 4  # trace, ncu, pcmap, systrace
+        second = rt.run(plan)
+    assert second.ok and second.executed.get("collect", 0) == 0 and sum(second.executed.values()) == 0
+    assert second.count("reused") == len(plan.tasks)
+    for tid in plan.targets.values():  # the reused facts are the very same blobs
+        assert first.outputs(tid)["facts"].sha256 == second.outputs(tid)["facts"].sha256
+
+
+def test_zoom_in_reuses_the_parent_query_collections(standins, ws):
+    pv = demo_program()
+    with Runtime(ws, devices=[""]) as rt:
+        rt.run(plan_query(pv, "main", ["latency", "instruction_mix"]))
+        child = rt.run(plan_query(pv, "main/gemm/mma", ["latency", "instruction_mix"]))
+    assert child.ok and child.executed.get("collect", 0) == 0
+    assert child.executed["synthesize"] == 2  # only the region-specific syntheses are new
+
+
+def test_control_task_adds_branches_that_run(standins, ws):
+    pv = demo_program()
+    plan = plan_query(pv, "gemm", ["async_completion_latency"])
+    assert plan.count("collect") == 1  # before discovery: only the reference trace
+    with Runtime(ws, devices=["", ""]) as rt:
+        res = rt.run(plan)
+    assert res.ok, [r.error for r in res.failed()]
+    probes = [t for t in res.plan.tasks.values() if t.kind == "collect" and "probe" in t.config]
+    assert len(probes) == 8  # 2 sites x 4 iterations, each its own run
+    assert all(set(t.effects) == {"forces_completion", "changes_overlap"} for t in probes)
+    assert len({t.program for t in probes}) == 8
+    facts = res.outputs(plan.targets["async_completion_latency"])["facts"].read_json()
+    got = {v["metric"]: v["value"] for v in facts["values"]}
+    # reference: the stand-in's op events complete 300 + 20 j ns after issue
+    assert got == {f"tma{j}@{i}": 300.0 + 20 * j for j in range(2) for i in range(4)}
+    assert {v["qualification"] for v in facts["values"]} == {"derived"}
+    ref = {v["join"]["iteration"]: v["join"]["reference_region_mean"] for v in facts["values"]}
+    assert ref == {i: 100.0 for i in range(4)}  # main/gemm/load lasts 100 ns in every iteration
+
+
+def test_control_branches_respect_the_iteration_window(standins, ws):
+    plan = plan_query(demo_program(), "gemm", ["async_completion_latency"], Scope(iterations=(1, 3)))
+    with Runtime(ws, devices=[""]) as rt:
+        res = rt.run(plan)
+    assert res.ok
+    facts = res.outputs(plan.targets["async_completion_latency"])["facts"].read_json()
+    assert sorted(v["metric"] for v in facts["values"]) == ["tma0@1", "tma0@2", "tma1@1", "tma1@2"]
+
+
+def test_sigkilled_worker_fails_only_dependents_and_branch_reruns(standins, tmp_path):
+    marker = tmp_path / "killed-once"
+    pv = demo_program(kill_once=str(marker), only="ncu")
+    plan = plan_query(pv, "gemm", ["latency", "instruction_mix", "system_timeline"])
+    ncu = next(t.id for t in plan.tasks.values() if t.op == "ncu")
+    with Workspace(tmp_path / "ws") as ws, Runtime(ws, devices=[""]) as rt:
+        res = rt.run(plan)
+        assert marker.exists()
+        assert res.results[ncu].status == "failed" and "killed" in res.results[ncu].error
+        assert res.results[plan.targets["instruction_mix"]].status == "blocked"
+        assert res.results[plan.targets["latency"]].status == "done"  # independent branches finish
+        assert res.results[plan.targets["system_timeline"]].status == "done"
+        # nothing of the half-written file is visible: index consistent, no blob holds it
+        assert ws.verify() == []
+        assert ws.outputs(ncu) is None and ws.task_status(ncu)["status"] == "failed"
+        for blob in ws.blobs.rglob("*"):
+            if blob.is_file():
+                assert b'"region_id": [1, 2' not in blob.read_bytes()
+        assert ws.stats()["staging_dirs"] >= 1  # the leftover is only in staging
+        again = rt.rerun_failed(res)
+        assert again.ok
+        # only the failed collect and its blocked dependents ran again
+        assert again.executed == {"collect": 1, "synthesize": 1}
+        assert ws.verify() == []
+        ws.clean_staging()
+        assert ws.stats()["staging_dirs"] == 0
+
+
+def test_failing_task_blocks_only_its_dependents(standins, ws):
+    pv = demo_program(fail="tool exploded", only="systrace")
+    plan = plan_query(pv, "gemm", ["latency", "system_timeline"])
+    with Runtime(ws, devices=[""]) as rt:
+        res = rt.run(plan)
+    sys_t = plan.targets["system_timeline"]
+    assert res.results[sys_t].status == "blocked"
+    assert res.results[plan.targets["latency"]].status == "done"
+    err = [r.error for r in res.failed() if r.status == "failed"]
+    assert len(err) == 1 and "RuntimeError: tool exploded" in err[0]
+
+
+def test_collect_timeout_kills_the_worker_and_the_next_task_runs(standins, ws):
+    pv = demo_program(sleep_s=30, only="systrace")
+    plan = plan_query(pv, "gemm", ["system_timeline", "latency"], timeouts={"collect": 1.5})
+    start = time.monotonic()
+    with Runtime(ws, devices=[""]) as rt:
+        res = rt.run(plan)
+        assert time.monotonic() - start < 20
+        sys_c = next(t.id for t in plan.tasks.values() if t.op == "systrace")
+        assert res.results[sys_c].status == "failed" and res.results[sys_c].error.startswith("timeout")
+        assert res.results[plan.targets["latency"]].status == "done"
+        # the killed worker is replaced: a later collection on the same device still runs
+        later = rt.run(plan_query(pv, "gemm", ["instruction_mix"]))
+        assert later.ok and later.executed["collect"] == 2
+        assert rt.workers[0].started_processes == 2
+
+
+def test_cpu_task_timeout(ws):
+    @register_synthesis("standin_slow_synth")
+    def _slow(ctx):
+        time.sleep(3)
+        return {"facts": ctx.write_json("facts", {})}
+
+    register_recipe(Recipe("t_slow", synthesis="standin_slow_synth", qualification="derived"), replace=True)
+    try:
+        plan = plan_query(demo_program(), "gemm", ["t_slow"], timeouts={"synthesize": 0.3})
+        with Runtime(ws, devices=[""]) as rt:
+            res = rt.run(plan)
+        r = res.results[plan.targets["t_slow"]]
+        assert r.status == "failed" and r.error.startswith("timeout") and r.seconds < 2.5
+        assert ws.outputs(r.task_id) is None
+    finally:
+        unregister_recipe("t_slow")
+
+
+def test_collections_are_serialised_per_device_and_parallel_across_devices(standins, sleepy, ws):
+    plan = plan_query(demo_program(), "gemm", ["sleepy"])
+    assert plan.count("collect") == 4
+    with Runtime(ws, devices=["0", "1"]) as rt:
+        rt.run(plan_query(demo_program(), "gemm", ["latency"]))  # warm both workers up
+        res = rt.run(plan)
+    assert res.ok, [r.error for r in res.failed()]
+    runs = res.outputs(plan.targets["sleepy"])["facts"].read_json()["extra"]["runs"]
+    assert {r["device"] for r in runs} <= {"0", "1"}
+    by_dev: dict = {}
+    for r in runs:
+        by_dev.setdefault(r["device"], []).append((r["start"], r["end"]))
+    for spans in by_dev.values():  # never two runs at once on one device
+        spans.sort()
+        assert all(a[1] <= b[0] + 1e-3 for a, b in zip(spans, spans[1:]))
+    assert len({r["pid"] for r in runs}) == len(by_dev)  # one worker process per device
+    if len(by_dev) == 2:  # both devices worked: overlapping in time
+        (a0, a1), (b0, b1) = min(by_dev["0"]), min(by_dev["1"])
+        assert a0 < b1 and b0 < a1
+
+
+def test_worker_sees_only_its_device(standins, sleepy, ws):
+    register_recipe(Recipe("sleepy1", synthesis="standin_where", qualification="observed",
+                           evidence=(Evidence("standin_sleep", outputs=("done",), variant="base"),)), replace=True)
+    try:
+        plan = plan_query(demo_program(), "gemm", ["sleepy1"])
+        with Runtime(ws, devices=["3"]) as rt:
+            res = rt.run(plan)
+        runs = res.outputs(plan.targets["sleepy1"])["facts"].read_json()["extra"]["runs"]
+        assert [r["device"] for r in runs] == ["3"]
+    finally:
+        unregister_recipe("sleepy1")
+
+
+def test_undeclared_backend_effects_are_refused(standins, ws):
+    from argus_rt.recipes import get_recipe
+
+    old = get_recipe("system_timeline")
+    # a recipe that forgets the profiler's exclusive subscriber: the worker must refuse the run
+    register_recipe(Recipe("system_timeline", synthesis="system_timeline", qualification="observed",
+                           evidence=(Evidence("systrace", outputs=("system_timeline",), variant="trace_free"),),
+                           scope_fields=frozenset({"step"})), replace=True)
+    try:
+        plan = plan_query(demo_program(), "gemm", ["system_timeline"])
+        with Runtime(ws, devices=[""]) as rt:
+            res = rt.run(plan)
+        err = next(r.error for r in res.failed() if r.status == "failed")
+        assert "EffectMismatchError" in err and "exclusive_profiler" in err
+    finally:
+        register_recipe(old, replace=True)

@@ -1,0 +1,135 @@
+"""Versioned workspace: content addressing, atomic commits, binding to inputs, forks, refused joins."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from argus_rt.program import IncompatibleVersionsError, ProgramVersion
+from argus_rt.regions import RegionTree
+from argus_rt.tasks import Task
+from argus_rt.workspace import Workspace, WorkspaceError
+
+
+def prog(text="v1") -> ProgramVersion:
+    tree = RegionTree("p")
+    tree.add("a/b")
+    return ProgramVersion.from_sources("p", {"k.cu": text}, regions=tree, compiler="nvcc 13.0")
+
+
+def commit_text(ws, task, **files):
+    staged = ws.new_staging(task.id)
+    paths = {}
+    for name, text in files.items():
+        paths[name] = staged / f"{name}.txt"
+        paths[name].write_text(text)
+    return ws.commit(task, paths, inputs=[("t-" + "0" * 20, "program", "ab" * 32)])
+
+
+def test_commit_is_content_addressed_and_bound_to_task_and_inputs(tmp_path):
+    ws = Workspace(tmp_path)
+    pv = prog()
+    ws.put_program(pv)
+    t1 = Task(kind="synthesize", op="x", program=pv.id, config={"n": 1})
+    t2 = Task(kind="synthesize", op="x", program=pv.id, config={"n": 2})
+    o1 = commit_text(ws, t1, facts="same bytes")
+    o2 = commit_text(ws, t2, facts="same bytes")
+    assert o1["facts"].sha256 == o2["facts"].sha256 and o1["facts"].path == o2["facts"].path
+    assert o1["facts"].read_bytes() == b"same bytes"
+    assert o1["facts"].program == pv.id and o1["facts"].inputs == (("t-" + "0" * 20, "program", "ab" * 32),)
+    assert ws.verify() == []
+    assert ws.stats()["staging_dirs"] == 2  # emptied staging dirs remain until clean_staging
+    ws.close()
+    again = Workspace(tmp_path)  # persistent
+    assert again.outputs(t1.id)["facts"].read_bytes() == b"same bytes"
+    assert again.get_program(pv.id) == pv
+    mode = sqlite3.connect(tmp_path / "index.sqlite").execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_uncommitted_staging_is_invisible_and_verify_catches_corruption(tmp_path):
+    ws = Workspace(tmp_path)
+    t = Task(kind="collect", op="trace", program=prog().id, device="gpu")
+    staged = ws.new_staging(t.id)
+    (staged / "half.json").write_text('{"incomplete')
+    assert ws.outputs(t.id) is None and ws.task_status(t.id) is None
+    out = commit_text(ws, Task(kind="synthesize", op="y", program="pv"), facts="x" * 100)
+    out["facts"].path.write_bytes(b"tampered")
+    assert any("does not match" in p for p in ws.verify())
+    out["facts"].path.unlink()
+    assert any("missing" in p for p in ws.verify())
+
+
+def test_failure_records_do_not_hide_done_results(tmp_path):
+    ws = Workspace(tmp_path)
+    t = Task(kind="synthesize", op="z", program="pv")
+    ws.record_failure(t, "boom")
+    assert ws.task_status(t.id)["status"] == "failed" and ws.outputs(t.id) is None
+    commit_text(ws, t, facts="ok")
+    ws.record_failure(t, "late failure report")
+    assert ws.task_status(t.id)["status"] == "done"
+
+
+def test_user_strings_never_become_paths(tmp_path):
+    ws = Workspace(tmp_path)
+    for bad in ("../../etc/passwd", "c-../x", "c-" + "g" * 20, ""):
+        with pytest.raises(WorkspaceError, match="invalid task id"):
+            ws.new_staging(bad)
+    pv = prog()
+    ws.put_program(pv)
+    for bad in ("../escape", "a/b", "", "x" * 65, ".hidden"):
+        with pytest.raises(WorkspaceError, match="invalid branch name"):
+            ws.fork(pv.id, bad)
+    with pytest.raises(WorkspaceError, match="invalid blob hash"):
+        ws.blob_path("../" * 10)
+    # a region name full of path syntax is only ever data
+    tree = RegionTree("p")
+    tree.add("..:x/..y")
+    odd = ProgramVersion.from_sources("../../p", {"../k.cu": "x"}, regions=tree)
+    ws.put_program(odd)
+    t = Task(kind="synthesize", op="x", program=odd.id, region="..:x/..y")
+    commit_text(ws, t, facts="1")
+    assert all(p.resolve().is_relative_to(tmp_path.resolve()) for p in tmp_path.rglob("*"))
+    assert not (tmp_path.parent / "p").exists()
+
+
+def test_fork_from_an_earlier_version_and_refused_joins(tmp_path):
+    ws = Workspace(tmp_path)
+    v1 = prog("v1")
+    v2 = v1.derive({"k.cu": "v2"})
+    v3 = v2.derive({"k.cu": "v3"})
+    for v in (v1, v2, v3):
+        ws.put_program(v)
+    ws.fork(v3.id, "main")
+    ws.fork(v1.id, "retry")  # an optimizer backs up to v1
+    alt = v1.derive({"k.cu": "v2-alternative"})
+    ws.advance("retry", alt)
+    assert ws.branches() == {"main": v3.id, "retry": alt.id}
+    assert alt.parent == v1.id and ws.get_program(alt.id).parent == v1.id
+    with pytest.raises(WorkspaceError, match="was not derived from branch"):
+        ws.advance("main", v2.derive({"k.cu": "other"}))
+    with pytest.raises(WorkspaceError, match="unknown branch 'nope'; branches: main, retry"):
+        ws.branch_head("nope")
+    traced, marker = v1.variant_of("traced"), v1.variant_of("marker_only")
+    ws.put_program(traced)
+    ws.put_program(marker)
+    ws.check_joinable([v1.id, traced.id, marker.id])  # variants of one base: fine
+    with pytest.raises(IncompatibleVersionsError, match="refusing to join"):
+        ws.check_joinable([traced.id, v2.id])
+
+
+def test_program_versions_hash_content_flags_and_compiler():
+    a = prog("x")
+    assert a.id == prog("x").id
+    assert a.id != prog("y").id
+    assert a.id != ProgramVersion.from_sources("p", {"k.cu": "x"}, regions=a.regions, compiler="nvcc 12.4").id
+    assert a.id != ProgramVersion.from_sources("p", {"k.cu": "x"}, regions=a.regions, compiler="nvcc 13.0",
+                                               flags=["-O0"]).id
+    probe = a.variant_of("traced").variant_of("probe", op_id="tma0", iteration=3)
+    assert probe.base == a.id and probe.base_id == a.id
+    assert ProgramVersion.from_dict(probe.to_dict()) == probe
+    assert probe.id != a.variant_of("probe", op_id="tma0", iteration=4).id
+    with pytest.raises(ValueError, match="unknown program variant 'fast'; valid: trace_free"):
+        a.variant_of("fast")
+    with pytest.raises(ValueError, match="needs parameters"):
+        a.variant_of("probe")
