@@ -23,7 +23,8 @@ A CUDA program's ``launch`` (in ``argus_program.json``) as this runner reads it:
       "reference": "reference.py:expected",  # fn(*CPU args) -> {arg index: expected tensor}
       "rtol": 1e-4, "atol": 1e-5,            # tolerance of that check
       "defines": {"NAME": "value"},          # optional, added to every variant's build
-      "arch": "sm_90"                        # optional GPU code (default sm_90; sm_90a for wgmma/setmaxnreg)
+      "arch": "sm_90",                       # optional GPU code (default sm_90; sm_90a for wgmma/setmaxnreg)
+      "coord_kind": "iteration"              # optional: what *_AT marker coordinates count (iteration|layer|step)
     }
 
 Inputs are drawn fresh on every run (``init``: ``randn``, ``uniform`` [low, high), ``randint``
@@ -47,8 +48,9 @@ from ..sass import disassemble, kernel_key, parse_sass
 from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend
 
 VARIANT_MODES = {"base": 0, "trace_free": 0, "marker_only": 1, "traced": 2}
-LAUNCH_KEYS = ("source", "kernel", "grid", "block", "args", "reference", "rtol", "atol", "defines", "arch", "argv",
-               "python")
+LAUNCH_KEYS = ("source", "kernel", "grid", "block", "args", "reference", "rtol", "atol", "defines", "arch",
+               "coord_kind", "argv", "python")
+COORD_KINDS = ("iteration", "layer", "step")
 TENSOR_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8")
 SCALAR_TYPES = ("int32", "int64", "uint32", "uint64", "float32", "float64")
 INITS = ("randn", "uniform", "randint", "poison", "zeros")
@@ -77,6 +79,7 @@ class CudaLaunch:
     atol: float
     defines: dict
     arch: str = "sm_90"
+    coord_kind: str | None = None
 
     @property
     def ctas(self) -> int:
@@ -108,9 +111,12 @@ class CudaLaunch:
                 raise ProgramRunError(f"launch {what} must be a list of 1-3 positive ints, got {dims!r}")
         for i, spec in enumerate(launch["args"]):
             _check_arg(i, spec)
+        if launch.get("coord_kind") not in (None,) + COORD_KINDS:
+            raise ProgramRunError(f"launch coord_kind {launch['coord_kind']!r} unknown; valid: {', '.join(COORD_KINDS)}")
         return cls(root, source, str(launch["kernel"]), tuple(launch["grid"]), tuple(launch["block"]),
                    tuple(launch["args"]), launch.get("reference"), float(launch.get("rtol", 1e-5)),
-                   float(launch.get("atol", 1e-6)), dict(launch.get("defines", {})), str(launch.get("arch", "sm_90")))
+                   float(launch.get("atol", 1e-6)), dict(launch.get("defines", {})), str(launch.get("arch", "sm_90")),
+                   launch.get("coord_kind"))
 
 
 def _sources(root: Path) -> list[str]:
@@ -254,12 +260,12 @@ def run_once(program, variant: str, *, trace_config: dict | None = None, check: 
     return result
 
 
-def intervals_document(intervals, trace) -> dict:
+def intervals_document(intervals, trace, coord_kind: str | None = None) -> dict:
     """``argus.region_intervals/1`` from paired intervals (one row per occurrence)."""
     rows = intervals.rows
     cols = {k: rows[k].astype(np.int64).tolist() for k in ("region_id", "start", "end", "sm", "cta", "warp", "coord")}
-    dropped = int(sum(int(getattr(r, "dropped", 0) or 0) for r in getattr(trace, "rings", []) or []))
-    return {"format": "argus.region_intervals/1", "clock": intervals.unit, "columns": cols, "coord_kind": None,
+    dropped = int(trace.dropped) if trace is not None else 0
+    return {"format": "argus.region_intervals/1", "clock": intervals.unit, "columns": cols, "coord_kind": coord_kind,
             "launches": 1, "dropped": dropped, "incomplete": bool(intervals.incomplete),
             "problems": [str(p) for p in getattr(intervals, "problems", [])][:20]}
 
@@ -289,7 +295,7 @@ class TraceAdapter(BackendAdapter):
         self.validate_config(ctx.config)
         cfg = {"capacity": int(ctx.config.get("capacity", 256)), "clock": ctx.config.get("clock", "globaltimer")}
         res = run_once(ctx.program, "traced", trace_config=cfg)
-        doc = intervals_document(res["intervals"], res["trace"])
+        doc = intervals_document(res["intervals"], res["trace"], CudaLaunch.from_program(ctx.program).coord_kind)
         doc["reference_check"] = {"max_rel_err": res["max_rel_err"]}
         out = Path(ctx.outdir) / "region_intervals.json"
         atomic_write_text(out, json.dumps(doc) + "\n")

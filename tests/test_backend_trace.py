@@ -1,0 +1,94 @@
+"""Region-tracing adapter and CUDA variant runner: what runs without a GPU (CPU)."""
+import json
+import shutil
+from types import SimpleNamespace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from argus_rt.backends import trace
+from argus_rt.program import ProgramVersion, load_program
+from argus_rt.trace import INTERVAL_DTYPE, Intervals
+
+ROOT = Path(__file__).resolve().parent.parent
+GT = ROOT / "examples" / "ground_truth"
+
+
+def _with_launch(program, **changes):
+    launch = dict(program.launch, **changes)
+    return ProgramVersion.from_sources(program.name, {"x": "y"}, kind=program.kind, launch=launch,
+                                       regions=program.regions, root=program.root)
+
+
+def test_launch_description_of_the_ground_truth():
+    launch = trace.CudaLaunch.from_program(load_program(GT))
+    assert launch.ctas == 128 and launch.threads_per_cta == 256 and launch.source == "ground_truth.cu"
+    assert launch.reference == "reference.py:expected" and launch.arch == "sm_90"
+
+
+def test_bad_launch_descriptions_name_the_problem():
+    p = load_program(GT)
+    with pytest.raises(trace.ProgramRunError, match="unknown key\\(s\\) \\['gird'\\]; valid: source"):
+        trace.CudaLaunch.from_program(_with_launch(p, gird=[1]))
+    with pytest.raises(trace.ProgramRunError, match="grid must be a list of 1-3 positive ints"):
+        trace.CudaLaunch.from_program(_with_launch(p, grid=[0]))
+    with pytest.raises(trace.ProgramRunError, match="tensor dtype 'float8' unknown"):
+        trace.CudaLaunch.from_program(_with_launch(p, args=[{"tensor": "float8", "shape": [4]}]))
+    with pytest.raises(trace.ProgramRunError, match="init 'ones' unknown; valid: randn"):
+        trace.CudaLaunch.from_program(_with_launch(p, args=[{"tensor": "float32", "shape": [4], "init": "ones"}]))
+    with pytest.raises(trace.ProgramRunError, match="must be one of"):
+        trace.CudaLaunch.from_program(_with_launch(p, args=[{"int32": 1, "float32": 2.0}]))
+    with pytest.raises(trace.ProgramRunError, match="source 'nope.cu' not found"):
+        trace.CudaLaunch.from_program(_with_launch(p, source="nope.cu"))
+    with pytest.raises(trace.ProgramRunError, match="coord_kind 'epoch' unknown"):
+        trace.CudaLaunch.from_program(_with_launch(p, coord_kind="epoch"))
+    with pytest.raises(trace.ProgramRunError, match="kind 'triton'"):
+        trace.CudaLaunch.from_program(load_program(ROOT / "examples" / "triton"))
+    with pytest.raises(trace.ProgramRunError, match="cannot build variant 'probe'"):
+        trace.build_variant(p, "probe")
+
+
+def test_runner_argv_round_trips_the_program(tmp_path):
+    p = load_program(GT).variant_of("marker_only")
+    argv = trace.runner_argv(p, "marker_only", tmp_path)
+    assert argv[1:4] == ["-m", "argus_rt.backends.trace", "run"] and argv[-1] == "marker_only"
+    back = ProgramVersion.from_dict(json.loads((tmp_path / "program.json").read_text()))
+    assert back.id == p.id and Path(back.root).is_absolute()
+    env = trace.runner_env()
+    assert env["PYTHONPATH"].split(":")[0] == str(ROOT) and env["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_intervals_document_columns():
+    rows = np.zeros(2, dtype=INTERVAL_DTYPE)
+    rows["region_id"] = [7, 9]
+    rows["start"], rows["end"] = [100, 150], [400, 300]
+    rows["coord"] = [0, 1]
+    iv = Intervals(rows, "ns")
+    doc = trace.intervals_document(iv, SimpleNamespace(dropped=3), "iteration")
+    assert doc["format"] == "argus.region_intervals/1" and doc["clock"] == "ns" and doc["dropped"] == 3
+    assert doc["columns"]["region_id"] == [7, 9] and doc["columns"]["end"] == [400, 300]
+    assert doc["coord_kind"] == "iteration" and doc["incomplete"] is False
+
+
+def test_adapter_config():
+    a = trace.TraceAdapter()
+    a.validate_config({"capacity": 64})
+    with pytest.raises(ValueError, match="valid: capacity, clock"):
+        a.validate_config({"capacty": 64})
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_variants_build_and_symbol_lookup(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
+    p = load_program(GT)
+    from argus_rt import sass
+
+    cubins = {v: trace.build_variant(p, v) for v in ("trace_free", "marker_only", "traced")}
+    assert trace.kernel_symbol(cubins["marker_only"], "ground_truth_kernel") == "_Z19ground_truth_kernelPKfS0_Pfiiii"
+    counts = {v: sass.select_function(sass.parse_sass(sass.disassemble(c)), "ground_truth").opcode_counts()
+              for v, c in cubins.items()}
+    assert "PMTRIG" not in counts["trace_free"] and counts["marker_only"]["PMTRIG"] == 8 * 3
+    assert "PMTRIG" not in counts["traced"]
+    with pytest.raises(trace.ProgramRunError, match="not found in .*functions: _Z19"):
+        trace.kernel_symbol(cubins["marker_only"], "other_kernel")
