@@ -17,6 +17,7 @@ set_safe_env()  # before torch, NCCL or symmetric memory initialise anything
 import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
@@ -24,7 +25,7 @@ import warnings  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from .config import candidate_configs, parse_shape  # noqa: E402
+from .config import OverlapConfig, candidate_configs, parse_shape  # noqa: E402
 from .measure import SmClockSampler, time_op_ms  # noqa: E402
 from .model import rank_of  # noqa: E402
 from .op import AllGatherMatmul, gemm_sm_limit, serial_all_gather_matmul  # noqa: E402
@@ -34,6 +35,15 @@ from .tune import DEFAULT_P, DEFAULT_R, DEFAULT_S, _int_list, tune  # noqa: E402
 CASES = ((2048, 8192, 8192), (4096, 8192, 8192), (8192, 4096, 4096), (1024, 8192, 28672), (4096, 4096, 14336))
 #: acceptance: ours equals serial AG+GEMM within this relative Frobenius error.
 REL_TOL = 1e-3
+
+
+def _device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
@@ -66,9 +76,9 @@ def torch_fused_fn(a, b, group):
 
 
 def run_case(rt, m_shard, k, n, *, s_values=DEFAULT_S, p_values=DEFAULT_P, top=5, iters=20, seed=0,
-             exhaustive=True, log=print) -> tuple[dict, dict]:
+             exhaustive=True, log=print, r_values=None) -> tuple[dict, dict]:
     """Measure one case on every rank; returns (row, raw) (identical decisions on all ranks)."""
-    device = torch.device("cuda", torch.cuda.current_device())
+    device = _device()
     world, rank, group = rt.world, rt.rank, rt.group
     g = torch.Generator().manual_seed(seed * 100 + rank + 1)
     a = torch.randn(m_shard, k, generator=g).to(device, torch.bfloat16)
@@ -80,7 +90,8 @@ def run_case(rt, m_shard, k, n, *, s_values=DEFAULT_S, p_values=DEFAULT_P, top=5
     a_full = torch.empty(world * m_shard, k, dtype=a.dtype, device=device)
     dist.all_gather_into_tensor(a_full, a, group=group)
     raw["serial_vs_fp32_rel_err"] = _max_over_ranks(rel_err(ref, a_full.float() @ b.float()), group)
-    cands = candidate_configs(s_values, rt.pool.r_values, p_values, m_shard)
+    r_values = list(r_values) if r_values is not None else rt.pool.r_values
+    cands = candidate_configs(s_values, r_values, p_values, m_shard)
     errs = {}
     for cfg in cands:
         out = torch.full((world * m_shard, n), float("nan"), dtype=a.dtype, device=device)
@@ -94,7 +105,7 @@ def run_case(rt, m_shard, k, n, *, s_values=DEFAULT_S, p_values=DEFAULT_P, top=5
         raise RuntimeError(f"overlap result differs from serial AG+GEMM beyond {REL_TOL}: {bad}")
 
     # Baselines and the ideal bound, in the same run.
-    dev_index = device.index
+    dev_index = device.index or 0
     with SmClockSampler(dev_index) as clk_serial:
         serial = time_op_ms(lambda: serial_all_gather_matmul(a, b, group), iters=iters, group=group)
     raw["sm_clock_mhz_serial"] = clk_serial.median_mhz
@@ -112,7 +123,7 @@ def run_case(rt, m_shard, k, n, *, s_values=DEFAULT_S, p_values=DEFAULT_P, top=5
     raw["allgather_GBps"] = (world - 1) * a.numel() * a.element_size() / (comm["median_ms"] * 1e6)
     raw["gemm_TFLOPs"] = 2 * world * m_shard * k * n / (gemm["median_ms"] * 1e9)
     raw["gemm_ms_by_R"] = {}
-    for r in rt.pool.r_values:
+    for r in r_values:
         def held(r=r):
             with gemm_sm_limit(r):
                 return torch.mm(a_full, b)
@@ -120,7 +131,7 @@ def run_case(rt, m_shard, k, n, *, s_values=DEFAULT_S, p_values=DEFAULT_P, top=5
 
     # The tuner: profile (S, R) at P = 1, fit, validate the model's top few.
     with SmClockSampler(dev_index) as clk_tune:
-        result = tune(rt, a, b, s_values, None, p_values, top, iters)
+        result = tune(rt, a, b, s_values, r_values, p_values, top, iters)
     raw["sm_clock_mhz_overlap"] = clk_tune.median_mhz
     raw["tune"] = result.to_dict()
     best = result.best
@@ -129,7 +140,7 @@ def run_case(rt, m_shard, k, n, *, s_values=DEFAULT_S, p_values=DEFAULT_P, top=5
     for _ in range(10):
         rt(a, b, best)
     raw["host_issue_ms_per_call"] = (time.perf_counter() - t0) * 1e3 / 10  # host side only, no sync
-    torch.cuda.synchronize()
+    _sync()
 
     # Every candidate timed, only to judge the model's ranking (the tuner did not use these).
     model_rank_of_best = None
@@ -148,21 +159,49 @@ def run_case(rt, m_shard, k, n, *, s_values=DEFAULT_S, p_values=DEFAULT_P, top=5
     return row, raw
 
 
+def preflight(rt, log=print) -> tuple[list[int], dict]:
+    """Run each R once on a small shape; drop (on every rank alike) an R whose path fails here."""
+    device = _device()
+    a = torch.randn(256, 512, device=device, dtype=torch.bfloat16)
+    b = torch.randn(512, 256, device=device, dtype=torch.bfloat16)
+    ok, errors = [], {}
+    for r in rt.pool.r_values:
+        flag = 1.0
+        try:
+            rt(a, b, OverlapConfig(2, r, 1))
+            _sync()
+        except Exception as exc:  # noqa: BLE001 - reported and excluded, not hidden
+            flag, errors[str(r)] = 0.0, repr(exc)[:500]
+        t = torch.tensor([flag], device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=rt.group)
+        if t.item() == 1.0:
+            ok.append(r)
+        else:
+            log(f"  R={r} excluded: {errors.get(str(r), 'failed on another rank')}")
+    return ok, errors
+
+
 def run_cases(cases, r_values=DEFAULT_R, s_values=DEFAULT_S, p_values=DEFAULT_P, top=5, iters=20,
-              exhaustive=True, log=print) -> tuple[list, list]:
+              exhaustive=True, log=print, checkpoint=None) -> tuple[list, list]:
     rt = AllGatherMatmul(r_values=r_values)
+    active_r, errors = preflight(rt, log)
+    if not active_r:
+        raise RuntimeError(f"no R value works on this machine: {errors}")
     rows, raws = [], []
     for i, (m_shard, k, n) in enumerate(cases):
         log(f"case {i}: M_shard={m_shard} K={k} N={n} world={rt.world}")
         t0 = time.time()
         row, raw = run_case(rt, m_shard, k, n, s_values=s_values, p_values=p_values, top=top, iters=iters,
-                            seed=i, exhaustive=exhaustive, log=log)
+                            seed=i, exhaustive=exhaustive, log=log, r_values=active_r)
         raw["wall_s"] = time.time() - t0
+        raw["excluded_r"] = errors
         log(f"  serial {row['serial_ms']:.3f} ms, torch fused {row['torch_fused_ms']}, ours {row['ours_ms']:.3f} "
             f"({row['S']},{row['R']},{row['P']}), ideal {row['ideal_ms']:.3f}, model rank of best "
             f"{row['model_rank_of_best']}  [{raw['wall_s']:.1f} s]")
         rows.append(row)
         raws.append(raw)
+        if checkpoint is not None:
+            checkpoint(rows, raws)
     return rows, raws
 
 
@@ -207,14 +246,22 @@ def run(args) -> tuple[int, list, list]:
     cases = [parse_shape(c) for c in args.case] if args.case else list(CASES)
     rank, world, device = init_distributed("nccl", timeout_s=args.timeout_s)
     log = (lambda *a: print(*a, flush=True)) if rank == 0 else (lambda *a: None)
-    rows, raws = run_cases(cases, args.r, args.s, args.p, args.top, args.iters, not args.no_exhaustive, log)
+
+    def checkpoint(rows, raws):  # after every case, so a run cut short still leaves its measurements
+        if rank != 0 or not args.out:
+            return
+        from argus_rt.fsutil import atomic_write_text
+
+        text = json.dumps({"rows": rows, "raw": raws}, indent=1) + "\n"
+        atomic_write_text(args.out, text)
+        if os.environ.get("OUT"):
+            atomic_write_text(os.path.join(os.environ["OUT"], os.path.basename(args.out)), text)
+
+    rows, raws = run_cases(cases, args.r, args.s, args.p, args.top, args.iters, not args.no_exhaustive, log,
+                           checkpoint)
     if rank == 0:
         for line in summary_lines(rows):
             print(line, flush=True)
-        if args.out:
-            from argus_rt.fsutil import atomic_write_text
-
-            atomic_write_text(args.out, json.dumps({"rows": rows, "raw": raws}, indent=1) + "\n")
     return rank, rows, raws
 
 

@@ -34,9 +34,9 @@ from .groups import CommGroupPool
 def gemm_sm_limit(r: int):
     """Hold cuBLAS GEMMs to SMs - r while inside (cuBLASLt ``SM_COUNT_TARGET`` via PyTorch's carve-out).
 
-    r = 0 leaves the BLAS settings untouched (the GEMM keeps every SM).
+    r = 0 (or no CUDA) leaves the BLAS settings untouched (the GEMM keeps every SM).
     """
-    if r <= 0:
+    if r <= 0 or not torch.cuda.is_available():
         yield
         return
     prev_lib = torch.backends.cuda.preferred_blas_library()

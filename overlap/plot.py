@@ -35,7 +35,7 @@ def plot_surfaces(raw_cases: list[dict], path) -> Path:
     cases = [c for c in raw_cases if c.get("all_measured_ms") and c.get("all_predicted_ms")]
     if not cases:
         raise ValueError("no case has both all_measured_ms and all_predicted_ms; run the benchmark with exhaustive timing")
-    fig, axes = plt.subplots(len(cases), 2, figsize=(9, 2.6 * len(cases)), squeeze=False)
+    fig, axes = plt.subplots(len(cases), 2, figsize=(10, 3.0 * len(cases)), squeeze=False, constrained_layout=True)
     for row, case in zip(axes, cases):
         panels = (("measured", case["all_measured_ms"]), ("model", case["all_predicted_ms"]))
         grids = [_grid(t) for _, t in panels]
@@ -46,13 +46,13 @@ def plot_surfaces(raw_cases: list[dict], path) -> Path:
             ax.set_xticks(range(len(s_vals)), [str(s) for s in s_vals])
             ax.set_yticks(range(len(r_vals)), [str(r) for r in r_vals])
             ax.set_xlabel("S (comm chunks)")
-            ax.set_ylabel("R (comm SMs; 0 = copy engines)")
+            ax.set_ylabel("R (comm SMs; 0: copy eng.)")
             for i, r in enumerate(mat):
                 for j, v in enumerate(r):
                     if v == v:
                         ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w")
             ax.set_title(f"{label}: M_shard={case['m_shard']} K={case['k']} N={case['n']} (ms, best over P)", fontsize=8)
-        fig.colorbar(im, ax=list(row), shrink=0.8)
+        fig.colorbar(im, ax=list(row), label="ms")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
