@@ -71,12 +71,12 @@ def test_missing_nvcc_is_a_clear_error(monkeypatch, tmp_path):
         build(CudaBuildSpec("x", [SOURCES["nested_regions"]]))
 
 
-def test_missing_nvrtc_is_a_clear_error():
-    try:
-        import cuda.bindings.nvrtc  # noqa: F401
-        pytest.skip("cuda-python is installed here; the missing-NVRTC path cannot be exercised")
-    except ImportError:
-        pass
+def test_missing_nvrtc_is_a_clear_error(monkeypatch):
+    import sys
+
+    # Hide cuda-python whether or not it is installed: the NVRTC backend must say what is missing.
+    for name in ("cuda.bindings.nvrtc", "cuda.nvrtc"):
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(CompilerNotFoundError, match="cuda-python"):
         build(CudaBuildSpec("x", [SOURCES["nested_regions"]]), backend="nvrtc")
 

@@ -55,7 +55,7 @@ class TraceSession:
     then ``decode()`` (synchronises) or ``snapshot()`` (asynchronous copy, decode later).
     """
 
-    STAGING_SLOTS = 8
+    STAGING_SLOTS = 64  # arms in flight before the host waits for the stream
 
     def __init__(self, target, config: TraceConfig, device: int | str = "cuda") -> None:
         import torch

@@ -131,6 +131,13 @@ __device__ __forceinline__ WarpCursor* warp_cursors() {
   return cursors;
 }
 
+/* 32-bit shared-window address of a generic pointer (inline PTX: NVRTC and nvcc alike). */
+__device__ __forceinline__ argus_u32 shared_address(const void* p) {
+  argus_u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
 __device__ __forceinline__ argus_u32 grid_id_lo() {
   argus_u64 g;
   asm("mov.u64 %0, %%gridid;" : "=l"(g));
@@ -228,7 +235,7 @@ static __device__ __noinline__ WarpCursor claim_ring(WarpCursor* cur, argus_u32 
 __device__ __forceinline__ WarpCursor load_cursor(const WarpCursor* cur) {
   WarpCursor c;
   argus_u32 ring_lo, ring_hi;
-  const argus_u32 addr = (argus_u32)__cvta_generic_to_shared(cur);
+  const argus_u32 addr = shared_address(cur);
   asm volatile(
       "ld.shared.v4.u32 {%0, %1, %2, %3}, [%8];\n\t"
       "ld.shared.v4.u32 {%4, %5, %6, %7}, [%8+16];"
@@ -253,7 +260,7 @@ __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coo
   if (coord != ARGUS_COORD_NONE && (coord < c.coord_begin || coord >= c.coord_end)) return;
   const argus_u64 t = (c.ring & 1ull) ? cycle_counter() : global_timer();
   const argus_u32 n = c.count;
-  asm volatile("st.shared.u32 [%0+8], %1;" ::"r"((argus_u32)__cvta_generic_to_shared(cur)), "r"(n + 1));
+  asm volatile("st.shared.u32 [%0+8], %1;" ::"r"(shared_address(cur)), "r"(n + 1));
   const argus_u64 hdr = c.ring & ~1ull;
   const argus_u64 rec = hdr + sizeof(ArgusRingHeader) + (argus_u64)(n & c.cap_mask) * sizeof(ArgusRecord);
   const argus_u64 stamp = (t & ARGUS_TIME_MASK) | ((argus_u64)kind << ARGUS_KIND_SHIFT);
