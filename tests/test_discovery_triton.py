@@ -185,3 +185,9 @@ def test_wrong_pipeline_mapping_is_an_error(ttgir):
 def test_not_ttgir_is_rejected():
     with pytest.raises(TtgirError, match=r"no tt.func found"):
         Module("module {\n}\n")
+
+
+def test_wgmma_without_its_wait_names_the_dot(ttgir):
+    bad = ttgir.replace("ttng.warp_group_dot_wait", "ttng.other_wait")
+    with pytest.raises(UnsupportedOpError, match=r"ttng.warp_group_dot \(TTGIR line \d+\): no ttng.warp_group_dot_wait"):
+        discover(bad, "tma_matmul/kloop/mma", iterations=ITERS)

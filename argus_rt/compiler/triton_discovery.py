@@ -655,7 +655,9 @@ def _analyse_tma(module: Module, ops: list[Op], iterations: int, loops: dict[int
 
 def _analyse_wgmma(module: Module, ops: list[Op], iterations: int) -> tuple[list[Instance], Completion]:
     op = ops[0]
-    wait = next((o for o in module.ops[op.index + 1:] if o.name == WGMMA_WAIT), None)
+    # the wait that takes the dot's result is the one that retires it
+    wait = next((o for o in module.ops[op.index + 1:] if o.name == WGMMA_WAIT and op.results
+                 and o.operands and o.operands[0].split("#")[0] == op.results[0]), None)
     if wait is None:
         raise UnsupportedOpError(f"{op}: no ttng.warp_group_dot_wait after it; its completion is unknown")
     pend = module.attr_int(wait, "pendings")
@@ -670,10 +672,24 @@ def _analyse_cp_async(module: Module, ops: list[Op], iterations: int, loops: dic
     commit = next((o for o in module.ops[first.index + 1:] if o.name == CP_ASYNC_COMMIT and token in o.operands), None)
     if commit is None:
         raise UnsupportedOpError(f"{first}: its token {token} is never committed (no ttg.async_commit_group)")
-    waits = [o for o in module.ops if o.name == CP_ASYNC_WAIT]
+    # follow the group's token through loop-carried values to the async_wait that consumes it
+    aliases = {commit.results[0]} if commit.results else set()
+    changed = True
+    while changed:
+        changed = False
+        for loop in module.loops.values():
+            pairs = list(zip(loop.iter_args, loop.inits))
+            if loop.yield_op is not None:
+                pairs += list(zip(loop.iter_args, [y.split("#")[0] for y in loop.yield_op.operands]))
+            for arg, src in pairs:
+                if src in aliases and arg not in aliases:
+                    aliases.add(arg)
+                    changed = True
+    waits = [o for o in module.ops if o.name == CP_ASYNC_WAIT and aliases & set(o.operands)]
     wait = next((w for w in waits if w.loop is not None), waits[0] if waits else None)
     if wait is None:
-        raise UnsupportedOpError(f"{first}: no ttg.async_wait in the function; its completion is unknown")
+        raise UnsupportedOpError(f"{first}: no ttg.async_wait consumes its commit group {sorted(aliases)}; "
+                                 "its completion is unknown")
     in_loop = [o for o in ops if o.loop is not None]
     prologue = [o for o in ops if o.loop is None]
     instances = [Instance(o.line_no, "prologue", [k]) for k, o in enumerate(prologue) if k < iterations]
