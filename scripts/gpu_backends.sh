@@ -51,9 +51,19 @@ capture() {
 }
 
 run_tests() {
-    python3 -m pytest -q -x -p no:cacheprovider -m "gpu or not gpu" \
-        tests/test_ground_truth_gpu.py tests/test_e2e_query_gpu.py tests/test_systrace_gpu.py \
-        2>&1 | tee "$OUT/pytest_gpu.txt"
+    # Most important first; no -x: every test reports. Reports of the end-to-end queries land in $OUT.
+    export ARGUS_TEST_ARTIFACTS="$OUT" ARGUS_CACHE_DIR="${ARGUS_CACHE_DIR:-/tmp/argus_cache}"
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -rA --durations=10 \
+        tests/test_ground_truth_gpu.py tests/test_backend_trace_gpu.py tests/test_e2e_query_gpu.py \
+        tests/test_systrace_gpu.py 2>&1 | tee "$OUT/pytest_gpu.txt"
+    # Fresh fixtures of the current ground-truth source (ncu page + SASS of one build), if time is left.
+    local work; work="$(mktemp -d)"
+    nvcc -O3 -lineinfo -DARGUS_MODE=1 -gencode=arch=compute_90,code=sm_90 -Icsrc \
+        -o "$work/gt" examples/ground_truth/ground_truth.cu && cuobjdump -sass "$work/gt" > "$OUT/gt2_cuobjdump_sass.txt" &&
+    timeout 40 ncu --section SourceCounters --page source --print-source sass --csv --clock-control none \
+        -k regex:ground_truth "$work/gt" > "$OUT/ncu_gt2_source_sass.csv" 2>&1
+    echo "fixture capture rc=$?"
+    tail -5 "$OUT/pytest_gpu.txt"
 }
 
 case "$mode" in

@@ -5,6 +5,7 @@ program description from tests/fixtures/examples_cuda when examples/cuda has non
 runner checks the kernel's output against its plain PyTorch reference before anything is measured.
 """
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -30,9 +31,12 @@ def _cuda_example(tmp_path: Path) -> Path:
 
 
 def _query(program: Path, region: str, tmp_path: Path) -> dict:
-    out = tmp_path / f"{program.name}_report.json"
+    # ARGUS_TEST_ARTIFACTS (optional): a folder that keeps the reports (the device script sets it).
+    keep = Path(os.environ.get("ARGUS_TEST_ARTIFACTS", tmp_path))
+    out = keep / f"report_{program.name}.json"
     cmd = [sys.executable, "-m", "argus_rt.cli", "query", str(program), "--region", region, "--signals", SIGNALS,
-           "--workspace", str(tmp_path / "ws"), "--json", str(out), "--no-progress"]
+           "--workspace", str(tmp_path / "ws"), "--json", str(out), "--markdown", str(keep / f"report_{program.name}.md"),
+           "--no-progress"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
     print(proc.stdout[-4000:], proc.stderr[-4000:])
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -64,7 +68,7 @@ def test_query_ground_truth(tmp_path):
     _check_report(report, "ground_truth", ["ground_truth/stage_a", "ground_truth/stage_b"])
     args = program.launch["args"]
     warps = 128 * 256 // 32
-    bar = {v["region"]: v["value"] for v in _values(report, "barrier_count")}
+    bar = {v["region"]: v["value"] for v in _values(report, "barrier_count") if v["metric"] == "BAR"}
     assert bar["ground_truth/stage_b/inner"] == pytest.approx(warps * args[5]["int32"], rel=0.02)
     assert bar["ground_truth/stage_a"] == pytest.approx(0.0, abs=0.5)
 
