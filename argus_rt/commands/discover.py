@@ -38,6 +38,12 @@ def _load(args) -> tuple[str, int, str]:
     return ttgir, args.iterations or iterations, program.id
 
 
+def _span(its: list[int]) -> str:
+    if not its:
+        return "-"
+    return str(its[0]) if len(its) == 1 else f"{its[0]}..{its[-1]}"
+
+
 def run(args) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -55,12 +61,14 @@ def run(args) -> int:
             print(json.dumps(async_sites_document(d, ident), indent=2, sort_keys=True))
         else:
             table = Table(title=f"{d.kernel}: async sites in {d.region} ({iterations} iterations)")
-            for col in ("op id", "kind", "value", "region", "source", "instances", "completion"):
-                table.add_column(col)
+            for col in ("op id", "kind", "value", "region", "source", "instances (TTGIR line: iterations)"):
+                table.add_column(col, overflow="fold")
             for s in d.sites:
-                inst = "; ".join(f"{i.placement}@{i.ttgir_line}->{i.iterations}" for i in s.instances)
-                table.add_row(f"0x{s.op_id:08x}", s.kind, s.label, s.region, str(s.source), inst, s.completion.describe())
+                inst = ", ".join(f"{i.placement[0].upper()}{i.ttgir_line}:{_span(i.iterations)}" for i in s.instances)
+                table.add_row(f"0x{s.op_id:08x}", s.kind, s.label, s.region, str(s.source), inst)
             console.print(table)
+            for s in d.sites:
+                console.print(f"0x{s.op_id:08x} ({s.label}) completes on: {s.completion.describe()}")
             for s in d.sites:
                 if s.kind == "tma_load":
                     per = ", ".join(f"{i}:s{s.completion.slot_by_iteration[i]}/p{s.completion.phase_by_iteration[i]}"
