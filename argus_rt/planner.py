@@ -66,10 +66,17 @@ class Run:
     requests: list[Request] = field(default_factory=list)
     config: dict = field(default_factory=dict)
     why_separate: list[str] = field(default_factory=list)
+    # unions over the members, so a candidate is checked against a run in O(1) set operations
+    effects: frozenset = frozenset()
+    sensitive_to: frozenset = frozenset()
+    isolated: bool = False
 
-    @property
-    def effects(self) -> frozenset:
-        return frozenset().union(*(r.evidence.effects for r in self.requests))
+    def add(self, req: Request, config: dict) -> None:
+        self.requests.append(req)
+        self.config = config
+        self.effects |= req.evidence.effects
+        self.sensitive_to |= req.evidence.sensitive_to
+        self.isolated |= req.evidence.isolated
 
 
 def conflict(a: Request, b: Request) -> str | None:
@@ -86,6 +93,25 @@ def conflict(a: Request, b: Request) -> str | None:
     return None
 
 
+def _run_conflict(req: Request, run: Run) -> str | None:
+    ev = req.evidence
+    if ev.isolated or run.isolated or ev.effects & run.sensitive_to or run.effects & ev.sensitive_to:
+        return next(w for w in (conflict(req, other) for other in run.requests) if w)
+    return None
+
+
+def _scalar_clash(a: dict, b: dict):
+    """Cheap pre-check of merge_configs: the first key whose scalar values differ, else None."""
+    small, big = (a, b) if len(a) <= len(b) else (b, a)
+    for key, value in small.items():
+        if key in big and big[key] != value and not isinstance(value, (list, tuple)):
+            return key
+    return None
+
+
+_MAX_REASONS = 4  # per run; the count of further rejections is recorded, not each sentence
+
+
 def partition_requests(requests: list[Request]) -> list[Run]:
     """Greedy first-fit placement of requests into effect-compatible runs (deterministic order)."""
     runs_by_group: dict[str, list[Run]] = {}
@@ -93,22 +119,34 @@ def partition_requests(requests: list[Request]) -> list[Run]:
     for req in requests:
         candidates = runs_by_group.setdefault(req.group_key, [])
         reasons = []
+        rejected = 0
         placed = False
         for index, run in enumerate(candidates):
-            why = next((w for w in (conflict(req, other) for other in run.requests) if w), None)
+            why = _run_conflict(req, run)
             if why is None:
+                key = _scalar_clash(run.config, req.evidence.config)
+                if key is not None:
+                    rejected += 1
+                    if len(reasons) < _MAX_REASONS:
+                        reasons.append(f"not with run {index + 1} of this backend/variant: configurations do not "
+                                       f"merge: config key {key!r}: {run.config[key]!r} vs {req.evidence.config[key]!r}")
+                    continue
                 try:
                     config = merge_configs([run.config, req.evidence.config])
                 except ConfigMergeError as exc:
                     why = f"configurations do not merge: {exc}"
                 else:
-                    run.requests.append(req)
-                    run.config = config
+                    run.add(req, config)
                     placed = True
                     break
-            reasons.append(f"not with run {index + 1} of this backend/variant: {why}")
+            rejected += 1
+            if len(reasons) < _MAX_REASONS:
+                reasons.append(f"not with run {index + 1} of this backend/variant: {why}")
         if not placed:
-            run = Run([req], dict(req.evidence.config), reasons)
+            if rejected > len(reasons):
+                reasons.append(f"... and {rejected - len(reasons)} more runs of this backend/variant")
+            run = Run(why_separate=reasons)
+            run.add(req, dict(req.evidence.config))
             candidates.append(run)
             ordered.append(run)
     return ordered

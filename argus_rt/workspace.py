@@ -102,6 +102,8 @@ class Workspace:
         self.staging = self.root / "staging"
         for d in (self.root, self.blobs, self.staging):
             d.mkdir(parents=True, exist_ok=True)
+        self._staging_prefix = os.path.abspath(self.staging) + os.sep
+        self._shards: set[str] = set()  # blob shard directories known to exist
         self._lock = threading.RLock()
         self._db = sqlite3.connect(self.root / "index.sqlite", timeout=30.0, check_same_thread=False,
                                    isolation_level=None)
@@ -207,9 +209,12 @@ class Workspace:
         return dict(self._query("SELECT name, program FROM branches ORDER BY name"))
 
     # ---- task outputs ---------------------------------------------------------------------
-    def new_staging(self, task_id: str) -> Path:
+    def new_staging(self, task_id: str, *, create: bool = True) -> Path:
+        """A fresh private directory for one attempt of ``task_id`` (``create=False``: the executing
+        thread or worker creates it, keeping directory syscalls off the scheduler's path)."""
         path = self.staging / f"{_check_task_id(task_id)}.{uuid.uuid4().hex[:12]}"
-        path.mkdir(parents=True)
+        if create:
+            path.mkdir()
         return path
 
     def outputs(self, task_id: str) -> dict[str, OutputRecord] | None:
@@ -233,8 +238,9 @@ class Workspace:
         placed: dict[str, tuple[str, int]] = {}
         for name, path in sorted(files.items()):
             path = Path(path)
-            if not path.resolve().is_relative_to(self.staging.resolve()):
-                raise WorkspaceError(f"task {task.id} output {name!r} at {path} is not under the staging area")
+            # string check (no syscalls per path component); a symlink would smuggle in foreign bytes
+            if not os.path.abspath(path).startswith(self._staging_prefix) or ".." in path.parts or path.is_symlink():
+                raise WorkspaceError(f"task {task.id} output {name!r} at {path} is not a file under the staging area")
             if self.durable:
                 with open(path, "rb") as fh:
                     os.fsync(fh.fileno())
@@ -242,7 +248,10 @@ class Workspace:
             size = path.stat().st_size
             target = self.blob_path(sha)
             if not target.exists():
-                target.parent.mkdir(exist_ok=True)
+                shard = sha[:2]
+                if shard not in self._shards:
+                    target.parent.mkdir(exist_ok=True)
+                    self._shards.add(shard)
                 os.replace(path, target)  # atomic; identical content may already be there
                 if self.durable:
                     _fsync_dir(target.parent)

