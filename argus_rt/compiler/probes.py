@@ -135,7 +135,6 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
     setup = [
         f"{ai}%argus_c0 = arith.constant 0 : i32",
         f"{ai}%argus_true = arith.constant true",
-        f"{ai}%argus_nbytes_unused = arith.constant {nbytes} : i32",
         f"{ai}{pb} = ttg.local_alloc : () -> {alloc_type}",
         f"{ai}{pbi} = ttg.memdesc_index {pb}[%argus_c0] : {alloc_type} -> {bar_type}",
         f"{ai}ttng.init_barrier {pbi}, 1 : {bar_type}",
@@ -265,8 +264,6 @@ def compile_ttgir(ttgir: str, workdir: str | Path, name: str, *, capability: int
             os.close(saved)
 
 
-__all__ = ["ForcedWaitProbe", "ProbeError", "make_forced_wait_probe", "compile_ttgir", "DiscoveryError", "Site",
-           "WORDS_PER_CTA", "PROBE_ARG", "EFFECTS"]
 
 
 # ---- traced reference: per-iteration consumer wait, for the join ------------------------------------
