@@ -114,8 +114,7 @@ def main() -> int:
         rows.append({"backend": "eager", "ms_per_token": ms, "rel_err_vs_fp32": err})
         print(f"eager {ms:.3f} ms/token (rel err {err:.2e})")
 
-        graphed = {"cudagraph": False} if a.no_compile else {"cudagraph": False, "compile_cudagraph": True}
-        for name, compiled in graphed.items():
+        def graphed_backend(name: str, compiled: bool) -> None:
             try:
                 t0 = time.perf_counter()
                 step = GraphedDecodeStep(model, compiled=compiled)
@@ -132,16 +131,20 @@ def main() -> int:
                 rows.append({"backend": name, "ms_per_token": None, "rel_err_vs_fp32": None})
                 notes.append(f"{name} unmeasured: {type(exc).__name__}: {exc}".splitlines()[0])
                 traceback.print_exc()
-        if a.no_compile:
-            rows.append({"backend": "compile_cudagraph", "ms_per_token": None, "rel_err_vs_fp32": None})
-            notes.append("compile_cudagraph unmeasured: skipped with --no-compile")
-        del model
-        torch.cuda.empty_cache()
 
+        graphed_backend("cudagraph", False)
+
+    from megakernel.dag import TileShape
     from megakernel.runtime import MegakernelDecoder
 
-    for name, ahead in (("megakernel", 8), ("megakernel_no_lookahead", 0)):
-        dec = MegakernelDecoder(weights, prefetch_ahead=ahead)
+    variants = {  # "megakernel" is the default configuration; the others are one change each
+        "megakernel": {},
+        "megakernel_lookahead64": {"prefetch_ahead": 64},
+        "megakernel_lookahead256": {"prefetch_ahead": 256},
+        "megakernel_gate32": {"tiles": TileShape(gate_features=32)},
+    }
+    for name, kw in variants.items():
+        dec = MegakernelDecoder(weights, **kw)
         dec.set_prompt(tokens[:PROMPT])
         dec.run(0, PROMPT - 1)
         dec.run(PROMPT - 1, 1)  # position 128; samples the first new token on the device
@@ -160,7 +163,8 @@ def main() -> int:
         ms = statistics.median(per_launch)
         rows.append({"backend": name, "ms_per_token": ms, "rel_err_vs_fp32": err})
         extra[name] = {"device_step_ms_median": statistics.median(device_steps), "workers": dec.launch_info.workers,
-                       "registers": dec.build.registers(), "prefetch_ahead": ahead}
+                       "registers": dec.build.registers(), "prefetch_ahead": dec.prefetch_ahead,
+                       "tiles": dec.tiles.__dict__, "instructions_per_step": len(dec.program.instructions)}
         print(f"{name} {ms:.3f} ms/token (device-side median step {extra[name]['device_step_ms_median']:.3f} ms, "
               f"rel err {err:.2e}, {dec.launch_info.workers} workers, {dec.build.registers()} registers)")
         del dec
@@ -168,8 +172,6 @@ def main() -> int:
 
     rows.insert(0, {"backend": "floor", "ms_per_token": floor_ms, "rel_err_vs_fp32": None})
     by = {r["backend"]: r["ms_per_token"] for r in rows}
-    for r in rows:
-        r["pct_of_floor"] = 100 * floor_ms / r["ms_per_token"] if r["ms_per_token"] else None
     if by.get("cudagraph") and by.get("megakernel"):
         notes.append(f"megakernel / cudagraph = {by['megakernel'] / by['cudagraph']:.3f} "
                      f"({'faster' if by['megakernel'] < by['cudagraph'] else 'slower'} than CUDA-graph PyTorch)")
@@ -185,6 +187,21 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001
             notes.append(f"region profile unmeasured: {type(exc).__name__}: {exc}".splitlines()[0])
             traceback.print_exc()
+
+    out = os.environ.get("OUT")
+    if out:  # torch.compile can take minutes: keep what is measured so far if the call is cut short
+        atomic_write_text(Path(out, "decode_partial.json"), json.dumps({"rows": rows, "notes": notes}, indent=2))
+    if a.no_compile:
+        rows.append({"backend": "compile_cudagraph", "ms_per_token": None, "rel_err_vs_fp32": None})
+        notes.append("compile_cudagraph unmeasured: skipped with --no-compile")
+    else:
+        with torch.no_grad():
+            graphed_backend("compile_cudagraph", True)
+    del model
+    order = ["floor", "eager", "cudagraph", "compile_cudagraph"]
+    rows.sort(key=lambda r: order.index(r["backend"]) if r["backend"] in order else len(order))
+    for r in rows:
+        r["pct_of_floor"] = 100 * floor_ms / r["ms_per_token"] if r["ms_per_token"] else None
 
     record("decode", rows, title="TinyLlama-1.1B batch-1 decode (ms/token)", notes="\n\n".join(notes),
            columns=["backend", "ms_per_token", "pct_of_floor", "rel_err_vs_fp32"])
@@ -206,13 +223,18 @@ def profile_regions(weights, tokens, steps: range = range(PROMPT + 2, PROMPT + 4
     iv = pair_intervals(dec.traces[0][1].decode(known_ids=[r.id for r in tree]))
     rows = iv.rows[(iv.rows["warp"] == 0) & (iv.rows["cta"] > 0) & (iv.rows["depth"] == 0)]
     wall = (rows["end"].max() - rows["start"].min()) * dec.launch_info.workers
-    share = {tree[int(rid)].name: float(rows["duration"][rows["region_id"] == rid].sum() / wall)
-             for rid in np.unique(rows["region_id"])}
-    text = ", ".join(f"{k.split('/')[-1]} {100 * v:.1f}%" for k, v in sorted(share.items(), key=lambda kv: -kv[1]))
+    share, mean_us = {}, {}
+    for rid in np.unique(rows["region_id"]):
+        d = rows["duration"][rows["region_id"] == rid]
+        share[tree[int(rid)].name] = float(d.sum() / wall)
+        mean_us[tree[int(rid)].name] = float(d.mean() / 1e3)
+    text = ", ".join(f"{k.split('/')[-1]} {100 * v:.1f}% (mean {mean_us[k]:.2f} us)"
+                     for k, v in sorted(share.items(), key=lambda kv: -kv[1]))
     out = os.environ.get("OUT")
     if out:
         atomic_write_text(Path(out, "decode_regions.json"), json.dumps(
-            {"steps": [steps.start, steps.stop], "share": share, "incomplete": iv.incomplete}, indent=2))
+            {"steps": [steps.start, steps.stop], "share": share, "mean_us": mean_us, "incomplete": iv.incomplete},
+            indent=2))
     print(f"region profile ({time.perf_counter() - start:.1f} s): {text}")
     return (f"Argus region profile of the trace build, steps {steps.start}-{steps.stop - 1}, share of worker-CTA "
             f"time (warp 0, outermost regions; the rest is ticket fetch and idle): {text}")

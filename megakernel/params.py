@@ -13,7 +13,8 @@ I64 = "long long"
 
 PARAM_FIELDS: tuple[tuple[str, str], ...] = (
     ("instructions", "const int*"), ("n_instr", I64),
-    ("counters", "unsigned*"), ("ticket", "unsigned*"), ("error", "int*"), ("step_ns", "unsigned long long*"),
+    ("counters", "unsigned*"), ("ticket", "unsigned*"), ("error", "int*"), ("stuck", "int*"),
+    ("step_ns", "unsigned long long*"),
     ("ticket_end", I64), ("step_begin", I64), ("step_end", I64),
     ("embed", BF16_IN), ("wqkv", BF16_IN), ("wo", BF16_IN), ("wgu", BF16_IN), ("wd", BF16_IN),
     ("attn_norm", BF16_IN), ("ffn_norm", BF16_IN), ("final_norm", BF16_IN), ("lm_head", BF16_IN),
@@ -30,6 +31,8 @@ PARAM_BYTES = 8 * len(PARAM_FIELDS)
 # Error slot written by the device (int32 words); decoded by megakernel.runtime.
 ERROR_WORDS = ("code", "ticket", "step", "index", "opcode", "layer", "counter", "expected", "observed", "block")
 ERROR_NONE, ERROR_DEADLOCK, ERROR_BAD_TOKEN, ERROR_BAD_OPCODE = 0, 1, 2, 3
+# Per-CTA row written by a waiter that gave up (megakernel.runtime reports the lowest ticket).
+STUCK_WORDS = ("ticket", "step", "index", "opcode", "layer", "counter", "expected", "observed")
 
 
 def params_header() -> str:
@@ -39,7 +42,8 @@ def params_header() -> str:
     lines += [f"  {ctype} {name};" for name, ctype in PARAM_FIELDS]
     lines += ["};", f"static_assert(sizeof(Params) == {PARAM_BYTES}, \"Params: every field is 8 bytes\");"]
     lines += [f"#define ERR_{name.upper()} {i}" for i, name in enumerate(ERROR_WORDS)]
-    lines += [f"#define ERROR_WORDS {len(ERROR_WORDS)}", f"#define ERROR_NONE {ERROR_NONE}",
+    lines += [f"#define STUCK_{name.upper()} {i}" for i, name in enumerate(STUCK_WORDS)]
+    lines += [f"#define STUCK_WORDS {len(STUCK_WORDS)}", f"#define ERROR_WORDS {len(ERROR_WORDS)}", f"#define ERROR_NONE {ERROR_NONE}",
               f"#define ERROR_DEADLOCK {ERROR_DEADLOCK}", f"#define ERROR_BAD_TOKEN {ERROR_BAD_TOKEN}",
               f"#define ERROR_BAD_OPCODE {ERROR_BAD_OPCODE}"]
     return "\n".join(lines) + "\n"

@@ -26,7 +26,8 @@ from .build import KERNEL_NAME, build
 from .dag import Program, TileShape, build_decode_program
 from .instructions import WORDS, deserialize
 from .interpreter import SamplingParams
-from .params import ERROR_BAD_OPCODE, ERROR_BAD_TOKEN, ERROR_DEADLOCK, ERROR_NONE, ERROR_WORDS, PARAM_BYTES, pack_params
+from .params import (ERROR_BAD_OPCODE, ERROR_BAD_TOKEN, ERROR_DEADLOCK, ERROR_NONE, ERROR_WORDS, PARAM_BYTES,
+                     STUCK_WORDS, pack_params)
 from .regions import coordinate, region_tree
 from .state import DecodeState
 
@@ -53,10 +54,14 @@ def check_fits(config: LlamaConfig, tiles: TileShape) -> None:
     lim = kernel_limits()
     c = config
     checks = [
-        ("hidden", c.hidden, c.hidden <= lim["SMEM_FLOATS"] and c.hidden % 8 == 0, f"<= {lim['SMEM_FLOATS']}, multiple of 8"),
+        ("hidden", c.hidden, c.hidden <= lim["COMBINE_PER_THREAD"] * lim["THREADS"] and c.hidden % 8 == 0
+         and c.hidden + c.n_heads * tiles.n_splits(c) <= lim["SMEM_FLOATS"],
+         f"<= COMBINE_PER_THREAD * THREADS = {lim['COMBINE_PER_THREAD'] * lim['THREADS']}, multiple of 8, "
+         f"hidden + n_heads * n_splits <= {lim['SMEM_FLOATS']}"),
         ("ffn", c.ffn, c.ffn <= lim["SMEM_FLOATS"] and c.ffn % 8 == 0, f"<= {lim['SMEM_FLOATS']}, multiple of 8"),
         ("head_dim", c.head_dim, c.head_dim % 8 == 0 and c.head_dim <= min(lim["MAX_TILE_ROWS"], lim["THREADS"]),
          "multiple of 8, <= THREADS and MAX_TILE_ROWS"),
+        ("vocab", c.vocab, c.vocab % 4 == 0, "a multiple of 4 (16-byte logit loads)"),
         ("group (n_heads / n_kv_heads)", c.group, c.group <= lim["MAX_GROUP"], f"<= {lim['MAX_GROUP']}"),
         ("o_rows", tiles.o_rows, tiles.o_rows <= lim["MAX_TILE_ROWS"], f"<= {lim['MAX_TILE_ROWS']}"),
         ("down_rows", tiles.down_rows, tiles.down_rows <= lim["MAX_TILE_ROWS"], f"<= {lim['MAX_TILE_ROWS']}"),
@@ -85,7 +90,7 @@ class MegakernelDecoder:
     """TinyLlama decode in one persistent kernel launch per call of :meth:`run`."""
 
     def __init__(self, weights: LlamaWeights, tiles: TileShape | None = None, workers: int | None = None,
-                 prefetch_ahead: int = 8, timeout_s: float = 2.0, argus_mode: int = 0,
+                 prefetch_ahead: int = 0, timeout_s: float = 2.0, argus_mode: int = 0,
                  sampling: SamplingParams | None = None, device: int = 0):
         from argus_rt.launch import CubinModule
 
@@ -112,6 +117,7 @@ class MegakernelDecoder:
         self.build = build(argus_mode)
         self.module = CubinModule.load(self.build.cubin, device=device)
         self.launch_info = self._plan_grid(workers)
+        self.stuck = torch.full((self.launch_info.grid, len(STUCK_WORDS)), -1, dtype=torch.int32, device=self.device)
         self.trace_session = None
         self.traces: list = []  # (steps, Trace) per profiled launch
 
@@ -155,7 +161,8 @@ class MegakernelDecoder:
         return {
             "instructions": int(self.instructions.data_ptr()), "n_instr": len(self.program.instructions),
             "counters": ptr["counters"], "ticket": int(self.ticket.data_ptr()), "error": int(self.error.data_ptr()),
-            "step_ns": int(self.step_ns.data_ptr()), "ticket_end": step_end * len(self.program.instructions),
+            "stuck": int(self.stuck.data_ptr()), "step_ns": int(self.step_ns.data_ptr()),
+            "ticket_end": step_end * len(self.program.instructions),
             "step_begin": step_begin, "step_end": step_end,
             **{k: ptr[k] for k in ("embed", "wqkv", "wo", "wgu", "wd", "attn_norm", "ffn_norm", "final_norm",
                                    "lm_head", "k_cache", "v_cache", "x", "x_mid", "q", "attn_part", "h", "logits",
@@ -181,6 +188,7 @@ class MegakernelDecoder:
         self.params.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8), non_blocking=False)
         self.ticket.fill_(step_begin * n_instr)  # dispatch cursor only; dependency counters are never reset
         self.error.zero_()
+        self.stuck.fill_(-1)
         self.module.launch(KERNEL_NAME, grid=self.launch_info.grid, block=self.launch_info.threads,
                            args=[self.params], stream=stream, cooperative=True)
 
@@ -189,6 +197,15 @@ class MegakernelDecoder:
         err = dict(zip(ERROR_WORDS, self.error.cpu().tolist()))
         if err["code"] == ERROR_NONE:
             return
+        if err["code"] == ERROR_DEADLOCK:
+            # The first waiter to time out is not necessarily the cause (waits run concurrently): the
+            # lowest stuck ticket is, since everything below it finished or was running.
+            rows = [dict(zip(STUCK_WORDS, r)) for r in self.stuck.cpu().tolist()]
+            rows = [r for r in rows if r["ticket"] >= 0]
+            if rows:
+                low = min(rows, key=lambda r: r["ticket"])
+                block = next(b for b, r in enumerate(self.stuck.cpu().tolist()) if r[0] == low["ticket"])
+                err.update(low, block=block)
         index = err["index"]
         ins = deserialize(self.program.words()[index]) if 0 <= index < len(self.program.instructions) else None
         counter = self.program.counters[err["counter"]] if 0 <= err["counter"] < len(self.program.counters) else None

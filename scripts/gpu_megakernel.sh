@@ -18,11 +18,11 @@ case "$what" in all|tests|bench) ;; *) echo "usage: $0 [all|tests|bench] [bench 
 timeout 60 python3 -m megakernel.build 2>&1 | grep -E "registers|spill|error|cubin" | tee "$OUT/build.log"
 status=0
 if [ "$what" != bench ]; then
-  timeout 240 python3 -m pytest -q -rA -s -p no:cacheprovider tests/test_megakernel_gpu.py 2>&1 | tee "$OUT/gpu_tests.log"
+  timeout 120 python3 -m pytest -q -rA -s -p no:cacheprovider tests/test_megakernel_gpu.py 2>&1 | tee "$OUT/gpu_tests.log"
   status=${PIPESTATUS[0]}
 fi
 if [ "$what" != tests ]; then
-  timeout 300 python3 benchmarks/decode.py "$@" 2>&1 | tee "$OUT/bench.log"
+  timeout 290 python3 benchmarks/decode.py "$@" 2>&1 | tee "$OUT/bench.log"
   [ "${PIPESTATUS[0]}" -ne 0 ] && status=1
 fi
 echo "== summary =="

@@ -30,6 +30,7 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
     float s[MAX_GROUP];
 #pragma unroll
     for (int j = 0; j < MAX_GROUP; ++j) s[j] = 0.f;
+#pragma unroll 8
     for (int c = 0; c < Dh / 8; ++c) {
       const uint4 k = __ldcg(krow + c);  // appended this step by another CTA
 #pragma unroll
@@ -69,7 +70,8 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
     for (int d2 = lane; d2 < Dh / 2; d2 += 32) {
       float o0 = 0.f, o1 = 0.f;
       const unsigned* vcol = reinterpret_cast<const unsigned*>(p.v_cache + (head_base + lo) * Dh) + d2;
-      for (int t = 0; t < n; ++t) {
+#pragma unroll 16
+      for (int t = 0; t < n; ++t) {  // unrolled: 16 independent V loads in flight, not one L2 trip per t
         const unsigned v = __ldcg(vcol + (size_t)t * (Dh / 2));
         const float pt = sc[j * S + t];
         o0 = fmaf(pt, bf_lo(v), o0);
@@ -86,21 +88,47 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
 }
 
 // xs[h * Dh + d] = combined attention output of layer `layer` at position `pos`.
+// First one thread per head turns the splits' (max, sum) into weights e^(m_s - M) / sum_s'(...);
+// then every thread sums its COMBINE_PER_THREAD outputs over the splits with all loads in flight.
+// Shared memory: xs[hidden] then the weights [n_heads][used] (host-checked to fit).
 __device__ __noinline__ void load_attention_combined(const Params& p, int layer, int pos, float* xs) {
-  const int Dh = (int)p.head_dim;
+  const int Dh = (int)p.head_dim, H = (int)p.n_heads, NS = (int)p.n_splits, D = (int)p.hidden;
   const int used = (pos + (int)p.attn_split) / (int)p.attn_split;  // ceil((pos + 1) / S)
-  for (int i = threadIdx.x; i < p.hidden; i += THREADS) {
-    const int head = i / Dh, d = i % Dh;
-    const float* part = p.attn_part + ((size_t)layer * p.n_heads + head) * p.n_splits * (Dh + 2);
+  const float* part = p.attn_part + (size_t)layer * H * NS * (Dh + 2);
+  float* wts = xs + D;
+  for (int h = threadIdx.x; h < H; h += THREADS) {
+    const float* ph = part + (size_t)h * NS * (Dh + 2);
     float M = -INFINITY;
-    for (int s = 0; s < used; ++s) M = fmaxf(M, __ldcg(part + s * (Dh + 2) + Dh));
-    float num = 0.f, den = 0.f;
+#pragma unroll 4
+    for (int s = 0; s < used; ++s) M = fmaxf(M, __ldcg(ph + s * (Dh + 2) + Dh));
+    float den = 0.f;
+#pragma unroll 4
     for (int s = 0; s < used; ++s) {
-      const float w = __expf(__ldcg(part + s * (Dh + 2) + Dh) - M);
-      num = fmaf(w, __ldcg(part + s * (Dh + 2) + d), num);
-      den = fmaf(w, __ldcg(part + s * (Dh + 2) + Dh + 1), den);
+      const float w = __expf(__ldcg(ph + s * (Dh + 2) + Dh) - M);
+      wts[h * used + s] = w;
+      den = fmaf(w, __ldcg(ph + s * (Dh + 2) + Dh + 1), den);
     }
-    xs[i] = num / den;
+    const float inv = 1.f / den;
+    for (int s = 0; s < used; ++s) wts[h * used + s] *= inv;
+  }
+  __syncthreads();
+  float acc[COMBINE_PER_THREAD];
+#pragma unroll
+  for (int k = 0; k < COMBINE_PER_THREAD; ++k) acc[k] = 0.f;
+  for (int s = 0; s < used; ++s) {
+#pragma unroll
+    for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
+      const int i = threadIdx.x + k * THREADS;
+      if (i < D) {
+        const int h = i / Dh, d = i - h * Dh;
+        acc[k] = fmaf(wts[h * used + s], __ldcg(part + ((size_t)h * NS + s) * (Dh + 2) + d), acc[k]);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
+    const int i = threadIdx.x + k * THREADS;
+    if (i < D) xs[i] = acc[k];
   }
   __syncthreads();
 }

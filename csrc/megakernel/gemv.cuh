@@ -4,8 +4,9 @@
 // the warp, so one warp-wide load covers 512 contiguous bytes (fully coalesced), and the
 // unrolled loop keeps GEMV_ROWS * GEMV_UNROLL loads in flight per lane. The activation vector xs
 // is fp32 in shared memory. Napkin math (H200): 2.07 GB of weights per token at ~4.2 TB/s is
-// 0.49 ms; each SM must keep ~30 KB in flight to cover ~1 us of DRAM latency, which 256 threads x
-// 8 x 16 B = 32 KB does, helped by the L2 prefetch issued before the dependency wait.
+// 0.49 ms; each SM must keep ~30 KB in flight to cover ~1 us of DRAM latency: 256 threads x
+// 2 rows x 8 chunks x 16 B = 64 KB (the first H200 run with 32 KB pulled ~31 GB/s per SM), helped
+// by the L2 bulk prefetch issued before the dependency wait.
 #pragma once
 #include "common.cuh"
 
@@ -41,23 +42,34 @@ __device__ __noinline__ void gemv_tile(const __nv_bfloat16* __restrict__ W, int 
   }
 }
 
-// xs[i] = x[i] * rsqrt(mean(x^2) + eps) * g[i]  (RMSNorm of a global fp32 vector into smem).
-__device__ __noinline__ void load_rmsnorm(const float* x, const __nv_bfloat16* __restrict__ g, int n, float eps,
-                                          float* xs, float* scratch) {
+// RMSNorm input of a GEMV tile: xs[i] = x[i] * g[i] (fp32, shared memory); returns
+// rstd = rsqrt(mean(x^2) + eps), which the caller applies to the GEMV outputs (a scalar factor
+// commutes with the dot product), so x and g are read in one pass with all loads in flight.
+// n must be a multiple of 8 (host-checked); x is written by other CTAs this step: read via L2.
+__device__ __noinline__ float load_rmsnorm(const float* x, const __nv_bfloat16* __restrict__ g, int n, float eps,
+                                           float* xs, float* scratch) {
   float ss = 0.f;
-  for (int i = threadIdx.x; i < n; i += THREADS) {
-    const float v = __ldcg(x + i);  // written by other CTAs this step: read through L2
-    xs[i] = v;
-    ss += v * v;
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  const uint4* g8 = reinterpret_cast<const uint4*>(g);
+  float4* xs4 = reinterpret_cast<float4*>(xs);
+#pragma unroll 4
+  for (int c = threadIdx.x; c < (n >> 3); c += THREADS) {
+    const float4 a = __ldcg(x4 + 2 * c), b = __ldcg(x4 + 2 * c + 1);
+    const uint4 w = __ldg(g8 + c);
+    ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
+    xs4[2 * c] = make_float4(a.x * bf_lo(w.x), a.y * bf_hi(w.x), a.z * bf_lo(w.y), a.w * bf_hi(w.y));
+    xs4[2 * c + 1] = make_float4(b.x * bf_lo(w.z), b.y * bf_hi(w.z), b.z * bf_lo(w.w), b.w * bf_hi(w.w));
   }
-  const float total = block_sum(ss, scratch);
-  const float rstd = rsqrtf(total / (float)n + eps);
-  for (int i = threadIdx.x; i < n; i += THREADS) xs[i] = xs[i] * rstd * __bfloat162float(g[i]);
-  __syncthreads();
+  const float total = block_sum(ss, scratch);  // its barriers also publish xs
+  return rsqrtf(total / (float)n + eps);
 }
 
+// xs = x (n fp32 values, n a multiple of 4), 16-byte loads through L2, unrolled so many are in flight.
 __device__ __noinline__ void load_vector(const float* x, int n, float* xs) {
-  for (int i = threadIdx.x; i < n; i += THREADS) xs[i] = __ldcg(x + i);
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  float4* xs4 = reinterpret_cast<float4*>(xs);
+#pragma unroll 8
+  for (int c = threadIdx.x; c < (n >> 2); c += THREADS) xs4[c] = __ldcg(x4 + c);
   __syncthreads();
 }
 

@@ -21,6 +21,23 @@
 
 namespace mk {
 
+#if ARGUS_MODE != 0
+// Argus markers are warp-level: a warp still diverged after a loop would record END once per
+// path. These force reconvergence around a region (not used where only one lane runs).
+struct WarpSyncOnEntry {
+  __device__ __forceinline__ WarpSyncOnEntry() { __syncwarp(); }
+};
+struct WarpSyncOnExit {
+  __device__ __forceinline__ ~WarpSyncOnExit() { __syncwarp(); }
+};
+#define MK_REGION(id, c)                                                \
+  mk::WarpSyncOnEntry ARGUS_CAT_(mk_sync_in_, __LINE__);                \
+  ARGUS_SCOPE_AT(id, c);                                                \
+  mk::WarpSyncOnExit ARGUS_CAT_(mk_sync_out_, __LINE__)
+#else
+#define MK_REGION(id, c) ((void)0)
+#endif
+
 struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
   float xs[SMEM_FLOATS];
   float out[MAX_TILE_ROWS];
@@ -28,6 +45,7 @@ struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
   int ins[INSTR_WORDS];
   int argmax_idx[NWARPS];
   unsigned ticket;
+  unsigned next_ticket;
   int ok;
 };
 
@@ -70,31 +88,38 @@ __device__ void op_embed(const Params& p, int step, bool* bad) {
     *bad = true;
     return;
   }
-  for (int i = threadIdx.x; i < p.hidden; i += THREADS)
-    p.x[i] = __bfloat162float(p.embed[(size_t)tok * p.hidden + i]);
+  const uint4* row = reinterpret_cast<const uint4*>(p.embed + (size_t)tok * p.hidden);
+  float4* x4 = reinterpret_cast<float4*>(p.x);
+#pragma unroll 4
+  for (int c = threadIdx.x; c < (int)(p.hidden >> 3); c += THREADS) {
+    const uint4 w = __ldg(row + c);
+    x4[2 * c] = make_float4(bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y));
+    x4[2 * c + 1] = make_float4(bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w));
+  }
 }
 
 __device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, int step) {
   const int D = (int)p.hidden, Dh = (int)p.head_dim, KV = (int)(p.n_kv_heads * p.head_dim), half = Dh / 2;
+  float rstd;
   {
-    ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_NORM, coord(step, layer));
-    load_rmsnorm(p.x + (size_t)layer * D, p.attn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch);
+    MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
+    rstd = load_rmsnorm(p.x + (size_t)layer * D, p.attn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch);
   }
   {
-    ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+    MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
     const size_t base = (kind == HEAD_Q ? 0 : kind == HEAD_K ? D : D + KV) + (size_t)head * Dh;
     gemv_tile(p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D, D, Dh, s.xs, s.out);
     __syncthreads();
   }
-  ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_KV_UPDATE, coord(step, layer));
+  MK_REGION(ARGUS_REGION_DECODE_KV_UPDATE, coord(step, layer));
   const int t = threadIdx.x;
   if (kind == HEAD_V) {
-    if (t < Dh) p.v_cache[(((size_t)layer * p.n_kv_heads + head) * p.max_seq + step) * Dh + t] = __float2bfloat16(s.out[t]);
+    if (t < Dh) p.v_cache[(((size_t)layer * p.n_kv_heads + head) * p.max_seq + step) * Dh + t] = __float2bfloat16(s.out[t] * rstd);
     return;
   }
   if (t < half) {  // RoPE, "rotate half" pairs (d, d + Dh/2) share the angle of position `step`
     const float c = p.rope_cos[(size_t)step * half + t], sn = p.rope_sin[(size_t)step * half + t];
-    const float a = s.out[t], b = s.out[t + half];
+    const float a = s.out[t] * rstd, b = s.out[t + half] * rstd;
     const float y0 = a * c - b * sn, y1 = b * c + a * sn;
     if (kind == HEAD_Q) {
       float* q = p.q + (size_t)layer * D + (size_t)head * Dh;
@@ -111,10 +136,10 @@ __device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, 
 __device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
   const int D = (int)p.hidden;
   {
-    ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
+    MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
     load_attention_combined(p, layer, step, s.xs);
   }
-  ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+  MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
   gemv_tile(p.wo + ((size_t)layer * D + row0) * D, D, rows, s.xs, s.out);
   __syncthreads();
   for (int r = threadIdx.x; r < rows; r += THREADS)
@@ -123,22 +148,23 @@ __device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows
 
 __device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, int step) {
   const int D = (int)p.hidden;
+  float rstd;
   {
-    ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_NORM, coord(step, layer));
-    load_rmsnorm(p.x_mid + (size_t)layer * D, p.ffn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch);
+    MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
+    rstd = load_rmsnorm(p.x_mid + (size_t)layer * D, p.ffn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch);
   }
-  ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+  MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
   gemv_tile(p.wgu + ((size_t)layer * 2 * p.ffn + 2 * (size_t)f0) * D, D, 2 * nf, s.xs, s.out);
   __syncthreads();
   for (int f = threadIdx.x; f < nf; f += THREADS) {  // SiLU(gate) * up, fused into the GEMV tile
-    const float g = s.out[f], u = s.out[nf + f];
+    const float g = s.out[f] * rstd, u = s.out[nf + f] * rstd;
     p.h[(size_t)layer * p.ffn + f0 + f] = g / (1.f + expf(-g)) * u;
   }
 }
 
 __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
   const int D = (int)p.hidden, F = (int)p.ffn;
-  ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+  MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
   load_vector(p.h + (size_t)layer * F, F, s.xs);
   gemv_tile(p.wd + ((size_t)layer * D + row0) * F, F, rows, s.xs, s.out);
   __syncthreads();
@@ -148,14 +174,15 @@ __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows,
 
 __device__ void op_logits(const Params& p, Smem& s, int row0, int rows, int step) {
   const int D = (int)p.hidden, L = (int)p.n_layers;
+  float rstd;
   {
-    ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_NORM, coord(step, L));
-    load_rmsnorm(p.x + (size_t)L * D, p.final_norm, D, (float)p.eps, s.xs, s.scratch);
+    MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, L));
+    rstd = load_rmsnorm(p.x + (size_t)L * D, p.final_norm, D, (float)p.eps, s.xs, s.scratch);
   }
-  ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_LOGITS, coord(step, L));
+  MK_REGION(ARGUS_REGION_DECODE_LOGITS, coord(step, L));
   gemv_tile(p.lm_head + (size_t)row0 * D, D, rows, s.xs, s.out);
   __syncthreads();
-  for (int r = threadIdx.x; r < rows; r += THREADS) p.logits[row0 + r] = s.out[r];
+  for (int r = threadIdx.x; r < rows; r += THREADS) p.logits[row0 + r] = s.out[r] * rstd;
 }
 
 // Uniform (0, 1) noise for Gumbel-max sampling; megakernel/interpreter.py: gumbel_uniform.
@@ -171,16 +198,24 @@ __device__ __forceinline__ float uniform_noise(unsigned seed, unsigned step, uns
 
 __device__ void op_sample(const Params& p, Smem& s, int step) {
   if (step + 1 < p.n_forced || step + 1 > p.max_seq) return;  // the next token is given (prompt)
-  ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_SAMPLING, coord(step, (int)p.n_layers));
+  MK_REGION(ARGUS_REGION_DECODE_SAMPLING, coord(step, (int)p.n_layers));
   const float temp = (float)p.temperature;
   float best = -INFINITY;
   int best_i = 0x7fffffff;
-  for (int i = threadIdx.x; i < p.vocab; i += THREADS) {
-    float v = __ldcg(p.logits + i);
-    if (temp > 0.f) v = v / temp - logf(-logf(uniform_noise((unsigned)p.seed, (unsigned)step, (unsigned)i)));
-    if (v > best || (v == best && i < best_i)) {
-      best = v;
-      best_i = i;
+  const float4* l4 = reinterpret_cast<const float4*>(p.logits);
+#pragma unroll 4
+  for (int c = threadIdx.x; c < (int)(p.vocab >> 2); c += THREADS) {  // 16-byte loads, several in flight
+    const float4 q = __ldcg(l4 + c);
+    const float vals[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = 4 * c + k;
+      float v = vals[k];
+      if (temp > 0.f) v = v / temp - logf(-logf(uniform_noise((unsigned)p.seed, (unsigned)step, (unsigned)i)));
+      if (v > best || (v == best && i < best_i)) {
+        best = v;
+        best_i = i;
+      }
     }
   }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -208,23 +243,21 @@ __device__ void op_sample(const Params& p, Smem& s, int step) {
   }
 }
 
+__device__ __forceinline__ unsigned take_ticket(const Params& p, unsigned end) {
+  return error_code(p.error) == ERROR_NONE ? atomicAdd(p.ticket, 1u) : end;
+}
+
 __device__ void worker(const Params& p, Smem& s) {
   const unsigned n_instr = (unsigned)p.n_instr, end = (unsigned)p.ticket_end;
+  if (threadIdx.x == 0) s.ticket = take_ticket(p, end);
+  __syncthreads();
   for (;;) {
-    unsigned t;
-    int step, index, op, layer;
-    {
-      if (threadIdx.x == 0) s.ticket = error_code(p.error) == ERROR_NONE ? atomicAdd(p.ticket, 1u) : end;
-      __syncthreads();
-      t = s.ticket;
-      if (t >= end) break;
-      step = (int)(t / n_instr);
-      index = (int)(t % n_instr);
-      if (threadIdx.x < INSTR_WORDS) s.ins[threadIdx.x] = __ldg(p.instructions + (size_t)index * INSTR_WORDS + threadIdx.x);
-      __syncthreads();
-      op = s.ins[W_OPCODE];
-      layer = s.ins[W_LAYER];
-    }
+    const unsigned t = s.ticket;
+    if (t >= end) break;
+    const int step = (int)(t / n_instr), index = (int)(t % n_instr);
+    if (threadIdx.x < INSTR_WORDS) s.ins[threadIdx.x] = __ldg(p.instructions + (size_t)index * INSTR_WORDS + threadIdx.x);
+    __syncthreads();
+    const int op = s.ins[W_OPCODE], layer = s.ins[W_LAYER];
     ARGUS_BEGIN_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
     if (threadIdx.x < 32) {  // stream weights while the dependency resolves
       const char* w;
@@ -254,6 +287,9 @@ __device__ void worker(const Params& p, Smem& s) {
         }
       }
       s.ok = ok;
+      // Take the next ticket now: the atomic's latency hides behind this tile's work. Holding it
+      // is deadlock-free: it is higher than the one we run, which needs only lower tickets.
+      if (ok) s.next_ticket = take_ticket(p, end);
     }
     __syncthreads();
     ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
@@ -263,7 +299,7 @@ __device__ void worker(const Params& p, Smem& s) {
       case OP_EMBED: op_embed(p, step, &bad); break;
       case OP_QKV_HEAD: op_qkv(p, s, layer, s.ins[W_A0], s.ins[W_A1], step); break;
       case OP_ATTN_PARTIAL: {
-        ARGUS_SCOPE_AT(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
+        MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
         attention_partial(p, layer, s.ins[W_A0], s.ins[W_A1], step, s.xs);
         break;
       }
@@ -280,7 +316,9 @@ __device__ void worker(const Params& p, Smem& s) {
     if (threadIdx.x == 0) {
       __threadfence();
       red_release_add(p.counters + s.ins[W_SIGNAL], 1u);  // ... before the counter says so
+      s.ticket = s.next_ticket;
     }
+    __syncthreads();
   }
 }
 

@@ -34,6 +34,21 @@ struct WaitSite {  // what to write to the error slot if this wait never ends
   int ticket, step, index, opcode, layer, counter;
 };
 
+// Where a waiter gave up (deadline, or another CTA's error): one row of STUCK_WORDS per CTA. The
+// host reports the lowest stuck ticket: every lower ticket had finished or was running, so that
+// one's dependency is the one that can never be met.
+__device__ __forceinline__ void record_stuck(const Params& p, const WaitSite& site, unsigned expected, unsigned seen) {
+  int* row = p.stuck + (size_t)blockIdx.x * STUCK_WORDS;
+  row[STUCK_STEP] = site.step;
+  row[STUCK_INDEX] = site.index;
+  row[STUCK_OPCODE] = site.opcode;
+  row[STUCK_LAYER] = site.layer;
+  row[STUCK_COUNTER] = site.counter;
+  row[STUCK_EXPECTED] = (int)expected;
+  row[STUCK_OBSERVED] = (int)seen;
+  row[STUCK_TICKET] = site.ticket;
+}
+
 // Called by thread 0 only. Returns false when the kernel must stop (deadline or another error).
 __device__ __noinline__ bool wait_counter(const Params& p, const unsigned* ctr, unsigned expected, const WaitSite& site,
                                           unsigned long long timeout_ns) {
@@ -44,7 +59,10 @@ __device__ __noinline__ bool wait_counter(const Params& p, const unsigned* ctr, 
     const unsigned v = ld_acquire(ctr);
     if ((int)(v - expected) >= 0) return true;
     if ((++spins & 63u) == 0) {
-      if (error_code(p.error) != ERROR_NONE) return false;
+      if (error_code(p.error) != ERROR_NONE) {
+        record_stuck(p, site, expected, v);
+        return false;
+      }
       if (globaltimer_ns() - start > timeout_ns) {
         if (atomicCAS(p.error, ERROR_NONE, -1) == ERROR_NONE) {  // first to time out reports
           int* e = p.error;
@@ -60,6 +78,7 @@ __device__ __noinline__ bool wait_counter(const Params& p, const unsigned* ctr, 
           __threadfence();
           atomicExch(p.error, ERROR_DEADLOCK);
         }
+        record_stuck(p, site, expected, v);
         return false;
       }
     }
