@@ -26,7 +26,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from .config import OverlapConfig, candidate_configs, parse_shape  # noqa: E402
-from .measure import SmClockSampler, time_op_ms  # noqa: E402
+from .measure import SmClockSampler, time_interleaved_ms  # noqa: E402
 from .model import rank_of  # noqa: E402
 from .op import AllGatherMatmul, gemm_sm_limit, serial_all_gather_matmul  # noqa: E402
 from .tune import DEFAULT_P, DEFAULT_R, DEFAULT_S, _int_list, tune  # noqa: E402
@@ -76,7 +76,7 @@ def torch_fused_fn(a, b, group):
 
 
 def run_case(rt, m_shard, k, n, *, s_values=DEFAULT_S, p_values=DEFAULT_P, top=5, iters=20, seed=0,
-             exhaustive=True, log=print, r_values=None) -> tuple[dict, dict]:
+             exhaustive=True, log=print, r_values=None, rounds=3) -> tuple[dict, dict]:
     """Measure one case on every rank; returns (row, raw) (identical decisions on all ranks)."""
     device = _device()
     world, rank, group = rt.world, rt.rank, rt.group
@@ -104,38 +104,41 @@ def run_case(rt, m_shard, k, n, *, s_values=DEFAULT_S, p_values=DEFAULT_P, top=5
         bad = {k_: v for k_, v in errs.items() if not v <= REL_TOL}
         raise RuntimeError(f"overlap result differs from serial AG+GEMM beyond {REL_TOL}: {bad}")
 
-    # Baselines and the ideal bound, in the same run.
+    # The tuner: profile (S, R) at P = 1, fit, validate the model's top few.
     dev_index = device.index or 0
-    with SmClockSampler(dev_index) as clk_serial:
-        serial = time_op_ms(lambda: serial_all_gather_matmul(a, b, group), iters=iters, group=group)
-    raw["sm_clock_mhz_serial"] = clk_serial.median_mhz
-    raw["nvml_error"] = clk_serial.error
+    with SmClockSampler(dev_index) as clk_tune:
+        result = tune(rt, a, b, s_values, r_values, p_values, top, iters)
+    raw["sm_clock_mhz_tuning"] = clk_tune.median_mhz
+    raw["nvml_error"] = clk_tune.error
+    raw["tune"] = result.to_dict()
+    best = result.best
+
+    # Baselines, ours (re-timed after selection: no selection bias) and the ideal bound's two
+    # terms, interleaved in rounds so clock and temperature drift hit all alike.
+    contenders = {"serial": lambda: serial_all_gather_matmul(a, b, group),
+                  "ours": lambda: rt(a, b, best),
+                  "allgather": lambda: dist.all_gather_into_tensor(a_full, a, group=group),
+                  "gemm": lambda: torch.mm(a_full, b)}
     try:
         fused = torch_fused_fn(a, b, group)
         raw["torch_fused_rel_err"] = _max_over_ranks(rel_err(fused(), ref), group)
-        fused_ms = time_op_ms(fused, iters=iters, group=group)["median_ms"]
+        contenders["torch_fused"] = fused
     except Exception as exc:  # noqa: BLE001 - an unavailable baseline is reported as unmeasured
         raw["torch_fused_error"] = repr(exc)[:500]
-        fused_ms = None
-    comm = time_op_ms(lambda: dist.all_gather_into_tensor(a_full, a, group=group), iters=iters, group=group)
-    gemm = time_op_ms(lambda: torch.mm(a_full, b), iters=iters, group=group)
-    raw["t_comm_allgather_ms"], raw["t_gemm_ms"] = comm["median_ms"], gemm["median_ms"]
-    raw["allgather_GBps"] = (world - 1) * a.numel() * a.element_size() / (comm["median_ms"] * 1e6)
-    raw["gemm_TFLOPs"] = 2 * world * m_shard * k * n / (gemm["median_ms"] * 1e9)
-    raw["gemm_ms_by_R"] = {}
     for r in r_values:
         def held(r=r):
             with gemm_sm_limit(r):
                 return torch.mm(a_full, b)
-        raw["gemm_ms_by_R"][str(r)] = time_op_ms(held, iters=iters, group=group)["median_ms"]
-
-    # The tuner: profile (S, R) at P = 1, fit, validate the model's top few.
-    with SmClockSampler(dev_index) as clk_tune:
-        result = tune(rt, a, b, s_values, r_values, p_values, top, iters)
-    raw["sm_clock_mhz_overlap"] = clk_tune.median_mhz
-    raw["tune"] = result.to_dict()
-    best = result.best
-    ours = time_op_ms(lambda: rt(a, b, best), iters=iters, group=group)  # fresh: no selection bias
+        contenders[f"gemm_R{r}"] = held
+    with SmClockSampler(dev_index) as clk:
+        t = time_interleaved_ms(contenders, rounds=rounds, iters=iters, warmup=3, group=group)
+    raw["sm_clock_mhz_baselines"] = clk.median_mhz
+    raw["timed_ms"] = t
+    fused_ms = t.get("torch_fused")
+    raw["t_comm_allgather_ms"], raw["t_gemm_ms"] = t["allgather"], t["gemm"]
+    raw["allgather_GBps"] = (world - 1) * a.numel() * a.element_size() / (t["allgather"] * 1e6)
+    raw["gemm_TFLOPs"] = 2 * world * m_shard * k * n / (t["gemm"] * 1e9)
+    raw["gemm_ms_by_R"] = {str(r): t[f"gemm_R{r}"] for r in r_values}
     t0 = time.perf_counter()
     for _ in range(10):
         rt(a, b, best)
@@ -145,15 +148,15 @@ def run_case(rt, m_shard, k, n, *, s_values=DEFAULT_S, p_values=DEFAULT_P, top=5
     # Every candidate timed, only to judge the model's ranking (the tuner did not use these).
     model_rank_of_best = None
     if exhaustive:
-        all_ms = {cfg: time_op_ms(lambda: rt(a, b, cfg), iters=max(5, iters // 2), warmup=2, group=group)["median_ms"]
-                  for cfg in cands}
+        all_ms = time_interleaved_ms({c: (lambda c=c: rt(a, b, c)) for c in cands}, rounds=2,
+                                     iters=max(5, iters // 2), warmup=2, group=group)
         raw["all_measured_ms"] = {c.key(): v for c, v in all_ms.items()}
         raw["all_predicted_ms"] = {c.key(): p for c, p in result.ranking}
         measured_best = min(all_ms, key=all_ms.get)
         raw["measured_best"] = measured_best.key()
         model_rank_of_best = rank_of(measured_best, result.ranking)
-    row = {"world": world, "m_shard": m_shard, "k": k, "n": n, "serial_ms": serial["median_ms"],
-           "torch_fused_ms": fused_ms, "ours_ms": ours["median_ms"], "ideal_ms": max(comm["median_ms"], gemm["median_ms"]),
+    row = {"world": world, "m_shard": m_shard, "k": k, "n": n, "serial_ms": t["serial"],
+           "torch_fused_ms": fused_ms, "ours_ms": t["ours"], "ideal_ms": max(t["allgather"], t["gemm"]),
            "S": best.S, "R": best.R, "P": best.P, "model_rank_of_best": model_rank_of_best}
     raw["row"] = row
     return row, raw

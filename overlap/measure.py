@@ -52,14 +52,38 @@ def time_op_ms(fn, iters: int = 20, warmup: int = 5, group=None) -> dict:
             "iters": iters}
 
 
-def device_events_of_one_call(fn) -> list[dict]:
+def time_interleaved_ms(fns: dict, rounds: int = 3, iters: int = 10, warmup: int = 2, group=None) -> dict:
+    """Median over ``rounds`` of each function's median time (ms), functions taken in turn each round,
+    so slow drift (clock, temperature) hits every contender alike instead of whichever ran last."""
+    if rounds < 1 or iters < 1:
+        raise ValueError(f"rounds and iters must be >= 1, got rounds={rounds}, iters={iters}")
+    per = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            per[name].append(time_op_ms(fn, iters=iters, warmup=warmup, group=group)["median_ms"])
+    return {name: statistics.median(v) for name, v in per.items()}
+
+
+CALL_MARK = "argus_overlap_call"
+
+
+def device_events_of_one_call(fn, align_group=None) -> list[dict]:
     """Run ``fn`` once under torch.profiler (Kineto, CUDA activity) and return its device events,
-    sorted by start: dicts with name, cat ("kernel"/"gpu_memcpy"/...), ts_us, dur_us, stream, grid, bytes."""
-    from torch.profiler import ProfilerActivity, profile
+    sorted by start: dicts with name, cat ("kernel"/"gpu_memcpy"/...), ts_us, dur_us, stream, grid, bytes.
+
+    With ``align_group``, the ranks meet in a barrier inside the profiled window right before the
+    call, so a chunk's duration is not inflated by one rank starting its profiler later than
+    another; the barrier's all-reduce kernel and everything before its end are dropped.
+    """
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        fn()
+        if align_group is not None:
+            dist.barrier(group=align_group)
+            torch.cuda.synchronize()
+        with record_function(CALL_MARK):
+            fn()
         torch.cuda.synchronize()
     fd, path = tempfile.mkstemp(suffix=".json", prefix="overlap_trace_")
     os.close(fd)
@@ -69,6 +93,13 @@ def device_events_of_one_call(fn) -> list[dict]:
             trace = json.load(fh)
     finally:
         os.unlink(path)
+    return device_events_from_trace(trace)
+
+
+def device_events_from_trace(trace: dict) -> list[dict]:
+    """Device events of a Chrome trace (Kineto export), sorted by start. When the window holds an
+    all-reduce kernel (the alignment barrier; the overlap op never all-reduces), only events that
+    start after its end are kept, on the device clock alone."""
     out = []
     for ev in trace.get("traceEvents", []):
         cat = ev.get("cat", "")
@@ -77,6 +108,10 @@ def device_events_of_one_call(fn) -> list[dict]:
         args = ev.get("args", {})
         out.append({"name": ev.get("name", ""), "cat": cat, "ts_us": float(ev["ts"]), "dur_us": float(ev.get("dur", 0.0)),
                     "stream": args.get("stream"), "grid": args.get("grid"), "bytes": args.get("bytes")})
+    barrier_ends = [e["ts_us"] + e["dur_us"] for e in out if "allreduce" in e["name"].lower()]
+    if barrier_ends:
+        cut = max(barrier_ends)
+        out = [e for e in out if e["ts_us"] >= cut]
     out.sort(key=lambda e: e["ts_us"])
     return out
 

@@ -46,7 +46,8 @@ def profile_point(rt, a_shard, b, S: int, R: int, iters: int, warmup: int = 3):
     """
     cfg = OverlapConfig(S, R, 1)
     timing = time_op_ms(lambda: rt(a_shard, b, cfg), iters=iters, warmup=warmup, group=rt.group)
-    summary = summarize_call(device_events_of_one_call(lambda: rt(a_shard, b, cfg)), rt.world, S, 1, R)
+    events = device_events_of_one_call(lambda: rt(a_shard, b, cfg), align_group=rt.group)
+    summary = summarize_call(events, rt.world, S, 1, R)
     ok = summary.get("matched", False) and "comm_chunk_ms" in summary
     keys = ("comm_chunk_ms", "local_gemm_ms", "step_gemm_ms", "setup_ms")
     vals = torch.tensor([float(ok)] + [float(summary.get(k, 0.0)) for k in keys], dtype=torch.float64,
