@@ -92,3 +92,30 @@ def test_variants_build_and_symbol_lookup(tmp_path, monkeypatch):
     assert "PMTRIG" not in counts["traced"]
     with pytest.raises(trace.ProgramRunError, match="not found in .*functions: _Z19"):
         trace.kernel_symbol(cubins["marker_only"], "other_kernel")
+
+
+def test_adapters_declare_no_more_effects_than_the_plan():
+    """The device worker refuses an adapter whose effects exceed the planned run's (seen on the
+    device once for 'trace'): check every built-in adapter of mine against a real plan."""
+    from argus_rt.backends.base import get_backend
+    from argus_rt.query import make_plan
+
+    plan = make_plan(load_program(GT), "ground_truth", ["latency", "instruction_mix", "barrier_count", "stall_reasons"])
+    collects = [t for t in plan.tasks.values() if t.kind == "collect"]
+    assert {t.op for t in collects} >= {"trace", "pcmap", "ncu"}
+    for task in collects:
+        adapter = get_backend(task.op)
+        assert set(adapter.effects) <= set(task.effects), (task.op, adapter.effects, task.effects)
+        adapter.validate_config(task.config)
+
+
+def test_program_with_changed_launch_round_trips(tmp_path):
+    import dataclasses
+
+    p = load_program(GT)
+    launch = p.launch
+    launch["args"][3] = {"int32": 1234}
+    q = dataclasses.replace(p, launch_json=json.dumps(launch, sort_keys=True, separators=(",", ":")))
+    trace.runner_argv(q, "marker_only", tmp_path)
+    back = ProgramVersion.from_dict(json.loads((tmp_path / "program.json").read_text()))
+    assert back.id == q.id and back.launch["args"][3] == {"int32": 1234}

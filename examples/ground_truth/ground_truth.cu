@@ -43,10 +43,12 @@
 #define GT_BEGIN(id) GT_MARK(1, id)
 #define GT_END(id) GT_MARK(2, id)
 #elif ARGUS_MODE == 2
-// Traced build (region latency): the Argus device library records begin/end per warp.
+// Traced build (region latency): the Argus device library records begin/end per warp. One lane
+// records; __syncwarp() keeps the other lanes from reaching the next marker before it has (they
+// would elect another recorder on a stale cursor and overwrite a record: seen on an H200).
 #include "argus/argus.cuh"
-#define GT_BEGIN(id) ARGUS_BEGIN(id)
-#define GT_END(id) ARGUS_END(id)
+#define GT_BEGIN(id) do { ARGUS_BEGIN(id); __syncwarp(); } while (0)
+#define GT_END(id) do { ARGUS_END(id); __syncwarp(); } while (0)
 #else
 #define GT_BEGIN(id) do {} while (0)
 #define GT_END(id) do {} while (0)
