@@ -1,0 +1,151 @@
+"""The analytic overlap model, its fit and the tuner, on recorded 2x H200 measurements.
+
+The fixture ``tests/fixtures/overlap_h200x2_measurements.json`` was recorded by
+``benchmarks/overlap.py`` on the device machine: profiled P = 1 points per (S, R), the model's
+predictions at that time and every candidate timed. Nothing here touches a GPU.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from overlap.config import OverlapConfig, OverlapShapeError, candidate_configs
+from overlap.measure import summarize_call
+from overlap.model import ProfiledPoint, closed_form_ms, fit_link, fit_model, rank_of, simulate_ms
+from overlap.tune import tune
+
+FIXTURE = Path(__file__).parent / "fixtures" / "overlap_h200x2_measurements.json"
+
+
+def _cases():
+    return json.loads(FIXTURE.read_text())["cases"]
+
+
+def _model(case):
+    pts = [ProfiledPoint(**p) for p in case["points"]]
+    return fit_model(case["world"], case["m_shard"], case["k"], case["n"], case["elem_bytes"], pts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(t_comm=st.floats(0.001, 5.0), t_comp=st.floats(0.001, 5.0), S=st.integers(1, 16))
+def test_simulation_reduces_to_the_closed_form(t_comm, t_comp, S):
+    # Two ranks, no local GEMM, no set-up, P = 1: the textbook pipeline.
+    sim = simulate_ms(2, S, 1, t_comm, t_comp, t_local=0.0, t_setup=0.0)
+    assert math.isclose(sim, closed_form_ms(t_comm, t_comp, S), rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_simulation_hides_comm_behind_the_local_gemm_and_pays_merged_steps():
+    # Local GEMM 1.0 ms hides 4 chunks of 0.1 ms entirely: T = 1.0 + 4 * 0.2.
+    assert math.isclose(simulate_ms(2, 4, 1, 0.1, 0.2, t_local=1.0), 1.8)
+    # Comm-bound: chunks of 0.5 ms, local 0.2: the last step starts at 4 * 0.5.
+    assert math.isclose(simulate_ms(2, 4, 1, 0.5, 0.1, t_local=0.2), 2.1)
+    # P = 4 waits for all chunks, then one step of 4x the rows (given as its own time).
+    assert math.isclose(simulate_ms(2, 4, 4, 0.5, 0.4, t_local=0.2), 2.4)
+    # World 3: each step runs one GEMM per peer.
+    assert math.isclose(simulate_ms(3, 2, 1, 0.1, 0.3, t_local=1.0), 1.0 + 2 * 0.6)
+    assert simulate_ms(1, 1, 1, 9.0, 9.0, t_local=0.5) == 0.5  # no peers, no communication
+    with pytest.raises(OverlapShapeError, match="P dividing S"):
+        simulate_ms(2, 4, 3, 0.1, 0.1)
+
+
+def test_link_fit_recovers_latency_and_throughput():
+    # Synthetic points: 20 us + bytes / 300 GB/s.
+    pts = [ProfiledPoint(S, 0, 0.02 + (2**26 / S) / 300e6, 1, 1, 0, 1) for S in (1, 2, 4, 8)]
+    lat, gbs = fit_link(pts, lambda S: 2**26 / S)
+    assert lat == pytest.approx(0.02, rel=1e-6)
+    assert gbs == pytest.approx(300.0, rel=1e-6)
+
+
+def test_recorded_fit_is_deterministic_and_matches_the_device_run():
+    for case in _cases():
+        model = _model(case)
+        assert model.overhead_ms == pytest.approx(case["overhead_ms"], rel=1e-9, abs=1e-12)
+        for key, pred in case["all_predicted_ms"].items():
+            assert model.predict(OverlapConfig.from_key(key)) == pytest.approx(pred, rel=1e-9)
+
+
+def test_model_ranking_covers_every_candidate_and_s1():
+    for case in _cases():
+        model = _model(case)
+        cands = [OverlapConfig.from_key(k) for k in case["all_measured_ms"]]
+        ranking = model.rank(cands)
+        assert sorted(c.key() for c, _ in ranking) == sorted(case["all_measured_ms"])
+        assert any(c.S == 1 for c, _ in ranking)
+        preds = [p for _, p in ranking]
+        assert preds == sorted(preds)
+        best = OverlapConfig.from_key(min(case["all_measured_ms"], key=case["all_measured_ms"].get))
+        assert rank_of(best, ranking) == case["row"]["model_rank_of_best"]
+
+
+class _FakeRuntime:
+    def __init__(self, world, r_values):
+        self.world = world
+        self.group = None
+
+        class _Pool:
+            pass
+
+        self.pool = _Pool()
+        self.pool.r_values = sorted(r_values)
+
+
+def test_tuner_validates_only_the_models_top_k_and_picks_the_fastest_of_them():
+    import torch
+
+    for case in _cases():
+        points = {(p["S"], p["R"]): ProfiledPoint(**p) for p in case["points"]}
+        measured = {OverlapConfig.from_key(k): v for k, v in case["all_measured_ms"].items()}
+        timed = []
+
+        def profile_fn(S, R):
+            return points.get((S, R)), {}
+
+        def time_fn(cfg):
+            timed.append(cfg)
+            return measured[cfg]
+
+        rt = _FakeRuntime(case["world"], {r for _, r in points})
+        a = torch.empty(case["m_shard"], case["k"], dtype=torch.bfloat16)
+        b = torch.empty(case["k"], case["n"], dtype=torch.bfloat16)
+        res = tune(rt, a, b, s_values=(1, 2, 4, 8), p_values=(1, 2, 4, 8), top=5,
+                   profile_fn=profile_fn, time_fn=time_fn)
+        assert len(timed) == 5
+        assert [c for c, _ in res.ranking[:5]] == timed
+        assert res.best == min(timed, key=lambda c: measured[c])
+        assert res.to_dict()["best_model_rank"] <= 5
+
+
+def test_summarize_call_splits_a_crafted_timeline():
+    def k(name, ts, dur, cat="kernel"):
+        return {"name": name, "cat": cat, "ts_us": ts, "dur_us": dur, "stream": 1, "grid": [1, 1, 1], "bytes": 1000}
+
+    # R = 0, S = 2, P = 1, two ranks: local copy, barrier, local GEMM, 2 pulls, 2 step GEMMs.
+    ev = [k("Memcpy DtoD", 0, 10, "gpu_memcpy"), k("barrier_kernel", 10, 2), k("nvjet_gemm", 12, 100),
+          k("Memcpy PtoP", 13, 20, "gpu_memcpy"), k("Memcpy PtoP", 33, 20, "gpu_memcpy"),
+          k("nvjet_gemm", 112, 50), k("nvjet_gemm", 162, 50)]
+    s = summarize_call(ev, 2, 2, 1, 0)
+    assert s["matched"] and s["gemm_split"] == "exact" and s["comm_split"] == "exact"
+    assert s["setup_ms"] == pytest.approx(0.012)
+    assert s["local_gemm_ms"] == pytest.approx(0.1) and s["step_gemm_ms"] == pytest.approx(0.05)
+    assert s["chunk_ms"] == pytest.approx([0.02, 0.02])
+    assert s["overlapped_comm_ms"] == pytest.approx(0.04)
+    assert s["span_ms"] == pytest.approx(0.212)
+    # R > 0: NCCL kernels are the chunks; an extra GEMM kernel falls back to a split by rows.
+    ev = [k("nvjet_gemm", 0, 100), k("ncclDevKernel_SendRecv", 1, 30), k("ncclDevKernel_SendRecv", 31, 30),
+          k("nvjet_gemm", 100, 40), k("splitKreduce_gemm", 140, 5), k("nvjet_gemm", 145, 40)]
+    s = summarize_call(ev, 2, 2, 1, 8)
+    assert s["matched"] and s["chunk_ms"] == pytest.approx([0.03, 0.03])
+    assert s["gemm_split"].startswith("by rows")
+    assert s["local_gemm_ms"] == pytest.approx(0.185 / 2)  # (100 + 40 + 5 + 40) us shared by rows
+
+
+def test_candidate_grid_matches_the_benchmark():
+    for case in _cases():
+        r_vals = sorted({OverlapConfig.from_key(k).R for k in case["all_measured_ms"]})
+        grid = candidate_configs((1, 2, 4, 8), r_vals, (1, 2, 4, 8), case["m_shard"])
+        assert sorted(c.key() for c in grid) == sorted(case["all_measured_ms"])
