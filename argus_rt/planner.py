@@ -316,7 +316,8 @@ class BranchBuilder:
             self.fed.append(task.id)
 
 
-PROBE_EFFECTS = ("changes_overlap", "forces_completion")
+# a probe run forces one completion (changing overlap) and is traced (the trace perturbs timing)
+PROBE_EFFECTS = ("changes_overlap", "forces_completion", "perturbs_timing")
 
 
 @register_expander("forced_wait_probes")

@@ -84,7 +84,9 @@ def test_prerequisites_are_added_recursively_and_cycles_are_errors(recipes):
 
 
 def test_identical_tasks_are_deduplicated(recipes):
-    ev = Evidence("trace", outputs=("region_intervals",), sensitive_to={"perturbs_timing"})
+    from argus_rt.recipes import get_recipe
+
+    ev = get_recipe("latency").evidence[0]  # the same request as latency's reference trace
     recipes(Recipe("t_dup1", synthesis="latency", qualification="observed", evidence=(ev,)))
     recipes(Recipe("t_dup2", synthesis="latency", qualification="observed", evidence=(ev,)))
     plan = plan_query(demo_program(), "gemm", ["t_dup1", "t_dup2", "latency"])

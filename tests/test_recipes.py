@@ -60,3 +60,26 @@ def test_backend_registry_and_config_merge():
 
     with pytest.raises(ValueError, match="unknown effects"):
         register_backend(Bad())
+
+
+def test_backends_can_be_specific_to_a_program_kind():
+    from argus_rt.backends.base import register_backend, unregister_backend
+
+    class Generic(BackendAdapter):
+        name = "t_kinded"
+
+    class ForTriton(BackendAdapter):
+        name = "t_kinded"
+
+    register_backend(Generic())
+    register_backend(ForTriton(), kind="triton")
+    try:
+        assert isinstance(get_backend("t_kinded", "triton"), ForTriton)
+        assert isinstance(get_backend("t_kinded", "cuda"), Generic)
+        assert isinstance(get_backend("t_kinded"), Generic)
+        unregister_backend("t_kinded")
+        with pytest.raises(UnknownBackendError, match=r"registered for program kinds \['triton'\], not 'cuda'"):
+            get_backend("t_kinded", "cuda")
+    finally:
+        unregister_backend("t_kinded")
+        unregister_backend("t_kinded", "triton")

@@ -91,7 +91,7 @@ def test_control_task_adds_branches_that_run(standins, ws):
     assert res.ok, [r.error for r in res.failed()]
     probes = [t for t in res.plan.tasks.values() if t.kind == "collect" and "probe" in t.config]
     assert len(probes) == 8  # 2 sites x 4 iterations, each its own run
-    assert all(set(t.effects) == {"forces_completion", "changes_overlap"} for t in probes)
+    assert all(set(t.effects) == {"forces_completion", "changes_overlap", "perturbs_timing"} for t in probes)
     assert len({t.program for t in probes}) == 8
     facts = res.outputs(plan.targets["async_completion_latency"])["facts"].read_json()
     got = {v["metric"]: v["value"] for v in facts["values"]}
@@ -189,7 +189,7 @@ def test_collections_are_serialised_per_device_and_parallel_across_devices(stand
     plan = plan_query(demo_program(), "gemm", ["sleepy"])
     assert plan.count("collect") == 4
     with Runtime(ws, devices=["0", "1"]) as rt:
-        rt.run(plan_query(demo_program(), "gemm", ["latency"]))  # warm both workers up
+        rt.start_workers()  # both processes up before the clock matters
         res = rt.run(plan)
     assert res.ok, [r.error for r in res.failed()]
     runs = res.outputs(plan.targets["sleepy"])["facts"].read_json()["extra"]["runs"]

@@ -59,7 +59,7 @@ def _rid(ctx, name: str) -> int:
 
 class StandinTrace(BackendAdapter):
     name = "trace"
-    effects = frozenset()
+    effects = frozenset({"perturbs_timing"})  # as the real region tracer declares
     outputs = ("region_intervals", "op_events")
     needs_gpu = False
 

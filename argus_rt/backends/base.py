@@ -25,6 +25,10 @@ Writing an adapter (this is the whole interface)::
 
     register_backend(NcuAdapter())                     # at import time of the module
 
+An adapter may be specific to one program kind (``register_backend(adapter, kind="triton")``):
+``get_backend(name, kind)`` prefers the kind-specific adapter and falls back to the generic one, so
+``trace`` can mean "region tracing" for CUDA and Triton programs with different code behind it.
+
 The built-in names ``trace``, ``ncu``, ``pcmap``, ``nvbit``, ``systrace`` are looked up lazily in
 ``argus_rt.backends.<name>`` the first time they are asked for, so those modules only need to call
 :func:`register_backend` at import. Any other module may register more adapters; the registry
@@ -188,36 +192,41 @@ def merge_configs(configs: list[dict]) -> dict:
     return merged
 
 
-_ADAPTERS: dict[str, BackendAdapter] = {}
-_MODULES: dict[str, str] = {}
+_ADAPTERS: dict[tuple[str, str | None], BackendAdapter] = {}
+_MODULES: dict[tuple[str, str | None], str] = {}
 
 
-def register_backend(adapter: BackendAdapter, *, replace: bool = False) -> BackendAdapter:
-    """Register ``adapter`` under ``adapter.name``; returns it (usable as a decorator on instances)."""
+def register_backend(adapter: BackendAdapter, *, replace: bool = False, kind: str | None = None) -> BackendAdapter:
+    """Register ``adapter`` under ``adapter.name`` (for programs of ``kind`` only, when given)."""
     name = adapter.name
     if not name or not isinstance(name, str):
         raise ValueError(f"backend adapter {adapter!r} needs a non-empty string name")
     bad = set(adapter.effects) - EFFECTS
     if bad:
         raise ValueError(f"backend {name!r} declares unknown effects {sorted(bad)}; valid: {sorted(EFFECTS)}")
-    if name in _ADAPTERS and not replace and type(_ADAPTERS[name]) is not type(adapter):
-        raise ValueError(f"backend {name!r} is already registered by {type(_ADAPTERS[name]).__module__}")
-    _ADAPTERS[name] = adapter
-    _MODULES[name] = type(adapter).__module__
+    key = (name, kind)
+    if key in _ADAPTERS and not replace and type(_ADAPTERS[key]) is not type(adapter):
+        raise ValueError(f"backend {name!r} is already registered by {type(_ADAPTERS[key]).__module__}")
+    _ADAPTERS[key] = adapter
+    _MODULES[key] = type(adapter).__module__
     return adapter
 
 
-def unregister_backend(name: str) -> None:
-    _ADAPTERS.pop(name, None)
-    _MODULES.pop(name, None)
+def unregister_backend(name: str, kind: str | None = None) -> None:
+    _ADAPTERS.pop((name, kind), None)
+    _MODULES.pop((name, kind), None)
 
 
-def get_backend(name: str) -> BackendAdapter:
-    """The adapter registered as ``name``, importing a built-in module on first use."""
-    adapter = _ADAPTERS.get(name)
+def _registered(name: str, kind: str | None) -> BackendAdapter | None:
+    return (kind is not None and _ADAPTERS.get((name, kind))) or _ADAPTERS.get((name, None))
+
+
+def get_backend(name: str, kind: str | None = None) -> BackendAdapter:
+    """The adapter for ``name`` (and program ``kind``), importing a built-in module on first use."""
+    adapter = _registered(name, kind)
     if adapter is not None:
         return adapter
-    module = _MODULES.get(name) or BUILTIN_BACKEND_MODULES.get(name)
+    module = backend_module(name, kind)
     if module is not None:
         try:
             importlib.import_module(module)
@@ -226,21 +235,24 @@ def get_backend(name: str) -> BackendAdapter:
                 raise
             raise UnknownBackendError(
                 f"backend {name!r} is not built yet (module {module} is missing); registered: "
-                f"{', '.join(sorted(_ADAPTERS)) or 'none'}"
+                f"{', '.join(backend_names()) or 'none'}"
             ) from None
-        adapter = _ADAPTERS.get(name)
+        adapter = _registered(name, kind)
         if adapter is not None:
             return adapter
+    kinds = sorted(str(k) for n, k in _ADAPTERS if n == name)
+    extra = f" (registered for program kinds {kinds}, not {kind!r})" if kinds else ""
     raise UnknownBackendError(
-        f"unknown backend {name!r}; registered: {', '.join(sorted(_ADAPTERS)) or 'none'}; "
+        f"unknown backend {name!r}{extra}; registered: {', '.join(sorted({n for n, _ in _ADAPTERS})) or 'none'}; "
         f"built-in: {', '.join(sorted(BUILTIN_BACKEND_MODULES))}"
     )
 
 
-def backend_module(name: str) -> str | None:
+def backend_module(name: str, kind: str | None = None) -> str | None:
     """Module to import in a fresh worker process so that ``name`` is registered there."""
-    return _MODULES.get(name) or BUILTIN_BACKEND_MODULES.get(name)
+    return (_MODULES.get((name, kind)) if kind is not None else None) or _MODULES.get((name, None)) \
+        or BUILTIN_BACKEND_MODULES.get(name)
 
 
 def backend_names() -> list[str]:
-    return sorted(set(_ADAPTERS) | set(BUILTIN_BACKEND_MODULES))
+    return sorted({n for n, _ in _ADAPTERS} | set(BUILTIN_BACKEND_MODULES))

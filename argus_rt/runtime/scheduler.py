@@ -102,6 +102,11 @@ class Runtime:
             self._workers = [DeviceWorker(d, self._jobs, self._report_collect) for d in self.devices]
         return self._workers
 
+    def start_workers(self, timeout: float = 60.0) -> None:
+        """Start every device worker's process now and wait until they are up."""
+        for w in self.workers:
+            w.ready.wait(timeout)
+
     def close(self) -> None:
         if self._workers is not None:
             for w in self._workers:
@@ -210,7 +215,8 @@ class _Execution:
         staging = self.ws.new_staging(tid, create=False)  # made by whoever executes the task
         self.running[tid] = (time.perf_counter(), staging, exact)
         if task.kind == "collect":
-            modules = [m for m in (_backend_module(task.op), *self.rt.extra_modules) if m]
+            modules = [m for m in (_backend_module(task.op, self.program(task.program).kind),
+                                   *self.rt.extra_modules) if m]
             job = {"task": task.to_dict(), "program": self.plan.programs[task.program],
                    "inputs": {k: str(v) for k, v in inputs.items()}, "outdir": str(staging), "modules": modules}
             self.rt.workers  # start workers on first use
@@ -340,10 +346,10 @@ class _Execution:
             stack.extend(self.users[user])
 
 
-def _backend_module(name: str) -> str | None:
+def _backend_module(name: str, kind: str) -> str | None:
     from ..backends.base import backend_module
 
-    return backend_module(name)
+    return backend_module(name, kind)
 
 
 __all__ = ["Runtime", "RunResult", "TaskResult", "handler_module"]

@@ -73,7 +73,8 @@ def _run_collect(job: dict) -> dict[str, str]:
     for module in job.get("modules", []):
         importlib.import_module(module)
     task = Task.from_dict(job["task"])
-    adapter = get_backend(task.op)
+    program = ProgramVersion.from_dict(job["program"])
+    adapter = get_backend(task.op, program.kind)
     undeclared = set(adapter.effects) - set(task.effects)
     if undeclared:
         raise EffectMismatchError(f"backend {task.op!r} has effects {sorted(undeclared)} that the plan did not "
@@ -84,7 +85,7 @@ def _run_collect(job: dict) -> dict[str, str]:
     adapter.validate_config(task.config)
     outdir = Path(job["outdir"])
     outdir.mkdir(exist_ok=True)
-    ctx = CollectContext(task=task, program=ProgramVersion.from_dict(job["program"]), config=task.config,
+    ctx = CollectContext(task=task, program=program, config=task.config,
                          scope=Scope.from_dict(task.scope), sampling=task.sampling,
                          inputs={k: Path(v) for k, v in job["inputs"].items()}, outdir=outdir,
                          device=os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -110,6 +111,7 @@ class DeviceWorker:
         self._conn = None
         self.current: str | None = None
         self.started_processes = 0
+        self.ready = threading.Event()  # set once the first child process is up
         self._thread = threading.Thread(target=self._loop, name=f"argus-device-{device or 'none'}", daemon=True)
         self._thread.start()
 
@@ -139,6 +141,11 @@ class DeviceWorker:
 
     # ---- loop -----------------------------------------------------------------------------
     def _loop(self) -> None:
+        try:
+            self._ensure_child()  # start the child now: the first collection should not pay for it
+        except Exception:
+            pass  # the first job retries and reports the problem
+        self.ready.set()
         while True:
             job = self.jobs.get()
             if job is _STOP:
