@@ -13,6 +13,8 @@ into a child region reuses the parent query's runs.
 from __future__ import annotations
 
 import os
+import sys
+import types
 from pathlib import Path
 
 from .planner import QueryError, plan_query
@@ -67,3 +69,14 @@ def query(program, region: str | None = None, signals=("latency",), scope=None, 
     finally:
         if ws is not workspace:
             ws.close()
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``argus_rt.query(program, ...)`` call :func:`query` while ``argus_rt.query.make_plan``
+    and ``import argus_rt.query`` keep working (the package exposes this module, not the function)."""
+
+    def __call__(self, *args, **kwargs) -> Report:
+        return query(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -144,13 +144,16 @@ class Report:
 
         console = console or Console()
         q = self.query
+        if not self.values:
+            console.print(f"{q.get('program_name', '')} / {q.get('region') or '(all regions)'}: no values measured")
         table = Table(title=f"{q.get('program_name', '')} / {q.get('region') or '(all regions)'}  "
                             f"scope: {json.dumps(q.get('scope', {}))}")
         for h in self.HEADER:
             table.add_column(h, overflow="fold")
         for row in self.rows():
             table.add_row(*row)
-        console.print(table)
+        if self.values:
+            console.print(table)
         for u in self.unanswered:
             console.print(f"[bold red]unmeasured[/] {u['signal']}: {u['reason']}")
         ex = self.execution

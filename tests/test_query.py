@@ -89,3 +89,13 @@ def test_query_and_workspace_commands(standins, tmp_path, capsys):
     assert main(["workspace", "--workspace", str(ws), "branches"]) == 0
     assert f"try-2  {pid}" in capsys.readouterr().out
     assert main(["workspace", "--workspace", str(ws), "fork", pid, "../x"]) == 2
+
+
+def test_package_level_call_form(standins, tmp_path):
+    import argus_rt
+    import argus_rt.query  # noqa: F401  (the package __init__ may import it already)
+
+    rep = argus_rt.query(demo_program(), region="main/epilogue", signals=["latency"],
+                         scope=Scope(iterations=(0, 2)), workspace=tmp_path / "ws", devices=[""])
+    assert rep.value("latency", "main/epilogue", "count") == 2
+    assert rep.value("latency", "main/epilogue", "mean") == 300.0
