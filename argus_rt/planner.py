@@ -174,9 +174,39 @@ def resolve_recipes(signals: list[str]) -> list[Recipe]:
     return order
 
 
+def covers(run: Task, req: Request) -> bool:
+    """Whether a finished collection ``run`` is valid evidence for ``req`` too: same backend, variant,
+    collection scope, sampling and device; its outputs and configuration include the request's
+    (configurations are additive: a merged run serves each member); it had the request's effects and
+    none the request is sensitive to; an isolated request only reuses a run that held one request."""
+    ev = req.evidence
+    if (run.kind, run.op, run.program, run.device) != ("collect", ev.backend, req.program, ev.device):
+        return False
+    if run.scope != req.scope.to_dict() or run.sampling != req.sampling or set(ev.outputs) - set(run.outputs):
+        return False
+    effects = frozenset(run.effects)
+    if effects & ev.sensitive_to or ev.effects - effects or (ev.isolated and len(run.requests) != 1):
+        return False
+    for key, want in ev.config.items():
+        if key not in run.config:
+            return False
+        have = run.config[key]
+        if isinstance(want, (list, tuple)):
+            if not isinstance(have, list) or not {canonical_json(v) for v in want} <= {canonical_json(v) for v in have}:
+                return False
+        elif have != want:
+            return False
+    return True
+
+
 def plan_query(program: ProgramVersion, region: str | None, signals: list[str], scope: Scope | None = None,
-               *, sampling: dict | None = None, timeouts: dict | None = None) -> Plan:
-    """Plan ``signals`` for ``region`` of ``program`` under ``scope`` (see the module docstring)."""
+               *, sampling: dict | None = None, timeouts: dict | None = None, existing_runs=None) -> Plan:
+    """Plan ``signals`` for ``region`` of ``program`` under ``scope`` (see the module docstring).
+
+    ``existing_runs(backend, program_id) -> [Task]``: finished collections (e.g.
+    ``Workspace.done_tasks``); a request that one of them :func:`covers` reuses it instead of
+    planning a new run, so a narrower follow-up query needs no new collection.
+    """
     scope = scope if scope is not None else Scope()
     if not isinstance(scope, Scope):
         scope = Scope.from_dict(scope)
@@ -203,8 +233,21 @@ def plan_query(program: ProgramVersion, region: str | None, signals: list[str], 
     for recipe in recipes:
         for ev in recipe.evidence:
             requests.append(builder.request(recipe, ev, scope))
-    runs = partition_requests(requests)
     collect_of: dict[int, str] = {}
+    reused_runs: dict[str, list[str]] = {}
+    fresh = []
+    for req in requests:
+        old_run = None
+        if existing_runs is not None:
+            candidates = sorted(existing_runs(req.evidence.backend, req.program), key=lambda t: t.id)
+            old_run = next((t for t in candidates if covers(t, req) and set(t.deps) <= set(builder.tasks)), None)
+        if old_run is None:
+            fresh.append(req)
+            continue
+        builder.tasks.setdefault(old_run.id, old_run)
+        collect_of[id(req)] = old_run.id
+        reused_runs.setdefault(old_run.id, []).append(req.name)
+    runs = partition_requests(fresh)
     for run in runs:
         task = builder.collect_task(run)
         for req in run.requests:
@@ -236,7 +279,9 @@ def plan_query(program: ProgramVersion, region: str | None, signals: list[str], 
         tasks={t.id: t for t in topological_order(builder.tasks.values())},
         targets={s: synth_of[s] for s in signals},
         runs=[{"collect": collect_of[id(run.requests[0])], "requests": [r.name for r in run.requests],
-               "effects": sorted(run.effects), "why_separate": run.why_separate} for run in runs],
+               "effects": sorted(run.effects), "why_separate": run.why_separate} for run in runs]
+        + [{"collect": tid, "requests": names, "effects": list(builder.tasks[tid].effects), "why_separate": [],
+            "reused": "an earlier run covers these requests"} for tid, names in reused_runs.items()],
     )
     plan.validate()
     return plan

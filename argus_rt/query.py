@@ -40,8 +40,9 @@ def _program(program) -> ProgramVersion:
 
 
 def make_plan(program, region: str | None = None, signals=("latency",), scope=None, *,
-              sampling: dict | None = None) -> Plan:
-    """Validate the query and plan it (no execution)."""
+              sampling: dict | None = None, workspace=None) -> Plan:
+    """Validate the query and plan it (no execution). With a :class:`Workspace`, finished runs that
+    cover a request are reused instead of planned again."""
     if isinstance(signals, str):
         signals = [s for s in signals.split(",") if s]
     signals = list(dict.fromkeys(signals))  # keep order, drop repeats
@@ -49,7 +50,10 @@ def make_plan(program, region: str | None = None, signals=("latency",), scope=No
         get_recipe(s)  # unknown signal: error listing the valid ones
     if scope is not None and not isinstance(scope, Scope):
         scope = Scope.from_dict(scope)
-    return plan_query(_program(program), region, signals, scope, sampling=sampling)
+    existing = None
+    if workspace is not None:
+        existing = lambda backend, pid: workspace.done_tasks("collect", backend, pid)  # noqa: E731
+    return plan_query(_program(program), region, signals, scope, sampling=sampling, existing_runs=existing)
 
 
 def query(program, region: str | None = None, signals=("latency",), scope=None, *, workspace=None,
@@ -59,11 +63,12 @@ def query(program, region: str | None = None, signals=("latency",), scope=None, 
     from .runtime.scheduler import Runtime
     from .workspace import Workspace
 
-    plan = make_plan(program, region, signals, scope, sampling=sampling)
     if runtime is not None:
+        plan = make_plan(program, region, signals, scope, sampling=sampling, workspace=runtime.ws)
         return Report.from_run(plan, runtime.run(plan))
     ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace or default_workspace())
     try:
+        plan = make_plan(program, region, signals, scope, sampling=sampling, workspace=ws)
         with Runtime(ws, devices=devices, progress=progress) as rt:
             return Report.from_run(plan, rt.run(plan))
     finally:

@@ -278,6 +278,14 @@ class Workspace:
                        (task.id, task.kind, task.op, task.program, error[-4000:],
                         json.dumps(task.to_dict(), sort_keys=True), time.time()))
 
+    def done_tasks(self, kind: str, op: str, program: str) -> list:
+        """Finished tasks of one kind/op on one program version (what the planner may reuse)."""
+        from .tasks import Task
+
+        rows = self._query("SELECT record FROM tasks WHERE status='done' AND kind=? AND op=? AND program=?",
+                           (kind, op, program))
+        return [Task.from_dict(json.loads(r[0])) for r in rows]
+
     def task_status(self, task_id: str) -> dict | None:
         rows = self._query("SELECT status, error, attempts, op, kind FROM tasks WHERE id=?", (_check_task_id(task_id),))
         return dict(zip(("status", "error", "attempts", "op", "kind"), rows[0])) if rows else None

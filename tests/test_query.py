@@ -99,3 +99,34 @@ def test_package_level_call_form(standins, tmp_path):
                          scope=Scope(iterations=(0, 2)), workspace=tmp_path / "ws", devices=[""])
     assert rep.value("latency", "main/epilogue", "count") == 2
     assert rep.value("latency", "main/epilogue", "mean") == 300.0
+
+
+def test_a_narrower_follow_up_reuses_a_covering_merged_run(standins, tmp_path):
+    pv = demo_program()
+    ws = Workspace(tmp_path / "ws")
+    broad = query(pv, "gemm", ["stall_reasons", "instruction_mix"], workspace=ws, devices=[""])
+    assert broad.execution["collect_runs"] == 2  # pcmap + one merged ncu run (two sections)
+    # alone, barrier_count would plan an ncu run with fewer sections (a different task id) ...
+    alone = make_plan(pv, "gemm", ["barrier_count"])
+    assert not set(alone.tasks) & {t["id"] for t in ws.tasks() if t["op"] == "ncu"}
+    # ... but against the workspace the merged run covers it: nothing is collected again
+    narrow = query(pv, "main/gemm/load", ["barrier_count"], workspace=ws, devices=[""])
+    assert narrow.execution["collect_runs"] == 0 and narrow.unanswered == []
+    assert narrow.value("barrier_count", "main/gemm/load", "BAR") == 300.0
+    assert any(r.get("reused") for r in narrow.runs)
+    # a run that perturbs timing never stands in for a timing-sensitive request
+    from argus_rt.planner import Request, covers
+    from argus_rt.recipes import get_recipe
+
+    ncu_run = next(t for t in ws.done_tasks("collect", "ncu", pv.variant_of("marker_only").id))
+    from argus_rt.recipes import Evidence
+
+    mix = get_recipe("instruction_mix").evidence[0]
+    assert covers(ncu_run, Request("instruction_mix", mix, ncu_run.program, (), Scope(), ncu_run.sampling))
+    touchy = Evidence("ncu", outputs=("pc_counters",), variant="marker_only", config={"sections": ["SourceCounters"]},
+                      effects=mix.effects, sensitive_to={"perturbs_timing"})
+    assert not covers(ncu_run, Request("t", touchy, ncu_run.program, (), Scope(), ncu_run.sampling))
+    wider = Evidence("ncu", outputs=("pc_counters",), variant="marker_only", effects=mix.effects,
+                     config={"sections": ["SourceCounters", "MemoryWorkloadAnalysis"]})
+    assert not covers(ncu_run, Request("t", wider, ncu_run.program, (), Scope(), ncu_run.sampling))
+    ws.close()

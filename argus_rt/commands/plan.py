@@ -20,6 +20,8 @@ def register(sub) -> None:
     p = sub.add_parser("plan", help="plan a region query and print its task DAG")
     add_query_arguments(p)
     p.add_argument("--format", choices=("text", "dot", "json"), default="text")
+    p.add_argument("--workspace", default=None,
+                   help="plan against this workspace: finished runs that cover a request are reused")
     p.add_argument("-o", "--output", default=None, help="write to this file instead of stdout")
     p.set_defaults(func=run)
 
@@ -28,7 +30,13 @@ def plan_from_args(args) -> Plan:
     from ..query import make_plan
     from ..scope import Scope
 
-    return make_plan(args.program, args.region, args.signals, Scope.parse(args.scope))
+    scope = Scope.parse(args.scope)
+    if getattr(args, "workspace", None):
+        from ..workspace import Workspace
+
+        with Workspace(args.workspace) as ws:
+            return make_plan(args.program, args.region, args.signals, scope, workspace=ws)
+    return make_plan(args.program, args.region, args.signals, scope)
 
 
 def run(args) -> int:
@@ -62,7 +70,8 @@ def to_text(plan: Plan) -> str:
     lines.append("")
     lines.append("collection runs (partitioned by effects):")
     for i, run in enumerate(plan.runs, 1):
-        lines.append(f"  run {i}: {run['collect']}  {' + '.join(run['requests'])}")
+        reused = "  (reused: an earlier run covers it)" if run.get("reused") else ""
+        lines.append(f"  run {i}: {run['collect']}  {' + '.join(run['requests'])}{reused}")
         for why in run["why_separate"]:
             lines.append(f"      {why}")
     for s, tid in plan.targets.items():
