@@ -78,3 +78,16 @@ def test_query_cuda_example(tmp_path):
     program = _cuda_example(tmp_path)
     report = _query(program, "example", tmp_path)
     _check_report(report, "example", ["example/stage_a", "example/stage_b"])
+
+
+@pytest.mark.gpu
+def test_query_triton_example(tmp_path):
+    """Stretch: the Triton TMA matmul. Instruction mix and barriers are attributed (its module's
+    run() checks C against the PyTorch reference first); latency is not implemented for Triton
+    and must come back unanswered with that reason, never guessed."""
+    report = _query(ROOT / "examples" / "triton", "tma_matmul", tmp_path)
+    assert [u["signal"] for u in report["unanswered"]] == ["latency"]
+    assert "not implemented" in report["unanswered"][0]["reason"]
+    mix = {(v["region"], v["metric"]): v["value"] for v in _values(report, "instruction_mix")}
+    assert mix[("tma_matmul/kloop/mma", "HGMMA")] > 0
+    assert mix.get(("tma_matmul/epilogue", "HGMMA"), 0) == 0

@@ -154,3 +154,16 @@ def test_source_file_attribution_needs_line_info():
     f = shared_helper_kernel()
     with pytest.raises(pcmap.PcMapError, match="no line info"):
         pcmap.attribute_by_source_file(f, {0x30: 1.0})
+
+
+def test_instructions_scheduled_between_marker_words():
+    """ptxas may put other instructions between the three words (seen in Triton kernels)."""
+    w = marker_immediates("begin", A)
+    e = marker_immediates("end", A)
+    lines = [f"/*0000*/ PMTRIG 0x{w[0]:04x} ;", f"/*0010*/ PMTRIG 0x{w[1]:04x} ;", "/*0020*/ ULDC.64 UR4, c[0x0][0x208] ;",
+             f"/*0030*/ PMTRIG 0x{w[2]:04x} ;", "/*0040*/ FFMA R0, R0, R0, R0 ;", f"/*0050*/ PMTRIG 0x{e[0]:04x} ;",
+             "/*0060*/ IMAD R1, R1, R1, R1 ;", f"/*0070*/ PMTRIG 0x{e[1]:04x} ;", f"/*0080*/ PMTRIG 0x{e[2]:04x} ;",
+             "/*0090*/ EXIT ;"]
+    own = pcmap.static_ownership(_fn(lines))
+    assert [own.local_stack[pc] for pc in (0x20, 0x40, 0x60, 0x90)] == [(A,), (A,), (A,), ()]
+    assert [(k, r) for _, k, r in own.markers] == [("begin", A), ("end", A)]

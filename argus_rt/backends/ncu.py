@@ -354,13 +354,15 @@ def program_argv(ctx) -> tuple[list[str], dict | None]:
     exe = ctx.inputs.get("executable")
     if exe:
         return [str(exe)], None
-    if getattr(ctx.program, "kind", None) == "cuda":
+    if getattr(ctx.program, "kind", None) in ("cuda", "triton"):
         from .trace import VARIANT_MODES, runner_argv, runner_env
 
         variant = ctx.program.variant if ctx.program.variant in VARIANT_MODES else "marker_only"
+        if ctx.program.kind == "triton":
+            variant = "marker_only"  # Triton markers are always the PMTRIG words
         return runner_argv(ctx.program, variant, Path(ctx.outdir)), runner_env()
     raise ValueError("no program to run: program.launch has no 'argv', no input named 'executable', "
-                     f"and kind {getattr(ctx.program, 'kind', None)!r} has no built-in runner (valid: cuda)")
+                     f"and kind {getattr(ctx.program, 'kind', None)!r} has no built-in runner (valid: cuda, triton)")
 
 
 register_backend(NcuAdapter())

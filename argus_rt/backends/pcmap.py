@@ -6,8 +6,8 @@ Method (``"sass_cfg+ncu"``), in two steps, each recorded per PC:
    ``PMTRIG`` words (:mod:`argus_rt.markers`). A forward data-flow pass over each code entry's CFG
    (the kernel body from PC 0, every ``__noinline__`` subroutine from its call target) carries the
    stack of open regions; a begin pushes, an end pops. Every block must be reached with one stack
-   (else the markers are unbalanced on some path: :class:`PcMapError` names the PC). Marker words
-   belong to the region they open or close.
+   (else the markers are unbalanced on some path: :class:`PcMapError` names the PC). Marker words,
+   and anything ptxas scheduled between them, belong to the region they open or close.
 2. **Dynamic weights.** Per-PC warp-level execution counts c(p) (Nsight Compute's "Instructions
    Executed" for the same build) give n(r, p) = c(p) for kernel-body PCs, whose owner is fixed.
    Code in a subroutine is shared by its callers (``call_site_split``): each caller context gets the
@@ -103,12 +103,16 @@ def _run_block(function: SassFunction, block, stack: Stack, entry: int, own: Sta
                 f"from entry 0x{entry:04x}; code shared between a kernel body and a subroutine is not supported"
             )
         if cur.is_marker_word and is_marker_tag(cur.marker_immediate):
-            words = ins[k:k + MARKER_WORDS]
-            if len(words) < MARKER_WORDS or not all(w.is_marker_word for w in words):
+            # ptxas may schedule other instructions between the three words (seen in Triton
+            # kernels, whose markers carry no memory clobber): take the next PMTRIGs of the block.
+            idx = [k] + [j for j in range(k + 1, len(ins)) if ins[j].is_marker_word][:MARKER_WORDS - 1]
+            if len(idx) < MARKER_WORDS:
                 raise PcMapError(
                     f"{function.name}: marker tag PMTRIG 0x{cur.marker_immediate:04x} at 0x{cur.pc:04x} is not "
                     f"followed by {MARKER_WORDS - 1} PMTRIG words in the same block"
                 )
+            words = [ins[j] for j in idx]
+            span = ins[k:idx[-1] + 1]  # the words and whatever ptxas put between them
             try:
                 marker = decode_marker([w.marker_immediate for w in words])
             except MarkerDecodeError as exc:
@@ -116,16 +120,16 @@ def _run_block(function: SassFunction, block, stack: Stack, entry: int, own: Sta
             own.markers.append((cur.pc, marker.kind, marker.region_id))
             if marker.kind == "begin":
                 stack = stack + (marker.region_id,)
-                _assign(own, words, entry, stack)
+                _assign(own, span, entry, stack)
             else:
                 if not stack or stack[-1] != marker.region_id:
                     raise PcMapError(
                         f"{function.name}: end of region 0x{marker.region_id:08x} at 0x{cur.pc:04x} but the "
                         f"innermost open region is {_fmt(stack)}"
                     )
-                _assign(own, words, entry, stack)
+                _assign(own, span, entry, stack)
                 stack = stack[:-1]
-            k += MARKER_WORDS
+            k = idx[-1] + 1
             continue
         _assign(own, [cur], entry, stack)
         k += 1
@@ -393,11 +397,13 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None) -> dict:
 
     from ..sass import disassemble, parse_sass, sass_arch, select_function
     from . import ncu
-    from .trace import CudaLaunch, build_variant, runner_argv, runner_env
+    from .trace import CudaLaunch, runner_argv, runner_env, variant_cubin
 
-    launch = CudaLaunch.from_program(program)
-    kernel = kernel or launch.kernel
-    cubin = build_variant(program, "marker_only")
+    if kernel is None:
+        kernel = program.launch.get("kernel") if program.kind == "triton" else CudaLaunch.from_program(program).kernel
+    if not kernel:
+        raise PcMapError(f"program {program.name!r}: no kernel named (launch['kernel'])")
+    cubin = variant_cubin(program, "marker_only")
     listing = disassemble(cubin)
     ncu.check_arch(sass_arch(listing), torch.cuda.get_device_capability())
     function = select_function(parse_sass(listing), kernel_key(kernel))
@@ -408,9 +414,13 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None) -> dict:
     pmap = build_pc_region_map(function, counts)
     lined = select_function(parse_sass(disassemble(cubin, tool="nvdisasm", line_info=True)), kernel_key(kernel))
     doc = pmap.to_evidence()
-    doc["source_file_attribution"] = {
-        name: attribute_by_source_file(lined, profile.metric(name))
-        for name in ("inst_executed", "barrier_inst_executed", "branch_inst_executed")}
+    if any(i.source for i in lined.instructions):
+        doc["source_file_attribution"] = {
+            name: attribute_by_source_file(lined, profile.metric(name))
+            for name in ("inst_executed", "barrier_inst_executed", "branch_inst_executed")}
+    else:
+        doc["source_file_attribution"] = {}
+        doc["notes"] = ["the cubin has no line info: no -lineinfo source-file view"]
     doc["provenance"] = {"cubin": cubin.name, "kernel_symbol": function.name, "ncu_csv": raw.name,
                          "weights": "ncu 'Instructions Executed' (warp-level) of the same cubin"}
     return doc

@@ -260,6 +260,87 @@ def run_once(program, variant: str, *, trace_config: dict | None = None, check: 
     return result
 
 
+# ---- Triton programs -------------------------------------------------------------------------
+# A Triton program's launch names a module (``"module": "tma_matmul.py"``) that provides
+# compile_reference(capability=...) -> CompiledKernel, make_inputs() -> {name: tensor} (fresh
+# random), run(compiled, inputs) -> output tensor (checked for unwritten elements), and
+# reference(**inputs) -> expected output (plain PyTorch). Its markers are always the PMTRIG words
+# (argus_rt.triton_regions), so the compiled kernel is its marker-only variant; region tracing of
+# Triton kernels is not implemented here.
+TRITON_PROTOCOL = ("compile_reference", "make_inputs", "run", "reference")
+TRITON_VARIANTS = ("base", "marker_only", "trace_free")
+
+
+def triton_module(program):
+    """The example module of a Triton program, checked for :data:`TRITON_PROTOCOL`."""
+    if program.kind != "triton":
+        raise ProgramRunError(f"program {program.name!r} is of kind {program.kind!r}, not 'triton'")
+    launch = program.launch
+    if not program.root or not launch.get("module"):
+        raise ProgramRunError(f"Triton program {program.name!r} needs a root and launch['module']")
+    root = Path(program.root).resolve()
+    path = (root / launch["module"]).resolve()
+    if root not in path.parents or not path.is_file():
+        raise ProgramRunError(f"Triton module {launch['module']!r} not found under {root}")
+    spec = importlib.util.spec_from_file_location(f"argus_triton_{program.name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    missing = [f for f in TRITON_PROTOCOL if not callable(getattr(mod, f, None))]
+    if missing:
+        raise ProgramRunError(f"{path.name} lacks {missing}; a Triton program module provides {', '.join(TRITON_PROTOCOL)}")
+    return mod
+
+
+def triton_compile(program, variant: str):
+    if variant not in TRITON_VARIANTS:
+        raise ProgramRunError(f"variant {variant!r} of a Triton program is not supported here; valid: "
+                              f"{', '.join(TRITON_VARIANTS)} (region tracing of Triton kernels is not implemented)")
+    mod = triton_module(program)
+    return mod, mod.compile_reference(capability=int(program.launch.get("capability", 90)))
+
+
+def triton_cubin(program, variant: str) -> Path:
+    """The cubin Triton builds for ``program`` (no GPU needed), saved under the build cache by content."""
+    import hashlib
+
+    from ..compiler.cuda import cache_dir
+    from ..fsutil import atomic_write_bytes
+
+    _, compiled = triton_compile(program, variant)
+    data = compiled.asm["cubin"]
+    path = cache_dir() / "triton" / hashlib.sha256(data).hexdigest()[:24] / f"{program.name}.cubin"
+    if not path.is_file():
+        atomic_write_bytes(path, data)
+    return path
+
+
+def variant_cubin(program, variant: str) -> Path:
+    """The cubin of ``variant`` for a CUDA or Triton program."""
+    if program.kind == "triton":
+        return triton_cubin(program, variant)
+    return build_variant(program, variant)
+
+
+def run_triton_once(program, variant: str, *, rtol: float | None = None) -> dict:
+    """Compile, launch once on fresh inputs, compare with the module's plain reference."""
+    import inspect
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise BackendUnavailableError(f"no CUDA GPU visible to torch {torch.__version__}")
+    mod, compiled = triton_compile(program, variant)
+    inputs = mod.make_inputs()
+    out = mod.run(compiled, inputs)
+    params = inspect.signature(mod.reference).parameters
+    want = mod.reference(**{k: v for k, v in inputs.items() if k in params})
+    rtol = float(program.launch.get("rtol", 1e-2)) if rtol is None else rtol
+    err = ((out.double() - want.double()).norm() / want.double().norm()).item()
+    if not err <= rtol:  # NaN fails too
+        raise ReferenceMismatchError(f"Triton output differs from the reference: relative error {err:.3g} > {rtol}")
+    return {"symbol": program.launch.get("kernel"), "max_rel_err": err}
+
+
 def intervals_document(intervals, trace, coord_kind: str | None = None) -> dict:
     """``argus.region_intervals/1`` from paired intervals (one row per occurrence)."""
     rows = intervals.rows
@@ -295,6 +376,10 @@ class TraceAdapter(BackendAdapter):
 
     def collect(self, ctx) -> dict[str, Path]:
         self.validate_config(ctx.config)
+        if ctx.program.kind != "cuda":
+            raise ProgramRunError(
+                f"region tracing of {ctx.program.kind} programs is not implemented in this adapter (Triton "
+                "markers compile to marker-only PMTRIG words, which record nothing): latency not measured")
         cfg = {"capacity": int(ctx.config.get("capacity", 256)), "clock": ctx.config.get("clock", "globaltimer")}
         res = run_once(ctx.program, "traced", trace_config=cfg)
         doc = intervals_document(res["intervals"], res["trace"], CudaLaunch.from_program(ctx.program).coord_kind)
@@ -332,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--variant", default="marker_only", choices=sorted(VARIANT_MODES))
     args = parser.parse_args(argv)
     program = ProgramVersion.from_dict(json.loads(Path(args.program).read_text()))
-    res = run_once(program, args.variant)
+    res = run_triton_once(program, args.variant) if program.kind == "triton" else run_once(program, args.variant)
     print(f"argus-run {program.name}:{args.variant} kernel={res['symbol']} max_rel_err={res['max_rel_err']}")
     return 0
 
