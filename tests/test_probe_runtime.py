@@ -69,3 +69,26 @@ def test_expander_and_transform_make_sixteen_linked_probes(discovery_outputs, pr
     desc = json.loads(Path(out["probe"]).read_text())
     assert desc["op_id"] == task.config["op_id"] and desc["iteration"] == 4
     assert Path(out["cubin"]).stat().st_size > 0 and "%argus_pbar" in Path(out["ttgir"]).read_text()
+
+
+def test_triton_probe_collect_adapter_is_registered(program):
+    import argus_rt.compiler.probes  # noqa: F401  (registers the adapter)
+    from argus_rt.backends.base import get_backend
+
+    adapter = get_backend("trace", "triton")
+    assert type(adapter).__name__ == "TritonProbeTrace" and adapter.outputs == ("op_events",)
+    # its effects are exactly what the planner declares for probe runs, so the worker accepts it
+    from argus_rt.planner import PROBE_EFFECTS
+
+    assert set(adapter.effects) <= set(PROBE_EFFECTS)
+    with pytest.raises(ValueError, match=r"forced-wait probes only.*region tracing of Triton kernels is not built"):
+        adapter.validate_config({})
+    adapter.validate_config({"probe": {"op_id": "0x1", "iteration": 0}})
+    ok, why = adapter.available()
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    assert ok == (has_gpu and torch.cuda.get_device_capability(0)[0] == 9) and (ok or why)

@@ -469,12 +469,58 @@ def forced_wait_probe_task(ctx) -> dict:
             "probe": ctx.outdir / "probe_descriptor.json"}
 
 
+def _triton_probe_adapter_class():
+    from ..backends.base import BackendAdapter, BackendUnavailableError
+
+    class TritonProbeTrace(BackendAdapter):
+        """Backend ``trace`` for Triton programs, probe variants only: runs the probe built by the
+        ``forced_wait_probe`` Transform (its ``ttgir`` output) and publishes ``argus.op_events/1``.
+        Region tracing of unprobed Triton programs is not built (markers are PMTRIG-only)."""
+
+        name = "trace"
+        effects = frozenset({"forces_completion", "changes_overlap", "perturbs_timing"})
+        outputs = ("op_events",)
+
+        def available(self) -> tuple[bool, str]:
+            try:
+                import torch
+            except ImportError:
+                return False, "torch is not installed"
+            if not torch.cuda.is_available():
+                return False, f"no CUDA GPU visible to torch {torch.__version__}"
+            if torch.cuda.get_device_capability(0)[0] != 9:
+                return False, f"TMA probes need a Hopper GPU, found {torch.cuda.get_device_name(0)}"
+            return True, ""
+
+        def validate_config(self, config: dict) -> None:
+            if "probe" not in config:
+                raise ValueError(f"trace for Triton programs runs forced-wait probes only (config key 'probe'); "
+                                 f"got config keys {sorted(config)}; region tracing of Triton kernels is not built")
+
+        def collect(self, ctx):
+            import json
+
+            ttgir = ctx.inputs.get("ttgir")
+            if ttgir is None:
+                raise BackendUnavailableError(f"probe run {ctx.task.id} has no 'ttgir' input from its Transform; "
+                                              f"inputs: {sorted(ctx.inputs)}")
+            doc = collect_triton_probe(ctx.program, Path(ttgir), ctx.outdir / "build",
+                                       repeats=int(ctx.sampling.get("repeats", 1)))["op_events"]
+            out = ctx.outdir / "op_events.json"
+            out.write_text(json.dumps(doc), encoding="utf-8")
+            return {"op_events": out}
+
+    return TritonProbeTrace
+
+
 def _register_handlers() -> None:
     try:
+        from ..backends.base import register_backend
         from ..runtime.handlers import register_transform
     except ImportError:
         return
     register_transform("forced_wait_probe", forced_wait_probe_task, kind="triton")
+    register_backend(_triton_probe_adapter_class()(), kind="triton", replace=True)
 
 
 _register_handlers()
