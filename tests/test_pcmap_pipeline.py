@@ -6,7 +6,6 @@ binary identity, map, -lineinfo view, evidence files), not numbers; tests/test_g
 check numbers on real ncu output.
 """
 import json
-import os
 import shutil
 import stat
 import sys
