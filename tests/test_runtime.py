@@ -235,3 +235,16 @@ def test_undeclared_backend_effects_are_refused(standins, ws):
         assert "EffectMismatchError" in err and "exclusive_profiler" in err
     finally:
         register_recipe(old, replace=True)
+
+
+def test_process_cpu_pool_runs_the_same_plan(standins, tmp_path):
+    plan = plan_query(demo_program(), "gemm", ["latency", "instruction_mix", "async_completion_latency"])
+    with Workspace(tmp_path / "a") as wa, Runtime(wa, devices=[""]) as rt:
+        threads = rt.run(plan)
+    with Workspace(tmp_path / "b") as wb, Runtime(wb, devices=[""], cpu_pool="process") as rt:
+        procs = rt.run(plan)
+    assert threads.ok and procs.ok, [r.error for r in procs.failed()]
+    for signal, tid in plan.targets.items():  # same facts, byte for byte
+        assert threads.outputs(tid)["facts"].sha256 == procs.outputs(tid)["facts"].sha256, signal
+    with pytest.raises(ValueError, match="unknown cpu_pool 'fibers'"):
+        Runtime(Workspace(tmp_path / "c"), cpu_pool="fibers")

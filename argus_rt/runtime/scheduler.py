@@ -20,13 +20,16 @@ import threading
 import time
 import traceback
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..program import ProgramVersion
 from ..tasks import Plan, Task
 from ..workspace import Workspace
+from .cpu_jobs import run_cpu_job
 from .handlers import HandlerError, TaskContext, get_handler, handler_module
 from .progress import Progress
 from .workers import DeviceWorker, detect_devices
@@ -78,11 +81,13 @@ class Runtime:
     """Executes plans against a workspace. Reuse one Runtime for many plans (workers stay warm).
 
     ``devices``: CUDA device indices for Collect workers (default: detected; ``[""]`` = one
-    worker without a GPU). ``cpu_workers``: threads for Transform/Synthesize/Control.
+    worker without a GPU). ``cpu_workers``: size of the Transform/Synthesize/Control pool, made of
+    threads (``cpu_pool="thread"``, default: cheapest dispatch) or spawned processes
+    (``cpu_pool="process"``: Python-heavy handlers use several cores).
     """
 
     def __init__(self, workspace: Workspace, *, devices: list[str] | None = None, cpu_workers: int = 2,
-                 progress: bool = False, extra_modules: tuple[str, ...] = ()) -> None:
+                 progress: bool = False, extra_modules: tuple[str, ...] = (), cpu_pool: str = "thread") -> None:
         self.ws = workspace
         self.devices = list(devices) if devices is not None else detect_devices()
         self.cpu_workers = cpu_workers
@@ -90,12 +95,20 @@ class Runtime:
         self.extra_modules = tuple(extra_modules)  # imported by workers before each job
         self._events: "queue.Queue" = queue.Queue()
         self._jobs: "queue.Queue" = queue.Queue()
-        self._pool = ThreadPoolExecutor(max_workers=cpu_workers, thread_name_prefix="argus-cpu")
+        if cpu_pool not in ("thread", "process"):
+            raise ValueError(f"unknown cpu_pool {cpu_pool!r}; valid: 'thread', 'process'")
+        self.cpu_pool = cpu_pool
+        self._pool = self._new_pool()
         self._janitor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="argus-janitor")
         self._workers: list[DeviceWorker] | None = None
         self._lock = threading.Lock()
 
     # ---- lifecycle ------------------------------------------------------------------------
+    def _new_pool(self):
+        if self.cpu_pool == "process":  # spawn: handlers may initialise CUDA-using libraries
+            return ProcessPoolExecutor(max_workers=self.cpu_workers, mp_context=mp.get_context("spawn"))
+        return ThreadPoolExecutor(max_workers=self.cpu_workers, thread_name_prefix="argus-cpu")
+
     @property
     def workers(self) -> list[DeviceWorker]:
         if self._workers is None:  # started on first collect: plans without one never spawn
@@ -221,9 +234,33 @@ class _Execution:
                    "inputs": {k: str(v) for k, v in inputs.items()}, "outdir": str(staging), "modules": modules}
             self.rt.workers  # start workers on first use
             self.rt._jobs.put(job)
+        elif self.rt.cpu_pool == "process":
+            self._submit_process(task, inputs, staging)
         else:
             self.rt._pool.submit(self._run_cpu, task, inputs, staging)
         self.bar.started(task)
+
+    def _submit_process(self, task: Task, inputs: dict[str, Path], staging: Path) -> None:
+        deps = {d: self.plan.tasks[d] for d in self.deps[task.id]}
+        pids = {task.program} | {t.program for t in deps.values()}
+        modules = [m for m in (handler_module(task.kind, task.op), *self.rt.extra_modules) if m]
+        job = {"task": task.to_dict(), "programs": {p: self.plan.programs[p] for p in pids if p in self.plan.programs},
+               "inputs": {k: str(v) for k, v in inputs.items()}, "outdir": str(staging),
+               "deps": {d: t.to_dict() for d, t in deps.items()}, "modules": modules}
+        events = self.rt._events
+
+        def done(fut, tid=task.id):
+            exc = fut.exception()
+            events.put((tid, fut.result() if exc is None else
+                        {"status": "killed", "error": f"CPU pool process failed: {type(exc).__name__}: {exc}"}))
+
+        try:
+            fut = self.rt._pool.submit(run_cpu_job, job)
+        except BrokenProcessPool:  # a pool process died earlier: start a fresh pool
+            self.rt._pool.shutdown(wait=False)
+            self.rt._pool = self.rt._new_pool()
+            fut = self.rt._pool.submit(run_cpu_job, job)
+        fut.add_done_callback(done)
 
     def _run_cpu(self, task: Task, inputs: dict[str, Path], staging: Path) -> None:
         try:
