@@ -39,6 +39,12 @@ def main(argv=None) -> int:
         data = json.loads(raw_path.read_text(encoding="utf-8"))
         rows, raws = data["rows"], data["raw"]
         lines = bench.summary_lines(rows)
+        clocks = [r.get("sm_clock_mhz_baselines") for r in raws]
+        lines.append("SM clock, NVML median while the contenders ran (MHz): "
+                     + " / ".join("unmeasured" if c is None else f"{c:.0f}" for c in clocks))
+        lines.append("standalone all-gather throughput (GB/s, bytes received per rank): "
+                     + " / ".join(f"{r['allgather_GBps']:.0f}" for r in raws)
+                     + "; standalone GEMM (TFLOP/s): " + " / ".join(f"{r['gemm_TFLOPs']:.0f}" for r in raws))
         out = os.environ.get("OUT")
         png = ROOT / "benchmarks" / "results" / "overlap_surface.png"
         try:

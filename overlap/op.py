@@ -79,6 +79,9 @@ class AllGatherMatmul:
         # Peer order rotates with the rank so no link is everybody's first target.
         self.peers = [(self.rank + i) % self.world for i in range(1, self.world)]
         self._comm_stream = None
+        #: how R = 0 stages the local shard into symmetric memory: "memcpy" (copy engine) or "kernel"
+        #: (an SM copy kernel); chosen by measurement (:meth:`choose_staging`), both exact.
+        self.staging = "memcpy"
         self._symm = None  # (handle, slot_elems, dtype) of the symmetric buffer, grown on demand
         self._calls = 0
 
@@ -166,6 +169,37 @@ class AllGatherMatmul:
             self._symm = (handle, elems, a_shard.dtype, buf)
         return self._symm[0], self._symm[1]
 
+    def _stage(self, dst, src):
+        if self.staging == "memcpy":
+            dst.copy_(src)
+        elif self.staging == "kernel":
+            torch.mul(src, 1, out=dst)  # x * 1 == x exactly (NaN, inf and -0 included); runs on SMs
+        else:
+            raise OverlapShapeError(f"staging must be 'memcpy' or 'kernel', got {self.staging!r}")
+
+    def choose_staging(self, a_shard, iters: int = 20) -> dict:
+        """Time both ways of staging ``a_shard`` into symmetric memory on this rank; keep the faster
+        by the slowest rank's time (every rank decides alike). Returns {method: ms}."""
+        handle, _ = self._symm_slots(a_shard)
+        dst = handle.get_buffer(self.rank, tuple(a_shard.shape), a_shard.dtype, storage_offset=0)
+        times = {}
+        for method in ("memcpy", "kernel"):
+            self.staging = method
+            for _ in range(3):
+                self._stage(dst, a_shard)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                self._stage(dst, a_shard)
+            end.record()
+            torch.cuda.synchronize()
+            t = torch.tensor([start.elapsed_time(end) / iters], dtype=torch.float64, device=a_shard.device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+            times[method] = float(t.item())
+        self.staging = min(times, key=times.get)
+        # The slot written here is read by nobody; the next call's barrier orders everything after it.
+        return times
+
     def _run_cuda(self, a_shard, b, cfg, bounds, out):
         m_shard, k = a_shard.shape
         compute = torch.cuda.current_stream()
@@ -176,7 +210,7 @@ class AllGatherMatmul:
             handle, slot_elems = self._symm_slots(a_shard)
             offset = (self._calls % 2) * slot_elems
             shape = (m_shard, k)
-            handle.get_buffer(self.rank, shape, a_shard.dtype, storage_offset=offset).copy_(a_shard)
+            self._stage(handle.get_buffer(self.rank, shape, a_shard.dtype, storage_offset=offset), a_shard)
             # After this barrier every peer's slot holds its shard, and (double buffering) every
             # peer has finished the previous call's pulls from the slot written next call.
             handle.barrier(channel=0, timeout_ms=int(self.timeout.total_seconds() * 1000))

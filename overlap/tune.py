@@ -24,7 +24,7 @@ from .measure import device_events_of_one_call, summarize_call, time_op_ms
 from .model import OverlapModel, ProfiledPoint, fit_model, rank_of
 
 DEFAULT_S = (1, 2, 4, 8)
-DEFAULT_R = (0, 8, 16, 32)
+DEFAULT_R = (0, 4, 8, 16, 32)
 DEFAULT_P = (1, 2, 4, 8)
 
 

@@ -19,3 +19,8 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 timeout "${BENCH_TIMEOUT:-330}" torchrun --nproc_per_node="${NPROC:-2}" benchmarks/overlap.py "$@" 2>&1 | tee "$OUT/bench.log"
 echo "bench exit: ${PIPESTATUS[0]}"
+if [ -n "${TUNE_SHAPE:-}" ]; then
+  # the tuner entry point on its own: profile, model, top-5 validation for one global shape M,K,N
+  timeout "${TUNE_TIMEOUT:-90}" torchrun --nproc_per_node="${NPROC:-2}" -m overlap.tune --shape "$TUNE_SHAPE" 2>&1 | tee "$OUT/tune.log"
+  echo "tune exit: ${PIPESTATUS[0]}"
+fi

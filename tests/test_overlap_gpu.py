@@ -56,6 +56,16 @@ def _worker(rank, world, port, q):
             res[cfg.key()] = (float((y.float() - serial.float()).norm() / serial.float().norm()), nan)
         from overlap.config import OverlapConfig
 
+        staging_ms = rt.choose_staging(a)
+        for method in ("memcpy", "kernel"):  # both ways of staging into symmetric memory are exact
+            rt.staging = method
+            for _ in range(2):
+                out = torch.full((world * m_shard, n), float("nan"), dtype=torch.bfloat16, device=dev)
+                y = rt(a, b, OverlapConfig(2, 0, 1), out=out)
+            torch.cuda.synchronize()
+            res["staging_" + method] = (float((y.float() - serial.float()).norm() / serial.float().norm()),
+                                        bool(torch.isnan(y).any()))
+        res["staging_ms"] = staging_ms
         for cfg in (OverlapConfig(4, 0, 1), OverlapConfig(4, 8, 2)):
             s = summarize_call(device_events_of_one_call(lambda: rt(a, b, cfg)), world, cfg.S, cfg.P, cfg.R)
             res["profile_" + cfg.key()] = (s["matched"], len(s["chunk_ms"]), len(s["gemm_ms"]))
@@ -90,8 +100,8 @@ def test_overlap_matches_serial_and_fp32_on_two_gpus():
         assert status == "ok", res
         print(rank, res)
         assert res["serial_vs_fp32"] < 1e-2  # bf16 output rounding
-        cfg_res = {k: v for k, v in res.items() if k.startswith("S")}
-        assert len(cfg_res) >= 10
+        cfg_res = {k: v for k, v in res.items() if k.startswith("S") or k.startswith("staging_") and k != "staging_ms"}
+        assert len(cfg_res) >= 12 and set(res["staging_ms"]) == {"memcpy", "kernel"}
         for key, (err, nan) in cfg_res.items():
             assert not nan, f"{key}: unwritten (NaN) output elements"
             assert err <= 1e-3, f"{key}: rel err {err:.2e} vs serial AG+GEMM"
