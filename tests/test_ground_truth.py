@@ -144,3 +144,39 @@ def test_saved_end_to_end_report_of_the_cuda_example():
     assert v[("instruction_mix", "example/stage_b", "FFMA")]["value"] == warps * 4 * 64
     assert v[("instruction_mix", "example/stage_b/inner", "FFMA")]["value"] == warps * 4 * 64
     assert v[("instruction_mix", "example/stage_b", "FFMA")]["ambiguity"]["entropy_nats"] > 0
+
+
+def _load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_plain_references_follow_the_kernels():
+    """The PyTorch references the GPU runner checks against, on a few elements, against a scalar loop
+    written from the CUDA sources."""
+    import torch
+
+    xs, ys = torch.tensor([0.3, -0.7]), torch.tensor([0.6, 0.95])
+    got = _load(GT / "reference.py", "gt_ref").expected(xs, ys, None, 5, 4, 3, 2)[2]
+    for i in range(2):
+        x, y = float(xs[i]), float(ys[i])
+        for c, n in ((0.5, 5), (0.25, 3 * 2), (0.75, 4), (0.125, 3), (0.25, 2)):
+            for _ in range(n):
+                x = x * y + c
+        assert float(got[i]) == pytest.approx(x, rel=1e-6)
+    inp = torch.tensor([0.2, -0.4])
+    out = _load(ROOT / "tests" / "fixtures" / "examples_cuda" / "reference.py", "nr_ref").expected(None, inp, 2, 2, 3)[0]
+    for i in range(2):
+        x, acc = float(inp[i]), 0.0
+        for _ in range(3):
+            x = x * 0.5 + 0.25
+        for _ in range(3):
+            acc = acc * 0.75 + x
+        for it in range(2):
+            for _ in range(3):
+                acc = acc * 0.75 + (x + it)
+            for _ in range(3):
+                acc = acc * 0.5 + 1.0
+        assert float(out[i]) == pytest.approx(acc, rel=1e-6)
