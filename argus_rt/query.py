@@ -40,7 +40,7 @@ def _program(program) -> ProgramVersion:
 
 
 def make_plan(program, region: str | None = None, signals=("latency",), scope=None, *,
-              sampling: dict | None = None, workspace=None) -> Plan:
+              sampling: dict | None = None, workspace=None, timeouts: dict | None = None) -> Plan:
     """Validate the query and plan it (no execution). With a :class:`Workspace`, finished runs that
     cover a request are reused instead of planned again."""
     if isinstance(signals, str):
@@ -53,23 +53,27 @@ def make_plan(program, region: str | None = None, signals=("latency",), scope=No
     existing = None
     if workspace is not None:
         existing = lambda backend, pid: workspace.done_tasks("collect", backend, pid)  # noqa: E731
-    return plan_query(_program(program), region, signals, scope, sampling=sampling, existing_runs=existing)
+    return plan_query(_program(program), region, signals, scope, sampling=sampling, existing_runs=existing,
+                      timeouts=timeouts)
 
 
 def query(program, region: str | None = None, signals=("latency",), scope=None, *, workspace=None,
           runtime=None, devices: list[str] | None = None, sampling: dict | None = None,
-          progress: bool = False) -> Report:
-    """Plan, run (reusing what the workspace has) and report. See the module docstring."""
+          progress: bool = False, timeouts: dict | None = None, cpu_pool: str = "thread") -> Report:
+    """Plan, run (reusing what the workspace has) and report. See the module docstring.
+
+    ``timeouts``: seconds per task kind (``{"collect": 900}``); ``cpu_pool``: ``"thread"`` or
+    ``"process"`` (see :class:`argus_rt.runtime.scheduler.Runtime`)."""
     from .runtime.scheduler import Runtime
     from .workspace import Workspace
 
     if runtime is not None:
-        plan = make_plan(program, region, signals, scope, sampling=sampling, workspace=runtime.ws)
+        plan = make_plan(program, region, signals, scope, sampling=sampling, workspace=runtime.ws, timeouts=timeouts)
         return Report.from_run(plan, runtime.run(plan))
     ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace or default_workspace())
     try:
-        plan = make_plan(program, region, signals, scope, sampling=sampling, workspace=ws)
-        with Runtime(ws, devices=devices, progress=progress) as rt:
+        plan = make_plan(program, region, signals, scope, sampling=sampling, workspace=ws, timeouts=timeouts)
+        with Runtime(ws, devices=devices, progress=progress, cpu_pool=cpu_pool) as rt:
             return Report.from_run(plan, rt.run(plan))
     finally:
         if ws is not workspace:

@@ -65,6 +65,10 @@ def test_plan_command_text_dot_json(tmp_path, capsys):
     assert "valid regions" in capsys.readouterr().err
     assert main(["plan", str(prog), "--scope", "colour=red"]) == 2
     assert "valid fields" in capsys.readouterr().err
+    assert main(["plan", str(prog), "--timeout", "collect=1.5", "--format", "json", "-o", str(out)]) == 0
+    assert {t["timeout_s"] for t in json.loads(out.read_text())["tasks"] if t["kind"] == "collect"} == {1.5}
+    assert main(["plan", str(prog), "--timeout", "compile=3"]) == 2
+    assert "KIND one of transform, collect, synthesize, control" in capsys.readouterr().err
 
 
 def test_query_and_workspace_commands(standins, tmp_path, capsys):

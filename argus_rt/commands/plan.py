@@ -14,6 +14,24 @@ def add_query_arguments(p) -> None:
     p.add_argument("--signals", default="latency", help="comma-separated signals, e.g. latency,instruction_mix")
     p.add_argument("--scope", nargs="*", default=[], metavar="FIELD=VALUE",
                    help="scope items: warp_role=producer iterations=2:4 sms=0-7 ctas=0,1 step=3 layer=0")
+    p.add_argument("--timeout", nargs="*", default=[], metavar="KIND=SECONDS",
+                   help="per-task timeouts by kind: transform, collect, synthesize, control (e.g. collect=900)")
+
+
+def parse_timeouts(items: list[str]) -> dict:
+    kinds = ("transform", "collect", "synthesize", "control")
+    out = {}
+    for item in items:
+        kind, sep, value = item.partition("=")
+        if not sep or kind not in kinds:
+            raise ValueError(f"bad timeout {item!r}: use KIND=SECONDS with KIND one of {', '.join(kinds)}")
+        try:
+            out[kind] = float(value)
+        except ValueError:
+            raise ValueError(f"bad timeout {item!r}: {value!r} is not a number of seconds") from None
+        if out[kind] <= 0:
+            raise ValueError(f"bad timeout {item!r}: seconds must be > 0")
+    return out
 
 
 def register(sub) -> None:
@@ -35,8 +53,9 @@ def plan_from_args(args) -> Plan:
         from ..workspace import Workspace
 
         with Workspace(args.workspace) as ws:
-            return make_plan(args.program, args.region, args.signals, scope, workspace=ws)
-    return make_plan(args.program, args.region, args.signals, scope)
+            return make_plan(args.program, args.region, args.signals, scope, workspace=ws,
+                             timeouts=parse_timeouts(args.timeout))
+    return make_plan(args.program, args.region, args.signals, scope, timeouts=parse_timeouts(args.timeout))
 
 
 def run(args) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .plan import add_query_arguments
+from .plan import add_query_arguments, parse_timeouts
 
 
 def register(sub) -> None:
@@ -15,6 +15,8 @@ def register(sub) -> None:
     p.add_argument("--json", dest="json_out", default=None, help="also write the JSON report to this file")
     p.add_argument("--markdown", default=None, help="also write a markdown report to this file")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--cpu-pool", choices=("thread", "process"), default="thread",
+                   help="run Transform/Synthesize/Control in threads (default) or spawned processes")
     p.set_defaults(func=run)
 
 
@@ -26,7 +28,8 @@ def run(args) -> int:
     try:
         report = query(args.program, args.region, args.signals, Scope.parse(args.scope),
                        workspace=args.workspace, progress=not args.no_progress and sys.stderr.isatty(),
-                       devices=args.devices.split(",") if args.devices else None)
+                       devices=args.devices.split(",") if args.devices is not None else None,
+                       timeouts=parse_timeouts(args.timeout), cpu_pool=args.cpu_pool)
     except (ValueError, KeyError) as exc:
         print(f"argus query: {exc}", file=sys.stderr)
         return 2
