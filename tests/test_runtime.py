@@ -248,3 +248,26 @@ def test_process_cpu_pool_runs_the_same_plan(standins, tmp_path):
         assert threads.outputs(tid)["facts"].sha256 == procs.outputs(tid)["facts"].sha256, signal
     with pytest.raises(ValueError, match="unknown cpu_pool 'fibers'"):
         Runtime(Workspace(tmp_path / "c"), cpu_pool="fibers")
+
+
+def test_late_answer_of_a_timed_out_attempt_is_never_committed(ws):
+    calls = []
+
+    @register_synthesis("standin_late")
+    def _late(ctx):
+        calls.append(ctx.outdir)
+        time.sleep(1.0 if len(calls) == 1 else 1.6)  # attempt 1 finishes while attempt 2 runs
+        return {"facts": ctx.write_json("facts", {"attempt": str(ctx.outdir)})}
+
+    register_recipe(Recipe("t_late", synthesis="standin_late", qualification="derived"), replace=True)
+    try:
+        with Runtime(ws, devices=[""]) as rt:
+            first = rt.run(plan_query(demo_program(), "gemm", ["t_late"], timeouts={"synthesize": 0.3}))
+            tid = next(iter(first.plan.targets.values()))
+            assert first.results[tid].status == "failed"
+            second = rt.run(plan_query(demo_program(), "gemm", ["t_late"], timeouts={"synthesize": 30}))
+        assert second.results[tid].status == "done"
+        committed = second.outputs(tid)["facts"].read_json()["attempt"]
+        assert committed == str(calls[1]) != str(calls[0])
+    finally:
+        unregister_recipe("t_late")

@@ -145,8 +145,10 @@ class Runtime:
         return self.run(previous.plan)
 
     def run(self, plan: Plan) -> RunResult:
+        """Execute ``plan`` (one run at a time per Runtime; the workers and pools are shared)."""
         plan = Plan.from_dict(plan.to_dict())  # our own copy: branches get added to it
-        return _Execution(self, plan).run()
+        with self._lock:
+            return _Execution(self, plan).run()
 
 
 class _Execution:
@@ -178,15 +180,18 @@ class _Execution:
         with Progress(enabled=self.rt.progress, total=len(self.plan.tasks)) as self.bar:
             self.ready = [tid for tid in self.plan.tasks if not self.deps[tid]]
             self._drain()
+            last_check = time.perf_counter()
             while self.running:
                 try:
                     tid, reply = self.rt._events.get(timeout=0.05)
                 except queue.Empty:
+                    tid, reply = None, None
+                # drop late answers of attempts that already timed out (maybe in an earlier run)
+                if tid in self.running and reply.get("attempt") == str(self.running[tid][1]):
+                    self._finish(tid, reply)
+                if time.perf_counter() - last_check > 0.05:  # even while events keep arriving
                     self._check_cpu_timeouts()
-                    continue
-                if tid not in self.running:
-                    continue  # a late answer of a CPU task that already timed out
-                self._finish(tid, reply)
+                    last_check = time.perf_counter()
                 self._drain()
         for tid, task in self.plan.tasks.items():  # never dispatched: a dependency did not finish
             if tid not in self.results:
@@ -249,10 +254,12 @@ class _Execution:
                "deps": {d: t.to_dict() for d, t in deps.items()}, "modules": modules}
         events = self.rt._events
 
-        def done(fut, tid=task.id):
+        def done(fut, tid=task.id, attempt=str(staging)):
             exc = fut.exception()
-            events.put((tid, fut.result() if exc is None else
-                        {"status": "killed", "error": f"CPU pool process failed: {type(exc).__name__}: {exc}"}))
+            reply = fut.result() if exc is None else \
+                {"status": "killed", "error": f"CPU pool process failed: {type(exc).__name__}: {exc}"}
+            reply["attempt"] = attempt
+            events.put((tid, reply))
 
         try:
             fut = self.rt._pool.submit(run_cpu_job, job)
@@ -273,6 +280,7 @@ class _Execution:
             reply = {"status": "ok", "files": {k: str(v) for k, v in files.items()}}
         except BaseException as exc:
             reply = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        reply["attempt"] = str(staging)
         self.rt._events.put((task.id, reply))
 
     def _check_cpu_timeouts(self) -> None:

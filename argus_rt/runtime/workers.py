@@ -159,6 +159,7 @@ class DeviceWorker:
                 self._kill_child()
                 reply = {"status": "killed", "error": f"worker failed: {type(exc).__name__}: {exc}"}
             self.current = None
+            reply["attempt"] = job["outdir"]  # lets the scheduler drop answers of abandoned attempts
             self.report(task_id, reply)
 
     def _run(self, job: dict) -> dict:
