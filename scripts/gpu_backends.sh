@@ -63,7 +63,25 @@ run_tests() {
     timeout 40 ncu --section SourceCounters --page source --print-source sass --csv --clock-control none \
         -k regex:ground_truth "$work/gt" > "$OUT/ncu_gt2_source_sass.csv" 2>&1
     echo "fixture capture rc=$?"
-    tail -5 "$OUT/pytest_gpu.txt"
+    # Short table last: per query, each region's mean latency (observed) and FFMA / BAR (attributed).
+    python3 - "$OUT" <<'PY'
+import glob, json, sys
+for path in sorted(glob.glob(sys.argv[1] + "/report_*.json")):
+    rep = json.load(open(path))
+    vals = {(v["signal"], v["region"], v["metric"]): v for v in rep["values"]}
+    regions = sorted({v["region"] for v in rep["values"] if v["region"] and not v["region"].startswith("<")})
+    print(f"\n{path.rsplit('/', 1)[-1]}  unanswered: {[u['signal'] for u in rep['unanswered']] or 'none'}")
+    print(f"{'region':34} {'mean latency':>14} {'FFMA':>12} {'BAR':>10} {'H(nats)':>8}")
+    for r in regions:
+        lat = vals.get(("latency", r, "mean"), {}).get("value")
+        ffma = vals.get(("instruction_mix", r, "FFMA"), {})
+        bar = vals.get(("barrier_count", r, "BAR"), {}).get("value")
+        h = (ffma.get("ambiguity") or {}).get("entropy_nats")
+        fmt = lambda x, f: "-" if x is None else format(x, f)
+        print(f"{r:34} {fmt(lat, '>12.0f') + ' ns' if lat is not None else '-':>14} {fmt(ffma.get('value'), '>12.0f'):>12} "
+              f"{fmt(bar, '>10.0f'):>10} {fmt(h, '>8.3f'):>8}")
+PY
+    tail -3 "$OUT/pytest_gpu.txt"
 }
 
 case "$mode" in
