@@ -271,3 +271,58 @@ def test_late_answer_of_a_timed_out_attempt_is_never_committed(ws):
         assert committed == str(calls[1]) != str(calls[0])
     finally:
         unregister_recipe("t_late")
+
+
+@register_synthesis("standin_dag")
+def _dag_node(ctx):
+    if ctx.config.get("fail"):
+        raise RuntimeError(f"node {ctx.config['n']} fails on purpose")
+    seen = sorted(json.loads(p.read_text())["n"] for _d, p in ctx.input_list("facts"))
+    return {"facts": ctx.write_json("facts", {"n": ctx.config["n"], "inputs": seen})}
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+
+@st.composite
+def random_dags(draw):
+    n = draw(st.integers(2, 14))
+    edges = [sorted(draw(st.sets(st.integers(0, i - 1), max_size=3))) if i else [] for i in range(n)]
+    fails = draw(st.sets(st.integers(0, n - 1), max_size=3))
+    return n, edges, fails
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(random_dags())
+def test_random_dags_fail_exactly_the_dependents_of_failures(tmp_path_factory, dag):
+    from argus_rt.tasks import Plan, Task
+
+    n, edges, fails = dag
+    pv = demo_program()
+    tasks: list[Task] = []
+    for i in range(n):
+        tasks.append(Task(kind="synthesize", op="standin_dag", program=pv.id, deps=tuple(tasks[j].id for j in edges[i]),
+                          config={"n": i, "fail": i in fails}, outputs=("facts",)))
+    plan = Plan(query={}, programs={pv.id: pv.to_dict()}, tasks={t.id: t for t in tasks}, targets={})
+    with Workspace(tmp_path_factory.mktemp("dag")) as w, Runtime(w, devices=[""]) as rt:
+        res = rt.run(plan)
+        again = rt.run(plan)
+    # reference: a node is done iff it does not fail and none of its ancestors fails
+    bad: set[int] = set()
+    reached_failures = 0
+    for i in range(n):
+        if any(j in bad for j in edges[i]):
+            bad.add(i)
+        elif i in fails:
+            bad.add(i)
+            reached_failures += 1
+    for i, t in enumerate(tasks):
+        status = res.results[t.id].status
+        if i in bad:
+            blocked = any(j in bad for j in edges[i])
+            assert status == ("blocked" if blocked else "failed")
+        else:
+            assert status == "done"
+            assert res.outputs(t.id)["facts"].read_json()["inputs"] == sorted(edges[i])
+    assert again.executed.get("synthesize", 0) == reached_failures  # only failing nodes are attempted again
+    assert again.count("reused") == n - len(bad)
