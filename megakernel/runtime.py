@@ -32,6 +32,10 @@ from .regions import coordinate, region_tree
 from .state import DecodeState
 
 CONFIG_CUH = Path(__file__).resolve().parent.parent / "csrc" / "megakernel" / "config.cuh"
+# Dynamic shared memory for weight staging: H200 allows 227 KiB per CTA, the static part is ~35 KiB.
+MAX_STAGE_BYTES = 190 * 1024
+# A stage that holds a 16-row down tile (16 x 5632 bf16) and a 16-feature gate/up tile (128 KiB).
+STAGE_DOWN16 = 16 * 5632 * 2
 
 
 class MegakernelError(RuntimeError):
@@ -91,7 +95,7 @@ class MegakernelDecoder:
 
     def __init__(self, weights: LlamaWeights, tiles: TileShape | None = None, workers: int | None = None,
                  prefetch_ahead: int = 0, timeout_s: float = 2.0, argus_mode: int = 0,
-                 sampling: SamplingParams | None = None, device: int = 0):
+                 sampling: SamplingParams | None = None, device: int = 0, stage_bytes: int = 0):
         from argus_rt.launch import CubinModule
 
         self.config = weights.config
@@ -110,12 +114,18 @@ class MegakernelDecoder:
         self.step_ns = torch.zeros(self.config.max_seq + 1, dtype=torch.int64, device=self.device)
         self.params = torch.zeros(PARAM_BYTES, dtype=torch.uint8, device=self.device)
         self.prefetch_ahead = prefetch_ahead
+        if stage_bytes < 0 or stage_bytes % 16 or stage_bytes > MAX_STAGE_BYTES:
+            raise ValueError(f"stage_bytes must be a multiple of 16 in [0, {MAX_STAGE_BYTES}] (0 = no shared-memory "
+                             f"staging of weight tiles), got {stage_bytes}")
+        self.stage_bytes = stage_bytes
         self.timeout_ns = int(timeout_s * 1e9)
         self.sampling = sampling or SamplingParams()
         self.n_forced = 1
         self.argus_mode = argus_mode
         self.build = build(argus_mode)
         self.module = CubinModule.load(self.build.cubin, device=device)
+        if stage_bytes:  # static (~35 KiB) + dynamic shared memory above 48 KiB needs the opt-in
+            self.module.set_max_dynamic_shared(KERNEL_NAME, stage_bytes)
         self.launch_info = self._plan_grid(workers)
         self.stuck = torch.full((self.launch_info.grid, len(STUCK_WORDS)), -1, dtype=torch.int32, device=self.device)
         self.trace_session = None
@@ -128,7 +138,8 @@ class MegakernelDecoder:
         drv = _driver()
         threads = kernel_limits()["THREADS"]
         sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-        per_sm = _check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.module.function(KERNEL_NAME), threads, 0),
+        per_sm = _check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.module.function(KERNEL_NAME), threads,
+                                                                         self.stage_bytes),
                         "cuOccupancyMaxActiveBlocksPerMultiprocessor")
         workers = sms - 1 if workers is None else workers
         if workers < 1:
@@ -171,7 +182,7 @@ class MegakernelDecoder:
             "n_kv_heads": c.n_kv_heads, "head_dim": c.head_dim, "vocab": c.vocab, "max_seq": c.max_seq,
             "attn_split": self.tiles.attn_split, "n_splits": self.tiles.n_splits(c), "n_forced": self.n_forced,
             "sample_counter": self.program.counters.index("sample"), "seed": self.sampling.seed & 0xFFFFFFFF,
-            "timeout_ns": self.timeout_ns, "prefetch_ahead": self.prefetch_ahead,
+            "timeout_ns": self.timeout_ns, "prefetch_ahead": self.prefetch_ahead, "stage_bytes": self.stage_bytes,
             "eps": c.eps, "temperature": self.sampling.temperature,
         }
 
@@ -190,7 +201,7 @@ class MegakernelDecoder:
         self.error.zero_()
         self.stuck.fill_(-1)
         self.module.launch(KERNEL_NAME, grid=self.launch_info.grid, block=self.launch_info.threads,
-                           args=[self.params], stream=stream, cooperative=True)
+                           args=[self.params], shared_mem=self.stage_bytes, stream=stream, cooperative=True)
 
     def check_error(self) -> None:
         """Raise MegakernelError if the last launch stopped itself (synchronises)."""

@@ -24,6 +24,9 @@ fi
 if [ "$what" != tests ]; then
   timeout 290 python3 benchmarks/decode.py "$@" 2>&1 | tee "$OUT/bench.log"
   [ "${PIPESTATUS[0]}" -ne 0 ] && status=1
+  for backend in megakernel cudagraph; do  # the user-facing CLI, end to end
+    timeout 60 python3 -m tinyllama.generate --backend $backend --tokens 64 2>&1 | tail -3 | tee -a "$OUT/bench.log"
+  done
 fi
 echo "== summary =="
 grep -E "passed|failed|error" "$OUT/gpu_tests.log" 2>/dev/null | tail -3

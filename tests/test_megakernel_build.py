@@ -37,6 +37,7 @@ def test_sass_has_16_byte_weight_loads_and_l2_bulk_prefetch(built):
     sass = _sass(built.cubin)
     assert re.search(r"LDG\.E\.NA\.128\.CONSTANT", sass), "GEMV weights must be 16-byte non-coherent loads"
     assert "UBLKPF.L2" in sass, "weight tiles are bulk-prefetched into L2 before the dependency wait"
+    assert "UBLKCP" in sass and "SYNCS.PHASECHK" in sass, "staged tiles: bulk copy into shared memory + mbarrier wait"
     markers = re.findall(r"PMTRIG (0x[0-9a-f]+)", sass)
     if built.argus_mode == 1:
         imms = [int(m, 16) for m in markers]

@@ -54,8 +54,13 @@ def _decoder(weights, **kw):
     return MegakernelDecoder(weights, **kw)
 
 
-def test_tiny_kernel_matches_interpreter_instruction_by_instruction(tiny):
-    dec = _decoder(tiny, tiles=TINY_TILES)
+# Weight tiles read from global memory (0) or staged into shared memory by bulk copies first.
+STAGES = pytest.mark.parametrize("stage", [0, 16 * 5632 * 2], ids=["global", "staged"])
+
+
+@STAGES
+def test_tiny_kernel_matches_interpreter_instruction_by_instruction(tiny, stage):
+    dec = _decoder(tiny, tiles=TINY_TILES, stage_bytes=stage)
     prompt = _prompt(tiny.config.vocab, 40, SEED)
     dec.set_prompt(prompt)
     for step in range(40):  # 3 attention splits by the end
@@ -66,11 +71,12 @@ def test_tiny_kernel_matches_interpreter_instruction_by_instruction(tiny):
         assert wrong is None, f"step {step}: first instruction that differs from the interpreter: {wrong}"
 
 
-def test_full_model_logits_64_steps_up_to_position_1024(full):
+@STAGES
+def test_full_model_logits_64_steps_up_to_position_1024(full, stage):
     c = full.config
     ref = _fp32_reference(full)
     prompt = _prompt(c.vocab, 1024, SEED + 2)
-    dec = _decoder(full)
+    dec = _decoder(full, stage_bytes=stage)
     dec.set_prompt(prompt)
     dec.run(0, 960)  # positions 0..959 in one launch (960 decode steps)
     with torch.no_grad():
@@ -132,10 +138,11 @@ def test_temperature_sampling_on_device(full):
     assert differs_from_greedy > 0
 
 
-def test_watchdog_turns_a_deadlock_into_an_error(tiny):
+@STAGES
+def test_watchdog_turns_a_deadlock_into_an_error(tiny, stage):
     from megakernel.runtime import MegakernelError
 
-    dec = _decoder(tiny, tiles=TINY_TILES, timeout_s=0.2)
+    dec = _decoder(tiny, tiles=TINY_TILES, timeout_s=0.2, stage_bytes=stage)
     prog = build_decode_program(tiny.config, TINY_TILES)
     idx = next(i for i, ins in enumerate(prog.instructions) if isinstance(ins, OProj) and ins.layer == 1)
     prog.instructions[idx] = dataclasses.replace(prog.instructions[idx], wait_count=prog.instructions[idx].wait_count + 1000)
@@ -154,13 +161,14 @@ def test_grid_must_be_coresident(tiny):
         _decoder(tiny, tiles=TINY_TILES, workers=100000)
 
 
-def test_profile_hook_traces_only_the_selected_steps(tiny):
+@STAGES
+def test_profile_hook_traces_only_the_selected_steps(tiny, stage):
     from argus_rt.trace import pair_intervals
     from megakernel.regions import REGION_LEAVES, region_tree, split_coordinate
 
     prompt = _prompt(tiny.config.vocab, 4, SEED + 5)
-    plain = _decoder(tiny, tiles=TINY_TILES).generate(prompt, n_new=20, chunk=8)
-    dec = _decoder(tiny, tiles=TINY_TILES, argus_mode=2)
+    plain = _decoder(tiny, tiles=TINY_TILES, stage_bytes=stage).generate(prompt, n_new=20, chunk=8)
+    dec = _decoder(tiny, tiles=TINY_TILES, argus_mode=2, stage_bytes=stage)
     traced = dec.generate(prompt, n_new=20, chunk=8, profile_steps=range(10, 12))
     assert traced == plain, "tracing changed the tokens"
     assert [r for r, _ in dec.traces] == [range(10, 12)]

@@ -18,6 +18,7 @@
 #include "sync.cuh"
 #include "gemv.cuh"
 #include "attention.cuh"
+#include "stage.cuh"
 
 namespace mk {
 
@@ -44,6 +45,9 @@ struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
   float scratch[2 * NWARPS];
   int ins[INSTR_WORDS];
   int argmax_idx[NWARPS];
+  unsigned long long stage_bar;  // mbarrier of the weight-staging copies
+  unsigned stage_phase;          // parity of the next staged tile
+  int staged;                    // this tile's weights are in stage_buffer
   unsigned ticket;
   unsigned next_ticket;
   int ok;
@@ -82,6 +86,16 @@ __device__ __forceinline__ void prefetch_tile(const char* ptr, unsigned bytes) {
     prefetch_l2(ptr + off, min(piece, bytes - off));
 }
 
+// GEMV of the current tile: from the stage buffer if its weights were staged, else from global.
+__device__ __forceinline__ void tile_gemv(Smem& s, const __nv_bfloat16* W, int K, int rows) {
+  if (s.staged) {
+    stage_wait(&s.stage_bar, s.stage_phase);
+    gemv_tile_staged(reinterpret_cast<const __nv_bfloat16*>(stage_buffer), K, rows, s.xs, s.out);
+  } else {
+    gemv_tile(W, K, rows, s.xs, s.out);
+  }
+}
+
 __device__ void op_embed(const Params& p, int step, bool* bad) {
   const int tok = __ldcg(p.tokens + step);  // written by the previous step's Sample on another CTA
   if (tok < 0 || tok >= p.vocab) {
@@ -108,7 +122,7 @@ __device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, 
   {
     MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
     const size_t base = (kind == HEAD_Q ? 0 : kind == HEAD_K ? D : D + KV) + (size_t)head * Dh;
-    gemv_tile(p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D, D, Dh, s.xs, s.out);
+    tile_gemv(s, p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D, D, Dh);
     __syncthreads();
   }
   MK_REGION(ARGUS_REGION_DECODE_KV_UPDATE, coord(step, layer));
@@ -140,7 +154,7 @@ __device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows
     load_attention_combined(p, layer, step, s.xs);
   }
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
-  gemv_tile(p.wo + ((size_t)layer * D + row0) * D, D, rows, s.xs, s.out);
+  tile_gemv(s, p.wo + ((size_t)layer * D + row0) * D, D, rows);
   __syncthreads();
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x_mid[(size_t)layer * D + row0 + r] = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
@@ -154,7 +168,7 @@ __device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, 
     rstd = load_rmsnorm(p.x_mid + (size_t)layer * D, p.ffn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch);
   }
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
-  gemv_tile(p.wgu + ((size_t)layer * 2 * p.ffn + 2 * (size_t)f0) * D, D, 2 * nf, s.xs, s.out);
+  tile_gemv(s, p.wgu + ((size_t)layer * 2 * p.ffn + 2 * (size_t)f0) * D, D, 2 * nf);
   __syncthreads();
   for (int f = threadIdx.x; f < nf; f += THREADS) {  // SiLU(gate) * up, fused into the GEMV tile
     const float g = s.out[f] * rstd, u = s.out[nf + f] * rstd;
@@ -166,7 +180,7 @@ __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows,
   const int D = (int)p.hidden, F = (int)p.ffn;
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
   load_vector(p.h + (size_t)layer * F, F, s.xs);
-  gemv_tile(p.wd + ((size_t)layer * D + row0) * F, F, rows, s.xs, s.out);
+  tile_gemv(s, p.wd + ((size_t)layer * D + row0) * F, F, rows);
   __syncthreads();
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x[(size_t)(layer + 1) * D + row0 + r] = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
@@ -180,7 +194,7 @@ __device__ void op_logits(const Params& p, Smem& s, int row0, int rows, int step
     rstd = load_rmsnorm(p.x + (size_t)L * D, p.final_norm, D, (float)p.eps, s.xs, s.scratch);
   }
   MK_REGION(ARGUS_REGION_DECODE_LOGITS, coord(step, L));
-  gemv_tile(p.lm_head + (size_t)row0 * D, D, rows, s.xs, s.out);
+  tile_gemv(s, p.lm_head + (size_t)row0 * D, D, rows);
   __syncthreads();
   for (int r = threadIdx.x; r < rows; r += THREADS) p.logits[row0 + r] = s.out[r] * rstd;
 }
@@ -249,7 +263,12 @@ __device__ __forceinline__ unsigned take_ticket(const Params& p, unsigned end) {
 
 __device__ void worker(const Params& p, Smem& s) {
   const unsigned n_instr = (unsigned)p.n_instr, end = (unsigned)p.ticket_end;
-  if (threadIdx.x == 0) s.ticket = take_ticket(p, end);
+  if (threadIdx.x == 0) {
+    s.ticket = take_ticket(p, end);
+    s.stage_phase = 0;
+    s.staged = 0;
+    if (p.stage_bytes > 0) stage_init(&s.stage_bar);
+  }
   __syncthreads();
   for (;;) {
     const unsigned t = s.ticket;
@@ -263,7 +282,10 @@ __device__ void worker(const Params& p, Smem& s) {
       const char* w;
       unsigned bytes;
       tile_weights(p, s.ins, &w, &bytes);
-      if (bytes) prefetch_tile(w, bytes);
+      const bool stage = bytes > 0 && bytes <= (unsigned long long)p.stage_bytes;
+      if (stage && threadIdx.x == 0) stage_issue(&s.stage_bar, w, bytes);  // into shared memory
+      if (bytes && !stage) prefetch_tile(w, bytes);                          // into L2
+      if (threadIdx.x == 0) s.staged = stage;
       const unsigned ahead = t + (unsigned)p.prefetch_ahead;
       if (p.prefetch_ahead > 0 && ahead < end) {
         int future[INSTR_WORDS];
@@ -293,7 +315,10 @@ __device__ void worker(const Params& p, Smem& s) {
     }
     __syncthreads();
     ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
-    if (!s.ok) break;
+    if (!s.ok) {
+      if (s.staged) stage_wait(&s.stage_bar, s.stage_phase);  // no copy may outlive the CTA
+      break;
+    }
     bool bad = false;
     switch (op) {
       case OP_EMBED: op_embed(p, step, &bad); break;
@@ -317,6 +342,7 @@ __device__ void worker(const Params& p, Smem& s) {
       __threadfence();
       red_release_add(p.counters + s.ins[W_SIGNAL], 1u);  // ... before the counter says so
       s.ticket = s.next_ticket;
+      if (s.staged) s.stage_phase ^= 1u;
     }
     __syncthreads();
   }
