@@ -166,7 +166,10 @@ def run_case(rt, m_shard, k, n, *, s_values=DEFAULT_S, p_values=DEFAULT_P, top=5
         raw["all_predicted_ms"] = {c.key(): p for c, p in result.ranking}
         measured_best = min(all_ms, key=all_ms.get)
         raw["measured_best"] = measured_best.key()
-        model_rank_of_best = rank_of(measured_best, result.ranking)
+        ranked = {c for c, _ in result.ranking}
+        # A config whose R could not be profiled is outside the model's ranking: say so, no rank.
+        model_rank_of_best = rank_of(measured_best, result.ranking) if measured_best in ranked else None
+        raw["unranked_configs"] = sorted(c.key() for c in cands if c not in ranked)
     row = {"world": world, "m_shard": m_shard, "k": k, "n": n, "serial_ms": t["serial"],
            "torch_fused_ms": fused_ms, "ours_ms": t["ours"], "ideal_ms": max(t["allgather"], t["gemm"]),
            "S": best.S, "R": best.R, "P": best.P, "model_rank_of_best": model_rank_of_best}

@@ -134,7 +134,11 @@ def summarize_call(events: list[dict], world: int, S: int, P: int, R: int) -> di
     per = max(world - 1, 1)
     if R == 0:
         copies = [e for e in events if classify(e) == "copy"]
-        pulls = copies[1:]  # the first copy moves the local shard into symmetric memory
+        # Peer pulls show as "Memcpy PtoP"; the local staging copy (absent when staged by a kernel)
+        # as "Memcpy DtoD". Without those names, the first copy is taken as the staging one.
+        pulls = [e for e in copies if "ptop" in e["name"].lower()]
+        if len(pulls) != S * per:
+            pulls = copies[1:] if len(copies) == S * per + 1 else copies
         units, n_units = pulls, S * per
     else:
         units, n_units = [e for e in events if classify(e) == "comm"], S
@@ -155,6 +159,7 @@ def summarize_call(events: list[dict], world: int, S: int, P: int, R: int) -> di
         "gemm_grids": [e["grid"] for e in gemms[:2]],
         "gemm_names": sorted({e["name"][:80] for e in gemms}),
         "comm_names": sorted({e["name"][:80] for e in events if classify(e) in ("comm", "copy")}),
+        "other_names": sorted({e["name"][:80] for e in events if classify(e) == "other"}),
         "matched": bool(chunks) and bool(gemms),
         "n_events": len(events),
     }

@@ -8,8 +8,13 @@ With equal stages and nothing before the first chunk this is the textbook pipeli
 Our schedule also multiplies the local shard first (it needs no communication), merges P chunks
 into one GEMM step and may start with a set-up phase (copy into symmetric memory + barrier on
 R = 0), so :func:`simulate_ms` plays the two streams event by event; with no local GEMM, no set-up,
-P = 1 and two ranks it reduces exactly to the closed form (tested). A fitted per-chunk overhead
-(launch and synchronisation costs the timelines do not show) is added: T_model = sim + o * S.
+P = 1 and two ranks it reduces exactly to the closed form (tested).
+
+Overheads the timelines do not show (launch gaps, event waits, the barrier's cross-rank wait) are
+calibrated against event timings: each profiled point (S, R, P = 1) is also timed, and its
+residual measured - sim is added to every P of that (S, R), so the model's own work is to predict
+how P (merging chunks into fewer, larger GEMM steps) moves the time. For an (S, R) that was not
+profiled, a per-chunk overhead o fitted over all points stands in: T_model = sim + o * S.
 
 Inputs come from :mod:`overlap.measure`: Kineto timelines of calls where both streams run, so
 t_comm(S, R) is a chunk measured while the GEMM competes for SMs and memory, not a standalone
@@ -82,7 +87,8 @@ class OverlapModel:
     points: dict = field(default_factory=dict)         # (S, R) -> ProfiledPoint
     link: dict = field(default_factory=dict)           # R -> (latency_ms, GB/s) fitted over S
     gemm_rows: dict = field(default_factory=dict)      # R -> {rows: ms per launch}
-    overhead_ms: float = 0.0                           # fitted per chunk
+    overhead_ms: float = 0.0                           # fitted per chunk (fallback)
+    residual: dict = field(default_factory=dict)       # (S, R) -> measured - simulated at P = 1 (ms)
 
     # -- inputs -------------------------------------------------------------------------------
     def chunk_bytes(self, S: int) -> int:
@@ -131,7 +137,8 @@ class OverlapModel:
 
     def predict(self, cfg: OverlapConfig) -> float:
         """Predicted end-to-end time of one call (ms)."""
-        return self.simulate(cfg) + self.overhead_ms * cfg.S
+        calib = self.residual.get((cfg.S, cfg.R))
+        return self.simulate(cfg) + (calib if calib is not None else self.overhead_ms * cfg.S)
 
     def rank(self, configs) -> list[tuple[OverlapConfig, float]]:
         """Configs sorted by predicted time, fastest first (ties: fewer chunks first)."""
@@ -142,6 +149,7 @@ class OverlapModel:
         return {
             "world": self.world, "m_shard": self.m_shard, "k": self.k, "n": self.n, "elem_bytes": self.elem_bytes,
             "overhead_ms": self.overhead_ms,
+            "residual": {f"S{s}_R{r}": v for (s, r), v in sorted(self.residual.items())},
             "link": {str(r): {"latency_ms": v[0], "GBps": v[1]} for r, v in sorted(self.link.items())},
             "gemm_rows": {str(r): {str(rows): ms for rows, ms in sorted(t.items())} for r, t in sorted(self.gemm_rows.items())},
             "points": [p.to_dict() for _, p in sorted(self.points.items())],
@@ -175,10 +183,12 @@ def fit_model(world: int, m_shard: int, k: int, n: int, elem_bytes: int, points:
     model.gemm_rows = {r: {rows: float(np.median(v)) for rows, v in t.items()} for r, t in model.gemm_rows.items()}
     for r in sorted({p.R for p in points}):
         model.link[r] = fit_link([p for p in points if p.R == r], lambda s: model.chunk_bytes(s) * (world - 1))
-    # Per-chunk overhead: least squares of (measured - simulated) against S, through the origin.
+    # Calibration per profiled (S, R), and the per-chunk overhead (least squares against S through
+    # the origin) for configurations outside the profiled grid.
     num = den = 0.0
     for p in points:
         resid = p.measured_ms - model.simulate(OverlapConfig(p.S, p.R, 1))
+        model.residual[(p.S, p.R)] = resid
         num += p.S * resid
         den += p.S * p.S
     model.overhead_ms = max(0.0, num / den) if den else 0.0
