@@ -90,8 +90,10 @@ def test_exact_counts_and_order(torch_cuda, modules):
     sess.arm()
     run(torch, modules[2])
     trace = sess.decode(known_ids=[r.id for r in TREE])
+    headers = trace.rings[["ring", "sm", "written", "claims"]].tolist()
     assert not trace.incomplete, trace.problems
     assert len(trace.rings) == CTAS * WARPS
+    assert {int(w) for w in trace.rings["written"]} == {len(expected_sequence(ITERS))}, headers
     want = expected_sequence(ITERS)
     for ring in trace.rings:
         ev = trace.ring_events(int(ring["ring"]))

@@ -34,6 +34,8 @@ CONSTANTS = {
     "ARGUS_MAX_SMS": layout.MAX_SMS,
     "ARGUS_SM_MASK_WORDS": layout.SM_MASK_WORDS,
     "ARGUS_MAX_WARPS_PER_CTA": layout.MAX_WARPS_PER_CTA,
+    "ARGUS_RING_WRITTEN_OFFSET": layout.RING_HEADER_DTYPE.fields["written"][1],
+    "ARGUS_RING_DROPPED_OFFSET": layout.RING_HEADER_DTYPE.fields["dropped"][1],
 }
 
 

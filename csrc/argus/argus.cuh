@@ -176,9 +176,20 @@ __device__ __forceinline__ argus_u32 warp_in_cta() {
   return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) >> 5;
 }
 
+/* Write a whole cursor with two 16-byte shared stores (explicit, like load_cursor). */
+__device__ __forceinline__ void store_cursor(argus_u32 addr, const WarpCursor& c) {
+  asm volatile(
+      "st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
+      "st.shared.v4.u32 [%0+16], {%5, %6, %7, %8};" ::"r"(addr),
+      "r"(c.grid), "r"(c.cta), "r"(c.count), "r"(c.cap_mask), "r"((argus_u32)c.ring), "r"((argus_u32)(c.ring >> 32)),
+      "r"(c.coord_begin), "r"(c.coord_end)
+      : "memory");
+}
+
 /* First marker of a warp in a CTA instance: apply the filters, find the ring, (re)start it.
- * Kept out of line: it runs once per warp per launch, so the inlined fast path stays small. */
-static __device__ __noinline__ WarpCursor claim_ring(WarpCursor* cur, argus_u32 grid, argus_u32 cta, argus_u32 warp) {
+ * Runs once per warp per launch. Inlined (no call ABI on this path); every access to the ring
+ * header is volatile, so a re-read never sees a stale L1 copy. */
+__device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 grid, argus_u32 cta, argus_u32 warp) {
   WarpCursor c;
   c.grid = grid;
   c.cta = cta;
@@ -204,12 +215,12 @@ static __device__ __noinline__ WarpCursor claim_ring(WarpCursor* cur, argus_u32 
       const argus_u64 stride = sizeof(ArgusRingHeader) + (argus_u64)capacity * sizeof(ArgusRecord);
       argus_u64 gaddr;
       asm("cvta.to.global.u64 %0, %1;" : "=l"(gaddr) : "l"(buffers + ring_index * stride));
-      ArgusRingHeader* hdr = (ArgusRingHeader*)(buffers + ring_index * stride);
+      volatile ArgusRingHeader* hdr = (volatile ArgusRingHeader*)(buffers + ring_index * stride);
       const argus_u32 seq = ctl->seq;
       argus_u32 count = 0;
       if (hdr->magic == ARGUS_RING_MAGIC && hdr->seq == seq) {
         count = hdr->written;  // a later launch under the same arm appends
-        hdr->claims += 1;
+        hdr->claims = hdr->claims + 1;
       } else {
         hdr->seq = seq;
         hdr->sm = sm;
@@ -227,7 +238,7 @@ static __device__ __noinline__ WarpCursor claim_ring(WarpCursor* cur, argus_u32 
       c.coord_end = ctl->coord_end;
     }
   }
-  *cur = c;
+  store_cursor(cur_addr, c);
   return c;
 }
 
@@ -241,7 +252,8 @@ __device__ __forceinline__ WarpCursor load_cursor(const WarpCursor* cur) {
       "ld.shared.v4.u32 {%4, %5, %6, %7}, [%8+16];"
       : "=r"(c.grid), "=r"(c.cta), "=r"(c.count), "=r"(c.cap_mask), "=r"(ring_lo), "=r"(ring_hi),
         "=r"(c.coord_begin), "=r"(c.coord_end)
-      : "r"(addr));
+      : "r"(addr)
+      : "memory");
   c.ring = ((argus_u64)ring_hi << 32) | ring_lo;
   return c;
 }
@@ -254,21 +266,22 @@ __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coo
   WarpCursor* cur = warp_cursors() + warp;
   const argus_u32 grid = grid_id_lo();
   const argus_u32 cta = cta_linear();
+  const argus_u32 cur_addr = shared_address(cur);
   WarpCursor c = load_cursor(cur);
-  if (c.grid != grid || c.cta != cta) c = claim_ring(cur, grid, cta, warp);
+  if (c.grid != grid || c.cta != cta) c = claim_ring(cur_addr, grid, cta, warp);
   if (c.ring == 0) return;
   if (coord != ARGUS_COORD_NONE && (coord < c.coord_begin || coord >= c.coord_end)) return;
   const argus_u64 t = (c.ring & 1ull) ? cycle_counter() : global_timer();
   const argus_u32 n = c.count;
-  asm volatile("st.shared.u32 [%0+8], %1;" ::"r"(shared_address(cur)), "r"(n + 1));
+  asm volatile("st.shared.u32 [%0+8], %1;" ::"r"(cur_addr), "r"(n + 1) : "memory");
   const argus_u64 hdr = c.ring & ~1ull;
   const argus_u64 rec = hdr + sizeof(ArgusRingHeader) + (argus_u64)(n & c.cap_mask) * sizeof(ArgusRecord);
   const argus_u64 stamp = (t & ARGUS_TIME_MASK) | ((argus_u64)kind << ARGUS_KIND_SHIFT);
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(rec), "r"(id), "r"(coord),
                "r"((argus_u32)stamp), "r"((argus_u32)(stamp >> 32)));
-  asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_OFFSETOF(ArgusRingHeader, written)), "r"(n + 1));
+  asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_RING_WRITTEN_OFFSET), "r"(n + 1));
   if (n > c.cap_mask) {
-    asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_OFFSETOF(ArgusRingHeader, dropped)), "r"(n - c.cap_mask));
+    asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_RING_DROPPED_OFFSET), "r"(n - c.cap_mask));
   }
 }
 
@@ -288,7 +301,7 @@ struct RegCursor {
     const argus_u32 grid = grid_id_lo();
     const argus_u32 cta = cta_linear();
     WarpCursor c = load_cursor(shared);
-    if (c.grid != grid || c.cta != cta) c = claim_ring(shared, grid, cta, warp);
+    if (c.grid != grid || c.cta != cta) c = claim_ring(shared_address(shared), grid, cta, warp);
     ring = c.ring;
     count = c.count;
     cap_mask = c.cap_mask;
@@ -296,7 +309,9 @@ struct RegCursor {
     coord_end = c.coord_end;
   }
   __device__ __forceinline__ ~RegCursor() {
-    if (ring != 0 && lane_id() == (argus_u32)(__ffs(__activemask()) - 1)) shared->count = count;
+    if (ring != 0 && lane_id() == (argus_u32)(__ffs(__activemask()) - 1)) {
+      asm volatile("st.shared.u32 [%0+8], %1;" ::"r"(shared_address(shared)), "r"(count) : "memory");
+    }
   }
 };
 
@@ -318,9 +333,9 @@ __device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u
   const argus_u64 stamp = (t & ARGUS_TIME_MASK) | ((argus_u64)kind << ARGUS_KIND_SHIFT);
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(rec), "r"(id), "r"(coord),
                "r"((argus_u32)stamp), "r"((argus_u32)(stamp >> 32)));
-  asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_OFFSETOF(ArgusRingHeader, written)), "r"(n + 1));
+  asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_RING_WRITTEN_OFFSET), "r"(n + 1));
   if (n > rc.cap_mask) {
-    asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_OFFSETOF(ArgusRingHeader, dropped)), "r"(n - rc.cap_mask));
+    asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_RING_DROPPED_OFFSET), "r"(n - rc.cap_mask));
   }
 }
 

@@ -80,15 +80,23 @@ struct ArgusCtl {
   argus_u32 sm_mask[ARGUS_SM_MASK_WORDS]; /* SM filter: bit s = trace warps running on SM s */
 };
 
-#define ARGUS_OFFSETOF(type, member) __builtin_offsetof(type, member)
+/* Byte offsets the device stores to directly (checked below wherever offsetof is available). */
+#define ARGUS_RING_WRITTEN_OFFSET 20
+#define ARGUS_RING_DROPPED_OFFSET 24
 
 static_assert(sizeof(argus_u32) == 4 && sizeof(argus_u64) == 8, "argus: unexpected integer sizes");
 static_assert(sizeof(ArgusRecord) == 16, "ArgusRecord must be one 16-byte store");
-static_assert(ARGUS_OFFSETOF(ArgusRecord, stamp) == 8, "ArgusRecord.stamp offset");
 static_assert(sizeof(ArgusRingHeader) == 32, "ArgusRingHeader is 32 bytes (keeps records 16-byte aligned)");
-static_assert(ARGUS_OFFSETOF(ArgusRingHeader, written) == 20, "ArgusRingHeader.written offset");
-static_assert(ARGUS_OFFSETOF(ArgusCtl, sm_mask) == 64, "ArgusCtl.sm_mask offset");
 static_assert(sizeof(ArgusCtl) == 64 + 4 * ARGUS_SM_MASK_WORDS, "ArgusCtl size");
 static_assert((ARGUS_MAX_SMS % 32) == 0, "SM mask is whole 32-bit words");
+
+/* NVRTC has no offsetof builtin; nvcc and host compilers check the offsets here. */
+#if !defined(__CUDACC_RTC__)
+#define ARGUS_OFFSETOF(type, member) __builtin_offsetof(type, member)
+static_assert(ARGUS_OFFSETOF(ArgusRecord, stamp) == 8, "ArgusRecord.stamp offset");
+static_assert(ARGUS_OFFSETOF(ArgusRingHeader, written) == ARGUS_RING_WRITTEN_OFFSET, "ArgusRingHeader.written offset");
+static_assert(ARGUS_OFFSETOF(ArgusRingHeader, dropped) == ARGUS_RING_DROPPED_OFFSET, "ArgusRingHeader.dropped offset");
+static_assert(ARGUS_OFFSETOF(ArgusCtl, sm_mask) == 64, "ArgusCtl.sm_mask offset");
+#endif
 
 #endif /* ARGUS_LAYOUT_H_ */
