@@ -148,9 +148,9 @@ def recipes() -> dict[str, Recipe]:
 
 # ---- built-in catalog -------------------------------------------------------------------------
 _PROFILER = frozenset({"replays_kernel", "exclusive_profiler", "perturbs_timing", "serialises_kernels"})
-# PC-keyed counters keep no per-SM/CTA/iteration coordinates; only the launch (step) is selectable,
-# and it is selected at collection time.
-_LAUNCH_SCOPE = frozenset({"step"})
+# PC-keyed counters keep no per-SM/CTA/iteration/launch coordinates and no adapter selects a launch
+# yet, so these signals take no scope (asking for one is a planning error, not a silent widening).
+_LAUNCH_SCOPE = frozenset()
 _NCU_COUNTERS = Evidence("ncu", outputs=("pc_counters",), variant="marker_only",
                          config={"sections": ["SourceCounters"]}, effects=_PROFILER)
 

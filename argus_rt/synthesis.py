@@ -322,6 +322,8 @@ def synth_system_timeline(ctx) -> dict:
     facts.cite(collects[0])
     doc = _load(ctx.input_of(collects[0].id, "system_timeline"), "argus.system_timeline/1")
     step = ctx.task.scope.get("step")
+    if step is not None and not any("step" in ev for ev in doc.get("events", [])):
+        raise ScopeError("system_timeline: scope step needs events tagged with their step; this timeline has none")
     groups: dict = defaultdict(list)
     for ev in doc.get("events", []):
         if step is not None and ev.get("step") != step:

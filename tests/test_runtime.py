@@ -326,3 +326,18 @@ def test_random_dags_fail_exactly_the_dependents_of_failures(tmp_path_factory, d
             assert res.outputs(t.id)["facts"].read_json()["inputs"] == sorted(edges[i])
     assert again.executed.get("synthesize", 0) == reached_failures  # only failing nodes are attempted again
     assert again.count("reused") == n - len(bad)
+
+
+def test_a_collection_scope_the_backend_cannot_apply_is_refused(standins, ws):
+    register_recipe(Recipe("t_sm_trace", synthesis="latency", qualification="observed", collect_filters={"sms"},
+                           evidence=(Evidence("trace", outputs=("region_intervals",), effects={"perturbs_timing"}),)),
+                    replace=True)
+    try:
+        plan = plan_query(demo_program(), "gemm", ["t_sm_trace"], Scope(sms=[0]))
+        assert [t.scope for t in plan.tasks.values() if t.kind == "collect"] == [{"sms": [0]}]
+        with Runtime(ws, devices=[""]) as rt:
+            res = rt.run(plan)
+        err = next(r.error for r in res.failed() if r.status == "failed")
+        assert "cannot restrict a collection to scope field(s) ['sms']; it applies: none" in err
+    finally:
+        unregister_recipe("t_sm_trace")

@@ -199,3 +199,29 @@ def test_async_join_is_by_op_and_iteration_not_timestamps(tmp_path):
     got = {(v["join"]["op_id"], v["join"]["iteration"]): (v["value"], v["join"]["reference_region_mean"])
            for v in facts["values"]}
     assert got == {("tma0", 0): (100.0, 11.0), ("tma0", 1): (101.0, 22.0)}
+
+
+def test_system_timeline_totals_and_step_selection(tmp_path):
+    pv = program()
+    rng = np.random.default_rng(3)
+    events = []
+    for step in range(3):
+        for k in range(5):
+            start = int(rng.integers(0, 10_000))
+            events.append({"name": f"k{k % 2}", "category": "kernel", "start_ns": start,
+                           "end_ns": start + int(rng.integers(1, 500)), "step": step})
+    collect = Task(kind="collect", op="systrace", program=pv.id, device="gpu")
+    doc = {"format": "argus.system_timeline/1", "events": events}
+    task = Task(kind="synthesize", op="system_timeline", program=pv.id, scope={"step": 1}, deps=(collect.id,))
+    facts = run_rule(tmp_path, "system_timeline", task, {collect: {"system_timeline": doc}}, {})
+    got = {v["metric"]: (v["value"], v["samples"]) for v in facts["values"]}
+    ref: dict = {}
+    for e in events:
+        if e["step"] == 1:
+            t, c = ref.get(f"kernel:{e['name']}", (0.0, 0))
+            ref[f"kernel:{e['name']}"] = (t + e["end_ns"] - e["start_ns"], c + 1)
+    assert got == ref
+    untagged = {"format": "argus.system_timeline/1", "events": [{k: v for k, v in e.items() if k != "step"}
+                                                                for e in events]}
+    with pytest.raises(ScopeError, match="needs events tagged with their step"):
+        run_rule(tmp_path, "system_timeline", task, {collect: {"system_timeline": untagged}}, {})

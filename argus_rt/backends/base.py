@@ -44,6 +44,8 @@ Rules an adapter keeps:
   task otherwise (:class:`EffectMismatchError`): a plan must never co-locate what the tool perturbs.
 * Raise :class:`BackendUnavailableError` (tool missing, wrong GPU) with the reason; it fails the
   task and its dependents only.
+* ``collect_filters``: the scope fields the adapter honours at collection time (``ctx.scope``);
+  the worker refuses a task that asks for others, so a scope is never silently ignored.
 * ``merge_configs`` says how several requests sharing one run combine (default:
   :func:`merge_configs`, union of lists, equal scalars).
 
@@ -159,6 +161,9 @@ class BackendAdapter:
     effects: frozenset = frozenset()
     outputs: tuple = ()
     needs_gpu: bool = True  # False: a CPU stand-in; it still runs in a device worker process
+    # Scope fields the adapter applies while collecting (e.g. {"step"} if it can select launches);
+    # a task whose collection scope names any other field is refused rather than silently widened.
+    collect_filters: frozenset = frozenset()
 
     def available(self) -> tuple[bool, str]:
         return True, ""

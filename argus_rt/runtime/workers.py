@@ -65,7 +65,8 @@ def _worker_main(conn, device: str) -> None:
 
 
 def _run_collect(job: dict) -> dict[str, str]:
-    from ..backends.base import CollectContext, EffectMismatchError, BackendUnavailableError, get_backend
+    from ..backends.base import (BackendError, BackendUnavailableError, CollectContext, EffectMismatchError,
+                                 get_backend)
     from ..program import ProgramVersion
     from ..scope import Scope
     from ..tasks import Task
@@ -79,6 +80,10 @@ def _run_collect(job: dict) -> dict[str, str]:
     if undeclared:
         raise EffectMismatchError(f"backend {task.op!r} has effects {sorted(undeclared)} that the plan did not "
                                   f"declare for run {task.id} (declared: {list(task.effects)})")
+    unsupported = set(task.scope) - set(adapter.collect_filters)
+    if unsupported:
+        raise BackendError(f"backend {task.op!r} cannot restrict a collection to scope field(s) {sorted(unsupported)}; "
+                           f"it applies: {', '.join(sorted(adapter.collect_filters)) or 'none'}")
     ok, why = adapter.available()
     if not ok:
         raise BackendUnavailableError(f"backend {task.op!r} cannot run here: {why}")
