@@ -7,7 +7,7 @@ regions); a parent region covers its whole subtree. ``signals`` are recipe names
 Unknown regions, signals and scope fields raise errors that list the valid ones.
 
 Results go to a workspace (``workspace=`` a path or :class:`Workspace`; default ``$ARGUS_WORKSPACE``
-or ``./.argus``) and are reused: asking the same question again runs no collection, and zooming
+or ``./.argus_workspace``) and are reused: asking the same question again runs no collection, and zooming
 into a child region reuses the parent query's runs.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .report import Report
 from .scope import Scope
 from .tasks import Plan
 
-DEFAULT_WORKSPACE = ".argus"
+DEFAULT_WORKSPACE = ".argus_workspace"  # listed in .gitignore
 
 
 def default_workspace() -> Path:

@@ -10,7 +10,8 @@ from .plan import add_query_arguments, parse_timeouts
 def register(sub) -> None:
     p = sub.add_parser("query", help="measure signals of a region and print a region report")
     add_query_arguments(p)
-    p.add_argument("--workspace", default=None, help="workspace directory (default $ARGUS_WORKSPACE or ./.argus)")
+    p.add_argument("--workspace", default=None,
+                   help="workspace directory (default $ARGUS_WORKSPACE or ./.argus_workspace)")
     p.add_argument("--devices", default=None, help="comma-separated CUDA device indices for collection workers")
     p.add_argument("--json", dest="json_out", default=None, help="also write the JSON report to this file")
     p.add_argument("--markdown", default=None, help="also write a markdown report to this file")

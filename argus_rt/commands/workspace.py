@@ -7,7 +7,7 @@ import sys
 
 def register(sub) -> None:
     p = sub.add_parser("workspace", help="inspect a workspace: stats, programs, tasks, fork, verify, clean")
-    p.add_argument("--workspace", default=None, help="directory (default $ARGUS_WORKSPACE or ./.argus)")
+    p.add_argument("--workspace", default=None, help="directory (default $ARGUS_WORKSPACE or ./.argus_workspace)")
     wsub = p.add_subparsers(dest="action", metavar="ACTION")
     wsub.add_parser("stats", help="counts and bytes")
     wsub.add_parser("programs", help="program versions and their bases")
