@@ -30,6 +30,7 @@ class TileShape:
     down_rows: int = 16  # Wd rows per Down tile
     logits_rows: int = 64  # LM-head rows per Logits tile
     attn_split: int = 256  # KV positions per AttnPartial tile
+    qkv_parts: int = 1  # QkvHead tiles per head (each head_dim / qkv_parts rows)
 
     def check(self, c: LlamaConfig) -> None:
         for name, value, total in (("o_rows", self.o_rows, c.hidden), ("gate_features", self.gate_features, c.ffn),
@@ -39,6 +40,9 @@ class TileShape:
                 raise DagError(f"TileShape.{name} must be a positive even int, got {value!r}")
             if name != "attn_split" and total % value:
                 raise DagError(f"TileShape.{name}={value} does not divide the model dimension {total}")
+        if not isinstance(self.qkv_parts, int) or self.qkv_parts < 1 or c.head_dim % (4 * self.qkv_parts):
+            raise DagError(f"TileShape.qkv_parts={self.qkv_parts!r} must be a positive int with head_dim "
+                           f"({c.head_dim}) divisible by 4 * qkv_parts (whole, even RoPE pair blocks)")
 
     def n_splits(self, c: LlamaConfig) -> int:
         """AttnPartial tiles per KV head (covers the whole KV-cache capacity)."""
@@ -96,7 +100,7 @@ def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) ->
     prog = Program(c, tiles)
     emit = prog.instructions.append
     n_splits = tiles.n_splits(c)
-    n_qkv = c.n_heads + 2 * c.n_kv_heads
+    n_qkv = (c.n_heads + 2 * c.n_kv_heads) * tiles.qkv_parts
 
     embed_ctr = prog.counter("embed")
     sample_ctr_index = None  # known after the loop; Embed waits on the previous step's Sample
@@ -107,7 +111,8 @@ def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) ->
         qkv = prog.counter(f"qkv[{layer}]")
         for kind, n in ((HEAD_Q, c.n_heads), (HEAD_K, c.n_kv_heads), (HEAD_V, c.n_kv_heads)):
             for head in range(n):
-                emit(QkvHead(layer, prev, prev_count, 0, qkv, kind, head))
+                for part in range(tiles.qkv_parts):
+                    emit(QkvHead(layer, prev, prev_count, 0, qkv, kind, head, part))
         attn = prog.counter(f"attn[{layer}]")
         for kv_head in range(c.n_kv_heads):
             for split in range(n_splits):

@@ -74,12 +74,17 @@ class Embed(Instruction):
 
 @dataclass(frozen=True)
 class QkvHead(Instruction):
-    """One head's rows of RMSNorm(x[layer]) @ Wqkv^T, then RoPE (q, k) and KV-cache append (k, v)."""
+    """Part ``part`` of one head's rows of RMSNorm(x[layer]) @ Wqkv^T, then RoPE (q, k) and KV append (k, v).
+
+    With P parts per head (TileShape.qkv_parts), a q/k part holds the RoPE pairs (d, d + Dh/2) for
+    d in [part * Dh/(2P), (part + 1) * Dh/(2P)): the packed weights order each head's rows that way.
+    """
 
     kind: int  # HEAD_Q, HEAD_K or HEAD_V
     head: int  # head index within its kind
+    part: int = 0
     OPCODE: ClassVar[int] = 2
-    ARGS: ClassVar[tuple[str, ...]] = ("kind", "head")
+    ARGS: ClassVar[tuple[str, ...]] = ("kind", "head", "part")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .instructions import (HEAD_K, HEAD_Q, AttnPartial, Down, Embed, GateUp, Instruction, Logits, OProj,
+from .instructions import (HEAD_K, HEAD_Q, HEAD_V, AttnPartial, Down, Embed, GateUp, Instruction, Logits, OProj,
                            QkvHead, Sample)
 from .state import DecodeState
 
@@ -105,21 +105,32 @@ class Interpreter:
         t = self.s.t
         t["x"][0] = t["embed"][int(t["tokens"][step])].float()
 
+    def _qkv_dims(self, ins: QkvHead) -> tuple[int, torch.Tensor]:
+        """(first packed Wqkv row, head dims written) of a QkvHead tile."""
+        c, P = self.c, self.tiles.qkv_parts
+        rows = c.head_dim // P
+        base = (0, c.hidden, c.hidden + c.kv_dim)[ins.kind] + ins.head * c.head_dim + ins.part * rows
+        if ins.kind == HEAD_V:
+            return base, torch.arange(ins.part * rows, (ins.part + 1) * rows)
+        h = rows // 2
+        first = torch.arange(ins.part * h, (ins.part + 1) * h)
+        return base, torch.cat([first, first + c.head_dim // 2])
+
     def _qkv(self, ins: QkvHead, step: int) -> None:
         t, c, L = self.s.t, self.c, ins.layer
-        base = (0, c.hidden, c.hidden + c.kv_dim)[ins.kind] + ins.head * c.head_dim
+        base, dims = self._qkv_dims(ins)
         xn = self._norm(t["x"][L], t["attn_norm"][L])
-        y = t["wqkv"][L, base: base + c.head_dim].float() @ xn  # [Dh]
+        y = t["wqkv"][L, base: base + len(dims)].float() @ xn  # [rows]
         if ins.kind in (HEAD_Q, HEAD_K):
-            half = c.head_dim // 2
-            cos, sin = t["rope_cos"][step], t["rope_sin"][step]
-            a, b = y[:half].clone(), y[half:].clone()
+            h = len(dims) // 2
+            cos, sin = t["rope_cos"][step, dims[:h]], t["rope_sin"][step, dims[:h]]
+            a, b = y[:h].clone(), y[h:].clone()
             y = torch.cat([a * cos - b * sin, b * cos + a * sin])
         if ins.kind == HEAD_Q:
-            t["q"][L, ins.head * c.head_dim: (ins.head + 1) * c.head_dim] = y
+            t["q"][L, ins.head * c.head_dim + dims] = y
         else:
             cache = t["k_cache"] if ins.kind == HEAD_K else t["v_cache"]
-            cache[L, ins.head, step] = y.to(torch.bfloat16)
+            cache[L, ins.head, step, dims] = y.to(torch.bfloat16)
 
     def _split_range(self, split: int, step: int) -> tuple[int, int]:
         lo = split * self.tiles.attn_split
@@ -188,9 +199,10 @@ def outputs_of(ins: Instruction, state: DecodeState, step: int) -> torch.Tensor:
     if isinstance(ins, Embed):
         return t["x"][0]
     if isinstance(ins, QkvHead):
+        _, dims = Interpreter(state)._qkv_dims(ins)
         if ins.kind == HEAD_Q:
-            return t["q"][ins.layer, ins.head * c.head_dim: (ins.head + 1) * c.head_dim]
-        return (t["k_cache"] if ins.kind == HEAD_K else t["v_cache"])[ins.layer, ins.head, step]
+            return t["q"][ins.layer, ins.head * c.head_dim + dims]
+        return (t["k_cache"] if ins.kind == HEAD_K else t["v_cache"])[ins.layer, ins.head, step, dims]
     if isinstance(ins, AttnPartial):
         lo = ins.split * state.program.tiles.attn_split
         heads = slice(ins.kv_head * c.group, (ins.kv_head + 1) * c.group)

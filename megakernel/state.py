@@ -29,6 +29,27 @@ def interleave_gate_up(w_gate: torch.Tensor, w_up: torch.Tensor, features: int) 
     return torch.cat([g, u], dim=1).reshape(2 * F, D)
 
 
+def qkv_row_order(head_dim: int, parts: int) -> list[int]:
+    """Row order of one q/k head in the packed Wqkv: part p's rows are its RoPE pairs
+    [p*h, (p+1)*h) then [Dh/2 + p*h, Dh/2 + (p+1)*h), h = Dh / (2 * parts); identity for 1 part."""
+    h, half = head_dim // (2 * parts), head_dim // 2
+    order = []
+    for p in range(parts):
+        order += list(range(p * h, (p + 1) * h)) + list(range(half + p * h, half + (p + 1) * h))
+    return order
+
+
+def pack_wqkv(wqkv: torch.Tensor, config, parts: int) -> torch.Tensor:
+    """Reorder the q and k heads' rows (qkv_row_order); v rows stay in place (no RoPE)."""
+    c = config
+    order = torch.tensor(qkv_row_order(c.head_dim, parts))
+    rows = []
+    for head in range(c.n_heads + c.n_kv_heads):  # q heads, then k heads
+        rows.append(head * c.head_dim + order)
+    rows.append(torch.arange((c.n_heads + c.n_kv_heads) * c.head_dim, wqkv.shape[0]))
+    return wqkv[torch.cat(rows).to(wqkv.device)]
+
+
 @dataclass
 class DecodeState:
     """All tensors one decode needs; ``t[name]`` for any of WEIGHT_NAMES and BUFFER_NAMES."""
@@ -47,7 +68,7 @@ class DecodeState:
 
         t = {
             "embed": bf(weights.embed),
-            "wqkv": bf(torch.stack([layer["wqkv"] for layer in weights.layers])),
+            "wqkv": bf(torch.stack([pack_wqkv(layer["wqkv"], c, tiles.qkv_parts) for layer in weights.layers])),
             "wo": bf(torch.stack([layer["wo"] for layer in weights.layers])),
             "wgu": bf(torch.stack([interleave_gate_up(layer["w_gate"], layer["w_up"], tiles.gate_features)
                                    for layer in weights.layers])),

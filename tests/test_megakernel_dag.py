@@ -30,6 +30,15 @@ def test_tinyllama_program_shape():
     assert prog.words().shape == (len(prog.instructions), 16)
 
 
+def test_qkv_parts_multiply_the_head_tiles():
+    c = get_config("tiny")
+    prog = build_decode_program(c, TileShape(attn_split=64, logits_rows=64, qkv_parts=2))
+    qkv = [(i.kind, i.head, i.part) for i in prog.instructions if isinstance(i, QkvHead) and i.layer == 0]
+    assert len(qkv) == len(set(qkv)) == 2 * (c.n_heads + 2 * c.n_kv_heads)
+    attn = next(i for i in prog.instructions if isinstance(i, AttnPartial))
+    assert attn.wait_count == len(qkv)
+
+
 def test_every_weight_row_is_covered_once():
     c = get_config("tiny")
     prog = build_decode_program(c, TileShape(o_rows=32, gate_features=32, down_rows=16, logits_rows=128, attn_split=64))
@@ -80,6 +89,7 @@ def test_check_rejects_forward_and_miscounted_waits():
 
 @pytest.mark.parametrize("field,value,msg", [
     ("o_rows", 24, "does not divide"), ("gate_features", 0, "positive even"), ("logits_rows", 3, "positive even"),
+    ("qkv_parts", 3, "qkv_parts=3 must be"), ("qkv_parts", 16, "divisible by 4 \\* qkv_parts"),
 ])
 def test_bad_tile_shapes(field, value, msg):
     with pytest.raises(DagError, match=msg):

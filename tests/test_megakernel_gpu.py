@@ -55,12 +55,18 @@ def _decoder(weights, **kw):
 
 
 # Weight tiles read from global memory (0) or staged into shared memory by bulk copies first.
-STAGES = pytest.mark.parametrize("stage", [0, 16 * 5632 * 2], ids=["global", "staged"])
+STAGE = 16 * 5632 * 2
+STAGES = pytest.mark.parametrize("stage", [0, STAGE], ids=["global", "staged"])
+# Kernel configurations checked end to end: (stage_bytes, tile shape).
+FULL_CONFIGS = pytest.mark.parametrize("stage,tiles", [
+    (0, TileShape()), (STAGE, TileShape()), (STAGE, TileShape(qkv_parts=2, logits_rows=32)),
+], ids=["global", "staged", "staged-qkv2-logits32"])
 
 
-@STAGES
-def test_tiny_kernel_matches_interpreter_instruction_by_instruction(tiny, stage):
-    dec = _decoder(tiny, tiles=TINY_TILES, stage_bytes=stage)
+@pytest.mark.parametrize("stage,parts", [(0, 1), (STAGE, 1), (0, 2), (STAGE, 4)],
+                         ids=["global", "staged", "global-qkv2", "staged-qkv4"])
+def test_tiny_kernel_matches_interpreter_instruction_by_instruction(tiny, stage, parts):
+    dec = _decoder(tiny, tiles=dataclasses.replace(TINY_TILES, qkv_parts=parts), stage_bytes=stage)
     prompt = _prompt(tiny.config.vocab, 40, SEED)
     dec.set_prompt(prompt)
     for step in range(40):  # 3 attention splits by the end
@@ -71,12 +77,12 @@ def test_tiny_kernel_matches_interpreter_instruction_by_instruction(tiny, stage)
         assert wrong is None, f"step {step}: first instruction that differs from the interpreter: {wrong}"
 
 
-@STAGES
-def test_full_model_logits_64_steps_up_to_position_1024(full, stage):
+@FULL_CONFIGS
+def test_full_model_logits_64_steps_up_to_position_1024(full, stage, tiles):
     c = full.config
     ref = _fp32_reference(full)
     prompt = _prompt(c.vocab, 1024, SEED + 2)
-    dec = _decoder(full, stage_bytes=stage)
+    dec = _decoder(full, stage_bytes=stage, tiles=tiles)
     dec.set_prompt(prompt)
     dec.run(0, 960)  # positions 0..959 in one launch (960 decode steps)
     with torch.no_grad():

@@ -1,4 +1,5 @@
 """Reference interpreter of the instruction stream vs the plain PyTorch model (tiny config, CPU)."""
+import dataclasses
 import math
 
 import numpy as np
@@ -9,7 +10,7 @@ from megakernel.dag import TileShape, build_decode_program
 from megakernel.instructions import NO_COUNTER, Down, GateUp
 from megakernel.interpreter import (Interpreter, InterpreterError, SamplingParams, gumbel_uniform, localise,
                                     relative_error)
-from megakernel.state import DecodeState
+from megakernel.state import DecodeState, pack_wqkv, qkv_row_order
 from tinyllama.config import get_config
 from tinyllama.model import Transformer
 from tinyllama.weights import random_weights
@@ -28,10 +29,11 @@ def _prompt(c, n, seed):
     return torch.randint(0, c.vocab, (n,), generator=g).tolist()
 
 
-def test_interpreter_matches_fp32_model_over_many_steps(tiny):
+@pytest.mark.parametrize("qkv_parts", [1, 2, 8])
+def test_interpreter_matches_fp32_model_over_many_steps(tiny, qkv_parts):
     c, w = tiny
     ref = Transformer(w, dtype=torch.float32)
-    prog = build_decode_program(c, TILES)
+    prog = build_decode_program(c, dataclasses.replace(TILES, qkv_parts=qkv_parts))
     state = DecodeState.create(prog, w)
     prompt = _prompt(c, 40, seed=11)
     state.set_prompt(prompt)
@@ -146,3 +148,16 @@ def test_localise_names_the_first_wrong_instruction(tiny):
 def test_relative_error_flags_nan():
     assert relative_error(torch.tensor([float("nan"), 1.0]), torch.ones(2)) == math.inf
     assert relative_error(torch.ones(3), torch.ones(3)) == 0.0
+
+
+def test_qkv_packing_puts_rope_pairs_in_one_part(tiny):
+    c, w = tiny
+    assert qkv_row_order(8, 1) == list(range(8))
+    assert qkv_row_order(8, 2) == [0, 1, 4, 5, 2, 3, 6, 7]  # part 0: pairs (0,4), (1,5); part 1: (2,6), (3,7)
+    packed = pack_wqkv(w.layers[0]["wqkv"], c, 2)
+    order = qkv_row_order(c.head_dim, 2)
+    head = 3
+    assert torch.equal(packed[head * c.head_dim: (head + 1) * c.head_dim],
+                       w.layers[0]["wqkv"][[head * c.head_dim + r for r in order]])
+    v0 = c.hidden + c.kv_dim
+    assert torch.equal(packed[v0:], w.layers[0]["wqkv"][v0:])  # v rows: no RoPE, not reordered

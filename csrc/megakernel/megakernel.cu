@@ -64,9 +64,10 @@ __device__ void tile_weights(const Params& p, const int* ins, const char** ptr, 
   size_t n = 0;
   switch (ins[W_OPCODE]) {
     case OP_QKV_HEAD: {
-      const size_t base = (ins[W_A0] == HEAD_Q ? 0 : ins[W_A0] == HEAD_K ? D : D + KV) + ins[W_A1] * Dh;
+      const size_t rows = Dh / p.qkv_parts;
+      const size_t base = (ins[W_A0] == HEAD_Q ? 0 : ins[W_A0] == HEAD_K ? D : D + KV) + ins[W_A1] * Dh + ins[W_A2] * rows;
       w = p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D;
-      n = Dh * D;
+      n = rows * D;
       break;
     }
     case OP_O_PROJ: w = p.wo + ((size_t)layer * D + ins[W_A0]) * D; n = (size_t)ins[W_A1] * D; break;
@@ -112,8 +113,11 @@ __device__ void op_embed(const Params& p, int step, bool* bad) {
   }
 }
 
-__device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, int step) {
+// Part `part` of a q/k/v head (TileShape.qkv_parts parts per head). A q/k part's packed weight rows
+// are its RoPE pairs: outputs [0, h) are dims part*h + j, outputs [h, 2h) dims Dh/2 + part*h + j.
+__device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, int part, int step) {
   const int D = (int)p.hidden, Dh = (int)p.head_dim, KV = (int)(p.n_kv_heads * p.head_dim), half = Dh / 2;
+  const int rows = Dh / (int)p.qkv_parts, h = rows / 2;
   float rstd;
   {
     MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
@@ -121,28 +125,31 @@ __device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, 
   }
   {
     MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
-    const size_t base = (kind == HEAD_Q ? 0 : kind == HEAD_K ? D : D + KV) + (size_t)head * Dh;
-    tile_gemv(s, p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D, D, Dh);
+    const size_t base = (kind == HEAD_Q ? 0 : kind == HEAD_K ? D : D + KV) + (size_t)head * Dh + (size_t)part * rows;
+    tile_gemv(s, p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D, D, rows);
     __syncthreads();
   }
   MK_REGION(ARGUS_REGION_DECODE_KV_UPDATE, coord(step, layer));
   const int t = threadIdx.x;
   if (kind == HEAD_V) {
-    if (t < Dh) p.v_cache[(((size_t)layer * p.n_kv_heads + head) * p.max_seq + step) * Dh + t] = __float2bfloat16(s.out[t] * rstd);
+    if (t < rows)
+      p.v_cache[(((size_t)layer * p.n_kv_heads + head) * p.max_seq + step) * Dh + part * rows + t] =
+          __float2bfloat16(s.out[t] * rstd);
     return;
   }
-  if (t < half) {  // RoPE, "rotate half" pairs (d, d + Dh/2) share the angle of position `step`
-    const float c = p.rope_cos[(size_t)step * half + t], sn = p.rope_sin[(size_t)step * half + t];
-    const float a = s.out[t] * rstd, b = s.out[t + half] * rstd;
+  if (t < h) {  // RoPE, "rotate half" pairs (d, d + Dh/2) share the angle of position `step`
+    const int d = part * h + t;
+    const float c = p.rope_cos[(size_t)step * half + d], sn = p.rope_sin[(size_t)step * half + d];
+    const float a = s.out[t] * rstd, b = s.out[h + t] * rstd;
     const float y0 = a * c - b * sn, y1 = b * c + a * sn;
     if (kind == HEAD_Q) {
       float* q = p.q + (size_t)layer * D + (size_t)head * Dh;
-      q[t] = y0;
-      q[t + half] = y1;
+      q[d] = y0;
+      q[d + half] = y1;
     } else {
       __nv_bfloat16* k = p.k_cache + (((size_t)layer * p.n_kv_heads + head) * p.max_seq + step) * Dh;
-      k[t] = __float2bfloat16(y0);
-      k[t + half] = __float2bfloat16(y1);
+      k[d] = __float2bfloat16(y0);
+      k[d + half] = __float2bfloat16(y1);
     }
   }
 }
@@ -294,6 +301,7 @@ __device__ void worker(const Params& p, Smem& s) {
         future[W_LAYER] = __ldg(src + W_LAYER);
         future[W_A0] = __ldg(src + W_A0);
         future[W_A1] = __ldg(src + W_A1);
+        future[W_A2] = __ldg(src + W_A2);
         tile_weights(p, future, &w, &bytes);
         if (bytes) prefetch_tile(w, bytes);
       }
@@ -322,7 +330,7 @@ __device__ void worker(const Params& p, Smem& s) {
     bool bad = false;
     switch (op) {
       case OP_EMBED: op_embed(p, step, &bad); break;
-      case OP_QKV_HEAD: op_qkv(p, s, layer, s.ins[W_A0], s.ins[W_A1], step); break;
+      case OP_QKV_HEAD: op_qkv(p, s, layer, s.ins[W_A0], s.ins[W_A1], s.ins[W_A2], step); break;
       case OP_ATTN_PARTIAL: {
         MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
         attention_partial(p, layer, s.ins[W_A0], s.ins[W_A1], step, s.xs);
