@@ -186,7 +186,11 @@ def synth_pc_region_map(ctx) -> dict:
     names = {r.id: r.name for r in ctx.program.regions}
     for rid, h in sorted(pmap.region_entropy().items(), key=lambda kv: str(kv[0])):
         facts.add(names.get(rid, f"0x{int(rid):08x}"), "entropy", h, method=pmap.method, unit="nats")
-    facts.extra = {"map": pmap.to_doc(), "map_program": src.program, "shared_pcs": len(pmap.shared_pcs())}
+    facts.extra = {"map": pmap.to_doc(), "map_program": src.program, "shared_pcs": len(pmap.shared_pcs()),
+                   # H(p) of every shared PC (all others are 0), with its owners' shares
+                   "pc_entropy": {str(pc): {"entropy_nats": pmap.entropy(pc),
+                                            "alpha": {names.get(r, str(r)): a for r, a in pmap.alpha(pc).items()}}
+                                  for pc in pmap.shared_pcs()}}
     return facts.write()
 
 

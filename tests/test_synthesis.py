@@ -126,6 +126,9 @@ def test_attributed_metric_matches_reference_and_refuses_foreign_maps(tmp_path):
     map_facts = run_rule(tmp_path, "pc_region_map", mapsyn,
                          {mapc: {"pc_region_counts": {"format": "argus.pc_region_counts/1", "method": "t",
                                                       "entries": owners}}}, {})
+    shared = map_facts["extra"]["pc_entropy"]
+    assert sorted(shared) == [pcs[i] for i in range(0, 12, 3)]  # exactly the PCs with several owners
+    assert all(v["entropy_nats"] > 0 and abs(sum(v["alpha"].values()) - 1) < 1e-12 for v in shared.values())
     ncu = Task(kind="collect", op="ncu", program=marker.id, device="gpu")
     cdoc = {"format": "argus.pc_counters/1", "pcs": pcs, "opcodes": ops, "metrics": {"inst_executed": counts.tolist()}}
     task = Task(kind="synthesize", op="attributed_metric", program=pv.id, region="main", deps=(ncu.id, mapsyn.id),
