@@ -1,6 +1,6 @@
 """Tuner: profile the (S, R) grid once each, fit the model, validate only its top few, pick (S*, R*, P*).
 
-    torchrun --nproc_per_node=N -m overlap.tune --shape M,K,N [--s 1,2,4,8] [--r 0,8,16,32] [--p 1,2,4,8]
+    torchrun --nproc_per_node=N -m overlap.tune --shape M,K,N [--s 1,2,4,8] [--r 0,4,8,16,32] [--p 1,2,4,8]
 
 M is the global row count of A (sharded by rows over the N ranks; must divide by N). Prints the
 model's ranking and the validated times on rank 0 and, with ``--out``, writes them as JSON.
