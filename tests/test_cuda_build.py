@@ -75,8 +75,12 @@ def test_missing_nvrtc_is_a_clear_error(monkeypatch):
     import sys
 
     # Hide cuda-python whether or not it is installed: the NVRTC backend must say what is missing.
+    # `from cuda.bindings import nvrtc` also finds an already-imported submodule as a package attribute.
     for name in ("cuda.bindings.nvrtc", "cuda.nvrtc"):
         monkeypatch.setitem(sys.modules, name, None)
+    for pkg in ("cuda.bindings", "cuda"):
+        if sys.modules.get(pkg) is not None:
+            monkeypatch.delattr(sys.modules[pkg], "nvrtc", raising=False)
     with pytest.raises(CompilerNotFoundError, match="cuda-python"):
         build(CudaBuildSpec("x", [SOURCES["nested_regions"]]), backend="nvrtc")
 
