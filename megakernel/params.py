@@ -31,7 +31,7 @@ PARAM_BYTES = 8 * len(PARAM_FIELDS)
 
 # Error slot written by the device (int32 words); decoded by megakernel.runtime.
 ERROR_WORDS = ("code", "ticket", "step", "index", "opcode", "layer", "counter", "expected", "observed", "block")
-ERROR_NONE, ERROR_DEADLOCK, ERROR_BAD_TOKEN, ERROR_BAD_OPCODE = 0, 1, 2, 3
+ERROR_NONE, ERROR_DEADLOCK, ERROR_BAD_TOKEN, ERROR_BAD_OPCODE, ERROR_STAGE_TIMEOUT = 0, 1, 2, 3, 4
 # Per-CTA row written by a waiter that gave up (megakernel.runtime reports the lowest ticket).
 STUCK_WORDS = ("ticket", "step", "index", "opcode", "layer", "counter", "expected", "observed")
 
@@ -46,7 +46,7 @@ def params_header() -> str:
     lines += [f"#define STUCK_{name.upper()} {i}" for i, name in enumerate(STUCK_WORDS)]
     lines += [f"#define STUCK_WORDS {len(STUCK_WORDS)}", f"#define ERROR_WORDS {len(ERROR_WORDS)}", f"#define ERROR_NONE {ERROR_NONE}",
               f"#define ERROR_DEADLOCK {ERROR_DEADLOCK}", f"#define ERROR_BAD_TOKEN {ERROR_BAD_TOKEN}",
-              f"#define ERROR_BAD_OPCODE {ERROR_BAD_OPCODE}"]
+              f"#define ERROR_BAD_OPCODE {ERROR_BAD_OPCODE}", f"#define ERROR_STAGE_TIMEOUT {ERROR_STAGE_TIMEOUT}"]
     return "\n".join(lines) + "\n"
 
 

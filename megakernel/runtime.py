@@ -26,8 +26,8 @@ from .build import KERNEL_NAME, build
 from .dag import Program, TileShape, build_decode_program
 from .instructions import WORDS, deserialize
 from .interpreter import SamplingParams
-from .params import (ERROR_BAD_OPCODE, ERROR_BAD_TOKEN, ERROR_DEADLOCK, ERROR_NONE, ERROR_WORDS, PARAM_BYTES,
-                     STUCK_WORDS, pack_params)
+from .params import (ERROR_BAD_OPCODE, ERROR_BAD_TOKEN, ERROR_DEADLOCK, ERROR_NONE, ERROR_STAGE_TIMEOUT, ERROR_WORDS,
+                     PARAM_BYTES, STUCK_WORDS, pack_params)
 from .regions import coordinate, region_tree
 from .state import DecodeState
 
@@ -229,6 +229,9 @@ class MegakernelDecoder:
         if err["code"] == ERROR_BAD_TOKEN:
             raise MegakernelError(f"step {err['step']}: token outside [0, {self.config.vocab}) at instruction {index} "
                                   f"{ins}; NaN logits in the previous step leave token -1")
+        if err["code"] == ERROR_STAGE_TIMEOUT:
+            raise MegakernelError(f"a weight-tile bulk copy into shared memory did not land within "
+                                  f"{self.timeout_ns / 1e9:g} s (CTA {err['block']}, stage_bytes={self.stage_bytes})")
         if err["code"] == ERROR_BAD_OPCODE:
             raise MegakernelError(f"step {err['step']}: unknown opcode {err['opcode']} at instruction {index}")
         raise MegakernelError(f"kernel error slot holds unknown code {err['code']}: {err}")

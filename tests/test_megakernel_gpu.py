@@ -54,18 +54,16 @@ def _decoder(weights, **kw):
     return MegakernelDecoder(weights, **kw)
 
 
-# Weight tiles read from global memory (0) or staged into shared memory by bulk copies first.
+# Weight tiles staged into shared memory by bulk copies (the optional path; tests at the end of this
+# file, so that a fault there cannot take the default path's tests down with it).
 STAGE = 16 * 5632 * 2
-STAGES = pytest.mark.parametrize("stage", [0, STAGE], ids=["global", "staged"])
-# Kernel configurations checked end to end: (stage_bytes, tile shape).
-FULL_CONFIGS = pytest.mark.parametrize("stage,tiles", [
-    (0, TileShape()), (STAGE, TileShape()), (STAGE, TileShape(qkv_parts=2, logits_rows=32)),
-], ids=["global", "staged", "staged-qkv2-logits32"])
 
 
-@pytest.mark.parametrize("stage,parts", [(0, 1), (STAGE, 1), (0, 2), (STAGE, 4)],
-                         ids=["global", "staged", "global-qkv2", "staged-qkv4"])
-def test_tiny_kernel_matches_interpreter_instruction_by_instruction(tiny, stage, parts):
+def test_tiny_kernel_matches_interpreter_instruction_by_instruction(tiny):
+    check_tiny_matches_interpreter(tiny, stage=0, parts=1)
+
+
+def check_tiny_matches_interpreter(tiny, stage, parts):
     dec = _decoder(tiny, tiles=dataclasses.replace(TINY_TILES, qkv_parts=parts), stage_bytes=stage)
     prompt = _prompt(tiny.config.vocab, 40, SEED)
     dec.set_prompt(prompt)
@@ -77,8 +75,11 @@ def test_tiny_kernel_matches_interpreter_instruction_by_instruction(tiny, stage,
         assert wrong is None, f"step {step}: first instruction that differs from the interpreter: {wrong}"
 
 
-@FULL_CONFIGS
-def test_full_model_logits_64_steps_up_to_position_1024(full, stage, tiles):
+def test_full_model_logits_64_steps_up_to_position_1024(full):
+    check_full_logits(full, stage=0, tiles=TileShape())
+
+
+def check_full_logits(full, stage, tiles):
     c = full.config
     ref = _fp32_reference(full)
     prompt = _prompt(c.vocab, 1024, SEED + 2)
@@ -144,8 +145,11 @@ def test_temperature_sampling_on_device(full):
     assert differs_from_greedy > 0
 
 
-@STAGES
-def test_watchdog_turns_a_deadlock_into_an_error(tiny, stage):
+def test_watchdog_turns_a_deadlock_into_an_error(tiny):
+    check_watchdog(tiny, stage=0)
+
+
+def check_watchdog(tiny, stage):
     from megakernel.runtime import MegakernelError
 
     dec = _decoder(tiny, tiles=TINY_TILES, timeout_s=0.2, stage_bytes=stage)
@@ -167,8 +171,11 @@ def test_grid_must_be_coresident(tiny):
         _decoder(tiny, tiles=TINY_TILES, workers=100000)
 
 
-@STAGES
-def test_profile_hook_traces_only_the_selected_steps(tiny, stage):
+def test_profile_hook_traces_only_the_selected_steps(tiny):
+    check_profile_hook(tiny, stage=0)
+
+
+def check_profile_hook(tiny, stage):
     from argus_rt.trace import pair_intervals
     from megakernel.regions import REGION_LEAVES, region_tree, split_coordinate
 
@@ -187,3 +194,22 @@ def test_profile_hook_traces_only_the_selected_steps(tiny, stage):
     assert steps == {10, 11}
     for rid in np.unique(iv.rows["region_id"]):  # %globaltimer ticks in 32 ns: only totals must be > 0
         assert iv.rows["duration"][iv.rows["region_id"] == rid].sum() > 0, tree[int(rid)].name
+
+
+# ---- optional paths: shared-memory staging of weight tiles, QKV heads in parts ------------------
+@pytest.mark.parametrize("stage,parts", [(STAGE, 1), (0, 2), (STAGE, 4)], ids=["staged", "qkv2", "staged-qkv4"])
+def test_staged_tiny_kernel_matches_interpreter(tiny, stage, parts):
+    check_tiny_matches_interpreter(tiny, stage, parts)
+
+
+@pytest.mark.parametrize("tiles", [TileShape(), TileShape(qkv_parts=2, logits_rows=32)], ids=["staged", "staged-all"])
+def test_staged_full_model_logits(full, tiles):
+    check_full_logits(full, STAGE, tiles)
+
+
+def test_staged_watchdog(tiny):
+    check_watchdog(tiny, STAGE)
+
+
+def test_staged_profile_hook(tiny):
+    check_profile_hook(tiny, STAGE)

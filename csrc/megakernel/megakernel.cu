@@ -88,9 +88,12 @@ __device__ __forceinline__ void prefetch_tile(const char* ptr, unsigned bytes) {
 }
 
 // GEMV of the current tile: from the stage buffer if its weights were staged, else from global.
-__device__ __forceinline__ void tile_gemv(Smem& s, const __nv_bfloat16* W, int K, int rows) {
+__device__ __forceinline__ void tile_gemv(const Params& p, Smem& s, const __nv_bfloat16* W, int K, int rows) {
   if (s.staged) {
-    stage_wait(&s.stage_bar, s.stage_phase);
+    if (!stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns)) {
+      if (threadIdx.x == 0) raise_error(p, ERROR_STAGE_TIMEOUT, -1, -1, -1, -1);
+      return;  // outputs are garbage, but the launch stops and the host raises
+    }
     gemv_tile_staged(reinterpret_cast<const __nv_bfloat16*>(stage_buffer), K, rows, s.xs, s.out);
   } else {
     gemv_tile(W, K, rows, s.xs, s.out);
@@ -126,7 +129,7 @@ __device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, 
   {
     MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
     const size_t base = (kind == HEAD_Q ? 0 : kind == HEAD_K ? D : D + KV) + (size_t)head * Dh + (size_t)part * rows;
-    tile_gemv(s, p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D, D, rows);
+    tile_gemv(p, s, p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D, D, rows);
     __syncthreads();
   }
   MK_REGION(ARGUS_REGION_DECODE_KV_UPDATE, coord(step, layer));
@@ -161,7 +164,7 @@ __device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows
     load_attention_combined(p, layer, step, s.xs);
   }
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
-  tile_gemv(s, p.wo + ((size_t)layer * D + row0) * D, D, rows);
+  tile_gemv(p, s, p.wo + ((size_t)layer * D + row0) * D, D, rows);
   __syncthreads();
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x_mid[(size_t)layer * D + row0 + r] = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
@@ -175,7 +178,7 @@ __device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, 
     rstd = load_rmsnorm(p.x_mid + (size_t)layer * D, p.ffn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch);
   }
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
-  tile_gemv(s, p.wgu + ((size_t)layer * 2 * p.ffn + 2 * (size_t)f0) * D, D, 2 * nf);
+  tile_gemv(p, s, p.wgu + ((size_t)layer * 2 * p.ffn + 2 * (size_t)f0) * D, D, 2 * nf);
   __syncthreads();
   for (int f = threadIdx.x; f < nf; f += THREADS) {  // SiLU(gate) * up, fused into the GEMV tile
     const float g = s.out[f] * rstd, u = s.out[nf + f] * rstd;
@@ -187,7 +190,7 @@ __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows,
   const int D = (int)p.hidden, F = (int)p.ffn;
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
   load_vector(p.h + (size_t)layer * F, F, s.xs);
-  tile_gemv(s, p.wd + ((size_t)layer * D + row0) * F, F, rows);
+  tile_gemv(p, s, p.wd + ((size_t)layer * D + row0) * F, F, rows);
   __syncthreads();
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x[(size_t)(layer + 1) * D + row0 + r] = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
@@ -201,7 +204,7 @@ __device__ void op_logits(const Params& p, Smem& s, int row0, int rows, int step
     rstd = load_rmsnorm(p.x + (size_t)L * D, p.final_norm, D, (float)p.eps, s.xs, s.scratch);
   }
   MK_REGION(ARGUS_REGION_DECODE_LOGITS, coord(step, L));
-  tile_gemv(s, p.lm_head + (size_t)row0 * D, D, rows);
+  tile_gemv(p, s, p.lm_head + (size_t)row0 * D, D, rows);
   __syncthreads();
   for (int r = threadIdx.x; r < rows; r += THREADS) p.logits[row0 + r] = s.out[r] * rstd;
 }
@@ -324,7 +327,7 @@ __device__ void worker(const Params& p, Smem& s) {
     __syncthreads();
     ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
     if (!s.ok) {
-      if (s.staged) stage_wait(&s.stage_bar, s.stage_phase);  // no copy may outlive the CTA
+      if (s.staged) stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);  // no copy outlives the CTA
       break;
     }
     bool bad = false;

@@ -33,12 +33,19 @@ __device__ __forceinline__ void stage_issue(unsigned long long* bar, const char*
 }
 
 // Every thread: wait until the copy of phase `phase` (0/1, alternating per staged tile) landed.
-__device__ __forceinline__ void stage_wait(unsigned long long* bar, unsigned phase) {
+// Bounded like every other wait: past `timeout_ns` it returns false (the caller reports an error).
+__device__ __forceinline__ bool stage_wait(unsigned long long* bar, unsigned phase, unsigned long long timeout_ns) {
   unsigned done = 0;
-  do {
+  unsigned long long start = 0;
+  for (unsigned spins = 0;; ++spins) {
     asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                  : "=r"(done) : "r"(smem_addr(bar)), "r"(phase) : "memory");
-  } while (!done);
+    if (done) return true;
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (spins == 0) start = now;
+    else if (now - start > timeout_ns) return false;
+  }
 }
 
 // gemv_tile with the weights already in shared memory (row r at W + r * K); 16-byte shared loads.
