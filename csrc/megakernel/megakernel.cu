@@ -90,7 +90,8 @@ __device__ __forceinline__ void prefetch_tile(const char* ptr, unsigned bytes) {
 // GEMV of the current tile: from the stage buffer if its weights were staged, else from global.
 __device__ __forceinline__ void tile_gemv(const Params& p, Smem& s, const __nv_bfloat16* W, int K, int rows) {
   if (s.staged) {
-    if (!stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns)) {
+    const bool landed = stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);
+    if (__syncthreads_or(!landed)) {  // every thread takes the same branch, even at the deadline's edge
       if (threadIdx.x == 0) raise_error(p, ERROR_STAGE_TIMEOUT, -1, -1, -1, -1);
       return;  // outputs are garbage, but the launch stops and the host raises
     }
