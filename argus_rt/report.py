@@ -130,12 +130,42 @@ class Report:
                  "", f"signals: {', '.join(q.get('signals', []))}; scope: {json.dumps(q.get('scope', {}))}", "",
                  "| " + " | ".join(self.HEADER) + " |", "|" + "---|" * len(self.HEADER)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in self.rows()]
+        lines += self.side_by_side_markdown()
         for u in self.unanswered:
             lines.append(f"\n**unmeasured** `{u['signal']}`: {u['reason']}")
         ex = self.execution
         lines.append(f"\n{ex.get('collect_runs', 0)} collection runs executed; tasks {ex.get('tasks', {})}; "
                      f"{ex.get('wall_s', 0)} s")
         return "\n".join(lines) + "\n"
+
+    def side_by_side(self) -> dict[str, tuple[dict, dict]]:
+        """Per signal with a -lineinfo view: ({region: attributed total}, {file: total}).
+
+        Region totals sum the signal's per-region values (all opcode families for instruction_mix);
+        both columns count the same executions, split by region identity vs by source file."""
+        out: dict[str, tuple[dict, dict]] = {}
+        for v in self.values:
+            join = v.get("join") or {}
+            if "source_file" in join:
+                out.setdefault(v["signal"], ({}, {}))[1][join["source_file"]] = v["value"]
+        for v in self.values:
+            if v["signal"] in out and v["region"] is not None and v["qualification"] == "attributed" \
+                    and not v["metric"].endswith("(inclusive)") and v["value"] is not None:
+                regions = out[v["signal"]][0]
+                regions[v["region"]] = regions.get(v["region"], 0.0) + v["value"]
+        return out
+
+    def side_by_side_markdown(self) -> list[str]:
+        lines = []
+        for signal, (regions, files) in sorted(self.side_by_side().items()):
+            lines += ["", f"**{signal}: regions (count-weighted through n(r,p)) vs plain source files (-lineinfo)**",
+                      "", "| region | value | source file | value |", "|---|---|---|---|"]
+            r_rows, f_rows = sorted(regions.items()), sorted(files.items())
+            for i in range(max(len(r_rows), len(f_rows))):
+                r = r_rows[i] if i < len(r_rows) else ("", None)
+                f = f_rows[i] if i < len(f_rows) else ("", None)
+                lines.append(f"| {r[0]} | {_fmt(r[1]) if r[0] else ''} | {f[0]} | {_fmt(f[1]) if f[0] else ''} |")
+        return lines
 
     def print(self, console=None) -> None:
         """A rich table on the terminal."""

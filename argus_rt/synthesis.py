@@ -187,6 +187,9 @@ def synth_pc_region_map(ctx) -> dict:
     for rid, h in sorted(pmap.region_entropy().items(), key=lambda kv: str(kv[0])):
         facts.add(names.get(rid, f"0x{int(rid):08x}"), "entropy", h, method=pmap.method, unit="nats")
     facts.extra = {"map": pmap.to_doc(), "map_program": src.program, "shared_pcs": len(pmap.shared_pcs()),
+                   # plain -lineinfo view of the mapping run's counts {metric: {file: count}} ({} = none)
+                   "source_file_attribution": doc.get("source_file_attribution") or {},
+                   "map_notes": list(doc.get("notes", [])),
                    # H(p) of every shared PC (all others are 0), with its owners' shares
                    "pc_entropy": {str(pc): {"entropy_nats": pmap.entropy(pc),
                                             "alpha": {names.get(r, str(r)): a for r, a in pmap.alpha(pc).items()}}
@@ -194,12 +197,46 @@ def synth_pc_region_map(ctx) -> dict:
     return facts.write()
 
 
-def _find_map(ctx) -> tuple[PcRegionMap, str, object]:
+def _find_map(ctx) -> tuple[PcRegionMap, str, object, dict]:
     maps = ctx.deps_with_op("pc_region_map")
     if len(maps) != 1:
         raise HandlerError(f"attribution needs one pc_region_map input, got {len(maps)}")
     doc = json.loads(ctx.input_of(maps[0].id, "facts").read_text(encoding="utf-8"))
-    return PcRegionMap.from_doc(doc["extra"]["map"]), doc["extra"]["map_program"], maps[0]
+    return PcRegionMap.from_doc(doc["extra"]["map"]), doc["extra"]["map_program"], maps[0], doc["extra"]
+
+
+def _source_file_metric(cfg: dict) -> tuple[str, str] | None:
+    """(per-PC metric whose -lineinfo view matches this attribution, label) or None when none does."""
+    if "metric_prefix" in cfg:
+        return None  # stall samples: the mapping run has no per-file view of them
+    if set(cfg.get("opcodes", [])) == {"BAR"}:
+        return "barrier_inst_executed", "BAR"
+    return "inst_executed", "all instructions" if cfg.get("group_by") == "opcode" else cfg.get("metric", "")
+
+
+def _add_source_file_view(facts: _Facts, cfg: dict, map_extra: dict) -> None:
+    """One value per source file: what plain -lineinfo attribution says next to the region values.
+
+    The file view comes from the mapping run's counts of the same binary (a separate Nsight Compute
+    run of the marker-only build); files have no region identity, so a shared helper's whole count
+    lands in its own file whichever region called it.
+    """
+    chosen = _source_file_metric(cfg)
+    view = map_extra.get("source_file_attribution") or {}
+    if chosen is None:
+        return
+    source_metric, label = chosen
+    if source_metric not in view:
+        why = "; ".join(map_extra.get("map_notes", [])) or (
+            f"the mapping run recorded no per-file {source_metric}" if view else "the map has no -lineinfo view")
+        facts.extra["source_file_view"] = {"metric": source_metric, "files": {}, "missing": why}
+        return
+    files = {str(f): float(v) for f, v in view[source_metric].items()}
+    for name, value in sorted(files.items()):
+        facts.add(None, f"{label} [file {name}]", value, method="source file (-lineinfo)",
+                  notes=[f"whole-kernel {source_metric} at PCs whose line info names {name} (mapping run); "
+                         "no region identity"], extra={"source_file": name, "source_metric": source_metric})
+    facts.extra["source_file_view"] = {"metric": source_metric, "label": label, "files": files}
 
 
 @register_synthesis("attributed_metric")
@@ -211,7 +248,7 @@ def synth_attributed_metric(ctx) -> dict:
     (every metric with that prefix, e.g. ``"stall:"``, one value each).
     """
     facts = _Facts(ctx)
-    pmap, map_program, map_task = _find_map(ctx)
+    pmap, map_program, map_task, map_extra = _find_map(ctx)
     counters = ctx.deps_with_op("ncu")
     if len(counters) != 1:
         raise HandlerError(f"attribution needs one PC-counter collection, got {len(counters)}")
@@ -268,6 +305,7 @@ def synth_attributed_metric(ctx) -> dict:
         other = sum(v for rid, v in lifted.items() if rid not in wanted and rid != UNMAPPED)
         facts.extra.setdefault("outside_subtree", {})[metric] = other
     facts.extra["regions_in_map"] = sorted(names.get(r, str(r)) for r in pmap.regions)
+    _add_source_file_view(facts, cfg, map_extra)
     return facts.write()
 
 

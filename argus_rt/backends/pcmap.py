@@ -387,6 +387,30 @@ def check_same_binary(function: SassFunction, ncu_function: SassFunction) -> Non
                          "the counts and the SASS must come from the same build")
 
 
+# Per-PC metrics that get a plain -lineinfo view next to the region view.
+SOURCE_FILE_METRICS = ("inst_executed", "barrier_inst_executed", "branch_inst_executed")
+
+
+def map_document(function: SassFunction, lined: SassFunction, profile) -> dict:
+    """The ``argus.pc_region_counts/1`` document of one profiled binary, without running anything.
+
+    ``function``: the marker-only build's SASS; ``lined``: the same binary from ``nvdisasm -g``
+    (line info); ``profile``: its Nsight Compute source page (``ncu.NcuProfile``). Weights are the
+    warp-level ``inst_executed`` counts. Adds ``source_file_attribution`` {metric: {file: count}}:
+    what plain ``-lineinfo`` attribution says for the same counts (the metrics the page has).
+    """
+    check_same_binary(function, lined)
+    pmap = build_pc_region_map(function, profile.metric("inst_executed"))
+    doc = pmap.to_evidence()
+    if any(i.source for i in lined.instructions):
+        doc["source_file_attribution"] = {name: attribute_by_source_file(lined, profile.metric(name))
+                                          for name in SOURCE_FILE_METRICS if name in profile.metrics}
+    else:
+        doc["source_file_attribution"] = {}
+        doc["notes"] = ["the cubin has no line info: no -lineinfo source-file view"]
+    return doc
+
+
 def mapping_run(program, outdir: Path, *, kernel: str | None = None) -> dict:
     """Build the marker-only variant, count per-PC executions with Nsight Compute, and map.
 
@@ -410,17 +434,8 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None) -> dict:
     raw, profiles = ncu.run_ncu(runner_argv(program, "marker_only", outdir), kernel, outdir=outdir, env=runner_env())
     profile = ncu.select_profile(profiles, kernel)
     check_same_binary(function, profile.function())
-    counts = profile.metric("inst_executed")
-    pmap = build_pc_region_map(function, counts)
     lined = select_function(parse_sass(disassemble(cubin, tool="nvdisasm", line_info=True)), kernel_key(kernel))
-    doc = pmap.to_evidence()
-    if any(i.source for i in lined.instructions):
-        doc["source_file_attribution"] = {
-            name: attribute_by_source_file(lined, profile.metric(name))
-            for name in ("inst_executed", "barrier_inst_executed", "branch_inst_executed")}
-    else:
-        doc["source_file_attribution"] = {}
-        doc["notes"] = ["the cubin has no line info: no -lineinfo source-file view"]
+    doc = map_document(function, lined, profile)
     doc["provenance"] = {"cubin": cubin.name, "kernel_symbol": function.name, "ncu_csv": raw.name,
                          "weights": "ncu 'Instructions Executed' (warp-level) of the same cubin"}
     return doc
