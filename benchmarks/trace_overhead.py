@@ -8,6 +8,7 @@ indexed load followed by 4 dependent FMAs (memory). Variants, built from the sam
   marker_only  ARGUS_MODE=1 (PMTRIG footprint)
   traced       ARGUS_MODE=2, default shared-memory ring cursor, every warp recording
   traced_reg   ARGUS_MODE=2 with ARGUS_WARP_STATE() (register cursor), every warp recording
+  *_clock64    the two trace builds armed with the clock64 clock instead of %globaltimer
 Every variant's output is checked against a NumPy reference on fresh random inputs before timing,
 and each traced variant's rings are decoded and checked (128 records and 64 occurrences per warp).
 Time per launch: CUDA events around each launch, median over many launches, variants interleaved.
@@ -39,7 +40,17 @@ VARIANTS = {
     "traced": (2, {}),
     "traced_reg": (2, {"REFEXEC_WARP_STATE": "1"}),
 }
-TRACED = ("traced", "traced_reg")
+TRACED = ("traced", "traced_reg")  # built variants that record
+# Timed runs: name -> (built variant, clock armed for it; None = not traced). The clock64 runs reuse the
+# trace builds (the clock is a run-time choice) and tell how much of the cost is the %globaltimer read.
+RUNS = {
+    "trace_free": ("trace_free", None),
+    "marker_only": ("marker_only", None),
+    "traced": ("traced", "globaltimer"),
+    "traced_reg": ("traced_reg", "globaltimer"),
+    "traced_clock64": ("traced", "clock64"),
+    "traced_reg_clock64": ("traced_reg", "clock64"),
+}
 # Published Argus figures for the same configuration: (trace-free us, overhead us, overhead %).
 PUBLISHED = {
     ("compute", 8): (21.8, 2.29, 10.5),
@@ -107,18 +118,18 @@ def reference(kind, inp, inner) -> np.ndarray | None:
 def check_outputs(torch, mods, sessions, kind, inp, inner) -> tuple[str, list[str]]:
     """Outputs must match the reference (else AssertionError); trace defects are returned as text."""
     outs, trace_problems = {}, []
-    for name, mod in mods.items():
+    for name, (built, clock) in RUNS.items():
         out = torch.full((CTAS * THREADS,), float("nan"), device="cuda")
-        if name in TRACED:
-            sessions[(name, kind)].arm()
+        if clock is not None:
+            sessions[(built, kind)].arm(clock=clock)
         fn, args = launch_args(kind, out, inp, inner)
-        mod.launch(fn, grid=CTAS, block=THREADS, args=args)
+        mods[built].launch(fn, grid=CTAS, block=THREADS, args=args)
         torch.cuda.synchronize()
         outs[name] = out.cpu().numpy()
         assert np.isfinite(outs[name]).all(), f"{name}/{kind}/{inner}: unwritten or non-finite outputs"
-        if name in TRACED:
+        if clock is not None:
             try:
-                check_trace(sessions[(name, kind)], name, kind, inner)
+                check_trace(sessions[(built, kind)], name, kind, inner)
             except AssertionError as exc:
                 trace_problems.append(f"{name}: {exc}")
     ref = reference(kind, inp, inner)
@@ -150,14 +161,15 @@ def check_trace(sess, name, kind, inner) -> None:
 def time_variants(torch, mods, sessions, kind, inp, inner, reps) -> dict[str, float]:
     out = torch.empty(CTAS * THREADS, device="cuda")
     fn, args = launch_args(kind, out, inp, inner)
-    events = {name: [] for name in mods}
+    events = {name: [] for name in RUNS}
     for r in range(reps + 3):
-        for name in (list(mods) if r % 2 == 0 else list(mods)[::-1]):  # interleave, alternate order
-            if name in TRACED:
-                sessions[(name, kind)].arm()
+        for name in (list(RUNS) if r % 2 == 0 else list(RUNS)[::-1]):  # interleave, alternate order
+            built, clock = RUNS[name]
+            if clock is not None:
+                sessions[(built, kind)].arm(clock=clock)
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
-            mods[name].launch(fn, grid=CTAS, block=THREADS, args=args)
+            mods[built].launch(fn, grid=CTAS, block=THREADS, args=args)
             e1.record()
             if r >= 3:  # warm-up rounds
                 events[name].append((e0, e1))
@@ -241,6 +253,8 @@ def main() -> int:
                 "overhead_reg_us": t["traced_reg"] - base,
                 "overhead_reg_pct": 100 * (t["traced_reg"] - base) / base,
                 "marker_only_us": t["marker_only"],
+                "overhead_clock64_us": t["traced_clock64"] - base,
+                "overhead_reg_clock64_us": t["traced_reg_clock64"] - base,
                 "published_trace_free_us": pub[0] if pub else None,
                 "published_overhead_us": pub[1] if pub else None,
                 "published_overhead_pct": pub[2] if pub else None,
@@ -250,7 +264,8 @@ def main() -> int:
             rows.append(row)
             print(f"{kind:8s} inner={inner:4d} free {base:9.2f} us  traced +{row['overhead_us']:7.2f} us "
                   f"({row['overhead_pct']:6.2f}%)  reg +{row['overhead_reg_us']:7.2f} us ({row['overhead_reg_pct']:6.2f}%)  "
-                  f"marker {t['marker_only']:9.2f} us", flush=True)
+                  f"marker {t['marker_only']:9.2f} us  clock64 +{row['overhead_clock64_us']:7.2f} / reg +{row['overhead_reg_clock64_us']:7.2f} us",
+                  flush=True)
     hc = host_cost(torch, mods, sessions, make_inputs(torch, gen))
     verdict = []
     for r in rows:
@@ -270,8 +285,8 @@ def main() -> int:
         f"(131072 records) {hc['deferred_decode_ms']:.0f} ms.\n\n" + "\n".join(f"- {v}" for v in verdict)
     )
     cols = ["kind", "inner_iters", "trace_free_us", "traced_us", "overhead_us", "overhead_pct", "traced_reg_us",
-            "overhead_reg_us", "overhead_reg_pct", "marker_only_us", "published_overhead_us", "published_overhead_pct",
-            "trace_check"]
+            "overhead_reg_us", "overhead_reg_pct", "marker_only_us", "overhead_clock64_us", "overhead_reg_clock64_us",
+            "published_overhead_us", "published_overhead_pct", "trace_check"]
     record("trace_overhead", rows, title="Region tracing overhead (reference execution)", notes=notes, columns=cols,
            gpu=gpu_name())
     print(notes)

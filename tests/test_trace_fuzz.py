@@ -82,3 +82,60 @@ def test_well_nested_sequences_pair_exactly(spans):
     iv = pair_intervals(decode(w.bytes(), cfg))
     assert len(iv) == expected and not iv.incomplete
     assert layout.KIND_BEGIN == 1
+
+
+def _slow_rows(trace):
+    from argus_rt.trace import intervals as iv_mod
+
+    saved = iv_mod._pair_fast
+    iv_mod._pair_fast = lambda events: None  # force the event-by-event loop
+    try:
+        return pair_intervals(trace, strict=False).rows
+    finally:
+        iv_mod._pair_fast = saved
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.integers(0, 2), st.integers(0, 1)), max_size=60))
+def test_fast_pairing_equals_the_loop(steps):
+    """Where the vectorised path accepts a trace, its rows equal the loop's, field for field."""
+    cfg = TraceConfig(ctas=2, threads_per_cta=64, capacity=64, seq=3)
+    w = RingWriter(cfg)
+    stacks = {r: [] for r in range(4)}
+    t = 0
+    for ring, push, coord, rid in steps:
+        t += 1
+        cta, warp = divmod(ring, 2)
+        stack = stacks[ring]
+        if push or not stack:
+            stack.append((IDS[rid], coord))
+            w.emit(cta, warp, ring, "begin", IDS[rid], t, coord=coord)
+        else:
+            r_id, c = stack.pop()
+            w.emit(cta, warp, ring, "end", r_id, t, coord=c)
+    for ring, stack in stacks.items():  # close what is open: a well-formed trace
+        cta, warp = divmod(ring, 2)
+        while stack:
+            t += 1
+            r_id, c = stack.pop()
+            w.emit(cta, warp, ring, "end", r_id, t, coord=c)
+    trace = decode(w.bytes(), cfg)
+    from argus_rt.trace.intervals import _pair_fast
+
+    fast = _pair_fast(trace.events)
+    assert fast is not None  # well-formed traces take the vectorised path
+    assert np.array_equal(fast, _slow_rows(trace))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_then_mutated())
+def test_fast_pairing_rejects_or_agrees_on_mutated_traces(raw):
+    from argus_rt.trace.intervals import _pair_fast
+
+    try:
+        trace = decode(raw, CFG)
+    except TraceError:
+        return
+    fast = _pair_fast(trace.events)
+    if fast is not None:
+        assert np.array_equal(fast, _slow_rows(trace))
