@@ -16,7 +16,11 @@ setup(
     ],
     extras_require={
         "triton": ["triton>=3.4"],
-        "test": ["pytest>=7.4", "hypothesis>=6.90", "pytest-timeout>=2.2"],
+        # Kernel launches and NVRTC builds on a GPU machine (nvcc builds need neither).
+        "cuda": ["cuda-python>=12.6"],
+        # Loading a local Hugging Face TinyLlama checkpoint.
+        "hf": ["safetensors>=0.4"],
+        "test": ["pytest>=7.4", "hypothesis>=6.90", "pytest-timeout>=2.2", "safetensors>=0.4", "matplotlib>=3.7"],
         "plot": ["matplotlib>=3.7"],
     },
     entry_points={"console_scripts": ["argus=argus_rt.cli:main"]},
