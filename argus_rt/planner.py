@@ -152,8 +152,9 @@ def partition_requests(requests: list[Request]) -> list[Run]:
     return ordered
 
 
-def resolve_recipes(signals: list[str]) -> list[Recipe]:
-    """Recipes for ``signals`` and all their prerequisites, prerequisites first; cycles raise."""
+def resolve_recipes(signals: list[str], kind: str | None = None) -> list[Recipe]:
+    """Recipes for ``signals`` and all their prerequisites (for programs of ``kind``), prerequisites
+    first; cycles raise."""
     order: list[Recipe] = []
     done: set[str] = set()
 
@@ -164,7 +165,7 @@ def resolve_recipes(signals: list[str]) -> list[Recipe]:
             loop = " -> ".join(stack[stack.index(signal):] + [signal])
             raise RecipeError(f"recipe prerequisite cycle: {loop}")
         recipe = get_recipe(signal)
-        for pre in recipe.prerequisites:
+        for pre in recipe.prerequisites_for(kind):
             visit(pre, stack + [signal])
         done.add(signal)
         order.append(recipe)
@@ -228,7 +229,7 @@ def plan_query(program: ProgramVersion, region: str | None, signals: list[str], 
                              f"{', '.join(sorted(recipe.scope_fields)) or 'no scope fields'}")
     builder = _PlanBuilder(program, sampling, timeouts)
     synth_of: dict[str, str] = {}
-    recipes = resolve_recipes(list(signals))
+    recipes = resolve_recipes(list(signals), program.kind)
     requests: list[Request] = []
     for recipe in recipes:
         for ev in recipe.evidence:
@@ -256,7 +257,7 @@ def plan_query(program: ProgramVersion, region: str | None, signals: list[str], 
     for req in requests:
         by_recipe.setdefault(req.signal, []).append(collect_of[id(req)])
     for recipe in recipes:
-        deps = set(by_recipe.get(recipe.signal, [])) | {synth_of[p] for p in recipe.prerequisites}
+        deps = set(by_recipe.get(recipe.signal, [])) | {synth_of[p] for p in recipe.prerequisites_for(program.kind)}
         # internal analyses (the PC-to-region map) are whole-program, so every region's query reuses them
         rregion, rscope = (region_name if recipe.public else None), scope.restrict(recipe.scope_fields)
         if recipe.control:
@@ -365,6 +366,18 @@ class BranchBuilder:
 PROBE_EFFECTS = ("changes_overlap", "forces_completion", "perturbs_timing")
 
 
+def probe_outputs(kind: str) -> tuple[str, ...]:
+    """What a probe run of a ``kind`` program publishes: ``op_events`` (required), plus region
+    intervals when that kind's ``trace`` adapter records them too (the Triton one does not)."""
+    from .backends.base import get_backend
+
+    adapter = get_backend("trace", kind)
+    if "op_events" not in adapter.outputs:
+        raise ValueError(f"the 'trace' backend for {kind!r} programs publishes {list(adapter.outputs)}, not "
+                         "'op_events': it cannot run forced-wait probes")
+    return tuple(o for o in ("op_events", "region_intervals") if o in adapter.outputs)
+
+
 @register_expander("forced_wait_probes")
 def expand_forced_wait_probes(ctx, builder: BranchBuilder) -> None:
     """One branch per (async site, iteration) in the scope's window: probe transform -> isolated trace."""
@@ -372,6 +385,7 @@ def expand_forced_wait_probes(ctx, builder: BranchBuilder) -> None:
     if doc.get("format") != "argus.async_sites/1":
         raise ValueError(f"discovery output has format {doc.get('format')!r}, expected 'argus.async_sites/1'")
     base = builder.program(builder.control.program)
+    outputs = probe_outputs(base.kind)
     window = builder.control.scope.get("iterations")
     sampling = builder.control.sampling
     for site in sorted(doc["sites"], key=lambda s: s["op_id"]):
@@ -388,7 +402,7 @@ def expand_forced_wait_probes(ctx, builder: BranchBuilder) -> None:
             collect = builder.add(Task(
                 kind="collect", op="trace", program=probe.id, region=None, scope={},
                 config={"probe": {"op_id": site["op_id"], "iteration": it}}, deps=(transform.id,),
-                sampling=sampling, outputs=("op_events", "region_intervals"), effects=PROBE_EFFECTS,
+                sampling=sampling, outputs=outputs, effects=PROBE_EFFECTS,
                 device="gpu", timeout_s=DEFAULT_TIMEOUTS_S["collect"],
                 requests=(f"async_completion_latency:probe {site['op_id']}@{it}",),
                 label=f"trace on {probe.label()} (own run: forces completion)"))

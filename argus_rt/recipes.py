@@ -8,6 +8,8 @@ A :class:`Recipe` maps one signal (``"latency"``) to:
   ``isolated`` in its own run (a recipe exclusion);
 * ``prerequisites``: other recipes (signals or internal analyses such as ``pc_region_map``) whose
   synthesized facts this recipe's synthesis reads; the planner adds them recursively;
+  ``kind_prerequisites`` replaces them for one program kind (a Triton kernel's probe reference is
+  its traced per-iteration waits, not region latency);
 * ``control`` / ``expander``: an optional discovery Control task and the expander that turns its
   outputs into run-time branches (see ``argus_rt.runtime.handlers``);
 * ``scope_fields``: the scope coordinates the evidence retains, i.e. which :class:`Scope` fields a
@@ -94,6 +96,7 @@ class Recipe:
     unit: str = ""
     evidence: tuple[Evidence, ...] = ()
     prerequisites: tuple[str, ...] = ()
+    kind_prerequisites: dict = field(default_factory=dict)  # program kind -> prerequisites
     control: str | None = None
     expander: str | None = None
     scope_fields: frozenset = frozenset(SCOPE_FIELDS)
@@ -109,11 +112,17 @@ class Recipe:
             raise RecipeError(f"qualification {self.qualification!r} unknown; valid: {', '.join(QUALIFICATIONS)}")
         object.__setattr__(self, "evidence", tuple(self.evidence))
         object.__setattr__(self, "prerequisites", tuple(self.prerequisites))
+        object.__setattr__(self, "kind_prerequisites", {k: tuple(v) for k, v in self.kind_prerequisites.items()})
         object.__setattr__(self, "scope_fields", _frozen(self.scope_fields, SCOPE_FIELDS, "scope fields"))
         object.__setattr__(self, "collect_filters", _frozen(self.collect_filters, self.scope_fields,
                                                             "collect filters (must be retained scope fields)"))
         if self.expander and not self.control:
             raise RecipeError(f"recipe {self.signal!r} names an expander but no control task")
+
+
+    def prerequisites_for(self, kind: str | None) -> tuple[str, ...]:
+        """Prerequisites for a program of ``kind`` (the kind-specific list when there is one)."""
+        return self.kind_prerequisites.get(kind, self.prerequisites)
 
 
 _RECIPES: dict[str, Recipe] = {}
@@ -191,10 +200,20 @@ register_recipe(Recipe(
     scope_fields=_LAUNCH_SCOPE, collect_filters=_LAUNCH_SCOPE,
 ))
 register_recipe(Recipe(
+    signal="iteration_waits", unit="ns", qualification="observed", synthesis="iteration_waits", public=False,
+    description="per loop iteration, how long the consumer waited for that iteration's async loads in the "
+                "traced (unprobed) reference run: the reference side of forced-wait probe joins",
+    evidence=(Evidence("trace", outputs=("iteration_waits",), variant="traced",
+                       config={"reference": "iteration_waits"}, effects=frozenset({"perturbs_timing"}),
+                       sensitive_to=REFERENCE_TRACE_SENSITIVE),),
+    scope_fields=frozenset({"iterations", "ctas"}),
+))
+register_recipe(Recipe(
     signal="async_completion_latency", unit="ns", qualification="derived", synthesis="async_completion_latency",
     description="issue-to-completion latency of each async operation site and iteration, from forced-wait "
                 "probes joined to the reference trace by (op ID, iteration)",
-    prerequisites=("latency",), control="async_discovery", expander="forced_wait_probes",
+    prerequisites=("latency",), kind_prerequisites={"triton": ("iteration_waits",)},
+    control="async_discovery", expander="forced_wait_probes",
     scope_fields=frozenset({"iterations", "sms", "ctas"}),
 ))
 register_recipe(Recipe(

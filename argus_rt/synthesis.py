@@ -309,16 +309,62 @@ def synth_attributed_metric(ctx) -> dict:
     return facts.write()
 
 
+@register_synthesis("iteration_waits")
+def synth_iteration_waits(ctx) -> dict:
+    """Per loop iteration: median over CTAs (and launches) of the consumer's wait in the traced
+    reference run (observed). ``extra.median_by_iteration`` {str(iteration): ns} feeds probe joins."""
+    facts = _Facts(ctx)
+    collects = ctx.deps_with_op("trace")
+    if len(collects) != 1:
+        raise HandlerError(f"iteration_waits synthesis needs exactly one trace collection, got {len(collects)}")
+    facts.cite(collects[0])
+    path = ctx.input_of(collects[0].id, "iteration_waits")
+    doc = _load(path, "argus.iteration_waits/1")
+    cols = _columns(doc, ("cta", "iteration", "begin", "end"), str(path))
+    sel = np.ones(len(cols["cta"]), dtype=bool)
+    window, ctas = ctx.task.scope.get("iterations"), ctx.task.scope.get("ctas")
+    if window:
+        sel &= (cols["iteration"] >= window[0]) & (cols["iteration"] < window[1])
+    if ctas is not None:
+        sel &= np.isin(cols["cta"], ctas)
+    waits = (cols["end"] - cols["begin"]).astype(np.float64)
+    if (waits[sel] < 0).any():
+        raise EvidenceError(f"{path}: a wait ends before it begins (iteration "
+                            f"{int(cols['iteration'][sel][waits[sel] < 0][0])})")
+    medians = {}
+    for it in np.unique(cols["iteration"][sel]):
+        w = waits[sel & (cols["iteration"] == it)]
+        medians[str(int(it))] = float(np.median(w))
+        facts.add(None, f"wait@{int(it)}", medians[str(int(it))], samples=w.size, unit=doc.get("clock", "ns"),
+                  method="traced reference (median over CTAs and launches)", notes=[doc.get("wait", "")])
+    facts.extra = {"median_by_iteration": medians, "wait": doc.get("wait", ""), "clock": doc.get("clock", "ns")}
+    return facts.write()
+
+
+def _probe_reference(ctx):
+    """(reference task, per-iteration lookup(region, iteration) -> number, join key name).
+
+    The reference is either region latency facts (mean occurrence duration of the site's region in
+    iteration i) or a Triton kernel's traced iteration waits (median consumer wait in iteration i)."""
+    refs = ctx.deps_with_op("latency") + ctx.deps_with_op("iteration_waits")
+    if len(refs) != 1:
+        raise HandlerError("async completion latency needs one reference (latency or iteration_waits facts), "
+                           f"got {len(refs)}: {[t.op for t in refs]}")
+    extra = json.loads(ctx.input_of(refs[0].id, "facts").read_text(encoding="utf-8")).get("extra", {})
+    if refs[0].op == "iteration_waits":
+        waits = extra.get("median_by_iteration", {})
+        return refs[0], lambda region, it: waits.get(str(it)), "reference_wait_ns"
+    by_iter = extra.get("mean_by_iteration", {})
+    return refs[0], lambda region, it: by_iter.get(region or "", {}).get(str(it)), "reference_region_mean"
+
+
 @register_synthesis("async_completion_latency")
 def synth_async_completion(ctx) -> dict:
     """Per (op, iteration): issue-to-completion latency from its forced-wait probe (derived), joined
-    to the reference trace's same iteration by (op ID, iteration) — never by timestamps."""
+    to the reference run's same iteration by (op ID, iteration) — never by timestamps."""
     facts = _Facts(ctx)
-    refs = ctx.deps_with_op("latency")
-    if len(refs) != 1:
-        raise HandlerError(f"async completion latency needs the reference latency facts, got {len(refs)}")
-    ref_doc = json.loads(ctx.input_of(refs[0].id, "facts").read_text(encoding="utf-8"))
-    ref_by_iter = ref_doc.get("extra", {}).get("mean_by_iteration", {})
+    ref_task, reference, ref_key = _probe_reference(ctx)
+    refs = [ref_task]
     sites_task = [t for t in ctx.deps.values() if t.kind == "control"]
     sites = {}
     if sites_task:
@@ -345,11 +391,10 @@ def synth_async_completion(ctx) -> dict:
                 sel &= np.isin(cols[col], chosen)
         d = (cols["complete"][sel] - cols["issue"][sel]).astype(np.float64)
         region = sites.get(op_id, {}).get("region", ctx.region)
-        ref = ref_by_iter.get(region or "", {}).get(str(it))
         notes = [] if d.size else [f"the probe run recorded no event for {op_id} at iteration {it}"]
         facts.add(region, f"{op_id}@{it}", float(d.mean()) if d.size else None, samples=d.size,
                   method="forced-wait probe", notes=notes, unit=doc.get("clock", "ns"),
-                  extra={"op_id": op_id, "iteration": it, "reference_region_mean": ref,
+                  extra={"op_id": op_id, "iteration": it, ref_key: reference(region, it),
                          "reference_task": refs[0].id, "probe_program": t.program})
     return facts.write()
 

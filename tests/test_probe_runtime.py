@@ -76,14 +76,18 @@ def test_triton_probe_collect_adapter_is_registered(program):
     from argus_rt.backends.base import get_backend
 
     adapter = get_backend("trace", "triton")
-    assert type(adapter).__name__ == "TritonProbeTrace" and adapter.outputs == ("op_events",)
+    assert type(adapter).__name__ == "TritonProbeTrace" and adapter.outputs == ("op_events", "iteration_waits")
     # its effects are exactly what the planner declares for probe runs, so the worker accepts it
     from argus_rt.planner import PROBE_EFFECTS
 
     assert set(adapter.effects) <= set(PROBE_EFFECTS)
-    with pytest.raises(ValueError, match=r"forced-wait probes only.*region tracing of Triton kernels is not built"):
+    with pytest.raises(ValueError, match=r"forced-wait probe.*region tracing of Triton kernels is not built"):
         adapter.validate_config({})
+    with pytest.raises(ValueError, match=r"'reference': one of \['iteration_waits'\]"):
+        adapter.validate_config({"reference": "latency"})
     adapter.validate_config({"probe": {"op_id": "0x1", "iteration": 0}})
+    adapter.validate_config({"reference": "iteration_waits"})
+    assert adapter.effects_for({"reference": "iteration_waits"}) == {"perturbs_timing"}
     ok, why = adapter.available()
     try:
         import torch

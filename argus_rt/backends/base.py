@@ -67,6 +67,10 @@ may be published too and are kept for provenance):
 ``argus.op_events/1`` (trace backend on a probe variant)
     ``{"format", "clock", "columns": {"op_id": [...], "iteration": [...], "issue": [...], "complete": [...],
     "sm": [...], "cta": [...]}}``: issue and completion time of probed async operations.
+``argus.iteration_waits/1`` (trace backend on a Triton program's traced reference)
+    ``{"format", "clock": "ns", "wait": str (what was timed), "columns": {"cta": [...], "iteration": [...],
+    "begin": [...], "end": [...], "launch": [...]}}``: per CTA and loop iteration, how long the consumer
+    waited for that iteration's async loads in an unprobed run (the reference side of probe joins).
 ``argus.async_sites/1`` (a discovery Control task)
     ``{"format", "sites": [{"op_id": str, "kind": "tma_load"|"wgmma"|"cp_async", "region": qualified name,
     "iterations": [int, ...], "completion": {...}}]}``.
@@ -98,6 +102,7 @@ EVIDENCE_FORMATS = {
     "pc_counters": "argus.pc_counters/1",
     "pc_region_counts": "argus.pc_region_counts/1",
     "op_events": "argus.op_events/1",
+    "iteration_waits": "argus.iteration_waits/1",
     "async_sites": "argus.async_sites/1",
     "system_timeline": "argus.system_timeline/1",
 }
@@ -109,6 +114,11 @@ BUILTIN_BACKEND_MODULES = {
     "pcmap": "argus_rt.backends.pcmap",
     "nvbit": "argus_rt.backends.nvbit",
     "systrace": "argus_rt.backends.systrace",
+}
+# Built-in adapters for one program kind: (name, kind) -> module (imported before the generic one
+# would be used, so that a fresh worker process finds e.g. the Triton 'trace' adapter).
+BUILTIN_KIND_BACKEND_MODULES = {
+    ("trace", "triton"): "argus_rt.compiler.probes",
 }
 
 
@@ -174,6 +184,11 @@ class BackendAdapter:
     def merge_configs(self, configs: list[dict]) -> dict:
         return merge_configs(configs)
 
+    def effects_for(self, config: dict) -> frozenset:
+        """Effects of a run with ``config`` (default: ``effects``); an adapter whose configurations
+        differ in what they do to the run (a probe vs. its reference) narrows this per config."""
+        return frozenset(self.effects)
+
     def collect(self, ctx: CollectContext) -> dict[str, Path]:
         raise NotImplementedError(f"backend {self.name!r} does not implement collect()")
 
@@ -228,6 +243,9 @@ def _registered(name: str, kind: str | None) -> BackendAdapter | None:
 
 def get_backend(name: str, kind: str | None = None) -> BackendAdapter:
     """The adapter for ``name`` (and program ``kind``), importing a built-in module on first use."""
+    kind_module = BUILTIN_KIND_BACKEND_MODULES.get((name, kind))
+    if kind_module is not None and (name, kind) not in _ADAPTERS:
+        importlib.import_module(kind_module)  # registers the kind-specific adapter
     adapter = _registered(name, kind)
     if adapter is not None:
         return adapter
@@ -255,7 +273,8 @@ def get_backend(name: str, kind: str | None = None) -> BackendAdapter:
 
 def backend_module(name: str, kind: str | None = None) -> str | None:
     """Module to import in a fresh worker process so that ``name`` is registered there."""
-    return (_MODULES.get((name, kind)) if kind is not None else None) or _MODULES.get((name, None)) \
+    return (_MODULES.get((name, kind)) if kind is not None else None) \
+        or BUILTIN_KIND_BACKEND_MODULES.get((name, kind)) or _MODULES.get((name, None)) \
         or BUILTIN_BACKEND_MODULES.get(name)
 
 

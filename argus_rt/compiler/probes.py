@@ -382,6 +382,24 @@ def iteration_waits(buffer, n_ctas: int, iterations: int) -> dict[int, float]:
     return {i: float(np.median(waits[:, i])) for i in range(iterations)}
 
 
+def iteration_waits_document(buffer, n_ctas: int, iterations: int, *, wait: str = "", launch: int = 0) -> dict:
+    """``argus.iteration_waits/1`` evidence of one traced-reference launch: one row per (CTA, iteration),
+    begin and end of the consumer's wait in ns (``%globaltimer``, one clock within the run)."""
+    import numpy as np
+
+    words = np.asarray(buffer, dtype=np.int64).reshape(n_ctas, iterations, 2)
+    missing = words[:, :, 0] == 0
+    if missing.any():
+        cta, it = (int(x[0]) for x in np.nonzero(missing))
+        raise ProbeError(f"the traced reference did not record {int(missing.sum())} of {missing.size} "
+                         f"(CTA, iteration) waits (first: CTA {cta}, iteration {it})")
+    cta, it = np.meshgrid(np.arange(n_ctas), np.arange(iterations), indexing="ij")
+    return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": wait, "columns": {
+        "cta": cta.ravel().tolist(), "iteration": it.ravel().tolist(),
+        "begin": words[:, :, 0].ravel().tolist(), "end": words[:, :, 1].ravel().tolist(),
+        "launch": [launch] * (n_ctas * iterations)}}
+
+
 def join_probes(discovery: Discovery, probes: dict[tuple[int, int], dict], reference_waits: dict[int, float] | None):
     """Rows keyed by (op ID, iteration): the probe's latency (derived) joined with the traced
     reference's consumer wait for the *same* iteration (observed). No timestamps are compared across
@@ -443,6 +461,59 @@ def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: 
     return {"op_events": {"format": "argus.op_events/1", "clock": "ns", "columns": cols, "launches": repeats}}
 
 
+def _kernel_module(program):
+    import importlib.util
+
+    path = Path(program.root) / program.launch["module"]
+    spec = importlib.util.spec_from_file_location("argus_probe_kernel_module", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    missing = [f for f in ("make_inputs", "run", "n_ctas") if not hasattr(mod, f)]
+    if missing:
+        raise ProbeError(f"{path} lacks {missing} of the kernel module protocol (make_inputs, run, n_ctas)")
+    return mod
+
+
+def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: int | None = None) -> dict:
+    """Run the traced reference (:func:`make_iteration_trace`) of a Triton program on the current GPU.
+
+    The plain reference TTGIR runs first on fresh random inputs; every traced launch must reproduce
+    its output bit for bit (the timer reads change timing, not results), else :class:`ProbeError`.
+    The first traced launch loads the module and is not evidence. Returns the
+    ``argus.iteration_waits/1`` document of all timed launches.
+    """
+    import torch
+
+    from .triton_discovery import discover, program_ttgir
+
+    mod = _kernel_module(program)
+    ttgir, iterations = program_ttgir(program)
+    d = discover(ttgir, None, iterations=iterations)
+    traced_text = make_iteration_trace(ttgir, d)
+    wait = next(s for s in d.sites if s.kind == "tma_load" and s.completion.consumer_wait_line)
+    what = (f"consumer wait_barrier (TTGIR line {wait.completion.consumer_wait_line}) of {d.kernel}'s "
+            f"pipelined TMA loads, per K-loop iteration")
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    ref = compile_ttgir(ttgir, workdir, "reference")
+    traced = compile_ttgir(traced_text, workdir, "traced_reference")
+    inputs = mod.make_inputs(seed)
+    expected = mod.run(ref, inputs).clone()
+    n = mod.n_ctas()
+    cols: dict[str, list] = {}
+    for rep in range(1 + repeats):
+        out = torch.zeros(n * 2 * iterations, dtype=torch.int64, device="cuda")
+        got = mod.run(traced, inputs, out)
+        torch.cuda.synchronize()
+        if not torch.equal(got, expected):
+            raise ProbeError(f"the traced reference changed the kernel's output (launch {rep})")
+        if rep:
+            doc = iteration_waits_document(out.cpu().numpy(), n, iterations, wait=what, launch=rep - 1)
+            for k, v in doc["columns"].items():
+                cols.setdefault(k, []).extend(v)
+    return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": what, "columns": cols, "launches": repeats}
+
+
 # ---- the runtime's Transform handler -------------------------------------------------------------------
 def forced_wait_probe_task(ctx) -> dict:
     """Transform handler ``forced_wait_probe`` (Triton): probe TTGIR + cubin for one (op, iteration)."""
@@ -473,13 +544,20 @@ def _triton_probe_adapter_class():
     from ..backends.base import BackendAdapter, BackendUnavailableError
 
     class TritonProbeTrace(BackendAdapter):
-        """Backend ``trace`` for Triton programs, probe variants only: runs the probe built by the
-        ``forced_wait_probe`` Transform (its ``ttgir`` output) and publishes ``argus.op_events/1``.
-        Region tracing of unprobed Triton programs is not built (markers are PMTRIG-only)."""
+        """Backend ``trace`` for Triton programs, two configurations:
+
+        * ``{"probe": {...}}``: runs the probe built by the ``forced_wait_probe`` Transform (its
+          ``ttgir`` output) and publishes ``argus.op_events/1`` (effects: forces completion, changes
+          overlap, perturbs timing);
+        * ``{"reference": "iteration_waits"}``: runs the traced reference (consumer wait timed per
+          iteration) and publishes ``argus.iteration_waits/1`` (effect: perturbs timing).
+
+        Region tracing of Triton programs (region intervals) is not built (markers are PMTRIG-only)."""
 
         name = "trace"
         effects = frozenset({"forces_completion", "changes_overlap", "perturbs_timing"})
-        outputs = ("op_events",)
+        outputs = ("op_events", "iteration_waits")
+        REFERENCES = ("iteration_waits",)
 
         def available(self) -> tuple[bool, str]:
             try:
@@ -493,12 +571,26 @@ def _triton_probe_adapter_class():
             return True, ""
 
         def validate_config(self, config: dict) -> None:
-            if "probe" not in config:
-                raise ValueError(f"trace for Triton programs runs forced-wait probes only (config key 'probe'); "
-                                 f"got config keys {sorted(config)}; region tracing of Triton kernels is not built")
+            if set(config) == {"probe"}:
+                return
+            if set(config) == {"reference"} and config["reference"] in self.REFERENCES:
+                return
+            raise ValueError(f"trace for Triton programs takes config {{'probe': {{...}}}} (a forced-wait probe) or "
+                             f"{{'reference': one of {list(self.REFERENCES)}}}; got {config!r}; region tracing of "
+                             "Triton kernels is not built")
+
+        def effects_for(self, config: dict) -> frozenset:
+            return frozenset({"perturbs_timing"}) if "reference" in config else frozenset(self.effects)
 
         def collect(self, ctx):
             import json
+
+            if "reference" in ctx.config:
+                doc = collect_triton_reference(ctx.program, ctx.outdir / "build",
+                                               repeats=int(ctx.sampling.get("repeats", 1)))
+                out = ctx.outdir / "iteration_waits.json"
+                out.write_text(json.dumps(doc), encoding="utf-8")
+                return {"iteration_waits": out}
 
             ttgir = ctx.inputs.get("ttgir")
             if ttgir is None:

@@ -119,14 +119,16 @@ def _safe(name: str) -> str:
 
 
 _HANDLERS: dict[tuple[str, str, str | None], Callable] = {}
-_HANDLER_MODULES: dict[tuple[str, str], str] = {}
+# (kind, name, program kind) -> module, so that a spawned CPU process imports the module of the
+# handler the program's kind needs (two kinds may register the same name in different modules)
+_HANDLER_MODULES: dict[tuple[str, str, str | None], str] = {}
 
 
 def _register(kind: str, name: str, fn: Callable, program_kind: str | None) -> Callable:
     if kind not in HANDLER_KINDS:
         raise ValueError(f"unknown handler kind {kind!r}; valid: {', '.join(HANDLER_KINDS)}")
     _HANDLERS[(kind, name, program_kind)] = fn
-    _HANDLER_MODULES[(kind, name)] = fn.__module__
+    _HANDLER_MODULES[(kind, name, program_kind)] = fn.__module__
     return fn
 
 
@@ -150,7 +152,8 @@ register_synthesis = _decorator("synthesize")
 def unregister(kind: str, name: str) -> None:
     for key in [k for k in _HANDLERS if k[0] == kind and k[1] == name]:
         del _HANDLERS[key]
-    _HANDLER_MODULES.pop((kind, name), None)
+    for key in [k for k in _HANDLER_MODULES if k[0] == kind and k[1] == name]:
+        del _HANDLER_MODULES[key]
 
 
 def get_handler(kind: str, name: str, program_kind: str | None = None) -> Callable:
@@ -175,5 +178,7 @@ def get_handler(kind: str, name: str, program_kind: str | None = None) -> Callab
     raise UnknownHandlerError(f"unknown {kind} handler {name!r}{extra}; registered: {', '.join(names) or 'none'}")
 
 
-def handler_module(kind: str, name: str) -> str | None:
-    return _HANDLER_MODULES.get((kind, name)) or BUILTIN_HANDLER_MODULES.get((kind, name))
+def handler_module(kind: str, name: str, program_kind: str | None = None) -> str | None:
+    """Module to import in a fresh process so that the handler ``get_handler`` would pick is registered."""
+    return (_HANDLER_MODULES.get((kind, name, program_kind)) or _HANDLER_MODULES.get((kind, name, None))
+            or BUILTIN_HANDLER_MODULES.get((kind, name)))

@@ -248,7 +248,8 @@ class _Execution:
     def _submit_process(self, task: Task, inputs: dict[str, Path], staging: Path) -> None:
         deps = {d: self.plan.tasks[d] for d in self.deps[task.id]}
         pids = {task.program} | {t.program for t in deps.values()}
-        modules = [m for m in (handler_module(task.kind, task.op), *self.rt.extra_modules) if m]
+        kind = self.program(task.program).kind
+        modules = [m for m in (handler_module(task.kind, task.op, kind), *self.rt.extra_modules) if m]
         job = {"task": task.to_dict(), "programs": {p: self.plan.programs[p] for p in pids if p in self.plan.programs},
                "inputs": {k: str(v) for k, v in inputs.items()}, "outdir": str(staging),
                "deps": {d: t.to_dict() for d, t in deps.items()}, "modules": modules}

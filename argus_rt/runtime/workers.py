@@ -76,7 +76,7 @@ def _run_collect(job: dict) -> dict[str, str]:
     task = Task.from_dict(job["task"])
     program = ProgramVersion.from_dict(job["program"])
     adapter = get_backend(task.op, program.kind)
-    undeclared = set(adapter.effects) - set(task.effects)
+    undeclared = set(adapter.effects_for(task.config)) - set(task.effects)
     if undeclared:
         raise EffectMismatchError(f"backend {task.op!r} has effects {sorted(undeclared)} that the plan did not "
                                   f"declare for run {task.id} (declared: {list(task.effects)})")

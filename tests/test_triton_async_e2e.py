@@ -1,0 +1,188 @@
+"""`argus query examples/triton --region tma_matmul/kloop --signals async_completion_latency` up to the
+GPU collect, on the CPU: the plan, the real discovery Control task and its 16 branches, probe
+transforms compiled to cubins, and a run through the runtime where only the two GPU collections
+(traced reference, probe) are CPU stand-ins that write the documented evidence formats."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("triton")
+
+from argus_rt.backends.base import BackendAdapter, get_backend, register_backend, unregister_backend  # noqa: E402
+from argus_rt.compiler import probes as P  # noqa: E402
+from argus_rt.program import load_program  # noqa: E402
+from argus_rt.scope import Scope  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+N_CTAS = 3
+NOISE = (-1, 0, 1)  # per-CTA offsets: the median over CTAs is the middle one exactly
+
+
+def wait_ns(it: int) -> int:
+    return 1000 + 100 * it
+
+
+def probe_ns(op_id: str, it: int) -> int:
+    return 400 + 10 * it + int(op_id, 16) % 7
+
+
+class StandinTritonTrace(BackendAdapter):
+    """CPU stand-in for the Triton 'trace' adapter (tests only): same configs, effects and formats;
+    builds the evidence with the real document helpers from synthetic device buffers."""
+
+    name = "trace"
+    effects = P._triton_probe_adapter_class().effects
+    outputs = ("op_events", "iteration_waits")
+    needs_gpu = False
+
+    def validate_config(self, config):
+        P._triton_probe_adapter_class()().validate_config(config)
+
+    def effects_for(self, config):
+        return P._triton_probe_adapter_class()().effects_for(config)
+
+    def collect(self, ctx):
+        rng = np.random.default_rng(abs(hash(ctx.task.id)) % 2**32)
+        if "reference" in ctx.config:
+            iters = ctx.program.launch["iterations"]
+            buf = np.zeros((N_CTAS, iters, 2), dtype=np.int64)
+            for c in range(N_CTAS):
+                for it in range(iters):
+                    begin = 10**12 + int(rng.integers(0, 10**6))
+                    buf[c, it] = (begin, begin + wait_ns(it) + NOISE[c])
+            doc = P.iteration_waits_document(buf.ravel(), N_CTAS, iters, wait="stand-in")
+            out = ctx.outdir / "iteration_waits.json"
+            out.write_text(json.dumps(doc))
+            return {"iteration_waits": out}
+        # a probe: the Transform's probe TTGIR and cubin must have reached this collect
+        assert Path(ctx.inputs["ttgir"]).read_text().count("%argus_pbar") > 0
+        assert Path(ctx.inputs["cubin"]).stat().st_size > 0
+        op_id, it = ctx.config["probe"]["op_id"], ctx.config["probe"]["iteration"]
+        assert ctx.program.params["op_id"] == op_id and ctx.program.params["iteration"] == it
+        buf = np.zeros((N_CTAS, P.WORDS_PER_CTA), dtype=np.int64)
+        for c in range(N_CTAS):
+            ns0 = 2 * 10**12 + int(rng.integers(0, 10**6))  # another run's clock: never compared
+            buf[c] = (ns0, ns0 + probe_ns(op_id, it), 5, 5 + 2 * probe_ns(op_id, it), c)
+        doc = P.op_events_document(buf.ravel(), N_CTAS, int(op_id, 16), it)
+        out = ctx.outdir / "op_events.json"
+        out.write_text(json.dumps(doc))
+        return {"op_events": out}
+
+
+if os.environ.get("ARGUS_TRITON_STANDIN_WORKER") == "1":  # spawned workers import this module
+    register_backend(StandinTritonTrace(), kind="triton", replace=True)
+
+
+@pytest.fixture
+def standin_trace():
+    previous = get_backend("trace", "triton")
+    register_backend(StandinTritonTrace(), kind="triton", replace=True)
+    os.environ["ARGUS_TRITON_STANDIN_WORKER"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("ARGUS_TRITON_STANDIN_WORKER", None)
+        unregister_backend("trace", "triton")
+        register_backend(previous, kind="triton", replace=True)
+
+
+@pytest.fixture(scope="module")
+def program():
+    return load_program(ROOT / "examples" / "triton")
+
+
+def test_fresh_process_finds_the_triton_trace_adapter():
+    code = ("from argus_rt.backends.base import get_backend, backend_module; "
+            "a = get_backend('trace', 'triton'); print(type(a).__name__, backend_module('trace', 'triton'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.split() == ["TritonProbeTrace", "argus_rt.compiler.probes"]
+
+
+def test_plan_uses_the_traced_iteration_reference(program):
+    from argus_rt.planner import plan_query
+
+    plan = plan_query(program, "tma_matmul/kloop", ["async_completion_latency"])
+    ops = sorted((t.kind, t.op) for t in plan.tasks.values())
+    assert ops == [("collect", "trace"), ("control", "async_discovery"), ("synthesize", "async_completion_latency"),
+                   ("synthesize", "iteration_waits"), ("transform", "variant")]
+    ref = next(t for t in plan.tasks.values() if t.kind == "collect")
+    assert ref.config == {"reference": "iteration_waits"} and ref.outputs == ("iteration_waits",)
+    adapter = get_backend("trace", "triton")
+    adapter.validate_config(ref.config)
+    assert adapter.effects_for(ref.config) <= set(ref.effects)  # the worker's check passes
+    # CUDA programs keep region latency as the reference
+    from argus_rt.recipes import get_recipe
+
+    assert get_recipe("async_completion_latency").prerequisites_for("cuda") == ("latency",)
+
+
+def test_discovery_expands_sixteen_probe_runs_that_produce_op_events(program, tmp_path):
+    from argus_rt.planner import BranchBuilder, PROBE_EFFECTS
+    from argus_rt.runtime.handlers import TaskContext, get_handler
+    from argus_rt.tasks import Task
+
+    control = Task(kind="control", op="async_discovery", program=program.id, region="tma_matmul/kloop")
+    out = tmp_path / "control"
+    out.mkdir()
+    outputs = get_handler("control", "async_discovery", "triton")(
+        TaskContext(task=control, program=program, programs=lambda pid: program, inputs={}, outdir=out))
+    builder = BranchBuilder(control, {program.id: program.to_dict()})
+    get_handler("expander", "forced_wait_probes")(
+        TaskContext(task=control, program=program, programs=lambda pid: program,
+                    inputs={"async_sites": Path(outputs["async_sites"])}, outdir=out), builder)
+    collects = [t for t in builder.new_tasks.values() if t.kind == "collect"]
+    assert len(collects) == 16 and len(builder.fed) == 16
+    assert {t.outputs for t in collects} == {("op_events",)}  # what the Triton adapter publishes
+    adapter = get_backend("trace", "triton")
+    for t in collects:
+        adapter.validate_config(t.config)
+        assert adapter.effects_for(t.config) <= set(t.effects) == set(PROBE_EFFECTS)
+
+
+def test_iteration_waits_document_agrees_with_the_benchmark_helper():
+    rng = np.random.default_rng(11)
+    n, iters = 5, 8
+    begin = rng.integers(1, 10**9, (n, iters))
+    buf = np.stack([begin, begin + rng.integers(0, 5000, (n, iters))], axis=-1).ravel()
+    doc = P.iteration_waits_document(buf, n, iters)
+    cols = {k: np.asarray(v) for k, v in doc["columns"].items()}
+    ref = P.iteration_waits(buf, n, iters)
+    for it in range(iters):
+        sel = cols["iteration"] == it
+        assert np.median(cols["end"][sel] - cols["begin"][sel]) == ref[it]
+    buf2 = buf.copy()
+    buf2[2 * (iters * 1 + 3)] = 0  # CTA 1, iteration 3 never recorded
+    with pytest.raises(P.ProbeError, match="first: CTA 1, iteration 3"):
+        P.iteration_waits_document(buf2, n, iters)
+
+
+def test_query_runs_end_to_end_with_stand_in_collects(program, standin_trace, tmp_path):
+    from argus_rt.planner import plan_query
+    from argus_rt.report import Report
+    from argus_rt.runtime.scheduler import Runtime
+    from argus_rt.workspace import Workspace
+
+    plan = plan_query(program, "tma_matmul/kloop", ["async_completion_latency"], Scope(iterations=(2, 4)))
+    with Workspace(tmp_path / "ws") as ws, Runtime(ws, devices=[""], cpu_workers=2) as rt:
+        res = rt.run(plan)
+        assert res.ok, [(r.op, r.error) for r in res.failed()]
+        report = Report.from_run(plan, res)
+    probes = [t for t in res.plan.tasks.values() if t.kind == "collect" and "probe" in t.config]
+    assert len(probes) == 4  # 2 TMA loads x iterations 2, 3: each its own run
+    values = report.select("async_completion_latency")
+    sites = json.loads(next(r for r in res.results.values() if r.op == "async_discovery")
+                       .outputs["async_sites"].path.read_text())["sites"]
+    loads = [s for s in sites if s["kind"] == "tma_load"]
+    want = {(s["op_id"], it): (probe_ns(s["op_id"], it), wait_ns(it)) for s in loads for it in (2, 3)}
+    got = {(v["join"]["op_id"], v["join"]["iteration"]): (v["value"], v["join"]["reference_wait_ns"]) for v in values}
+    assert got == want
+    assert {v["qualification"] for v in values} == {"derived"}
+    assert {v["region"] for v in values} == {s["region"] for s in loads}
+    assert all(v["samples"] == N_CTAS for v in values)
