@@ -30,13 +30,13 @@ def _cuda_example(tmp_path: Path) -> Path:
     return dst
 
 
-def _query(program: Path, region: str, tmp_path: Path) -> dict:
+def _query(program: Path, region: str, tmp_path: Path, signals: str = SIGNALS, tag: str = "") -> dict:
     # ARGUS_TEST_ARTIFACTS (optional): a folder that keeps the reports (the device script sets it).
     keep = Path(os.environ.get("ARGUS_TEST_ARTIFACTS", tmp_path))
-    out = keep / f"report_{program.name}.json"
-    cmd = [sys.executable, "-m", "argus_rt.cli", "query", str(program), "--region", region, "--signals", SIGNALS,
-           "--workspace", str(tmp_path / "ws"), "--json", str(out), "--markdown", str(keep / f"report_{program.name}.md"),
-           "--no-progress"]
+    out = keep / f"report_{program.name}{tag}.json"
+    cmd = [sys.executable, "-m", "argus_rt.cli", "query", str(program), "--region", region, "--signals", signals,
+           "--workspace", str(tmp_path / "ws"), "--json", str(out),
+           "--markdown", str(keep / f"report_{program.name}{tag}.md"), "--no-progress"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
     print(proc.stdout[-4000:], proc.stderr[-4000:])
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -71,6 +71,13 @@ def test_query_ground_truth(tmp_path):
     bar = {v["region"]: v["value"] for v in _values(report, "barrier_count") if v["metric"] == "BAR"}
     assert bar["ground_truth/stage_b/inner"] == pytest.approx(warps * args[5]["int32"], rel=0.02)
     assert bar["ground_truth/stage_a"] == pytest.approx(0.0, abs=0.5)
+    # side by side: plain -lineinfo attribution puts every barrier in ground_truth.cu and the whole
+    # shared helper in gt_helper.cuh (no region identity)
+    files = {(v["signal"], v["join"]["source_file"]): v["value"] for v in report["values"]
+             if "source_file" in (v.get("join") or {})}
+    assert files[("barrier_count", "ground_truth.cu")] == pytest.approx(bar["ground_truth/stage_b/inner"], rel=1e-6)
+    assert files[("barrier_count", "gt_helper.cuh")] == 0
+    assert files[("instruction_mix", "gt_helper.cuh")] > 0
 
 
 @pytest.mark.gpu
@@ -91,3 +98,21 @@ def test_query_triton_example(tmp_path):
     mix = {(v["region"], v["metric"]): v["value"] for v in _values(report, "instruction_mix")}
     assert mix[("tma_matmul/kloop/mma", "HGMMA")] > 0
     assert mix.get(("tma_matmul/epilogue", "HGMMA"), 0) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+def test_query_triton_async_completion_latency(tmp_path):
+    """`argus query examples/triton --region tma_matmul/kloop --signals async_completion_latency`: discovery
+    expands 16 forced-wait probes (2 TMA loads x 8 K iterations); every probe launch must reproduce the
+    reference kernel's output bit for bit (checked in the collect, after the reference is checked
+    against PyTorch by the module's run()); each (op, iteration) gets a derived latency joined to the
+    traced reference's consumer wait of the same iteration."""
+    report = _query(ROOT / "examples" / "triton", "tma_matmul/kloop", tmp_path,
+                    signals="async_completion_latency", tag="_async")
+    assert report["unanswered"] == [], report["unanswered"]
+    values = _values(report, "async_completion_latency")
+    keys = {(v["join"]["op_id"], v["join"]["iteration"]) for v in values}
+    assert len(values) == 16 and len(keys) == 16 and {it for _, it in keys} == set(range(8))
+    assert all(v["qualification"] == "derived" and v["value"] > 0 for v in values)
+    assert all(v["join"]["reference_wait_ns"] is not None and v["join"]["reference_wait_ns"] >= 0 for v in values)
