@@ -186,3 +186,20 @@ def test_query_runs_end_to_end_with_stand_in_collects(program, standin_trace, tm
     assert {v["qualification"] for v in values} == {"derived"}
     assert {v["region"] for v in values} == {s["region"] for s in loads}
     assert all(v["samples"] == N_CTAS for v in values)
+
+
+def test_collections_check_the_kernel_against_its_pytorch_reference():
+    import torch
+    from types import SimpleNamespace
+
+    gen = torch.Generator().manual_seed(5)
+    inputs = {"a": torch.randn(64, 32, generator=gen).half(), "b": torch.randn(48, 32, generator=gen).half()}
+    mod = SimpleNamespace(reference=lambda a, b: (a.float() @ b.float().T).half())
+    good = mod.reference(inputs["a"], inputs["b"])
+    assert P.check_module_reference(mod, inputs, good) == 0.0
+    bad = good.clone()
+    bad[:8] = 0  # a kernel that skipped a tile
+    with pytest.raises(P.ProbeError, match="relative error .* > 0.01"):
+        P.check_module_reference(mod, inputs, bad)
+    with pytest.raises(P.ProbeError, match="no plain reference"):
+        P.check_module_reference(SimpleNamespace(), inputs, good)

@@ -424,7 +424,8 @@ def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: 
 
     The kernel module named by ``program.launch["module"]`` provides ``make_inputs(seed)`` (fresh
     random inputs, outputs poisoned), ``run(compiled, inputs, probe_out=None)`` (returns the output
-    tensor) and ``n_ctas()``. The reference TTGIR (the base program's) runs first on the same inputs;
+    tensor), ``n_ctas()`` and ``reference(a, b)``. The reference TTGIR (the base program's) runs first
+    on the same inputs and is checked against ``reference`` (:data:`REFERENCE_REL_TOL`);
     every probe launch must reproduce its output bit for bit (a forced wait changes timing, not
     results), else :class:`ProbeError`. The first probe launch loads the module and is not evidence.
     Returns ``{"op_events": doc}`` with all timed launches' rows.
@@ -446,6 +447,7 @@ def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: 
     probe = compile_ttgir(Path(probe_ttgir).read_text(encoding="utf-8"), workdir, "probe")
     inputs = mod.make_inputs(seed)
     expected = mod.run(ref, inputs).clone()
+    rel = check_module_reference(mod, inputs, expected)
     n = mod.n_ctas()
     cols: dict[str, list] = {}
     for rep in range(1 + repeats):
@@ -458,7 +460,8 @@ def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: 
             doc = op_events_document(out.cpu().numpy(), n, op_id, iteration)
             for k, v in doc["columns"].items():
                 cols.setdefault(k, []).extend(v)
-    return {"op_events": {"format": "argus.op_events/1", "clock": "ns", "columns": cols, "launches": repeats}}
+    return {"op_events": {"format": "argus.op_events/1", "clock": "ns", "columns": cols, "launches": repeats,
+                          "reference_rel_error": rel}}
 
 
 def _kernel_module(program):
@@ -474,10 +477,29 @@ def _kernel_module(program):
     return mod
 
 
+# Relative Frobenius error allowed between the compiled reference and the module's plain PyTorch
+# reference (both accumulate in fp32 and round to fp16, so they differ by rounding only; a skipped or
+# misplaced tile gives errors of order 0.1 to 1).
+REFERENCE_REL_TOL = 1e-2
+
+
+def check_module_reference(mod, inputs: dict, got) -> float:
+    """Relative error of ``got`` against ``mod.reference(a, b)``; :class:`ProbeError` above the tolerance."""
+    if not hasattr(mod, "reference"):
+        raise ProbeError(f"{getattr(mod, '__file__', mod)} has no plain reference(a, b) to check the kernel against")
+    want = mod.reference(inputs["a"], inputs["b"]).float()
+    rel = float((got.float() - want).norm() / want.norm())
+    if not rel <= REFERENCE_REL_TOL:
+        raise ProbeError(f"the reference kernel differs from its PyTorch reference: relative error {rel:.3g} "
+                         f"> {REFERENCE_REL_TOL}")
+    return rel
+
+
 def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: int | None = None) -> dict:
     """Run the traced reference (:func:`make_iteration_trace`) of a Triton program on the current GPU.
 
-    The plain reference TTGIR runs first on fresh random inputs; every traced launch must reproduce
+    The plain reference TTGIR runs first on fresh random inputs and is checked against the module's
+    PyTorch ``reference`` (:data:`REFERENCE_REL_TOL`); every traced launch must reproduce
     its output bit for bit (the timer reads change timing, not results), else :class:`ProbeError`.
     The first traced launch loads the module and is not evidence. Returns the
     ``argus.iteration_waits/1`` document of all timed launches.
@@ -499,6 +521,7 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
     traced = compile_ttgir(traced_text, workdir, "traced_reference")
     inputs = mod.make_inputs(seed)
     expected = mod.run(ref, inputs).clone()
+    rel = check_module_reference(mod, inputs, expected)
     n = mod.n_ctas()
     cols: dict[str, list] = {}
     for rep in range(1 + repeats):
@@ -511,7 +534,8 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
             doc = iteration_waits_document(out.cpu().numpy(), n, iterations, wait=what, launch=rep - 1)
             for k, v in doc["columns"].items():
                 cols.setdefault(k, []).extend(v)
-    return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": what, "columns": cols, "launches": repeats}
+    return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": what, "columns": cols, "launches": repeats,
+            "reference_rel_error": rel}
 
 
 # ---- the runtime's Transform handler -------------------------------------------------------------------
