@@ -81,7 +81,7 @@ def test_triton_probe_collect_adapter_is_registered(program):
     from argus_rt.planner import PROBE_EFFECTS
 
     assert set(adapter.effects) <= set(PROBE_EFFECTS)
-    with pytest.raises(ValueError, match=r"forced-wait probe.*region tracing of Triton kernels is not built"):
+    with pytest.raises(ValueError, match=r"forced-wait probe.*region tracing of Triton kernels is not implemented"):
         adapter.validate_config({})
     with pytest.raises(ValueError, match=r"'reference': one of \['iteration_waits'\]"):
         adapter.validate_config({"reference": "latency"})

@@ -601,10 +601,12 @@ def _triton_probe_adapter_class():
                 return
             raise ValueError(f"trace for Triton programs takes config {{'probe': {{...}}}} (a forced-wait probe) or "
                              f"{{'reference': one of {list(self.REFERENCES)}}}; got {config!r}; region tracing of "
-                             "Triton kernels is not built")
+                             "Triton kernels is not implemented (their markers are PMTRIG-only)")
 
         def effects_for(self, config: dict) -> frozenset:
-            return frozenset({"perturbs_timing"}) if "reference" in config else frozenset(self.effects)
+            # only a probe forces completion; anything else is refused by validate_config with its
+            # reason, so the worker's effect check must not pre-empt that message
+            return frozenset(self.effects) if "probe" in config else frozenset({"perturbs_timing"})
 
         def collect(self, ctx):
             import json
