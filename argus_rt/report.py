@@ -184,6 +184,16 @@ class Report:
             table.add_row(*row)
         if self.values:
             console.print(table)
+        for signal, (regions, files) in sorted(self.side_by_side().items()):
+            side = Table(title=f"{signal}: regions (n(r,p)) vs plain source files (-lineinfo)")
+            for h in ("region", "value", "source file", "value"):
+                side.add_column(h)
+            r_rows, f_rows = sorted(regions.items()), sorted(files.items())
+            for i in range(max(len(r_rows), len(f_rows))):
+                r = r_rows[i] if i < len(r_rows) else None
+                f = f_rows[i] if i < len(f_rows) else None
+                side.add_row(r[0] if r else "", _fmt(r[1]) if r else "", f[0] if f else "", _fmt(f[1]) if f else "")
+            console.print(side)
         for u in self.unanswered:
             console.print(f"[bold red]unmeasured[/] {u['signal']}: {u['reason']}")
         ex = self.execution

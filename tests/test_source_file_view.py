@@ -144,3 +144,18 @@ def test_report_markdown_has_the_side_by_side_table(tmp_path, map_doc):
     table = md.split("vs plain source files (-lineinfo)**", 1)[1]
     assert "| ground_truth | 0 | ground_truth.cu | 1536000 |" in table
     assert "| ground_truth/stage_b/inner | 1536000 |  |  |" in table
+
+
+def test_terminal_view_prints_the_side_by_side_table(tmp_path, map_doc):
+    from rich.console import Console
+
+    from argus_rt.report import Report
+
+    values, _ = _synthesize(tmp_path, map_doc, {"metric": "inst_executed", "opcodes": ["BAR"]}, "barrier_count")
+    report = Report(query={"program": "p", "region": "ground_truth", "signals": ["barrier_count"], "scope": {}},
+                    values=list(values.values()))
+    console = Console(record=True, width=160)
+    report.print(console)
+    text = console.export_text()
+    assert "barrier_count: regions (n(r,p)) vs plain source files (-lineinfo)" in text
+    assert "gt_helper.cuh" in text and "1536000" in text
