@@ -20,6 +20,7 @@ STRUCTS = {
     "ArgusRecord": layout.RECORD_DTYPE,
     "ArgusRingHeader": layout.RING_HEADER_DTYPE,
     "ArgusCtl": layout.CTL_DTYPE,
+    "ArgusRingAnchors": layout.ANCHORS_DTYPE,
 }
 CONSTANTS = {
     "ARGUS_LAYOUT_VERSION": layout.LAYOUT_VERSION,
@@ -36,6 +37,11 @@ CONSTANTS = {
     "ARGUS_MAX_WARPS_PER_CTA": layout.MAX_WARPS_PER_CTA,
     "ARGUS_RING_WRITTEN_OFFSET": layout.RING_HEADER_DTYPE.fields["written"][1],
     "ARGUS_RING_DROPPED_OFFSET": layout.RING_HEADER_DTYPE.fields["dropped"][1],
+    "ARGUS_CLOCK_ANCHORED": layout.CLOCK_ANCHORED,
+    "ARGUS_ANCHOR_PERIOD": layout.ANCHOR_PERIOD,
+    "ARGUS_ANCHORED_HEADER_BYTES": layout.ANCHORED_HEADER_BYTES,
+    "ARGUS_ANCHOR_FIRST_OFFSET": layout.ANCHOR_FIRST_OFFSET,
+    "ARGUS_ANCHOR_LAST_OFFSET": layout.ANCHOR_FIRST_OFFSET + layout.ANCHORS_DTYPE.fields["last_timer"][1],
 }
 
 

@@ -23,7 +23,9 @@ class TraceConfig:
     ctas:           CTAs in the launch grid (product of the grid dimensions).
     threads_per_cta: threads per CTA (product of the block dimensions), 1..1024.
     capacity:       records per warp ring, a power of two (16 bytes each).
-    clock:          "globaltimer" (ns, common to all SMs) or "clock64" (SM cycles, per SM).
+    clock:          "globaltimer" (ns, common to all SMs), "clock64" (SM cycles, per SM) or
+                    "anchored" (ns from clock64 + globaltimer anchors; only for modules built with
+                    -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED, which accept nothing else).
     sms:            SM indices to trace (None = all).
     cta_range:      (begin, end) linear CTA indices to trace (None = all); rings exist only for these.
     warp_mask:      bit w traces warp w of each CTA (default: all warps).
@@ -98,7 +100,7 @@ class TraceConfig:
 
     @property
     def buffer_bytes(self) -> int:
-        return layout.buffer_bytes(self.num_rings, self.capacity)
+        return layout.buffer_bytes(self.num_rings, self.capacity, self.clock_mode)
 
     def ring_of(self, cta: int, warp: int) -> int:
         """Ring index of warp ``warp`` of linear CTA ``cta`` (the device's formula)."""

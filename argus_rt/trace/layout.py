@@ -18,8 +18,10 @@ COORD_NONE = 0xFFFFFFFF
 
 CLOCK_GLOBALTIMER = 0  # %globaltimer, ns, shared by all SMs
 CLOCK_CLOCK64 = 1  # clock64(), SM cycles, one counter per SM
-CLOCK_MODES = {"globaltimer": CLOCK_GLOBALTIMER, "clock64": CLOCK_CLOCK64}
-CLOCK_UNITS = {CLOCK_GLOBALTIMER: "ns", CLOCK_CLOCK64: "cycles"}
+CLOCK_ANCHORED = 2  # anchored build only: clock64 records converted to ns by globaltimer anchors
+CLOCK_MODES = {"globaltimer": CLOCK_GLOBALTIMER, "clock64": CLOCK_CLOCK64, "anchored": CLOCK_ANCHORED}
+CLOCK_UNITS = {CLOCK_GLOBALTIMER: "ns", CLOCK_CLOCK64: "cycles", CLOCK_ANCHORED: "ns"}
+ANCHOR_PERIOD = 32  # the anchored build refreshes the latest anchor at every record n % 32 == 0
 
 RING_MAGIC = 0x52475241  # "ARGR"
 
@@ -43,6 +45,14 @@ RING_HEADER_DTYPE = np.dtype(
         ("claims", "<u4"),
     ]
 )
+
+# Anchored build: (globaltimer ns, clock64 cycles) pairs right after the ring header (32 bytes).
+ANCHORS_DTYPE = np.dtype(
+    [("first_timer", "<u8"), ("first_clock", "<u8"), ("last_timer", "<u8"), ("last_clock", "<u8")]
+)
+ANCHORED_HEADER_BYTES = 64
+ANCHOR_FIRST_OFFSET = 32
+ANCHOR_LAST_OFFSET = 48
 
 # The control block `argus_ctl` (96 bytes).
 CTL_DTYPE = np.dtype(
@@ -69,13 +79,19 @@ CTL_DTYPE = np.dtype(
 CTL_SYMBOL = "argus_ctl"
 
 assert RECORD_DTYPE.itemsize == 16 and RING_HEADER_DTYPE.itemsize == 32 and CTL_DTYPE.itemsize == 96
+assert RING_HEADER_DTYPE.itemsize + ANCHORS_DTYPE.itemsize == ANCHORED_HEADER_BYTES
 
 
-def ring_stride(capacity: int) -> int:
-    """Bytes of one ring: its header plus ``capacity`` records."""
-    return RING_HEADER_DTYPE.itemsize + capacity * RECORD_DTYPE.itemsize
+def header_bytes(clock_mode: int = CLOCK_GLOBALTIMER) -> int:
+    """Bytes in front of a ring's records: 32, or 64 with the anchored build's anchor pairs."""
+    return ANCHORED_HEADER_BYTES if clock_mode == CLOCK_ANCHORED else RING_HEADER_DTYPE.itemsize
 
 
-def buffer_bytes(num_rings: int, capacity: int) -> int:
+def ring_stride(capacity: int, clock_mode: int = CLOCK_GLOBALTIMER) -> int:
+    """Bytes of one ring: its header (and anchors, if anchored) plus ``capacity`` records."""
+    return header_bytes(clock_mode) + capacity * RECORD_DTYPE.itemsize
+
+
+def buffer_bytes(num_rings: int, capacity: int, clock_mode: int = CLOCK_GLOBALTIMER) -> int:
     """Bytes of the buffer region for ``num_rings`` rings of ``capacity`` records."""
-    return num_rings * ring_stride(capacity)
+    return num_rings * ring_stride(capacity, clock_mode)

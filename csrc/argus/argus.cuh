@@ -30,6 +30,21 @@
  *    include this header in one translation unit per module, or define ARGUS_CTL_EXTERN in the
  *    others (relocatable device code).
  *
+ *    Timestamps, by -DARGUS_TIMESTAMP=<name> (mode 2 only; the default build is unchanged by it):
+ *      ARGUS_TS_GLOBALTIMER (default) every record reads %globaltimer (ns), or clock64 when the
+ *        host arms clock="clock64".
+ *      ARGUS_TS_ANCHORED (opt-in) every record stores clock64 (SM cycles, the cheap read); the
+ *        recording lane also reads %globaltimer when it claims its ring and at every record n with
+ *        n % ARGUS_ANCHOR_PERIOD == 0 (so also where the ring wraps), and stores the
+ *        (globaltimer, clock64) pair as the ring's first / latest anchor (ArgusRingAnchors, after
+ *        the header: ring stride 64 + 16 * capacity). The decoder turns cycles into ns per ring
+ *        (or per SM / per launch when a ring's anchors are too close; flagged when it cannot).
+ *        Such a module must be armed with clock="anchored" (TraceConfig); any other clock makes
+ *        its warps count as `unbuffered` instead of writing a layout the host would misread.
+ *      Anchored markers elect the recording lane exactly like the default ones: executed by a
+ *      converged warp they record once per warp; executed by divergent paths, each path records
+ *      separately (own records, own anchor refreshes), as in the default build.
+ *
  * 3. Host (Python): argus_rt.trace.TraceSession allocates the rings as torch tensors, writes
  *    argus_ctl before a launch (enable, filters, clock), and decodes after it, on request:
  *
@@ -47,6 +62,21 @@
 #endif
 #if ARGUS_MODE != 0 && ARGUS_MODE != 1 && ARGUS_MODE != 2
 #error "ARGUS_MODE must be 0 (off), 1 (marker-only) or 2 (trace)"
+#endif
+
+#define ARGUS_TS_GLOBALTIMER 0
+#define ARGUS_TS_ANCHORED 1
+#ifndef ARGUS_TIMESTAMP
+#define ARGUS_TIMESTAMP ARGUS_TS_GLOBALTIMER
+#endif
+#if ARGUS_TIMESTAMP != ARGUS_TS_GLOBALTIMER && ARGUS_TIMESTAMP != ARGUS_TS_ANCHORED
+#error "ARGUS_TIMESTAMP must be ARGUS_TS_GLOBALTIMER (0, default) or ARGUS_TS_ANCHORED (1)"
+#endif
+/* Bytes in front of a ring's records: the default expression is kept verbatim (same SASS). */
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+#define ARGUS_RING_HEAD_BYTES_ ((argus_u64)ARGUS_ANCHORED_HEADER_BYTES)
+#else
+#define ARGUS_RING_HEAD_BYTES_ sizeof(ArgusRingHeader)
 #endif
 
 /* Marker-only footprint; argus_rt/markers.py holds the same numbers (tests/test_markers_agree.py). */
@@ -209,10 +239,15 @@ __device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 g
   record = record && warp < 32 && ((ctl->warp_mask >> warp) & 1u);
   if (record) {
     const argus_u64 ring_index = (argus_u64)(cta - ctl->cta_begin) * wpc + warp;
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+    /* Another clock means the host expects 32-byte headers: count the warp, write nothing. */
+    if (warp >= wpc || ring_index >= ctl->num_rings || ctl->clock_mode != ARGUS_CLOCK_ANCHORED) {
+#else
     if (warp >= wpc || ring_index >= ctl->num_rings) {
+#endif
       atomicAdd((argus_u32*)&argus_ctl.unbuffered, 1u);  // counted, never silent
     } else {
-      const argus_u64 stride = sizeof(ArgusRingHeader) + (argus_u64)capacity * sizeof(ArgusRecord);
+      const argus_u64 stride = ARGUS_RING_HEAD_BYTES_ + (argus_u64)capacity * sizeof(ArgusRecord);
       argus_u64 gaddr;
       asm("cvta.to.global.u64 %0, %1;" : "=l"(gaddr) : "l"(buffers + ring_index * stride));
       volatile ArgusRingHeader* hdr = (volatile ArgusRingHeader*)(buffers + ring_index * stride);
@@ -229,6 +264,18 @@ __device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 g
         hdr->written = 0;
         hdr->dropped = 0;
         hdr->claims = 1;
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+        {
+          const argus_u64 clk = cycle_counter();  // clock first, then timer: same order as emit
+          const argus_u64 now = global_timer();
+          volatile ArgusRingAnchors* anc =
+              (volatile ArgusRingAnchors*)(buffers + ring_index * stride + ARGUS_ANCHOR_FIRST_OFFSET);
+          anc->first_timer = now;
+          anc->first_clock = clk;
+          anc->last_timer = now;
+          anc->last_clock = clk;
+        }
+#endif
         hdr->magic = ARGUS_RING_MAGIC;
       }
       c.count = count;
@@ -258,6 +305,17 @@ __device__ __forceinline__ WarpCursor load_cursor(const WarpCursor* cur) {
   return c;
 }
 
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+/* Anchored build: every ARGUS_ANCHOR_PERIOD-th record (and so every wrap: capacity and period are
+ * powers of two) pairs its clock64 stamp with a %globaltimer read, one 16-byte store. */
+__device__ __forceinline__ void store_anchor(argus_u64 hdr, argus_u32 n, argus_u32 cap_mask, argus_u64 clk) {
+  if ((n & (cap_mask & (ARGUS_ANCHOR_PERIOD - 1u))) == 0u) {
+    const argus_u64 now = global_timer();
+    asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(hdr + ARGUS_ANCHOR_LAST_OFFSET), "l"(now), "l"(clk));
+  }
+}
+#endif
+
 /* One marker: the lowest active lane checks its cursor, reads the clock and stores one record. */
 __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coord) {
   const argus_u32 active = __activemask();
@@ -271,11 +329,15 @@ __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coo
   if (c.grid != grid || c.cta != cta) c = claim_ring(cur_addr, grid, cta, warp);
   if (c.ring == 0) return;
   if (coord != ARGUS_COORD_NONE && (coord < c.coord_begin || coord >= c.coord_end)) return;
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  const argus_u64 t = cycle_counter();
+#else
   const argus_u64 t = (c.ring & 1ull) ? cycle_counter() : global_timer();
+#endif
   const argus_u32 n = c.count;
   asm volatile("st.shared.u32 [%0+8], %1;" ::"r"(cur_addr), "r"(n + 1) : "memory");
   const argus_u64 hdr = c.ring & ~1ull;
-  const argus_u64 rec = hdr + sizeof(ArgusRingHeader) + (argus_u64)(n & c.cap_mask) * sizeof(ArgusRecord);
+  const argus_u64 rec = hdr + ARGUS_RING_HEAD_BYTES_ + (argus_u64)(n & c.cap_mask) * sizeof(ArgusRecord);
   const argus_u64 stamp = (t & ARGUS_TIME_MASK) | ((argus_u64)kind << ARGUS_KIND_SHIFT);
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(rec), "r"(id), "r"(coord),
                "r"((argus_u32)stamp), "r"((argus_u32)(stamp >> 32)));
@@ -283,6 +345,9 @@ __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coo
   if (n > c.cap_mask) {
     asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_RING_DROPPED_OFFSET), "r"(n - c.cap_mask));
   }
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  store_anchor(hdr, n, c.cap_mask, t);
+#endif
 }
 
 /* Opt-in register cursor (ARGUS_WARP_STATE): the warp's ring cursor lives in registers of the
@@ -324,12 +389,16 @@ __device__ __forceinline__ void emit_with(NoRegCursor&, argus_u32 kind, argus_u3
 __device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
   if (rc.ring == 0) return;
   if (coord != ARGUS_COORD_NONE && (coord < rc.coord_begin || coord >= rc.coord_end)) return;
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  const argus_u64 t = cycle_counter();
+#else
   const argus_u64 t = (rc.ring & 1ull) ? cycle_counter() : global_timer();
+#endif
   const argus_u32 n = rc.count;
   rc.count = n + 1;  // every lane counts, so any lane can be the leader next time
   if (lane_id() != (argus_u32)(__ffs(__activemask()) - 1)) return;
   const argus_u64 hdr = rc.ring & ~1ull;
-  const argus_u64 rec = hdr + sizeof(ArgusRingHeader) + (argus_u64)(n & rc.cap_mask) * sizeof(ArgusRecord);
+  const argus_u64 rec = hdr + ARGUS_RING_HEAD_BYTES_ + (argus_u64)(n & rc.cap_mask) * sizeof(ArgusRecord);
   const argus_u64 stamp = (t & ARGUS_TIME_MASK) | ((argus_u64)kind << ARGUS_KIND_SHIFT);
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(rec), "r"(id), "r"(coord),
                "r"((argus_u32)stamp), "r"((argus_u32)(stamp >> 32)));
@@ -337,6 +406,9 @@ __device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u
   if (n > rc.cap_mask) {
     asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_RING_DROPPED_OFFSET), "r"(n - rc.cap_mask));
   }
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  store_anchor(hdr, n, rc.cap_mask, t);
+#endif
 }
 
 template <class Cursor>

@@ -9,6 +9,10 @@
  *   ring 0: ArgusRingHeader (32 B) | ArgusRecord[capacity] (16 B each)
  *   ring 1: ...                                          (ring stride = 32 + 16 * capacity bytes)
  *
+ * Anchored-timestamp builds (-DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED, armed with ARGUS_CLOCK_ANCHORED)
+ * put ArgusRingAnchors (32 B) right after each ring header, so there the ring stride is
+ * 64 + 16 * capacity bytes; the default build never touches it.
+ *
  * Ring index of a warp = (linear CTA index - cta_begin) * warps_per_cta + warp index in the CTA.
  * The control block ArgusCtl lives in the `__device__` global `argus_ctl` of each traced module;
  * the host writes it between launches (argus_rt.trace.TraceSession.arm).
@@ -33,6 +37,11 @@ typedef unsigned long long argus_u64;
 /* ArgusCtl.clock_mode values. */
 #define ARGUS_CLOCK_GLOBALTIMER 0u /* %globaltimer, ns, common to all SMs (32 ns steps on H200) */
 #define ARGUS_CLOCK_CLOCK64 1u     /* clock64(), SM cycles, per-SM counter */
+#define ARGUS_CLOCK_ANCHORED 2u    /* anchored build only: clock64 records + globaltimer anchor pairs */
+
+/* Anchored build: the latest anchor is refreshed at every record n with n % period == 0 (and so at
+ * every wrap, since capacity and period are powers of two). */
+#define ARGUS_ANCHOR_PERIOD 32u
 
 /* "ARGR" little endian: a ring header the device claimed. */
 #define ARGUS_RING_MAGIC 0x52475241u
@@ -60,6 +69,15 @@ struct ArgusRingHeader {
   argus_u32 claims;  /* CTA instances that wrote here under this arm (launches under one arm) */
 };
 
+/* Anchored build only: (globaltimer ns, clock64 cycles) pairs read back to back by the warp's
+ * recording lane. `first` is taken when the ring is claimed, `last` at the latest anchor record. */
+struct ArgusRingAnchors {
+  argus_u64 first_timer; /* %globaltimer, ns */
+  argus_u64 first_clock; /* %clock64 of the same SM, cycles */
+  argus_u64 last_timer;
+  argus_u64 last_clock;
+};
+
 /* The control block `argus_ctl`: read by the device once per warp per launch (at its first marker). */
 struct ArgusCtl {
   argus_u64 buffers;       /* device address of the buffer region; 0 = tracing off */
@@ -83,11 +101,15 @@ struct ArgusCtl {
 /* Byte offsets the device stores to directly (checked below wherever offsetof is available). */
 #define ARGUS_RING_WRITTEN_OFFSET 20
 #define ARGUS_RING_DROPPED_OFFSET 24
+#define ARGUS_ANCHORED_HEADER_BYTES 64   /* ArgusRingHeader + ArgusRingAnchors */
+#define ARGUS_ANCHOR_FIRST_OFFSET 32     /* from the ring header start */
+#define ARGUS_ANCHOR_LAST_OFFSET 48
 
 static_assert(sizeof(argus_u32) == 4 && sizeof(argus_u64) == 8, "argus: unexpected integer sizes");
 static_assert(sizeof(ArgusRecord) == 16, "ArgusRecord must be one 16-byte store");
 static_assert(sizeof(ArgusRingHeader) == 32, "ArgusRingHeader is 32 bytes (keeps records 16-byte aligned)");
 static_assert(sizeof(ArgusCtl) == 64 + 4 * ARGUS_SM_MASK_WORDS, "ArgusCtl size");
+static_assert(sizeof(ArgusRingHeader) + sizeof(ArgusRingAnchors) == ARGUS_ANCHORED_HEADER_BYTES, "anchored header size");
 static_assert((ARGUS_MAX_SMS % 32) == 0, "SM mask is whole 32-bit words");
 
 /* NVRTC has no offsetof builtin; nvcc and host compilers check the offsets here. */
@@ -96,6 +118,8 @@ static_assert((ARGUS_MAX_SMS % 32) == 0, "SM mask is whole 32-bit words");
 static_assert(ARGUS_OFFSETOF(ArgusRecord, stamp) == 8, "ArgusRecord.stamp offset");
 static_assert(ARGUS_OFFSETOF(ArgusRingHeader, written) == ARGUS_RING_WRITTEN_OFFSET, "ArgusRingHeader.written offset");
 static_assert(ARGUS_OFFSETOF(ArgusRingHeader, dropped) == ARGUS_RING_DROPPED_OFFSET, "ArgusRingHeader.dropped offset");
+static_assert(ARGUS_OFFSETOF(ArgusRingAnchors, last_timer) == ARGUS_ANCHOR_LAST_OFFSET - ARGUS_ANCHOR_FIRST_OFFSET,
+              "ArgusRingAnchors.last_timer offset");
 static_assert(ARGUS_OFFSETOF(ArgusCtl, sm_mask) == 64, "ArgusCtl.sm_mask offset");
 #endif
 
