@@ -13,6 +13,7 @@ from typing import Iterable
 import numpy as np
 
 from . import layout
+from .anchors import RingAnchors, cycles_to_ns, fit_rates
 from .config import TraceConfig
 from .errors import CorruptTraceError, TruncatedTraceError, UnknownRegionIdError
 
@@ -107,12 +108,17 @@ def decode(
     if raw.size < need:
         raise TruncatedTraceError(
             f"trace buffer holds {raw.size} bytes but {config.num_rings} rings of {config.capacity} records "
-            f"need {need} bytes ({config.num_rings} x {layout.ring_stride(config.capacity)})"
+            f"need {need} bytes ({config.num_rings} x {layout.ring_stride(config.capacity, config.clock_mode)})"
         )
-    stride = layout.ring_stride(config.capacity)
+    anchored = config.clock_mode == layout.CLOCK_ANCHORED
+    stride = layout.ring_stride(config.capacity, config.clock_mode)
+    head = layout.header_bytes(config.clock_mode)
     region = raw[:need].reshape(config.num_rings, stride)
     headers = region[:, : layout.RING_HEADER_DTYPE.itemsize].copy().view(layout.RING_HEADER_DTYPE).reshape(-1)
-    records = region[:, layout.RING_HEADER_DTYPE.itemsize :].copy().view(layout.RECORD_DTYPE)
+    if anchored:
+        anchor_rows = region[:, layout.ANCHOR_FIRST_OFFSET : head].copy().view(layout.ANCHORS_DTYPE).reshape(-1)
+    records = region[:, head:].copy().view(layout.RECORD_DTYPE)
+    ring_anchors: list[RingAnchors] = []
     known = None if known_ids is None else {int(i) for i in known_ids}
 
     problems: list[str] = []
@@ -195,9 +201,24 @@ def decode(
         ev["kind"] = kinds
         ev["time"] = times
         chunks.append(ev)
+        if anchored:
+            a = anchor_rows[i]
+            ring_anchors.append(RingAnchors(i, sm, int(a["first_timer"]), int(a["first_clock"]),
+                                            int(a["last_timer"]), int(a["last_clock"])))
+            if claims > 1:
+                problems.append(
+                    f"approximate: ring {i} (CTA {cta} warp {warp}) was appended by {claims} CTA instances; their "
+                    f"cycle stamps are converted with the first instance's anchors (wrong if they ran on another SM)"
+                )
         ring_rows.append((i, sm, cta, warp, written, kept, dropped, claims))
     if unbuffered:
         problems.append(f"{unbuffered} warp(s) passed the filters but had no ring: their records are missing")
+    if anchored:
+        rates, approx = fit_rates(ring_anchors)
+        problems.extend(approx)
+        for ev in chunks:
+            if len(ev):
+                ev["time"] = cycles_to_ns(ev["time"], rates[int(ev["ring"][0])])
     events = np.concatenate(chunks) if chunks else np.zeros(0, dtype=EVENT_DTYPE)
     rings = np.array(ring_rows, dtype=RING_DTYPE) if ring_rows else np.zeros(0, dtype=RING_DTYPE)
     return Trace(config=config, events=events, rings=rings, unbuffered=unbuffered, problems=problems)

@@ -24,3 +24,7 @@ class UnknownRegionIdError(TraceError):
 
 class MismatchedMarkersError(TraceError):
     """BEGIN/END markers of a warp do not nest (wrong order, wrong ID or coordinate, unclosed)."""
+
+
+class ClockConversionError(TraceError):
+    """Anchored timestamps whose anchors are too close (or inconsistent) to convert cycles to ns."""

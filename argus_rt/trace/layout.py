@@ -21,7 +21,7 @@ CLOCK_CLOCK64 = 1  # clock64(), SM cycles, one counter per SM
 CLOCK_ANCHORED = 2  # anchored build only: clock64 records converted to ns by globaltimer anchors
 CLOCK_MODES = {"globaltimer": CLOCK_GLOBALTIMER, "clock64": CLOCK_CLOCK64, "anchored": CLOCK_ANCHORED}
 CLOCK_UNITS = {CLOCK_GLOBALTIMER: "ns", CLOCK_CLOCK64: "cycles", CLOCK_ANCHORED: "ns"}
-ANCHOR_PERIOD = 32  # the anchored build refreshes the latest anchor at every record n % 32 == 0
+ANCHOR_PERIOD = 32  # the anchored build refreshes the latest anchor at records 1, 2, 4, 8, 16 and n % 32 == 0
 
 RING_MAGIC = 0x52475241  # "ARGR"
 

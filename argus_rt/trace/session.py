@@ -44,6 +44,32 @@ class PendingTrace:
         return decode(self.buffer.cpu().numpy(), self.config, known_ids=known_ids, unbuffered=self.unbuffered)
 
 
+ANCHORED_SYMBOL = "argus_ts_anchored"  # defined only by -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED builds
+
+
+def _check_timestamp_build(target, config: TraceConfig) -> None:
+    """Refuse a clock the module's timestamp build cannot write (the ring layouts differ).
+
+    Targets without ``global_address`` (no symbol lookup) are trusted as they are."""
+    lookup = getattr(target, "global_address", None)
+    if lookup is None:
+        return
+    try:
+        lookup(ANCHORED_SYMBOL)
+        anchored_build = True
+    except Exception:  # the driver's "named symbol not found": a default-timestamp build
+        anchored_build = False
+    if anchored_build and config.clock != "anchored":
+        raise TraceConfigError(
+            f"module was built with -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED: clock must be 'anchored', got {config.clock!r}"
+        )
+    if not anchored_build and config.clock == "anchored":
+        raise TraceConfigError(
+            "clock 'anchored' needs a module built with -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED; this one has no "
+            f"{ANCHORED_SYMBOL!r} symbol (valid clocks for it: 'globaltimer', 'clock64')"
+        )
+
+
 class TraceSession:
     """Trace buffers and control block of one traced module.
 
@@ -64,6 +90,7 @@ class TraceSession:
             raise TraceConfigError(f"trace target {target!r} has no write_global(name, data, ...) method")
         self.target = target
         self.config = config
+        _check_timestamp_build(target, config)
         self.buffer = torch.zeros(config.buffer_bytes, dtype=torch.uint8, device=device)
         self._armed: TraceConfig | None = None
         pin = self.buffer.device.type == "cuda"
@@ -109,6 +136,11 @@ class TraceSession:
                     f"arm() cannot change {key} ({getattr(self.config, key)!r} -> {getattr(cfg, key)!r}): "
                     "the buffers are sized for it; make a new TraceSession"
                 )
+        if (cfg.clock == "anchored") != (self.config.clock == "anchored"):
+            raise TraceConfigError(
+                f"arm() cannot change clock {self.config.clock!r} -> {cfg.clock!r}: an anchored build takes only "
+                "'anchored' and other builds take only 'globaltimer' or 'clock64' (ring headers differ)"
+            )
         self._write_ctl(cfg.ctl_block(self.buffer.data_ptr(), enabled=True), stream)
         self._armed = cfg
         return cfg

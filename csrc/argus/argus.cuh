@@ -34,8 +34,8 @@
  *      ARGUS_TS_GLOBALTIMER (default) every record reads %globaltimer (ns), or clock64 when the
  *        host arms clock="clock64".
  *      ARGUS_TS_ANCHORED (opt-in) every record stores clock64 (SM cycles, the cheap read); the
- *        recording lane also reads %globaltimer when it claims its ring and at every record n with
- *        n % ARGUS_ANCHOR_PERIOD == 0 (so also where the ring wraps), and stores the
+ *        recording lane also reads %globaltimer when it claims its ring, at records n = 1, 2, 4, 8, 16
+ *        and at every n % ARGUS_ANCHOR_PERIOD == 0 (so also where the ring wraps), and stores the
  *        (globaltimer, clock64) pair as the ring's first / latest anchor (ArgusRingAnchors, after
  *        the header: ring stride 64 + 16 * capacity). The decoder turns cycles into ns per ring
  *        (or per SM / per launch when a ring's anchors are too close; flagged when it cannot).
@@ -137,6 +137,15 @@ extern __device__ ArgusCtl argus_ctl;
 #else
 /* Zero-initialised: tracing is off until the host arms it. */
 __device__ ArgusCtl argus_ctl;
+#endif
+
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+/* Tells the host (TraceSession) that this module writes anchored rings (64-byte headers). */
+#ifdef ARGUS_CTL_EXTERN
+extern __device__ argus_u32 argus_ts_anchored;
+#else
+__device__ argus_u32 argus_ts_anchored = 1u;
+#endif
 #endif
 
 namespace argus_detail {
@@ -306,10 +315,11 @@ __device__ __forceinline__ WarpCursor load_cursor(const WarpCursor* cur) {
 }
 
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-/* Anchored build: every ARGUS_ANCHOR_PERIOD-th record (and so every wrap: capacity and period are
- * powers of two) pairs its clock64 stamp with a %globaltimer read, one 16-byte store. */
+/* Anchored build: records 1, 2, 4, ... (so short rings get a span too) and every
+ * ARGUS_ANCHOR_PERIOD-th record (and so every wrap: capacity and period are powers of two) pair
+ * their clock64 stamp with a %globaltimer read as the latest anchor, one 16-byte store. */
 __device__ __forceinline__ void store_anchor(argus_u64 hdr, argus_u32 n, argus_u32 cap_mask, argus_u64 clk) {
-  if ((n & (cap_mask & (ARGUS_ANCHOR_PERIOD - 1u))) == 0u) {
+  if ((n & (cap_mask & (ARGUS_ANCHOR_PERIOD - 1u))) == 0u || (n & (n - 1u)) == 0u) {
     const argus_u64 now = global_timer();
     asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(hdr + ARGUS_ANCHOR_LAST_OFFSET), "l"(now), "l"(clk));
   }

@@ -39,8 +39,8 @@ typedef unsigned long long argus_u64;
 #define ARGUS_CLOCK_CLOCK64 1u     /* clock64(), SM cycles, per-SM counter */
 #define ARGUS_CLOCK_ANCHORED 2u    /* anchored build only: clock64 records + globaltimer anchor pairs */
 
-/* Anchored build: the latest anchor is refreshed at every record n with n % period == 0 (and so at
- * every wrap, since capacity and period are powers of two). */
+/* Anchored build: the latest anchor is refreshed at records n = 1, 2, 4, 8, 16 and at every n with
+ * n % period == 0 (and so at every wrap, since capacity and period are powers of two). */
 #define ARGUS_ANCHOR_PERIOD 32u
 
 /* "ARGR" little endian: a ring header the device claimed. */
