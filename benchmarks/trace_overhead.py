@@ -9,6 +9,9 @@ indexed load followed by 4 dependent FMAs (memory). Variants, built from the sam
   traced       ARGUS_MODE=2, default shared-memory ring cursor, every warp recording
   traced_reg   ARGUS_MODE=2 with ARGUS_WARP_STATE() (register cursor), every warp recording
   *_clock64    the two trace builds armed with the clock64 clock instead of %globaltimer
+  traced_anchored, traced_reg_anchored
+               the two trace builds with -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED: clock64 per record,
+               %globaltimer only at anchor records (ns after decoding)
 Every variant's output is checked against a NumPy reference on fresh random inputs before timing,
 and each traced variant's rings are decoded and checked (128 records and 64 occurrences per warp).
 Time per launch: CUDA events around each launch, median over many launches, variants interleaved.
@@ -39,8 +42,12 @@ VARIANTS = {
     "marker_only": (1, {}),
     "traced": (2, {}),
     "traced_reg": (2, {"REFEXEC_WARP_STATE": "1"}),
+    "traced_anchored": (2, {"ARGUS_TIMESTAMP": "ARGUS_TS_ANCHORED"}),
+    "traced_reg_anchored": (2, {"REFEXEC_WARP_STATE": "1", "ARGUS_TIMESTAMP": "ARGUS_TS_ANCHORED"}),
 }
-TRACED = ("traced", "traced_reg")  # built variants that record
+# Built variants that record, with the clock their sessions are allocated for.
+TRACED = {"traced": "globaltimer", "traced_reg": "globaltimer", "traced_anchored": "anchored",
+          "traced_reg_anchored": "anchored"}
 # Timed runs: name -> (built variant, clock armed for it; None = not traced). The clock64 runs reuse the
 # trace builds (the clock is a run-time choice) and tell how much of the cost is the %globaltimer read.
 RUNS = {
@@ -50,6 +57,8 @@ RUNS = {
     "traced_reg": ("traced_reg", "globaltimer"),
     "traced_clock64": ("traced", "clock64"),
     "traced_reg_clock64": ("traced_reg", "clock64"),
+    "traced_anchored": ("traced_anchored", "anchored"),
+    "traced_reg_anchored": ("traced_reg_anchored", "anchored"),
 }
 # Published Argus figures for the same configuration: (trace-free us, overhead us, overhead %).
 PUBLISHED = {
@@ -225,8 +234,8 @@ def main() -> int:
 
     mods = build_modules()
     sessions = {
-        (name, kind): TraceSession(mods[name], TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=256))
-        for name in TRACED
+        (name, kind): TraceSession(mods[name], TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=256, clock=clock))
+        for name, clock in TRACED.items()
         for kind in ("compute", "memory")
     }
     gen = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
@@ -255,6 +264,10 @@ def main() -> int:
                 "marker_only_us": t["marker_only"],
                 "overhead_clock64_us": t["traced_clock64"] - base,
                 "overhead_reg_clock64_us": t["traced_reg_clock64"] - base,
+                "overhead_anchored_us": t["traced_anchored"] - base,
+                "overhead_anchored_pct": 100 * (t["traced_anchored"] - base) / base,
+                "overhead_reg_anchored_us": t["traced_reg_anchored"] - base,
+                "overhead_reg_anchored_pct": 100 * (t["traced_reg_anchored"] - base) / base,
                 "published_trace_free_us": pub[0] if pub else None,
                 "published_overhead_us": pub[1] if pub else None,
                 "published_overhead_pct": pub[2] if pub else None,
@@ -264,13 +277,16 @@ def main() -> int:
             rows.append(row)
             print(f"{kind:8s} inner={inner:4d} free {base:9.2f} us  traced +{row['overhead_us']:7.2f} us "
                   f"({row['overhead_pct']:6.2f}%)  reg +{row['overhead_reg_us']:7.2f} us ({row['overhead_reg_pct']:6.2f}%)  "
-                  f"marker {t['marker_only']:9.2f} us  clock64 +{row['overhead_clock64_us']:7.2f} / reg +{row['overhead_reg_clock64_us']:7.2f} us",
+                  f"marker {t['marker_only']:9.2f} us  clock64 +{row['overhead_clock64_us']:7.2f} / reg +{row['overhead_reg_clock64_us']:7.2f} us  "
+                  f"anchored +{row['overhead_anchored_us']:7.2f} / reg +{row['overhead_reg_anchored_us']:7.2f} us",
                   flush=True)
     hc = host_cost(torch, mods, sessions, make_inputs(torch, gen))
     verdict = []
     for r in rows:
         if r["published_overhead_pct"] is not None:
-            for label, key in (("traced", "overhead_pct"), ("traced_reg", "overhead_reg_pct")):
+            for label, key in (("traced", "overhead_pct"), ("traced_reg", "overhead_reg_pct"),
+                               ("traced_anchored", "overhead_anchored_pct"),
+                               ("traced_reg_anchored", "overhead_reg_anchored_pct")):
                 ok = r[key] <= r["published_overhead_pct"] / 2
                 verdict.append(f"{r['kind']} inner={r['inner_iters']} {label}: {r[key]:.2f}% vs published "
                                f"{r['published_overhead_pct']}% -> {'within half' if ok else 'NOT within half'}")
@@ -280,6 +296,8 @@ def main() -> int:
         "variants interleaved in one run; outputs checked against NumPy before timing and rings decoded and checked. "
         "`traced` = default shared-memory cursor; `traced_reg` = ARGUS_WARP_STATE() register cursor; "
         "`*_clock64` columns = the same two builds armed with clock64 instead of %globaltimer. "
+        "`*_anchored` columns = the two builds compiled with -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED (clock64 per "
+        "record, %globaltimer anchors at records 1, 2, 4, 8, 16 and every 32nd; decoded to ns). "
         "Published Argus figures are from the paper (its own GPU and kernel), not re-measured here.\n\n"
         f"Host cost per traced launch (median of 600): arm {hc['arm_us']:.1f} us, arm + launch {hc['arm_plus_launch_us']:.1f} us "
         f"(plain launch {hc['launch_only_us']:.1f} us); deferred decode + pairing + stats of one full trace "
@@ -287,6 +305,7 @@ def main() -> int:
     )
     cols = ["kind", "inner_iters", "trace_free_us", "traced_us", "overhead_us", "overhead_pct", "traced_reg_us",
             "overhead_reg_us", "overhead_reg_pct", "marker_only_us", "overhead_clock64_us", "overhead_reg_clock64_us",
+            "overhead_anchored_us", "overhead_anchored_pct", "overhead_reg_anchored_us", "overhead_reg_anchored_pct",
             "published_overhead_us", "published_overhead_pct", "trace_check"]
     record("trace_overhead", rows, title="Region tracing overhead (reference execution)", notes=notes, columns=cols,
            gpu=gpu_name())

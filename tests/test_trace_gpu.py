@@ -65,16 +65,25 @@ def modules(tmp_path_factory):
     out = {}
     for mode in (0, 2):
         out[mode] = CubinModule.load(build(CudaBuildSpec(f"nested.m{mode}", [EXAMPLE], argus_mode=mode)).cubin)
+    out["anchored"] = CubinModule.load(build(CudaBuildSpec(
+        "nested.anchored", [EXAMPLE], argus_mode=2, defines={"ARGUS_TIMESTAMP": "ARGUS_TS_ANCHORED"})).cubin)
     return out
 
 
-def run(torch, mod, n=None, iters=ITERS, threads=THREADS, ctas=CTAS):
+def run(torch, mod, n=None, iters=ITERS, threads=THREADS, ctas=CTAS, rounds=ROUNDS, timing=None):
+    """Launch nested_regions on fresh random inputs and check it against the NumPy reference.
+    ``timing``: a list that receives the launch's CUDA-event time in us."""
     n = ctas * threads - 7 if n is None else n  # a partial last CTA exercises the bounds check
     x = torch.rand(n, device="cuda") * 2 + 0.5
     out = torch.full((n,), float("nan"), device="cuda")
-    mod.launch("nested_regions", grid=ctas, block=threads, args=[out, x, np.int32(n), np.int32(iters), np.int32(ROUNDS)])
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    mod.launch("nested_regions", grid=ctas, block=threads, args=[out, x, np.int32(n), np.int32(iters), np.int32(rounds)])
+    e1.record()
     torch.cuda.synchronize()
-    ref = reference(x.cpu().numpy(), iters, ROUNDS)
+    if timing is not None:
+        timing.append(e0.elapsed_time(e1) * 1e3)
+    ref = reference(x.cpu().numpy(), iters, rounds)
     got = out.cpu().numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)  # fp32 FMA chain vs float64
     return got
@@ -213,3 +222,52 @@ def test_nvrtc_build_traces_the_same(torch_cuda):
     run(torch_cuda, mod)
     t = sess.decode()
     assert len(t.events) == CTAS * WARPS * len(expected_sequence(ITERS))
+
+
+# ---- timestamp variants: default (%globaltimer per record) and anchored (clock64 + anchors) ------
+VARIANT_MODULE = {"globaltimer": 2, "anchored": "anchored"}
+
+
+@pytest.mark.parametrize("variant", list(VARIANT_MODULE))
+def test_exact_counts_and_order_per_timestamp_variant(torch_cuda, modules, variant):
+    iters, rounds = 40, 200  # tens of us per warp: enough anchor span for the anchored decoder
+    mod = modules[VARIANT_MODULE[variant]]
+    sess = TraceSession(mod, TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=256, clock=variant))
+    sess.arm()
+    run(torch_cuda, mod, iters=iters, rounds=rounds)
+    trace = sess.decode(known_ids=[r.id for r in TREE])
+    assert trace.unit == "ns" and not trace.incomplete, trace.problems
+    want = expected_sequence(iters)
+    assert len(trace.rings) == CTAS * WARPS
+    for ring in trace.rings:
+        ev = trace.ring_events(int(ring["ring"]))
+        assert list(zip(ev["kind"].tolist(), ev["region_id"].tolist(), ev["coord"].tolist())) == want
+        assert np.all(np.diff(ev["time"].astype(np.int64)) >= 0), f"ring {int(ring['ring'])} time goes backwards"
+    iv = pair_intervals(trace)
+    nw = CTAS * WARPS
+    assert {s.region_id: s.count for s in region_stats(iv)} == {EX: nw, A: nw, B: nw * iters, INNER: nw * iters}
+
+
+def test_anchored_ns_durations_match_globaltimer_build(torch_cuda, modules):
+    """On a ~1 ms kernel with few markers (marker cost < 1%), the anchored build's ns durations of
+    the per-iteration region agree with the %globaltimer build's within 2%, and each build's
+    whole-kernel span agrees with the CUDA-event time of its launch within 2%."""
+    iters, rounds = 20, 15000
+    mean_b, spans = {}, {}
+    for variant, key in VARIANT_MODULE.items():
+        mod = modules[key]
+        sess = TraceSession(mod, TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=128, clock=variant))
+        run(torch_cuda, mod, iters=2, rounds=rounds)  # warm-up launch, untraced
+        sess.arm()
+        timing = []
+        run(torch_cuda, mod, iters=iters, rounds=rounds, timing=timing)
+        trace = sess.decode()
+        assert not trace.incomplete, trace.problems
+        rows = pair_intervals(trace).rows
+        mean_b[variant] = float(rows[rows["region_id"] == B]["duration"].mean())
+        ex = rows[rows["region_id"] == EX]
+        spans[variant] = (float(ex["end"].max()) - float(ex["start"].min())) / 1e3, timing[0]
+    for variant, (span_us, event_us) in spans.items():
+        assert abs(span_us - event_us) <= 0.02 * event_us, f"{variant}: trace span {span_us:.1f} us vs event {event_us:.1f} us"
+    ratio = mean_b["anchored"] / mean_b["globaltimer"]
+    assert abs(ratio - 1) <= 0.02, f"stage_b mean: anchored {mean_b['anchored']:.0f} ns vs globaltimer {mean_b['globaltimer']:.0f} ns"

@@ -7,7 +7,8 @@ API summary (all times in the trace's ``unit``: "ns" for globaltimer, "cycles" f
 
     mod = CubinModule.load(cubin_path)                       # a module built with -DARGUS_MODE=2
     cfg = TraceConfig(ctas=128, threads_per_cta=256, capacity=256,
-                      clock="globaltimer",                   # or "clock64"
+                      clock="globaltimer",                   # or "clock64"; "anchored" for modules
+                                                             #   built with -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED
                       sms=None, cta_range=None,              # filters: SM list, [begin, end) CTAs
                       warp_mask=0xFFFFFFFF, coord_window=None)  # warps bitmask, [begin, end) coords
     sess = TraceSession(mod, cfg)          # allocates the rings once (torch uint8 tensor)
@@ -25,7 +26,8 @@ API summary (all times in the trace's ``unit``: "ns" for globaltimer, "cycles" f
     sess.save("run.npz"); load_raw("run.npz")          # raw rings + config, no pickle
 
 Errors (argus_rt.trace.errors): TraceConfigError, TruncatedTraceError, CorruptTraceError,
-UnknownRegionIdError, MismatchedMarkersError. Lost records (wrapped rings, warps without rings)
+UnknownRegionIdError, MismatchedMarkersError, ClockConversionError (anchored traces whose anchors are
+too close to convert cycles to ns; a rate fitted over less than 6.4 us is used but flagged "approximate"). Lost records (wrapped rings, warps without rings)
 set ``incomplete`` and are listed in ``problems``; they never disappear silently.
 Layout: csrc/argus/argus_layout.h, mirrored in argus_rt.trace.layout.
 """
@@ -36,6 +38,7 @@ from .chrome import chrome_trace, write_chrome_trace
 from .config import TraceConfig
 from .decode import EVENT_DTYPE, RING_DTYPE, Trace, decode
 from .errors import (
+    ClockConversionError,
     CorruptTraceError,
     MismatchedMarkersError,
     TraceConfigError,
@@ -49,7 +52,7 @@ from .stats import RegionStats, region_stats
 
 __all__ = [
     "layout", "chrome_trace", "write_chrome_trace", "TraceConfig", "EVENT_DTYPE", "RING_DTYPE", "Trace", "decode",
-    "CorruptTraceError", "MismatchedMarkersError", "TraceConfigError", "TraceError", "TruncatedTraceError",
+    "ClockConversionError", "CorruptTraceError", "MismatchedMarkersError", "TraceConfigError", "TraceError", "TruncatedTraceError",
     "UnknownRegionIdError", "INTERVAL_DTYPE", "Intervals", "pair_intervals", "PendingTrace", "TraceSession",
     "load_raw", "save_raw", "RegionStats", "region_stats",
 ]
