@@ -202,3 +202,15 @@ def test_bad_timestamp_macro_is_rejected():
     with pytest.raises((CompileError, CudaBuildError), match="ARGUS_TIMESTAMP must be"):
         build(CudaBuildSpec("refexec.ts.bad", [SOURCES["reference_execution"]], argus_mode=2,
                             defines={"ARGUS_TIMESTAMP": "7"}))
+
+
+def test_appended_ring_from_another_sm_is_flagged_not_fatal():
+    cfg = TraceConfig(ctas=2, threads_per_cta=32, capacity=256, clock="anchored", seq=5)
+    w = RingWriter(cfg, ghz=1.5, clock_offsets={0: 10**9, 1: 10})  # SM 1's counter is far behind SM 0's
+    truth0 = _write_pairs(w, 0, 0, 0, 10**6, [800] * 40)
+    _write_pairs(w, 1, 0, 0, 10**6, [800] * 40)
+    w.claim(1, 0, 1, time=2 * 10**6)  # a second launch runs CTA 1 on SM 1 and appends
+    _write_pairs(w, 1, 0, 1, 2 * 10**6, [800] * 40)
+    trace = decode(w.bytes(), cfg)
+    assert any(p.startswith("approximate") and "appended by 2 CTA instances" in p for p in trace.problems)
+    _check_close(trace, 0, truth0)

@@ -10,6 +10,9 @@ comes from, in order of preference:
   sm      a least-squares line through every anchor of that SM (clock64 is one counter per SM);
   launch  one rate shared by all SMs (one clock domain), fitted with a separate offset per SM.
 
+The rate is an average over the anchored interval: if the SM clock changes inside it (DVFS), ns
+between anchors are off by the change; the 32-record anchor period bounds how long that can last.
+
 The timer advances in 32 ns steps, so two anchors bound a span to within about 2 x 32 ns; a span
 of MIN_SPAN_NS (6.4 us) keeps that error at 1%. When no source reaches it, the rate of the widest
 span is used and the trace says so (``approximate``); when even that is below MIN_USABLE_SPAN_NS,
@@ -38,6 +41,7 @@ class RingAnchors:
     first_clock: int
     last_timer: int
     last_clock: int
+    claims: int = 1  # CTA instances that appended here; > 1: later anchors may come from another SM
 
     @property
     def span_ns(self) -> int:
@@ -81,15 +85,20 @@ def fit_rates(anchors: list[RingAnchors]) -> tuple[dict[int, RingRate], list[str
     """Rate of every ring (keyed by ring index) and the approximations made, as problem strings."""
     if not anchors:
         return {}, []
-    for a in anchors:
+    # Rings appended by several CTA instances may hold anchors of two SMs: keep them out of every fit;
+    # they are converted with their first anchor and a fitted rate (the decoder flags them).
+    single = [a for a in anchors if a.claims == 1]
+    for a in single:
         if a.span_ns < 0 or a.span_cycles < 0:
             raise ClockConversionError(
                 f"ring {a.ring} (SM {a.sm}): latest anchor ({a.last_timer} ns, {a.last_clock} cycles) is before the "
                 f"first ({a.first_timer} ns, {a.first_clock} cycles); the anchors cannot convert its cycles"
             )
-    sm = np.array([a.sm for a in anchors] * 2, dtype=np.int64)
-    clock = np.array([a.first_clock for a in anchors] + [a.last_clock for a in anchors], dtype=np.float64)
-    timer = np.array([a.first_timer for a in anchors] + [a.last_timer for a in anchors], dtype=np.float64)
+    if not single:
+        single = [RingAnchors(a.ring, a.sm, a.first_timer, a.first_clock, a.first_timer, a.first_clock) for a in anchors]
+    sm = np.array([a.sm for a in single] * 2, dtype=np.int64)
+    clock = np.array([a.first_clock for a in single] + [a.last_clock for a in single], dtype=np.float64)
+    timer = np.array([a.first_timer for a in single] + [a.last_timer for a in single], dtype=np.float64)
     # Centre before fitting: raw counters (~1e12 cycles, ~1e18 ns) would lose float64 precision.
     clock -= clock.min()
     timer -= timer.min()
@@ -108,7 +117,7 @@ def fit_rates(anchors: list[RingAnchors]) -> tuple[dict[int, RingRate], list[str
     problems: list[str] = []
     approx_rings = []
     for a in anchors:
-        if a.span_ns >= MIN_SPAN_NS and a.span_cycles > 0:
+        if a.claims == 1 and a.span_ns >= MIN_SPAN_NS and a.span_cycles > 0:
             rate, source = a.span_ns / a.span_cycles, "ring"
         elif a.sm in sm_rate:
             rate, source = sm_rate[a.sm], "sm"
@@ -136,4 +145,5 @@ def cycles_to_ns(cycles: np.ndarray, rate: RingRate) -> np.ndarray:
     """Convert one ring's clock64 stamps to globaltimer ns (uint64)."""
     delta = cycles.astype(np.int64) - np.int64(rate.first_clock)
     ns = np.rint(delta.astype(np.float64) * rate.ns_per_cycle).astype(np.int64) + np.int64(rate.first_timer)
-    return ns.astype(np.uint64)
+    # Only stamps of another SM's counter (appended rings, flagged by the decoder) can fall below 0.
+    return np.maximum(ns, 0).astype(np.uint64)

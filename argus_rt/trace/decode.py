@@ -204,7 +204,7 @@ def decode(
         if anchored:
             a = anchor_rows[i]
             ring_anchors.append(RingAnchors(i, sm, int(a["first_timer"]), int(a["first_clock"]),
-                                            int(a["last_timer"]), int(a["last_clock"])))
+                                            int(a["last_timer"]), int(a["last_clock"]), claims))
             if claims > 1:
                 problems.append(
                     f"approximate: ring {i} (CTA {cta} warp {warp}) was appended by {claims} CTA instances; their "
