@@ -35,7 +35,7 @@ part() {  # part NAME LIMIT_S COMMAND...: run with its own $OUT, cut at min(LIMI
   > "$WORK/env.txt" 2>&1
 part core 150 bash scripts/gpu_verify_core.sh
 part megakernel 130 bash scripts/gpu_megakernel.sh tests
-part trace 130 bash scripts/gpu_trace.sh
+part trace 150 bash scripts/gpu_trace.sh
 part demo 60 python3 -m argus_rt.cli demo --workspace /tmp/argus-demo-ws
 part overlap 200 env TEST_TIMEOUT=60 BENCH_TIMEOUT=170 bash scripts/gpu_overlap.sh
 
