@@ -75,3 +75,22 @@ def test_load_rejects_foreign_npz(tmp_path):
     np.savez(p, other=np.zeros(3))
     with pytest.raises(TraceError, match="not an Argus raw trace"):
         load_raw(p)
+
+
+def test_dropped_armed_session_keeps_its_buffer_alive_until_disarm():
+    """The device holds a raw pointer to the armed buffer: dropping the session must not free it
+    (the next launch would write records into whatever tensor got that memory)."""
+    import gc
+    import weakref
+
+    mod = FakeModule()
+    sess = TraceSession(mod, TraceConfig(ctas=2, threads_per_cta=64, capacity=8), device="cpu")
+    sess.arm()
+    buffer_ref = weakref.ref(sess.buffer)
+    del sess
+    gc.collect()
+    assert buffer_ref() is not None, "armed buffer was freed while the module still points at it"
+    other = TraceSession(mod, TraceConfig(ctas=2, threads_per_cta=64, capacity=8), device="cpu")
+    other.disarm()
+    gc.collect()
+    assert buffer_ref() is None, "disarm should release the previously armed buffer"

@@ -70,6 +70,22 @@ def _check_timestamp_build(target, config: TraceConfig) -> None:
         )
 
 
+# The device control block holds a raw pointer to the armed buffer. The module keeps a strong
+# reference to that buffer until it is disarmed or re-armed, so a session dropped while armed can
+# never let the allocator hand its memory to other tensors that the next launch would overwrite.
+_ARMED_BUFFER_ATTR = "_argus_armed_buffer"
+
+
+def _keep_armed_buffer(target, buffer) -> None:
+    try:
+        setattr(target, _ARMED_BUFFER_ATTR, buffer)
+    except AttributeError as exc:  # e.g. a target with __slots__
+        raise TraceConfigError(
+            f"trace target {target!r} cannot hold a reference to its armed buffer ({exc}); "
+            "give it a settable attribute"
+        ) from None
+
+
 class TraceSession:
     """Trace buffers and control block of one traced module.
 
@@ -142,12 +158,16 @@ class TraceSession:
                 "'anchored' and other builds take only 'globaltimer' or 'clock64' (ring headers differ)"
             )
         self._write_ctl(cfg.ctl_block(self.buffer.data_ptr(), enabled=True), stream)
+        _keep_armed_buffer(self.target, self.buffer)
         self._armed = cfg
         return cfg
 
     def disarm(self, stream=None) -> None:
         """Turn tracing off for the launches enqueued next (markers then cost one check per warp)."""
         self._write_ctl(self.config.ctl_block(0, enabled=False), stream)
+        # Launches enqueued before this point may still write the old buffer; the caching allocator
+        # only reuses its memory for work ordered after them on the same stream.
+        _keep_armed_buffer(self.target, None)
 
     def _unbuffered(self) -> int | None:
         if not hasattr(self.target, "read_global"):
