@@ -44,10 +44,11 @@ VARIANTS = {
     "traced_reg": (2, {"REFEXEC_WARP_STATE": "1"}),
     "traced_anchored": (2, {"ARGUS_TIMESTAMP": "ARGUS_TS_ANCHORED"}),
     "traced_reg_anchored": (2, {"REFEXEC_WARP_STATE": "1", "ARGUS_TIMESTAMP": "ARGUS_TS_ANCHORED"}),
+    "traced_reg_bf": (2, {"REFEXEC_WARP_STATE": "1", "ARGUS_BRANCHFREE": "1"}),
 }
 # Built variants that record, with the clock their sessions are allocated for.
 TRACED = {"traced": "globaltimer", "traced_reg": "globaltimer", "traced_anchored": "anchored",
-          "traced_reg_anchored": "anchored"}
+          "traced_reg_anchored": "anchored", "traced_reg_bf": "globaltimer"}
 # Timed runs: name -> (built variant, clock armed for it; None = not traced). The clock64 runs reuse the
 # trace builds (the clock is a run-time choice) and tell how much of the cost is the %globaltimer read.
 RUNS = {
@@ -59,6 +60,7 @@ RUNS = {
     "traced_reg_clock64": ("traced_reg", "clock64"),
     "traced_anchored": ("traced_anchored", "anchored"),
     "traced_reg_anchored": ("traced_reg_anchored", "anchored"),
+    "traced_reg_bf": ("traced_reg_bf", "globaltimer"),
 }
 # Published Argus figures for the same configuration: (trace-free us, overhead us, overhead %).
 PUBLISHED = {
@@ -268,6 +270,8 @@ def main() -> int:
                 "overhead_anchored_pct": 100 * (t["traced_anchored"] - base) / base,
                 "overhead_reg_anchored_us": t["traced_reg_anchored"] - base,
                 "overhead_reg_anchored_pct": 100 * (t["traced_reg_anchored"] - base) / base,
+                "overhead_reg_bf_us": t["traced_reg_bf"] - base,
+                "overhead_reg_bf_pct": 100 * (t["traced_reg_bf"] - base) / base,
                 "published_trace_free_us": pub[0] if pub else None,
                 "published_overhead_us": pub[1] if pub else None,
                 "published_overhead_pct": pub[2] if pub else None,
@@ -278,7 +282,8 @@ def main() -> int:
             print(f"{kind:8s} inner={inner:4d} free {base:9.2f} us  traced +{row['overhead_us']:7.2f} us "
                   f"({row['overhead_pct']:6.2f}%)  reg +{row['overhead_reg_us']:7.2f} us ({row['overhead_reg_pct']:6.2f}%)  "
                   f"marker {t['marker_only']:9.2f} us  clock64 +{row['overhead_clock64_us']:7.2f} / reg +{row['overhead_reg_clock64_us']:7.2f} us  "
-                  f"anchored +{row['overhead_anchored_us']:7.2f} / reg +{row['overhead_reg_anchored_us']:7.2f} us",
+                  f"anchored +{row['overhead_anchored_us']:7.2f} / reg +{row['overhead_reg_anchored_us']:7.2f} us  "
+                  f"reg branch-free +{row['overhead_reg_bf_us']:7.2f} us",
                   flush=True)
     hc = host_cost(torch, mods, sessions, make_inputs(torch, gen))
     verdict = []
@@ -286,7 +291,8 @@ def main() -> int:
         if r["published_overhead_pct"] is not None:
             for label, key in (("traced", "overhead_pct"), ("traced_reg", "overhead_reg_pct"),
                                ("traced_anchored", "overhead_anchored_pct"),
-                               ("traced_reg_anchored", "overhead_reg_anchored_pct")):
+                               ("traced_reg_anchored", "overhead_reg_anchored_pct"),
+                               ("traced_reg_bf", "overhead_reg_bf_pct")):
                 ok = r[key] <= r["published_overhead_pct"] / 2
                 verdict.append(f"{r['kind']} inner={r['inner_iters']} {label}: {r[key]:.2f}% vs published "
                                f"{r['published_overhead_pct']}% -> {'within half' if ok else 'NOT within half'}")
@@ -298,6 +304,7 @@ def main() -> int:
         "`*_clock64` columns = the same two builds armed with clock64 instead of %globaltimer. "
         "`*_anchored` columns = the two builds compiled with -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED (clock64 per "
         "record, %globaltimer anchors at records 1, 2, 4, 8, 16 and every 32nd; decoded to ns). "
+        "`reg_bf` = register cursor built with the experimental -DARGUS_BRANCHFREE=1 straight-line marker. "
         "Published Argus figures are from the paper (its own GPU and kernel), not re-measured here.\n\n"
         f"Host cost per traced launch (median of 600): arm {hc['arm_us']:.1f} us, arm + launch {hc['arm_plus_launch_us']:.1f} us "
         f"(plain launch {hc['launch_only_us']:.1f} us); deferred decode + pairing + stats of one full trace "
@@ -306,7 +313,7 @@ def main() -> int:
     cols = ["kind", "inner_iters", "trace_free_us", "traced_us", "overhead_us", "overhead_pct", "traced_reg_us",
             "overhead_reg_us", "overhead_reg_pct", "marker_only_us", "overhead_clock64_us", "overhead_reg_clock64_us",
             "overhead_anchored_us", "overhead_anchored_pct", "overhead_reg_anchored_us", "overhead_reg_anchored_pct",
-            "published_overhead_us", "published_overhead_pct", "trace_check"]
+            "overhead_reg_bf_us", "overhead_reg_bf_pct", "published_overhead_us", "published_overhead_pct", "trace_check"]
     record("trace_overhead", rows, title="Region tracing overhead (reference execution)", notes=notes, columns=cols,
            gpu=gpu_name())
     print(notes)

@@ -66,6 +66,9 @@
 
 #define ARGUS_TS_GLOBALTIMER 0
 #define ARGUS_TS_ANCHORED 1
+#ifndef ARGUS_BRANCHFREE
+#define ARGUS_BRANCHFREE 0 /* experimental straight-line register-cursor marker; see emit_with */
+#endif
 #ifndef ARGUS_TIMESTAMP
 #define ARGUS_TIMESTAMP ARGUS_TS_GLOBALTIMER
 #endif
@@ -396,6 +399,32 @@ __device__ __forceinline__ void emit_with(NoRegCursor&, argus_u32 kind, argus_u3
   emit(kind, id, coord);
 }
 
+#if ARGUS_BRANCHFREE && ARGUS_TIMESTAMP != ARGUS_TS_ANCHORED
+/* Experimental (-DARGUS_BRANCHFREE=1, register cursor only): no divergent early return; every lane
+ * reads the clock and counts, and the leader's stores are predicated inside one asm block, so the
+ * marker is straight-line code the scheduler can overlap with the kernel's own work. */
+__device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
+  const argus_u32 live = (argus_u32)(rc.ring != 0) &
+                         (argus_u32)(coord == ARGUS_COORD_NONE || (coord >= rc.coord_begin && coord < rc.coord_end));
+  const argus_u64 t = (rc.ring & 1ull) ? cycle_counter() : global_timer();
+  const argus_u32 n = rc.count;
+  rc.count = n + live;
+  const argus_u32 lead = live & (argus_u32)(lane_id() == (argus_u32)(__ffs(__activemask()) - 1));
+  const argus_u64 hdr = rc.ring & ~1ull;
+  const argus_u64 rec = hdr + ARGUS_RING_HEAD_BYTES_ + (argus_u64)(n & rc.cap_mask) * sizeof(ArgusRecord);
+  const argus_u64 stamp = (t & ARGUS_TIME_MASK) | ((argus_u64)kind << ARGUS_KIND_SHIFT);
+  asm volatile(
+      "{\n\t.reg .pred p, q;\n\t"
+      "setp.ne.u32 p, %5, 0;\n\t"
+      "@p st.global.v4.b32 [%0], {%1, %2, %3, %4};\n\t"
+      "@p st.global.b32 [%6], %7;\n\t"
+      "setp.gt.and.u32 q, %7, %8, p;\n\t"
+      "@q st.global.b32 [%9], %10;\n\t}"
+      ::"l"(rec), "r"(id), "r"(coord), "r"((argus_u32)stamp), "r"((argus_u32)(stamp >> 32)), "r"(lead),
+        "l"(hdr + ARGUS_RING_WRITTEN_OFFSET), "r"(n + 1), "r"(rc.cap_mask + 1), "l"(hdr + ARGUS_RING_DROPPED_OFFSET),
+        "r"(n - rc.cap_mask));
+}
+#else
 __device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
   if (rc.ring == 0) return;
   if (coord != ARGUS_COORD_NONE && (coord < rc.coord_begin || coord >= rc.coord_end)) return;
@@ -420,6 +449,7 @@ __device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u
   store_anchor(hdr, n, rc.cap_mask, t);
 #endif
 }
+#endif  /* ARGUS_BRANCHFREE */
 
 template <class Cursor>
 struct TraceScope {
