@@ -81,8 +81,10 @@ def test_triton_probe_collect_adapter_is_registered(program):
     from argus_rt.planner import PROBE_EFFECTS
 
     assert set(adapter.effects) <= set(PROBE_EFFECTS)
-    with pytest.raises(ValueError, match=r"forced-wait probe.*region tracing of Triton kernels is not implemented"):
-        adapter.validate_config({})
+    adapter.validate_config({})  # region tracing (the latency recipe)
+    assert adapter.effects_for({}) == {"perturbs_timing"}
+    with pytest.raises(ValueError, match=r"\(region tracing\).*forced-wait probe"):
+        adapter.validate_config({"capacity": 256})
     with pytest.raises(ValueError, match=r"'reference': one of \['iteration_waits'\]"):
         adapter.validate_config({"reference": "latency"})
     adapter.validate_config({"probe": {"op_id": "0x1", "iteration": 0}})

@@ -266,7 +266,7 @@ def run_once(program, variant: str, *, trace_config: dict | None = None, check: 
 # random), run(compiled, inputs) -> output tensor (checked for unwritten elements), and
 # reference(**inputs) -> expected output (plain PyTorch). Its markers are always the PMTRIG words
 # (argus_rt.triton_regions), so the compiled kernel is its marker-only variant; region tracing of
-# Triton kernels is not implemented here.
+# Triton kernels is a TTGIR transform (argus_rt.compiler.triton_region_trace), not a variant built here.
 TRITON_PROTOCOL = ("compile_reference", "make_inputs", "run", "reference")
 TRITON_VARIANTS = ("base", "marker_only", "trace_free")
 
@@ -294,7 +294,8 @@ def triton_module(program):
 def triton_compile(program, variant: str):
     if variant not in TRITON_VARIANTS:
         raise ProgramRunError(f"variant {variant!r} of a Triton program is not supported here; valid: "
-                              f"{', '.join(TRITON_VARIANTS)} (region tracing of Triton kernels is not implemented)")
+                              f"{', '.join(TRITON_VARIANTS)} (the region-traced variant is built from TTGIR by "
+                              "argus_rt.compiler.triton_region_trace)")
     mod = triton_module(program)
     return mod, mod.compile_reference(capability=int(program.launch.get("capability", 90)))
 
@@ -378,8 +379,8 @@ class TraceAdapter(BackendAdapter):
         self.validate_config(ctx.config)
         if ctx.program.kind != "cuda":
             raise ProgramRunError(
-                f"region tracing of {ctx.program.kind} programs is not implemented in this adapter (Triton "
-                "markers compile to marker-only PMTRIG words, which record nothing): latency not measured")
+                f"region tracing of {ctx.program.kind} programs is not implemented in this adapter; Triton "
+                "programs are traced by the kind-specific 'trace' adapter (argus_rt.compiler.probes)")
         cfg = {"capacity": int(ctx.config.get("capacity", 256)), "clock": ctx.config.get("clock", "globaltimer")}
         res = run_once(ctx.program, "traced", trace_config=cfg)
         doc = intervals_document(res["intervals"], res["trace"], CudaLaunch.from_program(ctx.program).coord_kind)

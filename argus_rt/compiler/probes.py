@@ -574,12 +574,15 @@ def _triton_probe_adapter_class():
           ``ttgir`` output) and publishes ``argus.op_events/1`` (effects: forces completion, changes
           overlap, perturbs timing);
         * ``{"reference": "iteration_waits"}``: runs the traced reference (consumer wait timed per
-          iteration) and publishes ``argus.iteration_waits/1`` (effect: perturbs timing).
-
-        Region tracing of Triton programs (region intervals) is not built (markers are PMTRIG-only)."""
+          iteration) and publishes ``argus.iteration_waits/1`` (effect: perturbs timing);
+        * ``{}`` (the latency recipe): runs the region-traced variant
+          (:mod:`argus_rt.compiler.triton_region_trace`, one %globaltimer record per marker per CTA)
+          and publishes ``argus.region_intervals/1`` (effect: perturbs timing)."""
 
         name = "trace"
         effects = frozenset({"forces_completion", "changes_overlap", "perturbs_timing"})
+        # The region-tracing config also publishes "region_intervals"; it is not listed here because
+        # the planner (probe_outputs) reads this tuple as what a *probe* run publishes besides op_events.
         outputs = ("op_events", "iteration_waits")
         REFERENCES = ("iteration_waits",)
 
@@ -599,9 +602,10 @@ def _triton_probe_adapter_class():
                 return
             if set(config) == {"reference"} and config["reference"] in self.REFERENCES:
                 return
-            raise ValueError(f"trace for Triton programs takes config {{'probe': {{...}}}} (a forced-wait probe) or "
-                             f"{{'reference': one of {list(self.REFERENCES)}}}; got {config!r}; region tracing of "
-                             "Triton kernels is not implemented (their markers are PMTRIG-only)")
+            if not config:  # region tracing
+                return
+            raise ValueError(f"trace for Triton programs takes config {{}} (region tracing), {{'probe': {{...}}}} "
+                             f"(a forced-wait probe) or {{'reference': one of {list(self.REFERENCES)}}}; got {config!r}")
 
         def effects_for(self, config: dict) -> frozenset:
             # only a probe forces completion; anything else is refused by validate_config with its
@@ -611,6 +615,15 @@ def _triton_probe_adapter_class():
         def collect(self, ctx):
             import json
 
+            if not ctx.config:
+                from ..fsutil import atomic_write_text
+                from .triton_region_trace import collect_triton_region_trace
+
+                doc = collect_triton_region_trace(ctx.program, ctx.outdir / "build",
+                                                  repeats=int(ctx.sampling.get("repeats", 1)))
+                out = ctx.outdir / "region_intervals.json"
+                atomic_write_text(out, json.dumps(doc) + "\n")
+                return {"region_intervals": out}
             if "reference" in ctx.config:
                 doc = collect_triton_reference(ctx.program, ctx.outdir / "build",
                                                repeats=int(ctx.sampling.get("repeats", 1)))
