@@ -28,6 +28,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .ttgir_edit import append_pointer_arg, cta_slice_lines
+from .ttgir_edit import indent as _indent
+from .ttgir_edit import loc_suffix as _loc_suffix
 from .triton_discovery import (TMA_LOAD, Discovery, DiscoveryError, Module, Site, TtgirError, UnsupportedOpError,
                                _tma_parts)
 
@@ -67,15 +70,6 @@ class ForcedWaitProbe:
         return {"origin_hash": self.origin_hash, "variant_hash": self.variant_hash, "op_id": f"0x{self.op_id:08x}",
                 "iteration": self.iteration, "kind": self.kind, "label": self.label, "effects": list(self.effects),
                 "probe_arg": {"name": PROBE_ARG.lstrip("%"), "dtype": "int64", "words_per_cta": WORDS_PER_CTA}}
-
-
-def _loc_suffix(text: str) -> str:
-    m = re.search(r"\s(loc\(.*\))\s*$", text)
-    return " " + m.group(1) if m else ""
-
-
-def _indent(text: str) -> str:
-    return text[: len(text) - len(text.lstrip())]
 
 
 def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iteration: int) -> ForcedWaitProbe:
@@ -124,10 +118,7 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
     out_ty = "!tt.ptr<i64>"
     pb, pbi = "%argus_pbar_all", "%argus_pbar"
     # 1. function argument for the timestamps
-    func_idx = module.func_line - 1
-    fl = lines[func_idx]
-    close = fl.index(") attributes") if ") attributes" in fl else fl.rindex(")")
-    lines[func_idx] = fl[:close] + f", {PROBE_ARG}: {out_ty}" + fl[close:]
+    append_pointer_arg(lines, module, PROBE_ARG)
     # 2. constants + private barrier allocation + init, after the last init_barrier
     inits = [o for o in module.ops if o.name == "ttng.init_barrier" and o.loop is None]
     anchor = inits[-1] if inits else module.ops[0]
@@ -138,19 +129,7 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
         f"{ai}{pb} = ttg.local_alloc : () -> {alloc_type}",
         f"{ai}{pbi} = ttg.memdesc_index {pb}[%argus_c0] : {alloc_type} -> {bar_type}",
         f"{ai}ttng.init_barrier {pbi}, 1 : {bar_type}",
-        f"{ai}%argus_pid_x = tt.get_program_id x : i32",
-        f"{ai}%argus_pid_y = tt.get_program_id y : i32",
-        f"{ai}%argus_pid_z = tt.get_program_id z : i32",
-        f"{ai}%argus_n_x = tt.get_num_programs x : i32",
-        f"{ai}%argus_n_y = tt.get_num_programs y : i32",
-        f"{ai}%argus_lin_yz = arith.muli %argus_pid_z, %argus_n_y : i32",
-        f"{ai}%argus_lin_y = arith.addi %argus_lin_yz, %argus_pid_y : i32",
-        f"{ai}%argus_lin_xy = arith.muli %argus_lin_y, %argus_n_x : i32",
-        f"{ai}%argus_lin = arith.addi %argus_lin_xy, %argus_pid_x : i32",
-        f"{ai}%argus_words = arith.constant {WORDS_PER_CTA} : i32",
-        f"{ai}%argus_base = arith.muli %argus_lin, %argus_words : i32",
-        f"{ai}%argus_p0 = tt.addptr {PROBE_ARG}, %argus_base : {out_ty}, i32",
-    ]
+    ] + cta_slice_lines(ai, "argus", PROBE_ARG, WORDS_PER_CTA)
     for k in range(1, WORDS_PER_CTA):
         setup += [f"{ai}%argus_c{k}w = arith.constant {k} : i32",
                   f"{ai}%argus_p{k} = tt.addptr %argus_p0, %argus_c{k}w : {out_ty}, i32"]
@@ -287,24 +266,10 @@ def make_iteration_trace(ttgir: str, discovery: Discovery) -> str:
         raise ProbeError(f"{loop.op}: lower bound and step must be constants to index trips")
     words = 2 * discovery.iterations
     lines = list(module.lines)
-    fl = lines[module.func_line - 1]
-    close = fl.index(") attributes") if ") attributes" in fl else fl.rindex(")")
-    lines[module.func_line - 1] = fl[:close] + f", {PROBE_ARG}: !tt.ptr<i64>" + fl[close:]
+    append_pointer_arg(lines, module, PROBE_ARG)
     first = module.ops[0]
     fi = _indent(first.text)
-    setup = [
-        f"{fi}%argus_pid_x = tt.get_program_id x : i32",
-        f"{fi}%argus_pid_y = tt.get_program_id y : i32",
-        f"{fi}%argus_pid_z = tt.get_program_id z : i32",
-        f"{fi}%argus_n_x = tt.get_num_programs x : i32",
-        f"{fi}%argus_n_y = tt.get_num_programs y : i32",
-        f"{fi}%argus_lin_yz = arith.muli %argus_pid_z, %argus_n_y : i32",
-        f"{fi}%argus_lin_y = arith.addi %argus_lin_yz, %argus_pid_y : i32",
-        f"{fi}%argus_lin_xy = arith.muli %argus_lin_y, %argus_n_x : i32",
-        f"{fi}%argus_lin = arith.addi %argus_lin_xy, %argus_pid_x : i32",
-        f"{fi}%argus_words = arith.constant {words} : i32",
-        f"{fi}%argus_base = arith.muli %argus_lin, %argus_words : i32",
-        f"{fi}%argus_p0 = tt.addptr {PROBE_ARG}, %argus_base : !tt.ptr<i64>, i32",
+    setup = cta_slice_lines(fi, "argus", PROBE_ARG, words) + [
         f"{fi}%argus_lb = arith.constant {lb} : i32",
         f"{fi}%argus_step = arith.constant {step} : i32",
         f"{fi}%argus_two = arith.constant 2 : i32",

@@ -27,12 +27,14 @@ markers within one timer tick still pair correctly.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 
 from ..trace.layout import COORD_NONE  # same "no coordinate" value as the CUDA trace
 from ..triton_regions import MARKER_ASM_PATTERN
 from .triton_discovery import Module, TtgirError
+from .ttgir_edit import append_pointer_arg, cta_slice_lines
+from .ttgir_edit import indent as _indent
+from .ttgir_edit import loc_suffix as _loc_suffix
 
 REGION_ARG = "%argus_region_out"
 KIND_CODES = {"begin": 1, "end": 2}
@@ -95,15 +97,6 @@ class TracedRegionVariant:
                 "sites": [s.__dict__ for s in self.sites]}
 
 
-def _indent(text: str) -> str:
-    return text[: len(text) - len(text.lstrip())]
-
-
-def _loc_suffix(text: str) -> str:
-    m = re.search(r"\s(loc\(.*\))\s*$", text)
-    return " " + m.group(1) if m else ""
-
-
 def marker_sites(module: Module, iterations: int) -> list[MarkerSite]:
     """Every Argus marker op of ``module``, in TTGIR order, with its slots (see the module docstring)."""
     sites = []
@@ -145,24 +138,10 @@ def make_region_trace(ttgir: str, iterations: int) -> TracedRegionVariant:
         raise RegionTraceError(f"kernel {module.func_name!r} has no Argus markers (argus.begin/end) to trace")
     words = HEADER_WORDS + WORDS_PER_RECORD * sum(s.slots for s in sites)
     lines = list(module.lines)
-    fl = lines[module.func_line - 1]
-    close = fl.index(") attributes") if ") attributes" in fl else fl.rindex(")")
-    lines[module.func_line - 1] = fl[:close] + f", {REGION_ARG}: !tt.ptr<i64>" + fl[close:]
+    append_pointer_arg(lines, module, REGION_ARG)
     first = module.ops[0]
     fi = _indent(first.text)
-    setup = [
-        f"{fi}%argus_rt_pid_x = tt.get_program_id x : i32",
-        f"{fi}%argus_rt_pid_y = tt.get_program_id y : i32",
-        f"{fi}%argus_rt_pid_z = tt.get_program_id z : i32",
-        f"{fi}%argus_rt_n_x = tt.get_num_programs x : i32",
-        f"{fi}%argus_rt_n_y = tt.get_num_programs y : i32",
-        f"{fi}%argus_rt_lin_yz = arith.muli %argus_rt_pid_z, %argus_rt_n_y : i32",
-        f"{fi}%argus_rt_lin_y = arith.addi %argus_rt_lin_yz, %argus_rt_pid_y : i32",
-        f"{fi}%argus_rt_lin_xy = arith.muli %argus_rt_lin_y, %argus_rt_n_x : i32",
-        f"{fi}%argus_rt_lin = arith.addi %argus_rt_lin_xy, %argus_rt_pid_x : i32",
-        f"{fi}%argus_rt_words = arith.constant {words} : i32",
-        f"{fi}%argus_rt_base = arith.muli %argus_rt_lin, %argus_rt_words : i32",
-        f"{fi}%argus_rt_p0 = tt.addptr {REGION_ARG}, %argus_rt_base : !tt.ptr<i64>, i32",
+    setup = cta_slice_lines(fi, "argus_rt", REGION_ARG, words) + [
         f"{fi}%argus_rt_one64 = arith.constant 1 : i64",
         f'{fi}%argus_rt_sm = tt.elementwise_inline_asm "{_SMID_ASM}" '
         f'{{constraints = "=l", packed_element = 1 : i32, pure = false}} -> i64',

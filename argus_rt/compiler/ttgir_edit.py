@@ -1,0 +1,49 @@
+"""Text edits shared by the TTGIR transforms (forced-wait probes, traced references, region traces).
+
+Each transform adds one ``!tt.ptr<i64>`` kernel argument and gives every CTA its own slice of it;
+these helpers write those lines once, so every transform lays out its buffer the same way.
+"""
+from __future__ import annotations
+
+import re
+
+from .triton_discovery import Module
+
+I64_PTR = "!tt.ptr<i64>"
+
+
+def loc_suffix(text: str) -> str:
+    """The trailing ``loc(...)`` of a TTGIR line, with its leading space, or ""."""
+    m = re.search(r"\s(loc\(.*\))\s*$", text)
+    return " " + m.group(1) if m else ""
+
+
+def indent(text: str) -> str:
+    return text[: len(text) - len(text.lstrip())]
+
+
+def append_pointer_arg(lines: list[str], module: Module, name: str) -> None:
+    """Append ``name: !tt.ptr<i64>`` to the kernel's argument list (in ``lines``, edited in place)."""
+    i = module.func_line - 1
+    fl = lines[i]
+    close = fl.index(") attributes") if ") attributes" in fl else fl.rindex(")")
+    lines[i] = fl[:close] + f", {name}: {I64_PTR}" + fl[close:]
+
+
+def cta_slice_lines(ind: str, prefix: str, arg: str, words: int) -> list[str]:
+    """Lines that define ``%{prefix}_p0``: ``arg`` + linear CTA index * ``words`` (i64 words per CTA)."""
+    p = f"%{prefix}"
+    return [
+        f"{ind}{p}_pid_x = tt.get_program_id x : i32",
+        f"{ind}{p}_pid_y = tt.get_program_id y : i32",
+        f"{ind}{p}_pid_z = tt.get_program_id z : i32",
+        f"{ind}{p}_n_x = tt.get_num_programs x : i32",
+        f"{ind}{p}_n_y = tt.get_num_programs y : i32",
+        f"{ind}{p}_lin_yz = arith.muli {p}_pid_z, {p}_n_y : i32",
+        f"{ind}{p}_lin_y = arith.addi {p}_lin_yz, {p}_pid_y : i32",
+        f"{ind}{p}_lin_xy = arith.muli {p}_lin_y, {p}_n_x : i32",
+        f"{ind}{p}_lin = arith.addi {p}_lin_xy, {p}_pid_x : i32",
+        f"{ind}{p}_words = arith.constant {words} : i32",
+        f"{ind}{p}_base = arith.muli {p}_lin, {p}_words : i32",
+        f"{ind}{p}_p0 = tt.addptr {arg}, {p}_base : {I64_PTR}, i32",
+    ]
