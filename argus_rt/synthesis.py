@@ -29,6 +29,7 @@ from .attribution import UNMAPPED, PcRegionMap
 from .program import IncompatibleVersionsError, check_joinable
 from .runtime.handlers import HandlerError, register_synthesis
 from .scope import Scope, ScopeError
+from .trace.stats import duration_summary
 
 FACTS_FORMAT = "argus.facts/1"
 
@@ -129,12 +130,6 @@ def _scope_mask(arrays: dict, doc: dict, scope: Scope, where: str) -> np.ndarray
     return mask
 
 
-def _stats(d: np.ndarray) -> dict:
-    return {"count": int(d.size), "mean": float(d.mean()), "p50": float(np.percentile(d, 50)),
-            "p99": float(np.percentile(d, 99)), "min": float(d.min()), "max": float(d.max()),
-            "total": float(d.sum())}
-
-
 @register_synthesis("latency")
 def synth_latency(ctx) -> dict:
     """Per region in the subtree: count, mean, p50, p99, min, max, total of occurrence durations."""
@@ -162,7 +157,7 @@ def synth_latency(ctx) -> dict:
             facts.add(region.name, "count", 0, method="region trace", samples=0, unit="occurrences",
                       notes=notes + ["no occurrence of this region under the scope"])
             continue
-        for metric, value in _stats(d).items():
+        for metric, value in duration_summary(d).items():
             facts.add(region.name, metric, value, method="region trace", samples=d.size, notes=notes,
                       unit="occurrences" if metric == "count" else clock)
         if doc.get("coord_kind") == "iteration" and "coord" in arrays:

@@ -37,6 +37,14 @@ class RegionStats:
         return asdict(self)
 
 
+def duration_summary(d: np.ndarray) -> dict:
+    """count, mean, p50, p99, min, max, total of a non-empty array of durations (same unit as ``d``)."""
+    d = np.asarray(d, dtype=np.float64)
+    return {"count": int(d.size), "mean": float(d.mean()), "p50": float(np.percentile(d, 50)),
+            "p99": float(np.percentile(d, 99)), "min": float(d.min()), "max": float(d.max()),
+            "total": float(d.sum())}
+
+
 def region_stats(intervals: Intervals, names=None) -> list[RegionStats]:
     """Statistics per region ID, ordered by total time (largest first).
 
@@ -52,13 +60,7 @@ def region_stats(intervals: Intervals, names=None) -> list[RegionStats]:
             RegionStats(
                 region_id=int(rid),
                 name=_name(names, int(rid)),
-                count=int(d.size),
-                total=float(d.sum()),
-                mean=float(d.mean()),
-                p50=float(np.percentile(d, 50)),
-                p99=float(np.percentile(d, 99)),
-                min=float(d.min()),
-                max=float(d.max()),
+                **duration_summary(d),
                 sm_mean_min=min(sm_means),
                 sm_mean_max=max(sm_means),
                 sm_spread=max(sm_means) - min(sm_means),
