@@ -17,6 +17,7 @@ PROGRAMS = {
     # header stem -> (program, qualified region names)
     "regions": ("nested_regions", ["example", "example/stage_a", "example/stage_b", "example/stage_b/inner"]),
     "reference_execution_regions": ("reference_execution", ["refexec", "refexec/occurrence"]),
+    "collector_study_regions": ("collector_study", ["collector", "collector/occurrence"]),
 }
 
 
