@@ -45,6 +45,9 @@ def main(argv=None) -> int:
         lines.append("standalone all-gather throughput (GB/s, bytes received per rank): "
                      + " / ".join(f"{r['allgather_GBps']:.0f}" for r in raws)
                      + "; standalone GEMM (TFLOP/s): " + " / ".join(f"{r['gemm_TFLOPs']:.0f}" for r in raws))
+        lines.append("R = 0 barrier kept per case (S1_R0_P1 ms per method): " + " / ".join(
+            f"{r.get('sync', 'n/a')} (" + ", ".join(f"{m} {v:.3f}" for m, v in r.get("sync_ms", {}).items()) + ")"
+            for r in raws))
         out = os.environ.get("OUT")
         png = ROOT / "benchmarks" / "results" / "overlap_surface.png"
         try:
@@ -59,7 +62,10 @@ def main(argv=None) -> int:
                  "torch fused = torch.ops.symm_mem.fused_all_gather_matmul(return_A=False); ideal = max(t_allgather, "
                  "t_gemm) measured standalone; ours = the tuner's (S, R, P), re-timed after selection; "
                  "model_rank_of_best = where the model ranked the config that was fastest when every candidate was "
-                 "timed. Medians of CUDA-event timings, slowest rank.\n\n" + "\n".join(f"- {l}" for l in lines))
+                 "timed. Timing: one call of each contender in turn (serial, ours, fused, ...), each call timed by "
+                 "its own CUDA events, 3 rounds x iters calls; median per contender, slowest rank, so all contenders "
+                 "run at the same (power-limited) SM clock. The tuner's calibration and top-5 validation are timed "
+                 "the same way.\n\n" + "\n".join(f"- {l}" for l in lines))
         record("overlap", rows, title="GEMM + all-gather overlap (S, R, P), tuned", notes=notes,
                columns=["world", "m_shard", "k", "n", "serial_ms", "torch_fused_ms", "ours_ms", "ideal_ms",
                         "S", "R", "P", "model_rank_of_best"])

@@ -75,6 +75,49 @@ def torch_fused_fn(a, b, group):
     return run
 
 
+def back_to_back_errors(rt, m_shard, k, b, configs, group, seed, calls: int = 3) -> dict:
+    """Rel. error vs serial of ``calls`` back-to-back calls on distinct fresh inputs, per (config,
+    barrier method): {"S2_R0_P1/stream": worst error over the calls, ...}. Leaves ``rt.sync`` as found."""
+    device = b.device
+    world = rt.world
+    xs, refs = [], []
+    for i in range(calls):
+        g = torch.Generator().manual_seed(seed * 100 + 50 + 10 * i + rt.rank)
+        xs.append(torch.randn(m_shard, k, generator=g).to(device, torch.bfloat16))
+        refs.append(serial_all_gather_matmul(xs[-1], b, group))
+    keep, errs = rt.sync, {}
+    try:
+        for method in rt.sync_methods():
+            rt.sync = method
+            for cfg in configs:
+                outs = [torch.full((world * m_shard, b.shape[1]), float("nan"), dtype=b.dtype, device=device)
+                        for _ in range(calls)]
+                for x, out in zip(xs, outs):  # no synchronisation between the calls
+                    rt(x, b, cfg, out=out)
+                worst = max(rel_err(out, ref) for out, ref in zip(outs, refs))
+                errs[f"{cfg.key()}/{method}"] = _max_over_ranks(worst, group)
+    finally:
+        rt.sync = keep
+    return errs
+
+
+def choose_sync(rt, a, b, group, iters) -> dict:
+    """Time S1_R0_P1 under each available R = 0 barrier, calls interleaved; keep the faster (every
+    rank alike: the times are already the slowest rank's). Returns {method: ms}."""
+    cfg = OverlapConfig(1, 0, 1)
+
+    def under(method):
+        def call():
+            rt.sync = method
+            rt(a, b, cfg)
+        return call
+
+    methods = rt.sync_methods()
+    t = time_interleaved_ms({m: under(m) for m in methods}, rounds=3, iters=max(5, iters // 2), warmup=2, group=group)
+    rt.sync = min(t, key=t.get)
+    return t
+
+
 def run_case(rt, m_shard, k, n, *, s_values=DEFAULT_S, p_values=DEFAULT_P, top=5, iters=20, seed=0,
              exhaustive=True, log=print, r_values=None, rounds=3) -> tuple[dict, dict]:
     """Measure one case on every rank; returns (row, raw) (identical decisions on all ranks)."""
@@ -104,17 +147,24 @@ def run_case(rt, m_shard, k, n, *, s_values=DEFAULT_S, p_values=DEFAULT_P, top=5
         bad = {k_: v for k_, v in errs.items() if not v <= REL_TOL}
         raise RuntimeError(f"overlap result differs from serial AG+GEMM beyond {REL_TOL}: {bad}")
 
-    # R = 0 stages the shard into symmetric memory: keep the faster of copy engine and SM kernel,
-    # then re-check one config per R = 0 schedule against serial with the chosen method.
+    # R = 0 stages the shard into symmetric memory: keep the faster of copy engine and SM kernel
+    # (used by the kernel barrier), check every R = 0 schedule under each barrier with calls issued
+    # back to back on distinct inputs (a missed wait would read the other slot's stale shard), then
+    # keep the faster barrier.
     if 0 in r_values and world > 1 and device.type == "cuda":
         raw["staging_ms"] = rt.choose_staging(a)
         raw["staging"] = rt.staging
-        for cfg in (c for c in cands if c.R == 0):
-            out = torch.full((world * m_shard, n), float("nan"), dtype=a.dtype, device=device)
-            e = _max_over_ranks(rel_err(rt(a, b, cfg, out=out), ref), group)
-            if not e <= REL_TOL:
-                raise RuntimeError(f"{cfg.key()} with staging={rt.staging}: rel err {e} vs serial > {REL_TOL}")
-        log(f"  staging: {rt.staging} ({', '.join(f'{k} {v * 1e3:.1f} us' for k, v in raw['staging_ms'].items())})")
+        r0 = [c for c in cands if c.R == 0]
+        raw["back_to_back_rel_err"] = back_to_back_errors(rt, m_shard, k, b, r0, group, seed)
+        worst_b2b = max(raw["back_to_back_rel_err"].values())
+        if not worst_b2b <= REL_TOL:
+            bad = {k_: v for k_, v in raw["back_to_back_rel_err"].items() if not v <= REL_TOL}
+            raise RuntimeError(f"back-to-back calls differ from serial AG+GEMM beyond {REL_TOL}: {bad}")
+        raw["sync_ms"] = choose_sync(rt, a, b, group, iters)
+        raw["sync"] = rt.sync
+        log(f"  staging: {rt.staging} ({', '.join(f'{k} {v * 1e3:.1f} us' for k, v in raw['staging_ms'].items())}); "
+            f"back-to-back worst rel err {worst_b2b:.2e} over {len(raw['back_to_back_rel_err'])} (config, barrier); "
+            f"barrier: {rt.sync} ({', '.join(f'{k} {v:.3f} ms' for k, v in raw['sync_ms'].items())} at S1_R0_P1)")
 
     # The tuner: profile (S, R) at P = 1, fit, validate the model's top few.
     dev_index = device.index or 0
@@ -183,6 +233,20 @@ def preflight(rt, log=print) -> tuple[list[int], dict]:
     a = torch.randn(256, 512, device=device, dtype=torch.bfloat16)
     b = torch.randn(512, 256, device=device, dtype=torch.bfloat16)
     ok, errors = [], {}
+    if 0 in rt.pool.r_values and "stream" in rt.sync_methods() and rt.world > 1:
+        # The stream-memory-operation barrier first; on failure every rank falls back to the kernel.
+        flag = 1.0
+        try:
+            rt.sync = "stream"
+            rt(a, b, OverlapConfig(2, 0, 1))
+            _sync()
+        except Exception as exc:  # noqa: BLE001 - reported, and the kernel barrier used instead
+            flag, errors["sync=stream"] = 0.0, repr(exc)[:500]
+        t = torch.tensor([flag], device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=rt.group)
+        if t.item() != 1.0:
+            rt.disable_sync("stream")
+            log(f"  sync=stream excluded: {errors.get('sync=stream', 'failed on another rank')}")
     for r in rt.pool.r_values:
         flag = 1.0
         try:

@@ -53,15 +53,52 @@ def time_op_ms(fn, iters: int = 20, warmup: int = 5, group=None) -> dict:
 
 
 def time_interleaved_ms(fns: dict, rounds: int = 3, iters: int = 10, warmup: int = 2, group=None) -> dict:
-    """Median over ``rounds`` of each function's median time (ms), functions taken in turn each round,
-    so slow drift (clock, temperature) hits every contender alike instead of whichever ran last."""
+    """Per-call time (ms) of each function, the calls of all functions taken in turn, one call each.
+
+    Why per call: a sustained GEMM is power-bound and the SM clock drifts by 10-15 % over tens of
+    milliseconds (NVML: 1980 -> 1550 MHz), so contenders timed one after the other in bursts are
+    measured at different clocks. Taking ``f1, f2, ..., f1, f2, ...`` puts every contender in the
+    same thermal and power state. Each call is timed by its own pair of CUDA events on the current
+    stream (every function's work joins that stream before returning). Result: per function, the
+    median over ``rounds * iters`` calls on this rank, then the slowest rank's median (MAX).
+    On CPU (gloo) the same order with ``perf_counter``.
+    """
     if rounds < 1 or iters < 1:
         raise ValueError(f"rounds and iters must be >= 1, got rounds={rounds}, iters={iters}")
-    per = {name: [] for name in fns}
+    if not fns:
+        raise ValueError("time_interleaved_ms needs at least one function")
+    cuda = torch.cuda.is_available() and dist.get_backend(group) == "nccl"
+    names = list(fns)
+    per = {name: [] for name in names}
     for _ in range(rounds):
-        for name, fn in fns.items():
-            per[name].append(time_op_ms(fn, iters=iters, warmup=warmup, group=group)["median_ms"])
-    return {name: statistics.median(v) for name, v in per.items()}
+        for _ in range(warmup):
+            for name in names:
+                fns[name]()
+        if cuda:
+            torch.cuda.synchronize()
+        dist.barrier(group=group)
+        if cuda:
+            ev = []
+            for _ in range(iters):
+                for name in names:
+                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    s.record()
+                    fns[name]()
+                    e.record()
+                    ev.append((name, s, e))
+            torch.cuda.synchronize()
+            for name, s, e in ev:
+                per[name].append(s.elapsed_time(e))
+        else:
+            for _ in range(iters):
+                for name in names:
+                    t0 = time.perf_counter()
+                    fns[name]()
+                    per[name].append((time.perf_counter() - t0) * 1e3)
+    meds = torch.tensor([statistics.median(per[name]) for name in names], dtype=torch.float64,
+                        device="cuda" if cuda else "cpu")
+    dist.all_reduce(meds, op=dist.ReduceOp.MAX, group=group)
+    return {name: float(v) for name, v in zip(names, meds.tolist())}
 
 
 CALL_MARK = "argus_overlap_call"

@@ -14,7 +14,10 @@ R > 0: each chunk is a batched NCCL send/recv on the group whose communicator is
 and every GEMM of the call runs under the cuBLASLt SM carve-out R (SMs - R for the GEMM).
 R = 0: the copy engines carry the data: each rank copies its shard into a symmetric-memory buffer
 (double-buffered, so one barrier per call suffices), then pulls the peers' chunks with peer
-``cudaMemcpyAsync``; the GEMM keeps every SM. Multicast is never used.
+``cudaMemcpyAsync``; the GEMM keeps every SM. Multicast is never used. With ``sync="stream"`` the
+staging copy, the barrier (stream memory operations, :mod:`overlap.streamsync`) and the pulls all
+sit on the comm stream and need no SM, so the local GEMM starts at once; ``sync="kernel"`` stages
+and runs the symmetric-memory barrier kernel on the compute stream before the local GEMM.
 On CPU tensors (gloo, tests) the same chunking and reassembly run synchronously.
 """
 from __future__ import annotations
@@ -28,6 +31,10 @@ import torch.distributed as dist
 
 from .config import OverlapConfig, OverlapShapeError, check_operands, chunk_bounds
 from .groups import CommGroupPool
+from .streamsync import FlagBarrier, Watchdog, driver_or_none
+
+#: ways R = 0 ranks agree that every shard is staged (see the module docstring)
+SYNC_METHODS = ("stream", "kernel")
 
 
 @contextlib.contextmanager
@@ -82,8 +89,16 @@ class AllGatherMatmul:
         #: how R = 0 stages the local shard into symmetric memory: "memcpy" (copy engine) or "kernel"
         #: (an SM copy kernel); chosen by measurement (:meth:`choose_staging`), both exact.
         self.staging = "memcpy"
+        #: how R = 0 ranks synchronise: "stream" (needs cuda-python) or "kernel"; see SYNC_METHODS.
+        self.sync = "stream" if driver_or_none() is not None else "kernel"
+        self._sync_disabled: set[str] = set()
         self._symm = None  # (handle, slot_elems, dtype) of the symmetric buffer, grown on demand
+        self._flags = None  # FlagBarrier of the "stream" sync, made on first use (collective)
+        self._watchdog = None
+        self._gathered = {}  # (m_shard, k, dtype, device) -> receive buffer, reused across calls
+        self._views = {}  # (owner rank, shape, dtype, offset) -> view into the symmetric buffer
         self._calls = 0
+        self._seq = 0  # R = 0 calls on CUDA: slot parity and the flag value of the stream barrier
 
     # -- public -------------------------------------------------------------------------------
     def __call__(self, a_shard: torch.Tensor, b: torch.Tensor, cfg: OverlapConfig,
@@ -167,7 +182,66 @@ class AllGatherMatmul:
             buf = symm_mem.empty(2 * elems, dtype=a_shard.dtype, device=a_shard.device)
             handle = symm_mem.rendezvous(buf, name)
             self._symm = (handle, elems, a_shard.dtype, buf)
+            self._views = {}  # views into the old buffer must not outlive it
         return self._symm[0], self._symm[1]
+
+    def sync_methods(self) -> list[str]:
+        """R = 0 barrier methods usable here ("stream" needs cuda-python and not to have failed)."""
+        return [m for m in SYNC_METHODS if m not in self._sync_disabled
+                and (m != "stream" or driver_or_none() is not None)]
+
+    def disable_sync(self, method: str) -> None:
+        """Stop using a barrier method (e.g. it failed a preflight); falls back to the first one left."""
+        if method not in SYNC_METHODS:
+            raise OverlapShapeError(f"sync method must be one of {SYNC_METHODS}, got {method!r}")
+        self._sync_disabled.add(method)
+        left = self.sync_methods()
+        if not left:
+            raise OverlapShapeError(f"no R = 0 barrier method left (disabled: {sorted(self._sync_disabled)})")
+        if self.sync == method:
+            self.sync = left[0]
+
+    def _view(self, handle, owner, shape, dtype, offset):
+        key = (owner, shape, dtype, offset)
+        v = self._views.get(key)
+        if v is None:
+            v = self._views[key] = handle.get_buffer(owner, shape, dtype, storage_offset=offset)
+        return v
+
+    def _flag_barrier(self, device):
+        """The stream-memory-operation barrier (collective on first use: allocate, zero, meet)."""
+        if self._flags is None:
+            import torch.distributed._symmetric_memory as symm_mem
+
+            drv = driver_or_none()
+            if drv is None:
+                raise OverlapShapeError("sync='stream' needs cuda-python (cuda.bindings); use sync='kernel'")
+            name = self.group.group_name
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                symm_mem.enable_symm_mem_for_group(name)
+            buf = symm_mem.empty(self.world, dtype=torch.int32, device=device)
+            handle = symm_mem.rendezvous(buf, name)
+            buf.zero_()
+            torch.cuda.synchronize(device)
+            # Nobody may signal before every rank has zeroed its flags.
+            dist.barrier(group=self.group, device_ids=[device.index])
+            ptrs = {o: handle.get_buffer(o, (self.world,), torch.int32, storage_offset=0).data_ptr()
+                    for o in range(self.world)}
+            self._flags = (FlagBarrier(drv, self.rank, self.peers, lambda owner, sender: ptrs[owner] + 4 * sender),
+                           buf, handle)
+            index = device.index
+            self._watchdog = Watchdog(self.timeout.total_seconds(), thread_init=lambda: torch.cuda.set_device(index))
+        return self._flags[0]
+
+    def _receive_buffer(self, a_shard):
+        key = (tuple(a_shard.shape), a_shard.dtype, a_shard.device)
+        buf = self._gathered.get(key)
+        if buf is None:
+            m_shard, k = a_shard.shape
+            buf = torch.empty((self.world, m_shard, k), dtype=a_shard.dtype, device=a_shard.device)
+            self._gathered = {key: buf}  # keep one shape: a new shape frees the last one
+        return buf
 
     def _stage(self, dst, src):
         if self.staging == "memcpy":
@@ -201,27 +275,15 @@ class AllGatherMatmul:
         return times
 
     def _run_cuda(self, a_shard, b, cfg, bounds, out):
-        m_shard, k = a_shard.shape
         compute = torch.cuda.current_stream()
         comm = self._stream(a_shard.device)
-        gathered = torch.empty((self.world, m_shard, k), dtype=a_shard.dtype, device=a_shard.device)
+        # Reused across calls: every write to it (comm) is ordered after the last call's reads (compute).
+        gathered = self._receive_buffer(a_shard)
         arrived = [torch.cuda.Event() for _ in bounds]
         if cfg.R == 0 and self.world > 1:
-            handle, slot_elems = self._symm_slots(a_shard)
-            offset = (self._calls % 2) * slot_elems
-            shape = (m_shard, k)
-            self._stage(handle.get_buffer(self.rank, shape, a_shard.dtype, storage_offset=offset), a_shard)
-            # After this barrier every peer's slot holds its shard, and (double buffering) every
-            # peer has finished the previous call's pulls from the slot written next call.
-            handle.barrier(channel=0, timeout_ms=int(self.timeout.total_seconds() * 1000))
-            comm.wait_stream(compute)
-            self._local_gemm(a_shard, b, out)
-            remote = {p: handle.get_buffer(p, shape, a_shard.dtype, storage_offset=offset) for p in self.peers}
-            with torch.cuda.stream(comm):
-                for s, (lo, hi) in enumerate(bounds):
-                    for peer in self.peers:
-                        gathered[peer, lo:hi].copy_(remote[peer][lo:hi])
-                    arrived[s].record(comm)
+            if self.sync not in SYNC_METHODS:
+                raise OverlapShapeError(f"sync must be one of {SYNC_METHODS}, got {self.sync!r}")
+            self._run_copy_engine(a_shard, b, out, bounds, gathered, arrived, compute, comm)
         else:
             comm.wait_stream(compute)
             group = self.pool.group(cfg.R)
@@ -238,3 +300,39 @@ class AllGatherMatmul:
                 compute.wait_event(arrived[last])
                 self._step_gemm(gathered, b, out, lo, hi)
         compute.wait_stream(comm)
+        if cfg.R == 0 and self.world > 1 and self.sync == "stream":
+            done = torch.cuda.Event()
+            done.record(compute)
+            self._watchdog.track(done)
+
+    def _run_copy_engine(self, a_shard, b, out, bounds, gathered, arrived, compute, comm):
+        """R = 0: stage my shard into my slot, meet the peers, pull their chunks (copy engines).
+
+        Slots alternate per call. Safe because a rank stages call c into slot c % 2 only after the
+        barrier of call c - 1, which every peer reaches after finishing its pulls of call c - 2 (the
+        last ones from that slot): pulls, staging and barrier are in one stream order on each rank.
+        """
+        handle, slot_elems = self._symm_slots(a_shard)
+        self._seq += 1
+        offset = (self._seq % 2) * slot_elems
+        shape, dtype = tuple(a_shard.shape), a_shard.dtype
+        mine = self._view(handle, self.rank, shape, dtype, offset)
+        remote = {p: self._view(handle, p, shape, dtype, offset) for p in self.peers}
+        if self.sync == "stream":
+            barrier = self._flag_barrier(a_shard.device)
+            comm.wait_stream(compute)  # a_shard is ready, the last call's reads of `gathered` are done
+            with torch.cuda.stream(comm):
+                mine.copy_(a_shard)  # copy engine: an SM kernel here would queue behind the GEMM
+            barrier.arrive_and_wait(comm.cuda_stream, self._seq)
+            self._local_gemm(a_shard, b, out)  # starts at once, on every SM
+        else:
+            self._stage(mine, a_shard)
+            # After this barrier every peer's slot holds its shard (see the docstring for reuse).
+            handle.barrier(channel=0, timeout_ms=int(self.timeout.total_seconds() * 1000))
+            comm.wait_stream(compute)
+            self._local_gemm(a_shard, b, out)
+        with torch.cuda.stream(comm):
+            for s, (lo, hi) in enumerate(bounds):
+                for peer in self.peers:
+                    gathered[peer, lo:hi].copy_(remote[peer][lo:hi])
+                arrived[s].record(comm)

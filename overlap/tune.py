@@ -20,7 +20,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from .config import OverlapConfig, candidate_configs, check_operands, parse_shape, split_global_m
-from .measure import device_events_of_one_call, summarize_call, time_op_ms
+from .measure import device_events_of_one_call, summarize_call, time_interleaved_ms, time_op_ms
 from .model import OverlapModel, ProfiledPoint, fit_model, rank_of
 
 DEFAULT_S = (1, 2, 4, 8)
@@ -38,14 +38,25 @@ def _int_list(text: str) -> tuple[int, ...]:
     return vals
 
 
-def profile_point(rt, a_shard, b, S: int, R: int, iters: int, warmup: int = 3):
-    """Time config (S, R, 1) and profile one call of it; returns (ProfiledPoint | None, raw summary).
+def time_configs(rt, a_shard, b, configs, iters: int = 10, rounds: int = 3) -> dict:
+    """{config: ms} of ``configs`` timed together, one call of each in turn (see
+    :func:`overlap.measure.time_interleaved_ms`), so they are compared at one clock."""
+    fns = {c: (lambda c=c: rt(a_shard, b, c)) for c in configs}
+    return time_interleaved_ms(fns, rounds=rounds, iters=iters, warmup=2, group=rt.group)
+
+
+def profile_point(rt, a_shard, b, S: int, R: int, iters: int, warmup: int = 3, measured_ms: float | None = None):
+    """Profile one call of config (S, R, 1) (and time it, unless ``measured_ms`` is given);
+    returns (ProfiledPoint | None, raw summary).
 
     The profiled quantities are reduced with MAX over ranks (the slowest rank sets the pipeline's
     pace), so every rank builds the same model and takes the same decisions.
     """
     cfg = OverlapConfig(S, R, 1)
-    timing = time_op_ms(lambda: rt(a_shard, b, cfg), iters=iters, warmup=warmup, group=rt.group)
+    if measured_ms is None:
+        timing = time_op_ms(lambda: rt(a_shard, b, cfg), iters=iters, warmup=warmup, group=rt.group)
+    else:
+        timing = {"median_ms": measured_ms, "method": "interleaved with the other profiled points"}
     events = device_events_of_one_call(lambda: rt(a_shard, b, cfg), align_group=rt.group)
     summary = summarize_call(events, rt.world, S, 1, R)
     ok = summary.get("matched", False) and "comm_chunk_ms" in summary
@@ -93,20 +104,27 @@ def tune(rt, a_shard, b, s_values=DEFAULT_S, r_values=None, p_values=DEFAULT_P, 
     r_values = tuple(r_values) if r_values is not None else tuple(rt.pool.r_values)
     if top < 1:
         raise ValueError(f"top (configs to validate) must be >= 1, got {top}")
-    if profile_fn is None:
-        def profile_fn(S, R):
-            return profile_point(rt, a_shard, b, S, R, iters)
-    if time_fn is None:
-        def time_fn(cfg):
-            return time_op_ms(lambda: rt(a_shard, b, cfg), iters=iters, warmup=3, group=rt.group)["median_ms"]
     s_ok = [s for s in s_values if m_shard % s == 0] or [1]
+    grid = [(s, r) for s in sorted(set(s_ok) | {1}) for r in r_values]
+    sub_iters = max(5, iters // 2)
+    if profile_fn is None:
+        # The calibration times of all profiled points in one interleaved pass: one clock for all.
+        base = time_configs(rt, a_shard, b, [OverlapConfig(s, r, 1) for s, r in grid], iters=sub_iters)
+
+        def profile_fn(S, R):
+            return profile_point(rt, a_shard, b, S, R, iters, measured_ms=base[OverlapConfig(S, R, 1)])
+    if time_fn is None:
+        def time_many(configs):
+            return time_configs(rt, a_shard, b, configs, iters=sub_iters)
+    else:
+        def time_many(configs):
+            return {c: time_fn(c) for c in configs}
     points, raw = [], {}
-    for s in sorted(set(s_ok) | {1}):
-        for r in r_values:
-            point, summary = profile_fn(s, r)
-            raw[OverlapConfig(s, r, 1).key()] = summary
-            if point is not None:
-                points.append(point)
+    for s, r in grid:
+        point, summary = profile_fn(s, r)
+        raw[OverlapConfig(s, r, 1).key()] = summary
+        if point is not None:
+            points.append(point)
     if not points:
         raise RuntimeError("no profiled call could be split into chunks and GEMM launches; see the raw summaries: "
                            + json.dumps({k: {kk: v.get(kk) for kk in ('gemm_names', 'comm_names', 'n_events')}
@@ -115,9 +133,7 @@ def tune(rt, a_shard, b, s_values=DEFAULT_S, r_values=None, p_values=DEFAULT_P, 
     measured_r = sorted(model.link)
     cands = candidate_configs(s_ok, measured_r, p_values, m_shard)
     ranking = model.rank(cands)
-    validated = {}
-    for cfg, _ in ranking[:top]:
-        validated[cfg] = time_fn(cfg)
+    validated = time_many([cfg for cfg, _ in ranking[:top]])
     best = min(validated, key=lambda c: (validated[c], c.S))
     return TuneResult(best, model, ranking, validated, raw)
 

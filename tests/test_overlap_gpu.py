@@ -57,6 +57,7 @@ def _worker(rank, world, port, q):
         from overlap.config import OverlapConfig
 
         staging_ms = rt.choose_staging(a)
+        rt.sync = "kernel"  # staging choice matters to the kernel barrier (the stream one always uses memcpy)
         for method in ("memcpy", "kernel"):  # both ways of staging into symmetric memory are exact
             rt.staging = method
             for _ in range(2):
@@ -66,6 +67,22 @@ def _worker(rank, world, port, q):
             res["staging_" + method] = (float((y.float() - serial.float()).norm() / serial.float().norm()),
                                         bool(torch.isnan(y).any()))
         res["staging_ms"] = staging_ms
+        # Both R = 0 barriers, calls back to back on distinct inputs (a missed wait reads a stale slot).
+        xs = [torch.randn(m_shard, k, generator=torch.Generator().manual_seed(100 * i + rank)).to(dev, torch.bfloat16)
+              for i in range(3)]
+        refs = [serial_all_gather_matmul(x, b).float() for x in xs]
+        res["sync_methods"] = rt.sync_methods()
+        for method in rt.sync_methods():
+            rt.sync = method
+            for cfg in (OverlapConfig(1, 0, 1), OverlapConfig(4, 0, 2)):
+                outs = [torch.full((world * m_shard, n), float("nan"), dtype=torch.bfloat16, device=dev) for _ in xs]
+                for x, o in zip(xs, outs):
+                    rt(x, b, cfg, out=o)
+                torch.cuda.synchronize()
+                res[f"b2b_{method}_{cfg.key()}"] = (
+                    max(float((o.float() - r).norm() / r.norm()) for o, r in zip(outs, refs)),
+                    any(bool(torch.isnan(o).any()) for o in outs))
+        rt.sync = rt.sync_methods()[0]  # the tuner profiles under the default barrier
         for cfg in (OverlapConfig(4, 0, 1), OverlapConfig(4, 8, 2)):
             s = summarize_call(device_events_of_one_call(lambda: rt(a, b, cfg)), world, cfg.S, cfg.P, cfg.R)
             res["profile_" + cfg.key()] = (s["matched"], len(s["chunk_ms"]), len(s["gemm_ms"]))
@@ -100,8 +117,12 @@ def test_overlap_matches_serial_and_fp32_on_two_gpus():
         assert status == "ok", res
         print(rank, res)
         assert res["serial_vs_fp32"] < 1e-2  # bf16 output rounding
-        cfg_res = {k: v for k, v in res.items() if k.startswith("S") or k.startswith("staging_") and k != "staging_ms"}
+        cfg_res = {k: v for k, v in res.items()
+                   if k.startswith("S") or k.startswith("b2b_") or k.startswith("staging_") and k != "staging_ms"}
         assert len(cfg_res) >= 12 and set(res["staging_ms"]) == {"memcpy", "kernel"}
+        # cuda-python is on the GPU machines: the stream-memory-operation barrier is exercised too.
+        assert res["sync_methods"] == ["stream", "kernel"], res["sync_methods"]
+        assert len([k for k in cfg_res if k.startswith("b2b_")]) == 4
         for key, (err, nan) in cfg_res.items():
             assert not nan, f"{key}: unwritten (NaN) output elements"
             assert err <= 1e-3, f"{key}: rel err {err:.2e} vs serial AG+GEMM"
