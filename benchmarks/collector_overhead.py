@@ -257,6 +257,9 @@ def ncu_gpu_time_us(program, workdir: Path) -> tuple[float, float]:
     (workdir / "ncu_gpu_time.csv").write_text(proc.stdout)
     if proc.returncode != 0:
         raise NcuError(f"ncu metric run exited with {proc.returncode}: {(proc.stderr or proc.stdout)[-800:]}")
+    for line in proc.stdout.splitlines():  # keep ncu's own row in the log (value and unit as printed)
+        if "gpu__time_duration" in line:
+            print("ncu:", line, flush=True)
     values = parse_details_csv(proc.stdout).get(KERNEL, {})
     key = next((k for k in values if k.endswith("/gpu__time_duration.sum")), None)
     if key is None:
@@ -345,7 +348,9 @@ def main() -> int:
         f"(host enqueue provably done before the busy-wait ended in {100 * q:.1f}% of launches, worst build); "
         "trace_free/marker_only interleaved per launch; systrace = the trace_free build with torch.profiler "
         "(Kineto/CUPTI) active vs inactive in alternating blocks (kineto_kernel_us: the kernel duration Kineto "
-        "recorded). pc_map / ncu added_us = median wall time of one collection through the backend adapter "
+        "recorded; a CUDA-event latency also holds the GPU-side launch and event-record cost, so it exceeds that "
+        "kernel duration by a few us). pc_map / ncu added_us = median wall time of one collection through the "
+        "backend adapter "
         "(PcMapAdapter / NcuAdapter.collect: a fresh process, ncu replay, parsing; builds cached) minus the median "
         "wall time of the same runner process without ncu (plain_run_wall_ms); ncu latency_us = "
         "gpu__time_duration.sum of one launch in a metric-only ncu run (--clock-control none). Outputs checked "

@@ -32,7 +32,7 @@ demo() {
 }
 
 { date -u; nvidia-smi -L; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)";
-  git rev-parse --short HEAD 2>/dev/null; } 2>&1 | tee "$OUT/env.txt"
+  sha256sum benchmarks/collector_overhead.py examples/cuda/collector_study.cu; } 2>&1 | tee "$OUT/env.txt"
 case "$what" in
     all) tests; bench; demo ;;
     tests) tests ;;
