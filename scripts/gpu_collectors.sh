@@ -14,21 +14,26 @@ what="${1:-all}"
 ART=/tmp/argus_artifacts   # query reports of the e2e tests; tarred into one file for $OUT
 TESTS="${ARGUS_GPU_TESTS:-tests/test_e2e_query_gpu.py tests/test_probe_gpu.py tests/test_backend_trace_gpu.py}"
 
+rc=0
 tests() {
     mkdir -p "$ART"
     ARGUS_TEST_ARTIFACTS="$ART" timeout "${TESTS_LIMIT:-200}" python3 -m pytest -q -p no:cacheprovider -rfE \
         --durations=8 $TESTS 2>&1 | tee "$OUT/pytest_gpu.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     tar -C "$ART" -czf "$OUT/reports.tar.gz" . 2>/dev/null
 }
 
 bench() {
     timeout "${BENCH_LIMIT:-200}" python3 benchmarks/collector_overhead.py 2>&1 | tee "$OUT/bench_log.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 }
 
 demo() {
     local ws; ws="$(mktemp -d)"
     timeout "${DEMO_LIMIT:-100}" python3 -m argus_rt.cli demo --workspace "$ws/ws" 2>&1 | tee "$OUT/demo_log.txt"
-    echo "demo rc=${PIPESTATUS[0]}" | tee -a "$OUT/demo_log.txt"
+    local d="${PIPESTATUS[0]}"
+    echo "demo rc=$d" | tee -a "$OUT/demo_log.txt"
+    [ "$d" = 0 ] || rc=1
 }
 
 { date -u; nvidia-smi -L; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)";
@@ -45,3 +50,4 @@ echo "== summary =="
 grep -E "passed|failed|error" "$OUT/pytest_gpu.txt" 2>/dev/null | tail -1
 grep -E "^\| (trace_free|marker_only|pc_map|ncu|systrace) " "$OUT/bench_log.txt" 2>/dev/null
 grep -E "demo rc=" "$OUT/demo_log.txt" 2>/dev/null
+exit "$rc"
