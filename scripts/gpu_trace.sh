@@ -14,9 +14,10 @@ mkdir -p "$OUT"
   python3 -c 'import cuda.bindings; print("cuda-bindings", cuda.bindings.__version__)' || echo "no cuda-bindings"
   nvcc --version | tail -1
 } 2>&1 | tee "$OUT/env.txt"
-python3 -m pytest -q -p no:cacheprovider tests/test_trace_gpu.py tests/test_cuda_build.py -rs 2>&1 | tee "$OUT/pytest_gpu.log"
+python3 -m pytest -q -p no:cacheprovider tests/test_trace_gpu.py tests/test_trace_regcursor_gpu.py tests/test_cuda_build.py -rs 2>&1 | tee "$OUT/pytest_gpu.log"
 tests_rc=${PIPESTATUS[0]}
 python3 benchmarks/trace_overhead.py "$@" 2>&1 | tee "$OUT/bench.log"
 bench_rc=${PIPESTATUS[0]}
+cp benchmarks/results/trace_overhead.json docs/benchmarks.md "$OUT/" 2>/dev/null
 echo "gpu tests rc=$tests_rc benchmark rc=$bench_rc"
 exit $(( tests_rc != 0 || bench_rc != 0 ))

@@ -66,9 +66,6 @@
 
 #define ARGUS_TS_GLOBALTIMER 0
 #define ARGUS_TS_ANCHORED 1
-#ifndef ARGUS_BRANCHFREE
-#define ARGUS_BRANCHFREE 0 /* experimental straight-line register-cursor marker; see emit_with */
-#endif
 #ifndef ARGUS_TIMESTAMP
 #define ARGUS_TIMESTAMP ARGUS_TS_GLOBALTIMER
 #endif
@@ -229,8 +226,12 @@ __device__ __forceinline__ void store_cursor(argus_u32 addr, const WarpCursor& c
 }
 
 /* First marker of a warp in a CTA instance: apply the filters, find the ring, (re)start it.
- * Runs once per warp per launch. Inlined (no call ABI on this path); every access to the ring
- * header is volatile, so a re-read never sees a stale L1 copy. */
+ * Runs once per warp per launch. Inlined (no call ABI on this path).
+ * The control block is read with plain (L1-cached) loads, all issued before any test: every warp of
+ * the grid reads the same line here, and uncached loads of one line from ~1000 warps queue at one
+ * L2 slice (measured: ~6 us added to a 128-CTA launch). Plain loads are safe because the host
+ * rewrites the block only between launches, and L1 keeps no global data across a launch boundary.
+ * The ring header is this warp's alone: read as two 16-byte loads, written as two 16-byte stores. */
 __device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 grid, argus_u32 cta, argus_u32 warp) {
   WarpCursor c;
   c.grid = grid;
@@ -240,42 +241,50 @@ __device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 g
   c.ring = 0;
   c.coord_begin = 0;
   c.coord_end = 0;
-  const volatile ArgusCtl* ctl = &argus_ctl;  // volatile: the host rewrites it between launches
-  const argus_u64 buffers = ctl->buffers;
-  const argus_u32 capacity = ctl->capacity;
-  const argus_u32 wpc = ctl->warps_per_cta;
+  const ArgusCtl* ctl = &argus_ctl;
   const argus_u32 sm = sm_id();
-  bool record = ctl->enabled != 0 && buffers != 0 && capacity != 0 && (capacity & (capacity - 1)) == 0;
-  record = record && sm < ARGUS_MAX_SMS && ((ctl->sm_mask[sm >> 5] >> (sm & 31)) & 1u);
-  record = record && cta >= ctl->cta_begin && cta < ctl->cta_end;
-  record = record && warp < 32 && ((ctl->warp_mask >> warp) & 1u);
+  const argus_u64 buffers = ctl->buffers;
+  const argus_u32 enabled = ctl->enabled, seq = ctl->seq, capacity = ctl->capacity, num_rings = ctl->num_rings;
+  const argus_u32 wpc = ctl->warps_per_cta, clock_mode = ctl->clock_mode;
+  const argus_u32 cta_begin = ctl->cta_begin, cta_end = ctl->cta_end, warp_mask = ctl->warp_mask;
+  const argus_u32 coord_begin = ctl->coord_begin, coord_end = ctl->coord_end;
+  const argus_u32 sm_bits = ctl->sm_mask[(sm >> 5) & (ARGUS_SM_MASK_WORDS - 1)];
+  bool record = enabled != 0 && buffers != 0 && capacity != 0 && (capacity & (capacity - 1)) == 0;
+  record = record && sm < ARGUS_MAX_SMS && ((sm_bits >> (sm & 31)) & 1u);
+  record = record && cta >= cta_begin && cta < cta_end;
+  record = record && warp < 32 && ((warp_mask >> warp) & 1u);
   if (record) {
-    const argus_u64 ring_index = (argus_u64)(cta - ctl->cta_begin) * wpc + warp;
+    const argus_u64 ring_index = (argus_u64)(cta - cta_begin) * wpc + warp;
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
     /* Another clock means the host expects 32-byte headers: count the warp, write nothing. */
-    if (warp >= wpc || ring_index >= ctl->num_rings || ctl->clock_mode != ARGUS_CLOCK_ANCHORED) {
+    if (warp >= wpc || ring_index >= num_rings || clock_mode != ARGUS_CLOCK_ANCHORED) {
 #else
-    if (warp >= wpc || ring_index >= ctl->num_rings) {
+    if (warp >= wpc || ring_index >= num_rings) {
 #endif
-      atomicAdd((argus_u32*)&argus_ctl.unbuffered, 1u);  // counted, never silent
+      atomicAdd(&argus_ctl.unbuffered, 1u);  // counted, never silent
     } else {
       const argus_u64 stride = ARGUS_RING_HEAD_BYTES_ + (argus_u64)capacity * sizeof(ArgusRecord);
       argus_u64 gaddr;
       asm("cvta.to.global.u64 %0, %1;" : "=l"(gaddr) : "l"(buffers + ring_index * stride));
-      volatile ArgusRingHeader* hdr = (volatile ArgusRingHeader*)(buffers + ring_index * stride);
-      const argus_u32 seq = ctl->seq;
+      argus_u32 magic, hseq, written, claims;  // the header's other fields are only written here
+      asm volatile(
+          "{\n\t.reg .u32 x;\n\t"
+          "ld.volatile.global.v4.u32 {%0, %1, x, x}, [%4];\n\t"
+          "ld.volatile.global.v4.u32 {x, %2, x, %3}, [%4+16];\n\t}"
+          : "=r"(magic), "=r"(hseq), "=r"(written), "=r"(claims)
+          : "l"(gaddr)
+          : "memory");
       argus_u32 count = 0;
-      if (hdr->magic == ARGUS_RING_MAGIC && hdr->seq == seq) {
-        count = hdr->written;  // a later launch under the same arm appends
-        hdr->claims = hdr->claims + 1;
+      if (magic == ARGUS_RING_MAGIC && hseq == seq) {
+        count = written;  // a later launch under the same arm appends
+        asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(gaddr + ARGUS_RING_CLAIMS_OFFSET),
+                     "r"(claims + 1) : "memory");
       } else {
-        hdr->seq = seq;
-        hdr->sm = sm;
-        hdr->cta = cta;
-        hdr->warp = warp;
-        hdr->written = 0;
-        hdr->dropped = 0;
-        hdr->claims = 1;
+        asm volatile(
+            "st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
+            "st.volatile.global.v4.u32 [%0+16], {%5, %6, %7, %8};"
+            ::"l"(gaddr), "r"(ARGUS_RING_MAGIC), "r"(seq), "r"(sm), "r"(cta), "r"(warp), "r"(0u), "r"(0u), "r"(1u)
+            : "memory");
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
         {
           const argus_u64 clk = cycle_counter();  // clock first, then timer: same order as emit
@@ -288,13 +297,12 @@ __device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 g
           anc->last_clock = clk;
         }
 #endif
-        hdr->magic = ARGUS_RING_MAGIC;
       }
       c.count = count;
       c.cap_mask = capacity - 1;
-      c.ring = gaddr | (ctl->clock_mode == ARGUS_CLOCK_CLOCK64 ? 1ull : 0ull);
-      c.coord_begin = ctl->coord_begin;
-      c.coord_end = ctl->coord_end;
+      c.ring = gaddr | (clock_mode == ARGUS_CLOCK_CLOCK64 ? 1ull : 0ull);
+      c.coord_begin = coord_begin;
+      c.coord_end = coord_end;
     }
   }
   store_cursor(cur_addr, c);
@@ -364,31 +372,46 @@ __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coo
 }
 
 /* Opt-in register cursor (ARGUS_WARP_STATE): the warp's ring cursor lives in registers of the
- * declaring function, so a marker costs a clock read and one predicated 16-byte store, with no
- * shared-memory round trip. Restriction: every marker executed while it is alive must be in that
- * function's own body and executed by the whole warp together; markers in called functions use
- * the shared cursor, and mixing the two overwrites records (the decoder then reports the ring as
- * corrupt: its timestamps go backwards). */
+ * declaring function and a marker is straight-line code: a clock read and one predicated 16-byte
+ * store, so nothing on the marker's path waits for memory and there is no divergent branch. The ring header's written/dropped counts are
+ * stored once, when the cursor goes out of scope (the function returns).
+ * Restriction: every marker executed while it is alive must be in that function's own body and
+ * executed by the whole warp together (the lane that was lowest-active at the declaration stores
+ * all records, and it must reach the end of the function). Markers in called functions use the
+ * shared cursor; mixing the two overwrites records (the decoder then reports the ring as corrupt:
+ * its timestamps go backwards). A kernel that traps before returning leaves written = 0. */
+#define ARGUS_REG_CAP_BITS_ 0x3FFFFFFFu
 struct RegCursor {
-  argus_u64 ring;  /* global address of the ring header | clock bit; 0 = not recording */
-  argus_u32 count, cap_mask, coord_begin, coord_end;
-  WarpCursor* shared;
+  argus_u64 records; /* global address of the ring's record 0; 0 = not recording */
+  argus_u32 count;
+  argus_u32 mask_flags; /* bits 0..29: capacity - 1 (host caps capacity at 2^26); 30: clock64; 31: this lane stores */
+  argus_u32 coord_begin, coord_span; /* window [begin, begin + span); span 0 when not recording */
+  /* Few live registers on purpose: a register-hungry kernel pays for each one across its loops. */
   __device__ __forceinline__ RegCursor() {
     const argus_u32 warp = warp_in_cta();
-    shared = warp_cursors() + warp;
+    WarpCursor* cur = warp_cursors() + warp;
     const argus_u32 grid = grid_id_lo();
     const argus_u32 cta = cta_linear();
-    WarpCursor c = load_cursor(shared);
-    if (c.grid != grid || c.cta != cta) c = claim_ring(shared_address(shared), grid, cta, warp);
-    ring = c.ring;
+    WarpCursor c = load_cursor(cur);
+    if (c.grid != grid || c.cta != cta) c = claim_ring(shared_address(cur), grid, cta, warp);
+    const argus_u64 hdr = c.ring & ~1ull;
+    records = hdr != 0 ? hdr + ARGUS_RING_HEAD_BYTES_ : 0;
     count = c.count;
-    cap_mask = c.cap_mask;
     coord_begin = c.coord_begin;
-    coord_end = c.coord_end;
+    coord_span = hdr != 0 ? c.coord_end - c.coord_begin : 0u;
+    const argus_u32 lead = (argus_u32)(hdr != 0 && lane_id() == (argus_u32)(__ffs(__activemask()) - 1));
+    mask_flags = (c.cap_mask & ARGUS_REG_CAP_BITS_) | ((argus_u32)(c.ring & 1ull) << 30) | (lead << 31);
   }
   __device__ __forceinline__ ~RegCursor() {
-    if (ring != 0 && lane_id() == (argus_u32)(__ffs(__activemask()) - 1)) {
-      asm volatile("st.shared.u32 [%0+8], %1;" ::"r"(shared_address(shared)), "r"(count) : "memory");
+    if (mask_flags >> 31) {
+      const argus_u64 hdr = records - ARGUS_RING_HEAD_BYTES_;
+      asm volatile("st.shared.u32 [%0+8], %1;" ::"r"(shared_address(warp_cursors() + warp_in_cta())), "r"(count)
+                   : "memory");
+      asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_RING_WRITTEN_OFFSET), "r"(count));
+      const argus_u32 capacity = (mask_flags & ARGUS_REG_CAP_BITS_) + 1u;
+      if (count > capacity) {
+        asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_RING_DROPPED_OFFSET), "r"(count - capacity));
+      }
     }
   }
 };
@@ -399,57 +422,30 @@ __device__ __forceinline__ void emit_with(NoRegCursor&, argus_u32 kind, argus_u3
   emit(kind, id, coord);
 }
 
-#if ARGUS_BRANCHFREE && ARGUS_TIMESTAMP != ARGUS_TS_ANCHORED
-/* Experimental (-DARGUS_BRANCHFREE=1, register cursor only): no divergent early return; every lane
- * reads the clock and counts, and the leader's stores are predicated inside one asm block, so the
- * marker is straight-line code the scheduler can overlap with the kernel's own work. */
 __device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
-  const argus_u32 live = (argus_u32)(rc.ring != 0) &
-                         (argus_u32)(coord == ARGUS_COORD_NONE || (coord >= rc.coord_begin && coord < rc.coord_end));
-  const argus_u64 t = (rc.ring & 1ull) ? cycle_counter() : global_timer();
-  const argus_u32 n = rc.count;
-  rc.count = n + live;
-  const argus_u32 lead = live & (argus_u32)(lane_id() == (argus_u32)(__ffs(__activemask()) - 1));
-  const argus_u64 hdr = rc.ring & ~1ull;
-  const argus_u64 rec = hdr + ARGUS_RING_HEAD_BYTES_ + (argus_u64)(n & rc.cap_mask) * sizeof(ArgusRecord);
-  const argus_u64 stamp = (t & ARGUS_TIME_MASK) | ((argus_u64)kind << ARGUS_KIND_SHIFT);
-  asm volatile(
-      "{\n\t.reg .pred p, q;\n\t"
-      "setp.ne.u32 p, %5, 0;\n\t"
-      "@p st.global.v4.b32 [%0], {%1, %2, %3, %4};\n\t"
-      "@p st.global.b32 [%6], %7;\n\t"
-      "setp.gt.and.u32 q, %7, %8, p;\n\t"
-      "@q st.global.b32 [%9], %10;\n\t}"
-      ::"l"(rec), "r"(id), "r"(coord), "r"((argus_u32)stamp), "r"((argus_u32)(stamp >> 32)), "r"(lead),
-        "l"(hdr + ARGUS_RING_WRITTEN_OFFSET), "r"(n + 1), "r"(rc.cap_mask + 1), "l"(hdr + ARGUS_RING_DROPPED_OFFSET),
-        "r"(n - rc.cap_mask));
-}
-#else
-__device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
-  if (rc.ring == 0) return;
-  if (coord != ARGUS_COORD_NONE && (coord < rc.coord_begin || coord >= rc.coord_end)) return;
+  /* Unsigned distance from the window start: one compare; constant-folded for uncoordinated markers. */
+  const argus_u32 take = coord == ARGUS_COORD_NONE ? (argus_u32)(rc.coord_span != 0) : (argus_u32)(coord - rc.coord_begin < rc.coord_span);
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
   const argus_u64 t = cycle_counter();
 #else
-  const argus_u64 t = (rc.ring & 1ull) ? cycle_counter() : global_timer();
+  const argus_u64 t = (rc.mask_flags & (1u << 30)) ? cycle_counter() : global_timer();
 #endif
-  const argus_u32 n = rc.count;
-  rc.count = n + 1;  // every lane counts, so any lane can be the leader next time
-  if (lane_id() != (argus_u32)(__ffs(__activemask()) - 1)) return;
-  const argus_u64 hdr = rc.ring & ~1ull;
-  const argus_u64 rec = hdr + ARGUS_RING_HEAD_BYTES_ + (argus_u64)(n & rc.cap_mask) * sizeof(ArgusRecord);
-  const argus_u64 stamp = (t & ARGUS_TIME_MASK) | ((argus_u64)kind << ARGUS_KIND_SHIFT);
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(rec), "r"(id), "r"(coord),
-               "r"((argus_u32)stamp), "r"((argus_u32)(stamp >> 32)));
-  asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_RING_WRITTEN_OFFSET), "r"(n + 1));
-  if (n > rc.cap_mask) {
-    asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_RING_DROPPED_OFFSET), "r"(n - rc.cap_mask));
-  }
+  /* No mask: %globaltimer (ns since 1970) and clock64 stay below 2^62 for decades, so the kind bits
+   * are free; one OR keeps the clock read two instructions away from the store. */
+  const argus_u32 hi = (argus_u32)(t >> 32) | (kind << (ARGUS_KIND_SHIFT - 32));
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "setp.ne.u32 p, %5, 0;\n\t"
+      "@p st.global.v4.b32 [%0], {%1, %2, %3, %4};\n\t}"
+      ::"l"(rc.records + (argus_u64)(rc.count & rc.mask_flags & ARGUS_REG_CAP_BITS_) * sizeof(ArgusRecord)),
+        "r"(id), "r"(coord), "r"((argus_u32)t), "r"(hi), "r"((rc.mask_flags >> 31) & take));
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-  store_anchor(hdr, n, rc.cap_mask, t);
+  if ((rc.mask_flags >> 31) & take) {
+    store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, rc.count, rc.mask_flags & ARGUS_REG_CAP_BITS_, t);
+  }
 #endif
+  rc.count += take;
 }
-#endif  /* ARGUS_BRANCHFREE */
 
 template <class Cursor>
 struct TraceScope {

@@ -101,6 +101,7 @@ struct ArgusCtl {
 /* Byte offsets the device stores to directly (checked below wherever offsetof is available). */
 #define ARGUS_RING_WRITTEN_OFFSET 20
 #define ARGUS_RING_DROPPED_OFFSET 24
+#define ARGUS_RING_CLAIMS_OFFSET 28
 #define ARGUS_ANCHORED_HEADER_BYTES 64   /* ArgusRingHeader + ArgusRingAnchors */
 #define ARGUS_ANCHOR_FIRST_OFFSET 32     /* from the ring header start */
 #define ARGUS_ANCHOR_LAST_OFFSET 48
@@ -118,6 +119,7 @@ static_assert((ARGUS_MAX_SMS % 32) == 0, "SM mask is whole 32-bit words");
 static_assert(ARGUS_OFFSETOF(ArgusRecord, stamp) == 8, "ArgusRecord.stamp offset");
 static_assert(ARGUS_OFFSETOF(ArgusRingHeader, written) == ARGUS_RING_WRITTEN_OFFSET, "ArgusRingHeader.written offset");
 static_assert(ARGUS_OFFSETOF(ArgusRingHeader, dropped) == ARGUS_RING_DROPPED_OFFSET, "ArgusRingHeader.dropped offset");
+static_assert(ARGUS_OFFSETOF(ArgusRingHeader, claims) == ARGUS_RING_CLAIMS_OFFSET, "ArgusRingHeader.claims offset");
 static_assert(ARGUS_OFFSETOF(ArgusRingAnchors, last_timer) == ARGUS_ANCHOR_LAST_OFFSET - ARGUS_ANCHOR_FIRST_OFFSET,
               "ArgusRingAnchors.last_timer offset");
 static_assert(ARGUS_OFFSETOF(ArgusCtl, sm_mask) == 64, "ArgusCtl.sm_mask offset");
