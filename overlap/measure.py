@@ -59,7 +59,9 @@ def time_interleaved_ms(fns: dict, rounds: int = 3, iters: int = 10, warmup: int
     milliseconds (NVML: 1980 -> 1550 MHz), so contenders timed one after the other in bursts are
     measured at different clocks. Taking ``f1, f2, ..., f1, f2, ...`` puts every contender in the
     same thermal and power state. Each call is timed by its own pair of CUDA events on the current
-    stream (every function's work joins that stream before returning). Result: per function, the
+    stream (every function's work joins that stream before returning), after an untimed one-element
+    all-reduce that lines the ranks up (two GPUs run the same GEMM at slightly different clocks, and
+    without it a synchronising call would be charged the drift left by an unsynchronised one). Result: per function, the
     median over ``rounds * iters`` calls on this rank, then the slowest rank's median (MAX).
     On CPU (gloo) the same order with ``perf_counter``.
     """
@@ -70,9 +72,19 @@ def time_interleaved_ms(fns: dict, rounds: int = 3, iters: int = 10, warmup: int
     cuda = torch.cuda.is_available() and dist.get_backend(group) == "nccl"
     names = list(fns)
     per = {name: [] for name in names}
+    token = torch.zeros(1, device="cuda" if cuda else "cpu")
+    multi = dist.get_world_size(group) > 1
+
+    def align():
+        # Untimed, on the device: the ranks leave this tiny all-reduce together, so a call's time
+        # does not include waiting for a peer that the previous (unsynchronised) call left behind.
+        if cuda and multi:
+            dist.all_reduce(token, group=group)
+
     for _ in range(rounds):
         for _ in range(warmup):
             for name in names:
+                align()
                 fns[name]()
         if cuda:
             torch.cuda.synchronize()
@@ -82,6 +94,7 @@ def time_interleaved_ms(fns: dict, rounds: int = 3, iters: int = 10, warmup: int
             for _ in range(iters):
                 for name in names:
                     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    align()
                     s.record()
                     fns[name]()
                     e.record()
