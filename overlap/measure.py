@@ -220,6 +220,10 @@ def summarize_call(events: list[dict], world: int, S: int, P: int, R: int) -> di
             summary["local_gemm_ms"] = gemms[0]["dur_us"] / 1e3
             steps = gemms[1:]
             summary["step_gemm_ms"] = statistics.median([e["dur_us"] / 1e3 for e in steps]) if steps else 0.0
+            # Idle time between consecutive step GEMMs (launch, event wait): the smallest gap is the
+            # fixed cost a step adds even when its data has long arrived.
+            gaps = [(b["ts_us"] - (a["ts_us"] + a["dur_us"])) / 1e3 for a, b in zip(steps, steps[1:])]
+            summary["step_gap_ms"] = max(0.0, min(gaps)) if gaps else 0.0
         else:
             # Extra kernels per GEMM (e.g. a split-K reduction): share the total by rows instead.
             total = sum(e["dur_us"] for e in gemms) / 1e3

@@ -70,6 +70,7 @@ class ProfiledPoint:
     step_gemm_ms: float           # median GEMM launch on one peer's M_shard/S rows
     setup_ms: float               # device time before the local GEMM started (copy + barrier on R=0)
     measured_ms: float            # end-to-end time of this config (timed with events)
+    step_gap_ms: float = 0.0      # smallest idle gap between consecutive step GEMMs (0: one step, or unknown)
 
     def to_dict(self):
         return dict(self.__dict__)
@@ -89,6 +90,7 @@ class OverlapModel:
     gemm_rows: dict = field(default_factory=dict)      # R -> {rows: ms per launch}
     overhead_ms: float = 0.0                           # fitted per chunk (fallback)
     residual: dict = field(default_factory=dict)       # (S, R) -> measured - simulated at P = 1 (ms)
+    step_overhead: dict = field(default_factory=dict)  # R -> fixed cost of one GEMM step (ms), from the profiles
 
     # -- inputs -------------------------------------------------------------------------------
     def chunk_bytes(self, S: int) -> int:
@@ -136,9 +138,16 @@ class OverlapModel:
                            self.gemm_ms(rows, cfg.R), self.gemm_ms(self.m_shard, cfg.R), self.setup_ms(cfg.R))
 
     def predict(self, cfg: OverlapConfig) -> float:
-        """Predicted end-to-end time of one call (ms)."""
+        """Predicted end-to-end time of one call (ms).
+
+        A profiled (S, R) carries its P = 1 residual, which holds the fixed cost of its S GEMM steps;
+        merging chunks (P > 1) runs S/P steps, so the cost of the S - S/P steps saved comes off.
+        """
         calib = self.residual.get((cfg.S, cfg.R))
-        return self.simulate(cfg) + (calib if calib is not None else self.overhead_ms * cfg.S)
+        if calib is None:
+            return self.simulate(cfg) + self.overhead_ms * cfg.S
+        saved_steps = cfg.S - cfg.steps
+        return self.simulate(cfg) + calib - self.step_overhead.get(cfg.R, 0.0) * saved_steps
 
     def rank(self, configs) -> list[tuple[OverlapConfig, float]]:
         """Configs sorted by predicted time, fastest first (ties: fewer chunks first)."""
@@ -149,6 +158,7 @@ class OverlapModel:
         return {
             "world": self.world, "m_shard": self.m_shard, "k": self.k, "n": self.n, "elem_bytes": self.elem_bytes,
             "overhead_ms": self.overhead_ms,
+            "step_overhead_ms": {str(r): v for r, v in sorted(self.step_overhead.items())},
             "residual": {f"S{s}_R{r}": v for (s, r), v in sorted(self.residual.items())},
             "link": {str(r): {"latency_ms": v[0], "GBps": v[1]} for r, v in sorted(self.link.items())},
             "gemm_rows": {str(r): {str(rows): ms for rows, ms in sorted(t.items())} for r, t in sorted(self.gemm_rows.items())},
@@ -183,6 +193,11 @@ def fit_model(world: int, m_shard: int, k: int, n: int, elem_bytes: int, points:
     model.gemm_rows = {r: {rows: float(np.median(v)) for rows, v in t.items()} for r, t in model.gemm_rows.items()}
     for r in sorted({p.R for p in points}):
         model.link[r] = fit_link([p for p in points if p.R == r], lambda s: model.chunk_bytes(s) * (world - 1))
+    # Fixed cost of one GEMM step per R: median over the multi-step profiles of the smallest gap
+    # between consecutive step GEMMs (recorded files without gaps give 0: no correction).
+    for r in sorted({p.R for p in points}):
+        gaps = [p.step_gap_ms for p in points if p.R == r and p.S > 1]
+        model.step_overhead[r] = float(np.median(gaps)) if gaps else 0.0
     # Calibration per profiled (S, R), and the per-chunk overhead (least squares against S through
     # the origin) for configurations outside the profiled grid.
     num = den = 0.0

@@ -60,7 +60,7 @@ def profile_point(rt, a_shard, b, S: int, R: int, iters: int, warmup: int = 3, m
     events = device_events_of_one_call(lambda: rt(a_shard, b, cfg), align_group=rt.group)
     summary = summarize_call(events, rt.world, S, 1, R)
     ok = summary.get("matched", False) and "comm_chunk_ms" in summary
-    keys = ("comm_chunk_ms", "local_gemm_ms", "step_gemm_ms", "setup_ms")
+    keys = ("comm_chunk_ms", "local_gemm_ms", "step_gemm_ms", "setup_ms", "step_gap_ms")
     vals = torch.tensor([float(ok)] + [float(summary.get(k, 0.0)) for k in keys], dtype=torch.float64,
                         device=a_shard.device)
     ok_t = vals[:1].clone()
@@ -70,7 +70,7 @@ def profile_point(rt, a_shard, b, S: int, R: int, iters: int, warmup: int = 3, m
     if ok_t.item() < 1:
         return None, summary
     v = vals.tolist()[1:]
-    return ProfiledPoint(S, R, v[0], v[1], v[2], v[3], timing["median_ms"]), summary
+    return ProfiledPoint(S, R, v[0], v[1], v[2], v[3], timing["median_ms"], step_gap_ms=v[4]), summary
 
 
 @dataclass

@@ -210,3 +210,15 @@ def test_recorded_cases_plot_and_summarise(tmp_path):
     assert lines[0].startswith("geomean speedup over serial: ours 2.000x")
     assert "cases where ours is slower than torch fused: none" in lines
     assert geomean([2.0, 8.0]) == pytest.approx(4.0)
+
+
+def test_merged_steps_shed_the_profiled_per_step_cost():
+    # Two R = 0 points whose profiles saw 5 us between consecutive step GEMMs.
+    pts = [ProfiledPoint(1, 0, 0.2, 0.35, 0.35, 0.02, 0.80),
+           ProfiledPoint(4, 0, 0.05, 0.35, 0.09, 0.02, 0.82, step_gap_ms=0.005)]
+    model = fit_model(2, 2048, 8192, 8192, 2, pts)
+    assert model.step_overhead == {0: pytest.approx(0.005)}
+    p1, p4 = OverlapConfig(4, 0, 1), OverlapConfig(4, 0, 4)
+    assert model.predict(p1) == pytest.approx(0.82)  # P = 1 stays calibrated on its timing
+    # P = 4 runs one step instead of four: three steps' fixed cost comes off the calibrated residual.
+    assert model.predict(p4) == pytest.approx(model.simulate(p4) + model.residual[(4, 0)] - 3 * 0.005)
