@@ -233,20 +233,22 @@ def preflight(rt, log=print) -> tuple[list[int], dict]:
     a = torch.randn(256, 512, device=device, dtype=torch.bfloat16)
     b = torch.randn(512, 256, device=device, dtype=torch.bfloat16)
     ok, errors = [], {}
-    if 0 in rt.pool.r_values and "stream" in rt.sync_methods() and rt.world > 1:
-        # The stream-memory-operation barrier first; on failure every rank falls back to the kernel.
-        flag = 1.0
+    for method in [m for m in rt.sync_methods() if m != "kernel"] if 0 in rt.pool.r_values and rt.world > 1 else []:
+        # The stream-memory-operation methods first; one failing is dropped on every rank alike.
+        flag, key = 1.0, f"sync={method}"
         try:
-            rt.sync = "stream"
+            rt.sync = method
             rt(a, b, OverlapConfig(2, 0, 1))
             _sync()
-        except Exception as exc:  # noqa: BLE001 - reported, and the kernel barrier used instead
-            flag, errors["sync=stream"] = 0.0, repr(exc)[:500]
+        except Exception as exc:  # noqa: BLE001 - reported, and another method used instead
+            flag, errors[key] = 0.0, repr(exc)[:500]
         t = torch.tensor([flag], device=device)
         dist.all_reduce(t, op=dist.ReduceOp.MIN, group=rt.group)
         if t.item() != 1.0:
-            rt.disable_sync("stream")
-            log(f"  sync=stream excluded: {errors.get('sync=stream', 'failed on another rank')}")
+            rt.disable_sync(method)
+            log(f"  {key} excluded: {errors.get(key, 'failed on another rank')}")
+    if rt.world > 1:
+        rt.sync = rt.sync_methods()[0]
     for r in rt.pool.r_values:
         flag = 1.0
         try:

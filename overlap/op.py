@@ -14,7 +14,9 @@ R > 0: each chunk is a batched NCCL send/recv on the group whose communicator is
 and every GEMM of the call runs under the cuBLASLt SM carve-out R (SMs - R for the GEMM).
 R = 0: the copy engines carry the data: each rank copies its shard into a symmetric-memory buffer
 (double-buffered, so one barrier per call suffices), then pulls the peers' chunks with peer
-``cudaMemcpyAsync``; the GEMM keeps every SM. Multicast is never used. With ``sync="stream"`` the
+``cudaMemcpyAsync``; the GEMM keeps every SM. Multicast is never used. ``sync="push"`` skips the
+staging and the barrier: chunks are copied straight into the peers' receive buffers and announced
+by stream memory operations (:mod:`overlap.push`). With ``sync="stream"`` the
 staging copy, the barrier (stream memory operations, :mod:`overlap.streamsync`) and the pulls all
 sit on the comm stream and need no SM, so the local GEMM starts at once; ``sync="kernel"`` stages
 and runs the symmetric-memory barrier kernel on the compute stream before the local GEMM.
@@ -33,8 +35,9 @@ from .config import OverlapConfig, OverlapShapeError, check_operands, chunk_boun
 from .groups import CommGroupPool
 from .streamsync import FlagBarrier, Watchdog, driver_or_none
 
-#: ways R = 0 ranks agree that every shard is staged (see the module docstring)
-SYNC_METHODS = ("stream", "kernel")
+#: how R = 0 moves and synchronises the shards (see the module docstring); the first usable one is
+#: the default, and the benchmark keeps the fastest by measurement
+SYNC_METHODS = ("push", "stream", "kernel")
 
 
 @contextlib.contextmanager
@@ -90,8 +93,9 @@ class AllGatherMatmul:
         #: (an SM copy kernel); chosen by measurement (:meth:`choose_staging`), both exact.
         self.staging = "memcpy"
         #: how R = 0 ranks synchronise: "stream" (needs cuda-python) or "kernel"; see SYNC_METHODS.
-        self.sync = "stream" if driver_or_none() is not None else "kernel"
+        self.sync = "push" if driver_or_none() is not None else "kernel"
         self._sync_disabled: set[str] = set()
+        self._push = None  # PushExchange, made on first use (collective)
         self._symm = None  # (handle, slot_elems, dtype) of the symmetric buffer, grown on demand
         self._flags = None  # FlagBarrier of the "stream" sync, made on first use (collective)
         self._watchdog = None
@@ -188,7 +192,7 @@ class AllGatherMatmul:
     def sync_methods(self) -> list[str]:
         """R = 0 barrier methods usable here ("stream" needs cuda-python and not to have failed)."""
         return [m for m in SYNC_METHODS if m not in self._sync_disabled
-                and (m != "stream" or driver_or_none() is not None)]
+                and (m == "kernel" or driver_or_none() is not None)]
 
     def disable_sync(self, method: str) -> None:
         """Stop using a barrier method (e.g. it failed a preflight); falls back to the first one left."""
@@ -230,9 +234,24 @@ class AllGatherMatmul:
                     for o in range(self.world)}
             self._flags = (FlagBarrier(drv, self.rank, self.peers, lambda owner, sender: ptrs[owner] + 4 * sender),
                            buf, handle)
+            self._ensure_watchdog(device)
+        return self._flags[0]
+
+    def _ensure_watchdog(self, device):
+        if self._watchdog is None:
             index = device.index
             self._watchdog = Watchdog(self.timeout.total_seconds(), thread_init=lambda: torch.cuda.set_device(index))
-        return self._flags[0]
+
+    def _push_exchange(self, device):
+        if self._push is None:
+            from .push import PushExchange
+
+            drv = driver_or_none()
+            if drv is None:
+                raise OverlapShapeError("sync='push' needs cuda-python (cuda.bindings); use sync='kernel'")
+            self._push = PushExchange(drv, self.group, self.rank, self.world, self.peers, device)
+            self._ensure_watchdog(device)
+        return self._push
 
     def _receive_buffer(self, a_shard):
         key = (tuple(a_shard.shape), a_shard.dtype, a_shard.device)
@@ -277,6 +296,15 @@ class AllGatherMatmul:
     def _run_cuda(self, a_shard, b, cfg, bounds, out):
         compute = torch.cuda.current_stream()
         comm = self._stream(a_shard.device)
+        if cfg.R == 0 and self.world > 1 and self.sync == "push":
+            def rows(src, peer, lo, hi):
+                m = src.shape[0]
+                torch.mm(src[lo:hi], b, out=out[peer * m + lo:peer * m + hi])
+
+            self._push_exchange(a_shard.device).run(a_shard, b, out, bounds, list(self._steps(cfg, bounds)),
+                                                    compute, comm, self._local_gemm, rows)
+            self._track(compute)
+            return
         # Reused across calls: every write to it (comm) is ordered after the last call's reads (compute).
         gathered = self._receive_buffer(a_shard)
         arrived = [torch.cuda.Event() for _ in bounds]
@@ -301,9 +329,13 @@ class AllGatherMatmul:
                 self._step_gemm(gathered, b, out, lo, hi)
         compute.wait_stream(comm)
         if cfg.R == 0 and self.world > 1 and self.sync == "stream":
-            done = torch.cuda.Event()
-            done.record(compute)
-            self._watchdog.track(done)
+            self._track(compute)
+
+    def _track(self, compute):
+        """Hand the call's completion to the watchdog (device waits of their own never time out)."""
+        done = torch.cuda.Event()
+        done.record(compute)
+        self._watchdog.track(done)
 
     def _run_copy_engine(self, a_shard, b, out, bounds, gathered, arrived, compute, comm):
         """R = 0: stage my shard into my slot, meet the peers, pull their chunks (copy engines).

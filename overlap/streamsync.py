@@ -45,6 +45,20 @@ def _check(drv, result, what):
         raise StreamSyncError(f"{what} failed with {err!r}")
 
 
+def write32(drv, stream_handle: int, addr: int, value: int) -> None:
+    """Enqueue ``*addr = value`` on the stream, after a system-scope fence (the driver's default)."""
+    _check(drv, drv.cuStreamWriteValue32(drv.CUstream(stream_handle), drv.CUdeviceptr(addr), value & 0xFFFFFFFF,
+                                         drv.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT),
+           "cuStreamWriteValue32")
+
+
+def wait32(drv, stream_handle: int, addr: int, value: int) -> None:
+    """Enqueue a wait until ``(int32)(*addr - value) >= 0`` (cyclic greater-or-equal) on the stream."""
+    _check(drv, drv.cuStreamWaitValue32(drv.CUstream(stream_handle), drv.CUdeviceptr(addr), value & 0xFFFFFFFF,
+                                        drv.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ),
+           "cuStreamWaitValue32")
+
+
 class FlagBarrier:
     """The flag protocol above over a symmetric int32 buffer ``flags`` of ``world`` elements.
 
@@ -57,17 +71,10 @@ class FlagBarrier:
 
     def arrive_and_wait(self, stream_handle: int, seq: int) -> None:
         """Enqueue on ``stream_handle``: tell every peer we reached ``seq``, then wait for all of them."""
-        drv = self.drv
-        stream = drv.CUstream(stream_handle)
-        value = seq & 0xFFFFFFFF
         for p in self.peers:
-            _check(drv, drv.cuStreamWriteValue32(stream, drv.CUdeviceptr(self.flag_ptr(p, self.rank)), value,
-                                                 drv.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT),
-                   "cuStreamWriteValue32 (signal peer)")
+            write32(self.drv, stream_handle, self.flag_ptr(p, self.rank), seq)
         for p in self.peers:
-            _check(drv, drv.cuStreamWaitValue32(stream, drv.CUdeviceptr(self.flag_ptr(self.rank, p)), value,
-                                                drv.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ),
-                   "cuStreamWaitValue32 (wait for peer)")
+            wait32(self.drv, stream_handle, self.flag_ptr(self.rank, p), seq)
 
 
 class Watchdog:

@@ -117,3 +117,62 @@ def test_interleaved_timing_takes_one_call_of_each_function_in_turn():
             time_interleaved_ms(fns, rounds=0)
     finally:
         dist.destroy_process_group()
+
+
+class _Stream:
+    def __init__(self, handle, log):
+        self.cuda_stream, self.log = handle, log
+
+    def wait_stream(self, other):
+        self.log.append(("join", self.cuda_stream, other.cuda_stream))
+
+
+def _push_exchange(log, world=2, rank=0):
+    """A PushExchange on CPU tensors: the flag writes/waits go to a recording driver."""
+    import torch
+
+    from overlap.push import PushExchange
+
+    px = object.__new__(PushExchange)  # skip the symmetric-memory set-up
+    px.drv, px.rank, px.world = _FakeDriver(), rank, world
+    px.peers = [(rank + i) % world for i in range(1, world)]
+    px._flag_base = {o: 1000 * (o + 1) for o in range(world)}
+    px.calls = px.chunks = 0
+    recv = {}
+
+    def view(owner, slot, sender, shape, dtype):
+        return recv.setdefault((owner, slot, sender), torch.zeros(shape, dtype=dtype))
+
+    px._recv_view = view
+    return px, recv
+
+
+def test_push_orders_waits_copies_and_signals_per_call():
+    import torch
+
+    log = []
+    px, recv = _push_exchange(log)
+    compute, comm = _Stream(1, log), _Stream(2, log)
+    a = torch.arange(8.0).reshape(4, 2)
+    b = torch.eye(2)
+    out = torch.zeros(8, 2)
+    bounds = [(0, 2), (2, 4)]
+    gemms = []
+    for call in (1, 2, 3):
+        px.drv.calls.clear()
+        px.run(a, b, out, bounds, [(0, 0, 2), (1, 2, 4)], compute, comm,
+               lambda a_, b_, o: gemms.append("local"), lambda src, p, lo, hi: gemms.append((p, lo, hi)))
+        base = 2 * (call - 1)
+        arrive_at_peer, arrive_here = 2000 + 4 * 0, 1000 + 4 * 1     # peer 1's counter for me; mine for peer 1
+        free_here, free_at_peer = 1000 + 4 * (2 + 1), 2000 + 4 * (2 + 0)
+        assert px.drv.calls == [
+            ("wait", 2, free_here, (call - 2) & 0xFFFFFFFF, 0),       # peer done with this slot (call before last)
+            ("write", 2, arrive_at_peer, base + 1, 0),                 # chunk 0 pushed
+            ("write", 2, arrive_at_peer, base + 2, 0),                 # chunk 1 pushed
+            ("wait", 1, arrive_here, base + 1, 0),                     # step 0 needs the peer's chunk 0
+            ("wait", 1, arrive_here, base + 2, 0),                     # step 1 needs chunk 1
+            ("write", 1, free_at_peer, call, 0),                       # this slot may be reused by the peer
+        ]
+    # My chunks landed in the peer's slot for me, alternating slots per call.
+    assert torch.equal(recv[(1, 1, 0)], a) and torch.equal(recv[(1, 0, 0)], a)
+    assert gemms == ["local", (1, 0, 2), (1, 2, 4)] * 3
