@@ -226,7 +226,7 @@ __device__ __forceinline__ void store_cursor(argus_u32 addr, const WarpCursor& c
 }
 
 /* First marker of a warp in a CTA instance: apply the filters, find the ring, (re)start it.
- * Runs once per warp per launch. Inlined (no call ABI on this path).
+ * Runs once per warp per launch, on one lane. Inlined (no call ABI on this path).
  * The control block is read with plain (L1-cached) loads, all issued before any test: every warp of
  * the grid reads the same line here, and uncached loads of one line from ~1000 warps queue at one
  * L2 slice (measured: ~6 us added to a 128-CTA launch). Plain loads are safe because the host
@@ -337,37 +337,47 @@ __device__ __forceinline__ void store_anchor(argus_u64 hdr, argus_u32 n, argus_u
 }
 #endif
 
-/* One marker: the lowest active lane checks its cursor, reads the clock and stores one record. */
+/* One marker. Every active lane reads the warp's cursor (one broadcast shared load) and computes
+ * the record; only the lowest active lane stores, under a predicate, so the common path has no
+ * divergent branch. Only the storing lane's values matter: it alone claims the ring (once per warp
+ * per launch) and reads back its own writes, so no lane waits for another (no __syncwarp, which
+ * would also keep the compiler from hoisting the warp's index math out of the caller's loops). */
 __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coord) {
   const argus_u32 active = __activemask();
-  if (lane_id() != (argus_u32)(__ffs(active) - 1)) return;
+  const argus_u32 lead = (argus_u32)(lane_id() == (argus_u32)(__ffs(active) - 1));
   const argus_u32 warp = warp_in_cta();
   WarpCursor* cur = warp_cursors() + warp;
   const argus_u32 grid = grid_id_lo();
   const argus_u32 cta = cta_linear();
   const argus_u32 cur_addr = shared_address(cur);
   WarpCursor c = load_cursor(cur);
-  if (c.grid != grid || c.cta != cta) c = claim_ring(cur_addr, grid, cta, warp);
-  if (c.ring == 0) return;
-  if (coord != ARGUS_COORD_NONE && (coord < c.coord_begin || coord >= c.coord_end)) return;
+  if (lead && (c.grid != grid || c.cta != cta)) c = claim_ring(cur_addr, grid, cta, warp);
+  const argus_u32 take = (argus_u32)(c.ring != 0) &
+                         (coord == ARGUS_COORD_NONE ? 1u : (argus_u32)(coord - c.coord_begin < c.coord_end - c.coord_begin));
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
   const argus_u64 t = cycle_counter();
 #else
   const argus_u64 t = (c.ring & 1ull) ? cycle_counter() : global_timer();
 #endif
   const argus_u32 n = c.count;
-  asm volatile("st.shared.u32 [%0+8], %1;" ::"r"(cur_addr), "r"(n + 1) : "memory");
   const argus_u64 hdr = c.ring & ~1ull;
   const argus_u64 rec = hdr + ARGUS_RING_HEAD_BYTES_ + (argus_u64)(n & c.cap_mask) * sizeof(ArgusRecord);
-  const argus_u64 stamp = (t & ARGUS_TIME_MASK) | ((argus_u64)kind << ARGUS_KIND_SHIFT);
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(rec), "r"(id), "r"(coord),
-               "r"((argus_u32)stamp), "r"((argus_u32)(stamp >> 32)));
-  asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_RING_WRITTEN_OFFSET), "r"(n + 1));
-  if (n > c.cap_mask) {
-    asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_RING_DROPPED_OFFSET), "r"(n - c.cap_mask));
-  }
+  const argus_u32 hi = (argus_u32)(t >> 32) | (kind << (ARGUS_KIND_SHIFT - 32));  // see emit_with(RegCursor&)
+  /* Only the storing lane's view of the count matters, and it reads back its own write. */
+  asm volatile(
+      "{\n\t.reg .pred p, q;\n\t"
+      "setp.ne.u32 p, %0, 0;\n\t"
+      "@p st.shared.u32 [%1+8], %2;\n\t"
+      "@p st.global.v4.b32 [%3], {%4, %5, %6, %7};\n\t"
+      "@p st.global.b32 [%8], %2;\n\t"
+      "setp.gt.and.u32 q, %2, %9, p;\n\t"
+      "@q st.global.b32 [%10], %11;\n\t}"
+      ::"r"(lead & take), "r"(cur_addr), "r"(n + 1), "l"(rec), "r"(id), "r"(coord), "r"((argus_u32)t), "r"(hi),
+        "l"(hdr + ARGUS_RING_WRITTEN_OFFSET), "r"(c.cap_mask + 1), "l"(hdr + ARGUS_RING_DROPPED_OFFSET),
+        "r"(n - c.cap_mask)
+      : "memory");
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-  store_anchor(hdr, n, c.cap_mask, t);
+  if (lead & take) store_anchor(hdr, n, c.cap_mask, t);
 #endif
 }
 
@@ -392,14 +402,16 @@ struct RegCursor {
     WarpCursor* cur = warp_cursors() + warp;
     const argus_u32 grid = grid_id_lo();
     const argus_u32 cta = cta_linear();
+    const argus_u32 is_lead = (argus_u32)(lane_id() == (argus_u32)(__ffs(__activemask()) - 1));
     WarpCursor c = load_cursor(cur);
-    if (c.grid != grid || c.cta != cta) c = claim_ring(shared_address(cur), grid, cta, warp);
+    /* One lane claims (so a warp without a ring is counted once); only that lane's values are used. */
+    if (is_lead && (c.grid != grid || c.cta != cta)) c = claim_ring(shared_address(cur), grid, cta, warp);
     const argus_u64 hdr = c.ring & ~1ull;
     records = hdr != 0 ? hdr + ARGUS_RING_HEAD_BYTES_ : 0;
     count = c.count;
     coord_begin = c.coord_begin;
     coord_span = hdr != 0 ? c.coord_end - c.coord_begin : 0u;
-    const argus_u32 lead = (argus_u32)(hdr != 0 && lane_id() == (argus_u32)(__ffs(__activemask()) - 1));
+    const argus_u32 lead = (argus_u32)(hdr != 0) & is_lead;
     mask_flags = (c.cap_mask & ARGUS_REG_CAP_BITS_) | ((argus_u32)(c.ring & 1ull) << 30) | (lead << 31);
   }
   __device__ __forceinline__ ~RegCursor() {

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""What one region marker costs, split into a fixed part and a per-marker part.
+
+The reference-execution compute kernel (examples/cuda/reference_execution.cu; 128 CTAs x 256
+threads, a chain of 4,096 dependent FMAs per thread) is built with 16, 64 and 256 region
+occurrences per thread (the FMAs split evenly among them), trace-free and with each ring cursor
+(shared-memory cursor = default markers; register cursor = ARGUS_WARP_STATE()). Each build runs
+armed (every warp records) and disarmed (tracing off: markers run, nothing is claimed or stored).
+A least-squares line through added time vs. markers per warp gives the per-marker cost (slope)
+and the fixed cost per launch (intercept: first-marker claim, scope exit, store drain).
+
+Outputs are checked against a float64 NumPy model (rel. error < 1e-4) and armed rings are decoded
+(2 x occurrences records per warp) before anything is timed. Timing: CUDA events around each
+launch, queued behind a GPU busy-wait (so the events time the kernel, not Python's launch), median
+over many launches, builds interleaved.
+
+Usage: python benchmarks/marker_cost.py [--reps N]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.record import gpu_name, record  # noqa: E402
+
+CTAS, THREADS, FMAS_PER_THREAD = 128, 256, 4096
+OCCURRENCES = [16, 64, 256]
+CURSORS = {"shared": {}, "register": {"REFEXEC_WARP_STATE": "1"}}
+SOURCE = ROOT / "examples" / "cuda" / "reference_execution.cu"
+SLEEP_CYCLES = 400_000
+
+
+def inner_for(occ: int) -> int:
+    return FMAS_PER_THREAD // (8 * occ)
+
+
+def build(mode: int, occ: int, defines: dict):
+    from argus_rt.compiler.cuda import CudaBuildSpec
+    from argus_rt.compiler.cuda import build as cuda_build
+    from argus_rt.launch import CubinModule
+
+    name = f"markercost.m{mode}.o{occ}." + ("reg" if defines else "shared")
+    spec = CudaBuildSpec(name, [SOURCE], argus_mode=mode, defines={**defines, "OCCURRENCES": str(occ)})
+    return CubinModule.load(cuda_build(spec).cubin)
+
+
+def check_output(torch, mod, occ, gen) -> None:
+    n = CTAS * THREADS
+    a0, b, c = (gen.uniform(lo, hi, n) for lo, hi in ((0.1, 1.0), (0.9, 0.99), (0.01, 0.1)))
+    dev = [torch.from_numpy(x.astype(np.float32)).cuda() for x in (a0, b, c)]
+    out = torch.full((n,), float("nan"), device="cuda")
+    mod.launch("refexec_compute", grid=CTAS, block=THREADS, args=[out, *dev, np.int32(inner_for(occ))])
+    torch.cuda.synchronize()
+    a0, b, c = (x.cpu().double().numpy() for x in dev)
+    bn = b ** FMAS_PER_THREAD
+    ref = bn * a0 + c * (1 - bn) / (1 - b)
+    err = np.abs(out.cpu().numpy() - ref).max() / np.abs(ref).max()
+    assert err < 1e-4, f"occurrences={occ}: rel. error {err:.2e} against the float64 model"
+
+
+def check_trace(sess, occ) -> None:
+    t = sess.decode()
+    assert not t.incomplete, t.problems[:3]
+    assert len(t.rings) == CTAS * THREADS // 32 and set(t.rings["written"].tolist()) == {2 * occ}
+
+
+def fit(xs, ys) -> tuple[float, float]:
+    slope, intercept = np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)
+    return float(slope), float(intercept)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=150, help="timed launches per build and state")
+    args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("marker_cost: needs a CUDA GPU; nothing was measured")
+        return 2
+    from argus_rt.trace import TraceConfig, TraceSession
+
+    gen = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+    runs = {}  # name -> (module, session or None, armed?)
+    for occ in OCCURRENCES:
+        free = build(0, occ, {})
+        check_output(torch, free, occ, gen)
+        runs[("free", occ)] = (free, None, False)
+        for cursor, defines in CURSORS.items():
+            mod = build(2, occ, defines)
+            sess = TraceSession(mod, TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=512))
+            sess.arm()
+            check_output(torch, mod, occ, gen)
+            check_trace(sess, occ)
+            runs[(cursor, "armed", occ)] = (mod, sess, True)
+            runs[(cursor, "disarmed", occ)] = (mod, sess, False)
+
+    n = CTAS * THREADS
+    inputs = [torch.rand(n, device="cuda") * 0.09 + lo for lo in (0.5, 0.9, 0.01)]
+    out = torch.empty(n, device="cuda")
+    events = {k: [] for k in runs}
+    keys = list(runs)
+    for r in range(args.reps + 3):
+        for key in (keys if r % 2 == 0 else keys[::-1]):
+            mod, sess, armed = runs[key]
+            if sess is not None:
+                sess.arm() if armed else sess.disarm()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(SLEEP_CYCLES)
+            e0.record()
+            mod.launch("refexec_compute", grid=CTAS, block=THREADS, args=[out, *inputs, np.int32(inner_for(key[-1]))])
+            e1.record()
+            if r >= 3:
+                events[key].append((e0, e1))
+        if r % 8 == 7:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    us = {k: float(np.median([a.elapsed_time(b) * 1e3 for a, b in v])) for k, v in events.items()}
+
+    rows = []
+    for cursor in CURSORS:
+        for state in ("armed", "disarmed"):
+            added = [us[(cursor, state, o)] - us[("free", o)] for o in OCCURRENCES]
+            slope, intercept = fit([2 * o for o in OCCURRENCES], added)
+            row = {"cursor": cursor, "state": state}
+            for o, a in zip(OCCURRENCES, added):
+                row[f"added_us_occ{o}"] = a
+            row.update({"per_marker_ns": slope * 1e3, "fixed_us": intercept})
+            rows.append(row)
+            print(f"{cursor:8s} {state:8s} " + "  ".join(f"occ={o}: +{a:6.2f} us" for o, a in zip(OCCURRENCES, added))
+                  + f"  -> {slope * 1e3:6.1f} ns/marker, fixed {intercept:5.2f} us", flush=True)
+    free = ", ".join(f"{o} occ: {us[('free', o)]:.2f} us" for o in OCCURRENCES)
+    notes = (f"Reference-execution compute kernel, {CTAS} CTAs x {THREADS} threads, {FMAS_PER_THREAD} dependent FMAs "
+             f"per thread split over 16/64/256 occurrences (32/128/512 markers per warp). Trace-free: {free}. "
+             "`added_us_occN` = median event time minus the trace-free build with the same occurrences; "
+             "`per_marker_ns` / `fixed_us` = least-squares slope / intercept against markers per warp. "
+             "Armed: every warp records (globaltimer); disarmed: tracing off.")
+    record("marker_cost", rows, title="Cost of one marker (fixed + per-marker fit)", notes=notes, gpu=gpu_name())
+    print(notes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
