@@ -220,10 +220,7 @@ def summarize_call(events: list[dict], world: int, S: int, P: int, R: int) -> di
             summary["local_gemm_ms"] = gemms[0]["dur_us"] / 1e3
             steps = gemms[1:]
             summary["step_gemm_ms"] = statistics.median([e["dur_us"] / 1e3 for e in steps]) if steps else 0.0
-            # Idle time between consecutive step GEMMs (launch, event wait): the smallest gap is the
-            # fixed cost a step adds even when its data has long arrived.
-            gaps = [(b["ts_us"] - (a["ts_us"] + a["dur_us"])) / 1e3 for a, b in zip(steps, steps[1:])]
-            summary["step_gap_ms"] = max(0.0, min(gaps)) if gaps else 0.0
+            summary["step_gap_ms"] = fixed_step_gap_ms(steps, chunks, world - 1, P)
         else:
             # Extra kernels per GEMM (e.g. a split-K reduction): share the total by rows instead.
             total = sum(e["dur_us"] for e in gemms) / 1e3
@@ -244,6 +241,27 @@ def summarize_call(events: list[dict], world: int, S: int, P: int, R: int) -> di
             busy_ms = sum(chunk_ms)
             summary["copy_GBps"] = total_bytes / (busy_ms * 1e6)
     return summary
+
+
+def fixed_step_gap_ms(steps: list[dict], chunks: list[list[dict]], per_step: int, P: int) -> float:
+    """Smallest idle gap (ms) before a GEMM step whose data had already arrived: the fixed cost of a
+    step (launch, wait bookkeeping), with no waiting for communication in it. 0 when no step
+    qualifies (comm-bound profiles: their gaps are data waits, which the simulation already plays).
+
+    ``steps``: the step GEMM kernels in order, ``per_step`` of them per step; ``chunks``: each
+    chunk's comm events; step g needs chunks up to (g + 1) * P - 1.
+    """
+    if per_step < 1 or not chunks or len(steps) % per_step:
+        return 0.0
+    groups = [steps[i:i + per_step] for i in range(0, len(steps), per_step)]
+    arrived = [max(e["ts_us"] + e["dur_us"] for e in c) for c in chunks]
+    gaps = []
+    for g in range(1, len(groups)):
+        prev_end = max(e["ts_us"] + e["dur_us"] for e in groups[g - 1])
+        last = min((g + 1) * P - 1, len(arrived) - 1)
+        if arrived[last] <= prev_end:
+            gaps.append((min(e["ts_us"] for e in groups[g]) - prev_end) / 1e3)
+    return max(0.0, min(gaps)) if gaps else 0.0
 
 
 class SmClockSampler:

@@ -222,3 +222,16 @@ def test_merged_steps_shed_the_profiled_per_step_cost():
     assert model.predict(p1) == pytest.approx(0.82)  # P = 1 stays calibrated on its timing
     # P = 4 runs one step instead of four: three steps' fixed cost comes off the calibrated residual.
     assert model.predict(p4) == pytest.approx(model.simulate(p4) + model.residual[(4, 0)] - 3 * 0.005)
+
+
+def test_step_gap_counts_only_steps_whose_data_had_arrived():
+    from overlap.measure import fixed_step_gap_ms
+
+    def ev(ts, dur):
+        return {"ts_us": ts, "dur_us": dur}
+
+    steps = [ev(100, 50), ev(154, 50), ev(300, 50)]   # gaps: 4 us (data there), 96 us (waited for data)
+    chunks = [[ev(0, 20)], [ev(20, 20)], [ev(40, 250)]]  # chunk 2 arrives at 290, after step 1 ended (204)
+    assert fixed_step_gap_ms(steps, chunks, 1, 1) == pytest.approx(0.004)
+    late = [[ev(0, 20)], [ev(20, 200)], [ev(40, 250)]]   # every step waited: no fixed cost measurable
+    assert fixed_step_gap_ms(steps, late, 1, 1) == 0.0
