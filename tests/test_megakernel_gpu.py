@@ -105,10 +105,23 @@ def check_full_logits(full, stage, tiles):
     assert checked_top1 > 0
 
 
+def _prompt_with_clear_first_token(ref, vocab, seed):
+    """A 16-token prompt whose fp32 reference's first new token is not a near tie (random weights
+    can give one; then both implementations may legitimately pick either token)."""
+    for k in range(32):
+        prompt = _prompt(vocab, 16, seed + 1000 * k)
+        with torch.no_grad():
+            logits = ref(torch.tensor([prompt], device="cuda"), torch.arange(16, device="cuda"))[0, -1]
+        top2 = torch.topk(logits, 2).values
+        if (top2[0] - top2[1]).item() > TOL * logits.abs().max().item():
+            return prompt
+    pytest.fail(f"no 16-token prompt with a clear first token among 32 seeds from {seed}")
+
+
 def test_greedy_generation_matches_fp32_reference(full):
     c = full.config
     ref = _fp32_reference(full)
-    prompt = _prompt(c.vocab, 16, SEED + 3)
+    prompt = _prompt_with_clear_first_token(ref, c.vocab, SEED + 3)
     dec = _decoder(full)
     tokens = dec.generate(prompt, n_new=32, chunk=8)
     assert tokens[:16] == prompt
@@ -122,7 +135,7 @@ def test_greedy_generation_matches_fp32_reference(full):
             assert tokens[16 + i] == int(torch.argmax(logits)), f"new token {i} differs"
             ctx.append(tokens[16 + i])
             logits = ref(torch.tensor([[ctx[-1]]], device="cuda"), torch.tensor([len(ctx) - 1], device="cuda"))[0, -1]
-    assert len(ctx) > 16, "the first new token had a near tie: rerun with another seed"
+    assert len(ctx) > 16, "no new token was compared"
 
 
 def test_temperature_sampling_on_device(full):
