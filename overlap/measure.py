@@ -4,6 +4,10 @@ One profiled call gives, on this rank: the duration of each communication chunk 
 send/recv kernels for R > 0; the peer memcpys of each chunk for R = 0), each GEMM launch (local
 shard first, then one per peer and step), and the set-up before the local GEMM — all measured
 while both streams run. Times are milliseconds unless a name says otherwise.
+
+Optional (off by default; ``overlap.tune --gemm-regions``): :func:`gemm_region_record` adds the
+mainloop / epilogue region timings of the Triton region GEMM (:mod:`overlap.gemm_regions`) for a
+configuration's GEMM shapes, labelled as the Triton GEMM's, not the cuBLAS GEMMs the op runs.
 """
 from __future__ import annotations
 
@@ -308,3 +312,72 @@ class SmClockSampler:
     @property
     def median_mhz(self):
         return statistics.median(self.samples) if self.samples else None
+
+
+# ---- optional: the Triton GEMM's mainloop / epilogue regions for a configuration's GEMM shapes -------
+def gemm_shapes(m_shard: int, k: int, n: int, cfg) -> dict:
+    """{"local": (rows, K, N), "step": (rows, K, N)}: the GEMM launches of one call of ``cfg`` (the local
+    shard's, then one per peer and step over the rows of P chunks)."""
+    from .config import chunk_bounds
+
+    chunk_bounds(m_shard, cfg.S)  # raises when S does not divide M_shard
+    return {"local": (m_shard, k, n), "step": (cfg.P * m_shard // cfg.S, k, n)}
+
+
+def gemm_region_record(a_shard, b, cfg, group=None, comm_group=None, repeats: int = 5, plain_iters: int = 20) -> dict:
+    """Region timings (mainloop / epilogue) of the *Triton* region GEMM (:mod:`overlap.gemm_regions`)
+    for the GEMM shapes of ``cfg``, to sit beside the cuBLAS measurements in a measurement record.
+
+    The overlap op's GEMMs are cuBLAS (no markers), so these numbers are the Triton GEMM's, on fresh
+    random bf16 A rows of each shape and the caller's B. With ``comm_group`` (an NCCL group, e.g. the
+    R-CTA group of ``cfg``), an all-gather of ``a_shard`` on that group runs on a side stream, started
+    right before every timed GEMM launch, so the regions are measured while communication runs (for
+    the part of the GEMM the all-gather overlaps); without it the GEMM runs alone. Collective when
+    ``comm_group`` or a multi-rank ``group`` is given: call on every rank. Per-rank numbers plus the
+    slowest rank's (MAX) means. On CPU tensors: ``{"available": False, "reason": ...}``.
+    """
+    import warnings
+
+    from .config import check_operands
+
+    m_shard, k, n = check_operands(a_shard, b, cfg)
+    label = "triton overlap_gemm regions (not the cuBLAS GEMMs the op runs)"
+    if a_shard.device.type != "cuda":
+        return {"available": False, "kernel": label, "reason": f"needs CUDA tensors, got device {a_shard.device}"}
+    from .gemm_regions import measure_gemm_regions
+
+    concurrent = None
+    if comm_group is not None:
+        world = dist.get_world_size(comm_group)
+        gathered = torch.empty((world * m_shard, k), dtype=a_shard.dtype, device=a_shard.device)
+        side = torch.cuda.Stream(device=a_shard.device)
+
+        def concurrent():
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side), warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # renamed in torch 2.13
+                dist.all_gather_into_tensor(gathered, a_shard, group=comm_group)
+
+    gen = torch.Generator(device=a_shard.device).manual_seed(4242 + (dist.get_rank() if dist.is_initialized() else 0))
+    record = {"available": True, "kernel": label, "config": cfg.key(),
+              "concurrent": "nccl all_gather on a side stream" if concurrent else "none (GEMM alone)", "shapes": {}}
+    for role, (rows, kk, nn) in gemm_shapes(m_shard, k, n, cfg).items():
+        a = torch.randn(rows, kk, generator=gen, device=a_shard.device).to(torch.bfloat16)
+        record["shapes"][role] = measure_gemm_regions(a, b, repeats=repeats, plain_iters=plain_iters,
+                                                      concurrent=concurrent)
+    if group is not None and dist.get_world_size(group) > 1:
+        keys = [(role, path) for role in record["shapes"] for path in (
+            ("regions", "overlap_gemm/mainloop", "mean_ns"), ("regions", "overlap_gemm/epilogue", "mean_ns"),
+            ("traced_event_ms", "median"), ("plain_event_ms", "median"))]
+
+        def get(role, path):
+            v = record["shapes"][role]
+            for p in path:
+                v = v[p]
+            return float(v)
+
+        t = torch.tensor([get(r, p) for r, p in keys], dtype=torch.float64, device=a_shard.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        for (role, path), v in zip(keys, t.tolist()):
+            record["shapes"][role].setdefault("slowest_rank", {})["/".join(path)] = v
+    return record

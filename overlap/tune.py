@@ -150,6 +150,9 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--timeout-s", type=float, default=120.0, help="collective timeout (s) before every rank errors")
     ap.add_argument("--out", default=None, help="write the result JSON here (rank 0)")
+    ap.add_argument("--gemm-regions", action="store_true",
+                    help="also record the Triton region GEMM's mainloop/epilogue timings for the chosen config's "
+                         "GEMM shapes (overlap.measure.gemm_region_record; not cuBLAS's)")
     args = ap.parse_args(argv)
     m, k, n = parse_shape(args.shape)
     rank, world, device = init_distributed(timeout_s=args.timeout_s)
@@ -164,6 +167,12 @@ def main(argv=None) -> int:
     result = tune(rt, a, b, args.s, None, args.p, args.top, args.iters)
     ref = serial_all_gather_matmul(a, b).float()
     err = (rt(a, b, result.best).float() - ref).norm() / ref.norm()
+    gemm_regions = None
+    if args.gemm_regions:  # collective: every rank measures; R > 0 runs an all-gather on the R-CTA group meanwhile
+        from .measure import gemm_region_record
+
+        comm = rt.pool.group(result.best.R) if device.type == "cuda" and result.best.R > 0 else None
+        gemm_regions = gemm_region_record(a, b, result.best, group=rt.group, comm_group=comm)
     if rank == 0:
         print(f"world={world} shape M,K,N={m},{k},{n}: chosen {result.best.key()} "
               f"{result.validated[result.best]:.3f} ms, rel err vs serial {err.item():.2e}")
@@ -171,10 +180,20 @@ def main(argv=None) -> int:
         for i, (c, p) in enumerate(result.ranking[:10], 1):
             meas = result.validated.get(c)
             print(f"{i:>4} {c.key():<14} {p:>12.3f} {meas if meas is None else round(meas, 3)!s:>12}")
+        if gemm_regions is not None and gemm_regions.get("available"):
+            for role, r in gemm_regions["shapes"].items():
+                reg = r["regions"]
+                print(f"triton GEMM regions ({role} {r['shape']}): mainloop {reg['overlap_gemm/mainloop']['mean_ns']:.0f} ns, "
+                      f"epilogue {reg['overlap_gemm/epilogue']['mean_ns']:.0f} ns per CTA (mean), "
+                      f"plain {r['plain_event_ms']['median']:.3f} ms, traced {r['traced_event_ms']['median']:.3f} ms")
+        elif gemm_regions is not None:
+            print(f"triton GEMM regions not measured: {gemm_regions['reason']}")
         if args.out:
             from argus_rt.fsutil import atomic_write_text
 
             payload = result.to_dict() | {"shape": [m, k, n], "world": world, "rel_err": err.item()}
+            if gemm_regions is not None:
+                payload["gemm_regions"] = gemm_regions
             atomic_write_text(args.out, json.dumps(payload, indent=1) + "\n")
     dist.destroy_process_group()
     return 0
