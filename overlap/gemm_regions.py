@@ -106,6 +106,7 @@ class GemmBuild:
     plain: object      # CompiledKernel: markers only
     traced: object     # CompiledKernel: markers + (tag, %globaltimer) stores into one extra int64 argument
     variant: object    # TracedRegionVariant (sites, words_per_cta, descriptor)
+    plain_ttgir: str   # the TTGIR both were compiled from (the traced one after the transform)
 
 
 def build(capability: int = 90, workdir: str | Path | None = None) -> GemmBuild:
@@ -117,11 +118,14 @@ def build(capability: int = 90, workdir: str | Path | None = None) -> GemmBuild:
     from argus_rt.compiler.probes import compile_ttgir
     from argus_rt.compiler.triton_region_trace import make_region_trace
 
-    plain = compile_plain(capability)
-    variant = make_region_trace(plain.asm["ttgir"], 1)
+    ttgir = compile_plain(capability).asm["ttgir"]
+    variant = make_region_trace(ttgir, 1)
     workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="overlap_gemm_regions_"))
+    # Both launched kernels are compiled from TTGIR text the same way, so the only difference between
+    # the plain and the traced timing is the transform's stores.
+    plain = compile_ttgir(ttgir, workdir, "overlap_gemm_plain", capability=capability)
     traced = compile_ttgir(variant.ttgir, workdir, "overlap_gemm_region_traced", capability=capability)
-    return GemmBuild(plain, traced, variant)
+    return GemmBuild(plain, traced, variant, ttgir)
 
 
 _BUILDS: dict[int, GemmBuild] = {}
@@ -159,6 +163,9 @@ def check_inputs(a, b, out=None) -> tuple[int, int, int]:
     if n % 16:
         raise GemmRegionError(f"N={n} must be a multiple of 16 (compiled with divisibility hints); "
                               f"nearest valid: {max(16, n - n % 16)}")
+    for name, count in (("A", m * k), ("B", k * n), ("Y", m * n)):
+        if count >= 2**31:  # the kernel's offsets are 32-bit
+            raise GemmRegionError(f"{name} has {count} elements; the region GEMM indexes with int32 (< 2**31)")
     if out is not None and tuple(out.shape) != (m, n):
         raise GemmRegionError(f"out has shape {tuple(out.shape)}, expected ({m}, {n})")
     for name, t in (("A", a), ("B", b)) + ((("out", out),) if out is not None else ()):
@@ -325,3 +332,66 @@ def measure_gemm_regions(a, b, *, repeats: int = 5, plain_iters: int = 20, concu
     record |= {"shape": [m, k, n], "check": check, "concurrent": concurrent is not None,
                "device": torch.cuda.get_device_name(dev)}
     return record
+
+
+#: the local-GEMM shapes (M_shard, K, N) of the issue's five benchmark cases
+DEFAULT_SHAPES = ((2048, 8192, 8192), (4096, 8192, 8192), (8192, 4096, 4096), (1024, 8192, 28672), (4096, 4096, 14336))
+
+
+def format_table(records: list[dict]) -> str:
+    """One line per measured shape: per-CTA region means / p99 (us), event times (ms)."""
+    head = (f"{'M,K,N':<18} {'ctas':>5} {'waves':>5} {'main mean':>9} {'main p99':>9} {'epi mean':>8} {'epi p99':>8} "
+            f"{'epi %':>5} {'plain ms':>8} {'traced ms':>9} {'rel err':>8}")
+    rows = [head]
+    for r in records:
+        main, epi = r["regions"]["overlap_gemm/mainloop"], r["regions"]["overlap_gemm/epilogue"]
+        rows.append(f"{','.join(map(str, r['shape'])):<18} {r['ctas']:>5} {r['waves'] or 0:>5.2f} "
+                    f"{main['mean_ns'] / 1e3:>9.2f} {main['p99_ns'] / 1e3:>9.2f} {epi['mean_ns'] / 1e3:>8.2f} "
+                    f"{epi['p99_ns'] / 1e3:>8.2f} {100 * r['epilogue_share']['value']:>5.1f} "
+                    f"{r['plain_event_ms']['median']:>8.3f} {r['traced_event_ms']['median']:>9.3f} "
+                    f"{r['check']['rel_err']:>8.1e}")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    """``python -m overlap.gemm_regions [--shape M,K,N ...] [--out FILE]``: one GPU, no communication."""
+    import argparse
+    import json
+
+    import torch
+
+    from .config import parse_shape
+
+    ap = argparse.ArgumentParser(prog="python -m overlap.gemm_regions", description=__doc__.splitlines()[0])
+    def shape(text):
+        try:
+            return parse_shape(text)
+        except ValueError as exc:  # argparse would otherwise hide the message
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    ap.add_argument("--shape", action="append", type=shape, default=None,
+                    help="M,K,N of Y = A[M,K] @ B[K,N] (repeatable; default: the five benchmark cases' local GEMMs)")
+    ap.add_argument("--repeats", type=int, default=5, help="traced launches per shape (after one untimed)")
+    ap.add_argument("--plain-iters", type=int, default=20, help="plain launches per shape, event-timed")
+    ap.add_argument("--out", default=None, help="write the records as JSON here")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("python -m overlap.gemm_regions needs a CUDA GPU; none is visible to torch", torch.__version__)
+        return 2
+    records = []
+    for seed, (m, k, n) in enumerate(args.shape or DEFAULT_SHAPES):
+        g = torch.Generator(device="cuda").manual_seed(1234 + seed)
+        a = torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16)
+        b = torch.randn(k, n, generator=g, device="cuda").to(torch.bfloat16)
+        records.append(measure_gemm_regions(a, b, repeats=args.repeats, plain_iters=args.plain_iters))
+    print("triton overlap_gemm (not cuBLAS): per-CTA region times in us (observed), event times in ms")
+    print(format_table(records))
+    if args.out:
+        from argus_rt.fsutil import atomic_write_text
+
+        atomic_write_text(Path(args.out), json.dumps(records, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -40,7 +40,8 @@ def test_plain_kernel_compiles_for_sm90_with_markers_wgmma_and_discovered_sites(
     assert ptx.count("pmevent.mask") == 3 * 6 and "%globaltimer" not in ptx  # markers only, no trace
     assert "wgmma.mma_async" in ptx and "cp.async" in ptx
     assert gb.plain.metadata.num_warps == G.NUM_WARPS
-    ttgir = gb.plain.asm["ttgir"]
+    assert ptx == G.compile_plain(90).asm["ptx"]  # recompiled from its TTGIR: the same kernel as the JIT source
+    ttgir = gb.plain_ttgir
     assert ttgir.count("tt.divisibility = 16") == len(G.DIVISIBLE_ARGS)
     main = discover(ttgir, "overlap_gemm/mainloop", iterations=8)
     assert [(s.kind, s.label) for s in main.sites] == [("cp_async", "a"), ("cp_async", "b"), ("wgmma", "acc")]
@@ -63,7 +64,7 @@ def test_traced_variant_differs_from_plain_only_by_the_trace_stores(gb):
         ("begin", "overlap_gemm/epilogue"), ("end", "overlap_gemm/epilogue"), ("end", "overlap_gemm")]
     assert all(s.loop_line is None and s.slots == 1 for s in v.sites)
     assert v.words_per_cta == 1 + 2 * 6
-    plain = gb.plain.asm["ttgir"].splitlines()
+    plain = gb.plain_ttgir.splitlines()
     traced = v.ttgir.splitlines()
     removed = [t for t in difflib.ndiff(plain, traced) if t.startswith("- ")]
     added = [t[2:] for t in difflib.ndiff(plain, traced) if t.startswith("+ ")]
@@ -120,6 +121,10 @@ def test_decode_and_summarize_a_hand_made_buffer(gb):
     assert rec["trace_cost_ms"]["value"] == pytest.approx(0.031 - 0.026)
     assert rec["kernel"].startswith("triton") and "not cuBLAS" in rec["kernel"]
     assert rec["waves"] == pytest.approx(n / 132)
+    rec |= {"shape": [512, 4096, 256], "check": {"rel_err": 2.1e-3}}
+    table = G.format_table([rec]).splitlines()
+    assert len(table) == 2 and table[0].split()[0] == "M,K,N"
+    assert table[1].split()[:4] == ["512,4096,256", "4", "0.03", f"{np.mean(main) / 1e3:.2f}"]
 
 
 def test_summarize_refuses_a_missing_region():
@@ -152,6 +157,9 @@ def test_bad_out_and_run_arguments():
     assert G.check_inputs(a, b) == (256, 512, 128)
     with pytest.raises(G.GemmRegionError, match=r"out has shape \(128, 128\), expected \(256, 128\)"):
         G.check_inputs(a, b, _bf(128, 128))
+    big = torch.empty(2**16, 2**15, dtype=torch.bfloat16, device="meta")  # 2**31 elements, no storage
+    with pytest.raises(G.GemmRegionError, match=r"A has 2147483648 elements; .*int32"):
+        G.check_inputs(big, _bf(2**15, 16))
     with pytest.raises(G.GemmRegionError, match="runs on CUDA tensors, got device cpu"):
         G.measure_gemm_regions(a, b)
     with pytest.raises(G.GemmRegionError, match="repeats must be an int >= 1, got 0"):
@@ -175,6 +183,16 @@ def test_hook_says_why_it_did_not_measure_on_cpu():
     assert "not the cuBLAS" in rec["kernel"]
     with pytest.raises(OverlapShapeError, match="dtype mismatch"):
         gemm_region_record(_bf(256, 512), torch.randn(512, 128), OverlapConfig(2, 0, 1))
+
+
+def test_cli_without_a_gpu_says_so(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the CLI would measure")
+    assert G.main(["--shape", "256,512,128"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        G.main(["--shape", "256,512"])
+    assert "--shape must be M,K,N (three integers), got '256,512'" in capsys.readouterr().err
 
 
 def test_tune_cli_has_the_flag_off_by_default():
@@ -231,3 +249,71 @@ def test_gpu_regions_positive_and_below_the_event_time():
     assert rec["regions"]["overlap_gemm"]["mean_ns"] >= main["mean_ns"] + epi["mean_ns"]
     assert 0 < rec["traced_span_ms"]["median"] <= rec["traced_event_ms"]["median"]
     assert rec["plain_event_ms"]["median"] > 0
+
+
+# ---- 2 GPUs: the hook with an all-gather running on the R-CTA group meanwhile ------------------
+def _hook_worker(rank, world, port, q):
+    import os
+    import traceback
+
+    try:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                          LOCAL_RANK=str(rank))
+        from overlap.safety import init_distributed
+
+        init_distributed("nccl", timeout_s=60)
+        import torch.distributed as dist
+
+        from overlap.groups import CommGroupPool
+
+        dev = torch.device("cuda", rank)
+        m_shard, k, n = 1024, 2048, 1024
+        g = torch.Generator(device=dev).manual_seed(rank + 1)
+        a = torch.randn(m_shard, k, generator=g, device=dev).to(torch.bfloat16)
+        b = torch.randn(k, n, generator=torch.Generator(device=dev).manual_seed(9), device=dev).to(torch.bfloat16)
+        pool = CommGroupPool((0, 8))
+        cfg = OverlapConfig(4, 8, 2)
+        rec = gemm_region_record(a, b, cfg, group=pool.parent, comm_group=pool.group(8), repeats=2, plain_iters=4)
+        q.put((rank, "ok", rec))
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001
+        q.put((rank, "error", traceback.format_exc()))
+
+
+@pytest.mark.gpu2
+@pytest.mark.hopper
+def test_gpu2_hook_records_both_shapes_while_an_all_gather_runs():
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_hook_worker, args=(r, 2, port, q)) for r in range(2)]
+    for p in procs:
+        p.start()
+    out = {}
+    try:
+        for _ in range(2):
+            rank, status, payload = q.get(timeout=240)
+            out[rank] = (status, payload)
+    finally:
+        for p in procs:
+            p.join(timeout=20)
+            if p.is_alive():
+                p.kill()
+    for rank in range(2):
+        status, rec = out[rank]
+        assert status == "ok", rec
+        assert rec["available"] and rec["concurrent"].startswith("nccl all_gather")
+        assert set(rec["shapes"]) == {"local", "step"}
+        assert rec["shapes"]["step"]["shape"] == [1024 * 2 // 4, 2048, 1024]
+        for r in rec["shapes"].values():
+            assert r["check"]["rel_err"] <= G.REL_TOL and r["concurrent"]
+            assert r["regions"]["overlap_gemm/mainloop"]["mean_ns"] > 0
+            slow = r["slowest_rank"]
+            assert slow["regions/overlap_gemm/mainloop/mean_ns"] >= r["regions"]["overlap_gemm/mainloop"]["mean_ns"]
