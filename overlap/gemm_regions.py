@@ -35,6 +35,7 @@ from argus_rt import triton_regions as argus
 # shared memory for the A/B ring, well inside an H100/H200 SM's 227 KiB.
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 64
 NUM_WARPS, NUM_STAGES = 8, 4
+SPIN_CYCLES = 200_000  # GPU busy-wait before each timed launch (~0.1 ms at H200 clocks)
 GROUP_M = 8  # CTAs of GROUP_M row tiles walk N together, so B's tiles are reused from L2
 REGIONS = ("overlap_gemm", "overlap_gemm/mainloop", "overlap_gemm/epilogue")
 SIGNATURE = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32"}
@@ -261,14 +262,19 @@ def summarize(durations: dict[str, list[int]], spans: list[int], traced_ms: list
     }
 
 
+def require_cuda(t) -> None:
+    if t.device.type != "cuda":
+        raise GemmRegionError(f"the region GEMM runs on CUDA tensors, got device {t.device}")
+
+
 def measure_gemm_regions(a, b, *, repeats: int = 5, plain_iters: int = 20, concurrent=None) -> dict:
     """Run the region GEMM on A [M, K] @ B [K, N] (bf16, CUDA): check it, trace it, time it.
 
     1. plain launch into a NaN-poisoned Y, checked against torch.mm (:func:`check_output`);
-    2. one untimed traced launch (module load), then ``repeats`` traced launches, each timed by CUDA
-       events, each output equal to the plain output bit for bit (the trace adds stores, no math),
-       each buffer decoded by :func:`argus_rt.compiler.triton_region_trace.decode_region_buffer`;
-    3. ``plain_iters`` plain launches timed by CUDA events.
+    2. one untimed traced + plain pair (module load), then ``repeats`` traced and ``plain_iters``
+       plain launches taken in turn, each timed by CUDA events behind a GPU busy-wait; every traced
+       output equal to the plain output bit for bit (the trace adds stores, no math), every traced
+       buffer decoded by :func:`argus_rt.compiler.triton_region_trace.decode_region_buffer`.
 
     ``concurrent``: optional callable that enqueues other work (e.g. an all-gather) on its own
     stream and returns at once; it is called right before every timed traced and plain launch (the
@@ -285,8 +291,7 @@ def measure_gemm_regions(a, b, *, repeats: int = 5, plain_iters: int = 20, concu
     if not isinstance(plain_iters, int) or plain_iters < 1:
         raise GemmRegionError(f"plain_iters must be an int >= 1, got {plain_iters!r}")
     m, k, n = check_inputs(a, b)
-    if a.device.type != "cuda":
-        raise GemmRegionError(f"the region GEMM runs on CUDA tensors, got device {a.device}")
+    require_cuda(a)
     dev = a.device
     major, minor = torch.cuda.get_device_capability(dev)
     gb = cached_build(10 * major + minor)
@@ -298,9 +303,16 @@ def measure_gemm_regions(a, b, *, repeats: int = 5, plain_iters: int = 20, concu
     check = check_output(y, a, b)
     expected = y.clone()
 
+    # Why a GPU busy-wait before each timed launch: with the GPU idle, the start event would fire at
+    # once and the event time would include the host's launch latency; queued behind ~0.1 ms of
+    # spinning, the launch is on the GPU before its start event fires.
+    spin = getattr(torch.cuda, "_sleep", None)
+
     def timed(fn) -> float:
+        if spin is not None:
+            spin(SPIN_CYCLES)
         if concurrent is not None:
-            concurrent()  # enqueued on its own stream; joined by the device-wide synchronize below
+            concurrent()  # on its own stream, after the spin; joined by the device-wide synchronize below
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         fn()
@@ -310,27 +322,34 @@ def measure_gemm_regions(a, b, *, repeats: int = 5, plain_iters: int = 20, concu
 
     durations: dict[str, list[int]] = {}
     cols_all: dict[str, list] = {}
-    traced_ms = []
-    for rep in range(1 + repeats):
-        buf = torch.zeros(n_ctas * gb.variant.words_per_cta, dtype=torch.int64, device=dev)
-        y.fill_(float("nan"))
-        ms = timed(lambda: launch(gb.traced, a, b, y, buf))
-        if not torch.equal(y, expected):
-            raise GemmRegionError(f"the region-traced GEMM changed the output (traced launch {rep})")
-        if rep == 0:
-            continue  # the first launch loads the module: not evidence
-        traced_ms.append(ms)
-        cols = decode_region_buffer(buf.cpu().numpy(), n_ctas, sites, launch=rep - 1)
-        for name, d in region_durations(cols, sites).items():
-            durations.setdefault(name, []).extend(d)
-        for key, v in cols.items():
-            cols_all.setdefault(key, []).extend(v)
-    plain_ms = [timed(lambda: launch(gb.plain, a, b, y)) for _ in range(plain_iters)]
+    traced_ms, plain_ms = [], []
+    # Traced and plain launches taken in turn (one untimed pair first: module load), so both are
+    # timed in the same power/clock state (see overlap.measure.time_interleaved_ms for why).
+    for rep in range(1 + max(repeats, plain_iters)):
+        if rep <= repeats:
+            buf = torch.zeros(n_ctas * gb.variant.words_per_cta, dtype=torch.int64, device=dev)
+            y.fill_(float("nan"))
+            ms = timed(lambda: launch(gb.traced, a, b, y, buf))
+            if not torch.equal(y, expected):
+                raise GemmRegionError(f"the region-traced GEMM changed the output (traced launch {rep})")
+            if rep:
+                traced_ms.append(ms)
+                cols = decode_region_buffer(buf.cpu().numpy(), n_ctas, sites, launch=rep - 1)
+                for name, d in region_durations(cols, sites).items():
+                    durations.setdefault(name, []).extend(d)
+                for key, v in cols.items():
+                    cols_all.setdefault(key, []).extend(v)
+        if rep <= plain_iters:
+            ms = timed(lambda: launch(gb.plain, a, b, y))
+            if rep:
+                plain_ms.append(ms)
+    if not torch.equal(y, expected):
+        raise GemmRegionError("the plain GEMM's output changed between launches")
     top = next(s.region_id for s in sites if s.name == "overlap_gemm")
     sm_count = torch.cuda.get_device_properties(dev).multi_processor_count
     record = summarize(durations, launch_span_ns(cols_all, top), traced_ms, plain_ms, n_ctas, sm_count)
     record |= {"shape": [m, k, n], "check": check, "concurrent": concurrent is not None,
-               "device": torch.cuda.get_device_name(dev)}
+               "launch_hidden_by_spin": spin is not None, "device": torch.cuda.get_device_name(dev)}
     return record
 
 

@@ -324,7 +324,8 @@ def gemm_shapes(m_shard: int, k: int, n: int, cfg) -> dict:
     return {"local": (m_shard, k, n), "step": (cfg.P * m_shard // cfg.S, k, n)}
 
 
-def gemm_region_record(a_shard, b, cfg, group=None, comm_group=None, repeats: int = 5, plain_iters: int = 20) -> dict:
+def gemm_region_record(a_shard, b, cfg, group=None, comm_group=None, repeats: int = 5, plain_iters: int = 20,
+                       measure=None) -> dict:
     """Region timings (mainloop / epilogue) of the *Triton* region GEMM (:mod:`overlap.gemm_regions`)
     for the GEMM shapes of ``cfg``, to sit beside the cuBLAS measurements in a measurement record.
 
@@ -335,6 +336,8 @@ def gemm_region_record(a_shard, b, cfg, group=None, comm_group=None, repeats: in
     the part of the GEMM the all-gather overlaps); without it the GEMM runs alone. Collective when
     ``comm_group`` or a multi-rank ``group`` is given: call on every rank. Per-rank numbers plus the
     slowest rank's (MAX) means. On CPU tensors: ``{"available": False, "reason": ...}``.
+    ``measure(a, b, repeats, plain_iters, concurrent)`` defaults to
+    :func:`overlap.gemm_regions.measure_gemm_regions`; tests pass a stand-in.
     """
     import warnings
 
@@ -342,9 +345,10 @@ def gemm_region_record(a_shard, b, cfg, group=None, comm_group=None, repeats: in
 
     m_shard, k, n = check_operands(a_shard, b, cfg)
     label = "triton overlap_gemm regions (not the cuBLAS GEMMs the op runs)"
-    if a_shard.device.type != "cuda":
-        return {"available": False, "kernel": label, "reason": f"needs CUDA tensors, got device {a_shard.device}"}
-    from .gemm_regions import measure_gemm_regions
+    if measure is None:
+        if a_shard.device.type != "cuda":
+            return {"available": False, "kernel": label, "reason": f"needs CUDA tensors, got device {a_shard.device}"}
+        from .gemm_regions import measure_gemm_regions as measure
 
     concurrent = None
     if comm_group is not None:
@@ -359,12 +363,12 @@ def gemm_region_record(a_shard, b, cfg, group=None, comm_group=None, repeats: in
                 dist.all_gather_into_tensor(gathered, a_shard, group=comm_group)
 
     gen = torch.Generator(device=a_shard.device).manual_seed(4242 + (dist.get_rank() if dist.is_initialized() else 0))
+    # fresh random rows per shape (the caller's A may be anything); B is the caller's
     record = {"available": True, "kernel": label, "config": cfg.key(),
               "concurrent": "nccl all_gather on a side stream" if concurrent else "none (GEMM alone)", "shapes": {}}
     for role, (rows, kk, nn) in gemm_shapes(m_shard, k, n, cfg).items():
         a = torch.randn(rows, kk, generator=gen, device=a_shard.device).to(torch.bfloat16)
-        record["shapes"][role] = measure_gemm_regions(a, b, repeats=repeats, plain_iters=plain_iters,
-                                                      concurrent=concurrent)
+        record["shapes"][role] = measure(a, b, repeats=repeats, plain_iters=plain_iters, concurrent=concurrent)
     if group is not None and dist.get_world_size(group) > 1:
         keys = [(role, path) for role in record["shapes"] for path in (
             ("regions", "overlap_gemm/mainloop", "mean_ns"), ("regions", "overlap_gemm/epilogue", "mean_ns"),

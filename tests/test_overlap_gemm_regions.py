@@ -168,6 +168,55 @@ def test_bad_out_and_run_arguments():
         G.measure_gemm_regions(a, b, plain_iters=-1)
 
 
+def test_measure_control_flow_with_a_cpu_stand_in_for_the_device(gb, monkeypatch):
+    """measure_gemm_regions end to end on the CPU: the real build and decoder, a stand-in 'kernel'
+    (torch.mm + a trace buffer written like the traced kernel writes it) and stand-in CUDA timing."""
+    n_main, n_epi = 9_000, 700
+    times = iter(np.linspace(0.05, 0.08, 200).tolist())
+    launches = {"plain": 0, "traced": 0}
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self):
+            pass
+
+        def elapsed_time(self, other):
+            return next(times)
+
+    def fake_launch(compiled, a, b, out, region_out=None):
+        out.copy_(torch.mm(a.float(), b.float()).to(torch.bfloat16))
+        if region_out is not None:
+            assert compiled is gb.traced and region_out.numel() == G.grid(*out.shape)[0] * gb.variant.words_per_cta
+            nc = G.grid(*out.shape)[0]
+            region_out.copy_(torch.from_numpy(_buffer(gb.variant.sites, nc, 10**12, [n_main] * nc, [n_epi] * nc)))
+        launches["traced" if region_out is not None else "plain"] += 1
+
+    class Props:
+        multi_processor_count = 132
+
+    monkeypatch.setattr(G, "require_cuda", lambda t: None)
+    monkeypatch.setattr(G, "cached_build", lambda cap: gb)
+    monkeypatch.setattr(G, "launch", fake_launch)
+    for name, value in (("Event", Event), ("synchronize", lambda *a: None), ("_sleep", lambda c: None),
+                        ("get_device_capability", lambda d: (9, 0)), ("get_device_properties", lambda d: Props),
+                        ("get_device_name", lambda d: "stand-in")):
+        monkeypatch.setattr(torch.cuda, name, value, raising=False)
+    calls = []
+    a, b = _bf(300, 128), _bf(128, 256)
+    rec = G.measure_gemm_regions(a, b, repeats=3, plain_iters=5, concurrent=lambda: calls.append(1))
+    n_ctas = G.grid(300, 256)[0]
+    assert n_ctas == 3 * 2
+    assert launches == {"plain": 1 + 1 + 5, "traced": 1 + 3}  # check, untimed pair, timed
+    assert len(calls) == (1 + 3) + (1 + 5)  # before every timed-or-warm-up launch, same count on every rank
+    assert rec["regions"]["overlap_gemm/mainloop"]["mean_ns"] == n_main
+    assert rec["regions"]["overlap_gemm/epilogue"]["count"] == 3 * n_ctas
+    assert rec["traced_event_ms"]["launches"] == 3 and rec["plain_event_ms"]["launches"] == 5
+    assert rec["shape"] == [300, 128, 256] and rec["check"]["rel_err"] <= G.REL_TOL and rec["concurrent"]
+    assert rec["launch_hidden_by_spin"] is True
+
+
 # ---- the measure.py hook -----------------------------------------------------------------------
 def test_gemm_shapes_of_a_configuration():
     assert gemm_shapes(2048, 8192, 8192, OverlapConfig(8, 16, 2)) == {"local": (2048, 8192, 8192),
@@ -193,6 +242,21 @@ def test_cli_without_a_gpu_says_so(capsys):
     with pytest.raises(SystemExit):
         G.main(["--shape", "256,512"])
     assert "--shape must be M,K,N (three integers), got '256,512'" in capsys.readouterr().err
+
+
+def test_hook_measures_each_shape_with_fresh_random_rows():
+    seen = []
+
+    def fake_measure(a, b, repeats, plain_iters, concurrent):
+        assert a.dtype == torch.bfloat16 and a.abs().sum() > 0  # fresh random rows, never zeros
+        seen.append((tuple(a.shape), tuple(b.shape), repeats, plain_iters, concurrent))
+        return {"shape": [a.shape[0], a.shape[1], b.shape[1]]}
+
+    a, b = _bf(256, 512), _bf(512, 128)
+    rec = gemm_region_record(a, b, OverlapConfig(4, 8, 2), repeats=2, plain_iters=3, measure=fake_measure)
+    assert seen == [((256, 512), (512, 128), 2, 3, None), ((128, 512), (512, 128), 2, 3, None)]
+    assert rec["available"] and rec["config"] == "S4_R8_P2" and rec["concurrent"] == "none (GEMM alone)"
+    assert rec["shapes"] == {"local": {"shape": [256, 512, 128]}, "step": {"shape": [128, 512, 128]}}
 
 
 def test_tune_cli_has_the_flag_off_by_default():
