@@ -356,11 +356,13 @@ def gemm_region_record(a_shard, b, cfg, group=None, comm_group=None, repeats: in
         gathered = torch.empty((world * m_shard, k), dtype=a_shard.dtype, device=a_shard.device)
         side = torch.cuda.Stream(device=a_shard.device)
 
-        def concurrent():
+        def all_gather_on_side_stream():
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side), warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)  # renamed in torch 2.13
                 dist.all_gather_into_tensor(gathered, a_shard, group=comm_group)
+
+        concurrent = all_gather_on_side_stream
 
     gen = torch.Generator(device=a_shard.device).manual_seed(4242 + (dist.get_rank() if dist.is_initialized() else 0))
     # fresh random rows per shape (the caller's A may be anything); B is the caller's
