@@ -38,3 +38,34 @@ def test_register_cursor_marker_is_straight_line_with_a_predicated_store_and_no_
         assert not any(op in ln for ln in w for op in ("BRA", "LDS", "LDG", "BSSY", "VOTE")), w
         assert "@P" in w[-1].split("STG.E.128")[0], w[-1]
 
+
+
+def _outer_loop_non_ffma(lines: list[str]) -> int:
+    """Non-FFMA instructions in the occurrence loop of refexec_compute (its longest backward branch)."""
+    import re
+
+    rows = []
+    for ln in lines:
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", ln)
+        if m:
+            rows.append((int(m.group(1), 16), m.group(2)))
+    edges = []
+    for addr, ins in rows:
+        m = re.search(r"BRA (?:P\d, )?0x([0-9a-f]+)", ins)
+        if m and int(m.group(1), 16) < addr:
+            edges.append((int(m.group(1), 16), addr))
+    lo, hi = max(edges, key=lambda e: e[1] - e[0])
+    return sum(1 for addr, ins in rows if lo <= addr <= hi and not ins.startswith("FFMA"))
+
+
+@needs_nvcc
+def test_register_cursor_markers_add_few_instructions_per_occurrence():
+    # Measured on H200 (benchmarks/marker_cost.py) a marker costs about 2 ns per SASS instruction on the
+    # warp's path; the two markers of one occurrence add 25 instructions today. Guard against growth.
+    from argus_rt.compiler.cuda import CudaBuildSpec, build, disassemble
+    from tests.test_cuda_build import SOURCES
+
+    plain = build(CudaBuildSpec("refexec.loop.m0", [SOURCES["reference_execution"]], argus_mode=0))
+    base = _outer_loop_non_ffma(disassemble(plain.cubin, "refexec_compute").splitlines())
+    traced = _outer_loop_non_ffma(_sass("refexec.loop.reg", {"REFEXEC_WARP_STATE": "1"}))
+    assert traced - base <= 30, f"{traced - base} instructions added per occurrence (2 markers)"
