@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.event_timing import SLEEP_CYCLES, interleaved_event_times, median_us  # noqa: E402
 from benchmarks.record import gpu_name, record  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "cuda"
@@ -63,7 +64,6 @@ PUBLISHED = {
     "ncu": ("+3.85..12.92 ms (CUPTI SASS profiling)", None, None),
     "systrace": ("+1.19 us (Nsight Systems)", None, 1.19),
 }
-SLEEP_CYCLES = 400_000  # ~200 us at H200 clocks: longer than one host enqueue of event + launch
 WARMUP = 5
 
 
@@ -118,28 +118,12 @@ def timed_launches(torch, mods, symbol, args, names: list[str], reps: int) -> di
 
     Also returns, per build, the share of launches whose host enqueue finished before the
     busy-wait ended (then the start event cannot include host launch latency)."""
-    rows = {n: [] for n in names}
-    for r in range(reps + WARMUP):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            ea, e0, e1 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-            t0 = time.perf_counter()
-            ea.record()
-            torch.cuda._sleep(SLEEP_CYCLES)
-            e0.record()
-            mods[name].launch(symbol, CTAS, THREADS, args)
-            e1.record()
-            host_us = (time.perf_counter() - t0) * 1e6
-            if r >= WARMUP:
-                rows[name].append((ea, e0, e1, host_us))
-        if r % 16 == 15:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
+    runs = {n: (None, lambda m=mods[n]: m.launch(symbol, CTAS, THREADS, args)) for n in names}
     out = {}
-    for name, evs in rows.items():
-        lat = [e0.elapsed_time(e1) * 1e3 for _, e0, e1, _ in evs]
-        queued = [host < ea.elapsed_time(e0) * 1e3 for ea, e0, _, host in evs]
-        out[name] = {"median_us": statistics.median(lat), "min_us": min(lat), "n": len(lat),
-                     "queued_share": sum(queued) / len(queued)}
+    for name, samples in interleaved_event_times(runs, reps, warmup=WARMUP).items():
+        lat = [us for us, _ in samples]
+        out[name] = {"median_us": median_us(samples), "min_us": min(lat), "n": len(lat),
+                     "queued_share": sum(q for _, q in samples) / len(samples)}
     return out
 
 

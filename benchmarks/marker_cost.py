@@ -28,13 +28,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.event_timing import interleaved_event_times, median_us  # noqa: E402
 from benchmarks.record import gpu_name, record  # noqa: E402
+from benchmarks.trace_overhead import fma_chain_reference  # noqa: E402
 
 CTAS, THREADS, FMAS_PER_THREAD = 128, 256, 4096
 OCCURRENCES = [16, 64, 256]
 CURSORS = {"shared": {}, "register": {"REFEXEC_WARP_STATE": "1"}}
 SOURCE = ROOT / "examples" / "cuda" / "reference_execution.cu"
-SLEEP_CYCLES = 400_000
 
 
 def inner_for(occ: int) -> int:
@@ -58,9 +59,7 @@ def check_output(torch, mod, occ, gen) -> None:
     out = torch.full((n,), float("nan"), device="cuda")
     mod.launch("refexec_compute", grid=CTAS, block=THREADS, args=[out, *dev, np.int32(inner_for(occ))])
     torch.cuda.synchronize()
-    a0, b, c = (x.cpu().double().numpy() for x in dev)
-    bn = b ** FMAS_PER_THREAD
-    ref = bn * a0 + c * (1 - bn) / (1 - b)
+    ref = fma_chain_reference(*(x.cpu().double().numpy() for x in dev), FMAS_PER_THREAD)
     err = np.abs(out.cpu().numpy() - ref).max() / np.abs(ref).max()
     assert err < 1e-4, f"occurrences={occ}: rel. error {err:.2e} against the float64 model"
 
@@ -105,24 +104,15 @@ def main() -> int:
     n = CTAS * THREADS
     inputs = [torch.rand(n, device="cuda") * 0.09 + lo for lo in (0.5, 0.9, 0.01)]
     out = torch.empty(n, device="cuda")
-    events = {k: [] for k in runs}
-    keys = list(runs)
-    for r in range(args.reps + 3):
-        for key in (keys if r % 2 == 0 else keys[::-1]):
-            mod, sess, armed = runs[key]
-            if sess is not None:
-                sess.arm() if armed else sess.disarm()
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(SLEEP_CYCLES)
-            e0.record()
-            mod.launch("refexec_compute", grid=CTAS, block=THREADS, args=[out, *inputs, np.int32(inner_for(key[-1]))])
-            e1.record()
-            if r >= 3:
-                events[key].append((e0, e1))
-        if r % 8 == 7:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    us = {k: float(np.median([a.elapsed_time(b) * 1e3 for a, b in v])) for k, v in events.items()}
+
+    def timed(key):
+        mod, sess, armed = runs[key]
+        prepare = None if sess is None else (sess.arm if armed else sess.disarm)
+        launch_args = [out, *inputs, np.int32(inner_for(key[-1]))]
+        return prepare, lambda: mod.launch("refexec_compute", grid=CTAS, block=THREADS, args=launch_args)
+
+    times = interleaved_event_times({key: timed(key) for key in runs}, args.reps, sync_every=8)
+    us = {key: median_us(samples) for key, samples in times.items()}
 
     rows = []
     for cursor in CURSORS:

@@ -33,6 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.event_timing import interleaved_event_times, median_us  # noqa: E402
 from benchmarks.record import gpu_name, record  # noqa: E402
 
 CTAS, THREADS, OCCURRENCES = 128, 256, 64
@@ -77,7 +78,6 @@ PUBLISHED = {
     ("memory", 8): (30.5, 30.5 * 0.130, 13.0),
     ("memory", 512): (1210.0, 1210.0 * 0.016, 1.60),
 }
-SLEEP_CYCLES = 400_000  # ~200 us GPU busy-wait in front of each timed launch (see time_variants)
 TABLE_BITS = 20  # 4 MiB float table: L2-resident, so the memory kind is load-latency bound
 
 
@@ -112,15 +112,18 @@ def launch_args(kind, out, inp, inner):
     return "refexec_memory", [out, inp["a0"], inp["table"], np.uint32((1 << TABLE_BITS) - 1), inp["c"], np.int32(inner)]
 
 
+def fma_chain_reference(a0: np.ndarray, b: np.ndarray, c: np.ndarray, steps: int) -> np.ndarray:
+    """Closed form of ``steps`` repetitions of a = a * b + c (float64): b^n a0 + c (1 - b^n) / (1 - b)."""
+    bn = b**steps
+    return bn * a0 + c * (1 - bn) / (1 - b)
+
+
 def reference(kind, inp, inner) -> np.ndarray | None:
     """float64 model of the kernel (None where it is too slow: memory kind beyond inner=16)."""
     a0 = inp["a0"].cpu().numpy().astype(np.float64)
     c = inp["c"].cpu().numpy().astype(np.float64)
     if kind == "compute":
-        b = inp["b"].cpu().numpy().astype(np.float64)
-        steps = OCCURRENCES * inner * 8
-        bn = b**steps
-        return bn * a0 + c * (1 - bn) / (1 - b)
+        return fma_chain_reference(a0, inp["b"].cpu().numpy().astype(np.float64), c, OCCURRENCES * inner * 8)
     if inner > 16:
         return None
     table = inp["table"].cpu().numpy().astype(np.float64)
@@ -181,33 +184,19 @@ def check_trace(sess, name, kind, inner) -> None:
 def time_variants(torch, mods, sessions, kind, inp, inner, reps) -> dict[str, float]:
     out = torch.empty(CTAS * THREADS, device="cuda")
     fn, args = launch_args(kind, out, inp, inner)
-    names = list(RUNS) + list(DIAGNOSTIC_RUNS)
-    events = {name: [] for name in names}
-    for r in range(reps + 3):
-        for name in (names if r % 2 == 0 else names[::-1]):  # interleave, alternate order
-            if name in DIAGNOSTIC_RUNS:
-                built, changes = DIAGNOSTIC_RUNS[name]
-                if changes is None:
-                    sessions[(built, kind)].disarm()
-                else:
-                    sessions[(built, kind)].arm(**changes)
-            else:
-                built, clock = RUNS[name]
-                if clock is not None:
-                    sessions[(built, kind)].arm(clock=clock)
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            # Keep the GPU busy while the host enqueues e0, the launch and e1: otherwise e0 fires on an idle GPU
-            # and the interval also holds the host's launch latency (tens of us from Python), not just the kernel.
-            torch.cuda._sleep(SLEEP_CYCLES)
-            e0.record()
-            mods[built].launch(fn, grid=CTAS, block=THREADS, args=args)
-            e1.record()
-            if r >= 3:  # warm-up rounds
-                events[name].append((e0, e1))
-        if r % 16 == 15:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    return {name: float(np.median([a.elapsed_time(b) * 1e3 for a, b in evs])) for name, evs in events.items()}
+
+    def run(built, prepare):
+        return prepare, lambda: mods[built].launch(fn, grid=CTAS, block=THREADS, args=args)
+
+    runs = {}
+    for name, (built, clock) in RUNS.items():
+        sess = sessions.get((built, kind))
+        runs[name] = run(built, None if clock is None else (lambda s=sess, c=clock: s.arm(clock=c)))
+    for name, (built, changes) in DIAGNOSTIC_RUNS.items():
+        sess = sessions[(built, kind)]
+        runs[name] = run(built, sess.disarm if changes is None else (lambda s=sess, c=changes: s.arm(**c)))
+    times = interleaved_event_times(runs, reps)
+    return {name: median_us(samples) for name, samples in times.items()}
 
 
 def host_cost(torch, mods, sessions, inp) -> dict[str, float]:

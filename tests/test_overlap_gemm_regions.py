@@ -348,28 +348,9 @@ def _hook_worker(rank, world, port, q):
 @pytest.mark.gpu2
 @pytest.mark.hopper
 def test_gpu2_hook_records_both_shapes_while_an_all_gather_runs():
-    import socket
+    from tests.rank_procs import run_ranks
 
-    import torch.multiprocessing as mp
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_hook_worker, args=(r, 2, port, q)) for r in range(2)]
-    for p in procs:
-        p.start()
-    out = {}
-    try:
-        for _ in range(2):
-            rank, status, payload = q.get(timeout=240)
-            out[rank] = (status, payload)
-    finally:
-        for p in procs:
-            p.join(timeout=20)
-            if p.is_alive():
-                p.kill()
+    out = run_ranks(_hook_worker, 2, wait_s=240, join_s=20)
     for rank in range(2):
         status, rec = out[rank]
         assert status == "ok", rec

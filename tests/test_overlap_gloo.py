@@ -6,21 +6,15 @@ serial path: all-gather the shards, then one matmul.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import traceback
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+
+from tests.rank_procs import run_ranks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _init(rank, world, port, timeout_s=30.0):
@@ -109,29 +103,9 @@ def _failure_worker(rank, world, port, q):
         q.put((rank, "error", traceback.format_exc()))
 
 
-def _run(worker, world, join_timeout_s=120.0):
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=worker, args=(r, world, port, q)) for r in range(world)]
-    for p in procs:
-        p.start()
-    out = {}
-    try:
-        for _ in range(world):
-            rank, status, payload = q.get(timeout=join_timeout_s)
-            out[rank] = (status, payload)
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-    return out
-
-
 @pytest.mark.parametrize("world", [2, 3])
 def test_chunked_exchange_reassembles_exactly_the_serial_result(world):
-    out = _run(_reassembly_worker, world)
+    out = run_ranks(_reassembly_worker, world)
     for rank in range(world):
         status, payload = out[rank]
         assert status == "ok", payload
@@ -142,7 +116,7 @@ def test_chunked_exchange_reassembles_exactly_the_serial_result(world):
 
 
 def test_bad_shapes_raise_on_every_rank_before_any_exchange():
-    out = _run(_bad_shape_worker, 2)
+    out = run_ranks(_bad_shape_worker, 2)
     for rank in range(2):
         status, msgs = out[rank]
         assert status == "ok", msgs
@@ -152,6 +126,6 @@ def test_bad_shapes_raise_on_every_rank_before_any_exchange():
 
 
 def test_a_dead_rank_ends_in_an_error_not_a_hang():
-    out = _run(_failure_worker, 2, join_timeout_s=90.0)
+    out = run_ranks(_failure_worker, 2, wait_s=90.0)
     assert out[1][0] == "died"
     assert out[0][0] == "raised", out[0]

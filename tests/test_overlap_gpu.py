@@ -5,22 +5,16 @@ Opens with the plain references: fp32 matmul of the hand-gathered A, and serial 
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import traceback
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+
+from tests.rank_procs import run_ranks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.gpu2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank, world, port, q):
@@ -96,22 +90,7 @@ def _worker(rank, world, port, q):
 def test_overlap_matches_serial_and_fp32_on_two_gpus():
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 CUDA GPUs")
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, 2, port, q)) for r in range(2)]
-    for p in procs:
-        p.start()
-    out = {}
-    try:
-        for _ in range(2):
-            rank, status, payload = q.get(timeout=240)
-            out[rank] = (status, payload)
-    finally:
-        for p in procs:
-            p.join(timeout=20)
-            if p.is_alive():
-                p.kill()
+    out = run_ranks(_worker, 2, wait_s=240, join_s=20)
     for rank in range(2):
         status, res = out[rank]
         assert status == "ok", res

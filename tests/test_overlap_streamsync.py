@@ -6,12 +6,12 @@ tests/test_overlap_gpu.py on two GPUs); the watchdog on a fake clock and fake ev
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch.distributed as dist
 
 from overlap.streamsync import FlagBarrier, StreamSyncError, Watchdog
+from tests.rank_procs import free_port
 
 
 class _Enum:
@@ -95,16 +95,10 @@ def test_watchdog_fires_only_when_the_oldest_call_stays_unfinished_past_the_time
         Watchdog(0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_interleaved_timing_takes_one_call_of_each_function_in_turn():
     from overlap.measure import time_interleaved_ms
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
     try:
         order = []

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from argus_rt.trace import TraceConfig, TraceSession, pair_intervals
+from benchmarks.trace_overhead import fma_chain_reference
 
 pytestmark = pytest.mark.gpu
 
@@ -42,9 +43,7 @@ def launch_checked(mod, inner=INNER):
     out = torch.full((n,), float("nan"), device="cuda")
     mod.launch("refexec_compute", grid=CTAS, block=THREADS, args=[out, a0, b, c, np.int32(inner)])
     torch.cuda.synchronize()
-    a0_, b_, c_ = (t.double().cpu().numpy() for t in (a0, b, c))
-    bn = b_ ** (OCC * inner * 8)
-    ref = bn * a0_ + c_ * (1 - bn) / (1 - b_)
+    ref = fma_chain_reference(*(t.double().cpu().numpy() for t in (a0, b, c)), OCC * inner * 8)
     got = out.cpu().numpy()
     assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-4
 
