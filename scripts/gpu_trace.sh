@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device run for issue 2: GPU trace tests, then the tracing-overhead benchmark.
+# Device run for issue 2: GPU trace tests, then the tracing-overhead and marker-cost benchmarks.
 # Usage (device machine, repo root): bash scripts/gpu_trace.sh   (writes logs under $OUT)
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
@@ -18,5 +18,7 @@ python3 -m pytest -q -p no:cacheprovider tests/test_trace_gpu.py tests/test_trac
 tests_rc=${PIPESTATUS[0]}
 python3 benchmarks/trace_overhead.py "$@" 2>&1 | tee "$OUT/bench.log"
 bench_rc=${PIPESTATUS[0]}
+python3 benchmarks/marker_cost.py --reps 100 2>&1 | tee "$OUT/marker_cost.log"
+bench_rc=$(( bench_rc != 0 || PIPESTATUS[0] != 0 ))
 echo "gpu tests rc=$tests_rc benchmark rc=$bench_rc"
 exit $(( tests_rc != 0 || bench_rc != 0 ))

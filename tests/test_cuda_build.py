@@ -156,13 +156,14 @@ def test_mode2_trace_build_has_control_block_and_record_stores():
 
 
 @needs_nvcc
-def test_register_cursor_variant_builds_without_shared_loads_in_the_loop():
+def test_register_cursor_variant_touches_shared_memory_only_at_declaration_and_exit():
     res = build(CudaBuildSpec("refexec.reg", [SOURCES["reference_execution"]], argus_mode=2,
                               defines={"REFEXEC_WARP_STATE": "1"}))
     ops = [op for op, _ in sass_instructions(disassemble(res.cubin, "refexec_compute"))]
-    # The cursor is loaded once (two 16-byte shared loads at the warp's first marker), not per marker.
-    assert ops.count("LDS.128") == 2
-    assert ops.count("STG.E.128") >= 2
+    # The cursor lives in registers; only the arm's seq (needed for the header at scope exit) is parked in
+    # shared memory: one store at the declaration, one load at exit, none per marker.
+    assert ops.count("STS") == 1 and ops.count("LDS") == 1, [op for op in ops if op.startswith(("LDS", "STS"))]
+    assert ops.count("STG.E.128") >= 4
 
 
 def test_nvrtc_build_when_available():

@@ -2,6 +2,7 @@
 variant's nvcc build, and the guard that the default build does not depend on the new macro."""
 from __future__ import annotations
 
+import re
 import shutil
 
 import numpy as np
@@ -168,9 +169,11 @@ def test_anchored_variant_builds_with_predicated_timer_reads(warp_state):
     assert b"argus_ts_anchored" in res.cubin.read_bytes()
     lines = sass_lines(disassemble(res.cubin, "refexec_compute"))
     timer = [i for i, ln in enumerate(lines) if "SR_GLOBALTIMER" in ln]
-    predicated = [i for i in timer if "@" in lines[i].split("SR_GLOBALTIMER")[0]]
-    # Per marker: a clock read, the timer only under a predicate (anchor records). Unpredicated
-    # timer reads are the claim's anchor: directly after its clock read.
+    # Per marker: a clock read, the timer only for anchor records: under a predicate, or in a block that a
+    # predicated branch right before it skips. Other timer reads are the claim's anchor: directly after its
+    # clock read.
+    predicated = [i for i in timer if "@" in lines[i].split("SR_GLOBALTIMER")[0]
+                  or any(re.search(r"@!?U?P\d BRA", lines[j]) for j in range(max(0, i - 3), i))]
     assert predicated, timer
     for i in set(timer) - set(predicated):
         assert "SR_CLOCK" in lines[i - 1], lines[i - 1 : i + 1]

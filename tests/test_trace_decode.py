@@ -238,6 +238,13 @@ def test_unbuffered_warps_make_the_trace_incomplete():
     c = cfg()
     t = decode(nested_writer(c).bytes(), c, unbuffered=3)
     assert t.incomplete and "3 warp(s)" in t.problems[0]
+    assert "ARGUS_TS_ANCHORED" not in t.problems[0]
+
+
+def test_unbuffered_warps_under_clock64_name_the_register_cursor_and_the_remedy():
+    c = cfg(clock="clock64")
+    t = decode(nested_writer(c).bytes(), c, unbuffered=2)
+    assert t.incomplete and "ARGUS_WARP_STATE" in t.problems[-1] and "ARGUS_TS_ANCHORED" in t.problems[-1]
 
 
 def test_clock64_unit():

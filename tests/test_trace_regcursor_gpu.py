@@ -1,6 +1,6 @@
 """Register-cursor markers (ARGUS_WARP_STATE) on the GPU, on the reference-execution kernel:
-exact records per warp, coordinate window, wrap, append under one arm, clock64 and the anchored
-build. Every launch's output is first checked against a float64 NumPy model (rel. error < 1e-4)."""
+exact records per warp, coordinate window, wrap, append under one arm, the clock64 refusal and the
+anchored build. Every launch's output is first checked against a float64 NumPy model (rel. error < 1e-4)."""
 from __future__ import annotations
 
 import numpy as np
@@ -91,7 +91,7 @@ def test_wrap_counts_dropped_records_and_keeps_the_latest(mods):
         assert list(zip(ev["kind"].tolist(), ev["coord"].tolist())) == expected(range(OCC - 16, OCC))
 
 
-def test_second_launch_under_one_arm_appends_and_clock64_counts_cycles(mods):
+def test_second_launch_under_one_arm_appends(mods):
     sess = TraceSession(mods["reg"], TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=256))
     sess.arm()
     launch_checked(mods["reg"])
@@ -99,10 +99,19 @@ def test_second_launch_under_one_arm_appends_and_clock64_counts_cycles(mods):
     t = sess.decode()
     assert set(t.rings["written"].tolist()) == {4 * OCC} and set(t.rings["claims"].tolist()) == {2}
     assert len(pair_intervals(t)) == 2 * WARPS * OCC
+    sess.arm()  # a new arm starts the rings again
+    launch_checked(mods["reg"])
+    t = sess.decode()
+    assert set(t.rings["written"].tolist()) == {2 * OCC} and set(t.rings["claims"].tolist()) == {1}
+
+
+def test_clock64_arm_is_refused_by_register_cursor_warps_and_reported(mods):
+    sess = TraceSession(mods["reg"], TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=256))
     sess.arm(clock="clock64")
     launch_checked(mods["reg"])
-    iv = pair_intervals(sess.decode())
-    assert iv.unit == "cycles" and len(iv) == WARPS * OCC and np.all(iv.rows["duration"] > 0)
+    t = sess.decode()
+    assert len(t.events) == 0 and t.unbuffered == WARPS and t.incomplete
+    assert any("ARGUS_TS_ANCHORED" in p for p in t.problems), t.problems
 
 
 def test_anchored_register_cursor_decodes_to_ns(mods):

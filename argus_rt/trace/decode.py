@@ -212,7 +212,10 @@ def decode(
                 )
         ring_rows.append((i, sm, cta, warp, written, kept, dropped, claims))
     if unbuffered:
-        problems.append(f"{unbuffered} warp(s) passed the filters but had no ring: their records are missing")
+        hint = (" (register-cursor warps, ARGUS_WARP_STATE, record %globaltimer only and count here when armed "
+                "with clock='clock64': arm clock='globaltimer', or build with ARGUS_TS_ANCHORED for cycle stamps)"
+                if config.clock_mode == layout.CLOCK_CLOCK64 else "")
+        problems.append(f"{unbuffered} warp(s) passed the filters but had no ring: their records are missing{hint}")
     if anchored:
         rates, approx = fit_rates(ring_anchors)
         problems.extend(approx)

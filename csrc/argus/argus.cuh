@@ -326,13 +326,16 @@ __device__ __forceinline__ WarpCursor load_cursor(const WarpCursor* cur) {
 }
 
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-/* Anchored build: records 1, 2, 4, ... (so short rings get a span too) and every
+/* Anchored build: records 1, 2, 4, ... (so short rings get a span too; record 0 too) and every
  * ARGUS_ANCHOR_PERIOD-th record (and so every wrap: capacity and period are powers of two) pair
  * their clock64 stamp with a %globaltimer read as the latest anchor, one 16-byte store. */
-__device__ __forceinline__ void store_anchor(argus_u64 hdr, argus_u32 n, argus_u32 cap_mask, argus_u64 clk) {
+__device__ __forceinline__ void store_anchor(argus_u64 hdr, argus_u32 n, argus_u32 cap_mask, argus_u64 clk,
+                                             bool first_at_zero = false) {
   if ((n & (cap_mask & (ARGUS_ANCHOR_PERIOD - 1u))) == 0u || (n & (n - 1u)) == 0u) {
     const argus_u64 now = global_timer();
     asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(hdr + ARGUS_ANCHOR_LAST_OFFSET), "l"(now), "l"(clk));
+    /* The register cursor writes nothing at claim: record 0 of its fresh ring sets the first anchor too. */
+    if (first_at_zero && n == 0u) asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(hdr + ARGUS_ANCHOR_FIRST_OFFSET), "l"(now), "l"(clk));
   }
 }
 #endif
@@ -394,48 +397,105 @@ __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coo
 }
 
 /* Opt-in register cursor (ARGUS_WARP_STATE): the warp's ring cursor lives in registers of the
- * declaring function and a marker is straight-line code: a clock read and one predicated 16-byte
- * store, so nothing on the marker's path waits for memory and there is no divergent branch. The ring header's written/dropped counts are
- * stored once, when the cursor goes out of scope (the function returns).
+ * declaring function and a marker is straight-line code: a %globaltimer read and one predicated
+ * 16-byte store, so nothing on the marker's path waits for memory and there is no divergent branch.
+ * The declaration only loads (the control block, then the ring header, to continue a ring that an
+ * earlier launch under the same arm wrote): no store, atomic or branch follows those loads, so the
+ * compiler can issue the kernel's own first loads alongside and the warp's first marker is the first
+ * thing to wait for them. The ring header is written once, when the cursor goes out of scope (the
+ * function returns): magic, seq, SM, CTA, warp, written, dropped, claims (a ring continued under the
+ * same arm gets its counts and one more claim). Six live registers, plus 4 bytes of shared memory.
+ * Timestamps: %globaltimer (ns) in the default build, clock64 in the anchored build. A module armed
+ * with clock="clock64" gets no records from register-cursor warps: they count as `unbuffered`
+ * (reported by the decoder) rather than writing stamps the host would misread; build with
+ * -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED for cycle stamps.
  * Restriction: every marker executed while it is alive must be in that function's own body and
  * executed by the whole warp together (the lane that was lowest-active at the declaration stores
  * all records, and it must reach the end of the function). Markers in called functions use the
  * shared cursor; mixing the two overwrites records (the decoder then reports the ring as corrupt:
- * its timestamps go backwards). A kernel that traps before returning leaves written = 0. */
+ * its timestamps go backwards). A kernel that traps before returning leaves its ring unclaimed. */
 #define ARGUS_REG_CAP_BITS_ 0x3FFFFFFFu
+__device__ __forceinline__ argus_u32* reg_cursor_seq() {
+  __shared__ argus_u32 seq;
+  return &seq;
+}
+#define ARGUS_REG_APPEND_ (1u << 30)
+#define ARGUS_REG_LEAD_ (1u << 31)
 struct RegCursor {
   argus_u64 records; /* global address of the ring's record 0; 0 = not recording */
-  argus_u32 count;
-  argus_u32 mask_flags; /* bits 0..29: capacity - 1 (host caps capacity at 2^26); 30: clock64; 31: this lane stores */
-  argus_u32 coord_begin, coord_span; /* window [begin, begin + span); span 0 when not recording */
-  /* Few live registers on purpose: a register-hungry kernel pays for each one across its loops. */
+  argus_u32 count;   /* records produced, with those of earlier launches under this arm */
+  argus_u32 mask_flags; /* bits 0..29: capacity - 1 (host caps capacity at 2^26), or 1 = count this warp
+                           as unbuffered when records == 0; 30: the ring was claimed earlier under this
+                           arm (appending); 31: this lane stores */
+  argus_u32 coord_begin, coord_span; /* window [begin, begin + span) */
   __device__ __forceinline__ RegCursor() {
+    const ArgusCtl* ctl = &argus_ctl;
     const argus_u32 warp = warp_in_cta();
-    WarpCursor* cur = warp_cursors() + warp;
-    const argus_u32 grid = grid_id_lo();
     const argus_u32 cta = cta_linear();
+    const argus_u32 sm = sm_id();
     const argus_u32 is_lead = (argus_u32)(lane_id() == (argus_u32)(__ffs(__activemask()) - 1));
-    WarpCursor c = load_cursor(cur);
-    /* One lane claims (so a warp without a ring is counted once); only that lane's values are used. */
-    if (is_lead && (c.grid != grid || c.cta != cta)) c = claim_ring(shared_address(cur), grid, cta, warp);
-    const argus_u64 hdr = c.ring & ~1ull;
-    records = hdr != 0 ? hdr + ARGUS_RING_HEAD_BYTES_ : 0;
-    count = c.count;
-    coord_begin = c.coord_begin;
-    coord_span = hdr != 0 ? c.coord_end - c.coord_begin : 0u;
-    const argus_u32 lead = (argus_u32)(hdr != 0) & is_lead;
-    mask_flags = (c.cap_mask & ARGUS_REG_CAP_BITS_) | ((argus_u32)(c.ring & 1ull) << 30) | (lead << 31);
+    /* Plain (L1-cached) loads, as in claim_ring; every lane reads the same line (one request). */
+    const argus_u64 buffers = ctl->buffers;
+    const argus_u32 enabled = ctl->enabled, capacity = ctl->capacity, num_rings = ctl->num_rings;
+    const argus_u32 wpc = ctl->warps_per_cta, clock_mode = ctl->clock_mode;
+    const argus_u32 cta_begin = ctl->cta_begin, cta_end = ctl->cta_end, warp_mask = ctl->warp_mask;
+    const argus_u32 sm_bits = ctl->sm_mask[(sm >> 5) & (ARGUS_SM_MASK_WORDS - 1)];
+    const argus_u32 seq = ctl->seq;
+    /* Needed again only at scope exit: kept in shared memory, not in a register across the caller's
+     * loops (every warp of the CTA writes the same value). */
+    *reg_cursor_seq() = seq;
+    coord_begin = ctl->coord_begin;
+    coord_span = ctl->coord_end - coord_begin;
+    bool pass = enabled != 0 && buffers != 0 && capacity != 0 && (capacity & (capacity - 1)) == 0;
+    pass = pass && sm < ARGUS_MAX_SMS && ((sm_bits >> (sm & 31)) & 1u);
+    pass = pass && cta >= cta_begin && cta < cta_end;
+    pass = pass && warp < 32 && ((warp_mask >> warp) & 1u);
+    const argus_u64 ring_index = (argus_u64)(cta - cta_begin) * wpc + warp;
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+    const bool clock_ok = clock_mode == ARGUS_CLOCK_ANCHORED;
+#else
+    const bool clock_ok = clock_mode == ARGUS_CLOCK_GLOBALTIMER;
+#endif
+    const bool rec = pass && warp < wpc && ring_index < num_rings && clock_ok;
+    const argus_u64 hdr = buffers + ring_index * ((argus_u64)ARGUS_RING_HEAD_BYTES_ + (argus_u64)capacity * sizeof(ArgusRecord));
+    /* The header is read whether or not the warp records (no branch): a warp that does not record
+     * reads the control block instead, and ignores what it got. */
+    argus_u64 at;
+    asm("cvta.to.global.u64 %0, %1;" : "=l"(at) : "l"(rec ? hdr : (argus_u64)ctl));
+    argus_u32 magic, hseq, written;
+    asm("{\n\t.reg .u32 x;\n\t"
+        "ld.global.v2.u32 {%0, %1}, [%3];\n\t"
+        "ld.global.u32 %2, [%3+20];\n\t}"
+        : "=r"(magic), "=r"(hseq), "=r"(written)
+        : "l"(at));
+    const bool append = rec && magic == ARGUS_RING_MAGIC && hseq == seq;
+    count = append ? written : 0u;
+    records = rec ? hdr + ARGUS_RING_HEAD_BYTES_ : 0ull;
+    const argus_u32 low = rec ? (capacity - 1u) & ARGUS_REG_CAP_BITS_ : (argus_u32)(pass && is_lead);
+    mask_flags = low | (append ? ARGUS_REG_APPEND_ : 0u) | (rec && is_lead ? ARGUS_REG_LEAD_ : 0u);
   }
   __device__ __forceinline__ ~RegCursor() {
-    if (mask_flags >> 31) {
+    if (mask_flags & ARGUS_REG_LEAD_) {
       const argus_u64 hdr = records - ARGUS_RING_HEAD_BYTES_;
-      asm volatile("st.shared.u32 [%0+8], %1;" ::"r"(shared_address(warp_cursors() + warp_in_cta())), "r"(count)
-                   : "memory");
-      asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_RING_WRITTEN_OFFSET), "r"(count));
       const argus_u32 capacity = (mask_flags & ARGUS_REG_CAP_BITS_) + 1u;
-      if (count > capacity) {
-        asm volatile("st.global.b32 [%0], %1;" ::"l"(hdr + ARGUS_RING_DROPPED_OFFSET), "r"(count - capacity));
+      const argus_u32 dropped = count > capacity ? count - capacity : 0u;
+      if (mask_flags & ARGUS_REG_APPEND_) {  // the header is this arm's already: counts and one more claim
+        asm volatile(
+            "st.global.u32 [%0+20], %1;\n\t"
+            "st.global.u32 [%0+24], %2;\n\t"
+            "red.global.add.u32 [%0+28], 1;"
+            ::"l"(hdr), "r"(count), "r"(dropped)
+            : "memory");
+      } else {
+        asm volatile(
+            "st.global.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
+            "st.global.v4.u32 [%0+16], {%5, %6, %7, %8};"
+            ::"l"(hdr), "r"(ARGUS_RING_MAGIC), "r"(*reg_cursor_seq()), "r"(sm_id()), "r"(cta_linear()),
+              "r"(warp_in_cta()), "r"(count), "r"(dropped), "r"(1u)
+            : "memory");
       }
+    } else if (records == 0ull && (mask_flags & ARGUS_REG_CAP_BITS_) != 0u) {
+      atomicAdd(&argus_ctl.unbuffered, 1u);  // passed the filters but had no ring: counted, never silent
     }
   }
 };
@@ -447,25 +507,24 @@ __device__ __forceinline__ void emit_with(NoRegCursor&, argus_u32 kind, argus_u3
 }
 
 __device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
-  const argus_u32 take = (argus_u32)(rc.coord_span != 0 && in_window(coord, rc.coord_begin, rc.coord_span));
+  const argus_u32 store = (rc.mask_flags >> 31) & (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
   const argus_u64 t = cycle_counter();
+  if (store) store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, rc.count, rc.mask_flags & ARGUS_REG_CAP_BITS_, t, true);
 #else
-  const argus_u64 t = (rc.mask_flags & (1u << 30)) ? cycle_counter() : global_timer();
+  const argus_u64 t = global_timer();
 #endif
-  const argus_u32 hi = stamp_hi(t, kind);
+  /* Only the storing lane's count is used (slot addresses, the header at scope exit): one predicated
+   * add, no select. The slot address is computed here, not carried from the previous marker: two more
+   * live registers across the caller's loops cost more than they saved (measured on H200). */
+  const argus_u64 at = rc.records + (argus_u64)(rc.count & rc.mask_flags & ARGUS_REG_CAP_BITS_) * sizeof(ArgusRecord);
   asm volatile(
       "{\n\t.reg .pred p;\n\t"
-      "setp.ne.u32 p, %5, 0;\n\t"
-      "@p st.global.v4.b32 [%0], {%1, %2, %3, %4};\n\t}"
-      ::"l"(rc.records + (argus_u64)(rc.count & rc.mask_flags & ARGUS_REG_CAP_BITS_) * sizeof(ArgusRecord)),
-        "r"(id), "r"(coord), "r"((argus_u32)t), "r"(hi), "r"((rc.mask_flags >> 31) & take));
-#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-  if ((rc.mask_flags >> 31) & take) {
-    store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, rc.count, rc.mask_flags & ARGUS_REG_CAP_BITS_, t);
-  }
-#endif
-  rc.count += take;
+      "setp.ne.u32 p, %6, 0;\n\t"
+      "@p st.global.v4.b32 [%1], {%2, %3, %4, %5};\n\t"
+      "@p add.u32 %0, %0, 1;\n\t}"
+      : "+r"(rc.count)
+      : "l"(at), "r"(id), "r"(coord), "r"((argus_u32)t), "r"(stamp_hi(t, kind)), "r"(store));
 }
 
 template <class Cursor>
