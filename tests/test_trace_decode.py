@@ -105,6 +105,25 @@ def test_wrapped_ring_keeps_newest_and_is_incomplete():
     assert iv.incomplete and "wrapped" in iv.problems[0]
 
 
+def test_wrapped_ring_drops_a_register_cursor_leftover_outside_the_window():
+    # Register-cursor markers outside the coordinate window still store, into the slot the next recorded
+    # marker takes; in a wrapped ring that is the oldest kept record. The decoder drops such a leftover.
+    c = cfg(capacity=4, coord_window=(0, 5))
+    w = RingWriter(c)
+    for k in range(5):  # coords 0..4 recorded: 10 records into a ring of 4
+        w.emit(0, 0, 1, "begin", OUTER, 100 * k, coord=k)
+        w.emit(0, 0, 1, "end", OUTER, 100 * k + 7, coord=k)
+    raw = w.raw.copy()
+    recs = raw[layout.RING_HEADER_DTYPE.itemsize:][: 4 * 16].view(layout.RECORD_DTYPE)
+    assert int(recs[10 % 4]["coord"]) == 3  # the oldest kept record (BEGIN of coord 3)
+    recs[10 % 4] = (OUTER, 9, (950 | (layout.KIND_END << layout.KIND_SHIFT)))  # a marker at coord 9 (outside)
+    t = decode(raw, c)
+    assert list(t.rings[["written", "kept", "dropped"]][0]) == [10, 3, 7]
+    assert list(t.events["time"]) == [307, 400, 407]
+    iv = pair_intervals(t, strict=False)
+    assert list(iv.rows["coord"]) == [4] and iv.incomplete
+
+
 def test_wrap_that_cuts_an_occurrence_skips_the_orphan_end():
     c = cfg(capacity=4)
     w = RingWriter(c)

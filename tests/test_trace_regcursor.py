@@ -31,12 +31,13 @@ def _marker_windows(lines: list[str]) -> list[list[str]]:
 
 
 @needs_nvcc
-def test_register_cursor_marker_is_straight_line_with_a_predicated_store_and_no_memory_reads():
+def test_register_cursor_marker_is_straight_line_with_an_unpredicated_store_and_no_memory_reads():
     windows = _marker_windows(_sass("refexec.regcursor", {"REFEXEC_WARP_STATE": "1"}))
     assert len(windows) >= 2, "expected a BEGIN and an END marker in the occurrence loop"
     for w in windows:
         assert not any(op in ln for ln in w for op in ("BRA", "LDS", "LDG", "BSSY", "VOTE")), w
-        assert "@P" in w[-1].split("STG.E.128")[0], w[-1]
+        # Every lane stores the same bytes to the same slot: no predicate to keep live across loops.
+        assert "@" not in w[-1].split("STG.E.128")[0], w[-1]
 
 
 
@@ -61,7 +62,7 @@ def _outer_loop_non_ffma(lines: list[str]) -> int:
 @needs_nvcc
 def test_register_cursor_markers_add_few_instructions_per_occurrence():
     # Measured on H200 (benchmarks/marker_cost.py) a marker costs about 1.5-2 ns per SASS instruction on the
-    # warp's path; the two markers of one occurrence add 20 instructions today. Guard against growth.
+    # warp's path; the two markers of one occurrence add 21 instructions today. Guard against growth.
     from argus_rt.compiler.cuda import CudaBuildSpec, build, disassemble
     from tests.test_cuda_build import SOURCES
 

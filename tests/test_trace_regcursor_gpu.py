@@ -91,6 +91,20 @@ def test_wrap_counts_dropped_records_and_keeps_the_latest(mods):
         assert list(zip(ev["kind"].tolist(), ev["coord"].tolist())) == expected(range(OCC - 16, OCC))
 
 
+def test_window_with_wrap_drops_the_out_of_window_leftover(mods):
+    # Markers outside the window store into the next slot; once the ring has wrapped that slot is the oldest
+    # kept record, which the decoder must recognise (coordinate outside the window) and drop.
+    sess = TraceSession(mods["reg"], TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=4))
+    sess.arm(coord_window=(10, 13))  # 6 records into rings of 4
+    launch_checked(mods["reg"])
+    t = sess.decode()
+    assert set(t.rings["written"].tolist()) == {6} and set(t.rings["kept"].tolist()) == {3}
+    assert set(t.rings["dropped"].tolist()) == {3}
+    for ev in events_per_ring(t):
+        assert list(zip(ev["kind"].tolist(), ev["coord"].tolist())) == [(2, 11), (1, 12), (2, 12)]
+    assert sorted(set(pair_intervals(t, strict=False).rows["coord"].tolist())) == [12]
+
+
 def test_second_launch_under_one_arm_appends(mods):
     sess = TraceSession(mods["reg"], TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=256))
     sess.arm()

@@ -160,6 +160,15 @@ def decode(
         if written > cap:
             start = written % cap
             recs = np.concatenate([recs[start:], recs[:start]])
+            # Register-cursor markers outside the coordinate window store too (into the next slot, which the
+            # next recorded marker overwrites); in a wrapped ring that slot holds the oldest kept record.
+            # Such a leftover is recognisable: its coordinate is outside the armed window.
+            lo, hi = config.coord_window if config.coord_window is not None else (0, layout.COORD_NONE)
+            c0 = int(recs["coord"][0])
+            if c0 != layout.COORD_NONE and (c0 - lo) % (1 << 32) >= (hi - lo) % (1 << 32):
+                recs = recs[1:]
+                kept -= 1
+                dropped += 1
             problems.append(
                 f"ring {i} (CTA {cta} warp {warp}, SM {sm}) wrapped: {dropped} oldest of {written} records overwritten"
             )

@@ -26,7 +26,8 @@
  *        traffic: (ARGUS_MARKER_TAG | kind), (id & 0xffff), (id >> 16). IDs must be constants.
  *      2 trace: records {region_id, coord, time|kind} go to per-warp rings in global memory,
  *        controlled at run time by the `__device__ ArgusCtl argus_ctl` (argus_layout.h).
- *    Mode 2 defines `argus_ctl` and uses 1 KiB of static shared memory (per-warp ring cursors):
+ *    Mode 2 defines `argus_ctl` and `argus_scratch` (16 KiB of device memory, where register-cursor
+ *    warps that record nothing write) and uses 1 KiB of static shared memory (per-warp ring cursors):
  *    include this header in one translation unit per module, or define ARGUS_CTL_EXTERN in the
  *    others (relocatable device code).
  *
@@ -146,6 +147,14 @@ extern __device__ argus_u32 argus_ts_anchored;
 #else
 __device__ argus_u32 argus_ts_anchored = 1u;
 #endif
+#endif
+
+/* Where register-cursor markers of a warp that records nothing write (every marker stores; see RegCursor). */
+#define ARGUS_SCRATCH_RECORDS 1024
+#ifdef ARGUS_CTL_EXTERN
+extern __device__ ArgusRecord argus_scratch[ARGUS_SCRATCH_RECORDS];
+#else
+__device__ ArgusRecord argus_scratch[ARGUS_SCRATCH_RECORDS];
 #endif
 
 namespace argus_detail {
@@ -397,36 +406,43 @@ __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coo
 }
 
 /* Opt-in register cursor (ARGUS_WARP_STATE): the warp's ring cursor lives in registers of the
- * declaring function and a marker is straight-line code: a %globaltimer read and one predicated
- * 16-byte store, so nothing on the marker's path waits for memory and there is no divergent branch.
+ * declaring function (every lane holds the same cursor) and a marker is straight-line code with no
+ * predicate: a %globaltimer read and one 16-byte store that every lane makes to the same slot with
+ * the same bytes (one transaction). A record outside the coordinate window is written and then
+ * overwritten (the count does not advance); a warp that records nothing writes to a scratch slot
+ * (`argus_scratch`). So nothing on the marker's path waits for memory, and no predicate register is
+ * held across the caller's loops (which kept ptxas from hoisting their loop-control tests).
  * The declaration only loads (the control block, then the ring header, to continue a ring that an
  * earlier launch under the same arm wrote): no store, atomic or branch follows those loads, so the
  * compiler can issue the kernel's own first loads alongside and the warp's first marker is the first
- * thing to wait for them. The ring header is written once, when the cursor goes out of scope (the
- * function returns): magic, seq, SM, CTA, warp, written, dropped, claims (a ring continued under the
- * same arm gets its counts and one more claim). Six live registers, plus 4 bytes of shared memory.
+ * thing to wait for them. The ring header is written once, by one lane, when the cursor goes out of
+ * scope (the function returns): magic, seq, SM, CTA, warp, written, dropped, claims (a ring
+ * continued under the same arm gets its counts and one more claim). Six live registers, plus 4 bytes
+ * of shared memory.
  * Timestamps: %globaltimer (ns) in the default build, clock64 in the anchored build. A module armed
  * with clock="clock64" gets no records from register-cursor warps: they count as `unbuffered`
  * (reported by the decoder) rather than writing stamps the host would misread; build with
  * -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED for cycle stamps.
- * Restriction: every marker executed while it is alive must be in that function's own body and
- * executed by the whole warp together (the lane that was lowest-active at the declaration stores
- * all records, and it must reach the end of the function). Markers in called functions use the
- * shared cursor; mixing the two overwrites records (the decoder then reports the ring as corrupt:
- * its timestamps go backwards). A kernel that traps before returning leaves its ring unclaimed. */
+ * Restrictions: every marker executed while it is alive must be in that function's own body, executed
+ * by the whole warp together, with the same coordinate on every lane (lanes that disagree would
+ * disagree on the count and write different slots); the lane that was lowest-active at the
+ * declaration must reach the end of the function. Markers in called functions use the shared cursor;
+ * mixing the two overwrites records (the decoder then reports the ring as corrupt: its timestamps go
+ * backwards). A kernel that traps before returning leaves its ring unclaimed. */
 #define ARGUS_REG_CAP_BITS_ 0x3FFFFFFFu
 __device__ __forceinline__ argus_u32* reg_cursor_seq() {
   __shared__ argus_u32 seq;
   return &seq;
 }
-#define ARGUS_REG_APPEND_ (1u << 30)
+/* Bit 30 of mask_flags: on a recording warp, "appending" (the ring was claimed earlier under this arm);
+ * on a warp that records nothing, "count me as unbuffered" (set on one lane). */
+#define ARGUS_REG_FLAG30_ (1u << 30)
 #define ARGUS_REG_LEAD_ (1u << 31)
 struct RegCursor {
-  argus_u64 records; /* global address of the ring's record 0; 0 = not recording */
+  argus_u64 records; /* global address of the ring's record 0, or of a scratch slot when not recording */
   argus_u32 count;   /* records produced, with those of earlier launches under this arm */
-  argus_u32 mask_flags; /* bits 0..29: capacity - 1 (host caps capacity at 2^26), or 1 = count this warp
-                           as unbuffered when records == 0; 30: the ring was claimed earlier under this
-                           arm (appending); 31: this lane stores */
+  argus_u32 mask_flags; /* bits 0..29: capacity - 1 (host caps capacity at 2^26; 0 when not recording);
+                           30: see ARGUS_REG_FLAG30_ below; 31: this lane writes the header at scope exit */
   argus_u32 coord_begin, coord_span; /* window [begin, begin + span) */
   __device__ __forceinline__ RegCursor() {
     const ArgusCtl* ctl = &argus_ctl;
@@ -470,16 +486,20 @@ struct RegCursor {
         : "l"(at));
     const bool append = rec && magic == ARGUS_RING_MAGIC && hseq == seq;
     count = append ? written : 0u;
-    records = rec ? hdr + ARGUS_RING_HEAD_BYTES_ : 0ull;
-    const argus_u32 low = rec ? (capacity - 1u) & ARGUS_REG_CAP_BITS_ : (argus_u32)(pass && is_lead);
-    mask_flags = low | (append ? ARGUS_REG_APPEND_ : 0u) | (rec && is_lead ? ARGUS_REG_LEAD_ : 0u);
+    records = rec ? hdr + ARGUS_RING_HEAD_BYTES_
+                  : (argus_u64)&argus_scratch[((cta & 31u) * 32u + (warp & 31u)) & (ARGUS_SCRATCH_RECORDS - 1u)];
+    /* Bit 30: appending (a recording warp) or count this warp as unbuffered (one lane of a warp that
+     * passed the filters but has no ring). */
+    const bool flag30 = rec ? append : (pass && is_lead);
+    mask_flags = (rec ? (capacity - 1u) & ARGUS_REG_CAP_BITS_ : 0u) | (flag30 ? ARGUS_REG_FLAG30_ : 0u) |
+                 (rec && is_lead ? ARGUS_REG_LEAD_ : 0u);
   }
   __device__ __forceinline__ ~RegCursor() {
     if (mask_flags & ARGUS_REG_LEAD_) {
       const argus_u64 hdr = records - ARGUS_RING_HEAD_BYTES_;
       const argus_u32 capacity = (mask_flags & ARGUS_REG_CAP_BITS_) + 1u;
       const argus_u32 dropped = count > capacity ? count - capacity : 0u;
-      if (mask_flags & ARGUS_REG_APPEND_) {  // the header is this arm's already: counts and one more claim
+      if (mask_flags & ARGUS_REG_FLAG30_) {  // appending: the header is this arm's already: counts and one more claim
         asm volatile(
             "st.global.u32 [%0+20], %1;\n\t"
             "st.global.u32 [%0+24], %2;\n\t"
@@ -494,7 +514,7 @@ struct RegCursor {
               "r"(warp_in_cta()), "r"(count), "r"(dropped), "r"(1u)
             : "memory");
       }
-    } else if (records == 0ull && (mask_flags & ARGUS_REG_CAP_BITS_) != 0u) {
+    } else if (mask_flags & ARGUS_REG_FLAG30_) {
       atomicAdd(&argus_ctl.unbuffered, 1u);  // passed the filters but had no ring: counted, never silent
     }
   }
@@ -507,25 +527,21 @@ __device__ __forceinline__ void emit_with(NoRegCursor&, argus_u32 kind, argus_u3
 }
 
 __device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
-  const argus_u32 store = (rc.mask_flags >> 31) & (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
+  const argus_u32 take = (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
   const argus_u64 t = cycle_counter();
-  if (store) store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, rc.count, rc.mask_flags & ARGUS_REG_CAP_BITS_, t, true);
+  if ((rc.mask_flags >> 31) & take) store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, rc.count, rc.mask_flags & ARGUS_REG_CAP_BITS_, t, true);
 #else
   const argus_u64 t = global_timer();
 #endif
-  /* Only the storing lane's count is used (slot addresses, the header at scope exit): one predicated
-   * add, no select. The slot address is computed here, not carried from the previous marker: two more
-   * live registers across the caller's loops cost more than they saved (measured on H200). */
+  /* Every lane stores the same 16 bytes to the same slot (one transaction): no predicate. A record outside
+   * the window is overwritten by the next one (the count does not advance). */
   const argus_u64 at = rc.records + (argus_u64)(rc.count & rc.mask_flags & ARGUS_REG_CAP_BITS_) * sizeof(ArgusRecord);
-  asm volatile(
-      "{\n\t.reg .pred p;\n\t"
-      "setp.ne.u32 p, %6, 0;\n\t"
-      "@p st.global.v4.b32 [%1], {%2, %3, %4, %5};\n\t"
-      "@p add.u32 %0, %0, 1;\n\t}"
-      : "+r"(rc.count)
-      : "l"(at), "r"(id), "r"(coord), "r"((argus_u32)t), "r"(stamp_hi(t, kind)), "r"(store));
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(at), "r"(id), "r"(coord), "r"((argus_u32)t),
+               "r"(stamp_hi(t, kind)));
+  rc.count += take;
 }
+
 
 template <class Cursor>
 struct TraceScope {
