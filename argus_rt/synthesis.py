@@ -95,6 +95,14 @@ class _Facts:
         return {"facts": self.ctx.write_json("facts", doc)}
 
 
+def _one_dep(ctx, op: str, needed_by: str, what: str):
+    """The single dependency of this task that ran ``op``; :class:`HandlerError` unless exactly one did."""
+    deps = ctx.deps_with_op(op)
+    if len(deps) != 1:
+        raise HandlerError(f"{needed_by} needs exactly one {what}, got {len(deps)}")
+    return deps[0]
+
+
 def _subtree(ctx) -> list:
     """Regions the query covers: the region and its descendants (all regions for None)."""
     regions = ctx.program.regions
@@ -134,10 +142,7 @@ def _scope_mask(arrays: dict, doc: dict, scope: Scope, where: str) -> np.ndarray
 def synth_latency(ctx) -> dict:
     """Per region in the subtree: count, mean, p50, p99, min, max, total of occurrence durations."""
     facts = _Facts(ctx)
-    collects = ctx.deps_with_op("trace")
-    if len(collects) != 1:
-        raise HandlerError(f"latency synthesis needs exactly one trace collection, got {len(collects)}")
-    src = collects[0]
+    src = _one_dep(ctx, "trace", "latency synthesis", "trace collection")
     facts.cite(src)
     path = ctx.input_of(src.id, "region_intervals")
     doc = _load(path, "argus.region_intervals/1")
@@ -193,11 +198,9 @@ def synth_pc_region_map(ctx) -> dict:
 
 
 def _find_map(ctx) -> tuple[PcRegionMap, str, object, dict]:
-    maps = ctx.deps_with_op("pc_region_map")
-    if len(maps) != 1:
-        raise HandlerError(f"attribution needs one pc_region_map input, got {len(maps)}")
-    doc = json.loads(ctx.input_of(maps[0].id, "facts").read_text(encoding="utf-8"))
-    return PcRegionMap.from_doc(doc["extra"]["map"]), doc["extra"]["map_program"], maps[0], doc["extra"]
+    map_task = _one_dep(ctx, "pc_region_map", "attribution", "pc_region_map input")
+    doc = json.loads(ctx.input_of(map_task.id, "facts").read_text(encoding="utf-8"))
+    return PcRegionMap.from_doc(doc["extra"]["map"]), doc["extra"]["map_program"], map_task, doc["extra"]
 
 
 def _source_file_metric(cfg: dict) -> tuple[str, str] | None:
@@ -244,10 +247,7 @@ def synth_attributed_metric(ctx) -> dict:
     """
     facts = _Facts(ctx)
     pmap, map_program, map_task, map_extra = _find_map(ctx)
-    counters = ctx.deps_with_op("ncu")
-    if len(counters) != 1:
-        raise HandlerError(f"attribution needs one PC-counter collection, got {len(counters)}")
-    src = counters[0]
+    src = _one_dep(ctx, "ncu", "attribution", "PC-counter collection")
     facts.cite(src)
     facts.cite(map_task)
     if src.program != map_program:
@@ -309,11 +309,9 @@ def synth_iteration_waits(ctx) -> dict:
     """Per loop iteration: median over CTAs (and launches) of the consumer's wait in the traced
     reference run (observed). ``extra.median_by_iteration`` {str(iteration): ns} feeds probe joins."""
     facts = _Facts(ctx)
-    collects = ctx.deps_with_op("trace")
-    if len(collects) != 1:
-        raise HandlerError(f"iteration_waits synthesis needs exactly one trace collection, got {len(collects)}")
-    facts.cite(collects[0])
-    path = ctx.input_of(collects[0].id, "iteration_waits")
+    src = _one_dep(ctx, "trace", "iteration_waits synthesis", "trace collection")
+    facts.cite(src)
+    path = ctx.input_of(src.id, "iteration_waits")
     doc = _load(path, "argus.iteration_waits/1")
     cols = _columns(doc, ("cta", "iteration", "begin", "end"), str(path))
     sel = np.ones(len(cols["cta"]), dtype=bool)
@@ -398,11 +396,9 @@ def synth_async_completion(ctx) -> dict:
 def synth_system_timeline(ctx) -> dict:
     """Total time and count per (category, name) of system events; optional ``step`` selection."""
     facts = _Facts(ctx)
-    collects = ctx.deps_with_op("systrace")
-    if len(collects) != 1:
-        raise HandlerError(f"system timeline synthesis needs one systrace collection, got {len(collects)}")
-    facts.cite(collects[0])
-    doc = _load(ctx.input_of(collects[0].id, "system_timeline"), "argus.system_timeline/1")
+    src = _one_dep(ctx, "systrace", "system timeline synthesis", "systrace collection")
+    facts.cite(src)
+    doc = _load(ctx.input_of(src.id, "system_timeline"), "argus.system_timeline/1")
     step = ctx.task.scope.get("step")
     if step is not None and not any("step" in ev for ev in doc.get("events", [])):
         raise ScopeError("system_timeline: scope step needs events tagged with their step; this timeline has none")

@@ -15,7 +15,8 @@ import pytest
 
 pytest.importorskip("triton")
 
-from argus_rt.backends.base import BackendAdapter, get_backend, register_backend, unregister_backend  # noqa: E402
+from argus_rt.backends.base import BackendAdapter, get_backend, register_backend  # noqa: E402
+from tests.backend_swap import standin_triton_trace  # noqa: E402
 from argus_rt.compiler import probes as P  # noqa: E402
 from argus_rt.program import load_program  # noqa: E402
 from argus_rt.scope import Scope  # noqa: E402
@@ -82,15 +83,8 @@ if os.environ.get("ARGUS_TRITON_STANDIN_WORKER") == "1":  # spawned workers impo
 
 @pytest.fixture
 def standin_trace():
-    previous = get_backend("trace", "triton")
-    register_backend(StandinTritonTrace(), kind="triton", replace=True)
-    os.environ["ARGUS_TRITON_STANDIN_WORKER"] = "1"
-    try:
+    with standin_triton_trace(StandinTritonTrace(), "ARGUS_TRITON_STANDIN_WORKER"):
         yield
-    finally:
-        os.environ.pop("ARGUS_TRITON_STANDIN_WORKER", None)
-        unregister_backend("trace", "triton")
-        register_backend(previous, kind="triton", replace=True)
 
 
 @pytest.fixture(scope="module")

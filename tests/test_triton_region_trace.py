@@ -12,7 +12,8 @@ import pytest
 
 pytest.importorskip("triton")
 
-from argus_rt.backends.base import BackendAdapter, get_backend, register_backend, unregister_backend  # noqa: E402
+from argus_rt.backends.base import BackendAdapter, register_backend  # noqa: E402
+from tests.backend_swap import standin_triton_trace  # noqa: E402
 from argus_rt.compiler import probes as P  # noqa: E402
 from argus_rt.compiler import triton_region_trace as RT  # noqa: E402
 from argus_rt.program import load_program  # noqa: E402
@@ -216,15 +217,8 @@ if os.environ.get("ARGUS_TRITON_REGION_STANDIN_WORKER") == "1":  # spawned worke
 
 @pytest.fixture
 def standin_trace():
-    previous = get_backend("trace", "triton")
-    register_backend(StandinRegionTrace(), kind="triton", replace=True)
-    os.environ["ARGUS_TRITON_REGION_STANDIN_WORKER"] = "1"
-    try:
+    with standin_triton_trace(StandinRegionTrace(), "ARGUS_TRITON_REGION_STANDIN_WORKER"):
         yield
-    finally:
-        os.environ.pop("ARGUS_TRITON_REGION_STANDIN_WORKER", None)
-        unregister_backend("trace", "triton")
-        register_backend(previous, kind="triton", replace=True)
 
 
 def test_latency_is_answered_end_to_end_with_a_stand_in_collect(program, standin_trace, tmp_path):

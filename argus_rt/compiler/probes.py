@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .ttgir_edit import append_pointer_arg, cta_slice_lines
+from .ttgir_edit import SMID_ASM, append_pointer_arg, cta_slice_lines, i64_asm_line, special_reg_line
 from .ttgir_edit import indent as _indent
 from .ttgir_edit import loc_suffix as _loc_suffix
 from .triton_discovery import (TMA_LOAD, Discovery, DiscoveryError, Module, Site, TtgirError, UnsupportedOpError,
@@ -36,7 +36,6 @@ from .triton_discovery import (TMA_LOAD, Discovery, DiscoveryError, Module, Site
 
 PROBE_ARG = "%argus_probe_out"
 WORDS_PER_CTA = 5  # ns0, ns1, clk0, clk1, smid
-_SMID_ASM = "{ .reg .u32 argus_t; mov.u32 argus_t, %smid; cvt.u64.u32 $0, argus_t; }"
 EFFECTS = ("forces_completion", "perturbs_timing")
 
 
@@ -135,9 +134,8 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
                   f"{ai}%argus_p{k} = tt.addptr %argus_p0, %argus_c{k}w : {out_ty}, i32"]
     edits: dict[int, tuple[list[str], str | None, list[str]]] = {}  # line index -> (before, replacement, after)
 
-    def timer(name: str, reg: str, constraint: str = "=l") -> str:
-        return (f'{ind}{name} = tt.elementwise_inline_asm "mov.u64 $0, {reg};" '
-                f'{{constraints = "{constraint}", packed_element = 1 : i32, pure = false}} -> i64{loc}')
+    def timer(name: str, reg: str) -> str:
+        return special_reg_line(ind, name, reg, loc)
 
     copy_probe = copy.text.replace(f", {bar}, {pred} :", f", {pbi}, %argus_sel_pred :", 1)
     if copy_probe == copy.text:
@@ -183,8 +181,7 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
         f"{ind}ttng.wait_barrier {pbi}, %argus_c0, %argus_sel_pred : {bar_type}{loc}",
         timer("%argus_ns1", "%globaltimer"),
         timer("%argus_clk1", "%clock64"),
-        f'{ind}%argus_sm = tt.elementwise_inline_asm "{_SMID_ASM}" '
-        f'{{constraints = "=l", packed_element = 1 : i32, pure = false}} -> i64{loc}',
+        i64_asm_line(ind, "%argus_sm", SMID_ASM, loc),
         f"{ind}tt.store %argus_p0, %argus_ns0, {store_mask} : {out_ty}{loc}",
         f"{ind}tt.store %argus_p1, %argus_ns1, {store_mask} : {out_ty}{loc}",
         f"{ind}tt.store %argus_p2, %argus_clk0, {store_mask} : {out_ty}{loc}",
@@ -279,8 +276,7 @@ def make_iteration_trace(ttgir: str, discovery: Discovery) -> str:
     ind, loc = _indent(wait.text), _loc_suffix(wait.text)
 
     def timer(name: str) -> str:
-        return (f'{ind}{name} = tt.elementwise_inline_asm "mov.u64 $0, %globaltimer;" '
-                f'{{constraints = "=l", packed_element = 1 : i32, pure = false}} -> i64{loc}')
+        return special_reg_line(ind, name, "%globaltimer", loc)
 
     before = [
         f"{ind}%argus_rel = arith.subi {loop.iv}, %argus_lb : i32{loc}",
@@ -395,36 +391,19 @@ def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: 
     results), else :class:`ProbeError`. The first probe launch loads the module and is not evidence.
     Returns ``{"op_events": doc}`` with all timed launches' rows.
     """
-    import importlib.util
-
-    import torch
-
     from .triton_discovery import program_ttgir
 
-    spec = importlib.util.spec_from_file_location("argus_probe_kernel_module", Path(program.root) / program.launch["module"])
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _kernel_module(program)
     params = program.params
     op_id = int(str(params["op_id"]), 16) if isinstance(params["op_id"], str) else int(params["op_id"])
     iteration = int(params["iteration"])
     ref_ttgir, _ = program_ttgir(program)
     ref = compile_ttgir(ref_ttgir, workdir, "reference")
     probe = compile_ttgir(Path(probe_ttgir).read_text(encoding="utf-8"), workdir, "probe")
-    inputs = mod.make_inputs(seed)
-    expected = mod.run(ref, inputs).clone()
-    rel = check_module_reference(mod, inputs, expected)
     n = mod.n_ctas()
-    cols: dict[str, list] = {}
-    for rep in range(1 + repeats):
-        out = torch.zeros(n * WORDS_PER_CTA, dtype=torch.int64, device="cuda")
-        got = mod.run(probe, inputs, out)  # run() re-poisons the output before launching
-        torch.cuda.synchronize()
-        if not torch.equal(got, expected):
-            raise ProbeError(f"probe 0x{op_id:08x}@{iteration} changed the kernel's output (launch {rep})")
-        if rep:
-            doc = op_events_document(out.cpu().numpy(), n, op_id, iteration)
-            for k, v in doc["columns"].items():
-                cols.setdefault(k, []).extend(v)
+    cols, rel = _timed_variant_columns(
+        mod, ref, probe, n * WORDS_PER_CTA, f"probe 0x{op_id:08x}@{iteration}", seed, repeats,
+        lambda out, launch: op_events_document(out, n, op_id, iteration))
     return {"op_events": {"format": "argus.op_events/1", "clock": "ns", "columns": cols, "launches": repeats,
                           "reference_rel_error": rel}}
 
@@ -460,6 +439,30 @@ def check_module_reference(mod, inputs: dict, got) -> float:
     return rel
 
 
+def _timed_variant_columns(mod, ref, variant, out_words: int, label: str, seed, repeats: int, document) -> tuple[dict, float]:
+    """Run the compiled reference once on fresh inputs (checked by :func:`check_module_reference`), then
+    ``variant`` ``1 + repeats`` times with an ``out_words`` int64 buffer. Every launch must reproduce the
+    reference output bit for bit (instrumentation changes timing, not results), else :class:`ProbeError`
+    naming ``label``. The first launch loads the module and is not evidence; the others' buffers go
+    through ``document(out, launch)`` and their columns are concatenated. Returns (columns, rel. error)."""
+    import torch
+
+    inputs = mod.make_inputs(seed)
+    expected = mod.run(ref, inputs).clone()
+    rel = check_module_reference(mod, inputs, expected)
+    cols: dict[str, list] = {}
+    for rep in range(1 + repeats):
+        out = torch.zeros(out_words, dtype=torch.int64, device="cuda")
+        got = mod.run(variant, inputs, out)  # run() re-poisons the output before launching
+        torch.cuda.synchronize()
+        if not torch.equal(got, expected):
+            raise ProbeError(f"{label} changed the kernel's output (launch {rep})")
+        if rep:
+            for k, v in document(out.cpu().numpy(), rep - 1)["columns"].items():
+                cols.setdefault(k, []).extend(v)
+    return cols, rel
+
+
 def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: int | None = None) -> dict:
     """Run the traced reference (:func:`make_iteration_trace`) of a Triton program on the current GPU.
 
@@ -469,8 +472,6 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
     The first traced launch loads the module and is not evidence. Returns the
     ``argus.iteration_waits/1`` document of all timed launches.
     """
-    import torch
-
     from .triton_discovery import discover, program_ttgir
 
     mod = _kernel_module(program)
@@ -484,21 +485,10 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
     workdir.mkdir(parents=True, exist_ok=True)
     ref = compile_ttgir(ttgir, workdir, "reference")
     traced = compile_ttgir(traced_text, workdir, "traced_reference")
-    inputs = mod.make_inputs(seed)
-    expected = mod.run(ref, inputs).clone()
-    rel = check_module_reference(mod, inputs, expected)
     n = mod.n_ctas()
-    cols: dict[str, list] = {}
-    for rep in range(1 + repeats):
-        out = torch.zeros(n * 2 * iterations, dtype=torch.int64, device="cuda")
-        got = mod.run(traced, inputs, out)
-        torch.cuda.synchronize()
-        if not torch.equal(got, expected):
-            raise ProbeError(f"the traced reference changed the kernel's output (launch {rep})")
-        if rep:
-            doc = iteration_waits_document(out.cpu().numpy(), n, iterations, wait=what, launch=rep - 1)
-            for k, v in doc["columns"].items():
-                cols.setdefault(k, []).extend(v)
+    cols, rel = _timed_variant_columns(
+        mod, ref, traced, n * 2 * iterations, "the traced reference", seed, repeats,
+        lambda out, launch: iteration_waits_document(out, n, iterations, wait=what, launch=launch))
     return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": what, "columns": cols, "launches": repeats,
             "reference_rel_error": rel}
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from ..trace.layout import COORD_NONE  # same "no coordinate" value as the CUDA trace
 from ..triton_regions import MARKER_ASM_PATTERN
 from .triton_discovery import Module, TtgirError
-from .ttgir_edit import append_pointer_arg, cta_slice_lines
+from .ttgir_edit import SMID_ASM, append_pointer_arg, cta_slice_lines, i64_asm_line, special_reg_line
 from .ttgir_edit import indent as _indent
 from .ttgir_edit import loc_suffix as _loc_suffix
 
@@ -40,7 +40,6 @@ REGION_ARG = "%argus_region_out"
 KIND_CODES = {"begin": 1, "end": 2}
 HEADER_WORDS = 1
 WORDS_PER_RECORD = 2
-_SMID_ASM = "{ .reg .u32 argus_t; mov.u32 argus_t, %smid; cvt.u64.u32 $0, argus_t; }"
 
 
 class RegionTraceError(ValueError):
@@ -143,8 +142,7 @@ def make_region_trace(ttgir: str, iterations: int) -> TracedRegionVariant:
     fi = _indent(first.text)
     setup = cta_slice_lines(fi, "argus_rt", REGION_ARG, words) + [
         f"{fi}%argus_rt_one64 = arith.constant 1 : i64",
-        f'{fi}%argus_rt_sm = tt.elementwise_inline_asm "{_SMID_ASM}" '
-        f'{{constraints = "=l", packed_element = 1 : i32, pure = false}} -> i64',
+        i64_asm_line(fi, "%argus_rt_sm", SMID_ASM),
         f"{fi}%argus_rt_sm1 = arith.addi %argus_rt_sm, %argus_rt_one64 : i64",
         f"{fi}tt.store %argus_rt_p0, %argus_rt_sm1 : !tt.ptr<i64>",
         f"{fi}%argus_rt_niter = arith.constant {iterations} : i32",
@@ -155,8 +153,7 @@ def make_region_trace(ttgir: str, iterations: int) -> TracedRegionVariant:
         ind, loc = _indent(op.text), _loc_suffix(op.text)
         v = f"%argus_rt_s{k}"
         block = [f"{ind}{v}_tag = arith.constant {s.tag} : i64{loc}",
-                 f'{ind}{v}_ns = tt.elementwise_inline_asm "mov.u64 $0, %globaltimer;" '
-                 f'{{constraints = "=l", packed_element = 1 : i32, pure = false}} -> i64{loc}']
+                 special_reg_line(ind, f"{v}_ns", "%globaltimer", loc)]
         word0 = HEADER_WORDS + WORDS_PER_RECORD * s.first_slot
         if s.loop_line is None:
             block += [f"{ind}{v}_o0 = arith.constant {word0} : i32{loc}",

@@ -11,6 +11,9 @@ from .triton_discovery import Module
 
 I64_PTR = "!tt.ptr<i64>"
 
+# PTX for an i64 inline-asm read of the SM id (the register is 32-bit).
+SMID_ASM = "{ .reg .u32 argus_t; mov.u32 argus_t, %smid; cvt.u64.u32 $0, argus_t; }"
+
 
 def loc_suffix(text: str) -> str:
     """The trailing ``loc(...)`` of a TTGIR line, with its leading space, or ""."""
@@ -47,3 +50,14 @@ def cta_slice_lines(ind: str, prefix: str, arg: str, words: int) -> list[str]:
         f"{ind}{p}_base = arith.muli {p}_lin, {p}_words : i32",
         f"{ind}{p}_p0 = tt.addptr {arg}, {p}_base : {I64_PTR}, i32",
     ]
+
+
+def i64_asm_line(ind: str, name: str, asm: str, loc: str = "") -> str:
+    """A TTGIR line defining ``name`` as the i64 result of inline PTX ``asm`` (not pure: never CSE'd)."""
+    return (f'{ind}{name} = tt.elementwise_inline_asm "{asm}" '
+            f'{{constraints = "=l", packed_element = 1 : i32, pure = false}} -> i64{loc}')
+
+
+def special_reg_line(ind: str, name: str, reg: str, loc: str = "") -> str:
+    """A TTGIR line reading the 64-bit special register ``reg`` (``%globaltimer``, ``%clock64``) into ``name``."""
+    return i64_asm_line(ind, name, f"mov.u64 $0, {reg};", loc)

@@ -26,7 +26,7 @@
  *        traffic: (ARGUS_MARKER_TAG | kind), (id & 0xffff), (id >> 16). IDs must be constants.
  *      2 trace: records {region_id, coord, time|kind} go to per-warp rings in global memory,
  *        controlled at run time by the `__device__ ArgusCtl argus_ctl` (argus_layout.h).
- *    Mode 2 defines `argus_ctl` and `argus_scratch` (16 KiB of device memory, where register-cursor
+ *    Mode 2 defines `argus_ctl` and `argus_scratch` (32 KiB of device memory, where register-cursor
  *    warps that record nothing write) and uses 1 KiB of static shared memory (per-warp ring cursors):
  *    include this header in one translation unit per module, or define ARGUS_CTL_EXTERN in the
  *    others (relocatable device code).
@@ -149,8 +149,11 @@ __device__ argus_u32 argus_ts_anchored = 1u;
 #endif
 #endif
 
-/* Where register-cursor markers of a warp that records nothing write (every marker stores; see RegCursor). */
-#define ARGUS_SCRATCH_RECORDS 1024
+/* Where register-cursor markers of a warp that records nothing write (every marker stores; see RegCursor):
+ * one 32-byte sector per warp, indexed like the rings, so up to 1024 warps of a launch write 1024 different
+ * sectors (a shared sector, written from several SMs, cost the memory-bound reference kernel ~15%). */
+#define ARGUS_SCRATCH_SLOTS 1024u
+#define ARGUS_SCRATCH_RECORDS (2u * ARGUS_SCRATCH_SLOTS)
 #ifdef ARGUS_CTL_EXTERN
 extern __device__ ArgusRecord argus_scratch[ARGUS_SCRATCH_RECORDS];
 #else
@@ -234,12 +237,52 @@ __device__ __forceinline__ void store_cursor(argus_u32 addr, const WarpCursor& c
       : "memory");
 }
 
+/* The control block as a claiming warp sees it. Read with plain (L1-cached) loads, all issued before
+ * any test: every warp of the grid reads the same line here, and uncached loads of one line from ~1000
+ * warps queue at one L2 slice (measured on H200: ~3.5 us added to a 128-CTA launch). Plain loads are
+ * safe because the host rewrites the block only between launches, and L1 keeps no global data across
+ * a launch boundary. `pass`: tracing is on and the SM, CTA and warp filters select this warp;
+ * `buffered`: it also has a ring under this geometry. */
+struct CtlView {
+  argus_u64 buffers, ring_index;
+  argus_u32 seq, capacity, clock_mode, coord_begin, coord_end;
+  bool pass, buffered;
+};
+
+__device__ __forceinline__ CtlView read_ctl(argus_u32 sm, argus_u32 cta, argus_u32 warp) {
+  const ArgusCtl* ctl = &argus_ctl;
+  CtlView v;
+  v.buffers = ctl->buffers;
+  const argus_u32 enabled = ctl->enabled, num_rings = ctl->num_rings, wpc = ctl->warps_per_cta;
+  v.seq = ctl->seq;
+  v.capacity = ctl->capacity;
+  v.clock_mode = ctl->clock_mode;
+  const argus_u32 cta_begin = ctl->cta_begin, cta_end = ctl->cta_end, warp_mask = ctl->warp_mask;
+  v.coord_begin = ctl->coord_begin;
+  v.coord_end = ctl->coord_end;
+  const argus_u32 sm_bits = ctl->sm_mask[(sm >> 5) & (ARGUS_SM_MASK_WORDS - 1)];
+  bool pass = enabled != 0 && v.buffers != 0 && v.capacity != 0 && (v.capacity & (v.capacity - 1)) == 0;
+  pass = pass && sm < ARGUS_MAX_SMS && ((sm_bits >> (sm & 31)) & 1u);
+  pass = pass && cta >= cta_begin && cta < cta_end;
+  v.pass = pass && warp < 32 && ((warp_mask >> warp) & 1u);
+  v.ring_index = (argus_u64)(cta - cta_begin) * wpc + warp;
+  v.buffered = warp < wpc && v.ring_index < num_rings;
+  return v;
+}
+
+/* Address of this warp's ring header (valid when the view is `pass && buffered`): generic, and global. */
+__device__ __forceinline__ argus_u64 ring_header_generic(const CtlView& v) {
+  return v.buffers + v.ring_index * (ARGUS_RING_HEAD_BYTES_ + (argus_u64)v.capacity * sizeof(ArgusRecord));
+}
+
+__device__ __forceinline__ argus_u64 ring_header(const CtlView& v) {
+  argus_u64 gaddr;
+  asm("cvta.to.global.u64 %0, %1;" : "=l"(gaddr) : "l"(ring_header_generic(v)));
+  return gaddr;
+}
+
 /* First marker of a warp in a CTA instance: apply the filters, find the ring, (re)start it.
  * Runs once per warp per launch, on one lane. Inlined (no call ABI on this path).
- * The control block is read with plain (L1-cached) loads, all issued before any test: every warp of
- * the grid reads the same line here, and uncached loads of one line from ~1000 warps queue at one
- * L2 slice (measured on H200: ~3.5 us added to a 128-CTA launch). Plain loads are safe because the host
- * rewrites the block only between launches, and L1 keeps no global data across a launch boundary.
  * The ring header is this warp's alone: read as two 16-byte loads, written as two 16-byte stores. */
 __device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 grid, argus_u32 cta, argus_u32 warp) {
   WarpCursor c;
@@ -250,31 +293,19 @@ __device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 g
   c.ring = 0;
   c.coord_begin = 0;
   c.coord_end = 0;
-  const ArgusCtl* ctl = &argus_ctl;
   const argus_u32 sm = sm_id();
-  const argus_u64 buffers = ctl->buffers;
-  const argus_u32 enabled = ctl->enabled, seq = ctl->seq, capacity = ctl->capacity, num_rings = ctl->num_rings;
-  const argus_u32 wpc = ctl->warps_per_cta, clock_mode = ctl->clock_mode;
-  const argus_u32 cta_begin = ctl->cta_begin, cta_end = ctl->cta_end, warp_mask = ctl->warp_mask;
-  const argus_u32 coord_begin = ctl->coord_begin, coord_end = ctl->coord_end;
-  const argus_u32 sm_bits = ctl->sm_mask[(sm >> 5) & (ARGUS_SM_MASK_WORDS - 1)];
-  bool record = enabled != 0 && buffers != 0 && capacity != 0 && (capacity & (capacity - 1)) == 0;
-  record = record && sm < ARGUS_MAX_SMS && ((sm_bits >> (sm & 31)) & 1u);
-  record = record && cta >= cta_begin && cta < cta_end;
-  record = record && warp < 32 && ((warp_mask >> warp) & 1u);
-  if (record) {
-    const argus_u64 ring_index = (argus_u64)(cta - cta_begin) * wpc + warp;
+  const CtlView v = read_ctl(sm, cta, warp);
+  const argus_u32 seq = v.seq;
+  if (v.pass) {
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
     /* Another clock means the host expects 32-byte headers: count the warp, write nothing. */
-    if (warp >= wpc || ring_index >= num_rings || clock_mode != ARGUS_CLOCK_ANCHORED) {
+    if (!v.buffered || v.clock_mode != ARGUS_CLOCK_ANCHORED) {
 #else
-    if (warp >= wpc || ring_index >= num_rings) {
+    if (!v.buffered) {
 #endif
       atomicAdd(&argus_ctl.unbuffered, 1u);  // counted, never silent
     } else {
-      const argus_u64 stride = ARGUS_RING_HEAD_BYTES_ + (argus_u64)capacity * sizeof(ArgusRecord);
-      argus_u64 gaddr;
-      asm("cvta.to.global.u64 %0, %1;" : "=l"(gaddr) : "l"(buffers + ring_index * stride));
+      const argus_u64 gaddr = ring_header(v);
       argus_u32 magic, hseq, written, claims;  // the header's other fields are only written here
       asm volatile(
           "{\n\t.reg .u32 x;\n\t"
@@ -299,7 +330,7 @@ __device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 g
           const argus_u64 clk = cycle_counter();  // clock first, then timer: same order as emit
           const argus_u64 now = global_timer();
           volatile ArgusRingAnchors* anc =
-              (volatile ArgusRingAnchors*)(buffers + ring_index * stride + ARGUS_ANCHOR_FIRST_OFFSET);
+              (volatile ArgusRingAnchors*)(ring_header_generic(v) + ARGUS_ANCHOR_FIRST_OFFSET);
           anc->first_timer = now;
           anc->first_clock = clk;
           anc->last_timer = now;
@@ -308,10 +339,10 @@ __device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 g
 #endif
       }
       c.count = count;
-      c.cap_mask = capacity - 1;
-      c.ring = gaddr | (clock_mode == ARGUS_CLOCK_CLOCK64 ? 1ull : 0ull);
-      c.coord_begin = coord_begin;
-      c.coord_end = coord_end;
+      c.cap_mask = v.capacity - 1;
+      c.ring = gaddr | (v.clock_mode == ARGUS_CLOCK_CLOCK64 ? 1ull : 0ull);
+      c.coord_begin = v.coord_begin;
+      c.coord_end = v.coord_end;
     }
   }
   store_cursor(cur_addr, c);
@@ -445,53 +476,42 @@ struct RegCursor {
                            30: see ARGUS_REG_FLAG30_ below; 31: this lane writes the header at scope exit */
   argus_u32 coord_begin, coord_span; /* window [begin, begin + span) */
   __device__ __forceinline__ RegCursor() {
-    const ArgusCtl* ctl = &argus_ctl;
     const argus_u32 warp = warp_in_cta();
     const argus_u32 cta = cta_linear();
     const argus_u32 sm = sm_id();
     const argus_u32 is_lead = (argus_u32)(lane_id() == (argus_u32)(__ffs(__activemask()) - 1));
-    /* Plain (L1-cached) loads, as in claim_ring; every lane reads the same line (one request). */
-    const argus_u64 buffers = ctl->buffers;
-    const argus_u32 enabled = ctl->enabled, capacity = ctl->capacity, num_rings = ctl->num_rings;
-    const argus_u32 wpc = ctl->warps_per_cta, clock_mode = ctl->clock_mode;
-    const argus_u32 cta_begin = ctl->cta_begin, cta_end = ctl->cta_end, warp_mask = ctl->warp_mask;
-    const argus_u32 sm_bits = ctl->sm_mask[(sm >> 5) & (ARGUS_SM_MASK_WORDS - 1)];
-    const argus_u32 seq = ctl->seq;
+    /* Every lane reads the same control-block line (one request). */
+    const CtlView v = read_ctl(sm, cta, warp);
     /* Needed again only at scope exit: kept in shared memory, not in a register across the caller's
      * loops (every warp of the CTA writes the same value). */
-    *reg_cursor_seq() = seq;
-    coord_begin = ctl->coord_begin;
-    coord_span = ctl->coord_end - coord_begin;
-    bool pass = enabled != 0 && buffers != 0 && capacity != 0 && (capacity & (capacity - 1)) == 0;
-    pass = pass && sm < ARGUS_MAX_SMS && ((sm_bits >> (sm & 31)) & 1u);
-    pass = pass && cta >= cta_begin && cta < cta_end;
-    pass = pass && warp < 32 && ((warp_mask >> warp) & 1u);
-    const argus_u64 ring_index = (argus_u64)(cta - cta_begin) * wpc + warp;
+    *reg_cursor_seq() = v.seq;
+    coord_begin = v.coord_begin;
+    coord_span = v.coord_end - v.coord_begin;
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-    const bool clock_ok = clock_mode == ARGUS_CLOCK_ANCHORED;
+    const bool clock_ok = v.clock_mode == ARGUS_CLOCK_ANCHORED;
 #else
-    const bool clock_ok = clock_mode == ARGUS_CLOCK_GLOBALTIMER;
+    const bool clock_ok = v.clock_mode == ARGUS_CLOCK_GLOBALTIMER;
 #endif
-    const bool rec = pass && warp < wpc && ring_index < num_rings && clock_ok;
-    const argus_u64 hdr = buffers + ring_index * ((argus_u64)ARGUS_RING_HEAD_BYTES_ + (argus_u64)capacity * sizeof(ArgusRecord));
+    const bool rec = v.pass && v.buffered && clock_ok;
+    const argus_u64 hdr = ring_header_generic(v);
     /* The header is read whether or not the warp records (no branch): a warp that does not record
      * reads the control block instead, and ignores what it got. */
     argus_u64 at;
-    asm("cvta.to.global.u64 %0, %1;" : "=l"(at) : "l"(rec ? hdr : (argus_u64)ctl));
+    asm("cvta.to.global.u64 %0, %1;" : "=l"(at) : "l"(rec ? hdr : (argus_u64)&argus_ctl));
     argus_u32 magic, hseq, written;
     asm("{\n\t.reg .u32 x;\n\t"
         "ld.global.v2.u32 {%0, %1}, [%3];\n\t"
         "ld.global.u32 %2, [%3+20];\n\t}"
         : "=r"(magic), "=r"(hseq), "=r"(written)
         : "l"(at));
-    const bool append = rec && magic == ARGUS_RING_MAGIC && hseq == seq;
+    const bool append = rec && magic == ARGUS_RING_MAGIC && hseq == v.seq;
     count = append ? written : 0u;
     records = rec ? hdr + ARGUS_RING_HEAD_BYTES_
-                  : (argus_u64)&argus_scratch[((cta & 31u) * 32u + (warp & 31u)) & (ARGUS_SCRATCH_RECORDS - 1u)];
+                  : (argus_u64)&argus_scratch[2u * (argus_u32)(v.ring_index % ARGUS_SCRATCH_SLOTS)];
     /* Bit 30: appending (a recording warp) or count this warp as unbuffered (one lane of a warp that
      * passed the filters but has no ring). */
-    const bool flag30 = rec ? append : (pass && is_lead);
-    mask_flags = (rec ? (capacity - 1u) & ARGUS_REG_CAP_BITS_ : 0u) | (flag30 ? ARGUS_REG_FLAG30_ : 0u) |
+    const bool flag30 = rec ? append : (v.pass && is_lead);
+    mask_flags = (rec ? (v.capacity - 1u) & ARGUS_REG_CAP_BITS_ : 0u) | (flag30 ? ARGUS_REG_FLAG30_ : 0u) |
                  (rec && is_lead ? ARGUS_REG_LEAD_ : 0u);
   }
   __device__ __forceinline__ ~RegCursor() {
