@@ -13,6 +13,10 @@ indexed load followed by 4 dependent FMAs (memory). Variants, built from the sam
   traced_anchored, traced_reg_anchored
                the two trace builds with -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED: clock64 per record,
                %globaltimer only at anchor records (ns after decoding)
+Constant-trip-count kernels: the same source built with -DREFEXEC_INNER=<inner> (one module per size), in
+the trace-free, traced and traced_reg variants, timed side by side against their own trace-free build.
+ptxas unrolls the inner loop and drops the run-time trip-count tests that sit next to the markers there; the
+rows carry inner_loop = "constant" (the run-time-count rows carry "runtime").
 Every variant's output is checked against a NumPy reference on fresh random inputs before timing,
 and each traced variant's rings are decoded and checked (128 records and 64 occurrences per warp).
 Time per launch: CUDA events around each launch, enqueued behind a GPU busy-wait so the events time the kernel
@@ -81,15 +85,28 @@ PUBLISHED = {
 TABLE_BITS = 20  # 4 MiB float table: L2-resident, so the memory kind is load-latency bound
 
 
-def build_modules():
+# Constant-trip-count builds: built variant -> (ARGUS_MODE, defines); timed runs as in RUNS.
+CONST_VARIANTS = {name: VARIANTS[name] for name in ("trace_free", "traced", "traced_reg")}
+CONST_RUNS = {name: RUNS[name] for name in CONST_VARIANTS}
+
+
+def build_modules(variants=VARIANTS, inner_const: int | None = None):
     from argus_rt.compiler.cuda import CudaBuildSpec, build
     from argus_rt.launch import CubinModule
 
     mods = {}
-    for name, (mode, defines) in VARIANTS.items():
-        res = build(CudaBuildSpec(f"refexec.{name}", [SOURCE], argus_mode=mode, defines=defines))
+    for name, (mode, defines) in variants.items():
+        tag, extra = ("", {}) if inner_const is None else (f"c{inner_const}.", {"REFEXEC_INNER": str(inner_const)})
+        res = build(CudaBuildSpec(f"refexec.{tag}{name}", [SOURCE], argus_mode=mode, defines={**defines, **extra}))
         mods[name] = CubinModule.load(res.cubin)
     return mods
+
+
+def make_sessions(mods, traced=TRACED):
+    from argus_rt.trace import TraceConfig, TraceSession
+
+    return {(name, kind): TraceSession(mods[name], TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=256, clock=clock))
+            for name, clock in traced.items() if name in mods for kind in ("compute", "memory")}
 
 
 def make_inputs(torch, gen):
@@ -138,10 +155,11 @@ def reference(kind, inp, inner) -> np.ndarray | None:
     return a
 
 
-def check_outputs(torch, mods, sessions, kind, inp, inner) -> tuple[str, list[str]]:
-    """Outputs must match the reference (else AssertionError); trace defects are returned as text."""
+def check_outputs(torch, mods, sessions, kind, inp, inner, runs=RUNS, expect=None) -> tuple[str, list[str], np.ndarray]:
+    """Outputs must match the reference (else AssertionError) and, when given, ``expect`` bit for bit; trace defects
+    are returned as text, with the trace-free output."""
     outs, trace_problems = {}, []
-    for name, (built, clock) in RUNS.items():
+    for name, (built, clock) in runs.items():
         out = torch.full((CTAS * THREADS,), float("nan"), device="cuda")
         if clock is not None:
             sessions[(built, kind)].arm(clock=clock)
@@ -164,7 +182,9 @@ def check_outputs(torch, mods, sessions, kind, inp, inner) -> tuple[str, list[st
         how = "float64 reference (rel err < 1e-4)"
     for name, got in outs.items():
         assert np.array_equal(got, outs["trace_free"]), f"{name}/{kind}/inner={inner} differs from trace_free"
-    return how, trace_problems
+        if expect is not None:
+            assert np.array_equal(got, expect), f"{name}/{kind}/inner={inner} differs from the run-time-count build"
+    return how, trace_problems, outs["trace_free"]
 
 
 def check_trace(sess, name, kind, inner) -> None:
@@ -181,7 +201,7 @@ def check_trace(sess, name, kind, inner) -> None:
     assert sorted(set(iv.rows["coord"].tolist())) == list(range(OCCURRENCES))
 
 
-def time_variants(torch, mods, sessions, kind, inp, inner, reps) -> dict[str, float]:
+def time_variants(torch, mods, sessions, kind, inp, inner, reps, timed=RUNS, diagnostic=DIAGNOSTIC_RUNS) -> dict[str, float]:
     out = torch.empty(CTAS * THREADS, device="cuda")
     fn, args = launch_args(kind, out, inp, inner)
 
@@ -189,14 +209,45 @@ def time_variants(torch, mods, sessions, kind, inp, inner, reps) -> dict[str, fl
         return prepare, lambda: mods[built].launch(fn, grid=CTAS, block=THREADS, args=args)
 
     runs = {}
-    for name, (built, clock) in RUNS.items():
+    for name, (built, clock) in timed.items():
         sess = sessions.get((built, kind))
         runs[name] = run(built, None if clock is None else (lambda s=sess, c=clock: s.arm(clock=c)))
-    for name, (built, changes) in DIAGNOSTIC_RUNS.items():
+    for name, (built, changes) in diagnostic.items():
         sess = sessions[(built, kind)]
         runs[name] = run(built, sess.disarm if changes is None else (lambda s=sess, c=changes: s.arm(**c)))
     times = interleaved_event_times(runs, reps)
     return {name: median_us(samples) for name, samples in times.items()}
+
+
+def measure_constant(torch, mods, sessions, kind, inp, inner, reps, runtime_out) -> dict:
+    """One row for the constant-trip-count builds of one size, timed against their own trace-free build; their
+    outputs must equal the run-time-count build's bit for bit."""
+    how, problems, _ = check_outputs(torch, mods, sessions, kind, inp, inner, runs=CONST_RUNS, expect=runtime_out)
+    for p in problems:
+        print(f"TRACE CHECK FAILED {kind} inner={inner} (constant count): {p}", flush=True)
+    t = time_variants(torch, mods, sessions, kind, inp, inner, reps, timed=CONST_RUNS, diagnostic={})
+    base = t["trace_free"]
+    pub = PUBLISHED.get((kind, inner))
+    row = {
+        "kind": kind,
+        "inner_iters": inner,
+        "inner_loop": "constant",
+        "trace_free_us": base,
+        "traced_us": t["traced"],
+        "overhead_us": t["traced"] - base,
+        "overhead_pct": 100 * (t["traced"] - base) / base,
+        "traced_reg_us": t["traced_reg"],
+        "overhead_reg_us": t["traced_reg"] - base,
+        "overhead_reg_pct": 100 * (t["traced_reg"] - base) / base,
+        "published_trace_free_us": pub[0] if pub else None,
+        "published_overhead_us": pub[1] if pub else None,
+        "published_overhead_pct": pub[2] if pub else None,
+        "checked_against": how + "; equal to the run-time-count build",
+        "trace_check": "ok" if not problems else "FAILED: " + "; ".join(problems),
+    }
+    print(f"{kind:8s} inner={inner:4d} constant count: free {base:9.2f} us  traced +{row['overhead_us']:7.2f} us "
+          f"({row['overhead_pct']:6.2f}%)  reg +{row['overhead_reg_us']:7.2f} us ({row['overhead_reg_pct']:6.2f}%)", flush=True)
+    return row
 
 
 def host_cost(torch, mods, sessions, inp) -> dict[str, float]:
@@ -241,21 +292,18 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("trace_overhead: needs a CUDA GPU; nothing was measured")
         return 2
-    from argus_rt.trace import TraceConfig, TraceSession
-
     mods = build_modules()
-    sessions = {
-        (name, kind): TraceSession(mods[name], TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=256, clock=clock))
-        for name, clock in TRACED.items()
-        for kind in ("compute", "memory")
-    }
+    sessions = make_sessions(mods)
     gen = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
     inners = [8, 64, 512] if args.quick else INNERS
+    const_mods = {inner: build_modules(CONST_VARIANTS, inner_const=inner) for inner in inners}
+    const_sessions = {inner: make_sessions(m) for inner, m in const_mods.items()}
+    print(f"built {len(VARIANTS)} variants and {len(CONST_VARIANTS)} x {len(inners)} constant-trip-count modules", flush=True)
     rows = []
     for kind in ("compute", "memory"):
         for inner in inners:
             inp = make_inputs(torch, gen)  # fresh random inputs for every size
-            how, trace_problems = check_outputs(torch, mods, sessions, kind, inp, inner)
+            how, trace_problems, free_out = check_outputs(torch, mods, sessions, kind, inp, inner)
             for p in trace_problems:
                 print(f"TRACE CHECK FAILED {kind} inner={inner}: {p}", flush=True)
             reps = 200 if inner <= 64 else 60
@@ -265,6 +313,7 @@ def main() -> int:
             row = {
                 "kind": kind,
                 "inner_iters": inner,
+                "inner_loop": "runtime",
                 "trace_free_us": base,
                 "traced_us": t["traced"],
                 "overhead_us": t["traced"] - base,
@@ -292,6 +341,8 @@ def main() -> int:
                   f"anchored +{row['overhead_anchored_us']:7.2f} / reg +{row['overhead_reg_anchored_us']:7.2f} us  "
                   + "  ".join(f"{d} +{t[d] - base:6.2f}" for d in DIAGNOSTIC_RUNS),
                   flush=True)
+            rows.append(measure_constant(torch, const_mods[inner], const_sessions[inner], kind, inp, inner, reps,
+                                         free_out))
     hc = host_cost(torch, mods, sessions, make_inputs(torch, gen))
     verdict = []
     for r in rows:
@@ -299,13 +350,15 @@ def main() -> int:
             for label, key in (("traced", "overhead_pct"), ("traced_reg", "overhead_reg_pct"),
                                ("traced_anchored", "overhead_anchored_pct"),
                                ("traced_reg_anchored", "overhead_reg_anchored_pct")):
+                if r.get(key) is None:
+                    continue
                 pub = r["published_overhead_pct"]
                 how = "within half" if r[key] <= pub / 2 else ("at or below" if r[key] <= pub else "ABOVE")
                 # Our trace-free kernel is not the paper's (other GPU, other timings): absolute us too.
                 us_key = key.replace("_pct", "_us")
                 pub_us = r["published_overhead_us"]
                 how_us = "within half" if r[us_key] <= pub_us / 2 else ("at or below" if r[us_key] <= pub_us else "ABOVE")
-                verdict.append(f"{r['kind']} inner={r['inner_iters']} {label}: {r[key]:.2f}% vs published "
+                verdict.append(f"{r['kind']} inner={r['inner_iters']} ({r['inner_loop']} count) {label}: {r[key]:.2f}% vs published "
                                f"{pub}% -> {how}; +{r[us_key]:.2f} us vs published +{pub_us:.2f} us -> {how_us}")
     notes = (
         f"Reference execution: {CTAS} CTAs x {THREADS} threads, {OCCURRENCES} occurrences of one region per thread "
@@ -316,12 +369,14 @@ def main() -> int:
         "`overhead_clock64_us` = the default-cursor build armed with clock64 instead of %globaltimer. "
         "`*_anchored` columns = the two builds compiled with -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED (clock64 per "
         "record, %globaltimer anchors at records 1, 2, 4, 8, 16 and every 32nd; decoded to ns). "
+        "`inner_loop` = constant: the same kernels built with the inner trip count as a compile-time constant "
+        "(-DREFEXEC_INNER), each timed against its own trace-free build (rows leave the other variants unmeasured). "
         "Published Argus figures are from the paper (its own GPU and kernel), not re-measured here.\n\n"
         f"Host cost per traced launch (median of 600): arm {hc['arm_us']:.1f} us, arm + launch {hc['arm_plus_launch_us']:.1f} us "
         f"(plain launch {hc['launch_only_us']:.1f} us); deferred decode + pairing + stats of one full trace "
         f"(131072 records) {hc['deferred_decode_ms']:.0f} ms.\n\n" + "\n".join(f"- {v}" for v in verdict)
     )
-    cols = ["kind", "inner_iters", "trace_free_us", "traced_us", "overhead_us", "overhead_pct", "traced_reg_us",
+    cols = ["kind", "inner_iters", "inner_loop", "trace_free_us", "traced_us", "overhead_us", "overhead_pct", "traced_reg_us",
             "overhead_reg_us", "overhead_reg_pct", "marker_only_us", "overhead_clock64_us",
             "overhead_anchored_us", "overhead_anchored_pct", "overhead_reg_anchored_us", "overhead_reg_anchored_pct",
             "published_overhead_us", "published_overhead_pct", "trace_check"]

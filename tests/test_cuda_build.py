@@ -166,6 +166,24 @@ def test_register_cursor_variant_touches_shared_memory_only_at_declaration_and_e
     assert ops.count("STG.E.128") >= 4
 
 
+@needs_nvcc
+def test_constant_trip_count_build_unrolls_the_inner_loop():
+    # benchmarks/trace_overhead.py times -DREFEXEC_INNER builds next to the run-time-count ones: there the
+    # inner loop must be gone (unrolled), leaving the occurrence loop as the only backward branch.
+    import re
+
+    def backward_branches(defines):
+        res = build(CudaBuildSpec("refexec.trips", [SOURCES["reference_execution"]], argus_mode=0, defines=defines))
+        text = disassemble(res.cubin, "refexec_compute")
+        found = 0
+        for addr, target in re.findall(r"/\*([0-9a-f]{4,})\*/[^;]*BRA (?:P\d, )?0x([0-9a-f]+)", text):
+            found += int(target, 16) < int(addr, 16)
+        return found
+
+    assert backward_branches({"REFEXEC_INNER": "8"}) == 1
+    assert backward_branches({}) >= 2
+
+
 def test_nvrtc_build_when_available():
     try:
         import cuda.bindings.nvrtc  # noqa: F401

@@ -5,7 +5,9 @@
 //   compute: 8 dependent FP32 FMAs                      a = fma(a, b, c)
 //   memory:  one indexed load (LCG index into a table), then 4 dependent FMAs on the loaded value.
 // Build with -DARGUS_MODE=0 (trace-free), 1 (marker-only) or 2 (trace); with -DREFEXEC_WARP_STATE=1
-// the trace build keeps the ring cursor in registers (ARGUS_WARP_STATE).
+// the trace build keeps the ring cursor in registers (ARGUS_WARP_STATE). With -DREFEXEC_INNER=<n> the
+// inner loop's trip count is the compile-time constant n (the `inner` argument is then ignored; callers
+// pass n): ptxas unrolls it and drops the run-time trip-count tests that sit next to the markers.
 // Outputs are checked against NumPy references in benchmarks/trace_overhead.py before timing.
 #include "argus/argus.cuh"
 #include "reference_execution_regions.h"
@@ -15,6 +17,12 @@
 #endif
 #ifndef REFEXEC_WARP_STATE
 #define REFEXEC_WARP_STATE 0
+#endif
+
+#ifdef REFEXEC_INNER
+#define REFEXEC_TRIPS (REFEXEC_INNER)
+#else
+#define REFEXEC_TRIPS inner
 #endif
 
 #define LCG_MUL 1664525u
@@ -30,7 +38,7 @@ extern "C" __global__ void __launch_bounds__(256) refexec_compute(float* out, co
   const float b = bs[t], c = cs[t];
   for (int occ = 0; occ < OCCURRENCES; ++occ) {
     ARGUS_BEGIN_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
-    for (int j = 0; j < inner; ++j) {
+    for (int j = 0; j < REFEXEC_TRIPS; ++j) {
 #pragma unroll
       for (int f = 0; f < 8; ++f) a = fmaf(a, b, c);
     }
@@ -50,7 +58,7 @@ extern "C" __global__ void __launch_bounds__(256) refexec_memory(float* out, con
   unsigned idx = t;
   for (int occ = 0; occ < OCCURRENCES; ++occ) {
     ARGUS_BEGIN_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
-    for (int j = 0; j < inner; ++j) {
+    for (int j = 0; j < REFEXEC_TRIPS; ++j) {
       idx = idx * LCG_MUL + LCG_ADD;
       const float v = __ldg(table + (idx & table_mask));
 #pragma unroll
