@@ -26,7 +26,7 @@
  *        traffic: (ARGUS_MARKER_TAG | kind), (id & 0xffff), (id >> 16). IDs must be constants.
  *      2 trace: records {region_id, coord, time|kind} go to per-warp rings in global memory,
  *        controlled at run time by the `__device__ ArgusCtl argus_ctl` (argus_layout.h).
- *    Mode 2 defines `argus_ctl` and `argus_scratch` (32 KiB of device memory, where register-cursor
+ *    Mode 2 defines `argus_ctl` and `argus_scratch` (1 MiB of device memory, where register-cursor
  *    warps that record nothing write) and uses 1 KiB of static shared memory (per-warp ring cursors):
  *    include this header in one translation unit per module, or define ARGUS_CTL_EXTERN in the
  *    others (relocatable device code).
@@ -150,10 +150,14 @@ __device__ argus_u32 argus_ts_anchored = 1u;
 #endif
 
 /* Where register-cursor markers of a warp that records nothing write (every marker stores; see RegCursor):
- * one 32-byte sector per warp, indexed like the rings, so up to 1024 warps of a launch write 1024 different
- * sectors (a shared sector, written from several SMs, cost the memory-bound reference kernel ~15%). */
+ * a 64-record slot per warp, indexed like the rings and written round like a ring, so up to 1024 warps of a
+ * launch write different sectors and no warp stores to one address again and again. Measured on H200 (memory
+ * reference kernel, tracing disarmed, inner 8): a sector shared by warps of several SMs cost ~15%; one
+ * 2-record sector per warp still cost +5 us, with every store going to the same address; a 64-record
+ * slot costs +1.9 us, the same as recording. */
 #define ARGUS_SCRATCH_SLOTS 1024u
-#define ARGUS_SCRATCH_RECORDS (2u * ARGUS_SCRATCH_SLOTS)
+#define ARGUS_SCRATCH_SLOT_RECORDS 64u
+#define ARGUS_SCRATCH_RECORDS (ARGUS_SCRATCH_SLOT_RECORDS * ARGUS_SCRATCH_SLOTS)
 #ifdef ARGUS_CTL_EXTERN
 extern __device__ ArgusRecord argus_scratch[ARGUS_SCRATCH_RECORDS];
 #else
@@ -440,8 +444,8 @@ __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coo
  * declaring function (every lane holds the same cursor) and a marker is straight-line code with no
  * predicate: a %globaltimer read and one 16-byte store that every lane makes to the same slot with
  * the same bytes (one transaction). A record outside the coordinate window is written and then
- * overwritten (the count does not advance); a warp that records nothing writes to a scratch slot
- * (`argus_scratch`). So nothing on the marker's path waits for memory, and no predicate register is
+ * overwritten (the count does not advance); a warp that records nothing writes round its own 64-record
+ * scratch slot (`argus_scratch`) the same way. So nothing on the marker's path waits for memory, and no predicate register is
  * held across the caller's loops (which kept ptxas from hoisting their loop-control tests).
  * The declaration only loads (the control block, then the ring header, to continue a ring that an
  * earlier launch under the same arm wrote): no store, atomic or branch follows those loads, so the
@@ -472,7 +476,7 @@ __device__ __forceinline__ argus_u32* reg_cursor_seq() {
 struct RegCursor {
   argus_u64 records; /* global address of the ring's record 0, or of a scratch slot when not recording */
   argus_u32 count;   /* records produced, with those of earlier launches under this arm */
-  argus_u32 mask_flags; /* bits 0..29: capacity - 1 (host caps capacity at 2^26; 0 when not recording);
+  argus_u32 mask_flags; /* bits 0..29: capacity - 1 (host caps capacity at 2^26), or the scratch slot's 63 when not recording;
                            30: see ARGUS_REG_FLAG30_ below; 31: this lane writes the header at scope exit */
   argus_u32 coord_begin, coord_span; /* window [begin, begin + span) */
   __device__ __forceinline__ RegCursor() {
@@ -507,11 +511,11 @@ struct RegCursor {
     const bool append = rec && magic == ARGUS_RING_MAGIC && hseq == v.seq;
     count = append ? written : 0u;
     records = rec ? hdr + ARGUS_RING_HEAD_BYTES_
-                  : (argus_u64)&argus_scratch[2u * (argus_u32)(v.ring_index % ARGUS_SCRATCH_SLOTS)];
+                  : (argus_u64)&argus_scratch[ARGUS_SCRATCH_SLOT_RECORDS * (argus_u32)(v.ring_index % ARGUS_SCRATCH_SLOTS)];
     /* Bit 30: appending (a recording warp) or count this warp as unbuffered (one lane of a warp that
      * passed the filters but has no ring). */
     const bool flag30 = rec ? append : (v.pass && is_lead);
-    mask_flags = (rec ? (v.capacity - 1u) & ARGUS_REG_CAP_BITS_ : 0u) | (flag30 ? ARGUS_REG_FLAG30_ : 0u) |
+    mask_flags = (rec ? (v.capacity - 1u) & ARGUS_REG_CAP_BITS_ : ARGUS_SCRATCH_SLOT_RECORDS - 1u) | (flag30 ? ARGUS_REG_FLAG30_ : 0u) |
                  (rec && is_lead ? ARGUS_REG_LEAD_ : 0u);
   }
   __device__ __forceinline__ ~RegCursor() {
