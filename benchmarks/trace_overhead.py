@@ -219,19 +219,14 @@ def time_variants(torch, mods, sessions, kind, inp, inner, reps, timed=RUNS, dia
     return {name: median_us(samples) for name, samples in times.items()}
 
 
-def measure_constant(torch, mods, sessions, kind, inp, inner, reps, runtime_out) -> dict:
-    """One row for the constant-trip-count builds of one size, timed against their own trace-free build; their
-    outputs must equal the run-time-count build's bit for bit."""
-    how, problems, _ = check_outputs(torch, mods, sessions, kind, inp, inner, runs=CONST_RUNS, expect=runtime_out)
-    for p in problems:
-        print(f"TRACE CHECK FAILED {kind} inner={inner} (constant count): {p}", flush=True)
-    t = time_variants(torch, mods, sessions, kind, inp, inner, reps, timed=CONST_RUNS, diagnostic={})
+def overhead_row(kind, inner, inner_loop, t, how, trace_problems) -> dict:
+    """The fields every row has: trace-free time, both trace cursors' added time, the published figures, the checks."""
     base = t["trace_free"]
     pub = PUBLISHED.get((kind, inner))
-    row = {
+    return {
         "kind": kind,
         "inner_iters": inner,
-        "inner_loop": "constant",
+        "inner_loop": inner_loop,
         "trace_free_us": base,
         "traced_us": t["traced"],
         "overhead_us": t["traced"] - base,
@@ -242,9 +237,20 @@ def measure_constant(torch, mods, sessions, kind, inp, inner, reps, runtime_out)
         "published_trace_free_us": pub[0] if pub else None,
         "published_overhead_us": pub[1] if pub else None,
         "published_overhead_pct": pub[2] if pub else None,
-        "checked_against": how + "; equal to the run-time-count build",
-        "trace_check": "ok" if not problems else "FAILED: " + "; ".join(problems),
+        "checked_against": how,
+        "trace_check": "ok" if not trace_problems else "FAILED: " + "; ".join(trace_problems),
     }
+
+
+def measure_constant(torch, mods, sessions, kind, inp, inner, reps, runtime_out) -> dict:
+    """One row for the constant-trip-count builds of one size, timed against their own trace-free build; their
+    outputs must equal the run-time-count build's bit for bit."""
+    how, problems, _ = check_outputs(torch, mods, sessions, kind, inp, inner, runs=CONST_RUNS, expect=runtime_out)
+    for p in problems:
+        print(f"TRACE CHECK FAILED {kind} inner={inner} (constant count): {p}", flush=True)
+    t = time_variants(torch, mods, sessions, kind, inp, inner, reps, timed=CONST_RUNS, diagnostic={})
+    row = overhead_row(kind, inner, "constant", t, how + "; equal to the run-time-count build", problems)
+    base = row["trace_free_us"]
     print(f"{kind:8s} inner={inner:4d} constant count: free {base:9.2f} us  traced +{row['overhead_us']:7.2f} us "
           f"({row['overhead_pct']:6.2f}%)  reg +{row['overhead_reg_us']:7.2f} us ({row['overhead_reg_pct']:6.2f}%)", flush=True)
     return row
@@ -308,19 +314,9 @@ def main() -> int:
                 print(f"TRACE CHECK FAILED {kind} inner={inner}: {p}", flush=True)
             reps = 200 if inner <= 64 else 60
             t = time_variants(torch, mods, sessions, kind, inp, inner, reps)
-            base = t["trace_free"]
-            pub = PUBLISHED.get((kind, inner))
-            row = {
-                "kind": kind,
-                "inner_iters": inner,
-                "inner_loop": "runtime",
-                "trace_free_us": base,
-                "traced_us": t["traced"],
-                "overhead_us": t["traced"] - base,
-                "overhead_pct": 100 * (t["traced"] - base) / base,
-                "traced_reg_us": t["traced_reg"],
-                "overhead_reg_us": t["traced_reg"] - base,
-                "overhead_reg_pct": 100 * (t["traced_reg"] - base) / base,
+            row = overhead_row(kind, inner, "runtime", t, how, trace_problems)
+            base = row["trace_free_us"]
+            row.update({
                 "marker_only_us": t["marker_only"],
                 "overhead_clock64_us": t["traced_clock64"] - base,
                 "overhead_anchored_us": t["traced_anchored"] - base,
@@ -328,12 +324,7 @@ def main() -> int:
                 "overhead_reg_anchored_us": t["traced_reg_anchored"] - base,
                 "overhead_reg_anchored_pct": 100 * (t["traced_reg_anchored"] - base) / base,
                 **{f"diag_{d}_us": t[d] - base for d in DIAGNOSTIC_RUNS},
-                "published_trace_free_us": pub[0] if pub else None,
-                "published_overhead_us": pub[1] if pub else None,
-                "published_overhead_pct": pub[2] if pub else None,
-                "checked_against": how,
-                "trace_check": "ok" if not trace_problems else "FAILED: " + "; ".join(trace_problems),
-            }
+            })
             rows.append(row)
             print(f"{kind:8s} inner={inner:4d} free {base:9.2f} us  traced +{row['overhead_us']:7.2f} us "
                   f"({row['overhead_pct']:6.2f}%)  reg +{row['overhead_reg_us']:7.2f} us ({row['overhead_reg_pct']:6.2f}%)  "
