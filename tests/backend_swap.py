@@ -1,7 +1,8 @@
-"""Swap the registered Triton ``trace`` backend for a CPU stand-in during a test, then restore it.
+"""CPU stand-ins for the Triton ``trace`` backend: a base class that takes the real adapter's configs and
+effects, and a context manager that swaps a stand-in in during a test, then restores what was there.
 
 Spawned scheduler workers import the test module again; the test module re-registers its stand-in
-there when ``env_var`` is "1", so this helper sets it for the duration.
+there when ``env_var`` is "1", so the context manager sets it for the duration.
 """
 from __future__ import annotations
 
@@ -9,7 +10,29 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from argus_rt.backends.base import get_backend, register_backend, unregister_backend
+from argus_rt.backends.base import BackendAdapter, get_backend, register_backend, unregister_backend
+
+
+def _real_triton_trace():
+    from argus_rt.compiler import probes
+
+    return probes._triton_probe_adapter_class()()
+
+
+class StandinTritonTraceBase(BackendAdapter):
+    """The real Triton 'trace' adapter's name, effects and config checks, with ``needs_gpu`` off: subclasses only
+    write ``collect`` (and may narrow ``outputs``)."""
+
+    name = "trace"
+    effects = type(_real_triton_trace()).effects
+    outputs = type(_real_triton_trace()).outputs
+    needs_gpu = False
+
+    def validate_config(self, config):
+        _real_triton_trace().validate_config(config)
+
+    def effects_for(self, config):
+        return _real_triton_trace().effects_for(config)
 
 
 @contextmanager

@@ -10,7 +10,6 @@ import shutil
 import stat
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -63,7 +62,14 @@ def _ctx(tmp_path, config, name="out"):
     program = load_program(GT).variant_of("marker_only")
     out = tmp_path / name
     out.mkdir()
-    return SimpleNamespace(program=program, config=config, inputs={}, outdir=out, scope=None, sampling={}, task=None)
+    return _collect_context(program, config, out)
+
+
+def _collect_context(program, config, out):
+    from argus_rt.backends.base import CollectContext
+
+    return CollectContext(task=None, program=program, config=config, scope=None, sampling={}, inputs={}, outdir=out,
+                          device="")
 
 
 def test_pcmap_adapter_writes_a_map_with_lineinfo_view(stand_in_ncu, tmp_path):
@@ -105,7 +111,7 @@ def test_pcmap_on_the_triton_example(stand_in_ncu, tmp_path):
     program = load_program(ROOT / "examples" / "triton").variant_of("marker_only")
     out = tmp_path / "tri"
     out.mkdir()
-    ctx = SimpleNamespace(program=program, config={}, inputs={}, outdir=out, scope=None, sampling={}, task=None)
+    ctx = _collect_context(program, {}, out)
     files = get_backend("pcmap").collect(ctx)
     doc = json.loads(Path(files["pc_region_counts"]).read_text())
     pmap = PcRegionMap.from_evidence(doc)

@@ -15,7 +15,6 @@ Synthetic program launch spec (``ProgramVersion.launch["standin"]``)::
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -74,18 +73,16 @@ class StandinTrace(BackendAdapter):
                 end += spec.get("probe_penalty", 0)
             for k, v in zip(cols, (_rid(ctx, region), start, end, sm, cta, warp, it)):
                 cols[k].append(v)
-        out = {"region_intervals": ctx.outdir / "region_intervals.json"}
-        out["region_intervals"].write_text(json.dumps({
+        out = {"region_intervals": ctx.write_json("region_intervals", {
             "format": "argus.region_intervals/1", "clock": "ns", "columns": cols, "coord_kind": "iteration",
-            "warp_roles": spec.get("warp_roles", {}), "launches": 1, "dropped": 0, "incomplete": False}))
+            "warp_roles": spec.get("warp_roles", {}), "launches": 1, "dropped": 0, "incomplete": False})}
         if probe:
             ev = {"op_id": [], "iteration": [], "issue": [], "complete": [], "sm": [], "cta": []}
             for op_id, it, issue, complete, sm, cta in spec.get("op_events", []):
                 if op_id == probe["op_id"] and it == probe["iteration"]:
                     for k, v in zip(ev, (op_id, it, issue, complete, sm, cta)):
                         ev[k].append(v)
-            out["op_events"] = ctx.outdir / "op_events.json"
-            out["op_events"].write_text(json.dumps({"format": "argus.op_events/1", "clock": "ns", "columns": ev}))
+            out["op_events"] = ctx.write_json("op_events", {"format": "argus.op_events/1", "clock": "ns", "columns": ev})
         return out
 
 
@@ -104,9 +101,7 @@ class StandinNcu(BackendAdapter):
                 metrics.setdefault(k, [0] * len(pcs))[i] = v
         doc = {"format": "argus.pc_counters/1", "method": "standin", "pcs": [p[0] for p in pcs],
                "opcodes": [p[1] for p in pcs], "metrics": metrics, "sections": ctx.config.get("sections")}
-        path = ctx.outdir / "pc_counters.json"
-        path.write_text(json.dumps(doc))
-        return {"pc_counters": path}
+        return {"pc_counters": ctx.write_json("pc_counters", doc)}
 
 
 class StandinPcmap(BackendAdapter):
@@ -118,9 +113,8 @@ class StandinPcmap(BackendAdapter):
     def collect(self, ctx):
         _hooks(ctx, "pc_region_counts.json")
         entries = [[pc, _rid(ctx, region), n] for pc, region, n in _spec(ctx).get("owners", [])]
-        path = ctx.outdir / "map.json"
-        path.write_text(json.dumps({"format": "argus.pc_region_counts/1", "method": "standin", "entries": entries}))
-        return {"pc_region_counts": path}
+        return {"pc_region_counts": ctx.write_json("map", {"format": "argus.pc_region_counts/1", "method": "standin",
+                                                           "entries": entries})}
 
 
 class StandinSystrace(BackendAdapter):
@@ -133,9 +127,7 @@ class StandinSystrace(BackendAdapter):
         _hooks(ctx, "timeline.json")
         events = [{"category": c, "name": n, "start_ns": s, "end_ns": e, "device": 0, "stream": 7}
                   for c, n, s, e in _spec(ctx).get("events", [])]
-        path = ctx.outdir / "timeline.json"
-        path.write_text(json.dumps({"format": "argus.system_timeline/1", "events": events}))
-        return {"system_timeline": path}
+        return {"system_timeline": ctx.write_json("timeline", {"format": "argus.system_timeline/1", "events": events})}
 
 
 class StandinSleep(BackendAdapter):
@@ -148,10 +140,8 @@ class StandinSleep(BackendAdapter):
     def collect(self, ctx):
         start = time.time()
         time.sleep(float(ctx.config.get("sleep_s", 0)))
-        path = ctx.outdir / "done.json"
-        path.write_text(json.dumps({"config": ctx.config, "device": ctx.device, "pid": os.getpid(),
-                                    "start": start, "end": time.time()}))
-        return {"done": path}
+        return {"done": ctx.write_json("done", {"config": ctx.config, "device": ctx.device, "pid": os.getpid(),
+                                                "start": start, "end": time.time()})}
 
 
 STANDINS = [StandinTrace(), StandinNcu(), StandinPcmap(), StandinSystrace(), StandinSleep()]

@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip("triton")
 
-from argus_rt.backends.base import BackendAdapter, get_backend, register_backend  # noqa: E402
-from tests.backend_swap import standin_triton_trace  # noqa: E402
+from argus_rt.backends.base import get_backend, register_backend  # noqa: E402
+from tests.backend_swap import StandinTritonTraceBase, standin_triton_trace  # noqa: E402
 from argus_rt.compiler import probes as P  # noqa: E402
 from argus_rt.program import load_program  # noqa: E402
 from argus_rt.scope import Scope  # noqa: E402
@@ -34,20 +34,11 @@ def probe_ns(op_id: str, it: int) -> int:
     return 400 + 10 * it + int(op_id, 16) % 7
 
 
-class StandinTritonTrace(BackendAdapter):
+class StandinTritonTrace(StandinTritonTraceBase):
     """CPU stand-in for the Triton 'trace' adapter (tests only): same configs, effects and formats;
     builds the evidence with the real document helpers from synthetic device buffers."""
 
-    name = "trace"
-    effects = P._triton_probe_adapter_class().effects
     outputs = ("op_events", "iteration_waits")
-    needs_gpu = False
-
-    def validate_config(self, config):
-        P._triton_probe_adapter_class()().validate_config(config)
-
-    def effects_for(self, config):
-        return P._triton_probe_adapter_class()().effects_for(config)
 
     def collect(self, ctx):
         rng = np.random.default_rng(abs(hash(ctx.task.id)) % 2**32)
@@ -59,9 +50,7 @@ class StandinTritonTrace(BackendAdapter):
                     begin = 10**12 + int(rng.integers(0, 10**6))
                     buf[c, it] = (begin, begin + wait_ns(it) + NOISE[c])
             doc = P.iteration_waits_document(buf.ravel(), N_CTAS, iters, wait="stand-in")
-            out = ctx.outdir / "iteration_waits.json"
-            out.write_text(json.dumps(doc))
-            return {"iteration_waits": out}
+            return {"iteration_waits": ctx.write_json("iteration_waits", doc)}
         # a probe: the Transform's probe TTGIR and cubin must have reached this collect
         assert Path(ctx.inputs["ttgir"]).read_text().count("%argus_pbar") > 0
         assert Path(ctx.inputs["cubin"]).stat().st_size > 0
@@ -72,9 +61,7 @@ class StandinTritonTrace(BackendAdapter):
             ns0 = 2 * 10**12 + int(rng.integers(0, 10**6))  # another run's clock: never compared
             buf[c] = (ns0, ns0 + probe_ns(op_id, it), 5, 5 + 2 * probe_ns(op_id, it), c)
         doc = P.op_events_document(buf.ravel(), N_CTAS, int(op_id, 16), it)
-        out = ctx.outdir / "op_events.json"
-        out.write_text(json.dumps(doc))
-        return {"op_events": out}
+        return {"op_events": ctx.write_json("op_events", doc)}
 
 
 if os.environ.get("ARGUS_TRITON_STANDIN_WORKER") == "1":  # spawned workers import this module

@@ -3,7 +3,6 @@ found, the traced TTGIR compiles for sm_90), decoding of hand-made device buffer
 `latency` answered end to end through the runtime with a CPU stand-in for the GPU collect."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -12,8 +11,8 @@ import pytest
 
 pytest.importorskip("triton")
 
-from argus_rt.backends.base import BackendAdapter, register_backend  # noqa: E402
-from tests.backend_swap import standin_triton_trace  # noqa: E402
+from argus_rt.backends.base import register_backend  # noqa: E402
+from tests.backend_swap import StandinTritonTraceBase, standin_triton_trace  # noqa: E402
 from argus_rt.compiler import probes as P  # noqa: E402
 from argus_rt.compiler import triton_region_trace as RT  # noqa: E402
 from argus_rt.program import load_program  # noqa: E402
@@ -181,21 +180,10 @@ def test_decoding_rejects_bad_buffers(variant):
 
 
 # ---- end to end through the runtime, with a CPU stand-in for the GPU collect --------------------
-class StandinRegionTrace(BackendAdapter):
+class StandinRegionTrace(StandinTritonTraceBase):
     """CPU stand-in for the Triton 'trace' adapter's region-tracing config (tests only): it builds the
     real traced variant (transform), fills its buffer as the kernel would, and publishes the document
     with the real decoder."""
-
-    name = "trace"
-    effects = P._triton_probe_adapter_class().effects
-    outputs = P._triton_probe_adapter_class().outputs
-    needs_gpu = False
-
-    def validate_config(self, config):
-        P._triton_probe_adapter_class()().validate_config(config)
-
-    def effects_for(self, config):
-        return P._triton_probe_adapter_class()().effects_for(config)
 
     def collect(self, ctx):
         from argus_rt.compiler.triton_discovery import program_ttgir
@@ -206,9 +194,7 @@ class StandinRegionTrace(BackendAdapter):
         buf = _encode(v.sites, N_CTAS, _example_times(v.sites, N_CTAS, iterations, DURATIONS))
         doc = RT.region_intervals_document(RT.decode_region_buffer(buf, N_CTAS, v.sites), launches=1,
                                            notes=["CPU stand-in"])
-        out = ctx.outdir / "region_intervals.json"
-        out.write_text(json.dumps(doc))
-        return {"region_intervals": out}
+        return {"region_intervals": ctx.write_json("region_intervals", doc)}
 
 
 if os.environ.get("ARGUS_TRITON_REGION_STANDIN_WORKER") == "1":  # spawned workers import this module

@@ -21,7 +21,7 @@ Writing an adapter (this is the whole interface)::
         def collect(self, ctx):                        # ctx: CollectContext, see below
             csv = ctx.outdir / "raw.csv"
             ...                                        # run the tool, parse, write files
-            return {"pc_counters": ctx.outdir / "pc_counters.json", "ncu_csv": csv}
+            return {"pc_counters": ctx.write_json("pc_counters", doc), "ncu_csv": csv}
 
     register_backend(NcuAdapter())                     # at import time of the module
 
@@ -81,6 +81,7 @@ may be published too and are kept for provenance):
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -162,6 +163,14 @@ class CollectContext:
     outdir: Path
     device: str | None  # CUDA_VISIBLE_DEVICES of this worker ("" = no GPU)
     log: Callable[[str], None] = field(default=print)
+
+    def write_json(self, name: str, doc: Any) -> Path:
+        """Publish ``doc`` as ``<outdir>/<name>.json``, written whole or not at all; returns the path."""
+        from ..fsutil import atomic_write_text
+
+        path = Path(self.outdir) / f"{name}.json"
+        atomic_write_text(path, json.dumps(doc) + "\n")
+        return path
 
 
 class BackendAdapter:

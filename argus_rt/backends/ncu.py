@@ -36,7 +36,6 @@ from __future__ import annotations
 import csv
 import glob
 import io
-import json
 import os
 import re
 import shutil
@@ -341,9 +340,7 @@ class NcuAdapter(BackendAdapter):
         raw, profiles = run_ncu(argv, kernel, outdir=outdir, launches=int(ctx.config.get("launches", 1)), env=env,
                                 sections=tuple(ctx.config.get("sections", DEFAULT_SECTIONS)))
         prof = select_profile(profiles, kernel)
-        out = outdir / "pc_counters.json"
-        atomic_write_text(out, json.dumps(prof.to_evidence()) + "\n")
-        return {"pc_counters": out, "ncu_csv": raw}
+        return {"pc_counters": ctx.write_json("pc_counters", prof.to_evidence()), "ncu_csv": raw}
 
 
 def program_argv(ctx) -> tuple[list[str], dict | None]:

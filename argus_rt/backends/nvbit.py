@@ -310,8 +310,6 @@ class NvbitAdapter(BackendAdapter):
             raise ValueError(f"unknown nvbit config key(s) {bad}; valid: kernel")
 
     def collect(self, ctx) -> dict[str, Path]:
-        import json
-
         from .ncu import program_argv
 
         self.validate_config(ctx.config)
@@ -324,9 +322,7 @@ class NvbitAdapter(BackendAdapter):
         if proc.returncode != 0:
             raise NvbitError(f"program under NVBit exited with {proc.returncode}: {proc.stderr.strip()[-800:]}")
         doc = parse_tool_output(raw.read_text(), ctx.config.get("kernel"))
-        out = outdir / "pc_region_counts.json"
-        atomic_write_text(out, json.dumps(doc) + "\n")
-        return {"pc_region_counts": out}
+        return {"pc_region_counts": ctx.write_json("pc_region_counts", doc)}
 
 
 register_backend(NvbitAdapter())

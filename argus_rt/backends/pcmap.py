@@ -463,9 +463,7 @@ class PcMapAdapter(BackendAdapter):
         self.validate_config(ctx.config)
         outdir = Path(ctx.outdir)
         doc = mapping_run(ctx.program, outdir, kernel=ctx.config.get("kernel"))
-        out = outdir / "pc_region_counts.json"
-        atomic_write_text(out, json.dumps(doc) + "\n")
-        return {"pc_region_counts": out, "ncu_csv": outdir / "ncu_source_sass.csv"}
+        return {"pc_region_counts": ctx.write_json("pc_region_counts", doc), "ncu_csv": outdir / "ncu_source_sass.csv"}
 
 
 register_backend(PcMapAdapter())

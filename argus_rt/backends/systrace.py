@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..fsutil import atomic_write_text
 from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend
 
 TIMELINE_FORMAT = "argus.system_timeline/1"
@@ -225,9 +224,8 @@ class SystraceAdapter(BackendAdapter):
         fn = getattr(importlib.import_module(mod_name), fn_name)
         raw = profile_callable(fn, outdir)
         events = parse_kineto_trace(json.loads(raw.read_text()))
-        out = outdir / "system_timeline.json"
-        atomic_write_text(out, json.dumps(timeline_document(events, tool="torch_profiler")) + "\n")
-        return {"system_timeline": out, "kineto_trace": raw}
+        return {"system_timeline": ctx.write_json("system_timeline", timeline_document(events, tool="torch_profiler")),
+                "kineto_trace": raw}
 
 
 register_backend(SystraceAdapter())

@@ -31,8 +31,7 @@ from pathlib import Path
 from .ttgir_edit import SMID_ASM, append_pointer_arg, cta_slice_lines, i64_asm_line, special_reg_line
 from .ttgir_edit import indent as _indent
 from .ttgir_edit import loc_suffix as _loc_suffix
-from .triton_discovery import (TMA_LOAD, Discovery, DiscoveryError, Module, Site, TtgirError, UnsupportedOpError,
-                               _tma_parts)
+from .triton_discovery import TMA_LOAD, Discovery, Module, TtgirError, UnsupportedOpError, _tma_parts
 
 PROBE_ARG = "%argus_probe_out"
 WORDS_PER_CTA = 5  # ns0, ns1, clk0, clk1, smid
@@ -568,23 +567,16 @@ def _triton_probe_adapter_class():
             return frozenset(self.effects) if "probe" in config else frozenset({"perturbs_timing"})
 
         def collect(self, ctx):
-            import json
-
             if not ctx.config:
-                from ..fsutil import atomic_write_text
                 from .triton_region_trace import collect_triton_region_trace
 
                 doc = collect_triton_region_trace(ctx.program, ctx.outdir / "build",
                                                   repeats=int(ctx.sampling.get("repeats", 1)))
-                out = ctx.outdir / "region_intervals.json"
-                atomic_write_text(out, json.dumps(doc) + "\n")
-                return {"region_intervals": out}
+                return {"region_intervals": ctx.write_json("region_intervals", doc)}
             if "reference" in ctx.config:
                 doc = collect_triton_reference(ctx.program, ctx.outdir / "build",
                                                repeats=int(ctx.sampling.get("repeats", 1)))
-                out = ctx.outdir / "iteration_waits.json"
-                out.write_text(json.dumps(doc), encoding="utf-8")
-                return {"iteration_waits": out}
+                return {"iteration_waits": ctx.write_json("iteration_waits", doc)}
 
             ttgir = ctx.inputs.get("ttgir")
             if ttgir is None:
@@ -592,9 +584,7 @@ def _triton_probe_adapter_class():
                                               f"inputs: {sorted(ctx.inputs)}")
             doc = collect_triton_probe(ctx.program, Path(ttgir), ctx.outdir / "build",
                                        repeats=int(ctx.sampling.get("repeats", 1)))["op_events"]
-            out = ctx.outdir / "op_events.json"
-            out.write_text(json.dumps(doc), encoding="utf-8")
-            return {"op_events": out}
+            return {"op_events": ctx.write_json("op_events", doc)}
 
     return TritonProbeTrace
 
