@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .ttgir_edit import SMID_ASM, append_pointer_arg, cta_slice_lines, i64_asm_line, special_reg_line
+from .ttgir_edit import SMID_ASM, cta_slice_lines, i64_asm_line, lines_with_pointer_arg, special_reg_line
 from .ttgir_edit import indent as _indent
 from .ttgir_edit import loc_suffix as _loc_suffix
 from .triton_discovery import TMA_LOAD, Discovery, Module, TtgirError, UnsupportedOpError, _tma_parts
@@ -110,14 +110,12 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
     if remaining < 0:
         raise ProbeError(f"{expect}: expects {expect_bytes} B, less than the probed load's {nbytes} B")
 
-    lines = list(module.lines)
+    lines = lines_with_pointer_arg(module, PROBE_ARG)  # the timestamps' buffer
     loc = _loc_suffix(copy.text)
     ind = _indent(copy.text)
     out_ty = "!tt.ptr<i64>"
     pb, pbi = "%argus_pbar_all", "%argus_pbar"
-    # 1. function argument for the timestamps
-    append_pointer_arg(lines, module, PROBE_ARG)
-    # 2. constants + private barrier allocation + init, after the last init_barrier
+    # constants + private barrier allocation + init, after the last init_barrier
     inits = [o for o in module.ops if o.name == "ttng.init_barrier" and o.loop is None]
     anchor = inits[-1] if inits else module.ops[0]
     ai = _indent(anchor.text)
@@ -261,8 +259,7 @@ def make_iteration_trace(ttgir: str, discovery: Discovery) -> str:
     if lb is None or step is None:
         raise ProbeError(f"{loop.op}: lower bound and step must be constants to index trips")
     words = 2 * discovery.iterations
-    lines = list(module.lines)
-    append_pointer_arg(lines, module, PROBE_ARG)
+    lines = lines_with_pointer_arg(module, PROBE_ARG)
     first = module.ops[0]
     fi = _indent(first.text)
     setup = cta_slice_lines(fi, "argus", PROBE_ARG, words) + [

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 from ..trace.layout import COORD_NONE  # same "no coordinate" value as the CUDA trace
 from ..triton_regions import MARKER_ASM_PATTERN
-from .triton_discovery import Module, TtgirError
-from .ttgir_edit import SMID_ASM, append_pointer_arg, cta_slice_lines, i64_asm_line, special_reg_line
+from .triton_discovery import Module
+from .ttgir_edit import SMID_ASM, cta_slice_lines, i64_asm_line, lines_with_pointer_arg, special_reg_line
 from .ttgir_edit import indent as _indent
 from .ttgir_edit import loc_suffix as _loc_suffix
 
@@ -136,8 +136,7 @@ def make_region_trace(ttgir: str, iterations: int) -> TracedRegionVariant:
     if not sites:
         raise RegionTraceError(f"kernel {module.func_name!r} has no Argus markers (argus.begin/end) to trace")
     words = HEADER_WORDS + WORDS_PER_RECORD * sum(s.slots for s in sites)
-    lines = list(module.lines)
-    append_pointer_arg(lines, module, REGION_ARG)
+    lines = lines_with_pointer_arg(module, REGION_ARG)
     first = module.ops[0]
     fi = _indent(first.text)
     setup = cta_slice_lines(fi, "argus_rt", REGION_ARG, words) + [

@@ -25,12 +25,15 @@ def indent(text: str) -> str:
     return text[: len(text) - len(text.lstrip())]
 
 
-def append_pointer_arg(lines: list[str], module: Module, name: str) -> None:
-    """Append ``name: !tt.ptr<i64>`` to the kernel's argument list (in ``lines``, edited in place)."""
+def lines_with_pointer_arg(module: Module, name: str) -> list[str]:
+    """A copy of the module's lines with ``name: !tt.ptr<i64>`` appended to the kernel's argument list: where every
+    instrumentation starts (the kernel gets the buffer it writes to)."""
+    lines = list(module.lines)
     i = module.func_line - 1
     fl = lines[i]
     close = fl.index(") attributes") if ") attributes" in fl else fl.rindex(")")
     lines[i] = fl[:close] + f", {name}: {I64_PTR}" + fl[close:]
+    return lines
 
 
 def cta_slice_lines(ind: str, prefix: str, arg: str, words: int) -> list[str]:
