@@ -3,7 +3,6 @@
 The ncu page and cuobjdump listing are the second device run's (tests/fixtures/device_capture);
 the nvdisasm -g listing is of a build checked PC for PC against that listing (see the README there).
 """
-import json
 from pathlib import Path
 
 import pytest
@@ -11,8 +10,8 @@ import pytest
 from argus_rt import sass
 from argus_rt.backends import ncu, pcmap
 from argus_rt.program import load_program
-from argus_rt.runtime.handlers import TaskContext, get_handler
 from argus_rt.tasks import Task
+from tests.test_synthesis import run_rule
 
 ROOT = Path(__file__).resolve().parent.parent
 GT = ROOT / "examples" / "ground_truth"
@@ -28,17 +27,7 @@ def capture():
 
 
 def run(tmp_path, task, deps, program):
-    inputs = {}
-    for dep, outs in deps.items():
-        for name, doc in outs.items():
-            p = tmp_path / f"{dep.id.replace(':', '_')}-{name}.json"
-            p.write_text(json.dumps(doc))
-            inputs[f"{dep.id}/{name}"] = p
-    out = tmp_path / f"out-{task.op}-{len(list(tmp_path.iterdir()))}"
-    out.mkdir()
-    ctx = TaskContext(task=task, program=program, programs=lambda pid: program, inputs=inputs, outdir=out,
-                      deps={d.id: d for d in deps})
-    return json.loads(Path(get_handler("synthesize", task.op)(ctx)["facts"]).read_text())
+    return run_rule(tmp_path, task.op, task, deps, pv=program)
 
 
 @pytest.fixture(scope="module")

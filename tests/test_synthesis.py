@@ -22,7 +22,7 @@ def program() -> ProgramVersion:
     return ProgramVersion.from_sources("k", {"k.cu": "x"}, regions=tree)
 
 
-def run_rule(tmp_path, rule, task, deps, files, pv=None, programs=None):
+def run_rule(tmp_path, rule, task, deps, pv=None, programs=None):
     """deps: {task: {output name: doc}} written as JSON inputs."""
     pv = pv or program()
     inputs = {}
@@ -60,7 +60,7 @@ def test_latency_matches_numpy_reference(tmp_path, scope):
     collect = Task(kind="collect", op="trace", program=pv.id, device="gpu")
     synth = Task(kind="synthesize", op="latency", program=pv.id, region="main", scope=scope, deps=(collect.id,),
                  config={"signal": "latency", "unit": "ns", "qualification": "observed"})
-    facts = run_rule(tmp_path, "latency", synth, {collect: {"region_intervals": doc}}, {})
+    facts = run_rule(tmp_path, "latency", synth, {collect: {"region_intervals": doc}})
     # plain NumPy reference of the same selection
     sel = np.ones(len(c["start"]), bool)
     if "iterations" in scope:
@@ -92,17 +92,17 @@ def test_latency_scope_errors_name_the_problem(tmp_path):
     collect = Task(kind="collect", op="trace", program=pv.id, device="gpu")
     synth = Task(kind="synthesize", op="latency", program=pv.id, scope={"warp_role": "dma"}, deps=(collect.id,))
     with pytest.raises(ScopeError, match="unknown warp role 'dma'; roles the program declares: consumer, producer"):
-        run_rule(tmp_path, "latency", synth, {collect: {"region_intervals": doc}}, {})
+        run_rule(tmp_path, "latency", synth, {collect: {"region_intervals": doc}})
     synth = Task(kind="synthesize", op="latency", program=pv.id, scope={"layer": 2}, deps=(collect.id,))
     with pytest.raises(ScopeError, match="coordinate is the layer; this evidence's coordinate is 'iteration'"):
-        run_rule(tmp_path, "latency", synth, {collect: {"region_intervals": doc}}, {})
+        run_rule(tmp_path, "latency", synth, {collect: {"region_intervals": doc}})
     bad = dict(doc, format="argus.region_intervals/0")
     synth = Task(kind="synthesize", op="latency", program=pv.id, deps=(collect.id,))
     with pytest.raises(EvidenceError, match="expected evidence format"):
-        run_rule(tmp_path, "latency", synth, {collect: {"region_intervals": bad}}, {})
+        run_rule(tmp_path, "latency", synth, {collect: {"region_intervals": bad}})
     del doc["columns"]["end"]
     with pytest.raises(EvidenceError, match=r"missing column\(s\) \['end'\]"):
-        run_rule(tmp_path, "latency", synth, {collect: {"region_intervals": doc}}, {})
+        run_rule(tmp_path, "latency", synth, {collect: {"region_intervals": doc}})
 
 
 def _map_and_counters(pv, rng):
@@ -125,7 +125,7 @@ def test_attributed_metric_matches_reference_and_refuses_foreign_maps(tmp_path):
     mapsyn = Task(kind="synthesize", op="pc_region_map", program=pv.id, deps=(mapc.id,))
     map_facts = run_rule(tmp_path, "pc_region_map", mapsyn,
                          {mapc: {"pc_region_counts": {"format": "argus.pc_region_counts/1", "method": "t",
-                                                      "entries": owners}}}, {})
+                                                      "entries": owners}}})
     shared = map_facts["extra"]["pc_entropy"]
     assert sorted(shared) == [pcs[i] for i in range(0, 12, 3)]  # exactly the PCs with several owners
     assert all(v["entropy_nats"] > 0 and abs(sum(v["alpha"].values()) - 1) < 1e-12 for v in shared.values())
@@ -134,7 +134,7 @@ def test_attributed_metric_matches_reference_and_refuses_foreign_maps(tmp_path):
     task = Task(kind="synthesize", op="attributed_metric", program=pv.id, region="main", deps=(ncu.id, mapsyn.id),
                 config={"metric": "inst_executed", "group_by": "opcode", "signal": "instruction_mix",
                         "qualification": "attributed", "unit": "instructions"})
-    facts = run_rule(tmp_path, "attributed_metric", task, {ncu: {"pc_counters": cdoc}, mapsyn: {"facts": map_facts}}, {})
+    facts = run_rule(tmp_path, "attributed_metric", task, {ncu: {"pc_counters": cdoc}, mapsyn: {"facts": map_facts}})
     # reference: explicit loops over (pc, region) with alpha = n / sum n
     ids = {r.id: r.name for r in pv.regions}
     ref: dict = {}
@@ -157,7 +157,7 @@ def test_attributed_metric_matches_reference_and_refuses_foreign_maps(tmp_path):
     task2 = Task(kind="synthesize", op="attributed_metric", program=pv.id, region="main", deps=(ncu2.id, mapsyn.id),
                  config={"metric": "inst_executed"})
     with pytest.raises(IncompatibleVersionsError, match="PCs differ between binaries"):
-        run_rule(tmp_path, "attributed_metric", task2, {ncu2: {"pc_counters": cdoc}, mapsyn: {"facts": map_facts}}, {})
+        run_rule(tmp_path, "attributed_metric", task2, {ncu2: {"pc_counters": cdoc}, mapsyn: {"facts": map_facts}})
 
 
 def test_async_join_refuses_incompatible_versions(tmp_path):
@@ -173,7 +173,7 @@ def test_async_join_refuses_incompatible_versions(tmp_path):
     with pytest.raises(IncompatibleVersionsError, match="refusing to join"):
         run_rule(tmp_path, "async_completion_latency", task,
                  {ref: {"facts": {"format": "argus.facts/1", "values": [], "extra": {}}}, probe: {"op_events": ev}},
-                 {}, programs={pv.id: pv, probe_pv.id: probe_pv})
+                 programs={pv.id: pv, probe_pv.id: probe_pv})
 
 
 def test_async_join_is_by_op_and_iteration_not_timestamps(tmp_path):
@@ -198,7 +198,7 @@ def test_async_join_is_by_op_and_iteration_not_timestamps(tmp_path):
                                    "sites": [{"op_id": "tma0", "region": "main/load", "iterations": [0, 1]}]}}
     task = Task(kind="synthesize", op="async_completion_latency", program=pv.id, region="main",
                 deps=tuple(t.id for t in deps), config={"signal": "async_completion_latency", "qualification": "derived"})
-    facts = run_rule(tmp_path, "async_completion_latency", task, deps, {}, programs=lookup)
+    facts = run_rule(tmp_path, "async_completion_latency", task, deps, programs=lookup)
     got = {(v["join"]["op_id"], v["join"]["iteration"]): (v["value"], v["join"]["reference_region_mean"])
            for v in facts["values"]}
     assert got == {("tma0", 0): (100.0, 11.0), ("tma0", 1): (101.0, 22.0)}
@@ -216,7 +216,7 @@ def test_system_timeline_totals_and_step_selection(tmp_path):
     collect = Task(kind="collect", op="systrace", program=pv.id, device="gpu")
     doc = {"format": "argus.system_timeline/1", "events": events}
     task = Task(kind="synthesize", op="system_timeline", program=pv.id, scope={"step": 1}, deps=(collect.id,))
-    facts = run_rule(tmp_path, "system_timeline", task, {collect: {"system_timeline": doc}}, {})
+    facts = run_rule(tmp_path, "system_timeline", task, {collect: {"system_timeline": doc}})
     got = {v["metric"]: (v["value"], v["samples"]) for v in facts["values"]}
     ref: dict = {}
     for e in events:
@@ -227,4 +227,4 @@ def test_system_timeline_totals_and_step_selection(tmp_path):
     untagged = {"format": "argus.system_timeline/1", "events": [{k: v for k, v in e.items() if k != "step"}
                                                                 for e in events]}
     with pytest.raises(ScopeError, match="needs events tagged with their step"):
-        run_rule(tmp_path, "system_timeline", task, {collect: {"system_timeline": untagged}}, {})
+        run_rule(tmp_path, "system_timeline", task, {collect: {"system_timeline": untagged}})
