@@ -13,6 +13,8 @@ indexed load followed by 4 dependent FMAs (memory). Variants, built from the sam
   traced_anchored, traced_reg_anchored
                the two trace builds with -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED: clock64 per record,
                %globaltimer only at anchor records (ns after decoding)
+  traced_reg_unarmed  the register-cursor build in a second module nobody arms (control block all zeros:
+               the state of a trace build loaded but not traced); its warps write the scratch slots
 Constant-trip-count kernels: the same source built with -DREFEXEC_INNER=<inner> (one module per size), in
 the trace-free, traced and traced_reg variants, timed side by side against their own trace-free build.
 ptxas unrolls the inner loop and drops the run-time trip-count tests that sit next to the markers there; the
@@ -51,6 +53,8 @@ VARIANTS = {
     "traced_reg": (2, {"REFEXEC_WARP_STATE": "1"}),
     "traced_anchored": (2, {"ARGUS_TIMESTAMP": "ARGUS_TS_ANCHORED"}),
     "traced_reg_anchored": (2, {"REFEXEC_WARP_STATE": "1", "ARGUS_TIMESTAMP": "ARGUS_TS_ANCHORED"}),
+    # the register-cursor build loaded a second time and never armed: its control block stays all zeros
+    "traced_reg_unarmed": (2, {"REFEXEC_WARP_STATE": "1"}),
 }
 # Built variants that record, with the clock their sessions are allocated for.
 TRACED = {"traced": "globaltimer", "traced_reg": "globaltimer", "traced_anchored": "anchored",
@@ -65,6 +69,7 @@ RUNS = {
     "traced_clock64": ("traced", "clock64"),
     "traced_anchored": ("traced_anchored", "anchored"),
     "traced_reg_anchored": ("traced_reg_anchored", "anchored"),
+    "traced_reg_unarmed": ("traced_reg_unarmed", None),
 }
 # Diagnostic runs (timed, not checked for records): where a traced launch's time goes. `*_nostore` arms a
 # coordinate window no occurrence falls in (markers run, nothing is stored); `*_disarmed` runs the trace
@@ -324,13 +329,14 @@ def main() -> int:
                 "overhead_reg_anchored_us": t["traced_reg_anchored"] - base,
                 "overhead_reg_anchored_pct": 100 * (t["traced_reg_anchored"] - base) / base,
                 **{f"diag_{d}_us": t[d] - base for d in DIAGNOSTIC_RUNS},
+                "diag_traced_reg_unarmed_us": t["traced_reg_unarmed"] - base,
             })
             rows.append(row)
             print(f"{kind:8s} inner={inner:4d} free {base:9.2f} us  traced +{row['overhead_us']:7.2f} us "
                   f"({row['overhead_pct']:6.2f}%)  reg +{row['overhead_reg_us']:7.2f} us ({row['overhead_reg_pct']:6.2f}%)  "
                   f"marker {t['marker_only']:9.2f} us  clock64 +{row['overhead_clock64_us']:7.2f} us  "
                   f"anchored +{row['overhead_anchored_us']:7.2f} / reg +{row['overhead_reg_anchored_us']:7.2f} us  "
-                  + "  ".join(f"{d} +{t[d] - base:6.2f}" for d in DIAGNOSTIC_RUNS),
+                  + "  ".join(f"{d} +{t[d] - base:6.2f}" for d in [*DIAGNOSTIC_RUNS, "traced_reg_unarmed"]),
                   flush=True)
             rows.append(measure_constant(torch, const_mods[inner], const_sessions[inner], kind, inp, inner, reps,
                                          free_out))

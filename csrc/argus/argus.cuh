@@ -150,8 +150,9 @@ __device__ argus_u32 argus_ts_anchored = 1u;
 #endif
 
 /* Where register-cursor markers of a warp that records nothing write (every marker stores; see RegCursor):
- * a 64-record slot per warp, indexed like the rings and written round like a ring, so up to 1024 warps of a
- * launch write different sectors and no warp stores to one address again and again. Measured on H200 (memory
+ * a 64-record slot per warp, indexed by the warp's place in the launch (CTA, then warp in the CTA; not by the
+ * control block, which is all zeros in a module nobody armed) and written round like a ring, so up to 1024
+ * warps of a launch write different sectors and no warp stores to one address again and again. Measured on H200 (memory
  * reference kernel, tracing disarmed, inner 8): a sector shared by warps of several SMs cost ~15%; one
  * 2-record sector per warp still cost +5 us, with every store going to the same address; a 64-record
  * slot costs +1.9 us, the same as recording. */
@@ -225,6 +226,10 @@ __device__ __forceinline__ argus_u64 cycle_counter() {
 
 __device__ __forceinline__ argus_u32 cta_linear() {
   return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+}
+
+__device__ __forceinline__ argus_u32 warps_in_block() {
+  return (blockDim.x * blockDim.y * blockDim.z + 31u) >> 5;
 }
 
 __device__ __forceinline__ argus_u32 warp_in_cta() {
@@ -511,7 +516,7 @@ struct RegCursor {
     const bool append = rec && magic == ARGUS_RING_MAGIC && hseq == v.seq;
     count = append ? written : 0u;
     records = rec ? hdr + ARGUS_RING_HEAD_BYTES_
-                  : (argus_u64)&argus_scratch[ARGUS_SCRATCH_SLOT_RECORDS * (argus_u32)(v.ring_index % ARGUS_SCRATCH_SLOTS)];
+                  : (argus_u64)&argus_scratch[ARGUS_SCRATCH_SLOT_RECORDS * ((cta * warps_in_block() + warp) % ARGUS_SCRATCH_SLOTS)];
     /* Bit 30: appending (a recording warp) or count this warp as unbuffered (one lane of a warp that
      * passed the filters but has no ring). */
     const bool flag30 = rec ? append : (v.pass && is_lead);
