@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from argus_rt.fsutil import atomic_write_text
+from argus_rt.resources import csrc_dir
 
 from .params import params_header
 from .regions import region_tree
 
 ROOT = Path(__file__).resolve().parent.parent
-CSRC = ROOT / "csrc"
+CSRC = csrc_dir()
 SOURCE = CSRC / "megakernel" / "megakernel.cu"
 DEFAULT_BUILD_DIR = ROOT / "build" / "megakernel"
 ARCH_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)

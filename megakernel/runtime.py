@@ -22,7 +22,7 @@ import torch
 from tinyllama.config import LlamaConfig
 from tinyllama.weights import LlamaWeights
 
-from .build import KERNEL_NAME, build
+from .build import CSRC, KERNEL_NAME, build
 from .dag import Program, TileShape, build_decode_program
 from .instructions import WORDS, deserialize
 from .interpreter import SamplingParams
@@ -31,7 +31,7 @@ from .params import (ERROR_BAD_OPCODE, ERROR_BAD_TOKEN, ERROR_DEADLOCK, ERROR_NO
 from .regions import coordinate, region_tree
 from .state import DecodeState
 
-CONFIG_CUH = Path(__file__).resolve().parent.parent / "csrc" / "megakernel" / "config.cuh"
+CONFIG_CUH = CSRC / "megakernel" / "config.cuh"
 # Dynamic shared memory for weight staging: H200 allows 227 KiB per CTA, the static part is ~35 KiB.
 MAX_STAGE_BYTES = 190 * 1024
 # A stage that holds a 16-row down tile (16 x 5632 bf16) and a 16-feature gate/up tile (128 KiB).

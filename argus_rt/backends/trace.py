@@ -399,8 +399,8 @@ def runner_argv(program, variant: str, outdir: Path) -> list[str]:
 
 
 def runner_env() -> dict:
-    """Environment for :func:`runner_argv`: this checkout importable, multicast off."""
-    root = str(Path(__file__).resolve().parents[2])
+    """Environment for :func:`runner_argv`: this copy of argus_rt importable, multicast off."""
+    root = str(Path(__file__).resolve().parents[2])  # the directory that holds argus_rt/
     env = dict(os.environ)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("NCCL_NVLS_ENABLE", "0")

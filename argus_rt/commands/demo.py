@@ -18,8 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
+from ..resources import examples_dir
+
+EXAMPLES = examples_dir()
 
 
 @dataclass

@@ -22,9 +22,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..fsutil import atomic_write_bytes, atomic_write_text
+from ..resources import csrc_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-ARGUS_INCLUDE = REPO_ROOT / "csrc"  # holds argus/argus.cuh
+ARGUS_INCLUDE = csrc_dir()  # holds argus/argus.cuh
 ARGUS_MODES = {0: "off", 1: "marker-only", 2: "trace"}
 BACKENDS = ("nvcc", "nvrtc")
 _DEFAULT_NVCC = "/usr/local/cuda/bin/nvcc"
