@@ -1,14 +1,20 @@
 """Argus: measure GPU programs around semantic regions.
 
     import argus_rt
-    report = argus_rt.query("examples/cuda", region="nested/outer",
-                            signals=["latency", "instruction_mix"], scope=argus_rt.Scope())
+    report = argus_rt.query(argus_rt.example("cuda"), region="example/stage_b",
+                            signals=["latency", "instruction_mix"])
     print(report.to_markdown())
+
+``argus_rt.example(name)`` is the path of a shipped example program (``cuda``, ``ground_truth``,
+``triton``); any directory with an ``argus_program.json`` works the same way. Without a GPU the
+report lists each signal as unanswered, with the reason.
 
 ``argus_rt.query`` is both the module and the callable (``argus_rt.query.make_plan`` plans without
 running). See README.md and docs/architecture.md.
 """
 __version__ = "0.1.0"
+
+from .resources import example  # noqa: F401,E402
 
 from .regions import Region, RegionTree, RegionError, UnknownRegionError, RegionIdCollisionError, region_id  # noqa: F401
 from .scope import Scope  # noqa: F401

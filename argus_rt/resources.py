@@ -10,6 +10,8 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
+from .errors import ArgusInputError
+
 SHIPPED = ("csrc", "examples")
 
 
@@ -38,3 +40,12 @@ def csrc_dir() -> Path:
 def examples_dir() -> Path:
     """The example program directories (``cuda``, ``ground_truth``, ``triton``, ...)."""
     return shipped_dir("examples")
+
+
+def example(name: str) -> Path:
+    """The shipped example program directory ``name`` (e.g. ``"cuda"``, ``"ground_truth"``)."""
+    root = examples_dir()
+    names = sorted(p.name for p in root.iterdir() if (p / "argus_program.json").is_file())
+    if name not in names:
+        raise ArgusInputError(f"unknown example {name!r}; shipped examples: {', '.join(names)}")
+    return root / name
