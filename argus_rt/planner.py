@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .backends.base import ConfigMergeError, merge_configs
+from .errors import ArgusInputError
 from .program import ProgramVersion
 from .recipes import Evidence, Recipe, RecipeError, get_recipe
 from .regions import UnknownRegionError
@@ -36,7 +37,7 @@ from .tasks import Plan, Task, canonical_json, check_sampling, topological_order
 DEFAULT_TIMEOUTS_S = {"transform": 900.0, "collect": 600.0, "synthesize": 300.0, "control": 900.0}
 
 
-class QueryError(ValueError):
+class QueryError(ArgusInputError):
     """A query that names an unknown region, signal or scope field."""
 
 

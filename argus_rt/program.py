@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from .errors import ArgusInputError
 from .regions import RegionTree
 
 PROGRAM_FILE = "argus_program.json"
@@ -34,7 +35,7 @@ VARIANTS = ("base", "trace_free", "marker_only", "traced", "probe")
 PROGRAM_KINDS = ("cuda", "triton", "python", "standin")
 
 
-class ProgramError(ValueError):
+class ProgramError(ArgusInputError):
     """A program description that cannot be loaded or a variant that cannot be made."""
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .backends.base import EFFECTS
+from .errors import ArgusInputError
 from .program import VARIANTS
 from .scope import SCOPE_FIELDS
 
@@ -48,7 +49,7 @@ TIMING_EFFECTS = frozenset({"perturbs_timing", "forces_completion", "changes_ove
 REFERENCE_TRACE_SENSITIVE = TIMING_EFFECTS - {"perturbs_timing"}
 
 
-class RecipeError(ValueError):
+class RecipeError(ArgusInputError):
     """A malformed recipe or a recipe graph problem (unknown prerequisite, cycle)."""
 
 

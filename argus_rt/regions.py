@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from .errors import ArgusInputError
 from .fsutil import atomic_write_text
 
 MANIFEST_VERSION = 1
@@ -24,7 +25,7 @@ _RESERVED_IDS = frozenset({0, 0xFFFFFFFF})
 _SEPARATOR = "/"
 
 
-class RegionError(ValueError):
+class RegionError(ArgusInputError):
     """Base class for region registry errors."""
 
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
+from .errors import ArgusInputError
+
 SCOPE_FIELDS = ("warp_role", "iterations", "sms", "ctas", "step", "layer")
 
 
-class ScopeError(ValueError):
+class ScopeError(ArgusInputError):
     """A scope field or value that is not valid."""
 
 

@@ -31,6 +31,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import ArgusInputError
 from .program import ProgramVersion, check_joinable
 
 SCHEMA_VERSION = 1
@@ -56,7 +57,7 @@ CREATE INDEX IF NOT EXISTS outputs_sha ON outputs (sha256);
 """
 
 
-class WorkspaceError(RuntimeError):
+class WorkspaceError(ArgusInputError, RuntimeError):  # RuntimeError: what it was before
     """A workspace that is missing, of another schema version, or asked for something it lacks."""
 
 

@@ -1,8 +1,10 @@
 """Exceptions of argus_rt.trace: each names the ring, record or value at fault."""
 from __future__ import annotations
 
+from ..errors import ArgusInputError
 
-class TraceError(ValueError):
+
+class TraceError(ArgusInputError):
     """Base class of trace configuration and decoding errors."""
 
 
