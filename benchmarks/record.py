@@ -10,6 +10,7 @@ import datetime as _dt
 import json
 import os
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
@@ -29,6 +30,14 @@ def gpu_name() -> str:
     except ImportError:
         pass
     return "no GPU"
+
+
+def spread(samples) -> dict:
+    """min / median / max over a measurement's repeats, plus how many there were (n); units as given."""
+    values = [float(v) for v in samples]
+    if not values:
+        raise ValueError("spread() needs at least one sample")
+    return {"min": min(values), "median": statistics.median(values), "max": max(values), "n": len(values)}
 
 
 def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
