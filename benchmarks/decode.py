@@ -28,7 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from argus_rt.fsutil import atomic_write_text  # noqa: E402
-from benchmarks.record import record  # noqa: E402
+from benchmarks.record import record, spread  # noqa: E402
 from megakernel.interpreter import relative_error  # noqa: E402
 from tinyllama.config import get_config  # noqa: E402
 from tinyllama.model import GraphedDecodeStep, Transformer  # noqa: E402
@@ -54,8 +54,8 @@ def copy_bandwidth(nbytes: int = 2 << 30, reps: int = 10) -> float:
     return 2 * nbytes * reps / (start.elapsed_time(end) / 1e3)
 
 
-def time_steps(step_fn, first_pos: int, steps: int, reps: int) -> float:
-    """Median over reps of ms per decode step; rep r covers positions first_pos + r*steps onwards."""
+def time_steps(step_fn, first_pos: int, steps: int, reps: int) -> dict:
+    """Spread (min/median/max/n) over reps of ms per decode step; rep r covers positions first_pos + r*steps onwards."""
     out = []
     for r in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -65,7 +65,7 @@ def time_steps(step_fn, first_pos: int, steps: int, reps: int) -> float:
         end.record()
         torch.cuda.synchronize()
         out.append(start.elapsed_time(end) / steps)
-    return statistics.median(out)
+    return spread(out)
 
 
 def main() -> int:
@@ -112,8 +112,9 @@ def main() -> int:
 
         err = relative_error(prefill(), want)
         assert err < BF16_TOL, f"eager PyTorch logits off by {err:.3g}"
-        ms = time_steps(lambda p: model(tok_dev[p], pos_dev[p]), PROMPT, a.steps, a.reps)
-        rows.append({"backend": "eager", "ms_per_token": ms, "rel_err_vs_fp32": err})
+        sp = time_steps(lambda p: model(tok_dev[p], pos_dev[p]), PROMPT, a.steps, a.reps)
+        ms = sp["median"]
+        rows.append({"backend": "eager", "ms_per_token": ms, "rel_err_vs_fp32": err, "spread": {"ms_per_token": sp}})
         print(f"eager {ms:.3f} ms/token (rel err {err:.2e})")
 
         def graphed_backend(name: str, compiled: bool) -> None:
@@ -125,8 +126,9 @@ def main() -> int:
                 logits = step(tok_dev[PROMPT - 1].view(1), pos_dev[PROMPT - 1]).clone()
                 err = relative_error(logits, want)
                 assert err < BF16_TOL, f"{name} logits off by {err:.3g}"
-                ms = time_steps(lambda p: step(tok_dev[p].view(1), pos_dev[p]), PROMPT, a.steps, a.reps)
-                rows.append({"backend": name, "ms_per_token": ms, "rel_err_vs_fp32": err})
+                sp = time_steps(lambda p: step(tok_dev[p].view(1), pos_dev[p]), PROMPT, a.steps, a.reps)
+                ms = sp["median"]
+                rows.append({"backend": name, "ms_per_token": ms, "rel_err_vs_fp32": err, "spread": {"ms_per_token": sp}})
                 print(f"{name} {ms:.3f} ms/token (rel err {err:.2e}, capture/compile {build_s:.0f} s)")
                 del step
             except Exception as exc:  # noqa: BLE001 - recorded as unmeasured with the reason
@@ -175,7 +177,8 @@ def main() -> int:
             per_launch.append(start.elapsed_time(end) / a.steps)
             device_steps += (torch.diff(dec.step_ns[: a.steps + 1]).cpu().double() / 1e6).tolist()
         ms = statistics.median(per_launch)
-        rows.append({"backend": name, "ms_per_token": ms, "rel_err_vs_fp32": err})
+        rows.append({"backend": name, "ms_per_token": ms, "rel_err_vs_fp32": err,
+                     "spread": {"ms_per_token": spread(per_launch)}})
         extra[name] = {"device_step_ms_median": statistics.median(device_steps), "workers": dec.launch_info.workers,
                        "registers": dec.build.registers(), "prefetch_ahead": dec.prefetch_ahead,
                        "stage_bytes": dec.stage_bytes,
