@@ -2,8 +2,9 @@
 
 ``Runtime(workspace).run(plan)`` executes a :class:`argus_rt.tasks.Plan`: Transform, Synthesize and
 Control tasks on a CPU thread pool, Collect tasks in isolated worker processes (one per device,
-spawned, bound with ``CUDA_VISIBLE_DEVICES``). See :mod:`.scheduler`, :mod:`.workers` and
-:mod:`.handlers` (how to register Transform/Control/expander/synthesis handlers).
+fresh interpreters that never re-run the caller's script, bound with ``CUDA_VISIBLE_DEVICES``).
+See :mod:`.scheduler`, :mod:`.workers` and :mod:`.handlers` (how to register
+Transform/Control/expander/synthesis handlers).
 """
 from .handlers import (  # noqa: F401
     TaskContext,

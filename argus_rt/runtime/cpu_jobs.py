@@ -1,41 +1,91 @@
-"""Run one Transform / Synthesize / Control handler from a JSON-able job (in a pool process).
+"""The process CPU pool: Transform / Synthesize / Control handlers run from JSON-able jobs.
 
 Used when the runtime's CPU pool is a process pool (``Runtime(cpu_pool="process")``): Python-heavy
-handlers (trace parsing, synthesis) then run on several cores instead of sharing one GIL. The job
-names the modules to import so that handlers registered outside the built-ins exist in the fresh
-(spawned) process too.
+handlers (trace parsing, synthesis) then run on several cores instead of sharing one GIL. The pool
+is a few ``python -m argus_rt.runtime.worker_process cpu`` children (:mod:`.worker_process`), never
+a multiprocessing pool, whose spawned processes would re-run the caller's script. A job names the
+modules to import so that handlers registered outside the built-ins exist in the child too.
 """
 from __future__ import annotations
 
-import importlib
-import traceback
+import queue
+import threading
+from concurrent.futures import Future
 from pathlib import Path
+
+from .worker_process import WorkerSlot, import_job_modules
+
+_STOP = None
 
 
 def run_cpu_job(job: dict) -> dict:
     """``job``: task, programs (id -> ProgramVersion dict), inputs, outdir, deps (id -> task dict),
-    modules. Returns ``{"status": "ok", "files": {...}}`` or ``{"status": "error", ...}``."""
-    try:
-        from ..program import ProgramVersion
-        from ..tasks import Task
-        from .handlers import TaskContext, get_handler
+    modules. Returns ``{"status": "ok", "files": {...}}``; raises when the handler fails."""
+    from ..program import ProgramVersion
+    from ..tasks import Task
+    from .handlers import TaskContext, get_handler
 
-        for module in job.get("modules", []):
-            importlib.import_module(module)
-        task = Task.from_dict(job["task"])
-        cache: dict = {}
+    import_job_modules(job.get("modules", []))
+    task = Task.from_dict(job["task"])
+    cache: dict = {}
 
-        def program(pid: str):
-            if pid not in cache:
-                cache[pid] = ProgramVersion.from_dict(job["programs"][pid])
-            return cache[pid]
+    def program(pid: str):
+        if pid not in cache:
+            cache[pid] = ProgramVersion.from_dict(job["programs"][pid])
+        return cache[pid]
 
-        outdir = Path(job["outdir"])
-        outdir.mkdir()
-        ctx = TaskContext(task=task, program=program(task.program), programs=program,
-                          inputs={k: Path(v) for k, v in job["inputs"].items()}, outdir=outdir,
-                          deps={d: Task.from_dict(t) for d, t in job["deps"].items()})
-        files = get_handler(task.kind, task.op, ctx.program.kind)(ctx) or {}
-        return {"status": "ok", "files": {k: str(v) for k, v in files.items()}}
-    except BaseException as exc:  # everything goes back to the scheduler as this task's failure
-        return {"status": "error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    outdir = Path(job["outdir"])
+    outdir.mkdir()
+    ctx = TaskContext(task=task, program=program(task.program), programs=program,
+                      inputs={k: Path(v) for k, v in job["inputs"].items()}, outdir=outdir,
+                      deps={d: Task.from_dict(t) for d, t in job["deps"].items()})
+    files = get_handler(task.kind, task.op, ctx.program.kind)(ctx) or {}
+    return {"status": "ok", "files": {k: str(v) for k, v in files.items()}}
+
+
+class CpuProcessPool:
+    """``workers`` child processes fed from one queue; each child is started on its first job.
+
+    ``submit(run_cpu_job, job)`` returns a Future of the reply dict. A child that dies or passes
+    the task's ``timeout_s`` fails that job only (reply status ``killed`` / ``timeout``) and is
+    replaced for the next one; the Future itself never holds an exception.
+    """
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ValueError(f"a CPU process pool needs at least 1 worker, got {workers}")
+        self._jobs: "queue.Queue" = queue.Queue()
+        self._slots = [WorkerSlot("cpu", name=f"CPU pool process {i}") for i in range(workers)]
+        self._threads = [threading.Thread(target=self._loop, args=(slot,), name=f"argus-cpu-process-{i}", daemon=True)
+                         for i, slot in enumerate(self._slots)]
+        for thread in self._threads:
+            thread.start()
+        self._closed = False
+
+    def submit(self, fn, job: dict) -> Future:
+        # children run jobs by role, not by a pickled callable: only run_cpu_job can be submitted
+        if fn is not run_cpu_job:
+            raise TypeError(f"CpuProcessPool runs only run_cpu_job, not {getattr(fn, '__qualname__', fn)!r}")
+        if self._closed:
+            raise RuntimeError("CpuProcessPool is shut down")
+        future: Future = Future()
+        self._jobs.put((job, future))
+        return future
+
+    def shutdown(self, wait: bool = True) -> None:
+        self._closed = True
+        for _ in self._threads:
+            self._jobs.put(_STOP)
+        if wait:
+            for thread in self._threads:
+                thread.join()
+
+    def _loop(self, slot: WorkerSlot) -> None:
+        while True:
+            item = self._jobs.get()
+            if item is _STOP:
+                slot.close()
+                return
+            job, future = item
+            if future.set_running_or_notify_cancel():
+                future.set_result(slot.run(job, job["task"].get("timeout_s")))

@@ -20,16 +20,14 @@ import threading
 import time
 import traceback
 from collections import Counter
-import multiprocessing as mp
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..program import ProgramVersion
 from ..tasks import Plan, Task
 from ..workspace import Workspace
-from .cpu_jobs import run_cpu_job
+from .cpu_jobs import CpuProcessPool, run_cpu_job
 from .handlers import HandlerError, TaskContext, get_handler, handler_module
 from .progress import Progress
 from .workers import DeviceWorker, detect_devices
@@ -82,7 +80,7 @@ class Runtime:
 
     ``devices``: CUDA device indices for Collect workers (default: detected; ``[""]`` = one
     worker without a GPU). ``cpu_workers``: size of the Transform/Synthesize/Control pool, made of
-    threads (``cpu_pool="thread"``, default: cheapest dispatch) or spawned processes
+    threads (``cpu_pool="thread"``, default: cheapest dispatch) or worker processes
     (``cpu_pool="process"``: Python-heavy handlers use several cores).
     """
 
@@ -105,8 +103,8 @@ class Runtime:
 
     # ---- lifecycle ------------------------------------------------------------------------
     def _new_pool(self):
-        if self.cpu_pool == "process":  # spawn: handlers may initialise CUDA-using libraries
-            return ProcessPoolExecutor(max_workers=self.cpu_workers, mp_context=mp.get_context("spawn"))
+        if self.cpu_pool == "process":  # fresh interpreters: handlers may initialise CUDA-using libraries
+            return CpuProcessPool(self.cpu_workers)
         return ThreadPoolExecutor(max_workers=self.cpu_workers, thread_name_prefix="argus-cpu")
 
     @property
@@ -262,12 +260,7 @@ class _Execution:
             reply["attempt"] = attempt
             events.put((tid, reply))
 
-        try:
-            fut = self.rt._pool.submit(run_cpu_job, job)
-        except BrokenProcessPool:  # a pool process died earlier: start a fresh pool
-            self.rt._pool.shutdown(wait=False)
-            self.rt._pool = self.rt._new_pool()
-            fut = self.rt._pool.submit(run_cpu_job, job)
+        fut = self.rt._pool.submit(run_cpu_job, job)  # a dead pool process is replaced by the pool itself
         fut.add_done_callback(done)
 
     def _run_cpu(self, task: Task, inputs: dict[str, Path], staging: Path) -> None:

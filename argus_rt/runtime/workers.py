@@ -1,27 +1,24 @@
 """Device workers: one isolated process per device runs Collect tasks one at a time.
 
-Each :class:`DeviceWorker` owns a child process started with the ``spawn`` context (CUDA is not
-fork-safe) whose ``CUDA_VISIBLE_DEVICES`` is the worker's device, so the adapter sees exactly one
-GPU as ``cuda:0``. A thread in the parent feeds it jobs from a shared queue, so a device never runs
-two collections at once (runs are serialised per device) while devices work in parallel. The
-child speaks JSON over a pipe (no pickled data). A child that dies (SIGKILL, segfault) or passes
-its task's timeout fails that task only; the thread starts a fresh child for the next job.
+Each :class:`DeviceWorker` owns a child process (``python -m argus_rt.runtime.worker_process
+collect``, see :mod:`.worker_process`: it never re-imports the caller's script) whose
+``CUDA_VISIBLE_DEVICES`` is the worker's device, so the adapter sees exactly one GPU as ``cuda:0``.
+A thread in the parent feeds it jobs from a shared queue, so a device never runs two collections at
+once (runs are serialised per device) while devices work in parallel. The child speaks JSON over
+dedicated pipes (no pickled data). A child that dies (SIGKILL, segfault, abort) or passes its
+task's timeout fails that task only; the thread starts a fresh child for the next job.
 """
 from __future__ import annotations
 
-import importlib
-import json
-import multiprocessing as mp
 import os
 import queue
 import shutil
 import subprocess
 import threading
-import time
-import traceback
-from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
 from typing import Callable
+
+from .worker_process import WorkerSlot, import_job_modules
 
 _STOP = None
 
@@ -45,23 +42,10 @@ def detect_devices() -> list[str]:
     return [""]
 
 
-def _worker_main(conn, device: str) -> None:
-    """Child process: receive a JSON job, run the adapter, reply with JSON."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = device
-    while True:
-        try:
-            raw = conn.recv_bytes()
-        except EOFError:
-            return
-        job = json.loads(raw)
-        if job.get("stop"):
-            return
-        try:
-            reply = {"status": "ok", "files": _run_collect(job)}
-        except BaseException as exc:  # report every failure; the parent decides what it means
-            reply = {"status": "error", "error": f"{type(exc).__name__}: {exc}",
-                     "traceback": traceback.format_exc()}
-        conn.send_bytes(json.dumps(reply).encode())
+def run_collect_job(job: dict) -> dict:
+    """In the worker child: run one Collect job, ``{"status": "ok", "files": {...}}``; raises when the
+    task fails (the child's loop replies with the error)."""
+    return {"status": "ok", "files": _run_collect(job)}
 
 
 def _run_collect(job: dict) -> dict[str, str]:
@@ -71,8 +55,7 @@ def _run_collect(job: dict) -> dict[str, str]:
     from ..scope import Scope
     from ..tasks import Task
 
-    for module in job.get("modules", []):
-        importlib.import_module(module)
+    import_job_modules(job.get("modules", []))
     task = Task.from_dict(job["task"])
     program = ProgramVersion.from_dict(job["program"])
     adapter = get_backend(task.op, program.kind)
@@ -111,93 +94,38 @@ class DeviceWorker:
         self.device = device
         self.jobs = jobs
         self.report = report  # report(task_id, reply) from this thread
-        self._ctx = mp.get_context("spawn")
-        self._proc = None
-        self._conn = None
+        self._slot = WorkerSlot("collect", name=f"worker process for device {device!r}",
+                                env={"CUDA_VISIBLE_DEVICES": device})
         self.current: str | None = None
-        self.started_processes = 0
         self.ready = threading.Event()  # set once the first child process is up
         self._thread = threading.Thread(target=self._loop, name=f"argus-device-{device or 'none'}", daemon=True)
         self._thread.start()
 
-    # ---- child process --------------------------------------------------------------------
-    def _ensure_child(self) -> None:
-        if self._proc is not None and self._proc.is_alive():
-            return
-        parent_conn, child_conn = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_worker_main, args=(child_conn, self.device), daemon=True,
-                                 name=f"argus-worker-{self.device or 'none'}")
-        proc.start()
-        child_conn.close()
-        self._proc, self._conn = proc, parent_conn
-        self.started_processes += 1
-
-    def _kill_child(self) -> None:
-        if self._proc is not None:
-            if self._proc.is_alive():
-                self._proc.kill()
-            self._proc.join(timeout=10)
-            self._conn.close()
-        self._proc = self._conn = None
-
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return self._slot.pid
 
-    # ---- loop -----------------------------------------------------------------------------
+    @property
+    def started_processes(self) -> int:
+        return self._slot.started_processes
+
     def _loop(self) -> None:
         try:
-            self._ensure_child()  # start the child now: the first collection should not pay for it
+            self._slot.ensure()  # start the child now: the first collection should not pay for it
         except Exception:
             pass  # the first job retries and reports the problem
         self.ready.set()
         while True:
             job = self.jobs.get()
             if job is _STOP:
-                self._shutdown()
+                self._slot.close()
                 return
             task_id = job["task"]["id"]
             self.current = task_id
-            try:
-                reply = self._run(job)
-            except Exception as exc:  # pipe trouble: treat like a dead worker
-                self._kill_child()
-                reply = {"status": "killed", "error": f"worker failed: {type(exc).__name__}: {exc}"}
+            reply = self._slot.run(job, job["task"].get("timeout_s"))
             self.current = None
             reply["attempt"] = job["outdir"]  # lets the scheduler drop answers of abandoned attempts
             self.report(task_id, reply)
-
-    def _run(self, job: dict) -> dict:
-        self._ensure_child()
-        self._conn.send_bytes(json.dumps(job).encode())
-        timeout = job["task"].get("timeout_s")
-        deadline = time.monotonic() + timeout if timeout else None
-        while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = mp_wait([self._conn, self._proc.sentinel], timeout=left)
-            if self._conn in ready:
-                try:
-                    return json.loads(self._conn.recv_bytes())
-                except EOFError:
-                    pass  # died while answering: fall through to the death report
-            if ready:  # sentinel: the child died without answering
-                self._proc.join(timeout=5)
-                code = self._proc.exitcode
-                self._kill_child()
-                return {"status": "killed", "error": f"worker process for device {self.device!r} died "
-                        f"(exit code {code}) while running the task"}
-            if deadline is not None and time.monotonic() >= deadline:
-                self._kill_child()
-                return {"status": "timeout", "error": f"task exceeded its timeout of {timeout} s; worker killed"}
-
-    def _shutdown(self) -> None:
-        if self._proc is not None and self._proc.is_alive():
-            try:
-                self._conn.send_bytes(json.dumps({"stop": True}).encode())
-                self._proc.join(timeout=5)
-            except (OSError, ValueError):
-                pass
-        self._kill_child()
 
     def stop(self) -> None:
         self.jobs.put(_STOP)
