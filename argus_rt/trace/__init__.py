@@ -47,7 +47,8 @@ from .errors import (
     UnknownRegionIdError,
 )
 from .intervals import INTERVAL_DTYPE, Intervals, pair_intervals
-from .session import PendingTrace, TraceSession, load_raw, save_raw
+from .rawfile import load_raw, save_raw
+from .session import PendingTrace, TraceSession
 from .stats import RegionStats, region_stats
 
 __all__ = [

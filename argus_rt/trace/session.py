@@ -5,7 +5,6 @@ Host cost of a traced launch is one ~100-byte control-block copy enqueued on the
 """
 from __future__ import annotations
 
-import json
 import os
 import random
 import threading
@@ -14,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fsutil import atomic_write_bytes
 from . import layout
 from .config import TraceConfig
 from .decode import Trace, decode
 from .errors import TraceConfigError, TraceError
+from .rawfile import load_raw, save_raw  # noqa: F401 - load_raw re-exported from its old home
 
 _seq_lock = threading.Lock()
 # Start at a random value: a ring left in reused device memory by another process must not match.
@@ -205,27 +204,3 @@ class TraceSession:
         if self.buffer.device.type == "cuda":
             torch.cuda.synchronize(self.buffer.device)
         return save_raw(path, self.buffer.cpu().numpy(), self._armed, self._unbuffered())
-
-
-def save_raw(path: str | os.PathLike, buffer: np.ndarray, config: TraceConfig, unbuffered: int | None = None) -> Path:
-    """Write a raw trace (buffer bytes + config JSON) as an .npz file, atomically."""
-    import io
-
-    meta = {"layout_version": layout.LAYOUT_VERSION, "config": config.to_json(), "unbuffered": unbuffered}
-    bio = io.BytesIO()
-    np.savez(bio, buffer=np.asarray(buffer, dtype=np.uint8).reshape(-1), meta=np.array(json.dumps(meta)))
-    path = Path(path)
-    atomic_write_bytes(path, bio.getvalue())
-    return path
-
-
-def load_raw(path: str | os.PathLike, known_ids=None) -> Trace:
-    """Decode a trace saved by :func:`save_raw` / :meth:`TraceSession.save`."""
-    with np.load(path, allow_pickle=False) as data:
-        if "buffer" not in data or "meta" not in data:
-            raise TraceError(f"{path}: not an Argus raw trace (needs arrays 'buffer' and 'meta', has {list(data)})")
-        meta = json.loads(str(data["meta"]))
-        buffer = data["buffer"]
-    if meta.get("layout_version") != layout.LAYOUT_VERSION:
-        raise TraceError(f"{path}: layout version {meta.get('layout_version')!r}; this Argus reads {layout.LAYOUT_VERSION}")
-    return decode(buffer, TraceConfig.from_json(meta["config"]), known_ids=known_ids, unbuffered=meta.get("unbuffered"))
