@@ -1,12 +1,10 @@
 """End to end on a GPU: ``argus query <program> --region R --signals latency,instruction_mix,barrier_count``.
 
-Programs: the ground-truth kernel and the CUDA example (examples/cuda/nested_regions.cu, with the
-program description from tests/fixtures/examples_cuda when examples/cuda has none). Each program's
+Programs: the ground-truth kernel and the CUDA example (examples/cuda/nested_regions.cu). Each program's
 runner checks the kernel's output against its plain PyTorch reference before anything is measured.
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,17 +15,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SIGNALS = "latency,instruction_mix,barrier_count"
 
 
-def _cuda_example(tmp_path: Path) -> Path:
-    src = ROOT / "examples" / "cuda"
-    if (src / "argus_program.json").is_file():
-        return src
-    dst = tmp_path / "cuda_example"
-    dst.mkdir()
-    for name in ("nested_regions.cu", "regions.h", "regions.json"):
-        shutil.copy(src / name, dst / name)
-    for name in ("argus_program.json", "reference.py"):
-        shutil.copy(ROOT / "tests" / "fixtures" / "examples_cuda" / name, dst / name)
-    return dst
 
 
 def _query(program: Path, region: str, tmp_path: Path, signals: str = SIGNALS, tag: str = "",
@@ -84,7 +71,7 @@ def test_query_ground_truth(tmp_path):
 
 @pytest.mark.gpu
 def test_query_cuda_example(tmp_path):
-    program = _cuda_example(tmp_path)
+    program = ROOT / "examples" / "cuda"
     report = _query(program, "example", tmp_path)
     _check_report(report, "example", ["example/stage_a", "example/stage_b"])
 

@@ -167,7 +167,7 @@ def test_plain_references_follow_the_kernels():
                 x = x * y + c
         assert float(got[i]) == pytest.approx(x, rel=1e-6)
     inp = torch.tensor([0.2, -0.4])
-    out = _load(ROOT / "tests" / "fixtures" / "examples_cuda" / "reference.py", "nr_ref").expected(None, inp, 2, 2, 3)[0]
+    out = _load(ROOT / "examples" / "cuda" / "reference.py", "nr_ref").expected(None, inp, 2, 2, 3)[0]
     for i in range(2):
         x, acc = float(inp[i]), 0.0
         for _ in range(3):
