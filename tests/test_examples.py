@@ -1,0 +1,53 @@
+"""Every shipped example is a program a new user can plan (CPU) and query (GPU) as documented.
+
+The README names example directories; each must hold an argus_program.json. On the GPU the query
+runs the program's own reference check before anything is measured, so an answered latency also
+means the kernel computed the right output.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import argus_rt
+from argus_rt.regions import RegionTree
+from argus_rt.resources import examples_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted(p.name for p in examples_dir().iterdir() if (p / "argus_program.json").is_file())
+SIGNALS_BY_KIND = {"cuda": ["latency", "instruction_mix", "barrier_count"], "triton": ["latency"]}
+
+
+def _root_region(name: str) -> str:
+    tree = RegionTree.load(examples_dir() / name / "regions.json")
+    return next(r.name for r in tree if r.parent is None)
+
+
+def test_every_example_directory_the_readme_names_is_a_program():
+    named = set(re.findall(r"examples/([A-Za-z0-9_]+)/", (ROOT / "README.md").read_text()))
+    assert named, "README names no example directory"
+    missing = sorted(n for n in named if not (examples_dir() / n / "argus_program.json").is_file())
+    assert not missing, f"README names example dirs without argus_program.json: {missing}"
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_plans_on_the_cpu(name):
+    program = argus_rt.example(name)
+    kind = argus_rt.query.load_program(program).kind
+    plan = argus_rt.query.make_plan(program, _root_region(name), SIGNALS_BY_KIND[kind])
+    assert {t.kind for t in plan.tasks.values()} >= {"collect", "synthesize"}
+    assert set(plan.targets) == set(SIGNALS_BY_KIND[kind])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_query_answers_on_the_gpu(name, tmp_path):
+    program = argus_rt.example(name)
+    kind = argus_rt.query.load_program(program).kind
+    region = _root_region(name)
+    report = argus_rt.query(program, region, ["latency"], workspace=tmp_path / "ws")
+    assert report.unanswered == [], report.unanswered
+    lat = [v for v in report.values if v["signal"] == "latency" and v["region"] == region]
+    assert lat and all((v["value"] or 0) > 0 and v["qualification"] == "observed" for v in lat), (kind, lat)
