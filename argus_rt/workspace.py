@@ -58,7 +58,17 @@ CREATE INDEX IF NOT EXISTS outputs_sha ON outputs (sha256);
 
 
 class WorkspaceError(ArgusInputError, RuntimeError):  # RuntimeError: what it was before
-    """A workspace that is missing, of another schema version, or asked for something it lacks."""
+    """A workspace that is missing, damaged, of another schema version, or asked for something it lacks."""
+
+
+INDEX_FILE = "index.sqlite"
+_TABLES = ("meta", "programs", "tasks", "outputs", "branches")
+
+
+def _is_damage(exc: BaseException) -> bool:
+    """SQLite errors that mean an unreadable or locked index, not a bug in the SQL we send."""
+    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+        exc, (sqlite3.IntegrityError, sqlite3.ProgrammingError))
 
 
 @dataclass(frozen=True)
@@ -96,26 +106,75 @@ class Workspace:
     """An embedded versioned store. Thread-safe for one process; several processes may share it
     (SQLite WAL with a busy timeout)."""
 
-    def __init__(self, root: str | os.PathLike, *, durable: bool = False) -> None:
+    def __init__(self, root: str | os.PathLike, *, durable: bool = False, create: bool = True) -> None:
+        """Open the workspace directory ``root``; ``create=False`` (see :meth:`open_existing`) never
+        creates or initialises anything and raises :class:`WorkspaceError` when there is none."""
         self.root = Path(root)
         self.durable = durable
+        self.index = self.root / INDEX_FILE
         self.blobs = self.root / "blobs"
         self.staging = self.root / "staging"
-        for d in (self.root, self.blobs, self.staging):
-            d.mkdir(parents=True, exist_ok=True)
+        if self.root.exists() and not self.root.is_dir():
+            raise WorkspaceError(f"workspace path {self.root} is a file, not a directory; give a workspace "
+                                 "directory (a new one is created where none exists)")
+        if not create and not self.index.is_file():
+            raise WorkspaceError(f"no workspace at {self.root} (no {INDEX_FILE}); a command that records "
+                                 "results (argus query) creates one")
+        if create:
+            try:
+                for d in (self.root, self.blobs, self.staging):
+                    d.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise WorkspaceError(f"cannot create workspace directory {self.root}: {exc.strerror or exc}") from None
         self._staging_prefix = os.path.abspath(self.staging) + os.sep
         self._shards: set[str] = set()  # blob shard directories known to exist
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.root / "index.sqlite", timeout=30.0, check_same_thread=False,
-                                   isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-        self._db.executescript(_SCHEMA)
-        row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-        if row is None:
-            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-        elif row[0] != str(SCHEMA_VERSION):
-            raise WorkspaceError(f"workspace {self.root} has schema {row[0]}, this Argus reads {SCHEMA_VERSION}")
+        self._db = None
+        try:
+            self._db = sqlite3.connect(self.index, timeout=30.0, check_same_thread=False, isolation_level=None)
+            self._open_index(create)
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            self._close_quietly()
+            raise self._index_error(exc) from None
+        except WorkspaceError:
+            self._close_quietly()
+            raise
+
+    @classmethod
+    def open_existing(cls, root: str | os.PathLike, *, durable: bool = False) -> "Workspace":
+        """The workspace at ``root``, read as it is: nothing is created (for read-only commands).
+        Raises :class:`WorkspaceError` "no workspace at ROOT" when there is none."""
+        return cls(root, durable=durable, create=False)
+
+    def _open_index(self, create: bool) -> None:
+        db = self._db
+        if not create:  # check before anything could write to a file that is not ours
+            have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            missing = [t for t in _TABLES if t not in have]
+            if missing:
+                raise WorkspaceError(f"{self.index} is not an Argus workspace index: it lacks table(s) "
+                                     f"{', '.join(missing)}")
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={'FULL' if self.durable else 'NORMAL'}")
+        if create:
+            db.executescript(_SCHEMA)
+        row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        if row is None and create:
+            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        elif row is None or row[0] != str(SCHEMA_VERSION):
+            raise WorkspaceError(f"workspace {self.root} has schema {row[0] if row else 'none'}, this Argus "
+                                 f"reads {SCHEMA_VERSION}")
+
+    def _index_error(self, exc: BaseException) -> WorkspaceError:
+        return WorkspaceError(f"cannot read workspace index {self.index}: {exc} (damaged or not an SQLite "
+                              "file; move it away to start a new workspace there)")
+
+    def _close_quietly(self) -> None:
+        if self._db is not None:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass
 
     # ---- plumbing -------------------------------------------------------------------------
     class _Tx:
@@ -124,21 +183,51 @@ class Workspace:
 
         def __enter__(self):
             self.ws._lock.acquire()
-            self.ws._db.execute("BEGIN IMMEDIATE")
+            try:
+                self.ws._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.DatabaseError as exc:
+                self.ws._lock.release()
+                if _is_damage(exc):
+                    raise self.ws._index_error(exc) from None
+                raise
             return self.ws._db
 
         def __exit__(self, exc_type, exc, tb):
             try:
                 self.ws._db.execute("ROLLBACK" if exc_type else "COMMIT")
+            except sqlite3.DatabaseError as end_exc:
+                if exc is None and _is_damage(end_exc):
+                    raise self.ws._index_error(end_exc) from None
+                if exc is None:
+                    raise
             finally:
                 self.ws._lock.release()
+            if _is_damage(exc):
+                raise self.ws._index_error(exc) from None
+            return False
 
     def _tx(self) -> "_Tx":
         return Workspace._Tx(self)
 
     def _query(self, sql: str, args: tuple = ()) -> list:
         with self._lock:
-            return self._db.execute(sql, args).fetchall()
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # bytes flipped inside a TEXT value
+                if isinstance(exc, UnicodeDecodeError) or _is_damage(exc):
+                    raise self._index_error(exc) from None
+                raise
+
+    def _record(self, text, what: str) -> dict:
+        """A JSON record column, or WorkspaceError when the index holds something else there."""
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError):
+            data = None
+        if not isinstance(data, (dict, list)):
+            raise WorkspaceError(f"workspace index {self.index}: the record of {what} is damaged "
+                                 f"(not JSON: {str(text)[:60]!r})")
+        return data
 
     def close(self) -> None:
         with self._lock:
@@ -151,7 +240,7 @@ class Workspace:
         self.close()
 
     def blob_path(self, sha: str) -> Path:
-        if not _SHA.match(sha):
+        if not isinstance(sha, str) or not _SHA.match(sha):
             raise WorkspaceError(f"invalid blob hash {sha!r}")
         return self.blobs / sha[:2] / sha
 
@@ -168,7 +257,12 @@ class Workspace:
         rows = self._query("SELECT record FROM programs WHERE id=?", (pid,))
         if not rows:
             raise WorkspaceError(f"unknown program version {pid!r} in workspace {self.root}")
-        return ProgramVersion.from_dict(json.loads(rows[0][0]))
+        record = self._record(rows[0][0], f"program {pid}")
+        try:
+            return ProgramVersion.from_dict(record)
+        except (KeyError, TypeError, ValueError) as exc:  # ProgramError is a ValueError
+            raise WorkspaceError(f"workspace index {self.index}: the record of program {pid} is damaged "
+                                 f"({type(exc).__name__}: {exc})") from None
 
     def programs(self) -> list[dict]:
         rows = self._query("SELECT id, base, parent, name, variant, created FROM programs ORDER BY created")
@@ -226,7 +320,7 @@ class Workspace:
             return None
         rows = self._query("SELECT name, sha256, size, program, inputs FROM outputs WHERE task_id=?", (task_id,))
         return {name: OutputRecord(task_id, name, sha, size, self.blob_path(sha), prog,
-                                   tuple(tuple(i) for i in json.loads(inputs)))
+                                   tuple(tuple(i) for i in self._record(inputs, f"task {task_id} output {name}")))
                 for name, sha, size, prog, inputs in rows}
 
     def commit(self, task, files: dict[str, Path], inputs: list[tuple[str, str, str]],
@@ -285,7 +379,14 @@ class Workspace:
 
         rows = self._query("SELECT record FROM tasks WHERE status='done' AND kind=? AND op=? AND program=?",
                            (kind, op, program))
-        return [Task.from_dict(json.loads(r[0])) for r in rows]
+        out = []
+        for (text,) in rows:
+            try:
+                out.append(Task.from_dict(self._record(text, f"a done {kind} task")))
+            except (KeyError, TypeError, ValueError) as exc:  # PlanError is a ValueError
+                raise WorkspaceError(f"workspace index {self.index}: the record of a done {kind}:{op} task is "
+                                     f"damaged ({type(exc).__name__}: {exc})") from None
+        return out
 
     def task_status(self, task_id: str) -> dict | None:
         rows = self._query("SELECT status, error, attempts, op, kind FROM tasks WHERE id=?", (_check_task_id(task_id),))
@@ -300,15 +401,19 @@ class Workspace:
         """Remove leftover staging directories (of killed or failed tasks). Only call it while no
         runtime uses this workspace. Returns how many were removed."""
         n = 0
-        for entry in self.staging.iterdir():
+        for entry in (self.staging.iterdir() if self.staging.is_dir() else ()):
             shutil.rmtree(entry, ignore_errors=True)
             n += 1
         return n
 
     def verify(self) -> list[str]:
-        """Consistency problems (empty when consistent): every done task's blobs exist and match."""
-        problems = []
+        """Consistency problems (empty when consistent): the index passes SQLite's quick_check, and
+        every done task's blobs exist and match."""
+        problems = [f"{INDEX_FILE}: {row[0]}" for row in self._query("PRAGMA quick_check") if row[0] != "ok"]
         for task_id, name, sha, size in self._query("SELECT task_id, name, sha256, size FROM outputs"):
+            if not isinstance(sha, str) or not _SHA.match(sha):
+                problems.append(f"{task_id}/{name}: invalid blob hash {sha!r} in the index")
+                continue
             path = self.blob_path(sha)
             if not path.exists():
                 problems.append(f"{task_id}/{name}: blob {sha[:12]} missing")
@@ -326,7 +431,7 @@ class Workspace:
                 "tasks_done": count("SELECT COUNT(*) FROM tasks WHERE status='done'"),
                 "tasks_failed": count("SELECT COUNT(*) FROM tasks WHERE status='failed'"),
                 "outputs": count("SELECT COUNT(*) FROM outputs"), "blob_bytes": blob_bytes,
-                "staging_dirs": sum(1 for _ in self.staging.iterdir())}
+                "staging_dirs": sum(1 for _ in self.staging.iterdir()) if self.staging.is_dir() else 0}
 
 
 def _fsync_dir(path: Path) -> None:
