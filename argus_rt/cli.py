@@ -3,19 +3,71 @@
 Each subcommand lives in its own module under ``argus_rt.commands`` and exposes
 ``register(subparsers)``; a module whose optional dependencies are missing is skipped with a
 note instead of breaking the whole CLI.
+
+Exit status: 0 success; 1 the command ran and found a failure (a build that failed, an unanswered
+signal, an inconsistent workspace); 2 bad input (a usage error, or any error that says a value the
+user gave is wrong: printed as one line ``argus <command>: <message>``, never a traceback);
+130 interrupted.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+from .commands.options import add_global_workspace
+from .errors import ArgusInputError
 
 # Subcommand modules, in the order `argus --help` lists them.
 COMMAND_MODULES = ["demo", "build", "trace", "plan", "query", "workspace", "discover"]
 
+# Bad-input errors of library modules that do not (yet) derive from ArgusInputError, which the
+# commands used to catch one by one. Looked up only in modules already imported: an error of a
+# module nobody imported cannot have been raised.
+_INPUT_ERRORS = {
+    "argus_rt.compiler.triton_discovery": ("DiscoveryError", "TtgirError"),
+    "argus_rt.compiler.probes": ("ProbeError",),
+    "argus_rt.program": ("ProgramError",),
+    "argus_rt.regions": ("RegionError",),
+    "argus_rt.trace.errors": ("TraceError",),
+    "argus_rt.workspace": ("WorkspaceError",),
+    "argus_rt.planner": ("QueryError",),
+    "argus_rt.scope": ("ScopeError",),
+    "argus_rt.report": ("ReportError",),
+}
+# A file the user named that is missing or unreadable is bad input too.
+_FILE_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+
+EPILOG = """\
+environment:
+  ARGUS_WORKSPACE   default workspace directory (else ./.argus_workspace)
+  ARGUS_CACHE_DIR   Argus's build cache of cubins (else ~/.cache/argus)
+  TRITON_CACHE_DIR  Triton's own kernel cache (else ~/.triton/cache)
+  ARGUS_NVCC        the nvcc to build with (else $CUDA_HOME/bin/nvcc, PATH, /usr/local/cuda)
+Both caches are safe to delete; docs/caches.md says what is in them.
+
+exit status: 0 ok, 1 the command ran and found a failure, 2 bad input (one line on stderr), 130 interrupted
+"""
+
+
+def installed_version() -> str:
+    """The installed distribution's version, else the package's own (a plain checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("argus-rt")
+    except PackageNotFoundError:
+        from . import __version__
+
+        return __version__
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="argus", description="Measure GPU programs around semantic regions.")
+    parser = argparse.ArgumentParser(prog="argus", description="Measure GPU programs around semantic regions.",
+                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"argus {installed_version()}")
+    add_global_workspace(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
@@ -28,9 +80,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def input_error_classes(extra: tuple = ()) -> tuple[type[BaseException], ...]:
+    """Exception classes that mean "a value the user gave is wrong" (exit 2, one line)."""
+    found: list[type[BaseException]] = [ArgusInputError, *_FILE_ERRORS, *extra]
+    for module_name, names in _INPUT_ERRORS.items():
+        module = sys.modules.get(module_name)
+        found += [getattr(module, n) for n in names if module is not None and hasattr(module, n)]
+    return tuple(found)
+
+
+def one_line(exc: BaseException) -> str:
+    """The error's message on one line (KeyError's repr quotes dropped)."""
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    parts = [p.strip() for p in str(text).splitlines() if p.strip()]
+    return "; ".join(parts) or type(exc).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # usage errors exit 2 here
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -39,6 +107,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader (e.g. `| head`) left: stop quietly, and keep Python's exit-time flush quiet too
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout without a file descriptor (captured)
+            pass
+        return 1
+    except Exception as exc:
+        # a command adds input errors of its own with set_defaults(input_errors=(...))
+        if not isinstance(exc, input_error_classes(getattr(args, "input_errors", ()))):
+            raise
+        print(f"argus {args.command}: {one_line(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,9 +1,17 @@
-"""Atomic file writes: a reader never sees a half-written file."""
+"""Atomic file writes: a reader never sees a half-written file.
+
+Files are created with mode 0666 minus the process umask (0644 under the usual umask 022), as
+``open()`` would create them: reports, traces and cubins are meant to be read by other users and
+tools. (``tempfile.mkstemp`` would make them 0600.)
+"""
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from pathlib import Path
+
+_NEW_FILE_MODE = 0o666  # the kernel subtracts the umask
+_TEMP_ATTEMPTS = 100
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -11,10 +19,22 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def _create_temp(directory: Path, name: str) -> tuple[int, Path]:
+    """A new, exclusively created temporary file beside the target (O_EXCL: never an existing one)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(_TEMP_ATTEMPTS):
+        tmp = directory / f".{name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, flags, _NEW_FILE_MODE), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temporary file for {name!r} in {directory}")
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_temp(path.parent, path.name)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -1,6 +1,7 @@
 """Region reports: a versioned JSON document for programs and agents, plus terminal and markdown views.
 
-Schema (``argus_report_version`` 1; :data:`REPORT_SCHEMA` is the JSON Schema)::
+Schema (``argus_report_version`` 1; the JSON Schema is ``argus_rt/schemas/report.schema.json``,
+:data:`REPORT_SCHEMA`, and :func:`validate_report` checks a document against it)::
 
     {"argus_report_version": 1,
      "query": {"program", "program_name", "region", "signals", "scope", "sampling"},
@@ -21,31 +22,32 @@ import json
 from dataclasses import dataclass, field
 
 REPORT_VERSION = 1
+# The published JSON Schema (draft 2020-12) of this version, shipped as package data.
+REPORT_SCHEMA_FILE = "schemas/report.schema.json"
 
-REPORT_SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "Argus region report",
-    "type": "object",
-    "required": ["argus_report_version", "query", "values", "unanswered", "execution", "runs"],
-    "properties": {
-        "argus_report_version": {"const": REPORT_VERSION},
-        "query": {"type": "object", "required": ["program", "region", "signals", "scope"]},
-        "values": {"type": "array", "items": {
-            "type": "object",
-            "required": ["signal", "region", "metric", "value", "unit", "qualification", "provenance", "scope"],
-            "properties": {
-                "signal": {"type": "string"}, "region": {"type": ["string", "null"]},
-                "metric": {"type": "string"}, "value": {"type": ["number", "null"]}, "unit": {"type": "string"},
-                "qualification": {"enum": ["observed", "attributed", "derived"]},
-                "provenance": {"type": "object", "required": ["task", "evidence", "method"]},
-                "scope": {"type": "object"}, "ambiguity": {"type": ["object", "null"]},
-                "samples": {"type": ["integer", "null"]}, "notes": {"type": "array"},
-            }}},
-        "unanswered": {"type": "array", "items": {"type": "object", "required": ["signal", "reason"]}},
-        "execution": {"type": "object"},
-        "runs": {"type": "array"},
-    },
-}
+
+def load_report_schema() -> dict:
+    """The JSON Schema of report version :data:`REPORT_VERSION`, read from the installed package."""
+    from importlib.resources import files
+
+    return json.loads(files("argus_rt").joinpath(REPORT_SCHEMA_FILE).read_text(encoding="utf-8"))
+
+
+REPORT_SCHEMA = load_report_schema()
+
+
+def validate_report(data: dict) -> None:
+    """Raise :class:`ReportError` unless ``data`` is a valid version-:data:`REPORT_VERSION` report
+    (checked against :data:`REPORT_SCHEMA` with the ``jsonschema`` library)."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(REPORT_SCHEMA)
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        where = "/".join(str(p) for p in first.absolute_path) or "(top level)"
+        raise ReportError(f"report does not match {REPORT_SCHEMA['$id']}: {len(errors)} error(s); first at "
+                          f"{where}: {first.message}")
 
 
 class ReportError(ValueError):
@@ -168,11 +170,13 @@ class Report:
         return lines
 
     def print(self, console=None) -> None:
-        """A rich table on the terminal."""
-        from rich.console import Console
+        """Rich tables on ``console`` (default: stdout, terminal-sized on a tty, never wrapped in a pipe)."""
         from rich.table import Table
 
-        console = console or Console()
+        if console is None:
+            from .commands.output import make_console
+
+            console = make_console()
         q = self.query
         if not self.values:
             console.print(f"{q.get('program_name', '')} / {q.get('region') or '(all regions)'}: no values measured")

@@ -109,7 +109,9 @@ def _subtree(ctx) -> list:
     return regions.subtree(ctx.region) if ctx.region else list(regions)
 
 
-def _scope_mask(arrays: dict, doc: dict, scope: Scope, where: str) -> np.ndarray:
+def scope_mask(arrays: dict, doc: dict, scope: Scope, where: str) -> np.ndarray:
+    """Rows of region-interval evidence (``arrays``: its columns, ``doc``: coord_kind, warp_roles)
+    that ``scope`` selects; the latency rule and ``argus query --chrome`` filter the same way."""
     n = len(next(iter(arrays.values()))) if arrays else 0
     mask = np.ones(n, dtype=bool)
     coord_kind = doc.get("coord_kind")
@@ -147,7 +149,7 @@ def synth_latency(ctx) -> dict:
     path = ctx.input_of(src.id, "region_intervals")
     doc = _load(path, "argus.region_intervals/1")
     arrays = _columns(doc, ("region_id", "start", "end"), str(path))
-    mask = _scope_mask(arrays, doc, Scope.from_dict(ctx.task.scope), "latency")
+    mask = scope_mask(arrays, doc, Scope.from_dict(ctx.task.scope), "latency")
     notes = []
     if doc.get("dropped"):
         notes.append(f"{doc['dropped']} records were dropped by full trace buffers")

@@ -41,7 +41,7 @@ def test_trace_unknown_id_fails(tmp_path, capsys):
     other.save(tmp_path / "m.json")
     tree = RegionTree.load(ROOT / "examples" / "cuda" / "regions.json")
     raw = _saved_trace(tmp_path, tree)
-    assert main(["trace", str(raw), "--manifest", str(tmp_path / "m.json")]) == 1
+    assert main(["trace", str(raw), "--manifest", str(tmp_path / "m.json")]) == 2  # bad input: exit 2
     assert "not in the program's regions" in capsys.readouterr().err
 
 

@@ -224,9 +224,11 @@ def check_reference(launch: CudaLaunch, before: list, after: list) -> float | No
     return worst
 
 
-def run_once(program, variant: str, *, trace_config: dict | None = None, check: bool = True) -> dict:
+def run_once(program, variant: str, *, trace_config: dict | None = None, check: bool = True,
+             raw_trace: Path | None = None) -> dict:
     """Build ``variant``, launch it once, check it against the reference; with ``trace_config``
-    (traced variant) also decode the trace. Returns {"cubin", "symbol", "max_rel_err", "intervals"?}."""
+    (traced variant) also decode the trace, and with ``raw_trace`` save its rings there (.npz,
+    :func:`argus_rt.trace.save_raw`). Returns {"cubin", "symbol", "max_rel_err", "intervals"?}."""
     import torch
 
     from ..launch import CubinModule
@@ -256,6 +258,8 @@ def run_once(program, variant: str, *, trace_config: dict | None = None, check: 
 
         known = [r.id for r in program.regions]
         result["trace"] = session.decode(known_ids=known)
+        if raw_trace is not None:
+            session.save(raw_trace)
         result["intervals"] = pair_intervals(result["trace"])
     return result
 
@@ -354,7 +358,10 @@ def intervals_document(intervals, trace, coord_kind: str | None = None) -> dict:
 
 class TraceAdapter(BackendAdapter):
     """Region tracing of a CUDA program's traced variant. Config: ``capacity`` (records per warp
-    ring, power of two, default 256), ``clock`` ("globaltimer" default, or "clock64")."""
+    ring, power of two, default 256), ``clock`` ("globaltimer" default, or "clock64").
+
+    Besides ``region_intervals`` it keeps the raw rings as ``raw_trace`` (.npz): no recipe needs
+    them, but ``argus query --chrome`` and ``argus trace`` decode them again (exact nesting)."""
 
     name = "trace"
     # The traced run is the reference execution of the latency recipe (which declares no effects):
@@ -382,12 +389,13 @@ class TraceAdapter(BackendAdapter):
                 f"region tracing of {ctx.program.kind} programs is not implemented in this adapter; Triton "
                 "programs are traced by the kind-specific 'trace' adapter (argus_rt.compiler.probes)")
         cfg = {"capacity": int(ctx.config.get("capacity", 256)), "clock": ctx.config.get("clock", "globaltimer")}
-        res = run_once(ctx.program, "traced", trace_config=cfg)
+        raw = Path(ctx.outdir) / "raw_trace.npz"
+        res = run_once(ctx.program, "traced", trace_config=cfg, raw_trace=raw)
         doc = intervals_document(res["intervals"], res["trace"], CudaLaunch.from_program(ctx.program).coord_kind)
         doc["reference_check"] = {"max_rel_err": res["max_rel_err"]}
         out = Path(ctx.outdir) / "region_intervals.json"
         atomic_write_text(out, json.dumps(doc) + "\n")
-        return {"region_intervals": out}
+        return {"region_intervals": out, "raw_trace": raw}
 
 
 def runner_argv(program, variant: str, outdir: Path) -> list[str]:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..resources import examples_dir
+from .options import add_workspace, workspace_path
+from .output import make_console, rule
 
 EXAMPLES = examples_dir()
 
@@ -47,7 +49,7 @@ def default_steps(workspace: str) -> list[Step]:
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="guided demo: build, plan, discover and (with a GPU) run a region query")
-    p.add_argument("--workspace", default=".argus_workspace", help="workspace directory for the query step")
+    add_workspace(p, "workspace directory for the query step (default $ARGUS_WORKSPACE or ./.argus_workspace)")
     p.set_defaults(func=run)
 
 
@@ -60,21 +62,21 @@ def _gpu_name() -> str | None:
 
 
 def run(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from ..cli import main as argus_main
+    from ..query import default_workspace
 
-    console = Console()
+    console = make_console()
     gpu = _gpu_name()
     have = {"": None, "nvcc": None if shutil.which("nvcc") else "nvcc is not on PATH",
             "gpu": None if gpu else "no CUDA GPU visible to torch"}
-    console.rule("Argus demo")
+    rule(console, "Argus demo")
     console.print(f"GPU: {gpu or 'none'}    nvcc: {shutil.which('nvcc') or 'not found'}")
 
     results = []
-    for step in default_steps(args.workspace):
-        console.rule(step.title)
+    for step in default_steps(str(workspace_path(args) or default_workspace())):
+        rule(console, step.title)
         missing = have[step.needs]
         if missing:
             console.print(f"[yellow]skipped[/]: {missing}; run `argus {' '.join(step.argv)}` on a machine with it")

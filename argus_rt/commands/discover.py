@@ -5,9 +5,10 @@
 """
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
+
+from ..errors import ArgusInputError
+from .output import STDOUT, human_console, write_json
 
 
 def register(sub) -> None:
@@ -15,17 +16,22 @@ def register(sub) -> None:
     p.add_argument("kernel", help="Triton program directory (argus_program.json) or a .ttgir file")
     p.add_argument("--region", default=None, help="qualified region name (default: every region)")
     p.add_argument("--iterations", type=int, default=None,
-                   help="logical K-loop iterations (default: the program's launch.iterations)")
-    p.add_argument("--json", action="store_true", help="print the async_sites JSON document instead of a table")
+                   help="logical K-loop iterations, >= 1 (default: the program's launch.iterations)")
+    # A bare --json (before another option or at the end) still means stdout, as it used to.
+    p.add_argument("--json", dest="json_out", metavar="FILE", nargs="?", const=STDOUT, default=None,
+                   help="write the async_sites JSON document to FILE ('-' or bare --json: stdout, and the "
+                        "table goes to stderr)")
     p.add_argument("--emit-probe", metavar="OP@ITER", default=None,
                    help="also write the forced-wait probe TTGIR for op (ID or label) at ITER to --out")
     p.add_argument("--out", default=None, help="file for --emit-probe")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, input_errors=(OSError,))  # an unreadable .ttgir or --out, as before
 
 
 def _load(args) -> tuple[str, int, str]:
     from ..compiler.triton_discovery import DiscoveryError, program_ttgir
 
+    if args.iterations is not None and args.iterations < 1:
+        raise ArgusInputError(f"--iterations must be >= 1 (logical K-loop iterations), got {args.iterations}")
     path = Path(args.kernel)
     if path.suffix == ".ttgir":
         if args.iterations is None:
@@ -35,7 +41,7 @@ def _load(args) -> tuple[str, int, str]:
 
     program = load_program(path)
     ttgir, iterations = program_ttgir(program)
-    return ttgir, args.iterations or iterations, program.id
+    return ttgir, iterations if args.iterations is None else args.iterations, program.id
 
 
 def _span(its: list[int]) -> str:
@@ -45,48 +51,40 @@ def _span(its: list[int]) -> str:
 
 
 def run(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from ..compiler.probes import ProbeError, make_forced_wait_probe
-    from ..compiler.triton_discovery import DiscoveryError, TtgirError, async_sites_document, discover
-    from ..program import ProgramError
-    from ..regions import RegionError
+    from ..compiler.triton_discovery import async_sites_document, discover
 
-    console = Console()
-    try:
-        ttgir, iterations, ident = _load(args)
-        d = discover(ttgir, args.region, iterations=iterations)
-        if args.json:
-            print(json.dumps(async_sites_document(d, ident), indent=2, sort_keys=True))
-        else:
-            table = Table(title=f"{d.kernel}: async sites in {d.region} ({iterations} iterations)")
-            for col in ("op id", "kind", "value", "region", "source", "instances (TTGIR line: iterations)"):
-                table.add_column(col, overflow="fold")
-            for s in d.sites:
-                inst = ", ".join(f"{i.placement[0].upper()}{i.ttgir_line}:{_span(i.iterations)}" for i in s.instances)
-                table.add_row(f"0x{s.op_id:08x}", s.kind, s.label, s.region, str(s.source), inst)
-            console.print(table)
-            for s in d.sites:
-                console.print(f"0x{s.op_id:08x} ({s.label}) completes on: {s.completion.describe()}")
-            for s in d.sites:
-                if s.kind == "tma_load":
-                    per = ", ".join(f"{i}:s{s.completion.slot_by_iteration[i]}/p{s.completion.phase_by_iteration[i]}"
-                                    for i in s.iterations)
-                    console.print(f"0x{s.op_id:08x} ({s.label}) iteration:slot/phase  {per}")
-            for u in d.unsupported:
-                console.print(f"[yellow]unsupported:[/] {u}")
-            console.print(f"probe candidates (TMA op x iteration): {len(d.candidates('tma_load'))}")
-        if args.emit_probe:
-            op, _, it = args.emit_probe.partition("@")
-            if not it.isdigit() or not args.out:
-                raise ProbeError(f"--emit-probe takes OP@ITER (e.g. a@3) and needs --out; got {args.emit_probe!r}")
-            probe = make_forced_wait_probe(ttgir, d, op, int(it))
-            from ..fsutil import atomic_write_text
+    console = human_console(args)
+    ttgir, iterations, ident = _load(args)
+    d = discover(ttgir, args.region, iterations=iterations)
+    if args.json_out:
+        write_json(args.json_out, async_sites_document(d, ident))
+    table = Table(title=f"{d.kernel}: async sites in {d.region} ({iterations} iterations)")
+    for col in ("op id", "kind", "value", "region", "source", "instances (TTGIR line: iterations)"):
+        table.add_column(col, overflow="fold")
+    for s in d.sites:
+        inst = ", ".join(f"{i.placement[0].upper()}{i.ttgir_line}:{_span(i.iterations)}" for i in s.instances)
+        table.add_row(f"0x{s.op_id:08x}", s.kind, s.label, s.region, str(s.source), inst)
+    console.print(table)
+    for s in d.sites:
+        console.print(f"0x{s.op_id:08x} ({s.label}) completes on: {s.completion.describe()}")
+    for s in d.sites:
+        if s.kind == "tma_load":
+            per = ", ".join(f"{i}:s{s.completion.slot_by_iteration[i]}/p{s.completion.phase_by_iteration[i]}"
+                            for i in s.iterations)
+            console.print(f"0x{s.op_id:08x} ({s.label}) iteration:slot/phase  {per}")
+    for u in d.unsupported:
+        console.print(f"[yellow]unsupported:[/] {u}")
+    console.print(f"probe candidates (TMA op x iteration): {len(d.candidates('tma_load'))}")
+    if args.emit_probe:
+        op, _, it = args.emit_probe.partition("@")
+        if not it.isdigit() or not args.out:
+            raise ProbeError(f"--emit-probe takes OP@ITER (e.g. a@3) and needs --out; got {args.emit_probe!r}")
+        probe = make_forced_wait_probe(ttgir, d, op, int(it))
+        from ..fsutil import atomic_write_text
 
-            atomic_write_text(Path(args.out), probe.ttgir)
-            console.print(f"wrote probe {probe.key} to {args.out}")
-    except (DiscoveryError, TtgirError, ProbeError, ProgramError, RegionError, OSError) as exc:
-        print(f"argus discover: {exc}", file=sys.stderr)
-        return 2
+        atomic_write_text(Path(args.out), probe.ttgir)
+        console.print(f"wrote probe {probe.key} to {args.out}")
     return 0

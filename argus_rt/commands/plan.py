@@ -1,9 +1,10 @@
 """`argus plan`: print the measurement DAG of a query as text, Graphviz dot, or the JSON descriptor."""
 from __future__ import annotations
 
-import sys
-
+from ..errors import ArgusInputError
 from ..tasks import Plan, topological_order
+from .options import add_workspace, workspace_path
+from .output import human_stream, json_add_argument, write_json, write_text
 
 _KIND_SHAPE = {"transform": "box", "collect": "box3d", "synthesize": "ellipse", "control": "diamond"}
 
@@ -12,10 +13,13 @@ def add_query_arguments(p) -> None:
     p.add_argument("program", help="program directory (with argus_program.json)")
     p.add_argument("--region", default=None, help="qualified or unique leaf region name (default: all)")
     p.add_argument("--signals", default="latency", help="comma-separated signals, e.g. latency,instruction_mix")
-    p.add_argument("--scope", nargs="*", default=[], metavar="FIELD=VALUE",
-                   help="scope items: warp_role=producer iterations=2:4 sms=0-7 ctas=0,1 step=3 layer=0")
-    p.add_argument("--timeout", nargs="*", default=[], metavar="KIND=SECONDS",
-                   help="per-task timeouts by kind: transform, collect, synthesize, control (e.g. collect=900)")
+    # One item per flag: a list-valued option would swallow the program after it.
+    p.add_argument("--scope", action="append", default=[], metavar="FIELD=VALUE",
+                   help="one scope item per flag, repeatable: --scope warp_role=producer --scope iterations=2:4 "
+                        "(fields: warp_role, iterations=A:B, sms=0-7, ctas=0,1, step=N, layer=N)")
+    p.add_argument("--timeout", action="append", default=[], metavar="KIND=SECONDS",
+                   help="one per-task-kind timeout per flag, repeatable: --timeout collect=900 "
+                        "(kinds: transform, collect, synthesize, control)")
 
 
 def parse_timeouts(items: list[str]) -> dict:
@@ -24,13 +28,13 @@ def parse_timeouts(items: list[str]) -> dict:
     for item in items:
         kind, sep, value = item.partition("=")
         if not sep or kind not in kinds:
-            raise ValueError(f"bad timeout {item!r}: use KIND=SECONDS with KIND one of {', '.join(kinds)}")
+            raise ArgusInputError(f"bad timeout {item!r}: use KIND=SECONDS with KIND one of {', '.join(kinds)}")
         try:
             out[kind] = float(value)
         except ValueError:
-            raise ValueError(f"bad timeout {item!r}: {value!r} is not a number of seconds") from None
-        if out[kind] <= 0:
-            raise ValueError(f"bad timeout {item!r}: seconds must be > 0")
+            raise ArgusInputError(f"bad timeout {item!r}: {value!r} is not a number of seconds") from None
+        if not out[kind] > 0:  # NaN too
+            raise ArgusInputError(f"bad timeout {item!r}: seconds must be > 0")
     return out
 
 
@@ -38,10 +42,10 @@ def register(sub) -> None:
     p = sub.add_parser("plan", help="plan a region query and print its task DAG")
     add_query_arguments(p)
     p.add_argument("--format", choices=("text", "dot", "json"), default="text")
-    p.add_argument("--workspace", default=None,
-                   help="plan against this workspace: finished runs that cover a request are reused")
-    p.add_argument("-o", "--output", default=None, help="write to this file instead of stdout")
-    p.set_defaults(func=run)
+    add_workspace(p, "plan against this existing workspace: finished runs that cover a request are reused")
+    p.add_argument("-o", "--output", default=None, metavar="FILE", help="write the --format view to FILE, not stdout")
+    json_add_argument(p, "the plan descriptor (what --format json prints)")
+    p.set_defaults(func=run, input_errors=(ValueError, KeyError))  # unknown signal: KeyError listing the valid
 
 
 def plan_from_args(args) -> Plan:
@@ -49,30 +53,25 @@ def plan_from_args(args) -> Plan:
     from ..scope import Scope
 
     scope = Scope.parse(args.scope)
-    if getattr(args, "workspace", None):
-        from ..workspace import Workspace
+    if workspace_path(args):
+        from .workspace import open_existing
 
-        with Workspace(args.workspace) as ws:
+        with open_existing(workspace_path(args)) as ws:  # planning only reads it
             return make_plan(args.program, args.region, args.signals, scope, workspace=ws,
                              timeouts=parse_timeouts(args.timeout))
     return make_plan(args.program, args.region, args.signals, scope, timeouts=parse_timeouts(args.timeout))
 
 
 def run(args) -> int:
-    from ..fsutil import atomic_write_text
-
-    try:
-        plan = plan_from_args(args)
-    except (ValueError, KeyError) as exc:
-        print(f"argus plan: {exc}", file=sys.stderr)
-        return 2
+    view_stream = human_stream(args)  # refuses two outputs on stdout before any work
+    plan = plan_from_args(args)
     text = {"text": to_text, "dot": to_dot, "json": Plan.to_json}[args.format](plan)
     if args.output:
-        from pathlib import Path
-
-        atomic_write_text(Path(args.output), text)
+        write_text(args.output, text)
     else:
-        print(text)
+        print(text, file=view_stream)
+    if args.json_out:
+        write_json(args.json_out, plan.to_dict())
     return 0
 
 

@@ -2,41 +2,52 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
+from .options import add_workspace, workspace_path
+from .output import human_console, json_add_argument, write_json, write_text
 from .plan import add_query_arguments, parse_timeouts
 
 
 def register(sub) -> None:
     p = sub.add_parser("query", help="measure signals of a region and print a region report")
     add_query_arguments(p)
-    p.add_argument("--workspace", default=None,
-                   help="workspace directory (default $ARGUS_WORKSPACE or ./.argus_workspace)")
+    add_workspace(p)
     p.add_argument("--devices", default=None, help="comma-separated CUDA device indices for collection workers")
-    p.add_argument("--json", dest="json_out", default=None, help="also write the JSON report to this file")
-    p.add_argument("--markdown", default=None, help="also write a markdown report to this file")
+    json_add_argument(p, "the report (argus_report_version 1, schema argus_rt/schemas/report.schema.json)")
+    p.add_argument("--markdown", default=None, metavar="FILE", help="also write a markdown report to FILE ('-': stdout)")
+    p.add_argument("--chrome", default=None, metavar="FILE",
+                   help="also write the region occurrences behind the latency values as a Chrome/Perfetto "
+                        "trace JSON to FILE ('-': stdout); needs the latency signal")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--cpu-pool", choices=("thread", "process"), default="thread",
                    help="run Transform/Synthesize/Control in threads (default) or spawned processes")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, input_errors=(ValueError, KeyError))  # unknown signal: KeyError listing the valid
 
 
 def run(args) -> int:
-    from ..fsutil import atomic_write_text
-    from ..query import query
+    from ..query import default_workspace, query
     from ..scope import Scope
 
-    try:
-        report = query(args.program, args.region, args.signals, Scope.parse(args.scope),
-                       workspace=args.workspace, progress=not args.no_progress and sys.stderr.isatty(),
-                       devices=args.devices.split(",") if args.devices is not None else None,
-                       timeouts=parse_timeouts(args.timeout), cpu_pool=args.cpu_pool)
-    except (ValueError, KeyError) as exc:
-        print(f"argus query: {exc}", file=sys.stderr)
-        return 2
-    report.print()
+    console = human_console(args)  # refuses two outputs on stdout before any work
+    if args.chrome:
+        from .query_chrome import require_latency
+
+        require_latency([s for s in args.signals.split(",") if s])
+    workspace = workspace_path(args) or default_workspace()
+    report = query(args.program, args.region, args.signals, Scope.parse(args.scope),
+                   workspace=workspace, progress=not args.no_progress and sys.stderr.isatty(),
+                   devices=args.devices.split(",") if args.devices is not None else None,
+                   timeouts=parse_timeouts(args.timeout), cpu_pool=args.cpu_pool)
+    report.print(console)
     if args.json_out:
-        atomic_write_text(Path(args.json_out), report.to_json())
+        write_json(args.json_out, report.to_dict())
     if args.markdown:
-        atomic_write_text(Path(args.markdown), report.to_markdown())
+        write_text(args.markdown, report.to_markdown())
+    if args.chrome:
+        from .query_chrome import write_query_chrome_trace
+        from .workspace import open_existing
+
+        with open_existing(workspace) as ws:
+            n = write_query_chrome_trace(report, ws, args.chrome)
+        console.print(f"Chrome/Perfetto trace: {args.chrome} ({n} region occurrences)")
     return 0 if not report.unanswered else 1

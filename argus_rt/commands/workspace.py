@@ -1,58 +1,109 @@
-"""`argus workspace`: inspect and maintain a workspace (programs, tasks, forks, consistency)."""
+"""`argus workspace`: inspect and maintain a workspace (programs, tasks, forks, consistency).
+
+Every action works on an existing workspace only: a mistyped ``--workspace`` is refused with
+``no workspace at PATH`` instead of creating an empty one there.
+"""
 from __future__ import annotations
 
-import json
-import sys
+import argparse
+from pathlib import Path
+
+from .options import add_workspace, workspace_path
+from .output import human_stream, json_add_argument, write_json
+
+ACTIONS = {
+    "stats": "counts and bytes",
+    "programs": "program versions and their bases",
+    "tasks": "task records",
+    "fork": "start a branch at an earlier program version",
+    "branches": "branch heads",
+    "verify": "check every recorded output against its blob",
+    "clean": "remove staging leftovers of killed tasks (no runtime may be using it)",
+}
+INDEX_FILE = "index.sqlite"  # what makes a directory a workspace (argus_rt.workspace layout)
 
 
 def register(sub) -> None:
     p = sub.add_parser("workspace", help="inspect a workspace: stats, programs, tasks, fork, verify, clean")
-    p.add_argument("--workspace", default=None, help="directory (default $ARGUS_WORKSPACE or ./.argus_workspace)")
+    _shared_options(p)
     wsub = p.add_subparsers(dest="action", metavar="ACTION")
-    wsub.add_parser("stats", help="counts and bytes")
-    wsub.add_parser("programs", help="program versions and their bases")
-    t = wsub.add_parser("tasks", help="task records")
-    t.add_argument("--failed", action="store_true", help="only failed tasks")
-    f = wsub.add_parser("fork", help="start a branch at an earlier program version")
-    f.add_argument("program", help="program version id (pv-...)")
-    f.add_argument("branch", help="branch name")
-    wsub.add_parser("branches", help="branch heads")
-    wsub.add_parser("verify", help="check every recorded output against its blob")
-    wsub.add_parser("clean", help="remove staging leftovers of killed tasks (no runtime may be using it)")
+    actions = {name: wsub.add_parser(name, help=text) for name, text in ACTIONS.items()}
+    for action in actions.values():
+        _shared_options(action)  # `argus workspace stats --workspace W --json -` works too
+    actions["tasks"].add_argument("--failed", action="store_true", help="only failed tasks")
+    actions["fork"].add_argument("program", help="program version id (pv-...)")
+    actions["fork"].add_argument("branch", help="branch name")
     p.set_defaults(func=run)
+
+
+def _shared_options(parser) -> None:
+    add_workspace(parser)
+    json_add_argument(parser, "the action's result", default=argparse.SUPPRESS)
+
+
+def open_existing(path):
+    """Open the workspace at ``path``, refusing (WorkspaceError) where there is none."""
+    from ..workspace import Workspace, WorkspaceError
+
+    path = Path(path)
+    if not (path / INDEX_FILE).is_file():
+        raise WorkspaceError(f"no workspace at {path}")
+    return Workspace(path)
 
 
 def run(args) -> int:
     from ..query import default_workspace
-    from ..workspace import Workspace, WorkspaceError
 
-    with Workspace(args.workspace or default_workspace()) as ws:
-        action = args.action or "stats"
-        try:
-            if action == "stats":
-                print(json.dumps(ws.stats(), indent=1))
-            elif action == "programs":
-                for p in ws.programs():
-                    print(f"{p['id']}  {p['name']}:{p['variant']}  base={p['base']}  parent={p['parent']}")
-            elif action == "tasks":
-                for t in ws.tasks():
-                    if not args.failed or t["status"] == "failed":
-                        print(f"{t['id']}  {t['kind']}:{t['op']}  {t['status']}  attempts={t['attempts']}")
-            elif action == "fork":
-                ws.fork(args.program, args.branch)
-                print(f"branch {args.branch} -> {args.program}")
-            elif action == "branches":
-                for name, pid in ws.branches().items():
-                    print(f"{name}  {pid}")
-            elif action == "verify":
-                problems = ws.verify()
-                for line in problems:
-                    print(line)
-                print("consistent" if not problems else f"{len(problems)} problem(s)")
-                return 0 if not problems else 1
-            elif action == "clean":
-                print(f"removed {ws.clean_staging()} staging dir(s)")
-        except WorkspaceError as exc:
-            print(f"argus workspace: {exc}", file=sys.stderr)
-            return 2
-    return 0
+    action = args.action or "stats"
+    json_out = getattr(args, "json_out", None)
+    out = human_stream(args)
+    with open_existing(workspace_path(args) or default_workspace()) as ws:
+        doc, lines, code = _ACTIONS[action](ws, args)
+    if json_out:
+        write_json(json_out, doc)
+    for line in lines:
+        print(line, file=out)
+    return code
+
+
+def _stats(ws, args):
+    import json
+
+    stats = ws.stats()
+    return stats, [json.dumps(stats, indent=1)], 0
+
+
+def _programs(ws, args):
+    programs = ws.programs()
+    return programs, [f"{p['id']}  {p['name']}:{p['variant']}  base={p['base']}  parent={p['parent']}"
+                      for p in programs], 0
+
+
+def _tasks(ws, args):
+    tasks = [t for t in ws.tasks() if not args.failed or t["status"] == "failed"]
+    return tasks, [f"{t['id']}  {t['kind']}:{t['op']}  {t['status']}  attempts={t['attempts']}" for t in tasks], 0
+
+
+def _fork(ws, args):
+    ws.fork(args.program, args.branch)
+    return {"branch": args.branch, "program": args.program}, [f"branch {args.branch} -> {args.program}"], 0
+
+
+def _branches(ws, args):
+    heads = ws.branches()
+    return heads, [f"{name}  {pid}" for name, pid in heads.items()], 0
+
+
+def _verify(ws, args):
+    problems = ws.verify()
+    summary = "consistent" if not problems else f"{len(problems)} problem(s)"
+    return {"consistent": not problems, "problems": problems}, problems + [summary], 0 if not problems else 1
+
+
+def _clean(ws, args):
+    removed = ws.clean_staging()
+    return {"removed_staging_dirs": removed}, [f"removed {removed} staging dir(s)"], 0
+
+
+_ACTIONS = {"stats": _stats, "programs": _programs, "tasks": _tasks, "fork": _fork, "branches": _branches,
+            "verify": _verify, "clean": _clean}

@@ -1,0 +1,102 @@
+"""The region occurrences behind a query's latency values, as a Chrome/Perfetto trace
+(``argus query --chrome FILE``).
+
+The latency values cite one region-trace collection. Its workspace outputs are ``raw_trace`` (the
+device rings, as :func:`argus_rt.trace.save_raw` wrote them, where the backend keeps them) and
+``region_intervals`` (one row per occurrence). The raw rings are decoded and paired again, which
+gives the exact nesting depth; without them the occurrence rows are used (depth 0). Only the query's
+region subtree and scope are exported, so the timeline shows what the report's numbers count.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ..errors import ArgusInputError
+
+RAW_TRACE = "raw_trace"
+REGION_INTERVALS = "region_intervals"
+
+
+def require_latency(signals: list[str]) -> None:
+    """Refuse ``--chrome`` before running a query that will not have a region trace."""
+    if "latency" not in signals:
+        raise ArgusInputError(f"--chrome exports the region trace of the latency signal; add latency to --signals "
+                              f"(got {','.join(signals) or 'none'})")
+
+
+def trace_evidence(report) -> dict:
+    """The one region-trace collection that the report's latency values cite."""
+    cited = {}
+    for value in report.select(signal="latency"):
+        for ev in value["provenance"].get("evidence", []):
+            if ev.get("backend") == "trace":
+                cited[ev["task"]] = ev
+    if not cited:
+        raise ArgusInputError("--chrome exports the region trace of the latency signal, and this report has no "
+                              "latency values; add latency to --signals")
+    if len(cited) > 1:
+        raise ArgusInputError(f"--chrome: the latency values cite {len(cited)} region traces "
+                              f"({', '.join(sorted(cited))}); query one region trace at a time")
+    return next(iter(cited.values()))
+
+
+def _rows_from_columns(doc: dict):
+    from ..trace import INTERVAL_DTYPE
+
+    cols = doc["columns"]
+    rows = np.zeros(len(cols["region_id"]), dtype=INTERVAL_DTYPE)
+    for name in ("region_id", "start", "end", "sm", "cta", "warp", "coord"):
+        rows[name] = np.asarray(cols.get(name, [0] * len(rows)), dtype=np.int64)
+    rows["duration"] = rows["end"] - rows["start"]
+    rows["parent"] = -1
+    return rows
+
+
+def occurrences(outputs: dict, tree):
+    """(Intervals, source name, region_intervals document) from a trace collection's outputs."""
+    from ..trace import Intervals, load_raw, pair_intervals
+
+    if REGION_INTERVALS not in outputs:
+        raise ArgusInputError(f"--chrome: the cited trace collection has no {REGION_INTERVALS!r} output "
+                              f"(outputs: {', '.join(sorted(outputs))})")
+    doc = outputs[REGION_INTERVALS].read_json()
+    if RAW_TRACE in outputs:
+        trace = load_raw(outputs[RAW_TRACE].path, known_ids=[r.id for r in tree])
+        return pair_intervals(trace, strict=False), RAW_TRACE, doc
+    return Intervals(_rows_from_columns(doc), doc.get("clock", "ns"), list(doc.get("problems", []))), \
+        REGION_INTERVALS, doc
+
+
+def query_chrome_trace(report, workspace) -> dict:
+    """The Chrome/Perfetto ``traceEvents`` document of ``report``'s region occurrences."""
+    from ..scope import Scope
+    from ..synthesis import scope_mask
+    from ..trace import Intervals, chrome_trace
+
+    ev = trace_evidence(report)
+    outputs = workspace.outputs(ev["task"])
+    if outputs is None:
+        raise ArgusInputError(f"--chrome: trace collection {ev['task']} is not in workspace {workspace.root}")
+    tree = workspace.get_program(ev["program_version"]).regions
+    intervals, source, doc = occurrences(outputs, tree)
+    rows = intervals.rows
+    region = report.query.get("region")
+    ids = [r.id for r in (tree.subtree(region) if region else tree)]
+    arrays = {k: rows[k].astype(np.int64) for k in ("region_id", "start", "end", "sm", "cta", "warp", "coord")}
+    keep = np.isin(arrays["region_id"], ids) & scope_mask(arrays, doc, Scope.from_dict(report.query.get("scope") or {}),
+                                                         "--chrome")
+    out = chrome_trace(Intervals(rows[keep], intervals.unit, intervals.problems), names=tree)
+    out["otherData"].update({"argus_query": report.query, "trace_task": ev["task"], "source": source,
+                             "occurrences": int(keep.sum())})
+    return out
+
+
+def write_query_chrome_trace(report, workspace, target: str) -> int:
+    """Write the document to ``target`` (a path, or ``-`` for stdout); returns the occurrences written."""
+    from .output import write_text
+
+    doc = query_chrome_trace(report, workspace)
+    write_text(target, json.dumps(doc))
+    return doc["otherData"]["occurrences"]
