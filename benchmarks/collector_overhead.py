@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.event_timing import SLEEP_CYCLES, interleaved_event_times, median_us  # noqa: E402
-from benchmarks.record import gpu_name, record  # noqa: E402
+from benchmarks.record import gpu_name, record, spread  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "cuda"
 SOURCES = ("collector_study.cu", "collector_study_regions.h", "collector_study_reference.py")
@@ -123,7 +123,7 @@ def timed_launches(torch, mods, symbol, args, names: list[str], reps: int) -> di
     for name, samples in interleaved_event_times(runs, reps, warmup=WARMUP).items():
         lat = [us for us, _ in samples]
         out[name] = {"median_us": median_us(samples), "min_us": min(lat), "n": len(lat),
-                     "queued_share": sum(q for _, q in samples) / len(samples)}
+                     "queued_share": sum(q for _, q in samples) / len(samples), "spread": spread(lat)}
     return out
 
 
@@ -148,6 +148,7 @@ def systrace_delta(torch, mods, symbol, args, reps: int, workdir: Path) -> dict:
     if not kineto_ns:
         raise AssertionError(f"the Kineto trace holds no {KERNEL!r} kernel events")
     return {"off_us": statistics.median(off), "on_us": statistics.median(on),
+            "spread": {"latency_us": spread(on), "off_us": spread(off)},  # over the blocks' medians
             "kineto_kernel_us": statistics.median(kineto_ns) / 1e3, "kineto_kernels": len(kineto_ns),
             "queued_share_on": min(queued_on), "blocks": blocks, "launches_per_block": per_block}
 
@@ -290,10 +291,10 @@ def main() -> int:
     t = timed_launches(torch, mods, symbol, kargs, ["trace_free", "marker_only"], args.reps)
     base = t["trace_free"]["median_us"]
     rows = [row("trace_free", base, 0.0, min_us=t["trace_free"]["min_us"], launches=t["trace_free"]["n"],
-                queued_share=t["trace_free"]["queued_share"]),
+                queued_share=t["trace_free"]["queued_share"], spread={"latency_us": t["trace_free"]["spread"]}),
             row("marker_only", t["marker_only"]["median_us"], t["marker_only"]["median_us"] - base,
                 min_us=t["marker_only"]["min_us"], launches=t["marker_only"]["n"],
-                queued_share=t["marker_only"]["queued_share"])]
+                queued_share=t["marker_only"]["queued_share"], spread={"latency_us": t["marker_only"]["spread"]})]
     print(f"latency: trace_free {base:.3f} us, marker_only {t['marker_only']['median_us']:.3f} us", flush=True)
     notes = []
     with tempfile.TemporaryDirectory(prefix="argus_collectors_") as tmp:
@@ -301,7 +302,7 @@ def main() -> int:
         sy = systrace_delta(torch, mods, symbol, kargs, args.reps, work / "systrace")
         rows.append(row("systrace", sy["on_us"], sy["on_us"] - sy["off_us"], off_us=sy["off_us"],
                         kineto_kernel_us=sy["kineto_kernel_us"], queued_share=sy["queued_share_on"],
-                        launches=sy["blocks"] * sy["launches_per_block"]))
+                        launches=sy["blocks"] * sy["launches_per_block"], spread=sy["spread"]))
         print(f"systrace: off {sy['off_us']:.3f} us, on {sy['on_us']:.3f} us, Kineto kernel {sy['kineto_kernel_us']:.3f} us",
               flush=True)
         try:
@@ -311,12 +312,17 @@ def main() -> int:
             nc = ncu_collections(program, args.collections, work)
             gpu_us, metric_wall = ncu_gpu_time_us(program, work / "ncu_time")
             pm_s, nc_s = statistics.median(pm["walls_s"]), statistics.median(nc["walls_s"])
+            plain_spread = spread(w * 1e3 for w in plain)
             rows.append(row("pc_map", None, (pm_s - plain_s) * 1e6, collection_wall_ms=pm_s * 1e3,
                             plain_run_wall_ms=plain_s * 1e3, static_analysis_ms=pm["static_ms"],
-                            collections=len(pm["walls_s"])))
+                            collections=len(pm["walls_s"]),
+                            spread={"collection_wall_ms": spread(w * 1e3 for w in pm["walls_s"]),
+                                    "plain_run_wall_ms": plain_spread}))
             rows.append(row("ncu", gpu_us, (nc_s - plain_s) * 1e6, collection_wall_ms=nc_s * 1e3,
                             plain_run_wall_ms=plain_s * 1e3, ncu_gpu_time_us=gpu_us,
-                            metric_run_wall_ms=metric_wall * 1e3, collections=len(nc["walls_s"])))
+                            metric_run_wall_ms=metric_wall * 1e3, collections=len(nc["walls_s"]),
+                            spread={"collection_wall_ms": spread(w * 1e3 for w in nc["walls_s"]),
+                                    "plain_run_wall_ms": plain_spread}))
             print(f"pc_map: {pm_s * 1e3:.0f} ms per collection, ncu: {nc_s * 1e3:.0f} ms, plain run {plain_s * 1e3:.0f} ms, "
                   f"ncu gpu__time_duration {gpu_us:.3f} us", flush=True)
         except BackendUnavailableError as exc:  # ncu missing or no counter access: say so, keep the rest

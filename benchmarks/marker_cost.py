@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.event_timing import interleaved_event_times, median_us  # noqa: E402
-from benchmarks.record import gpu_name, record  # noqa: E402
+from benchmarks.record import gpu_name, record, spread  # noqa: E402
 from benchmarks.trace_overhead import fma_chain_reference  # noqa: E402
 
 CTAS, THREADS, FMAS_PER_THREAD = 128, 256, 4096
@@ -123,6 +123,10 @@ def main() -> int:
             for o, a in zip(OCCURRENCES, added):
                 row[f"added_us_occ{o}"] = a
             row.update({"per_marker_ns": slope * 1e3, "fixed_us": intercept})
+            # added_us_occN is a difference of two builds' medians: the spread is that of each build's launches
+            timed_builds = {f"us_occ{o}": (cursor, state, o) for o in OCCURRENCES}
+            timed_builds.update({f"trace_free_us_occ{o}": ("free", o) for o in OCCURRENCES})
+            row["spread"] = {name: spread(us for us, _ in times[key]) for name, key in timed_builds.items()}
             rows.append(row)
             print(f"{cursor:8s} {state:8s} " + "  ".join(f"occ={o}: +{a:6.2f} us" for o, a in zip(OCCURRENCES, added))
                   + f"  -> {slope * 1e3:6.1f} ns/marker, fixed {intercept:5.2f} us", flush=True)

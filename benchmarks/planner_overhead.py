@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_rt.backends.base import BackendAdapter, register_backend  # noqa: E402
 from argus_rt.runtime.handlers import register_synthesis  # noqa: E402
+from benchmarks.record import spread  # noqa: E402
 
 
 class NoopCollect(BackendAdapter):
@@ -120,7 +121,7 @@ def measure(n_tasks: int) -> dict:
     return {"tasks": len(plan.tasks), "collect_runs": plan.count("collect"), "plan_s": plan_s,
             "sched_overhead_ms_per_task": (wall - work) / executed * 1e3,
             "run_wall_s": wall, "reuse_ms_per_task": reuse_wall / len(plan.tasks) * 1e3,
-            "worker_startup_s": startup_s}
+            "worker_startup_s": startup_s, "spread": {"plan_s": spread(times)}}  # the other figures: one run each
 
 
 def main() -> None:

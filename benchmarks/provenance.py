@@ -24,7 +24,8 @@ VERSION_NAMES = ("python", "torch", "triton", "cuda_runtime", "driver", "numpy",
 def _git(root: Path, *args: str) -> str:
     proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
-        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"git exit {proc.returncode}")
+        last_line = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
+        raise RuntimeError(last_line or f"git exit {proc.returncode}")
     return proc.stdout.strip()
 
 

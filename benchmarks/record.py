@@ -48,6 +48,11 @@ def gpu_name() -> str:
     return "no GPU"
 
 
+def utc_now() -> str:
+    """The run's date; to the second, so two runs of one benchmark in one minute are told apart."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def spread(samples) -> dict:
     """min / median / max over a measurement's repeats, plus how many there were (n); units as given."""
     values = [float(v) for v in samples]
@@ -65,7 +70,7 @@ def make_record(script: str, rows: list[dict], *, title: str, notes: str = "", c
     versions, versions_missing = provenance.versions()
     missing = {**({"commit": commit_missing} if commit_missing else {}), **versions_missing, **(not_recorded or {})}
     return {
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": utc_now(),
         "gpu": gpu or gpu_name(),
         "command": command or "python " + " ".join([f"benchmarks/{script}.py"] + sys.argv[1:]),
         "commit": commit,

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.event_timing import interleaved_event_times, median_us  # noqa: E402
-from benchmarks.record import gpu_name, record  # noqa: E402
+from benchmarks.record import gpu_name, record, spread  # noqa: E402
 
 CTAS, THREADS, OCCURRENCES = 128, 256, 64
 INNERS = [8, 16, 32, 64, 128, 256, 512]
@@ -206,7 +206,9 @@ def check_trace(sess, name, kind, inner) -> None:
     assert sorted(set(iv.rows["coord"].tolist())) == list(range(OCCURRENCES))
 
 
-def time_variants(torch, mods, sessions, kind, inp, inner, reps, timed=RUNS, diagnostic=DIAGNOSTIC_RUNS) -> dict[str, float]:
+def time_variants(torch, mods, sessions, kind, inp, inner, reps, timed=RUNS,
+                  diagnostic=DIAGNOSTIC_RUNS) -> tuple[dict[str, float], dict[str, dict]]:
+    """({run: median us}, {run + "_us": spread of its launches})."""
     out = torch.empty(CTAS * THREADS, device="cuda")
     fn, args = launch_args(kind, out, inp, inner)
 
@@ -221,11 +223,13 @@ def time_variants(torch, mods, sessions, kind, inp, inner, reps, timed=RUNS, dia
         sess = sessions[(built, kind)]
         runs[name] = run(built, sess.disarm if changes is None else (lambda s=sess, c=changes: s.arm(**c)))
     times = interleaved_event_times(runs, reps)
-    return {name: median_us(samples) for name, samples in times.items()}
+    return ({name: median_us(samples) for name, samples in times.items()},
+            {f"{name}_us": spread(us for us, _ in samples) for name, samples in times.items()})
 
 
-def overhead_row(kind, inner, inner_loop, t, how, trace_problems) -> dict:
-    """The fields every row has: trace-free time, both trace cursors' added time, the published figures, the checks."""
+def overhead_row(kind, inner, inner_loop, t, how, trace_problems, spreads) -> dict:
+    """The fields every row has: trace-free time, both trace cursors' added time, the published figures, the checks,
+    and the spread of every timed run's launches."""
     base = t["trace_free"]
     pub = PUBLISHED.get((kind, inner))
     return {
@@ -244,6 +248,7 @@ def overhead_row(kind, inner, inner_loop, t, how, trace_problems) -> dict:
         "published_overhead_pct": pub[2] if pub else None,
         "checked_against": how,
         "trace_check": "ok" if not trace_problems else "FAILED: " + "; ".join(trace_problems),
+        "spread": spreads,
     }
 
 
@@ -253,8 +258,8 @@ def measure_constant(torch, mods, sessions, kind, inp, inner, reps, runtime_out)
     how, problems, _ = check_outputs(torch, mods, sessions, kind, inp, inner, runs=CONST_RUNS, expect=runtime_out)
     for p in problems:
         print(f"TRACE CHECK FAILED {kind} inner={inner} (constant count): {p}", flush=True)
-    t = time_variants(torch, mods, sessions, kind, inp, inner, reps, timed=CONST_RUNS, diagnostic={})
-    row = overhead_row(kind, inner, "constant", t, how + "; equal to the run-time-count build", problems)
+    t, spreads = time_variants(torch, mods, sessions, kind, inp, inner, reps, timed=CONST_RUNS, diagnostic={})
+    row = overhead_row(kind, inner, "constant", t, how + "; equal to the run-time-count build", problems, spreads)
     base = row["trace_free_us"]
     print(f"{kind:8s} inner={inner:4d} constant count: free {base:9.2f} us  traced +{row['overhead_us']:7.2f} us "
           f"({row['overhead_pct']:6.2f}%)  reg +{row['overhead_reg_us']:7.2f} us ({row['overhead_reg_pct']:6.2f}%)", flush=True)
@@ -318,8 +323,8 @@ def main() -> int:
             for p in trace_problems:
                 print(f"TRACE CHECK FAILED {kind} inner={inner}: {p}", flush=True)
             reps = 200 if inner <= 64 else 60
-            t = time_variants(torch, mods, sessions, kind, inp, inner, reps)
-            row = overhead_row(kind, inner, "runtime", t, how, trace_problems)
+            t, spreads = time_variants(torch, mods, sessions, kind, inp, inner, reps)
+            row = overhead_row(kind, inner, "runtime", t, how, trace_problems, spreads)
             base = row["trace_free_us"]
             row.update({
                 "marker_only_us": t["marker_only"],
