@@ -198,8 +198,12 @@ def test_worker_output_cannot_corrupt_replies_and_multicast_stays_off(chatty, tm
     assert "chatty synthesis: a line on stdout" in err
 
 
-@pytest.mark.parametrize("how, signame", [("abort", "SIGABRT"), ("segfault", "SIGSEGV"), ("sigkill", "SIGKILL")])
-def test_a_crashing_worker_fails_its_task_and_a_fresh_one_runs_the_next(chatty, tmp_path, how, signame):
+@pytest.mark.parametrize("how, signame, last_words", [
+    ("abort", "SIGABRT", "Fatal Python error: Aborted in File"),
+    ("segfault", "SIGSEGV", "Fatal Python error: Segmentation fault in File"),
+    ("sigkill", "SIGKILL", "chatty: crashing with sigkill"),
+])
+def test_a_crashing_worker_fails_its_task_and_a_fresh_one_runs_the_next(chatty, tmp_path, how, signame, last_words):
     marker = tmp_path / "crashed"
     plan = plan_query(chatty_program(crash_collect_once={"marker": str(marker), "how": how}), "gemm", ["chatty"])
     collect = next(t.id for t in plan.tasks.values() if t.op == "standin_chatty")
@@ -209,6 +213,7 @@ def test_a_crashing_worker_fails_its_task_and_a_fresh_one_runs_the_next(chatty, 
         error = first.results[collect].error
         assert first.results[collect].status == "failed"
         assert error.startswith("killed: worker process for device '' died") and signame in error
+        assert "; last output: " + last_words in error
         assert "\n" not in error  # one line; the worker's last output goes to the failure record
         assert "chatty: crashing with " + how in ws.task_status(collect)["error"]
         again = rt.rerun_failed(first)

@@ -75,6 +75,15 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def last_words(lines: list[str]) -> str:
+    """One line that says why a child died: faulthandler's error with the innermost frame, else its last line."""
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("Fatal Python error:"):
+            frame = next((f.strip() for f in lines[i + 1:] if f.strip().startswith("File ")), "")
+            return lines[i].strip() + (f" in {frame}" if frame else "")
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
+
+
 class WorkerProcess:
     """Parent-side handle of one child of ``role``: :meth:`request` sends a job and waits for its reply.
 
@@ -184,12 +193,15 @@ class WorkerProcess:
         return json.loads(line)
 
     def _death(self, during: str) -> WorkerDied:
+        try:
+            self._proc.wait(timeout=1)  # its pipes close a moment before its exit status exists
+        except subprocess.TimeoutExpired:
+            pass
         self.kill()
         self._echo.join(timeout=2)  # let the last lines it printed arrive
-        output = "\n".join(self._tail)
-        last = next((line for line in reversed(self._tail) if line.strip()), "")
+        summary = last_words(list(self._tail))
         message = f"{self.name} died ({describe_exit(self._proc.returncode)}) {during}"
-        return WorkerDied(message + (f"; last output: {last.strip()}" if last else ""), output)
+        return WorkerDied(message + (f"; last output: {summary}" if summary else ""), "\n".join(self._tail))
 
     def _echo_output(self) -> None:
         # the child's stdout and stderr: shown to the user as before, the tail kept for errors
