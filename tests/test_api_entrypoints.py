@@ -44,9 +44,11 @@ with open({log!r}, "a") as fh:
     fh.write("top level ran\\n")
 
 with standin_backends():
-    report = argus_rt.query(demo_program(), region="gemm", signals=["latency"], workspace={ws!r}, devices=[""], cpu_pool={pool!r})
+    report = argus_rt.query(demo_program(), region="gemm", signals=["latency"], workspace={ws!r},
+                            devices=[""], cpu_pool={pool!r})
 
-print("REPORT " + json.dumps({{"unanswered": report.unanswered, "collect_runs": report.execution["collect_runs"], "count": report.value("latency", "main/gemm", "count")}}))
+print("REPORT " + json.dumps({{"unanswered": report.unanswered, "collect_runs": report.execution["collect_runs"],
+                              "count": report.value("latency", "main/gemm", "count")}}))
 """
 
 # notebook-like: the code is fed line by line to a console; __main__ (``-c``) has no __file__
@@ -111,7 +113,8 @@ class InScript(BackendAdapter):
     needs_gpu = False
 
 register_backend(InScript(), replace=True)
-register_recipe(Recipe("in_script", synthesis="standin_chatty_facts", qualification="observed", evidence=(Evidence("standin_in_script", outputs=("done",), variant="base"),)), replace=True)
+register_recipe(Recipe("in_script", synthesis="standin_chatty_facts", qualification="observed",
+                       evidence=(Evidence("standin_in_script", outputs=("done",), variant="base"),)), replace=True)
 report = argus_rt.query(demo_program(), region="gemm", signals=["in_script"], workspace={ws!r}, devices=[""])
 print("REPORT " + json.dumps({{"unanswered": report.unanswered}}))
 """
