@@ -13,9 +13,12 @@ A program on disk is a directory (or JSON file) with ``argus_program.json``::
 
     {"name": "nested", "kind": "cuda", "sources": ["kernel.cu", "helper.cuh"],
      "flags": ["-O3"], "compiler": "nvcc 13.0" (optional: detected), "regions": "regions.json",
-     "launch": {...}}   # free-form, read by backend adapters only
+     "warp_roles": {"producer": [0], "consumer": [1, 2, 3]} (optional),
+     "launch": {...}}   # read by backend adapters; its keys depend on kind
 
-``regions`` names a region manifest (see :mod:`argus_rt.regions`) or holds one inline.
+``regions`` names a region manifest (see :mod:`argus_rt.regions`) or holds one inline;
+``warp_roles`` names the warps (indices within a CTA) of each role a ``warp_role`` scope may select.
+The published JSON Schema, ``argus_rt/schemas/program.schema.json``, lists every key and value.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ArgusInputError
-from .regions import RegionTree
+from .regions import RegionError, RegionTree
 
 PROGRAM_FILE = "argus_program.json"
 VARIANTS = ("base", "trace_free", "marker_only", "traced", "probe")
@@ -71,6 +74,7 @@ class ProgramVersion:
     params_json: str = "{}"  # canonical JSON of variant parameters (e.g. op_id, iteration)
     base: str | None = None  # id of the base version (variants only)
     parent: str | None = None  # id of the version this one was edited from (lineage)
+    warp_roles_json: str = "{}"  # canonical JSON {role: [warp index within a CTA, ...]}
     regions: RegionTree = field(default_factory=RegionTree, compare=False, hash=False, repr=False)
     root: str | None = field(default=None, compare=False, hash=False, repr=False)  # sources dir
 
@@ -91,6 +95,8 @@ class ProgramVersion:
             "params": self.params_json, "base": self.base,
             "regions": [[r.name, r.id] for r in self.regions],
         }
+        if self.warp_roles_json != "{}":  # only then: versions made before roles existed keep their ids
+            ident["warp_roles"] = self.warp_roles_json
         return "pv-" + hashlib.sha256(_canonical(ident).encode()).hexdigest()[:16]
 
     @property
@@ -106,6 +112,11 @@ class ProgramVersion:
     def params(self) -> dict:
         return json.loads(self.params_json)
 
+    @property
+    def warp_roles(self) -> dict[str, list[int]]:
+        """The warp roles the program declares: {role: [warp index within a CTA, ...]}."""
+        return json.loads(self.warp_roles_json)
+
     def label(self) -> str:
         extra = f"[{','.join(f'{k}={v}' for k, v in sorted(self.params.items()))}]" if self.params_json != "{}" else ""
         return f"{self.name}:{self.variant}{extra}"
@@ -115,9 +126,10 @@ class ProgramVersion:
     def from_sources(cls, name: str, sources: Mapping[str, bytes | str], *, kind: str = "cuda",
                      flags: tuple[str, ...] | list[str] = (), compiler: str = "unknown",
                      launch: dict | None = None, regions: RegionTree | None = None,
-                     root: str | None = None) -> "ProgramVersion":
+                     root: str | None = None, warp_roles: Mapping[str, list[int]] | None = None) -> "ProgramVersion":
         return cls(name=name, kind=kind, sources_sha256=source_digest(sources), flags=tuple(flags),
                    compiler=compiler, launch_json=_canonical(launch or {}),
+                   warp_roles_json=_canonical(_sorted_roles(warp_roles)),
                    regions=regions if regions is not None else RegionTree(name), root=root)
 
     def variant_of(self, variant: str, **params: Any) -> "ProgramVersion":
@@ -141,12 +153,15 @@ class ProgramVersion:
 
     # ---- serialisation --------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {
+        out = {
             "id": self.id, "name": self.name, "kind": self.kind, "sources_sha256": self.sources_sha256,
             "flags": list(self.flags), "compiler": self.compiler, "launch": self.launch,
             "variant": self.variant, "params": self.params, "base": self.base, "parent": self.parent,
             "regions": self.regions.to_manifest(), "root": self.root,
         }
+        if self.warp_roles_json != "{}":
+            out["warp_roles"] = self.warp_roles
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "ProgramVersion":
@@ -155,11 +170,15 @@ class ProgramVersion:
                  launch_json=_canonical(data.get("launch", {})), variant=data.get("variant", "base"),
                  params_json=_canonical(data.get("params", {})), base=data.get("base"),
                  parent=data.get("parent"), regions=RegionTree.from_manifest(data["regions"]),
-                 root=data.get("root"))
+                 root=data.get("root"), warp_roles_json=_canonical(_sorted_roles(data.get("warp_roles"))))
         if "id" in data and data["id"] != pv.id:
             raise ProgramError(f"program record {data['id']!r} does not hash to its id (got {pv.id}); "
                                "it was edited or made by an incompatible Argus")
         return pv
+
+
+def _sorted_roles(roles: Mapping[str, list[int]] | None) -> dict:
+    return {str(name): sorted({int(w) for w in warps}) for name, warps in (roles or {}).items()}
 
 
 def check_joinable(versions: list[ProgramVersion]) -> None:
@@ -193,7 +212,14 @@ def detect_compiler(kind: str) -> str:
 
 
 def load_program(path: str | Path) -> ProgramVersion:
-    """Load a program directory (with ``argus_program.json``) or the JSON file itself."""
+    """Load a program directory (with ``argus_program.json``) or the JSON file itself.
+
+    The file is checked against ``argus_rt/schemas/program.schema.json``; a file that breaks it,
+    names a missing source or manifest, or is not JSON raises :class:`ProgramError` in one line
+    naming the file, the field and what is valid there.
+    """
+    from .schema_check import schema_problems, summarize
+
     path = Path(path)
     spec_path = path / PROGRAM_FILE if path.is_dir() else path
     if not spec_path.is_file():
@@ -201,27 +227,43 @@ def load_program(path: str | Path) -> ProgramVersion:
     root = spec_path.parent
     try:
         spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProgramError(f"cannot read {spec_path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ProgramError(f"{spec_path} is not valid JSON: {exc}") from None
-    valid = {"name", "kind", "sources", "flags", "compiler", "regions", "launch"}
-    unknown = set(spec) - valid
-    if unknown:
-        raise ProgramError(f"{spec_path}: unknown key(s) {sorted(unknown)}; valid keys: {', '.join(sorted(valid))}")
-    sources = {}
-    for rel in spec.get("sources", []):
-        src = (root / rel).resolve()
-        if root.resolve() not in src.parents:
-            raise ProgramError(f"{spec_path}: source {rel!r} lies outside the program directory")
-        sources[rel] = src.read_bytes()
-    regions_spec = spec.get("regions")
+    problems = schema_problems("program", spec)
+    if problems:
+        raise ProgramError(f"{spec_path}: {summarize(problems)}")
+    sources = {rel: _read_source(spec_path, f"sources[{i}]", rel).read_bytes()
+               for i, rel in enumerate(spec["sources"])}
+    regions_spec = spec["regions"]
     if isinstance(regions_spec, str):
-        regions = RegionTree.load(root / regions_spec)
-    elif isinstance(regions_spec, dict):
-        regions = RegionTree.from_manifest(regions_spec)
+        manifest = _read_source(spec_path, "regions", regions_spec)
+        try:
+            regions = RegionTree.load(manifest)
+        except (RegionError, OSError, ValueError) as exc:
+            raise ProgramError(f"{spec_path}: regions: {exc}") from None
     else:
-        raise ProgramError(f"{spec_path}: 'regions' must name a manifest file or hold one inline")
-    kind = spec.get("kind", "cuda")
+        try:
+            regions = RegionTree.from_manifest(regions_spec)
+        except RegionError as exc:
+            raise ProgramError(f"{spec_path}: regions: {exc}") from None
+    kind = spec["kind"]
     compiler = spec.get("compiler") or detect_compiler(kind)
     return ProgramVersion.from_sources(spec.get("name", root.name), sources, kind=kind,
                                        flags=tuple(spec.get("flags", ())), compiler=compiler,
-                                       launch=spec.get("launch", {}), regions=regions, root=str(root))
+                                       launch=spec["launch"], regions=regions, root=str(root),
+                                       warp_roles=spec.get("warp_roles"))
+
+
+def _read_source(spec_path: Path, field_name: str, rel: str) -> Path:
+    """The file ``rel`` that ``field_name`` of ``spec_path`` names, checked to exist inside its directory."""
+    root = spec_path.parent.resolve()
+    target = (root / rel).resolve()
+    if root not in target.parents:
+        raise ProgramError(f"{spec_path}: {field_name}: {rel!r} lies outside the program directory {root}")
+    if not target.is_file():
+        what = "is a directory, not a file" if target.is_dir() else "does not exist"
+        raise ProgramError(f"{spec_path}: {field_name}: {rel!r} {what} (looked at {target}); paths are relative "
+                           f"to the program directory")
+    return target

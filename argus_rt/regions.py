@@ -201,8 +201,13 @@ class RegionTree:
             raise RegionError(
                 f"unsupported region manifest version {version!r}; this Argus reads version {MANIFEST_VERSION}"
             )
+        entries = data.get("regions", [])
+        if not isinstance(entries, list) or not all(
+                isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("id"), int) for e in entries):
+            raise RegionError("manifest 'regions' must be a list of {\"name\": qualified name, \"id\": int, "
+                              f"\"parent\": name or null}}, got {str(entries)[:80]}")
         tree = cls(str(data.get("program", "program")))
-        for entry in sorted(data.get("regions", []), key=lambda e: e["name"].count(_SEPARATOR)):
+        for entry in sorted(entries, key=lambda e: e["name"].count(_SEPARATOR)):
             region = tree.add(entry["name"])
             if region.id != entry["id"]:
                 raise RegionError(
@@ -217,8 +222,20 @@ class RegionTree:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "RegionTree":
-        with open(path, encoding="utf-8") as fh:
-            return cls.from_manifest(json.load(fh))
+        """Read a manifest file; a missing, unreadable or non-JSON file raises :class:`RegionError`."""
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except FileNotFoundError:
+            raise RegionError(f"no region manifest at {path}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RegionError(f"cannot read region manifest {path}: {exc}") from None
+        except json.JSONDecodeError as exc:
+            raise RegionError(f"region manifest {path} is not valid JSON: {exc}") from None
+        try:
+            return cls.from_manifest(data)
+        except RegionError as exc:
+            raise type(exc)(f"region manifest {path}: {exc}") from None
 
     def cuda_defines(self, prefix: str = "ARGUS_REGION_") -> str:
         """C preprocessor lines ``#define ARGUS_REGION_<LEAF> 0x...u`` for use in CUDA sources."""
