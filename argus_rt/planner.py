@@ -2,8 +2,10 @@
 
 Steps (:func:`plan_query`):
 
-1. Validate the region (qualified or unique leaf name), the signals and the scope: each signal's
-   recipe lists the scope fields it retains; asking for another is an error naming the valid ones.
+1. Validate the region (qualified or unique leaf name), the signals and the scope: each signal
+   (and its prerequisites) must support the program's kind (:func:`argus_rt.recipes.unsupported_reason`),
+   each signal's recipe lists the scope fields it retains (asking for another is an error naming
+   the valid ones), and a ``warp_role`` must be one the program declares.
 2. Close the recipe graph over ``prerequisites`` (depth-first; a cycle is a :class:`RecipeError`
    naming the loop).
 3. For each evidence request, add a ``variant`` Transform for the program variant it needs.
@@ -28,10 +30,10 @@ from dataclasses import dataclass, field
 from .backends.base import ConfigMergeError, merge_configs
 from .errors import ArgusInputError
 from .program import ProgramVersion
-from .recipes import Evidence, Recipe, RecipeError, get_recipe
+from .recipes import Evidence, Recipe, RecipeError, get_recipe, signals_for, unsupported_reason
 from .regions import UnknownRegionError
 from .runtime.handlers import register_expander
-from .scope import Scope, ScopeError
+from .scope import Scope, ScopeError, check_warp_role
 from .tasks import Plan, Task, canonical_json, check_sampling, topological_order
 
 DEFAULT_TIMEOUTS_S = {"transform": 900.0, "collect": 600.0, "synthesize": 300.0, "control": 900.0}
@@ -39,6 +41,10 @@ DEFAULT_TIMEOUTS_S = {"transform": 900.0, "collect": 600.0, "synthesize": 300.0,
 
 class QueryError(ArgusInputError):
     """A query that names an unknown region, signal or scope field."""
+
+
+class UnsupportedSignalError(QueryError):
+    """A signal that programs of this kind cannot give (e.g. TTGIR discovery on a CUDA program)."""
 
 
 @dataclass
@@ -224,10 +230,16 @@ def plan_query(program: ProgramVersion, region: str | None, signals: list[str], 
             raise QueryError(str(exc)) from None
     for s in signals:
         recipe = get_recipe(s)
+        why = unsupported_reason(s, program.kind)
+        if why:
+            raise UnsupportedSignalError(
+                f"signal {s!r} {why}; {program.root or program.name!r} is {program.kind}. Signals for "
+                f"{program.kind}: {', '.join(signals_for(program.kind)) or 'none'}")
         extra = scope.fields_set() - recipe.scope_fields
         if extra:
             raise ScopeError(f"signal {s!r} cannot be scoped by {sorted(extra)}: its evidence retains only "
                              f"{', '.join(sorted(recipe.scope_fields)) or 'no scope fields'}")
+    check_warp_role(scope, program.warp_roles, program.name)
     builder = _PlanBuilder(program, sampling, timeouts)
     synth_of: dict[str, str] = {}
     recipes = resolve_recipes(list(signals), program.kind)

@@ -16,7 +16,11 @@ A :class:`Recipe` maps one signal (``"latency"``) to:
   query may use with this signal; ``collect_filters``: those applied at collection time (cheaper
   runs, less reuse); the rest are selected during synthesis;
 * ``synthesis``: the synthesis rule name (``argus_rt.synthesis``) and the ``qualification`` of the
-  values it produces (observed / attributed / derived).
+  values it produces (observed / attributed / derived);
+* ``kinds`` / ``kinds_reason``: the program kinds whose programs can give this evidence (``None``:
+  every kind) and why only those; a signal is available for a kind when it and all its
+  prerequisites for that kind are (:func:`unsupported_reason`). Stand-in programs (kind
+  ``standin``, made by tests that register their own handlers) can give every signal.
 
 Registering a new recipe::
 
@@ -37,7 +41,7 @@ from dataclasses import dataclass, field
 
 from .backends.base import EFFECTS
 from .errors import ArgusInputError
-from .program import VARIANTS
+from .program import PROGRAM_KINDS, VARIANTS
 from .scope import SCOPE_FIELDS
 
 QUALIFICATIONS = ("observed", "attributed", "derived")
@@ -105,6 +109,8 @@ class Recipe:
     synthesis_config: dict = field(default_factory=dict)
     description: str = ""
     public: bool = True  # False: an internal analysis (still plannable as a prerequisite)
+    kinds: frozenset | None = None  # program kinds that can give this evidence; None: every kind
+    kinds_reason: str = ""  # why only those kinds, e.g. "TTGIR discovery"
 
     def __post_init__(self) -> None:
         if not self.signal.replace("_", "").isalnum():
@@ -119,6 +125,12 @@ class Recipe:
                                                             "collect filters (must be retained scope fields)"))
         if self.expander and not self.control:
             raise RecipeError(f"recipe {self.signal!r} names an expander but no control task")
+        if self.kinds is not None:
+            object.__setattr__(self, "kinds", _frozen(self.kinds, PROGRAM_KINDS, "program kinds"))
+
+    def supports(self, kind: str | None) -> bool:
+        """Whether programs of ``kind`` can give this recipe's own evidence (prerequisites aside)."""
+        return self.kinds is None or kind is None or kind == "standin" or kind in self.kinds
 
 
     def prerequisites_for(self, kind: str | None) -> tuple[str, ...]:
@@ -156,7 +168,33 @@ def recipes() -> dict[str, Recipe]:
     return dict(_RECIPES)
 
 
+def unsupported_reason(signal: str, kind: str | None) -> str | None:
+    """Why programs of ``kind`` cannot give ``signal`` (``"needs a triton program (TTGIR discovery)"``),
+    or ``None`` when they can: the signal's recipe and every prerequisite it has for ``kind`` support it."""
+    seen: set[str] = set()
+
+    def walk(name: str) -> str | None:
+        if name in seen:
+            return None
+        seen.add(name)
+        recipe = get_recipe(name)
+        if not recipe.supports(kind):
+            why = f"needs a {' or '.join(sorted(recipe.kinds)) or 'no'} program"
+            why += f" ({recipe.kinds_reason})" if recipe.kinds_reason else ""
+            return why + (f" for its prerequisite {name!r}" if name != signal else "")
+        return next((w for w in map(walk, recipe.prerequisites_for(kind)) if w), None)
+
+    return walk(signal)
+
+
+def signals_for(kind: str | None) -> list[str]:
+    """The public signals programs of ``kind`` can give."""
+    return [s for s in signals() if unsupported_reason(s, kind) is None]
+
+
 # ---- built-in catalog -------------------------------------------------------------------------
+# Region traces: the CUDA trace adapter (device markers) and the Triton one (TTGIR instrumentation).
+_TRACED_KINDS = frozenset({"cuda", "triton"})
 _PROFILER = frozenset({"replays_kernel", "exclusive_profiler", "perturbs_timing", "serialises_kernels"})
 # PC-keyed counters keep no per-SM/CTA/iteration/launch coordinates and no adapter selects a launch
 # yet, so these signals take no scope (asking for one is a planning error, not a silent widening).
@@ -169,13 +207,14 @@ register_recipe(Recipe(
     description="duration of each region occurrence from device timestamps (reference trace)",
     evidence=(Evidence("trace", outputs=("region_intervals",), variant="traced",
                        effects=frozenset({"perturbs_timing"}), sensitive_to=REFERENCE_TRACE_SENSITIVE),),
-    collect_filters=frozenset(),
+    collect_filters=frozenset(), kinds=_TRACED_KINDS, kinds_reason="a region trace of a compiled kernel",
 ))
 register_recipe(Recipe(
     signal="pc_region_map", unit="executions", qualification="observed", synthesis="pc_region_map",
     public=False, description="n(r,p): executions of each PC under each region (mapping run)",
     evidence=(Evidence("pcmap", outputs=("pc_region_counts",), variant="marker_only", effects=_PROFILER),),
     scope_fields=_LAUNCH_SCOPE, collect_filters=_LAUNCH_SCOPE,
+    kinds=_TRACED_KINDS, kinds_reason="the SASS and region markers of a compiled kernel",
 ))
 register_recipe(Recipe(
     signal="instruction_mix", unit="instructions", qualification="attributed", synthesis="attributed_metric",
@@ -208,6 +247,7 @@ register_recipe(Recipe(
                        config={"reference": "iteration_waits"}, effects=frozenset({"perturbs_timing"}),
                        sensitive_to=REFERENCE_TRACE_SENSITIVE),),
     scope_fields=frozenset({"iterations", "ctas"}),
+    kinds=frozenset({"triton"}), kinds_reason="per-iteration waits traced in TTGIR",
 ))
 register_recipe(Recipe(
     signal="async_completion_latency", unit="ns", qualification="derived", synthesis="async_completion_latency",
@@ -216,6 +256,7 @@ register_recipe(Recipe(
     prerequisites=("latency",), kind_prerequisites={"triton": ("iteration_waits",)},
     control="async_discovery", expander="forced_wait_probes",
     scope_fields=frozenset({"iterations", "sms", "ctas"}),
+    kinds=frozenset({"triton"}), kinds_reason="TTGIR discovery of async operations and forced-wait probes",
 ))
 register_recipe(Recipe(
     signal="system_timeline", unit="ns", qualification="observed", synthesis="system_timeline",

@@ -2,14 +2,17 @@
 
 Fields (all optional; an empty scope selects every occurrence):
 
-``warp_role``   str, a role name the program declares (e.g. ``"producer"``, ``"consumer"``)
+``warp_role``   str, a role name the program declares (e.g. ``"producer"``, ``"consumer"``;
+                checked against the program by :func:`check_warp_role` when a query is planned)
 ``iterations``  (start, stop): half-open window of loop iterations (the record's scope coordinate)
 ``sms``         SM indices (any iterable of ints; stored sorted)
 ``ctas``        CTA (block) linear indices (any iterable of ints; stored sorted)
 ``step``        decode step / outer step index
 ``layer``       layer index
 
-Unknown fields or bad values raise :class:`ScopeError` naming the field and the valid choices.
+Every number is an int in ``0 <= x < 2**31`` (an iteration window's stop may equal ``2**31``).
+Unknown fields, repeated fields or bad values raise :class:`ScopeError` naming the field and the
+valid choices.
 """
 from __future__ import annotations
 
@@ -25,15 +28,26 @@ class ScopeError(ArgusInputError):
     """A scope field or value that is not valid."""
 
 
-def _int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ScopeError(f"scope field {name!r} needs a non-negative int, got {value!r}")
+INT_LIMIT = 2**31  # scope coordinates are 32-bit on the device; this bound fits every field
+MAX_LISTED = 1 << 20  # SM or CTA indices one scope may list (a range 0-N counts N + 1)
+
+
+def _int(name: str, value: Any, limit: int = INT_LIMIT) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
+        raise ScopeError(f"scope field {name!r} needs an int in 0 <= x < 2**31, got {_short(value)}")
     return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _int_set(name: str, value: Any) -> tuple[int, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise ScopeError(f"scope field {name!r} needs an iterable of non-negative ints, got {value!r}")
+        raise ScopeError(f"scope field {name!r} needs an iterable of ints in 0 <= x < 2**31, got {_short(value)}")
+    if hasattr(value, "__len__") and len(value) > MAX_LISTED:
+        raise ScopeError(f"scope field {name!r} lists {len(value)} indices; at most {MAX_LISTED} may be listed")
     out = tuple(sorted({_int(name, v) for v in value}))
     if not out:
         raise ScopeError(f"scope field {name!r} is empty: it would select nothing; leave it unset for all")
@@ -61,7 +75,7 @@ class Scope:
                     value = (value.start, value.stop)
                 if not isinstance(value, (tuple, list)) or len(value) != 2:
                     raise ScopeError(f"scope field 'iterations' needs (start, stop), got {value!r}")
-                start, stop = _int(name, value[0]), _int(name, value[1])
+                start, stop = _int(name, value[0]), _int(name, value[1], INT_LIMIT + 1)
                 if stop <= start:
                     raise ScopeError(f"scope field 'iterations' window {value!r} is empty (stop <= start)")
                 value = (start, stop)
@@ -97,26 +111,40 @@ class Scope:
     @classmethod
     def parse(cls, items: Iterable[str]) -> "Scope":
         """From CLI words ``field=value``: ``iterations=2:4``, ``sms=0,1,2``, ``warp_role=producer``."""
+        if isinstance(items, str):  # one "k=v" string would be read character by character
+            items = [items]
         fields: dict[str, Any] = {}
+        given: dict[str, str] = {}
         for item in items:
+            if not isinstance(item, str):
+                raise ScopeError(f"scope item {item!r} is not a 'field=value' string")
             name, sep, text = item.partition("=")
             if not sep:
                 raise ScopeError(f"scope item {item!r} is not field=value; valid fields: {', '.join(SCOPE_FIELDS)}")
             name = name.strip()
             if name not in SCOPE_FIELDS:
                 raise ScopeError(f"unknown scope field {name!r}; valid fields: {', '.join(SCOPE_FIELDS)}")
+            if name in given:
+                raise ScopeError(f"scope field {name!r} given twice ({given[name]!r} and {item!r}); give each "
+                                 f"field once (sms and ctas take lists: sms=0,1,4-7)")
+            given[name] = item
             try:
                 if name == "warp_role":
                     fields[name] = text
                 elif name == "iterations":
-                    start, _, stop = text.partition(":")
-                    fields[name] = (int(start), int(stop))
+                    start, colon, stop = text.partition(":")
+                    if not colon:
+                        raise ValueError(text)
+                    fields[name] = (_parse_int(start), _parse_int(stop))
                 elif name in ("sms", "ctas"):
-                    fields[name] = _parse_int_list(text)
+                    fields[name] = _parse_int_list(name, text)
                 else:
-                    fields[name] = int(text)
+                    fields[name] = _parse_int(text)
+            except ScopeError:
+                raise
             except ValueError:
-                raise ScopeError(f"scope item {item!r}: cannot parse the value of {name!r}") from None
+                raise ScopeError(f"scope item {_short(item)}: cannot parse the value of {name!r}; "
+                                 f"{_SYNTAX[name]}") from None
         return cls(**fields)
 
     def key(self) -> str:
@@ -145,12 +173,49 @@ class Scope:
         return ", ".join(f"{k}={v}" for k, v in self.to_dict().items()) or "all"
 
 
-def _parse_int_list(text: str) -> list[int]:
+_SYNTAX = {
+    "warp_role": "give a role name: warp_role=producer",
+    "iterations": "give a half-open window start:stop, e.g. iterations=2:4",
+    "sms": "give indices and ranges, e.g. sms=0,1,4-7",
+    "ctas": "give indices and ranges, e.g. ctas=0,1,4-7",
+    "step": "give an int, e.g. step=3",
+    "layer": "give an int, e.g. layer=0",
+}
+
+
+def _parse_int(text: str) -> int:
+    """A decimal int; a negative or huge one parses so that Scope() names the valid range."""
+    text = text.strip()
+    digits = text[1:] if text.startswith("-") else text
+    if not (digits.isascii() and digits.isdigit()):  # int() would also take '+1', '1_000', ' 1 '
+        raise ValueError(text)
+    return int(text)
+
+
+def _parse_int_list(name: str, text: str) -> list[int]:
+    """``0,1,4-7`` -> [0, 1, 4, 5, 6, 7]; a range is checked before it is expanded."""
     out: list[int] = []
-    for part in text.split(","):
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            out.extend(range(int(lo), int(hi) + 1))
+    for part in (p.strip() for p in text.split(",")):
+        if "-" in part[1:]:
+            lo, hi = (_int(name, _parse_int(v)) for v in part.split("-", 1))
+            if hi < lo:
+                raise ScopeError(f"scope field {name!r}: range {part!r} is empty (end < start)")
+            if hi - lo + 1 + len(out) > MAX_LISTED:
+                raise ScopeError(f"scope field {name!r}: {part!r} lists more than {MAX_LISTED} indices")
+            out.extend(range(lo, hi + 1))
         elif part:
-            out.append(int(part))
+            out.append(_parse_int(part))
     return out
+
+
+def check_warp_role(scope: "Scope", declared: dict, program: str) -> None:
+    """Raise :class:`ScopeError` unless ``scope.warp_role`` (when set) is one of the ``declared`` roles
+    of ``program``."""
+    if scope.warp_role is None or scope.warp_role in declared:
+        return
+    if not declared:
+        raise ScopeError(f"warp_role={scope.warp_role!r}: program {program!r} declares no warp roles, so no "
+                         "warp_role is valid; declare them in argus_program.json, e.g. "
+                         '"warp_roles": {"producer": [0], "consumer": [1, 2, 3]} (warp indices within a CTA)')
+    raise ScopeError(f"warp_role={scope.warp_role!r} is not a role program {program!r} declares; valid roles: "
+                     f"{', '.join(sorted(declared))}")
