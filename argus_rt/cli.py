@@ -28,13 +28,6 @@ COMMAND_MODULES = ["demo", "build", "trace", "plan", "query", "workspace", "disc
 _INPUT_ERRORS = {
     "argus_rt.compiler.triton_discovery": ("DiscoveryError", "TtgirError"),
     "argus_rt.compiler.probes": ("ProbeError",),
-    "argus_rt.program": ("ProgramError",),
-    "argus_rt.regions": ("RegionError",),
-    "argus_rt.trace.errors": ("TraceError",),
-    "argus_rt.workspace": ("WorkspaceError",),
-    "argus_rt.planner": ("QueryError",),
-    "argus_rt.scope": ("ScopeError",),
-    "argus_rt.report": ("ReportError",),
 }
 # A file the user named that is missing or unreadable is bad input too.
 _FILE_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from .errors import ArgusInputError
+
 REPORT_VERSION = 1
 # The published JSON Schema (draft 2020-12) of this version, shipped as package data.
 REPORT_SCHEMA_FILE = "schemas/report.schema.json"
@@ -50,7 +52,7 @@ def validate_report(data: dict) -> None:
                           f"{where}: {first.message}")
 
 
-class ReportError(ValueError):
+class ReportError(ArgusInputError):
     """A report document of another version or shape."""
 
 

@@ -20,7 +20,6 @@ ACTIONS = {
     "verify": "check every recorded output against its blob",
     "clean": "remove staging leftovers of killed tasks (no runtime may be using it)",
 }
-INDEX_FILE = "index.sqlite"  # what makes a directory a workspace (argus_rt.workspace layout)
 
 
 def register(sub) -> None:
@@ -42,13 +41,10 @@ def _shared_options(parser) -> None:
 
 
 def open_existing(path):
-    """Open the workspace at ``path``, refusing (WorkspaceError) where there is none."""
-    from ..workspace import Workspace, WorkspaceError
+    """Open the workspace at ``path`` without creating anything; WorkspaceError where there is none."""
+    from ..workspace import Workspace
 
-    path = Path(path)
-    if not (path / INDEX_FILE).is_file():
-        raise WorkspaceError(f"no workspace at {path}")
-    return Workspace(path)
+    return Workspace.open_existing(Path(path))
 
 
 def run(args) -> int:
