@@ -379,3 +379,12 @@ def test_query_chrome_to_stdout_and_without_latency(standins, program_dir, tmp_p
     rc, _, err = run_cli(capsys, argv)
     assert rc == 2 and "add latency to --signals" in err
     assert not (tmp_path / "ws2").exists()  # refused before anything ran
+
+
+def test_query_chrome_with_latency_unanswered_writes_nothing(standins, tmp_path, capsys):
+    prog = write_program_dir(tmp_path / "prog", demo_program(occurrences=nested_occurrences(), fail="no GPU here",
+                                                             only="trace"))
+    chrome = tmp_path / "c.json"
+    rc, out, _ = run_cli(capsys, query_argv(prog, tmp_path / "ws", "--chrome", str(chrome)))
+    assert rc == 1 and not chrome.exists()  # 1: a signal is unanswered
+    assert "no Chrome/Perfetto trace written: latency is unanswered" in out and "no GPU here" in out

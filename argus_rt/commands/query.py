@@ -43,7 +43,10 @@ def run(args) -> int:
         write_json(args.json_out, report.to_dict())
     if args.markdown:
         write_text(args.markdown, report.to_markdown())
-    if args.chrome:
+    unanswered = {u["signal"]: u["reason"] for u in report.unanswered}
+    if args.chrome and "latency" in unanswered:  # nothing was traced: the report says why
+        console.print(f"no Chrome/Perfetto trace written: latency is unanswered ({unanswered['latency']})")
+    elif args.chrome:
         from .query_chrome import write_query_chrome_trace
         from .workspace import open_existing
 
