@@ -27,10 +27,21 @@ def main(argv=None) -> int:
     import torch.distributed as dist
 
     from overlap import bench
+    from overlap.config import OverlapShapeError, parse_shape
+    from overlap.preflight import launch_problems, refuse
 
     argv = sys.argv[1:] if argv is None else argv
     raw_path = ROOT / "benchmarks" / "results" / "overlap_raw.json"
     args = bench.parse_args(argv)
+    prog = "benchmarks/overlap.py"
+    for case in args.case or ():  # what a user can get wrong, before NCCL starts: one line, not a traceback
+        try:
+            parse_shape(case)
+        except OverlapShapeError:
+            return refuse(prog, f"--case {case!r} is not M_shard,K,N (three positive integers)")
+    problems = launch_problems("torchrun --nproc_per_node=2 benchmarks/overlap.py [--case M_shard,K,N ...]")
+    if problems:
+        return refuse(prog, "; ".join(problems))
     args.out = str(raw_path)
     bench.run(args)
     if dist.get_rank() == 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ set_safe_env()  # before torch, NCCL or symmetric memory initialise anything
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from .config import OverlapConfig, candidate_configs, check_operands, parse_shape, split_global_m
+from .config import OverlapConfig, OverlapShapeError, candidate_configs, check_operands, parse_shape, split_global_m
 from .measure import device_events_of_one_call, summarize_call, time_interleaved_ms, time_op_ms
 from .model import OverlapModel, ProfiledPoint, fit_model, rank_of
 
@@ -154,7 +155,20 @@ def main(argv=None) -> int:
                     help="also record the Triton region GEMM's mainloop/epilogue timings for the chosen config's "
                          "GEMM shapes (overlap.measure.gemm_region_record; not cuBLAS's)")
     args = ap.parse_args(argv)
-    m, k, n = parse_shape(args.shape)
+    from .preflight import launch_problems, refuse
+
+    # Everything a user can get wrong is checked here, before NCCL starts, so it is one line, not a traceback.
+    try:
+        m, k, n = parse_shape(args.shape)
+    except OverlapShapeError as exc:
+        return refuse(ap.prog, str(exc))
+    problems = launch_problems("torchrun --nproc_per_node=N -m overlap.tune --shape M,K,N")
+    if problems:
+        return refuse(ap.prog, "; ".join(problems))
+    try:
+        split_global_m(m, int(os.environ["WORLD_SIZE"]))
+    except OverlapShapeError as exc:
+        return refuse(ap.prog, str(exc))
     rank, world, device = init_distributed(timeout_s=args.timeout_s)
     m_shard = split_global_m(m, world)
     from .op import AllGatherMatmul, serial_all_gather_matmul
