@@ -388,3 +388,34 @@ def test_query_chrome_with_latency_unanswered_writes_nothing(standins, tmp_path,
     rc, out, _ = run_cli(capsys, query_argv(prog, tmp_path / "ws", "--chrome", str(chrome)))
     assert rc == 1 and not chrome.exists()  # 1: a signal is unanswered
     assert "no Chrome/Perfetto trace written: latency is unanswered" in out and "no GPU here" in out
+
+
+def test_cuda_trace_adapter_keeps_the_raw_rings(tmp_path, monkeypatch):
+    """The real adapter's wiring (no GPU): run_once is given a raw_trace path and the adapter publishes it."""
+    from argus_rt.backends import trace as trace_backend
+    from argus_rt.backends.base import CollectContext
+    from argus_rt.program import load_program
+    from argus_rt.resources import example
+    from argus_rt.trace import load_raw, pair_intervals
+
+    program = load_program(example("cuda"))
+    region = next(iter(program.regions))
+    cfg = TraceConfig(ctas=1, threads_per_cta=32, capacity=8, seq=5)
+    writer = RingWriter(cfg)
+    writer.emit(0, 0, 0, "begin", region.id, 10)
+    writer.emit(0, 0, 0, "end", region.id, 70)
+
+    def fake_run_once(prog, variant, *, trace_config=None, check=True, raw_trace=None):
+        assert variant == "traced" and raw_trace is not None
+        save_raw(raw_trace, writer.raw, cfg, unbuffered=0)  # what TraceSession.save writes on a GPU
+        trace = load_raw(raw_trace)
+        return {"cubin": "x.cubin", "symbol": "k", "max_rel_err": 0.0, "trace": trace,
+                "intervals": pair_intervals(trace)}
+
+    monkeypatch.setattr(trace_backend, "run_once", fake_run_once)
+    ctx = CollectContext(task=None, program=program, config={}, scope=None, sampling={}, inputs={},
+                         outdir=tmp_path, device="")
+    files = trace_backend.TraceAdapter().collect(ctx)
+    assert set(files) == {"region_intervals", "raw_trace"}
+    rows = pair_intervals(load_raw(files["raw_trace"])).rows
+    assert [(int(r["region_id"]), int(r["duration"])) for r in rows] == [(region.id, 60)]
