@@ -172,7 +172,9 @@ class Report:
         return lines
 
     def print(self, console=None) -> None:
-        """Rich tables on ``console`` (default: stdout, terminal-sized on a tty, never wrapped in a pipe)."""
+        """Rich tables on ``console`` (default: stdout, terminal-sized on a tty, never wrapped in a pipe).
+        Names, notes and reasons are printed as they are, never read as rich markup."""
+        from rich.markup import escape
         from rich.table import Table
 
         if console is None:
@@ -187,7 +189,7 @@ class Report:
         for h in self.HEADER:
             table.add_column(h, overflow="fold")
         for row in self.rows():
-            table.add_row(*row)
+            table.add_row(*(escape(cell) for cell in row))
         if self.values:
             console.print(table)
         for signal, (regions, files) in sorted(self.side_by_side().items()):
@@ -201,7 +203,7 @@ class Report:
                 side.add_row(r[0] if r else "", _fmt(r[1]) if r else "", f[0] if f else "", _fmt(f[1]) if f else "")
             console.print(side)
         for u in self.unanswered:
-            console.print(f"[bold red]unmeasured[/] {u['signal']}: {u['reason']}")
+            console.print(f"[bold red]unmeasured[/] {escape(u['signal'])}: {escape(u['reason'])}")
         ex = self.execution
         console.print(f"{ex.get('collect_runs', 0)} collection runs executed; tasks {ex.get('tasks', {})}")
 

@@ -167,7 +167,7 @@ def test_piped_trace_table_keeps_long_region_names_whole(tmp_path, capsys):
 
 
 def test_piped_report_table_does_not_fold(capsys):
-    note = "a note long enough that a table on eighty columns would have to fold it into several lines"
+    note = "a [note] long enough that a table on eighty columns would have to fold it into several lines"
     value = {"signal": "latency", "region": LONG_A, "metric": "mean", "value": 1.5, "unit": "ns",
              "qualification": "observed", "provenance": {"task": "s-1", "evidence": [], "method": "region trace"},
              "scope": {}, "ambiguity": None, "samples": 3, "notes": [note]}
@@ -176,7 +176,7 @@ def test_piped_report_table_does_not_fold(capsys):
     buf = io.StringIO()
     rep.print(make_console(buf))
     lines = [line for line in buf.getvalue().splitlines() if LONG_A in line]
-    assert len(lines) == 1 and note in lines[0]
+    assert len(lines) == 1 and note in lines[0]  # whole, and its brackets are not read as markup
 
 
 def test_consoles_size_to_terminal_or_content():

@@ -45,7 +45,8 @@ def run(args) -> int:
         write_text(args.markdown, report.to_markdown())
     unanswered = {u["signal"]: u["reason"] for u in report.unanswered}
     if args.chrome and "latency" in unanswered:  # nothing was traced: the report says why
-        console.print(f"no Chrome/Perfetto trace written: latency is unanswered ({unanswered['latency']})")
+        console.print(f"no Chrome/Perfetto trace written: latency is unanswered ({unanswered['latency']})",
+                      markup=False)
     elif args.chrome:
         from .query_chrome import write_query_chrome_trace
         from .workspace import open_existing

@@ -28,6 +28,7 @@ def stats_document(raw: str, trace, intervals, stats) -> dict:
 
 
 def run(args) -> int:
+    from rich.markup import escape
     from rich.table import Table
 
     from ..regions import RegionTree
@@ -45,7 +46,7 @@ def run(args) -> int:
         table.add_row(s.name, str(s.count), *(f"{v:.4g}" for v in (s.total, s.mean, s.p50, s.p99, s.min, s.max, s.sm_spread)))
     console.print(table)
     if iv.incomplete:
-        console.print(f"[yellow]incomplete[/]: {len(iv.problems)} problem(s); first: {iv.problems[0]}")
+        console.print(f"[yellow]incomplete[/]: {len(iv.problems)} problem(s); first: {escape(str(iv.problems[0]))}")
     if args.chrome == STDOUT:
         write_json(STDOUT, chrome_trace(iv, names=tree))
     elif args.chrome:
