@@ -30,8 +30,6 @@ def register(sub) -> None:
 def _load(args) -> tuple[str, int, str]:
     from ..compiler.triton_discovery import DiscoveryError, program_ttgir
 
-    if args.iterations is not None and args.iterations < 1:
-        raise ArgusInputError(f"--iterations must be >= 1 (logical K-loop iterations), got {args.iterations}")
     path = Path(args.kernel)
     if path.suffix == ".ttgir":
         if args.iterations is None:
@@ -51,6 +49,8 @@ def _span(its: list[int]) -> str:
 
 
 def run(args) -> int:
+    if args.iterations is not None and args.iterations < 1:  # checked before the compiler stack loads
+        raise ArgusInputError(f"--iterations must be >= 1 (logical K-loop iterations), got {args.iterations}")
     from rich.table import Table
 
     from ..compiler.probes import ProbeError, make_forced_wait_probe
