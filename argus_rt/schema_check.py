@@ -43,7 +43,8 @@ def schema_problems(name: str, document) -> list[str]:
         line = f"{field}: {text}" if field else text
         if line not in out:
             out.append(line)
-            reported.append(path)
+            if error.validator not in ("required", "additionalProperties"):  # those leave the values to check
+                reported.append(path)
     return out
 
 
