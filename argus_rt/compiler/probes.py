@@ -28,10 +28,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .ttgir_edit import SMID_ASM, cta_slice_lines, i64_asm_line, lines_with_pointer_arg, special_reg_line
+from .async_sites import TMA_LOAD, Discovery, UnsupportedOpError, barrier_index, tma_parts
+from .ttgir_edit import SMID_ASM, checked_edit, cta_slice_lines, i64_asm_line, iv_for_trip_lines, \
+    lines_with_pointer_arg, special_reg_line, trip_index_lines
 from .ttgir_edit import indent as _indent
 from .ttgir_edit import loc_suffix as _loc_suffix
-from .triton_discovery import TMA_LOAD, Discovery, Module, TtgirError, UnsupportedOpError, _tma_parts
+from .ttgir_module import TtgirError, parse_module
 
 PROBE_ARG = "%argus_probe_out"
 WORDS_PER_CTA = 5  # ns0, ns1, clk0, clk1, smid
@@ -85,7 +87,7 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
     if iteration not in site.iterations:
         raise ProbeError(f"iteration {iteration!r} is not served by op 0x{site.op_id:08x} ({site.label}); "
                          f"valid iterations: {site.iterations}")
-    module = Module(ttgir)
+    module = parse_module(ttgir)
     if module.func_name != discovery.kernel:
         raise ProbeError(f"TTGIR is for kernel {module.func_name!r}, discovery was for {discovery.kernel!r}")
     inst = next(i for i in site.instances if iteration in i.iterations)
@@ -93,11 +95,13 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
     copy = by_line.get(inst.ttgir_line)
     if copy is None or copy.name != TMA_LOAD:
         raise ProbeError(f"TTGIR line {inst.ttgir_line} is not {TMA_LOAD}: this TTGIR is not the one discovery read")
-    bar, pred, nbytes = _tma_parts(module, copy)
-    bar_def = module.def_of(bar, copy)
-    alloc_def = module.def_of(bar_def.operands[0], bar_def)
-    bar_type = bar_def.text.split("->")[-1].split(" loc(")[0].strip()
-    alloc_type = re.sub(r"<\d+x", "<1x", alloc_def.text.split("->")[-1].split(" loc(")[0].strip(), count=1)
+    bar, pred, nbytes = tma_parts(module, copy)
+    alloc, _idx, _slots = barrier_index(module, copy, bar)
+    bar_type = module.value_types[bar]
+    # the private barrier: a one-slot array of the stage barriers' array type
+    alloc_type = re.sub(r"<\d+x", "<1x", module.value_types[alloc], count=1)
+    if alloc == bar:  # a single barrier straight from ttg.local_alloc is its own array
+        alloc_type = bar_type
     expect = next((o for o in reversed(module.ops[: copy.index]) if o.name == "ttng.barrier_expect"
                    and o.operands and o.operands[0] == bar and o.loop == copy.loop), None)
     if expect is None:
@@ -145,13 +149,10 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
         replaced_copy = None  # the original copy is replaced by the probe copy
     else:
         loop = module.loop_of(copy)
-        lb, step = module.constant_int(loop.lower), module.constant_int(loop.step)
-        if lb is None or step is None:
-            raise ProbeError(f"{loop.op}: lower bound and step must be constants to select a trip")
         trip = iteration - inst.trip_offset
-        sel_lines = [
-            f"{ind}%argus_trip_iv = arith.constant {lb + trip * step} : i32{loc}",
-            f"{ind}%argus_sel = arith.cmpi eq, {loop.iv}, %argus_trip_iv : i32{loc}",
+        iv_lines, trip_iv = iv_for_trip_lines(ind, "argus_trip", module, loop, trip, loc)
+        sel_lines = iv_lines + [
+            f"{ind}%argus_sel = arith.cmpi eq, {loop.iv}, {trip_iv} : {loop.iv_type}{loc}",
             f"{ind}%argus_nsel = arith.xori %argus_sel, %argus_true : i1{loc}",
             f"{ind}%argus_sel_pred = arith.andi {pred}, %argus_sel : i1{loc}",
             f"{ind}%argus_nsel_pred = arith.andi {pred}, %argus_nsel : i1{loc}",
@@ -161,9 +162,9 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
         keep = expect.text.replace(f", {expect_pred} :", ", %argus_e_nsel :", 1)
         reduced = expect.text[: m.start(2)] + str(remaining) + expect.text[m.end(2):]
         reduced = reduced.replace(f", {expect_pred} :", ", %argus_e_sel :", 1)
-        edits[expect.line_no - 1] = ([
-            f"{eind}%argus_e_iv = arith.constant {lb + trip * step} : i32{eloc}",
-            f"{eind}%argus_e_is = arith.cmpi eq, {loop.iv}, %argus_e_iv : i32{eloc}",
+        e_lines, e_iv = iv_for_trip_lines(eind, "argus_e", module, loop, trip, eloc)
+        edits[expect.line_no - 1] = (e_lines + [
+            f"{eind}%argus_e_is = arith.cmpi eq, {loop.iv}, {e_iv} : {loop.iv_type}{eloc}",
             f"{eind}%argus_e_not = arith.xori %argus_e_is, %argus_true : i1{eloc}",
             f"{eind}%argus_e_sel = arith.andi {expect_pred}, %argus_e_is : i1{eloc}",
             f"{eind}%argus_e_nsel = arith.andi {expect_pred}, %argus_e_not : i1{eloc}",
@@ -202,7 +203,7 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
             new_lines.append(text)
         if i == anchor.line_no - 1:
             new_lines += setup
-    out = "\n".join(new_lines) + "\n"
+    out = checked_edit("\n".join(new_lines) + "\n", module, f"forced-wait probe {site.label}@{iteration}")
     origin = hashlib.sha256(ttgir.encode()).hexdigest()
     return ForcedWaitProbe(origin, site.op_id, iteration, site.kind, site.label, out,
                            notes=[f"{inst.placement} instance at TTGIR line {inst.ttgir_line}",
@@ -249,22 +250,17 @@ def make_iteration_trace(ttgir: str, discovery: Discovery) -> str:
     for iteration i's tiles in an unprobed run (observed), next to the probe's issue-to-completion
     latency of each load of iteration i (derived).
     """
-    module = Module(ttgir)
+    module = parse_module(ttgir)
     tma = [s for s in discovery.sites if s.kind == "tma_load" and s.completion.consumer_wait_line]
     if not tma:
         raise ProbeError(f"kernel {discovery.kernel!r} has no pipelined TMA load with a consumer wait to trace")
-    wait = next(o for o in module.ops if o.line_no == tma[0].completion.consumer_wait_line)
+    wait = module.op_at_line(tma[0].completion.consumer_wait_line)
     loop = module.loop_of(wait)
-    lb, step = module.constant_int(loop.lower), module.constant_int(loop.step)
-    if lb is None or step is None:
-        raise ProbeError(f"{loop.op}: lower bound and step must be constants to index trips")
     words = 2 * discovery.iterations
     lines = lines_with_pointer_arg(module, PROBE_ARG)
     first = module.ops[0]
     fi = _indent(first.text)
     setup = cta_slice_lines(fi, "argus", PROBE_ARG, words) + [
-        f"{fi}%argus_lb = arith.constant {lb} : i32",
-        f"{fi}%argus_step = arith.constant {step} : i32",
         f"{fi}%argus_two = arith.constant 2 : i32",
         f"{fi}%argus_one = arith.constant 1 : i32",
         f"{fi}%argus_niter = arith.constant {discovery.iterations} : i32",
@@ -274,11 +270,10 @@ def make_iteration_trace(ttgir: str, discovery: Discovery) -> str:
     def timer(name: str) -> str:
         return special_reg_line(ind, name, "%globaltimer", loc)
 
-    before = [
-        f"{ind}%argus_rel = arith.subi {loop.iv}, %argus_lb : i32{loc}",
-        f"{ind}%argus_trip = arith.divsi %argus_rel, %argus_step : i32{loc}",
-        f"{ind}%argus_in = arith.cmpi slt, %argus_trip, %argus_niter : i32{loc}",
-        f"{ind}%argus_off0 = arith.muli %argus_trip, %argus_two : i32{loc}",
+    trip_lines, trip = trip_index_lines(ind, "argus", loop, loc)
+    before = trip_lines + [
+        f"{ind}%argus_in = arith.cmpi slt, {trip}, %argus_niter : i32{loc}",
+        f"{ind}%argus_off0 = arith.muli {trip}, %argus_two : i32{loc}",
         f"{ind}%argus_off1 = arith.addi %argus_off0, %argus_one : i32{loc}",
         f"{ind}%argus_q0 = tt.addptr %argus_p0, %argus_off0 : !tt.ptr<i64>, i32{loc}",
         f"{ind}%argus_q1 = tt.addptr %argus_p0, %argus_off1 : !tt.ptr<i64>, i32{loc}",
@@ -295,7 +290,7 @@ def make_iteration_trace(ttgir: str, discovery: Discovery) -> str:
         if i == first.line_no - 1:
             out += setup
         out.append(text)
-    return "\n".join(out) + "\n"
+    return checked_edit("\n".join(out) + "\n", module, "traced reference")
 
 
 # ---- synthesis: join probes with the traced reference by (op ID, iteration) ---------------------------
@@ -387,7 +382,7 @@ def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: 
     results), else :class:`ProbeError`. The first probe launch loads the module and is not evidence.
     Returns ``{"op_events": doc}`` with all timed launches' rows.
     """
-    from .triton_discovery import program_ttgir
+    from .triton_program import program_ttgir
 
     mod = _kernel_module(program)
     params = program.params
@@ -468,7 +463,8 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
     The first traced launch loads the module and is not evidence. Returns the
     ``argus.iteration_waits/1`` document of all timed launches.
     """
-    from .triton_discovery import discover, program_ttgir
+    from .async_sites import discover
+    from .triton_program import program_ttgir
 
     mod = _kernel_module(program)
     ttgir, iterations = program_ttgir(program)
@@ -494,7 +490,8 @@ def forced_wait_probe_task(ctx) -> dict:
     """Transform handler ``forced_wait_probe`` (Triton): probe TTGIR + cubin for one (op, iteration)."""
     import json
 
-    from .triton_discovery import discover, program_ttgir
+    from .async_sites import discover
+    from .triton_program import program_ttgir
 
     op_id, iteration = ctx.config["op_id"], ctx.config["iteration"]
     ttgir, iterations = program_ttgir(ctx.program)

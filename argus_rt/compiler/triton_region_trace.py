@@ -18,9 +18,12 @@ Buffer layout, per CTA (``words_per_cta`` int64 words, CTA index linearised as x
     words 1 + 2*slot + 1   %globaltimer, ns
 
 Slots are static: every marker site outside a loop owns one slot, every marker site inside an
-``scf.for`` owns ``iterations`` slots indexed by the trip ``(iv - lb) / step`` (stores beyond
-``iterations`` trips are masked off, and the decoder reports the loop as incomplete only if it
-finds a half-written slot). Sites in nested loops are refused. Because slots are static, the
+``scf.for`` owns ``iterations`` slots indexed by the trip ``(iv - lb) / step``, computed at run time
+from the loop's own SSA bounds, so a loop with a run-time lower bound (causal attention) is traced
+too (stores beyond ``iterations`` trips are masked off, and the decoder reports the loop as
+incomplete only if it finds a half-written slot). Sites in nested loops or in ``scf.while`` are
+refused. A region marked in a ``@triton.jit`` helper has one marker site per call site (each call
+is inlined), so each call's occurrence is recorded and decoded on its own. Because slots are static, the
 decoder orders a CTA's records by program order (site position, trip), not by timestamps, so two
 markers within one timer tick still pair correctly.
 """
@@ -30,9 +33,10 @@ import hashlib
 from dataclasses import dataclass, field
 
 from ..trace.layout import COORD_NONE  # same "no coordinate" value as the CUDA trace
-from ..triton_regions import MARKER_ASM_PATTERN
-from .triton_discovery import Module
-from .ttgir_edit import SMID_ASM, cta_slice_lines, i64_asm_line, lines_with_pointer_arg, special_reg_line
+from .ttgir_edit import SMID_ASM, checked_edit, cta_slice_lines, i64_asm_line, lines_with_pointer_arg, \
+    special_reg_line, trip_index_lines
+from .ttgir_module import Module, parse_module
+from .ttgir_regions import markers
 from .ttgir_edit import indent as _indent
 from .ttgir_edit import loc_suffix as _loc_suffix
 
@@ -100,23 +104,23 @@ def marker_sites(module: Module, iterations: int) -> list[MarkerSite]:
     """Every Argus marker op of ``module``, in TTGIR order, with its slots (see the module docstring)."""
     sites = []
     slot = 0
-    for op in module.ops:
-        if op.name != "tt.elementwise_inline_asm":
-            continue
-        m = MARKER_ASM_PATTERN.search(op.text)
-        if not m:
-            continue
-        words = [int(m.group(g), 16) for g in ("w0", "w1", "w2")]
-        rid = words[1] | (words[2] << 16)
-        if words[0] != 0xA500 | KIND_CODES[m.group("kind")]:
-            raise RegionTraceError(f"TTGIR line {op.line_no}: marker word 0x{words[0]:04x} does not match "
-                                   f"its kind {m.group('kind')!r}")
+    for mk in markers(module):
+        op = mk.op
+        if mk.words[0] != 0xA500 | KIND_CODES[mk.kind]:
+            raise RegionTraceError(f"TTGIR line {op.line_no}: marker word 0x{mk.words[0]:04x} does not match "
+                                   f"its kind {mk.kind!r}")
         loop = module.loop_of(op)
         if loop is not None and loop.op.loop is not None:
-            raise RegionTraceError(f"TTGIR line {op.line_no}: marker {m.group('kind')} {m.group('name')!r} sits in "
+            raise RegionTraceError(f"TTGIR line {op.line_no}: marker {mk.kind} {mk.name!r} sits in "
                                    "a nested scf.for; only markers at function level or in one loop level are traced")
+        parent = op.parent
+        while parent is not None:
+            if module.ops[parent].name == "scf.while":
+                raise RegionTraceError(f"TTGIR line {op.line_no}: marker {mk.kind} {mk.name!r} sits in an scf.while "
+                                       f"(line {module.ops[parent].line_no}); only scf.for trips are indexed")
+            parent = module.ops[parent].parent
         n = 1 if loop is None else iterations
-        sites.append(MarkerSite(m.group("kind"), m.group("name"), rid, op.line_no,
+        sites.append(MarkerSite(mk.kind, mk.name, mk.region_id, op.line_no,
                                 None if loop is None else loop.op.line_no, slot, n))
         slot += n
     return sites
@@ -126,12 +130,12 @@ def make_region_trace(ttgir: str, iterations: int) -> TracedRegionVariant:
     """Build the traced variant of ``ttgir``: each marker also stores ``(tag, %globaltimer)``.
 
     ``iterations`` is how many trips of a marker-carrying loop get their own slots (the program's
-    logical loop iterations). Raises :class:`RegionTraceError` for TTGIR without markers, markers in
-    nested loops, or loops whose lower bound and step are not constants.
+    logical loop iterations). Raises :class:`RegionTraceError` for TTGIR without markers or with
+    markers in nested loops or ``scf.while``.
     """
     if not isinstance(iterations, int) or iterations < 1:
         raise RegionTraceError(f"iterations must be a positive int, got {iterations!r}")
-    module = Module(ttgir)
+    module = parse_module(ttgir)
     sites = marker_sites(module, iterations)
     if not sites:
         raise RegionTraceError(f"kernel {module.func_name!r} has no Argus markers (argus.begin/end) to trace")
@@ -148,7 +152,7 @@ def make_region_trace(ttgir: str, iterations: int) -> TracedRegionVariant:
     ]
     after: dict[int, list[str]] = {}
     for k, s in enumerate(sites):
-        op = module.ops[next(i for i, o in enumerate(module.ops) if o.line_no == s.ttgir_line)]
+        op = module.op_at_line(s.ttgir_line)
         ind, loc = _indent(op.text), _loc_suffix(op.text)
         v = f"%argus_rt_s{k}"
         block = [f"{ind}{v}_tag = arith.constant {s.tag} : i64{loc}",
@@ -159,19 +163,12 @@ def make_region_trace(ttgir: str, iterations: int) -> TracedRegionVariant:
                       f"{ind}{v}_o1 = arith.constant {word0 + 1} : i32{loc}"]
             mask = ""
         else:
-            loop = module.loop_of(op)
-            lb, step = module.constant_int(loop.lower), module.constant_int(loop.step)
-            if lb is None or step is None:
-                raise RegionTraceError(f"TTGIR line {loop.op.line_no}: the loop around marker {s.kind} {s.name!r} "
-                                       "needs constant lower bound and step to index its trips")
-            block += [f"{ind}{v}_lb = arith.constant {lb} : i32{loc}",
-                      f"{ind}{v}_step = arith.constant {step} : i32{loc}",
-                      f"{ind}{v}_rel = arith.subi {loop.iv}, {v}_lb : i32{loc}",
-                      f"{ind}{v}_trip = arith.divsi {v}_rel, {v}_step : i32{loc}",
-                      f"{ind}{v}_in = arith.cmpi slt, {v}_trip, %argus_rt_niter : i32{loc}",
+            trip_lines, trip = trip_index_lines(ind, f"argus_rt_s{k}", module.loop_of(op), loc)
+            block += trip_lines + [
+                      f"{ind}{v}_in = arith.cmpi slt, {trip}, %argus_rt_niter : i32{loc}",
                       f"{ind}{v}_two = arith.constant {WORDS_PER_RECORD} : i32{loc}",
                       f"{ind}{v}_w0 = arith.constant {word0} : i32{loc}",
-                      f"{ind}{v}_tw = arith.muli {v}_trip, {v}_two : i32{loc}",
+                      f"{ind}{v}_tw = arith.muli {trip}, {v}_two : i32{loc}",
                       f"{ind}{v}_o0 = arith.addi {v}_w0, {v}_tw : i32{loc}",
                       f"{ind}{v}_c1 = arith.constant 1 : i32{loc}",
                       f"{ind}{v}_o1 = arith.addi {v}_o0, {v}_c1 : i32{loc}"]
@@ -189,8 +186,8 @@ def make_region_trace(ttgir: str, iterations: int) -> TracedRegionVariant:
         out += after.get(i, [])
     notes = [f"{len(sites)} marker sites, {sum(s.slots for s in sites)} slots, {words} int64 words per CTA",
              "granularity: per CTA (one thread's %globaltimer per marker)"]
-    return TracedRegionVariant(hashlib.sha256(ttgir.encode()).hexdigest(), "\n".join(out) + "\n", sites,
-                               iterations, notes)
+    text = checked_edit("\n".join(out) + "\n", module, "region trace")
+    return TracedRegionVariant(hashlib.sha256(ttgir.encode()).hexdigest(), text, sites, iterations, notes)
 
 
 def decode_region_buffer(buffer, n_ctas: int, sites: list[MarkerSite], *, launch: int = 0) -> dict:
@@ -267,7 +264,7 @@ def collect_triton_region_trace(program, workdir, *, repeats: int = 1, seed: int
     import torch
 
     from .probes import _kernel_module, check_module_reference, compile_ttgir
-    from .triton_discovery import program_ttgir
+    from .triton_program import program_ttgir
 
     if repeats < 1:
         raise RegionTraceError(f"repeats must be >= 1, got {repeats!r}")

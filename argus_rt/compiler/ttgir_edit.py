@@ -2,12 +2,17 @@
 
 Each transform adds one ``!tt.ptr<i64>`` kernel argument and gives every CTA its own slice of it;
 these helpers write those lines once, so every transform lays out its buffer the same way.
+
+Edits are made on the text Triton printed (MLIR's bindings cannot build these ops from Python in a
+way that survives re-printing with Triton's names), and every edited module goes through
+:func:`checked_edit`: MLIR parses and verifies it, and the original ops must all still be there in
+order. A broken edit is refused on the CPU, naming the line, instead of failing in a GPU compile.
 """
 from __future__ import annotations
 
 import re
 
-from .triton_discovery import Module
+from .ttgir_module import ForLoop, Module, TtgirError, parse_module
 
 I64_PTR = "!tt.ptr<i64>"
 
@@ -64,3 +69,46 @@ def i64_asm_line(ind: str, name: str, asm: str, loc: str = "") -> str:
 def special_reg_line(ind: str, name: str, reg: str, loc: str = "") -> str:
     """A TTGIR line reading the 64-bit special register ``reg`` (``%globaltimer``, ``%clock64``) into ``name``."""
     return i64_asm_line(ind, name, f"mov.u64 $0, {reg};", loc)
+
+
+def trip_index_lines(ind: str, prefix: str, loop: ForLoop, loc: str = "") -> tuple[list[str], str]:
+    """Lines computing the trip index ``(iv - lb) / step`` of ``loop`` at run time, as i32; returns
+    (lines, SSA name). They use the loop's own SSA bounds, which dominate its body, so a run-time
+    lower bound (causal attention) works the same as a constant one."""
+    p, t = f"%{prefix}", loop.iv_type
+    lines = [f"{ind}{p}_rel = arith.subi {loop.iv}, {loop.lower} : {t}{loc}",
+             f"{ind}{p}_trip = arith.divsi {p}_rel, {loop.step} : {t}{loc}"]
+    if t == "i32":
+        return lines, f"{p}_trip"
+    return lines + [f"{ind}{p}_trip32 = arith.trunci {p}_trip : {t} to i32{loc}"], f"{p}_trip32"
+
+
+def iv_for_trip_lines(ind: str, prefix: str, module: Module, loop: ForLoop, trip: int,
+                      loc: str = "") -> tuple[list[str], str]:
+    """Lines defining ``%{prefix}_iv``, the induction variable's value ``lb + trip * step`` in trip
+    ``trip``: one constant when the bounds are constants, else computed at run time from the loop's
+    SSA bounds. Returns (lines, SSA name; of the loop's iv type)."""
+    p, t = f"%{prefix}", loop.iv_type
+    lb, step = module.constant_int(loop.lower), module.constant_int(loop.step)
+    if lb is not None and step is not None:
+        return [f"{ind}{p}_iv = arith.constant {lb + trip * step} : {t}{loc}"], f"{p}_iv"
+    return [f"{ind}{p}_tc = arith.constant {trip} : {t}{loc}",
+            f"{ind}{p}_toff = arith.muli {p}_tc, {loop.step} : {t}{loc}",
+            f"{ind}{p}_iv = arith.addi {loop.lower}, {p}_toff : {t}{loc}"], f"{p}_iv"
+
+
+def checked_edit(text: str, origin: Module, what: str) -> str:
+    """``text`` after checking it is a valid edit of ``origin``: MLIR parses and verifies it, it has
+    the same kernel, and ``origin``'s ops are all still there, in order. Raises :class:`TtgirError`
+    naming ``what`` (the transform) otherwise."""
+    try:
+        edited = parse_module(text, f"<{what}>")
+    except TtgirError as exc:
+        raise TtgirError(f"the {what} edit broke the TTGIR: {exc}") from None
+    if edited.func_name != origin.func_name:
+        raise TtgirError(f"the {what} edit renamed kernel {origin.func_name!r} to {edited.func_name!r}")
+    names = iter(o.name for o in edited.ops)
+    for op in origin.ops:
+        if not any(n == op.name for n in names):
+            raise TtgirError(f"the {what} edit lost {op} (or moved it out of order)")
+    return text
