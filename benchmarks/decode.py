@@ -68,24 +68,41 @@ def time_steps(step_fn, first_pos: int, steps: int, reps: int) -> dict:
     return spread(out)
 
 
+KV_POSITIONS = (128, 1024)  # each backend is checked at this position, then timed from the next one on
+COMPILE_MODES = {"compile_cudagraph": None, "compile_maxautotune_cudagraph": "max-autotune-no-cudagraphs"}
+
+
+class CompileBudgetExceeded(RuntimeError):
+    pass
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (it takes minutes)")
+    ap.add_argument("--compile-modes", default=",".join(COMPILE_MODES),
+                    help=f"torch.compile rows to measure, of {', '.join(COMPILE_MODES)}")
+    ap.add_argument("--compile-budget-s", type=int, default=240,
+                    help="give up (row unmeasured) on a torch.compile mode that takes longer to build")
+    ap.add_argument("--kv", default=",".join(map(str, KV_POSITIONS)), help="KV positions to measure at")
     ap.add_argument("--no-profile", action="store_true", help="skip the Argus region profile of the megakernel")
     ap.add_argument("--staged", action="store_true",
                     help="also measure the shared-memory staging variants (stage_bytes > 0, QKV in parts)")
+    ap.add_argument("--variants", default="", help="comma-separated extra megakernel rows (tuning experiments)")
     ap.add_argument("--seed", type=int, default=time.time_ns() % 2**31)
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("decode benchmark needs a CUDA GPU; nothing measured", file=sys.stderr)
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
-    max_pos = PROMPT + a.steps * a.reps + 1
-    c = get_config("tinyllama-1.1b", max_seq=max(1024, max_pos))
+    kvs = [int(k) for k in a.kv.split(",")]
+    max_pos = max(kvs) + 1 + a.steps * a.reps + 1
+    max_seq = max(1024, -(-(max_pos + 1) // 128) * 128)
+    c = get_config("tinyllama-1.1b", max_seq=max_seq)
     gpu = torch.cuda.get_device_name(0)
-    print(f"GPU {gpu}, seed {a.seed}, {c.decode_weight_bytes() / 1e9:.3f} GB of weights per decode step")
+    print(f"GPU {gpu}, seed {a.seed}, {c.decode_weight_bytes() / 1e9:.3f} GB of weights per decode step, "
+          f"KV capacity {max_seq}")
     weights = random_weights(c, seed=a.seed, device="cuda")
     g = torch.Generator().manual_seed(a.seed)
     tokens = torch.randint(0, c.vocab, (max_pos + 1,), generator=g).tolist()
@@ -97,131 +114,182 @@ def main() -> int:
     floor_ms = c.decode_weight_bytes() / bw * 1e3
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s -> floor {floor_ms:.3f} ms/token")
 
+    def unmeasured(name, kv, why):
+        rows.append({"backend": name, "kv_position": kv, "ms_per_token": None, "rel_err_vs_fp32": None})
+        notes.append(f"{name} at kv {kv} unmeasured: {why}".splitlines()[0])
+
     with torch.no_grad():
+        want = {}  # fp32 reference logits at each KV position
         ref = Transformer(weights, dtype=torch.float32)
-        ref(torch.tensor([tokens[:PROMPT - 1]], device="cuda"), torch.arange(PROMPT - 1, device="cuda"))
-        want = ref(tok_dev[PROMPT - 1], pos_dev[PROMPT - 1])[0, -1].clone()
+        done = 0
+        for kv in sorted(kvs):
+            if kv > done:
+                ref(torch.tensor([tokens[done:kv]], device="cuda"), torch.arange(done, kv, device="cuda"))
+            want[kv] = ref(tok_dev[kv], pos_dev[kv])[0, -1].clone()
+            done = kv + 1
         del ref
         torch.cuda.empty_cache()
 
         model = Transformer(weights)
 
-        def prefill():
+        def prefill(kv):  # positions 0..kv; returns the logits at kv
             model.reset_cache()
-            return model(torch.tensor([tokens[:PROMPT]], device="cuda"), torch.arange(PROMPT, device="cuda"))[0, -1]
+            return model(torch.tensor([tokens[:kv + 1]], device="cuda"), torch.arange(kv + 1, device="cuda"))[0, -1]
 
-        err = relative_error(prefill(), want)
-        assert err < BF16_TOL, f"eager PyTorch logits off by {err:.3g}"
-        sp = time_steps(lambda p: model(tok_dev[p], pos_dev[p]), PROMPT, a.steps, a.reps)
-        ms = sp["median"]
-        rows.append({"backend": "eager", "ms_per_token": ms, "rel_err_vs_fp32": err, "spread": {"ms_per_token": sp}})
-        print(f"eager {ms:.3f} ms/token (rel err {err:.2e})")
+        for kv in kvs:
+            err = relative_error(prefill(kv), want[kv])
+            assert err < BF16_TOL, f"eager PyTorch logits off by {err:.3g} at kv {kv}"
+            sp = time_steps(lambda p: model(tok_dev[p], pos_dev[p]), kv + 1, a.steps, a.reps)
+            rows.append({"backend": "eager", "kv_position": kv, "ms_per_token": sp["median"], "rel_err_vs_fp32": err,
+                         "spread": {"ms_per_token": sp}})
+            print(f"eager kv {kv}: {sp['median']:.3f} ms/token (rel err {err:.2e})")
 
-        def graphed_backend(name: str, compiled: bool) -> None:
+        def graphed_backend(name: str, compiled: bool, mode: str | None = None) -> None:
+            import signal
+
+            def over_budget(signum, frame):
+                raise CompileBudgetExceeded(f"building took over --compile-budget-s={a.compile_budget_s} s")
+
             try:
                 t0 = time.perf_counter()
-                step = GraphedDecodeStep(model, compiled=compiled)
+                if compiled:
+                    torch._dynamo.reset()
+                    old = signal.signal(signal.SIGALRM, over_budget)
+                    signal.alarm(a.compile_budget_s)
+                try:
+                    step = GraphedDecodeStep(model, compiled=compiled, mode=mode)
+                finally:
+                    if compiled:
+                        signal.alarm(0)
+                        signal.signal(signal.SIGALRM, old)
                 build_s = time.perf_counter() - t0
-                prefill()  # graph warm-up wrote slot 0: restore the cache
-                logits = step(tok_dev[PROMPT - 1].view(1), pos_dev[PROMPT - 1]).clone()
-                err = relative_error(logits, want)
-                assert err < BF16_TOL, f"{name} logits off by {err:.3g}"
-                sp = time_steps(lambda p: step(tok_dev[p].view(1), pos_dev[p]), PROMPT, a.steps, a.reps)
-                ms = sp["median"]
-                rows.append({"backend": name, "ms_per_token": ms, "rel_err_vs_fp32": err, "spread": {"ms_per_token": sp}})
-                print(f"{name} {ms:.3f} ms/token (rel err {err:.2e}, capture/compile {build_s:.0f} s)")
-                del step
+                extra[name] = {"build_s": round(build_s, 1), "mode": mode or ("default" if compiled else None)}
             except Exception as exc:  # noqa: BLE001 - recorded as unmeasured with the reason
-                rows.append({"backend": name, "ms_per_token": None, "rel_err_vs_fp32": None})
-                notes.append(f"{name} unmeasured: {type(exc).__name__}: {exc}".splitlines()[0])
+                for kv in kvs:
+                    unmeasured(name, kv, f"{type(exc).__name__}: {exc}")
                 traceback.print_exc()
+                return
+            for kv in kvs:
+                try:
+                    prefill(kv)  # graph warm-up wrote slot 0: restore the cache
+                    logits = step(tok_dev[kv].view(1), pos_dev[kv]).clone()
+                    err = relative_error(logits, want[kv])
+                    assert err < BF16_TOL, f"{name} logits off by {err:.3g}"
+                    sp = time_steps(lambda p: step(tok_dev[p].view(1), pos_dev[p]), kv + 1, a.steps, a.reps)
+                    rows.append({"backend": name, "kv_position": kv, "ms_per_token": sp["median"],
+                                 "rel_err_vs_fp32": err, "spread": {"ms_per_token": sp}})
+                    print(f"{name} kv {kv}: {sp['median']:.3f} ms/token (rel err {err:.2e}, build {build_s:.0f} s)")
+                except Exception as exc:  # noqa: BLE001
+                    unmeasured(name, kv, f"{type(exc).__name__}: {exc}")
+                    traceback.print_exc()
+            del step
 
         graphed_backend("cudagraph", False)
-        if a.no_compile:
-            rows.append({"backend": "compile_cudagraph", "ms_per_token": None, "rel_err_vs_fp32": None})
-            notes.append("compile_cudagraph unmeasured: skipped with --no-compile")
-        else:
-            graphed_backend("compile_cudagraph", True)
+        for name in filter(None, a.compile_modes.split(",")):
+            if a.no_compile:
+                for kv in kvs:
+                    unmeasured(name, kv, "skipped with --no-compile")
+            else:
+                graphed_backend(name, True, COMPILE_MODES[name])
         del model
         torch.cuda.empty_cache()
 
     from megakernel.dag import TileShape
     from megakernel.runtime import STAGE_DOWN16, MegakernelDecoder
 
-    variants = {  # "megakernel" is the default configuration; each other row names what it changes
-        "megakernel": {},
-        "megakernel_gate32": {"tiles": TileShape(gate_features=32)},
+    one_cta = ("-DMK_BLOCKS_PER_SM=1",)
+    variants = {"megakernel": {}}  # the default configuration; each other row names what it changes
+    more = {  # opt-in rows (--variants NAME,...): tuning experiments against the default
+        "mk_1cta": {"build_flags": one_cta},
+        "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
+        "mk_split256": {"tiles": TileShape(attn_split=256)},
+        "mk_split64": {"tiles": TileShape(attn_split=64)},
+        "mk_gate16": {"tiles": TileShape(gate_features=16)},
+        "mk_down8": {"tiles": TileShape(down_rows=8)},
+        "mk_o8": {"tiles": TileShape(o_rows=8)},
+        "mk_logits32": {"tiles": TileShape(logits_rows=32)},
+        "mk_unroll4": {"build_flags": ("-DMK_GEMV_UNROLL=4",)},
+        "mk_rows4": {"build_flags": ("-DMK_GEMV_ROWS=4",)},
     }
-    if a.staged:  # the optional path, measured last
-        # weight tiles up to 176 KiB bulk-copied into shared memory before the dependency wait
-        variants["megakernel_staged"] = {"stage_bytes": STAGE_DOWN16}
-        # ... and every tile fits the stage: QKV heads in 2 parts (128 KiB), 32-row logits tiles
-        variants["megakernel_staged_all"] = {"stage_bytes": STAGE_DOWN16,
-                                             "tiles": TileShape(qkv_parts=2, logits_rows=32)}
+    for name in filter(None, a.variants.split(",")):
+        variants[name] = more[name]
+    if a.staged:  # the optional path, measured last: weight tiles bulk-copied into shared memory
+        variants["megakernel_staged"] = {"stage_bytes": STAGE_DOWN16, "build_flags": one_cta}
 
     def measure_megakernel(name: str, kw: dict) -> None:
         dec = MegakernelDecoder(weights, **kw)
-        dec.set_prompt(tokens[:PROMPT])
-        dec.run(0, PROMPT - 1)
-        dec.run(PROMPT - 1, 1)  # position 128; samples the first new token on the device
-        err = relative_error(dec.state.t["logits"], want)
-        assert err < MK_TOL, f"{name} logits off by {err:.3g} at position {PROMPT - 1}"
-        per_launch, device_steps = [], []
-        for r in range(a.reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            dec.launch(PROMPT + r * a.steps, a.steps)  # one launch for all steps
-            end.record()
-            torch.cuda.synchronize()
-            dec.check_error()
-            per_launch.append(start.elapsed_time(end) / a.steps)
-            device_steps += (torch.diff(dec.step_ns[: a.steps + 1]).cpu().double() / 1e6).tolist()
-        ms = statistics.median(per_launch)
-        rows.append({"backend": name, "ms_per_token": ms, "rel_err_vs_fp32": err,
-                     "spread": {"ms_per_token": spread(per_launch)}})
-        extra[name] = {"device_step_ms_median": statistics.median(device_steps), "workers": dec.launch_info.workers,
-                       "registers": dec.build.registers(), "prefetch_ahead": dec.prefetch_ahead,
-                       "stage_bytes": dec.stage_bytes,
-                       "tiles": dec.tiles.__dict__, "instructions_per_step": len(dec.program.instructions)}
-        print(f"{name} {ms:.3f} ms/token (device-side median step {extra[name]['device_step_ms_median']:.3f} ms, "
-              f"rel err {err:.2e}, {dec.launch_info.workers} workers, {dec.build.registers()} registers)")
+        extra[name] = {"workers": dec.launch_info.workers, "registers": dec.build.registers(),
+                       "spill_bytes": dec.build.spill_bytes(), "stage_bytes": dec.stage_bytes,
+                       "build_flags": list(dec.build_flags), "tiles": dec.tiles.__dict__,
+                       "instructions_per_step": len(dec.program.instructions)}
+        for kv in kvs:
+            dec.set_prompt(tokens[:kv + 1])
+            dec.run(0, kv)
+            dec.run(kv, 1)  # position kv; samples the first new token on the device
+            err = relative_error(dec.state.t["logits"], want[kv])
+            assert err < MK_TOL, f"{name} logits off by {err:.3g} at position {kv}"
+            per_launch, device_steps = [], []
+            for r in range(a.reps):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                dec.launch(kv + 1 + r * a.steps, a.steps)  # one launch for all steps
+                end.record()
+                torch.cuda.synchronize()
+                dec.check_error()
+                per_launch.append(start.elapsed_time(end) / a.steps)
+                device_steps += (torch.diff(dec.step_ns[: a.steps + 1]).cpu().double() / 1e6).tolist()
+            ms = statistics.median(per_launch)
+            rows.append({"backend": name, "kv_position": kv, "ms_per_token": ms, "rel_err_vs_fp32": err,
+                         "device_step_ms_median": statistics.median(device_steps),
+                         "spread": {"ms_per_token": spread(per_launch)}})
+            print(f"{name} kv {kv}: {ms:.3f} ms/token (device-side median step {statistics.median(device_steps):.3f} "
+                  f"ms, rel err {err:.2e}, {dec.launch_info.workers} workers, {dec.build.registers()} registers)")
         del dec
 
     for name, kw in variants.items():
         try:
             measure_megakernel(name, kw)
         except Exception as exc:  # noqa: BLE001 - one failing variant must not hide the others
-            rows.append({"backend": name, "ms_per_token": None, "rel_err_vs_fp32": None})
-            notes.append(f"{name} unmeasured: {type(exc).__name__}: {exc}".splitlines()[0])
+            unmeasured(name, None, f"{type(exc).__name__}: {exc}")
             traceback.print_exc()
         torch.cuda.empty_cache()
 
-    rows.insert(0, {"backend": "floor", "ms_per_token": floor_ms, "rel_err_vs_fp32": None})
-    by = {r["backend"]: r["ms_per_token"] for r in rows}
-    if by.get("cudagraph") and by.get("megakernel"):
-        notes.append(f"megakernel / cudagraph = {by['megakernel'] / by['cudagraph']:.3f} "
-                     f"({'faster' if by['megakernel'] < by['cudagraph'] else 'slower'} than CUDA-graph PyTorch)")
+    rows.insert(0, {"backend": "floor", "kv_position": None, "ms_per_token": floor_ms, "rel_err_vs_fp32": None})
+    by = {(r["backend"], r["kv_position"]): r["ms_per_token"] for r in rows}
+    for kv in kvs:
+        compiled = {n: by.get((n, kv)) for n in COMPILE_MODES if by.get((n, kv))}
+        mk = by.get(("megakernel", kv))
+        if compiled and mk:
+            anchor = min(compiled, key=compiled.get)
+            notes.append(f"kv {kv}: anchor {anchor} {compiled[anchor]:.3f} ms (the faster torch.compile mode); "
+                         f"megakernel / anchor = {mk / compiled[anchor]:.3f}")
+        if by.get(("cudagraph", kv)) and mk:
+            notes.append(f"kv {kv}: megakernel / cudagraph = {mk / by[('cudagraph', kv)]:.3f}")
+    if by.get(("megakernel", 128)) and by.get(("megakernel", 1024)):
+        notes.append(f"megakernel kv 1024 / kv 128 = {by[('megakernel', 1024)] / by[('megakernel', 128)]:.3f}")
     notes.append(f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write); weights per step "
-                 f"{c.decode_weight_bytes() / 1e9:.3f} GB; positions {PROMPT}..{PROMPT + a.steps * a.reps - 1}; "
-                 f"seed {a.seed}; megakernel details {json.dumps(extra)}")
+                 f"{c.decode_weight_bytes() / 1e9:.3f} GB; each row timed over {a.reps} x {a.steps} steps from "
+                 f"kv_position + 1; KV capacity {max_seq} (the PyTorch model attends over all of it, masked); "
+                 f"seed {a.seed}; details {json.dumps(extra)}")
     notes.append("Anchors (paper, other hardware): CUDA-graph PyTorch 3.5 ms, megakernel 6.29 -> 1.65 ms; "
-                 "issue's H200 figures: floor 0.49, eager 14.6, cudagraph 2.98, compile+graph 1.34 ms.")
+                 "issue's H200 figures: floor 0.49, eager 14.6, cudagraph 2.98, compile+graph 1.34 ms "
+                 "(max-autotune, 2026-11-30) and 1.874 ms (2026-12-01).")
 
     if not a.no_profile:
         try:
-            fastest = min(variants, key=lambda n: by.get(n) or float("inf"))
+            fastest = min(variants, key=lambda n: by.get((n, kvs[0])) or float("inf"))
             notes.append(f"[{fastest}] " + profile_regions(weights, tokens, **variants[fastest]))
         except Exception as exc:  # noqa: BLE001
             notes.append(f"region profile unmeasured: {type(exc).__name__}: {exc}".splitlines()[0])
             traceback.print_exc()
 
-    order = ["floor", "eager", "cudagraph", "compile_cudagraph"]
-    rows.sort(key=lambda r: order.index(r["backend"]) if r["backend"] in order else len(order))
+    order = ["floor", "eager", "cudagraph", *COMPILE_MODES]
+    rows.sort(key=lambda r: (order.index(r["backend"]) if r["backend"] in order else len(order), r["kv_position"] or 0))
     for r in rows:
         r["pct_of_floor"] = 100 * floor_ms / r["ms_per_token"] if r["ms_per_token"] else None
 
     record("decode", rows, title="TinyLlama-1.1B batch-1 decode (ms/token)", notes="\n\n".join(notes),
-           columns=["backend", "ms_per_token", "pct_of_floor", "rel_err_vs_fp32"])
+           columns=["backend", "kv_position", "ms_per_token", "pct_of_floor", "rel_err_vs_fp32"])
     return 0
 
 
@@ -253,6 +321,13 @@ def profile_regions(weights, tokens, steps: range = range(PROMPT + 2, PROMPT + 4
             {"steps": [steps.start, steps.stop], "share": share, "mean_us": mean_us, "incomplete": iv.incomplete},
             indent=2))
     print(f"region profile ({time.perf_counter() - start:.1f} s): {text}")
+    from megakernel import timeline
+
+    phases = timeline.phase_table(timeline.tickets(iv.rows, {r.id: r.name for r in tree}, dec.config.n_layers))
+    summ = timeline.summary(phases)
+    print("phase timeline (trace build, per layer and step; megakernel/timeline.py):\n" + timeline.format_summary(summ))
+    if out:
+        atomic_write_text(Path(out, "decode_timeline.json"), json.dumps({"summary": summ, "phases": phases}))
     return (f"Argus region profile of the trace build, steps {steps.start}-{steps.stop - 1}, share of worker-CTA "
             f"time (warp 0, outermost regions; the rest is ticket fetch and idle): {text}")
 

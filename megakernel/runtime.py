@@ -53,6 +53,11 @@ def kernel_limits(path: Path = CONFIG_CUH) -> dict[str, int]:
         {"NWARPS": int(re.search(r"constexpr int THREADS = (\d+);", text).group(1)) // 32}
 
 
+def attn_smem_floats(c: LlamaConfig, tiles: TileShape, nwarps: int) -> int:
+    """Shared floats of one AttnPartial tile: q, scores, (max, sum), padding, per-warp PV sums."""
+    return ((c.group * (c.head_dim + tiles.attn_split + 2) + 3) & ~3) + nwarps * c.group * c.head_dim
+
+
 def check_fits(config: LlamaConfig, tiles: TileShape) -> None:
     """Raise DoesNotFitError naming the first size the compiled kernel cannot take."""
     lim = kernel_limits()
@@ -72,8 +77,12 @@ def check_fits(config: LlamaConfig, tiles: TileShape) -> None:
         ("logits_rows", tiles.logits_rows, tiles.logits_rows <= lim["MAX_TILE_ROWS"], f"<= {lim['MAX_TILE_ROWS']}"),
         ("2 * gate_features", 2 * tiles.gate_features, 2 * tiles.gate_features <= lim["MAX_TILE_ROWS"],
          f"<= {lim['MAX_TILE_ROWS']}"),
-        ("attention smem floats", c.group * (c.head_dim + tiles.attn_split + 2),
-         c.group * (c.head_dim + tiles.attn_split + 2) <= lim["SMEM_FLOATS"], f"<= {lim['SMEM_FLOATS']}"),
+        ("n_splits (max_seq / attn_split)", tiles.n_splits(c), tiles.n_splits(c) <= lim["MAX_SPLITS"],
+         f"<= MAX_SPLITS = {lim['MAX_SPLITS']}"),
+        ("head_dim (attention)", c.head_dim, c.head_dim in (8, 16, 32, 64, 128, 256),
+         "a power of two in [8, 256] (whole 16-byte V-row pieces per lane group)"),
+        ("attention smem floats", attn_smem_floats(c, tiles, lim["NWARPS"]),
+         attn_smem_floats(c, tiles, lim["NWARPS"]) <= lim["SMEM_FLOATS"], f"<= {lim['SMEM_FLOATS']}"),
     ]
     for name, value, ok, rule in checks:
         if not ok:
@@ -95,7 +104,8 @@ class MegakernelDecoder:
 
     def __init__(self, weights: LlamaWeights, tiles: TileShape | None = None, workers: int | None = None,
                  prefetch_ahead: int = 0, timeout_s: float = 2.0, argus_mode: int = 0,
-                 sampling: SamplingParams | None = None, device: int = 0, stage_bytes: int = 0):
+                 sampling: SamplingParams | None = None, device: int = 0, stage_bytes: int = 0,
+                 build_flags: tuple[str, ...] = ()):
         from argus_rt.launch import CubinModule
 
         self.config = weights.config
@@ -122,7 +132,8 @@ class MegakernelDecoder:
         self.sampling = sampling or SamplingParams()
         self.n_forced = 1
         self.argus_mode = argus_mode
-        self.build = build(argus_mode)
+        self.build_flags = tuple(build_flags)  # e.g. ("-DMK_BLOCKS_PER_SM=2",): csrc/megakernel/config.cuh knobs
+        self.build = build(argus_mode, extra_flags=self.build_flags)
         self.module = CubinModule.load(self.build.cubin, device=device)
         if stage_bytes:  # static (~35 KiB) + dynamic shared memory above 48 KiB needs the opt-in
             self.module.set_max_dynamic_shared(KERNEL_NAME, stage_bytes)
@@ -141,7 +152,7 @@ class MegakernelDecoder:
         per_sm = _check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.module.function(KERNEL_NAME), threads,
                                                                          self.stage_bytes),
                         "cuOccupancyMaxActiveBlocksPerMultiprocessor")
-        workers = sms - 1 if workers is None else workers
+        workers = per_sm * sms - 1 if workers is None else workers  # every co-resident slot but the scheduler's
         if workers < 1:
             raise DoesNotFitError(f"need at least 1 worker CTA, got workers={workers}")
         grid = workers + 1

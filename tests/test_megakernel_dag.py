@@ -19,7 +19,7 @@ def test_tinyllama_program_shape():
     n_splits = -(-c.max_seq // tiles.attn_split)
     assert kinds == {
         Embed: 1, Sample: 1,
-        QkvHead: c.n_layers * (c.n_heads + 2 * c.n_kv_heads),
+        QkvHead: c.n_layers * (c.n_heads + 2 * c.n_kv_heads) * tiles.qkv_parts,
         AttnPartial: c.n_layers * c.n_kv_heads * n_splits,
         OProj: c.n_layers * c.hidden // tiles.o_rows,
         GateUp: c.n_layers * c.ffn // tiles.gate_features,

@@ -94,14 +94,15 @@ class Transformer(nn.Module):
 class GraphedDecodeStep:
     """One decode step captured in a CUDA graph; ``__call__(token, pos) -> logits [V]`` (a view: copy it)."""
 
-    def __init__(self, model: Transformer, compiled: bool = False, warmup: int = 3):
+    def __init__(self, model: Transformer, compiled: bool = False, warmup: int = 3, mode: str | None = None):
         dev = model.embed.device
         if dev.type != "cuda":
             raise ValueError(f"CUDA-graph decode needs the model on a CUDA device, got {dev}")
         self.model = model
         self.tokens = torch.zeros(1, 1, dtype=torch.long, device=dev)
         self.pos = torch.zeros(1, dtype=torch.long, device=dev)
-        fn = torch.compile(model, fullgraph=True) if compiled else model  # inductor default mode; the graph is ours
+        # inductor's default mode unless `mode` names another (one without its own CUDA graphs: the graph is ours)
+        fn = torch.compile(model, fullgraph=True, mode=mode) if compiled else model
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side), torch.no_grad():

@@ -21,33 +21,50 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
   float* sc = smem + G * Dh;   // [G][S] scores, then probabilities
   float* ml = sc + G * S;      // [G][2] max, sum
   const int q0 = kv_head * G;  // first query head of the group
-  for (int i = threadIdx.x; i < G * Dh; i += THREADS) qs[i] = __ldcg(p.q + (size_t)layer * p.hidden + q0 * Dh + i);
+  const float4* q4 = reinterpret_cast<const float4*>(p.q + (size_t)layer * p.hidden + q0 * Dh);
+  for (int i = threadIdx.x; i < G * Dh / 4; i += THREADS) reinterpret_cast<float4*>(qs)[i] = __ldcg(q4 + i);
   __syncthreads();
   const float scale = rsqrtf((float)Dh);
   const size_t head_base = ((size_t)layer * p.n_kv_heads + kv_head) * p.max_seq;
-  for (int t = threadIdx.x; t < n; t += THREADS) {  // one KV position per thread
-    const uint4* krow = reinterpret_cast<const uint4*>(p.k_cache + (head_base + lo + t) * Dh);
-    float s[MAX_GROUP];
+  // Scores like the PV pass below: a warp reads ROWS_PER_WARP K rows per load (16 bytes per lane),
+  // each lane dots its 8 dims with all G heads' q (registers), the lanes of a row sum by shuffles.
+  // Inner loops are branch-free (heads j >= G compute on head G - 1 and are dropped; rows past n
+  // reload row n - 1 and are not stored): with a branch between two strong loads the compiler
+  // issued one load per trip (SASS of 2026-12-01), which made this tile latency-bound.
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  {
+    const int lpr = Dh / 8, rpw = 32 / lpr, sub = lane / lpr, c8 = lane - sub * lpr;
+    float qr[MAX_GROUP][8];
 #pragma unroll
-    for (int j = 0; j < MAX_GROUP; ++j) s[j] = 0.f;
-#pragma unroll 8
-    for (int c = 0; c < Dh / 8; ++c) {
-      const uint4 k = __ldcg(krow + c);  // appended this step by another CTA
+    for (int j = 0; j < MAX_GROUP; ++j) {
+      const float4 a = *reinterpret_cast<const float4*>(qs + (j < G ? j : G - 1) * Dh + 8 * c8);
+      const float4 b = *reinterpret_cast<const float4*>(qs + (j < G ? j : G - 1) * Dh + 8 * c8 + 4);
+      qr[j][0] = a.x; qr[j][1] = a.y; qr[j][2] = a.z; qr[j][3] = a.w;
+      qr[j][4] = b.x; qr[j][5] = b.y; qr[j][6] = b.z; qr[j][7] = b.w;
+    }
+    const uint4* kbase = reinterpret_cast<const uint4*>(p.k_cache + (head_base + lo) * Dh) + c8;
+    const int stride = NWARPS * rpw;
+    for (int base = warp * rpw; base < n; base += 4 * stride) {  // warp-uniform trips (shuffles inside)
+      uint4 k[4];
 #pragma unroll
-      for (int j = 0; j < MAX_GROUP; ++j) {
-        if (j < G) {
-          const float4 a = *reinterpret_cast<const float4*>(qs + j * Dh + 8 * c);
-          const float4 b = *reinterpret_cast<const float4*>(qs + j * Dh + 8 * c + 4);
-          s[j] += dot8(k, a, b);
+      for (int u = 0; u < 4; ++u) k[u] = __ldcg(kbase + (size_t)min(base + sub + u * stride, n - 1) * lpr);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int t = base + sub + u * stride;
+        const float f[8] = {bf_lo(k[u].x), bf_hi(k[u].x), bf_lo(k[u].y), bf_hi(k[u].y),
+                            bf_lo(k[u].z), bf_hi(k[u].z), bf_lo(k[u].w), bf_hi(k[u].w)};
+#pragma unroll
+        for (int j = 0; j < MAX_GROUP; ++j) {
+          float d = 0.f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) d = fmaf(f[e], qr[j][e], d);
+          for (int o = 1; o < lpr; o <<= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+          if (j < G && c8 == 0 && t < n) sc[j * S + t] = d * scale;
         }
       }
     }
-#pragma unroll
-    for (int j = 0; j < MAX_GROUP; ++j)
-      if (j < G) sc[j * S + t] = s[j] * scale;
   }
   __syncthreads();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int j = warp; j < G; j += NWARPS) {  // softmax pieces, one warp per query head
     float m = -INFINITY;
     for (int t = lane; t < n; t += 32) m = fmaxf(m, sc[j * S + t]);
@@ -65,22 +82,66 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
     }
   }
   __syncthreads();
-  for (int j = warp; j < G; j += NWARPS) {  // o = sum_t p_t v_t, lanes own pairs of dims
-    float* out = p.attn_part + (((size_t)layer * p.n_heads + q0 + j) * p.n_splits + split) * (Dh + 2);
-    for (int d2 = lane; d2 < Dh / 2; d2 += 32) {
-      float o0 = 0.f, o1 = 0.f;
-      const unsigned* vcol = reinterpret_cast<const unsigned*>(p.v_cache + (head_base + lo) * Dh) + d2;
-#pragma unroll 16
-      for (int t = 0; t < n; ++t) {  // unrolled: 16 independent V loads in flight, not one L2 trip per t
-        const unsigned v = __ldcg(vcol + (size_t)t * (Dh / 2));
-        const float pt = sc[j * S + t];
-        o0 = fmaf(pt, bf_lo(v), o0);
-        o1 = fmaf(pt, bf_hi(v), o1);
+  // o = sum_t p_t v_t for all G heads at once (they share each V row): a warp reads ROWS_PER_WARP
+  // V rows per load (16 bytes per lane, LANES_PER_ROW lanes per row), warps take interleaved
+  // positions, so every V row is read once and 8 x 4 rows are in flight per unrolled trip; then
+  // the row groups of a warp and the warps are summed (shuffles, then shared memory).
+  {
+    const int lpr = Dh / 8, rpw = 32 / lpr;  // lanes per V row, rows per warp-wide load
+    const int sub = lane / lpr, c8 = lane - sub * lpr;  // this lane's row in the load, its 8 dims
+    float acc[MAX_GROUP][8];
+#pragma unroll
+    for (int j = 0; j < MAX_GROUP; ++j)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[j][e] = 0.f;
+    const uint4* vbase = reinterpret_cast<const uint4*>(p.v_cache + (head_base + lo) * Dh) + c8;
+    const int stride = NWARPS * rpw;
+    constexpr int PV = MK_BLOCKS_PER_SM > 1 ? 2 : 4;  // V rows per lane in flight (2 under the 128-register cap)
+    for (int t0 = warp * rpw + sub; t0 < n; t0 += PV * stride) {
+      uint4 v[PV];
+#pragma unroll
+      for (int u = 0; u < PV; ++u) v[u] = __ldcg(vbase + (size_t)min(t0 + u * stride, n - 1) * lpr);
+#pragma unroll
+      for (int u = 0; u < PV; ++u) {
+        const int t = min(t0 + u * stride, n - 1);
+        const bool keep = t0 + u * stride < n;
+        const float f[8] = {bf_lo(v[u].x), bf_hi(v[u].x), bf_lo(v[u].y), bf_hi(v[u].y),
+                            bf_lo(v[u].z), bf_hi(v[u].z), bf_lo(v[u].w), bf_hi(v[u].w)};
+#pragma unroll
+        for (int j = 0; j < MAX_GROUP; ++j) {
+          const float pt = keep ? sc[(j < G ? j : G - 1) * S + t] : 0.f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[j][e] = fmaf(pt, f[e], acc[j][e]);
+        }
       }
-      out[2 * d2] = o0;
-      out[2 * d2 + 1] = o1;
     }
-    if (lane == 0) {
+    float* red = smem + ((G * Dh + G * S + 2 * G + 3) & ~3);  // [NWARPS][G][Dh] warp partial sums (16-byte aligned)
+#pragma unroll
+    for (int j = 0; j < MAX_GROUP; ++j) {
+      if (j < G) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          float v = acc[j][e];
+          for (int o = lpr; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+          acc[j][e] = v;
+        }
+        if (sub == 0) {
+          float4* dst = reinterpret_cast<float4*>(red + ((size_t)warp * G + j) * Dh + 8 * c8);
+          dst[0] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+          dst[1] = make_float4(acc[j][4], acc[j][5], acc[j][6], acc[j][7]);
+        }
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * Dh; i += THREADS) {
+      const int j = i / Dh, d = i - j * Dh;
+      float o = 0.f;
+#pragma unroll
+      for (int w = 0; w < NWARPS; ++w) o += red[((size_t)w * G + j) * Dh + d];
+      p.attn_part[(((size_t)layer * p.n_heads + q0 + j) * p.n_splits + split) * (Dh + 2) + d] = o;
+    }
+    for (int j = threadIdx.x; j < G; j += THREADS) {
+      float* out = p.attn_part + (((size_t)layer * p.n_heads + q0 + j) * p.n_splits + split) * (Dh + 2);
       out[Dh] = ml[2 * j];
       out[Dh + 1] = ml[2 * j + 1];
     }
@@ -98,31 +159,44 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
   float* wts = xs + D;
   for (int h = threadIdx.x; h < H; h += THREADS) {
     const float* ph = part + (size_t)h * NS * (Dh + 2);
+    float m[MAX_SPLITS], l[MAX_SPLITS];  // every used split's (max, sum) in flight at once
+#pragma unroll
+    for (int s = 0; s < MAX_SPLITS; ++s) {
+      const int sc = min(s, used - 1);
+      m[s] = __ldcg(ph + sc * (Dh + 2) + Dh);
+      l[s] = __ldcg(ph + sc * (Dh + 2) + Dh + 1);
+    }
     float M = -INFINITY;
-#pragma unroll 4
-    for (int s = 0; s < used; ++s) M = fmaxf(M, __ldcg(ph + s * (Dh + 2) + Dh));
+#pragma unroll
+    for (int s = 0; s < MAX_SPLITS; ++s) M = fmaxf(M, m[s]);  // clamped repeats do not change the max
     float den = 0.f;
-#pragma unroll 4
-    for (int s = 0; s < used; ++s) {
-      const float w = __expf(__ldcg(ph + s * (Dh + 2) + Dh) - M);
-      wts[h * used + s] = w;
-      den = fmaf(w, __ldcg(ph + s * (Dh + 2) + Dh + 1), den);
+#pragma unroll
+    for (int s = 0; s < MAX_SPLITS; ++s) {
+      const float w = s < used ? __expf(m[s] - M) : 0.f;
+      m[s] = w;
+      den = fmaf(w, l[s], den);
     }
     const float inv = 1.f / den;
-    for (int s = 0; s < used; ++s) wts[h * used + s] *= inv;
+#pragma unroll
+    for (int s = 0; s < MAX_SPLITS; ++s)
+      if (s < used) wts[h * used + s] = m[s] * inv;
   }
   __syncthreads();
   float acc[COMBINE_PER_THREAD];
 #pragma unroll
   for (int k = 0; k < COMBINE_PER_THREAD; ++k) acc[k] = 0.f;
-  for (int s = 0; s < used; ++s) {
+  for (int s = 0; s < used; ++s) {  // branch-free body: all COMBINE_PER_THREAD loads in flight
+    float v[COMBINE_PER_THREAD];
 #pragma unroll
     for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
-      const int i = threadIdx.x + k * THREADS;
-      if (i < D) {
-        const int h = i / Dh, d = i - h * Dh;
-        acc[k] = fmaf(wts[h * used + s], __ldcg(part + ((size_t)h * NS + s) * (Dh + 2) + d), acc[k]);
-      }
+      const int i = min(threadIdx.x + k * THREADS, D - 1);
+      const int h = i / Dh, d = i - h * Dh;
+      v[k] = __ldcg(part + ((size_t)h * NS + s) * (Dh + 2) + d);
+    }
+#pragma unroll
+    for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
+      const int i = min(threadIdx.x + k * THREADS, D - 1);
+      acc[k] = fmaf(wts[(i / Dh) * used + s], v[k], acc[k]);
     }
   }
 #pragma unroll

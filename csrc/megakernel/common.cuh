@@ -14,6 +14,15 @@ __device__ __forceinline__ uint4 ld_weights(const void* p) {
   return v;
 }
 
+// 16 bytes written this step by another CTA: through L2 (no L1 line that could be stale). An asm
+// volatile load keeps its place among the others, so a batch written load-load-...-use stays a
+// batch in SASS (ptxas otherwise interleaved the K-row loads with the dot products).
+__device__ __forceinline__ uint4 ld_cg_u4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
 // Bulk prefetch of a contiguous weight range into L2 (sm_90); bytes must be a multiple of 16.
 __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");

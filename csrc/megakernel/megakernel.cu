@@ -299,14 +299,7 @@ __device__ void worker(const Params& p, Smem& s) {
       if (threadIdx.x == 0) s.staged = stage;
       const unsigned ahead = t + (unsigned)p.prefetch_ahead;
       if (p.prefetch_ahead > 0 && ahead < end) {
-        int future[INSTR_WORDS];
-        const int* src = p.instructions + (size_t)(ahead % n_instr) * INSTR_WORDS;
-        future[W_OPCODE] = __ldg(src + W_OPCODE);
-        future[W_LAYER] = __ldg(src + W_LAYER);
-        future[W_A0] = __ldg(src + W_A0);
-        future[W_A1] = __ldg(src + W_A1);
-        future[W_A2] = __ldg(src + W_A2);
-        tile_weights(p, future, &w, &bytes);
+        tile_weights(p, p.instructions + (size_t)(ahead % n_instr) * INSTR_WORDS, &w, &bytes);  // read from global
         if (bytes) prefetch_tile(w, bytes);
       }
     }
@@ -377,7 +370,7 @@ __device__ void scheduler(const Params& p, Smem& s) {
 
 }  // namespace mk
 
-extern "C" __global__ void __launch_bounds__(mk::THREADS, 1) argus_megakernel(const Params* __restrict__ params) {
+extern "C" __global__ void __launch_bounds__(mk::THREADS, MK_BLOCKS_PER_SM) argus_megakernel(const Params* __restrict__ params) {
   __shared__ mk::Smem smem;
   __shared__ Params p;
   // The parameter block is 8-byte words: copy it once into shared memory.
