@@ -303,9 +303,16 @@ def _analyse_tma(module: Module, ops: list[Op], iterations: int) -> tuple[list[I
 
 def _analyse_wgmma(module: Module, ops: list[Op], iterations: int) -> tuple[list[Instance], Completion]:
     op = ops[0]
-    # the wait that takes the dot's result is the one that retires it
-    wait = next((o for o in module.ops[op.index + 1:] if o.name == WGMMA_WAIT and op.results
-                 and o.operands and o.operands[0] == op.results[0]), None)
+    if not op.results:
+        raise UnsupportedOpError(f"{op}: a warp_group_dot without a result; its completion is unknown")
+    # The wait that takes the dot's result retires it: right after it, or, when the accumulator is
+    # carried around the loop (attention's P V), the next trip's wait on the iter_arg.
+    direct = next((o for o in module.ops[op.index + 1:] if o.name == WGMMA_WAIT and op.results[0] in o.operands), None)
+    wait = direct
+    if wait is None:
+        aliases = _carried_aliases(module, {op.results[0]})
+        carried = [o for o in module.ops if o.name == WGMMA_WAIT and aliases & set(o.operands)]
+        wait = next((o for o in carried if op.loop is not None and o.loop == op.loop), carried[0] if carried else None)
     if wait is None:
         raise UnsupportedOpError(f"{op}: no {WGMMA_WAIT} after it; its completion is unknown")
     pend = module.int_attr(wait, "pendings")

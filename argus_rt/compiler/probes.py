@@ -33,7 +33,7 @@ from .ttgir_edit import SMID_ASM, checked_edit, cta_slice_lines, i64_asm_line, i
     lines_with_pointer_arg, special_reg_line, trip_index_lines
 from .ttgir_edit import indent as _indent
 from .ttgir_edit import loc_suffix as _loc_suffix
-from .ttgir_module import TtgirError, parse_module
+from .ttgir_module import TtgirError, parse_module, text_name
 
 PROBE_ARG = "%argus_probe_out"
 WORDS_PER_CTA = 5  # ns0, ns1, clk0, clk1, smid
@@ -95,15 +95,16 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
     copy = by_line.get(inst.ttgir_line)
     if copy is None or copy.name != TMA_LOAD:
         raise ProbeError(f"TTGIR line {inst.ttgir_line} is not {TMA_LOAD}: this TTGIR is not the one discovery read")
-    bar, pred, nbytes = tma_parts(module, copy)
-    alloc, _idx, _slots = barrier_index(module, copy, bar)
-    bar_type = module.value_types[bar]
+    bar_key, pred_key, nbytes = tma_parts(module, copy)
+    alloc, _idx, _slots = barrier_index(module, copy, bar_key)
+    bar_type = module.value_types[bar_key]
+    bar, pred = text_name(bar_key), text_name(pred_key)  # as the edited lines spell them
     # the private barrier: a one-slot array of the stage barriers' array type
     alloc_type = re.sub(r"<\d+x", "<1x", module.value_types[alloc], count=1)
-    if alloc == bar:  # a single barrier straight from ttg.local_alloc is its own array
+    if alloc == bar_key:  # a single barrier straight from ttg.local_alloc is its own array
         alloc_type = bar_type
     expect = next((o for o in reversed(module.ops[: copy.index]) if o.name == "ttng.barrier_expect"
-                   and o.operands and o.operands[0] == bar and o.loop == copy.loop), None)
+                   and o.operands and o.operands[0] == bar_key and o.loop == copy.loop), None)
     if expect is None:
         raise ProbeError(f"{copy}: no barrier_expect for its barrier {bar}")
     m = re.search(r"(ttng\.barrier_expect\s+%[\w.$-]+\s*,\s*)(\d+)(\s*,\s*)(%[\w.$-]+)", expect.text)
@@ -152,7 +153,7 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
         trip = iteration - inst.trip_offset
         iv_lines, trip_iv = iv_for_trip_lines(ind, "argus_trip", module, loop, trip, loc)
         sel_lines = iv_lines + [
-            f"{ind}%argus_sel = arith.cmpi eq, {loop.iv}, {trip_iv} : {loop.iv_type}{loc}",
+            f"{ind}%argus_sel = arith.cmpi eq, {text_name(loop.iv)}, {trip_iv} : {loop.iv_type}{loc}",
             f"{ind}%argus_nsel = arith.xori %argus_sel, %argus_true : i1{loc}",
             f"{ind}%argus_sel_pred = arith.andi {pred}, %argus_sel : i1{loc}",
             f"{ind}%argus_nsel_pred = arith.andi {pred}, %argus_nsel : i1{loc}",
@@ -164,7 +165,7 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
         reduced = reduced.replace(f", {expect_pred} :", ", %argus_e_sel :", 1)
         e_lines, e_iv = iv_for_trip_lines(eind, "argus_e", module, loop, trip, eloc)
         edits[expect.line_no - 1] = (e_lines + [
-            f"{eind}%argus_e_is = arith.cmpi eq, {loop.iv}, {e_iv} : {loop.iv_type}{eloc}",
+            f"{eind}%argus_e_is = arith.cmpi eq, {text_name(loop.iv)}, {e_iv} : {loop.iv_type}{eloc}",
             f"{eind}%argus_e_not = arith.xori %argus_e_is, %argus_true : i1{eloc}",
             f"{eind}%argus_e_sel = arith.andi {expect_pred}, %argus_e_is : i1{eloc}",
             f"{eind}%argus_e_nsel = arith.andi {expect_pred}, %argus_e_not : i1{eloc}",

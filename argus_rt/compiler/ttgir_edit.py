@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from .ttgir_module import ForLoop, Module, TtgirError, parse_module
+from .ttgir_module import ForLoop, Module, TtgirError, parse_module, text_name
 
 I64_PTR = "!tt.ptr<i64>"
 
@@ -76,8 +76,8 @@ def trip_index_lines(ind: str, prefix: str, loop: ForLoop, loc: str = "") -> tup
     (lines, SSA name). They use the loop's own SSA bounds, which dominate its body, so a run-time
     lower bound (causal attention) works the same as a constant one."""
     p, t = f"%{prefix}", loop.iv_type
-    lines = [f"{ind}{p}_rel = arith.subi {loop.iv}, {loop.lower} : {t}{loc}",
-             f"{ind}{p}_trip = arith.divsi {p}_rel, {loop.step} : {t}{loc}"]
+    lines = [f"{ind}{p}_rel = arith.subi {text_name(loop.iv)}, {text_name(loop.lower)} : {t}{loc}",
+             f"{ind}{p}_trip = arith.divsi {p}_rel, {text_name(loop.step)} : {t}{loc}"]
     if t == "i32":
         return lines, f"{p}_trip"
     return lines + [f"{ind}{p}_trip32 = arith.trunci {p}_trip : {t} to i32{loc}"], f"{p}_trip32"
@@ -93,8 +93,8 @@ def iv_for_trip_lines(ind: str, prefix: str, module: Module, loop: ForLoop, trip
     if lb is not None and step is not None:
         return [f"{ind}{p}_iv = arith.constant {lb + trip * step} : {t}{loc}"], f"{p}_iv"
     return [f"{ind}{p}_tc = arith.constant {trip} : {t}{loc}",
-            f"{ind}{p}_toff = arith.muli {p}_tc, {loop.step} : {t}{loc}",
-            f"{ind}{p}_iv = arith.addi {loop.lower}, {p}_toff : {t}{loc}"], f"{p}_iv"
+            f"{ind}{p}_toff = arith.muli {p}_tc, {text_name(loop.step)} : {t}{loc}",
+            f"{ind}{p}_iv = arith.addi {text_name(loop.lower)}, {p}_toff : {t}{loc}"], f"{p}_iv"
 
 
 def checked_edit(text: str, origin: Module, what: str) -> str:

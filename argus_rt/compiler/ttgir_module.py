@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -23,7 +24,16 @@ from . import mlir_ir, ttgir_text
 from .ttgir_locations import UNKNOWN, Location, LocationError, SourceLoc, read_location, resolve_alias
 
 __all__ = ["Module", "Op", "ForLoop", "TtgirError", "SourceLoc", "Location", "memdesc_shape", "element_bytes",
-           "parse_module"]
+           "parse_module", "text_name"]
+
+
+_SCOPE_MARK = "'"  # never part of an MLIR SSA name
+
+
+def text_name(key: str) -> str:
+    """The SSA name as the text spells it in its scope (a :class:`Module` key may carry a ``'<line>``
+    suffix to tell apart names that sibling regions reuse)."""
+    return key.split(_SCOPE_MARK, 1)[0]
 
 
 class TtgirError(ArgusInputError):
@@ -38,8 +48,10 @@ class Op:
     line_no: int  # 1-based line of the op's first line in the TTGIR text
     text: str  # that line, without trailing newline
     name: str  # e.g. "ttng.async_tma_copy_global_to_local"
-    results: list[str]  # SSA names of its results ("%a", or "%x#0", "%x#1" for "%x:2")
-    operands: list[str]  # SSA names of its operands, in the op's operand order
+    # Value keys: the SSA name ("%a", or "%x#0", "%x#1" for "%x:2"), with "'<line>" appended where
+    # sibling regions reuse the name; text_name() gives the name to write into an edit.
+    results: list[str]
+    operands: list[str]  # keys of its operands, in the op's operand order
     location: Location  # source call stack, outermost frame first
     loop: int | None  # index of the innermost enclosing scf.for, None at function level
     block_depth: int  # number of enclosing regions inside the function body
@@ -90,6 +102,7 @@ class Module:
         self.func_name: str | None = None
         self.func_args: list[str] = []
         self.func_location: Location = UNKNOWN  # the kernel's def line
+        self._arg_types: dict[int, str] = {}  # block argument value id -> type
         self._aliases = ttgir_text.loc_aliases(self.lines)
         self._loc_cache: dict[str, Location] = {}
         try:
@@ -116,14 +129,24 @@ class Module:
             raise ttgir_text.TextMismatch(f"{self.source_name}: no tt.func found; is this TTGIR?" if not funcs else
                                           f"{self.source_name}: {len(public)} public tt.func ops; one kernel expected")
         names: dict[int, str] = {}  # value id -> SSA name
+        def_line: dict[int, int] = {}  # value id -> 1-based line of the op that defines it
         end_of = self._end_lines(kernel, line_of, pos)
         for o in all_ops:
             k = pos[id(o)]
             if o.results:
                 res = ttgir_text.result_names(self.lines[line_of[k]], len(o.results), self.source_name, line_of[k] + 1)
                 names.update((v.id, n) for v, n in zip(o.results, res))
+                def_line.update((v.id, line_of[k] + 1) for v in o.results)
             if o.regions and (o is kernel or _inside(o, kernel)):
                 self._name_block_args(o, line_of, pos, end_of, names)
+                def_line.update((a.id, line_of[k] + 1) for region in o.regions for b in region for a in b.args)
+        # MLIR names are scoped by region: sibling regions (two inlined loops) reuse names. Keys must be
+        # unique, so a name defined more than once gets its defining line appended (text_name strips it).
+        counts = Counter(names.values())
+        for vid, n in names.items():
+            if counts[n] > 1:
+                names[vid] = f"{n}{_SCOPE_MARK}{def_line[vid]}"
+        self.value_types = {names[vid]: t for vid, t in self._arg_types.items()}
         self.func_line = line_of[pos[id(kernel)]] + 1
         self.func_name = kernel.str_attr("sym_name")
         entry = kernel.regions[0][0]
@@ -164,7 +187,7 @@ class Module:
             raise ttgir_text.TextMismatch(f"{self.source_name}:{first + 1}: found {len(found)} block-argument name(s) "
                                           f"{found} for the {len(args)} block argument(s) of {o.name}")
         names.update((a.id, n) for a, n in zip(args, found))
-        self.value_types.update((n, a.type) for a, n in zip(args, found))
+        self._arg_types.update((a.id, a.type) for a in args)
 
     def _add_ops(self, parent_ir, parent: int | None, depth: int, loop: int | None, line_of, pos, end_of, names):
         for region in parent_ir.regions:
