@@ -61,8 +61,8 @@ def simulate_loop(module: Module, loop: ForLoop, trips: int) -> list[dict[str, i
     Values that depend on run-time kernel arguments (e.g. ``K``, or a run-time lower bound) stay
     unknown; slot indices and phases of a pipelined loop depend only on constants and iter_args.
     """
-    if loop.yield_op is None:
-        raise LoopError(f"{loop.op}: loop has no scf.yield")
+    if loop.yield_op is None and loop.iter_args:
+        raise LoopError(f"{loop.op}: loop carries {len(loop.iter_args)} value(s) but has no scf.yield")
     lb, step = module.constant_int(loop.lower), module.constant_int(loop.step)
     carried: list[int | None] = [module.constant_int(i) for i in loop.inits]
     out = []
@@ -76,7 +76,8 @@ def simulate_loop(module: Module, loop: ForLoop, trips: int) -> list[dict[str, i
                 if v is not None:
                     env[op.results[0]] = v
         out.append(env)
-        carried = [env.get(y, module.constant_int(y)) for y in loop.yield_op.operands]
+        if loop.yield_op is not None:  # a loop without iter_args prints no yield
+            carried = [env.get(y, module.constant_int(y)) for y in loop.yield_op.operands]
     return out
 
 

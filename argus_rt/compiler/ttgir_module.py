@@ -120,7 +120,8 @@ class Module:
     # ---- building ------------------------------------------------------------------------------
     def _attach_text(self) -> None:
         all_ops = self.ir.ops()
-        line_of = ttgir_text.map_op_lines(self.lines, [o.name for o in all_ops], self.source_name)
+        line_of = ttgir_text.map_op_lines(self.lines, [o.name for o in all_ops], self.source_name,
+                                          [_elidable(o) for o in all_ops])
         pos = {id(o): k for k, o in enumerate(all_ops)}
         funcs = [o for o in all_ops if o.name == "tt.func"]
         public = [f for f in funcs if "public" in self.lines[line_of[pos[id(f)]]].split("@")[0]]
@@ -159,25 +160,28 @@ class Module:
         """0-based last line of every op in the kernel (closing brace for ops with regions)."""
         end: dict[int, int] = {}
 
-        def visit(o) -> int:
+        def visit(o, last: int) -> int:
+            if line_of[pos[id(o)]] is None:  # an elided terminator: no line of its own
+                end[id(o)] = last
+                return last
             last = line_of[pos[id(o)]]
             if o.regions:
                 for region in o.regions:
                     for block in region:
                         for child in block.ops:
-                            last = visit(child)
+                            last = visit(child, last)
                 last = ttgir_text.closing_line(self.lines, last)
             end[id(o)] = last
             return last
 
-        visit(kernel)
+        visit(kernel, line_of[pos[id(kernel)]])
         return end
 
     def _name_block_args(self, o, line_of, pos, end_of, names) -> None:
         first = line_of[pos[id(o)]]
         own = [self.lines[first]]
         prev = first
-        children = [c for region in o.regions for block in region for c in block.ops]
+        children = [c for region in o.regions for block in region for c in block.ops if line_of[pos[id(c)]] is not None]
         for c in children:
             own += self.lines[prev + 1:line_of[pos[id(c)]]]
             prev = end_of[id(c)]
@@ -194,6 +198,8 @@ class Module:
             for block in region:
                 for o in block.ops:
                     k = pos[id(o)]
+                    if line_of[k] is None:
+                        continue  # an elided operand-less terminator: nothing refers to it
                     line = self.lines[line_of[k]]
                     try:
                         operands = [names[v] for v in o.operands]
@@ -295,6 +301,13 @@ class Module:
             if op.line_no == line_no:
                 return op
         raise TtgirError(f"{self.source_name}: no op starts at TTGIR line {line_no}")
+
+
+def _elidable(o) -> bool:
+    """An operand-less terminator at the end of its block, which custom printers leave out."""
+    if o.operands or o.results or o.regions or o.parent is None:
+        return False
+    return any(block.ops and block.ops[-1] is o for region in o.parent.regions for block in region)
 
 
 def _inside(o, ancestor) -> bool:

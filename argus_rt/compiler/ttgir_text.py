@@ -41,23 +41,33 @@ def _names_match(line_name: str, ir_name: str) -> bool:
     return line_name == ir_name or ir_name.split(".", 1)[-1] == line_name
 
 
-def map_op_lines(lines: list[str], names: list[str], source_name: str) -> list[int]:
-    """0-based line of each op in ``names`` (the IR's op names in pre-order)."""
-    out = []
+def map_op_lines(lines: list[str], names: list[str], source_name: str,
+                 elidable: list[bool] | None = None) -> list[int | None]:
+    """0-based line of each op in ``names`` (the IR's op names in pre-order). An op marked
+    ``elidable`` (an operand-less terminator, which MLIR's custom printers leave out) may have no
+    line: None."""
+    out: list[int | None] = []
     i = 0
     for k, name in enumerate(names):
+        start = i
         while i < len(lines):
             head = op_head(lines[i])
             if head is not None:
                 if not _names_match(head[1], name):
+                    if elidable and elidable[k]:
+                        break
                     raise TextMismatch(f"{source_name}:{i + 1}: the text has op {head[1]} where the parsed IR has "
                                        f"{name} (op {k} in order); the text is not one op per line as MLIR prints it")
                 break
             i += 1
+        if i < len(lines) and _names_match(op_head(lines[i])[1], name):
+            out.append(i)
+            i += 1
+        elif elidable and elidable[k]:
+            out.append(None)
+            i = start  # the next op's line has not been consumed
         else:
             raise TextMismatch(f"{source_name}: op {name} (op {k} in order) has no line in the text")
-        out.append(i)
-        i += 1
     return out
 
 
