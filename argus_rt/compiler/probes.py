@@ -420,10 +420,19 @@ REFERENCE_REL_TOL = 1e-2
 
 
 def check_module_reference(mod, inputs: dict, got) -> float:
-    """Relative error of ``got`` against ``mod.reference(a, b)``; :class:`ProbeError` above the tolerance."""
+    """Relative error of ``got`` against the module's plain ``reference``, called with the inputs its
+    parameters name (``reference(x, w, b)`` gets ``inputs["x"]`` ...; the matmul examples' ``(a, b)``
+    too); :class:`ProbeError` above the tolerance."""
+    import inspect
+
     if not hasattr(mod, "reference"):
-        raise ProbeError(f"{getattr(mod, '__file__', mod)} has no plain reference(a, b) to check the kernel against")
-    want = mod.reference(inputs["a"], inputs["b"]).float()
+        raise ProbeError(f"{getattr(mod, '__file__', mod)} has no plain reference(...) to check the kernel against")
+    params = inspect.signature(mod.reference).parameters
+    missing = [p for p, v in params.items() if p not in inputs and v.default is inspect.Parameter.empty]
+    if missing:
+        raise ProbeError(f"reference() of {getattr(mod, '__file__', mod)} takes {missing}, which make_inputs() does "
+                         f"not return; inputs: {sorted(inputs)}")
+    want = mod.reference(**{k: v for k, v in inputs.items() if k in params}).float()
     rel = float((got.float() - want).norm() / want.norm())
     if not rel <= REFERENCE_REL_TOL:
         raise ProbeError(f"the reference kernel differs from its PyTorch reference: relative error {rel:.3g} "

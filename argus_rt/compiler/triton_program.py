@@ -50,7 +50,7 @@ def unwrap_kernel(obj, launch: dict, where: str):
                                         f"their values in launch.constexprs")
         inner = getattr(fn, "fn", None)
         if inner is None or seen > 8:
-            raise KernelConfigError(f"{where} is a {type(obj).__name__}, not a @triton.jit function (or an autotuned "
+            raise KernelConfigError(f"{where} is a {type(obj).__name__!r} object, not a @triton.jit function (or an autotuned "
                                     "/ heuristics wrapper of one)")
         fn, seen = inner, seen + 1
     return fn

@@ -120,3 +120,15 @@ def innermost(spans: list[RegionSpan], loc: Location | None) -> RegionSpan | Non
     """The deepest span holding ``loc``: most nested region name, then the longest call prefix."""
     inside = [s for s in spans if s.contains(loc)]
     return max(inside, key=lambda s: (s.name.count("/"), len(s.call_prefix))) if inside else None
+
+
+def region_ops(module: Module, spans: list[RegionSpan]) -> dict[str, list[Op]]:
+    """Region name -> the ops whose innermost span is that region (markers left out); what a region
+    holds directly, by source call stack."""
+    marker_ops = {mk.op.index for mk in markers(module)}
+    out: dict[str, list[Op]] = {s.name: [] for s in spans}
+    for op in module.ops:
+        span = innermost(spans, op.location) if op.index not in marker_ops else None
+        if span is not None:
+            out[span.name].append(op)
+    return out

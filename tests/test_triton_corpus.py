@@ -1,0 +1,189 @@
+"""The Triton corpus (examples/triton_corpus) on the CPU: every program compiles for sm_90 exactly as
+its module does, `argus plan` and `argus discover` run on it, and the TTGIR reader finds its
+reductions, helper regions (per call site), loops and region ops.
+
+Each program is compiled once per session (the fixture below; Triton's cache serves the module's
+own compile_reference), so the file stays cheap on a shared CPU."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+triton = pytest.importorskip("triton")
+
+from argus_rt.cli import main  # noqa: E402
+from argus_rt.compiler.async_sites import discover  # noqa: E402
+from argus_rt.compiler.probes import make_forced_wait_probe, make_iteration_trace  # noqa: E402
+from argus_rt.compiler.triton_program import KernelConfigError, program_ttgir, unwrap_kernel  # noqa: E402
+from argus_rt.compiler.triton_region_trace import make_region_trace  # noqa: E402
+from argus_rt.compiler.ttgir_module import parse_module, text_name  # noqa: E402
+from argus_rt.compiler.ttgir_regions import region_ops, region_spans  # noqa: E402
+from argus_rt.program import load_program  # noqa: E402
+from argus_rt.regions import RegionTree  # noqa: E402
+
+CORPUS = Path(__file__).resolve().parent.parent / "examples" / "triton_corpus"
+PROGRAM_FILES = sorted(CORPUS.glob("*/argus_program*.json"))
+NAMES = [p.parent.name + ("" if p.name == "argus_program.json" else "_" + p.name.split(".")[1]) for p in PROGRAM_FILES]
+KINDS_OF_KERNEL = {"softmax", "layernorm", "rmsnorm", "attention", "attention_causal", "matmul_autotuned",
+                   "linear_cp_async"}
+
+
+def _module(program):
+    spec = importlib.util.spec_from_file_location(f"corpus_{program.name}", Path(program.root) / program.launch["module"])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """name -> (program, module, TTGIR): each corpus program compiled once for sm_90."""
+    out = {}
+    for name, path in zip(NAMES, PROGRAM_FILES):
+        program = load_program(path)
+        ttgir, iterations = program_ttgir(program)
+        out[name] = (program, _module(program), ttgir)
+    return out
+
+
+def test_the_corpus_has_every_kind_the_issue_lists():
+    assert set(NAMES) == KINDS_OF_KERNEL
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_program_compiles_for_sm90_as_its_module_does(compiled, name):
+    program, mod, ttgir = compiled[name]
+    assert 'ttg.target = "cuda:90"' in ttgir
+    assert mod.compile_reference().asm["ttgir"] == ttgir  # the program file and the module describe one kernel
+    assert program.launch["iterations"] == mod.ITERATIONS
+    protocol = [f for f in ("compile_reference", "make_inputs", "run", "n_ctas", "reference") if not hasattr(mod, f)]
+    assert protocol == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_regions_json_is_the_kernel_s_region_tree(compiled, name):
+    program, _, ttgir = compiled[name]
+    tree, _ = region_spans(parse_module(ttgir))
+    manifest = RegionTree.load(Path(program.root) / "regions.json")
+    assert sorted(tree.names) == sorted(manifest.names)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_leaf_region_holds_ops(compiled, name):
+    _, _, ttgir = compiled[name]
+    module = parse_module(ttgir)
+    tree, spans = region_spans(module)
+    held = region_ops(module, spans)
+    for region in tree:
+        if not tree.children(region.name):
+            assert held[region.name], f"{name}: region {region.name} holds no op"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_plan_and_discover_run(compiled, name, tmp_path, capsys):
+    path = PROGRAM_FILES[NAMES.index(name)]
+    program, _, _ = compiled[name]
+    root = RegionTree.load(Path(program.root) / "regions.json").roots()[0].name
+    assert main(["plan", str(path), "--region", root, "--signals", "latency"]) == 0
+    out = tmp_path / "sites.json"
+    assert main(["discover", str(path), "--json", str(out)]) == 0, capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "argus.async_sites/1" and doc["helper_regions"] == "per_call_site"
+    assert {r["name"] for r in doc["regions"]} <= set(RegionTree.load(Path(program.root) / "regions.json").names)
+
+
+@pytest.mark.parametrize("name,reductions", [("softmax", 2), ("layernorm", 2), ("rmsnorm", 1), ("attention", 2),
+                                             ("attention_causal", 4)])
+def test_reductions_parse_and_sit_in_their_regions(compiled, name, reductions):
+    module = parse_module(compiled[name][2])
+    reduce_ops = [o for o in module.ops if o.name == "tt.reduce"]
+    assert len(reduce_ops) == reductions
+    assert all(o.text.lstrip().split(" = ", 1)[1].startswith('"tt.reduce"(') for o in reduce_ops)  # generic form
+    _, spans = region_spans(module)
+    held = region_ops(module, spans)
+    expected = {"softmax": "softmax/normalize", "layernorm": "layernorm/stats", "rmsnorm": "rmsnorm/reduce",
+                "attention": "attention/kv_loop/softmax", "attention_causal": "attention/kv_loop/softmax"}[name]
+    assert all(o in held[expected] for o in reduce_ops)
+
+
+@pytest.mark.parametrize("name,calls", [("attention", 1), ("attention_causal", 2)])
+def test_helper_regions_have_one_span_per_call_site(compiled, name, calls):
+    program, _, ttgir = compiled[name]
+    d = discover(ttgir, "attention/kv_loop", iterations=program.launch["iterations"])
+    loop_spans = [s for s in d.spans if s.name == "attention/kv_loop"]
+    assert len(loop_spans) == calls and all(s.call_site for s in loop_spans)
+    assert len({s.call_site for s in loop_spans}) == calls
+    # per call site: the K and V loads, Q K^T and P V
+    assert sorted((s.kind, s.label) for s in d.sites) == sorted(
+        [("tma_load", "k"), ("tma_load", "v"), ("wgmma", "qk"), ("wgmma", "acc")] * calls)
+    assert {s.call_site for s in d.sites} == {s.call_site for s in loop_spans}
+    for s in d.sites:
+        assert " > " in s.call_stack and s.call_stack.startswith(s.call_site)
+
+
+def test_query_load_from_a_barrier_straight_from_local_alloc(compiled):
+    _, _, ttgir = compiled["attention"]
+    d = discover(ttgir, "attention", iterations=16)
+    q = next(s for s in d.sites if s.label == "q")
+    module = parse_module(ttgir)
+    alloc = module.defs[q.completion.barrier_alloc]
+    assert alloc.name == "ttg.local_alloc" and q.completion.barrier_slots == 1
+    assert [(i.placement, i.iterations) for i in q.instances] == [("straight", [0])]
+
+
+def test_causal_loop_with_a_run_time_lower_bound_is_traced_and_probed(compiled, tmp_path):
+    program, _, ttgir = compiled["attention_causal"]
+    module = parse_module(ttgir)
+    runtime = [lp for lp in module.loops.values() if module.constant_int(lp.lower) is None]
+    assert len(runtime) == 1  # the diagonal block's loop starts at start_m * BLOCK_M
+    loop = runtime[0]
+    iterations = program.launch["iterations"]
+    traced = make_region_trace(ttgir, iterations)
+    assert f"arith.subi {text_name(loop.iv)}, {text_name(loop.lower)} : i32" in traced.ttgir
+    d = discover(ttgir, None, iterations=iterations)
+    second = [s for s in d.sites if s.kind == "tma_load" and s.label == "k"][-1]
+    probe = make_forced_wait_probe(ttgir, d, second.op_id, 5)  # a loop instance: the trip is selected at run time
+    assert f"arith.addi {text_name(loop.lower)}, %argus_trip_toff" in probe.ttgir
+    assert "%globaltimer" in make_iteration_trace(ttgir, d)
+    from argus_rt.compiler.probes import compile_ttgir
+
+    k = compile_ttgir(traced.ttgir, tmp_path, "causal_traced")  # the GPU compile path, on the CPU
+    assert len(k.asm["cubin"]) > 0
+
+
+def test_cp_async_and_matmul_sites(compiled):
+    program, _, ttgir = compiled["linear_cp_async"]
+    d = discover(ttgir, "linear/kloop", iterations=program.launch["iterations"])
+    assert [(s.kind, s.label) for s in d.sites] == [("cp_async", "x"), ("cp_async", "w"), ("wgmma", "acc")]
+    stages = program.launch["num_stages"]
+    for s in d.sites[:2]:
+        assert [i.placement for i in s.instances] == ["prologue"] * (stages - 1) + ["loop"]
+        assert s.completion.kind == "cp_async_group" and s.completion.wait_count == stages - 1
+    program, _, ttgir = compiled["matmul_autotuned"]
+    d = discover(ttgir, "matmul/kloop", iterations=program.launch["iterations"])
+    assert ("wgmma", "acc") in [(s.kind, s.label) for s in d.sites]
+
+
+def test_autotuned_kernel_needs_one_of_its_configs(compiled):
+    program, mod, _ = compiled["matmul_autotuned"]
+    launch = dict(program.launch)
+    assert unwrap_kernel(mod.matmul_kernel, launch, "k") is mod.matmul_kernel.fn
+    off = dict(launch, num_warps=2)
+    with pytest.raises(KernelConfigError, match=r"^k is @triton.autotune'd over 4 configs and the launch names none "
+                                                r"of them; .*0: \{BM: 128, BN: 128, BK: 64, GROUP_M: 8, num_warps: 8, "
+                                                r"num_stages: 3\}; 1: "):
+        unwrap_kernel(mod.matmul_kernel, off, "k")
+    assert "\n" not in str(pytest.raises(KernelConfigError, unwrap_kernel, mod.matmul_kernel, off, "k").value)
+
+
+def test_heuristics_values_must_be_given(compiled):
+    _, mod, _ = compiled["matmul_autotuned"]
+    wrapped = triton.heuristics({"GROUP_M": lambda args: 8})(mod.matmul_kernel.fn)
+    with pytest.raises(KernelConfigError, match=r"@triton.heuristics computes \['GROUP_M'\]"):
+        unwrap_kernel(wrapped, {"constexprs": {"BM": 64}}, "k")
+    assert unwrap_kernel(wrapped, {"constexprs": {"GROUP_M": 8}}, "k") is mod.matmul_kernel.fn
+    with pytest.raises(KernelConfigError, match=r"is a 'int' object, not a @triton.jit function"):
+        unwrap_kernel(3, {}, "k")
