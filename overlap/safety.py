@@ -14,10 +14,10 @@ import os
 import sys
 import traceback
 
+from argus_rt.gpu_env import MULTICAST_OFF
+
 SAFE_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
+    **MULTICAST_OFF,
     # Abort communicators on error/timeout instead of leaving ranks blocked (PyTorch's default, stated).
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
 }

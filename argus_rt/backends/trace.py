@@ -407,13 +407,11 @@ def runner_argv(program, variant: str, outdir: Path) -> list[str]:
 
 
 def runner_env() -> dict:
-    """Environment for :func:`runner_argv`: this copy of argus_rt importable, multicast off."""
-    root = str(Path(__file__).resolve().parents[2])  # the directory that holds argus_rt/
-    env = dict(os.environ)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("NCCL_NVLS_ENABLE", "0")
-    env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-    return env
+    """Environment for :func:`runner_argv`: the same as a worker child's (this copy of argus_rt
+    importable, multicast off)."""
+    from ..runtime.worker_process import child_env
+
+    return child_env()
 
 
 def main(argv: list[str] | None = None) -> int:

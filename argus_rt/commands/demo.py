@@ -16,7 +16,6 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..resources import examples_dir
 from .options import add_workspace, workspace_path

@@ -33,11 +33,12 @@ import traceback
 import weakref
 from pathlib import Path
 
+from ..gpu_env import MULTICAST_OFF
+
 MODULE = "argus_rt.runtime.worker_process"  # what ``python -m`` runs; __name__ is "__main__" there
 ROLES = {"collect": ("argus_rt.runtime.workers", "run_collect_job"),
          "cpu": ("argus_rt.runtime.cpu_jobs", "run_cpu_job")}
-# NVLink multicast can take a shared host's GPUs out of service: off in every child we start.
-SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+SAFE_ENV = MULTICAST_OFF  # forced in every child we start
 OUTPUT_TAIL_LINES = 40  # lines of the child's stdout+stderr kept for the error of a dead child
 READY_TIMEOUT_S = 300.0  # importing argus_rt on a loaded host; a child that dies is noticed at once
 
