@@ -20,7 +20,7 @@ What they do not give:
   ``ttng.wait_barrier``): there is no ``op.get_loc``;
 * SSA names and TTGIR line numbers (the printer's names come from name locations, and the parser
   drops them); text edits need both;
-* integer attributes in 3.6: ``op.get_int_attr`` exists from 3.7 on (:data:`HAS_INT_ATTR`).
+* integer attributes in 3.6: ``op.get_int_attr`` exists from 3.7 on (:func:`has_int_attr`).
 
 :mod:`argus_rt.compiler.ttgir_text` reads exactly those three from the text, and
 :mod:`argus_rt.compiler.ttgir_module` checks text and IR against each other.
@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 
@@ -67,8 +68,8 @@ class IrOp:
         return self._handle.get_str_attr(name)
 
     def int_attr(self, name: str) -> int | None:
-        """Integer attribute ``name``; only with :data:`HAS_INT_ATTR` (else the caller reads the text)."""
-        if not HAS_INT_ATTR:
+        """Integer attribute ``name``; only where :func:`has_int_attr` (else the caller reads the text)."""
+        if not has_int_attr():
             raise NotImplementedError("this Triton's bindings have no get_int_attr")
         return self._handle.get_int_attr(name)
 
@@ -87,14 +88,14 @@ def _ir():
     return ir
 
 
-def _has_int_attr() -> bool:
+@lru_cache(maxsize=1)
+def has_int_attr() -> bool:
+    """Whether the installed bindings read integer attributes (``op.get_int_attr``: Triton >= 3.7).
+    A function, not a constant, so importing Argus does not import Triton."""
     try:
         return hasattr(_ir().operation, "get_int_attr")
     except ImportError:
         return False
-
-
-HAS_INT_ATTR = _has_int_attr()
 
 
 @dataclass

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from ..errors import ArgusInputError
 from . import mlir_ir, ttgir_text
-from .ttgir_locations import UNKNOWN, Location, LocationError, SourceLoc, read_location, resolve_alias
+from .ttgir_locations import UNKNOWN, Location, LocationError, SourceLoc, read_location
 
 __all__ = ["Module", "Op", "ForLoop", "TtgirError", "SourceLoc", "Location", "memdesc_shape", "element_bytes",
            "parse_module", "text_name"]
@@ -258,13 +258,6 @@ class Module:
             return ir_loc
         return text_loc or UNKNOWN
 
-    def resolve_loc(self, expr: str) -> SourceLoc | None:
-        """Outermost source position of a location expression (``#loc3``, ``loc(...)`` or its inside)."""
-        expr = expr.strip()
-        loc = resolve_alias(expr, self._aliases, self._loc_cache) if expr.startswith("#loc") and " " not in expr \
-            else self._text_location(expr)
-        return loc.outer
-
     # ---- queries -------------------------------------------------------------------------------
     def def_of(self, ssa: str, user: Op) -> Op:
         """The op defining ``ssa``; raises naming ``user`` if it is a block argument or undefined."""
@@ -277,7 +270,7 @@ class Module:
 
     def int_attr(self, op: Op, attr: str) -> int | None:
         """Integer attribute of ``op`` from the bindings (Triton >= 3.7) or its printed line (3.6)."""
-        if mlir_ir.HAS_INT_ATTR and op.ir is not None:
+        if mlir_ir.has_int_attr() and op.ir is not None:
             value = op.ir.int_attr(attr)
             if value is not None and op.result_types[:1] == ["i1"] and attr == "value":
                 value &= 1  # MLIR sign-extends an i1 "true" to -1
