@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Issue 14 on one H200: what a new user runs, on the GPU machine's torch 2.11 / triton 3.6.
+#   bash scripts/gpu_first_use.sh        (device machine, repo root, carry .whl; $OUT set by the tool)
+# 1. the CPU TTGIR/Triton tests under triton 3.6 (CI runs them under 3.7.1);
+# 2. argus demo from a scratch directory (its last step runs the region query on the GPU);
+# 3. the README's example queries, JSON reports and a Chrome trace kept under $OUT;
+# 4. the GPU test suite. One line per step in $OUT/summary.txt, printed last.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+OUT="${OUT:-/tmp/argus-first-use}"
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then  # jsonschema and its needs: not in the GPU image
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+export ARGUS_CACHE_DIR=/tmp/argus-cache ARGUS_COMMIT="${ARGUS_COMMIT:-}"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(0))" | tee "$OUT/summary.txt"
+step() {  # step NAME LIMIT_S COMMAND...: log to $OUT/NAME.log, one summary line
+  local name=$1 limit=$2; shift 2
+  local t0=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  local tail_line
+  tail_line=$(grep -hE "[0-9]+ (passed|failed)|rc=|unanswered|Argus demo summary" "$OUT/$name.log" | tail -1)
+  echo "$name: rc=$rc in $(( $(date +%s) - t0 )) s  $tail_line" | tee -a "$OUT/summary.txt"
+}
+step ttgir_tests_triton36 240 python3 -m pytest -q -p no:cacheprovider tests/test_discovery_triton.py \
+  tests/test_discovery_cli.py tests/test_triton_region_trace.py tests/test_triton_regions.py \
+  tests/test_probe_transform.py tests/test_triton_async_e2e.py tests/test_ttgir_mlir.py tests/test_triton_corpus.py
+mkdir -p /tmp/demo && step demo 300 bash -c "cd /tmp/demo && python3 -m argus_rt.cli demo"
+for ex in cuda ground_truth; do
+  region=$([ $ex = cuda ] && echo example/stage_b || echo ground_truth/stage_b)
+  step "query_$ex" 300 python3 -m argus_rt.cli query "examples/$ex" --region "$region" \
+    --signals latency,instruction_mix,barrier_count --workspace /tmp/ws --json "$OUT/report_$ex.json" \
+    --chrome "$OUT/chrome_$ex.json" --no-progress
+done
+step query_triton 300 python3 -m argus_rt.cli query examples/triton --region tma_matmul/kloop \
+  --signals latency --workspace /tmp/ws --json "$OUT/report_triton.json" --no-progress
+step gpu_suite 560 python3 -m pytest -q -p no:cacheprovider -m "gpu or gpu2" -rs
+cat "$OUT/summary.txt"
