@@ -47,11 +47,26 @@ def _mix_kernel(x_ptr, y_ptr, n, lo_ptr, B: tl.constexpr):
     c = tl.cumsum(acc, 0)
     if r > 3:  # scf.if with a result
         c = c * 2
-    k = 0
+    k = _not_inlined(n)  # a tt.call of a second (private) tt.func
     while k < n:  # scf.while
         k += r + 1
     tl.store(y_ptr + r * B + tl.arange(0, B), c + k)
     argus.end("mix")
+
+
+@triton.jit(noinline=True)
+def _not_inlined(n):
+    return n * 2 + 1
+
+
+@triton.jit
+def _ws_kernel(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    a_desc = tl.make_tensor_descriptor(a_ptr, [1024, K], [K, 1], [BM, BK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, [1024, K], [K, 1], [BN, BK])
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in tl.range(0, K, BK, warp_specialize=True):
+        acc = tl.dot(a_desc.load([0, k]), b_desc.load([0, k]).T, acc)
+    tl.store(c_ptr + tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :], acc.to(tl.float16))
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +101,23 @@ def test_bindings_parse_generic_form_and_structured_control_flow(mix, mix_ttgir)
     assert [len(r) for r in while_op.ir.regions] == [1, 1]  # before and after regions, one block each
     reduce_ops = [o for o in mix.ops if o.name == "tt.reduce"]
     assert all(len(o.ir.regions[0][0].args) == 2 for o in reduce_ops)  # the combine block's two arguments
+
+
+def test_a_noinline_helper_is_a_second_function_and_the_public_one_is_the_kernel(mix, mix_ttgir):
+    assert "tt.func private" in mix_ttgir and "tt.call" in mix_ttgir
+    assert mix.func_name == "_mix_kernel" and "tt.call" in {o.name for o in mix.ops}
+
+
+def test_warp_specialized_partitions_parse():
+    sig = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "K": "i32"}
+    src = triton.compiler.ASTSource(fn=_ws_kernel, signature=sig, constexprs={"BM": 128, "BN": 128, "BK": 64})
+    text = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_stages": 3}).asm["ttgir"]
+    m = Module(text)
+    ws = [o for o in m.ops if o.name == "ttg.warp_specialize"]
+    assert ws and "partition0(" in text  # partitions printed inline by warp_specialize, not as ops of their own
+    inside = [o for o in m.ops if o.parent == ws[0].index]
+    assert {"ttg.warp_yield", "ttg.warp_return"} <= {o.name for o in inside}
+    assert all(m.lines[o.line_no - 1] == o.text for o in m.ops)
 
 
 def test_every_op_line_starts_with_its_name(mix):

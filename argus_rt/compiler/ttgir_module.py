@@ -121,7 +121,7 @@ class Module:
     def _attach_text(self) -> None:
         all_ops = self.ir.ops()
         line_of = ttgir_text.map_op_lines(self.lines, [o.name for o in all_ops], self.source_name,
-                                          [_elidable(o) for o in all_ops])
+                                          [_line_policy(o) for o in all_ops])
         pos = {id(o): k for k, o in enumerate(all_ops)}
         funcs = [o for o in all_ops if o.name == "tt.func"]
         public = [f for f in funcs if "public" in self.lines[line_of[pos[id(f)]]].split("@")[0]]
@@ -138,9 +138,9 @@ class Module:
                 res = ttgir_text.result_names(self.lines[line_of[k]], len(o.results), self.source_name, line_of[k] + 1)
                 names.update((v.id, n) for v, n in zip(o.results, res))
                 def_line.update((v.id, line_of[k] + 1) for v in o.results)
-            if o.regions and (o is kernel or _inside(o, kernel)):
-                self._name_block_args(o, line_of, pos, end_of, names)
-                def_line.update((a.id, line_of[k] + 1) for region in o.regions for b in region for a in b.args)
+            if o.regions and line_of[k] is not None and (o is kernel or _inside(o, kernel)):
+                for vid in self._name_block_args(o, line_of, pos, end_of, names):
+                    def_line[vid] = line_of[k] + 1
         # MLIR names are scoped by region: sibling regions (two inlined loops) reuse names. Keys must be
         # unique, so a name defined more than once gets its defining line appended (text_name strips it).
         counts = Counter(names.values())
@@ -161,7 +161,11 @@ class Module:
         end: dict[int, int] = {}
 
         def visit(o, last: int) -> int:
-            if line_of[pos[id(o)]] is None:  # an elided terminator: no line of its own
+            if line_of[pos[id(o)]] is None:  # printed inline by its parent, or an elided terminator
+                for region in o.regions:
+                    for block in region:
+                        for child in block.ops:
+                            last = visit(child, last)
                 end[id(o)] = last
                 return last
             last = line_of[pos[id(o)]]
@@ -177,29 +181,44 @@ class Module:
         visit(kernel, line_of[pos[id(kernel)]])
         return end
 
-    def _name_block_args(self, o, line_of, pos, end_of, names) -> None:
+    def _name_block_args(self, o, line_of, pos, end_of, names) -> list[int]:
         first = line_of[pos[id(o)]]
         own = [self.lines[first]]
         prev = first
-        children = [c for region in o.regions for block in region for c in block.ops if line_of[pos[id(c)]] is not None]
+        children: list = []  # the ops with lines of their own, looking through ops printed inline
+        args: list = []  # the block arguments printed on o's own lines, in print order
+
+        def collect(op) -> None:
+            for region in op.regions:
+                for block in region:
+                    args.extend(block.args)
+                    for c in block.ops:
+                        if line_of[pos[id(c)]] is not None:
+                            children.append(c)
+                        elif c.regions:
+                            collect(c)
+
+        collect(o)
         for c in children:
             own += self.lines[prev + 1:line_of[pos[id(c)]]]
             prev = end_of[id(c)]
-        args = [a for region in o.regions for block in region for a in block.args]
         found = ttgir_text.block_arg_names(own)
         if len(found) != len(args):
             raise ttgir_text.TextMismatch(f"{self.source_name}:{first + 1}: found {len(found)} block-argument name(s) "
                                           f"{found} for the {len(args)} block argument(s) of {o.name}")
         names.update((a.id, n) for a, n in zip(args, found))
         self._arg_types.update((a.id, a.type) for a in args)
+        return [a.id for a in args]
 
     def _add_ops(self, parent_ir, parent: int | None, depth: int, loop: int | None, line_of, pos, end_of, names):
         for region in parent_ir.regions:
             for block in region:
                 for o in block.ops:
                     k = pos[id(o)]
-                    if line_of[k] is None:
-                        continue  # an elided operand-less terminator: nothing refers to it
+                    if line_of[k] is None:  # printed inline by its parent (its ops belong to the parent) or elided
+                        if o.regions:
+                            self._add_ops(o, parent, depth, loop, line_of, pos, end_of, names)
+                        continue
                     line = self.lines[line_of[k]]
                     try:
                         operands = [names[v] for v in o.operands]
@@ -296,11 +315,15 @@ class Module:
         raise TtgirError(f"{self.source_name}: no op starts at TTGIR line {line_no}")
 
 
-def _elidable(o) -> bool:
-    """An operand-less terminator at the end of its block, which custom printers leave out."""
+def _line_policy(o) -> str:
+    """Whether ``o`` must have a line: not for ops printed inline by their parent, optional for an
+    operand-less terminator at the end of its block (custom printers leave it out)."""
+    if o.name in ttgir_text.LINELESS_OPS:
+        return ttgir_text.NEVER
     if o.operands or o.results or o.regions or o.parent is None:
-        return False
-    return any(block.ops and block.ops[-1] is o for region in o.parent.regions for block in region)
+        return ttgir_text.REQUIRED
+    last = any(block.ops and block.ops[-1] is o for region in o.parent.regions for block in region)
+    return ttgir_text.OPTIONAL if last else ttgir_text.REQUIRED
 
 
 def _inside(o, ancestor) -> bool:

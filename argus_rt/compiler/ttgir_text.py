@@ -41,31 +41,37 @@ def _names_match(line_name: str, ir_name: str) -> bool:
     return line_name == ir_name or ir_name.split(".", 1)[-1] == line_name
 
 
+# Ops a parent's custom printer writes inline, never on a line of their own: warp_specialize prints
+# its partitions op as the "partitionN(...) {" region headers.
+LINELESS_OPS = frozenset({"ttg.warp_specialize.partitions"})
+REQUIRED, OPTIONAL, NEVER = "required", "optional", "never"
+
+
 def map_op_lines(lines: list[str], names: list[str], source_name: str,
-                 elidable: list[bool] | None = None) -> list[int | None]:
-    """0-based line of each op in ``names`` (the IR's op names in pre-order). An op marked
-    ``elidable`` (an operand-less terminator, which MLIR's custom printers leave out) may have no
-    line: None."""
+                 policy: list[str] | None = None) -> list[int | None]:
+    """0-based line of each op in ``names`` (the IR's op names in pre-order), or None for an op the
+    printer leaves out: ``policy[k]`` is REQUIRED, OPTIONAL (an operand-less terminator, which
+    custom printers elide) or NEVER (:data:`LINELESS_OPS`)."""
     out: list[int | None] = []
     i = 0
     for k, name in enumerate(names):
+        rule = policy[k] if policy else REQUIRED
+        if rule == NEVER:
+            out.append(None)
+            continue
         start = i
-        while i < len(lines):
-            head = op_head(lines[i])
-            if head is not None:
-                if not _names_match(head[1], name):
-                    if elidable and elidable[k]:
-                        break
-                    raise TextMismatch(f"{source_name}:{i + 1}: the text has op {head[1]} where the parsed IR has "
-                                       f"{name} (op {k} in order); the text is not one op per line as MLIR prints it")
-                break
+        while i < len(lines) and op_head(lines[i]) is None:
             i += 1
-        if i < len(lines) and _names_match(op_head(lines[i])[1], name):
+        head = op_head(lines[i]) if i < len(lines) else None
+        if head is not None and _names_match(head[1], name):
             out.append(i)
             i += 1
-        elif elidable and elidable[k]:
+        elif rule == OPTIONAL:
             out.append(None)
             i = start  # the next op's line has not been consumed
+        elif head is not None:
+            raise TextMismatch(f"{source_name}:{i + 1}: the text has op {head[1]} where the parsed IR has "
+                               f"{name} (op {k} in order); the text is not one op per line as MLIR prints it")
         else:
             raise TextMismatch(f"{source_name}: op {name} (op {k} in order) has no line in the text")
     return out
