@@ -187,3 +187,33 @@ def test_heuristics_values_must_be_given(compiled):
     assert unwrap_kernel(wrapped, {"constexprs": {"GROUP_M": 8}}, "k") is mod.matmul_kernel.fn
     with pytest.raises(KernelConfigError, match=r"is a 'int' object, not a @triton.jit function"):
         unwrap_kernel(3, {}, "k")
+
+
+def test_runtime_discovery_expander_and_probe_transform_on_causal_attention(compiled, tmp_path):
+    """The query path's CPU half on a helper-and-causal kernel: the Control handler publishes the sites,
+    the expander makes one probe per TMA (op, iteration), and a probe in the run-time-bounded loop builds."""
+    from argus_rt.planner import BranchBuilder
+    from argus_rt.runtime.handlers import TaskContext, get_handler
+    from argus_rt.tasks import Task
+
+    program, _, _ = compiled["attention_causal"]
+
+    def ctx(task, inputs=None):
+        out = tmp_path / task.id
+        out.mkdir(parents=True, exist_ok=True)
+        return TaskContext(task=task, program=program, programs=lambda pid: program, inputs=inputs or {}, outdir=out)
+
+    control = Task(kind="control", op="async_discovery", program=program.id, region="attention/kv_loop")
+    outputs = get_handler("control", "async_discovery", "triton")(ctx(control))
+    doc = json.loads(Path(outputs["async_sites"]).read_text())
+    tma = [s for s in doc["sites"] if s["kind"] == "tma_load"]
+    assert len(tma) == 4 and len({s["call_site"] for s in tma}) == 2
+    builder = BranchBuilder(control, {program.id: program.to_dict()})
+    get_handler("expander", "forced_wait_probes")(ctx(control, {"async_sites": Path(outputs["async_sites"])}), builder)
+    transforms = [t for t in builder.new_tasks.values() if t.kind == "transform"]
+    assert len(transforms) == sum(len(s["iterations"]) for s in tma)
+    assert tma[2]["label"] == "k" and tma[2]["call_site"] != tma[0]["call_site"]
+    second_loop_k = tma[2]["op_id"]  # the diagonal block's call: its loop has the run-time lower bound
+    task = next(t for t in transforms if t.config["op_id"] == second_loop_k and t.config["iteration"] == 3)
+    out = get_handler("transform", "forced_wait_probe", "triton")(ctx(task))
+    assert Path(out["cubin"]).stat().st_size > 0 and "%argus_pbar" in Path(out["ttgir"]).read_text()

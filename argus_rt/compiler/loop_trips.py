@@ -79,8 +79,3 @@ def simulate_loop(module: Module, loop: ForLoop, trips: int) -> list[dict[str, i
         if loop.yield_op is not None:  # a loop without iter_args prints no yield
             carried = [env.get(y, module.constant_int(y)) for y in loop.yield_op.operands]
     return out
-
-
-def constant_bounds(module: Module, loop: ForLoop) -> tuple[int | None, int | None]:
-    """(lower bound, step) when they are constants, else None for the one that is a run-time value."""
-    return module.constant_int(loop.lower), module.constant_int(loop.step)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -122,6 +123,9 @@ def _first_error(diag: str, fallback: str) -> tuple[str, int | None]:
     return fallback, None
 
 
+_FD2_LOCK = threading.Lock()  # fd 2 is process-wide: one parse at a time redirects it
+
+
 def parse(text: str, source_name: str = "<ttgir>") -> IrModule:
     """Parse TTGIR ``text`` with MLIR; raise :class:`IrParseError` with MLIR's first error line."""
     ir = _ir()
@@ -130,7 +134,7 @@ def parse(text: str, source_name: str = "<ttgir>") -> IrModule:
     with tempfile.TemporaryDirectory(prefix="argus_ttgir_") as tmp:
         path = Path(tmp) / "module.ttgir"
         path.write_text(text, encoding="utf-8")  # the binding parses a file, not a string
-        with tempfile.TemporaryFile() as err:
+        with _FD2_LOCK, tempfile.TemporaryFile() as err:
             saved = os.dup(2)
             os.dup2(err.fileno(), 2)  # MLIR writes diagnostics to fd 2, not into the exception
             try:
