@@ -217,3 +217,16 @@ def test_runtime_discovery_expander_and_probe_transform_on_causal_attention(comp
     task = next(t for t in transforms if t.config["op_id"] == second_loop_k and t.config["iteration"] == 3)
     out = get_handler("transform", "forced_wait_probe", "triton")(ctx(task))
     assert Path(out["cubin"]).stat().st_size > 0 and "%argus_pbar" in Path(out["ttgir"]).read_text()
+
+
+@pytest.mark.parametrize("name", ["attention", "attention_causal"])
+def test_tma_probes_build_and_verify(compiled, name):
+    """Probe edits go through MLIR's verifier (checked_edit): the Q load whose barrier comes straight
+    from ttg.local_alloc, and per K/V load its prologue copies and first and last loop trips (the
+    causal kernel's second loop has a run-time lower bound)."""
+    program, _, ttgir = compiled[name]
+    d = discover(ttgir, None, iterations=program.launch["iterations"])
+    picked = [(s, i) for s in d.sites if s.kind == "tma_load" for i in s.iterations if i in (0, 1, 2, s.iterations[-1])]
+    assert len(picked) == 1 + 4 * 2 * (2 if name == "attention_causal" else 1)
+    probes = {make_forced_wait_probe(ttgir, d, s.op_id, i).variant_hash for s, i in picked}
+    assert len(probes) == len(picked)

@@ -99,10 +99,8 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
     alloc, _idx, _slots = barrier_index(module, copy, bar_key)
     bar_type = module.value_types[bar_key]
     bar, pred = text_name(bar_key), text_name(pred_key)  # as the edited lines spell them
-    # the private barrier: a one-slot array of the stage barriers' array type
-    alloc_type = re.sub(r"<\d+x", "<1x", module.value_types[alloc], count=1)
-    if alloc == bar_key:  # a single barrier straight from ttg.local_alloc is its own array
-        alloc_type = bar_type
+    # the private barrier: a one-slot array of barriers of the probed load's barrier type
+    alloc_type = re.sub(r"memdesc<", "memdesc<1x", bar_type, count=1)
     expect = next((o for o in reversed(module.ops[: copy.index]) if o.name == "ttng.barrier_expect"
                    and o.operands and o.operands[0] == bar_key and o.loop == copy.loop), None)
     if expect is None:
@@ -120,8 +118,9 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
     ind = _indent(copy.text)
     out_ty = "!tt.ptr<i64>"
     pb, pbi = "%argus_pbar_all", "%argus_pbar"
-    # constants + private barrier allocation + init, after the last init_barrier
-    inits = [o for o in module.ops if o.name == "ttng.init_barrier" and o.loop is None]
+    # constants + private barrier allocation + init, after the barrier inits that precede the copy at function level, so the private barrier
+    # dominates it (a kernel may initialise later barriers after this copy)
+    inits = [o for o in module.ops[: copy.index] if o.name == "ttng.init_barrier" and o.block_depth == 0]
     anchor = inits[-1] if inits else module.ops[0]
     ai = _indent(anchor.text)
     setup = [
