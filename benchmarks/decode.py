@@ -1,16 +1,18 @@
-"""TinyLlama-1.1B batch-1 decode: ms/token of PyTorch (eager, CUDA graph, torch.compile + CUDA graph)
-and the megakernel, in one run on one GPU, next to the weight-streaming floor.
+"""TinyLlama-1.1B batch-1 decode: ms/token of PyTorch (eager, CUDA graph, torch.compile in the default
+and max-autotune-no-cudagraphs modes, each captured in a CUDA graph) and the megakernel, at KV
+positions 128 and 1024, in one run on one GPU, next to the weight-streaming floor.
 
-    python benchmarks/decode.py [--steps 64] [--reps 3] [--no-compile] [--no-profile]
+    python benchmarks/decode.py [--steps 64] [--reps 3] [--kv 128,1024] [--no-compile]
+        [--compile-modes ...] [--compile-budget-s 240] [--variants mk_1cta,...] [--no-profile]
 
-What is measured: consecutive decode steps starting at KV position 129 (prompt of 129 random
-tokens), timed with CUDA events over `--steps` steps, median of `--reps` runs at successive
-positions. PyTorch backends produce logits per step; the megakernel also samples the next token
-on the device (strictly more work). Floor: weight bytes one step must stream / measured
-device-to-device copy bandwidth (bytes read + written). Every backend's logits at position 128 are
-checked against an fp32 PyTorch reference first (relative L2 error). Anchors from the Argus paper
-(A100-class setup there, not this GPU): CUDA-graph PyTorch 3.5 ms, initial megakernel 6.29 ms,
-optimised 1.65 ms.
+What is measured: for each KV position P, the backend's logits at position P (prompt of P + 1
+random tokens) are checked against an fp32 PyTorch reference (relative L2 error), then `--steps`
+consecutive decode steps from position P + 1 are timed with CUDA events, median of `--reps` runs at
+successive positions (each row carries its spread). PyTorch backends produce logits per step; the
+megakernel also samples the next token on the device (strictly more work) and reports its
+device-side median step time. Floor: weight bytes one step must stream / measured device-to-device
+copy bandwidth (bytes read + written). The anchor is the faster torch.compile mode. The Argus
+region profile and phase timeline (megakernel/timeline.py) of the fastest megakernel row follow.
 """
 from __future__ import annotations
 
@@ -204,11 +206,15 @@ def main() -> int:
         "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},
+        "mk_split32": {"tiles": TileShape(attn_split=32)},
+        "mk_qkv8": {"tiles": TileShape(qkv_parts=8)},
         "mk_gate16": {"tiles": TileShape(gate_features=16)},
         "mk_down8": {"tiles": TileShape(down_rows=8)},
         "mk_o8": {"tiles": TileShape(o_rows=8)},
         "mk_logits32": {"tiles": TileShape(logits_rows=32)},
         "mk_unroll4": {"build_flags": ("-DMK_GEMV_UNROLL=4",)},
+        "mk_spin100": {"build_flags": ("-DMK_SPIN_NS=100",)},
+        "mk_spin400": {"build_flags": ("-DMK_SPIN_NS=400",)},
         "mk_rows4": {"build_flags": ("-DMK_GEMV_ROWS=4",)},
     }
     for name in filter(None, a.variants.split(",")):

@@ -169,7 +169,10 @@ class MegakernelDecoder:
         self.instructions = torch.from_numpy(program.words()).to(self.device)
 
     def set_prompt(self, tokens: list[int]) -> None:
+        """Start a new sequence at step 0: forced tokens, and dependency counters back to zero (they only
+        grow within a sequence; counters left from an earlier one would satisfy every wait at once)."""
         self.state.set_prompt(tokens)
+        self.state.t["counters"].zero_()
         self.n_forced = len(tokens)
 
     def tokens(self, n: int | None = None) -> list[int]:

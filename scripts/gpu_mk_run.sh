@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
 # One device call for megakernel tuning: build, GPU tests of the default path, decode benchmark
-# with the tuning variants given in $VARIANTS, phase timeline of the fastest. Logs under $OUT.
+# (extra rows from $VARIANTS, args from $BENCH_ARGS), phase timeline of the fastest row, and with
+# NCU=1 Nsight Compute per-PC source counters of one generation launch. Logs under $OUT.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT="${OUT:-$PWD/gpu_out}"; mkdir -p "$OUT"
 date -u; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
 timeout 60 python3 -m megakernel.build 2>&1 | grep -E "registers|error" | tee $OUT/build.log
 if [ "${TESTS:-1}" = 1 ]; then
-  timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_megakernel_gpu.py -k "${TEST_K:-not staged}" 2>&1 | tail -15 | tee $OUT/gpu_tests.log
+  timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_megakernel_gpu.py ${TEST_EXTRA:-} -k "${TEST_K:-not staged}" 2>&1 | tail -15 | tee $OUT/gpu_tests.log
 fi
-timeout ${BENCH_S:-240} python3 benchmarks/decode.py ${BENCH_ARGS:---no-compile} --variants "${VARIANTS:-}" 2>&1 | tee $OUT/bench.log
+timeout ${BENCH_S:-300} python3 benchmarks/decode.py ${BENCH_ARGS:---no-compile} --variants "${VARIANTS:-}" 2>&1 | tee $OUT/bench.log
+if [ "${NCU:-0}" = 1 ]; then
+  t0=$(date +%s)
+  timeout 240 ncu --clock-control none --replay-mode kernel --kernel-name regex:megakernel --launch-skip 1 --launch-count 1 \
+    --section SourceCounters --page source --print-source sass --csv \
+    python3 -m tinyllama.generate --backend megakernel --prompt-len 130 --tokens 8 > $OUT/ncu_source.csv 2> $OUT/ncu.err
+  echo "ncu rc $? wall $(( $(date +%s) - t0 )) s, $(wc -l < $OUT/ncu_source.csv) lines" | tee -a $OUT/bench.log
+  tail -3 $OUT/ncu.err
+fi
+# at most 8 files come back: everything but the logs in one archive
+(cd $OUT && tar czf extras.tgz --remove-files $(ls | grep -v -E '^(bench.log|gpu_tests.log|build.log)$'))

@@ -26,6 +26,11 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
   __syncthreads();
   const float scale = rsqrtf((float)Dh);
   const size_t head_base = ((size_t)layer * p.n_kv_heads + kv_head) * p.max_seq;
+  // The split's V rows (S x Dh bf16) go to shared memory during the score pass when they fit in the
+  // PV partial-sum area (which is written only after the PV pass has read them).
+  float* red = smem + ((G * Dh + G * S + 2 * G + 3) & ~3);  // [NWARPS][G][Dh] warp partial sums (16-byte aligned)
+  uint4* vs = reinterpret_cast<uint4*>(red);
+  const bool v_in_smem = (size_t)S * Dh * 2 <= (size_t)NWARPS * G * Dh * 4;
   // Scores like the PV pass below: a warp reads ROWS_PER_WARP K rows per load (16 bytes per lane),
   // each lane dots its 8 dims with all G heads' q (registers), the lanes of a row sum by shuffles.
   // Inner loops are branch-free (heads j >= G compute on head G - 1 and are dropped; rows past n
@@ -43,11 +48,19 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
       qr[j][4] = b.x; qr[j][5] = b.y; qr[j][6] = b.z; qr[j][7] = b.w;
     }
     const uint4* kbase = reinterpret_cast<const uint4*>(p.k_cache + (head_base + lo) * Dh) + c8;
+    const uint4* vbase = reinterpret_cast<const uint4*>(p.v_cache + (head_base + lo) * Dh) + c8;
     const int stride = NWARPS * rpw;
     for (int base = warp * rpw; base < n; base += 4 * stride) {  // warp-uniform trips (shuffles inside)
       uint4 k[4];
 #pragma unroll
       for (int u = 0; u < 4; ++u) k[u] = __ldcg(kbase + (size_t)min(base + sub + u * stride, n - 1) * lpr);
+      if (v_in_smem) {  // V rows ride along with the K rows (one L2 trip for both), parked in shared memory
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = __ldcg(vbase + (size_t)min(base + sub + u * stride, n - 1) * lpr);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) vs[(size_t)min(base + sub + u * stride, n - 1) * lpr + c8] = v[u];
+      }
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const int t = base + sub + u * stride;
@@ -100,7 +113,10 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
     for (int t0 = warp * rpw + sub; t0 < n; t0 += PV * stride) {
       uint4 v[PV];
 #pragma unroll
-      for (int u = 0; u < PV; ++u) v[u] = __ldcg(vbase + (size_t)min(t0 + u * stride, n - 1) * lpr);
+      for (int u = 0; u < PV; ++u) {
+        const size_t row = (size_t)min(t0 + u * stride, n - 1) * lpr;
+        v[u] = v_in_smem ? vs[row + c8] : __ldcg(vbase + row);
+      }
 #pragma unroll
       for (int u = 0; u < PV; ++u) {
         const int t = min(t0 + u * stride, n - 1);
@@ -115,7 +131,7 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
         }
       }
     }
-    float* red = smem + ((G * Dh + G * S + 2 * G + 3) & ~3);  // [NWARPS][G][Dh] warp partial sums (16-byte aligned)
+    __syncthreads();  // every warp has read its V rows from `vs` before `red` (the same bytes) is written
 #pragma unroll
     for (int j = 0; j < MAX_GROUP; ++j) {
       if (j < G) {
@@ -157,47 +173,55 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
   const int used = (pos + (int)p.attn_split) / (int)p.attn_split;  // ceil((pos + 1) / S)
   const float* part = p.attn_part + (size_t)layer * H * NS * (Dh + 2);
   float* wts = xs + D;
-  for (int h = threadIdx.x; h < H; h += THREADS) {
+  for (int h = threadIdx.x; h < H; h += THREADS) {  // online max / sum over chunks of 8 splits
     const float* ph = part + (size_t)h * NS * (Dh + 2);
-    float m[MAX_SPLITS], l[MAX_SPLITS];  // every used split's (max, sum) in flight at once
+    float M = -INFINITY, den = 0.f;
+    for (int s0 = 0; s0 < used; s0 += 8) {
+      float m[8], l[8];  // a chunk's (max, sum) pairs in flight at once
 #pragma unroll
-    for (int s = 0; s < MAX_SPLITS; ++s) {
-      const int sc = min(s, used - 1);
-      m[s] = __ldcg(ph + sc * (Dh + 2) + Dh);
-      l[s] = __ldcg(ph + sc * (Dh + 2) + Dh + 1);
-    }
-    float M = -INFINITY;
+      for (int s = 0; s < 8; ++s) {
+        const int sc = min(s0 + s, used - 1);
+        m[s] = __ldcg(ph + sc * (Dh + 2) + Dh);
+        l[s] = __ldcg(ph + sc * (Dh + 2) + Dh + 1);
+      }
+      float Mn = M;
 #pragma unroll
-    for (int s = 0; s < MAX_SPLITS; ++s) M = fmaxf(M, m[s]);  // clamped repeats do not change the max
-    float den = 0.f;
+      for (int s = 0; s < 8; ++s) Mn = fmaxf(Mn, m[s]);  // clamped repeats do not change the max
+      den *= __expf(M - Mn);  // 0 * exp(-inf) on the first chunk: den is 0 there, M - Mn = -inf -> 0
 #pragma unroll
-    for (int s = 0; s < MAX_SPLITS; ++s) {
-      const float w = s < used ? __expf(m[s] - M) : 0.f;
-      m[s] = w;
-      den = fmaf(w, l[s], den);
+      for (int s = 0; s < 8; ++s) {
+        if (s0 + s < used) {
+          den = fmaf(__expf(m[s] - Mn), l[s], den);
+          wts[h * used + s0 + s] = m[s];  // the raw max for now
+        }
+      }
+      M = Mn;
     }
     const float inv = 1.f / den;
-#pragma unroll
-    for (int s = 0; s < MAX_SPLITS; ++s)
-      if (s < used) wts[h * used + s] = m[s] * inv;
+    for (int s = 0; s < used; ++s) wts[h * used + s] = __expf(wts[h * used + s] - M) * inv;
   }
   __syncthreads();
   float acc[COMBINE_PER_THREAD];
 #pragma unroll
   for (int k = 0; k < COMBINE_PER_THREAD; ++k) acc[k] = 0.f;
-  for (int s = 0; s < used; ++s) {  // branch-free body: all COMBINE_PER_THREAD loads in flight
-    float v[COMBINE_PER_THREAD];
+  for (int s0 = 0; s0 < used; s0 += 2) {  // branch-free body: 2 splits x COMBINE_PER_THREAD loads in flight
+    float v[2][COMBINE_PER_THREAD];
 #pragma unroll
-    for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
-      const int i = min(threadIdx.x + k * THREADS, D - 1);
-      const int h = i / Dh, d = i - h * Dh;
-      v[k] = __ldcg(part + ((size_t)h * NS + s) * (Dh + 2) + d);
-    }
+    for (int u = 0; u < 2; ++u)
 #pragma unroll
-    for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
-      const int i = min(threadIdx.x + k * THREADS, D - 1);
-      acc[k] = fmaf(wts[(i / Dh) * used + s], v[k], acc[k]);
-    }
+      for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
+        const int i = min(threadIdx.x + k * THREADS, D - 1);
+        const int h = i / Dh, d = i - h * Dh;
+        v[u][k] = __ldcg(part + ((size_t)h * NS + min(s0 + u, used - 1)) * (Dh + 2) + d);
+      }
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
+        const int i = min(threadIdx.x + k * THREADS, D - 1);
+        const float w = s0 + u < used ? wts[(i / Dh) * used + s0 + u] : 0.f;
+        acc[k] = fmaf(w, v[u][k], acc[k]);
+      }
   }
 #pragma unroll
   for (int k = 0; k < COMBINE_PER_THREAD; ++k) {

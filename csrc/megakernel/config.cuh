@@ -14,13 +14,16 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_GEMV_UNROLL
 #define MK_GEMV_UNROLL 8
 #endif
+#ifndef MK_SPIN_NS
+#define MK_SPIN_NS 0  // nanosleep between dependency polls (0: spin)
+#endif
 #ifndef MK_BLOCKS_PER_SM
 #define MK_BLOCKS_PER_SM 2  // CTAs co-resident per SM (__launch_bounds__ min blocks: caps registers at 128)
 #endif
 constexpr int GEMV_ROWS = MK_GEMV_ROWS;      // rows a warp streams at once (loads in flight = rows x unroll)
 constexpr int GEMV_UNROLL = MK_GEMV_UNROLL;  // 16-byte chunks per row per loop trip
 constexpr int COMBINE_PER_THREAD = 8;    // attention outputs per thread in the O-proj combine (hidden <= 8 * THREADS)
-constexpr int MAX_SPLITS = 16;           // attention splits per head the O-proj combine holds in registers
+constexpr int MAX_SPLITS = 32;           // attention splits per head (O-proj combine weights in shared memory)
 constexpr int MAX_GROUP = 8;             // query heads per KV head (GQA) kept in registers
 static_assert(THREADS % 32 == 0, "whole warps");
 static_assert(SMEM_FLOATS * 4 + MAX_TILE_ROWS * 4 <= 48 * 1024, "static shared memory stays under 48 KiB");

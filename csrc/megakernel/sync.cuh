@@ -7,6 +7,7 @@
 // waiter sees the error code and leaves, and the host raises with it.
 #pragma once
 #include "megakernel_params.h"
+#include "config.cuh"
 
 namespace mk {
 
@@ -58,6 +59,9 @@ __device__ __noinline__ bool wait_counter(const Params& p, const unsigned* ctr, 
   for (;;) {
     const unsigned v = ld_acquire(ctr);
     if ((int)(v - expected) >= 0) return true;
+#if MK_SPIN_NS > 0
+    __nanosleep(MK_SPIN_NS);  // back off: fewer polls of the hot counter lines in L2
+#endif
     if ((++spins & 63u) == 0) {
       if (error_code(p.error) != ERROR_NONE) {
         record_stuck(p, site, expected, v);
