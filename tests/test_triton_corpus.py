@@ -230,3 +230,33 @@ def test_tma_probes_build_and_verify(compiled, name):
     assert len(picked) == 1 + 4 * 2 * (2 if name == "attention_causal" else 1)
     probes = {make_forced_wait_probe(ttgir, d, s.op_id, i).variant_hash for s, i in picked}
     assert len(probes) == len(picked)
+
+
+def test_causal_region_trace_decodes_one_occurrence_per_call_site_and_trip(compiled):
+    """A buffer written the way the traced causal kernel writes it (the first loop runs 3 trips, the
+    diagonal loop 2, the rest of the slots untouched) decodes to the helper's regions once per call
+    site, and its loop regions once per trip of each call's loop."""
+    import numpy as np
+
+    from argus_rt.compiler import triton_region_trace as RT
+
+    program, _, ttgir = compiled["attention_causal"]
+    variant = make_region_trace(ttgir, program.launch["iterations"])
+    loop_lines = sorted({s.loop_line for s in variant.sites if s.loop_line is not None})
+    assert len(loop_lines) == 2  # one traced loop per call of the helper
+    trips = dict(zip(loop_lines, (3, 2)))
+    order = sorted(((s.order_key(t), s, t) for s in variant.sites
+                    for t in range(trips.get(s.loop_line, 1) if s.loop_line else 1)), key=lambda x: x[0])
+    buf = np.zeros(variant.words_per_cta, dtype=np.int64)
+    buf[0] = 7 + 1  # SM 7
+    for k, (_, s, t) in enumerate(order):
+        w = RT.HEADER_WORDS + RT.WORDS_PER_RECORD * (s.first_slot + t)
+        buf[w], buf[w + 1] = s.tag, 10**9 + 100 * k
+    cols = RT.decode_region_buffer(buf, 1, variant.sites)
+    by_region = {}
+    for rid in cols["region_id"]:
+        by_region[rid] = by_region.get(rid, 0) + 1
+    ids = {r.name: r.id for r in program.regions}
+    assert by_region[ids["attention/kv_loop"]] == 2  # one per call site
+    assert by_region[ids["attention/kv_loop/softmax"]] == 3 + 2  # one per trip of each call's loop
+    assert by_region[ids["attention"]] == 1 and by_region[ids["attention/epilogue"]] == 1
