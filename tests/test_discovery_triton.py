@@ -12,7 +12,13 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 
 from argus_rt import triton_regions as argus  # noqa: E402
 from argus_rt.compiler.triton_discovery import (  # noqa: E402
-    DiscoveryError, Module, TtgirError, UnsupportedOpError, discover, simulate_loop)
+    DiscoveryError,
+    Module,
+    TtgirError,
+    UnsupportedOpError,
+    discover,
+    simulate_loop,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples" / "triton"))

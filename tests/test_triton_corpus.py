@@ -44,7 +44,7 @@ def compiled():
     out = {}
     for name, path in zip(NAMES, PROGRAM_FILES):
         program = load_program(path)
-        ttgir, iterations = program_ttgir(program)
+        ttgir, _ = program_ttgir(program)
         out[name] = (program, _module(program), ttgir)
     return out
 

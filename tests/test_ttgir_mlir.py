@@ -172,7 +172,7 @@ def test_block_arguments_are_named_from_the_text(mix):
 
 
 def test_helper_ops_carry_the_call_site_then_the_helper_position(mix):
-    tree, spans = region_spans(mix)
+    _, spans = region_spans(mix)
     helper = next(s for s in spans if s.name == "mix/helper")
     kernel = next(s for s in spans if s.name == "mix")
     assert kernel.call_prefix == () and len(helper.call_prefix) == 1

@@ -381,7 +381,7 @@ def stable_op_id(kernel: str, region: str, kind: str, rel_line: int, col: int, i
 _ANALYSES = {"tma_load": _analyse_tma, "wgmma": _analyse_wgmma, "cp_async": _analyse_cp_async}
 
 
-def discover(ttgir: "str | Module", region: str | None, *, iterations: int) -> Discovery:
+def discover(ttgir: str | Module, region: str | None, *, iterations: int) -> Discovery:
     """Find the async sites in ``region``'s subtree of a TTGIR module (``None``: every region).
 
     ``iterations`` is the logical trip count of the pipelined loop (K / BLOCK_K); slot and phase are

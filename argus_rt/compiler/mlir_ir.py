@@ -52,7 +52,7 @@ class IrValue:
 @dataclass
 class IrBlock:
     args: list[IrValue]
-    ops: list["IrOp"] = field(default_factory=list)
+    ops: list[IrOp] = field(default_factory=list)
 
 
 @dataclass
@@ -61,7 +61,7 @@ class IrOp:
     operands: list[int]  # value ids, in the op's operand order (ODS order, not print order)
     results: list[IrValue]
     regions: list[list[IrBlock]]
-    parent: "IrOp | None"
+    parent: IrOp | None
     loc: str | None  # printed location of the first result, None for an op without results
     _handle: object = field(repr=False, default=None)
 

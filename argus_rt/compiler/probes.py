@@ -29,8 +29,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .async_sites import TMA_LOAD, Discovery, UnsupportedOpError, barrier_index, tma_parts
-from .ttgir_edit import SMID_ASM, checked_edit, cta_slice_lines, i64_asm_line, iv_for_trip_lines, \
-    lines_with_pointer_arg, special_reg_line, trip_index_lines
+from .ttgir_edit import (
+    SMID_ASM,
+    checked_edit,
+    cta_slice_lines,
+    i64_asm_line,
+    iv_for_trip_lines,
+    lines_with_pointer_arg,
+    special_reg_line,
+    trip_index_lines,
+)
 from .ttgir_edit import indent as _indent
 from .ttgir_edit import loc_suffix as _loc_suffix
 from .ttgir_module import TtgirError, parse_module, text_name
@@ -96,7 +104,7 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
     if copy is None or copy.name != TMA_LOAD:
         raise ProbeError(f"TTGIR line {inst.ttgir_line} is not {TMA_LOAD}: this TTGIR is not the one discovery read")
     bar_key, pred_key, nbytes = tma_parts(module, copy)
-    alloc, _idx, _slots = barrier_index(module, copy, bar_key)
+    barrier_index(module, copy, bar_key)  # refuses barriers discovery cannot follow
     bar_type = module.value_types[bar_key]
     bar, pred = text_name(bar_key), text_name(pred_key)  # as the edited lines spell them
     # the private barrier: a one-slot array of barriers of the probed load's barrier type

@@ -14,9 +14,25 @@ This module keeps the names callers import from it (``discover``, ``Module``, ``
 """
 from __future__ import annotations
 
-from .async_sites import (CP_ASYNC, CP_ASYNC_COMMIT, CP_ASYNC_WAIT, SITE_KINDS, TMA_LOAD,  # noqa: F401
-                          UNSUPPORTED_ASYNC, WGMMA, WGMMA_WAIT, Completion, Discovery, DiscoveryError, Instance,
-                          Site, UnsupportedOpError, discover, stable_op_id, tma_parts)
+from .async_sites import (  # noqa: F401
+    CP_ASYNC,
+    CP_ASYNC_COMMIT,
+    CP_ASYNC_WAIT,
+    SITE_KINDS,
+    TMA_LOAD,
+    UNSUPPORTED_ASYNC,
+    WGMMA,
+    WGMMA_WAIT,
+    Completion,
+    Discovery,
+    DiscoveryError,
+    Instance,
+    Site,
+    UnsupportedOpError,
+    discover,
+    stable_op_id,
+    tma_parts,
+)
 from .loop_trips import LoopError, simulate_loop  # noqa: F401
 from .triton_program import KernelConfigError, program_ttgir  # noqa: F401
 from .ttgir_locations import Location, SourceLoc  # noqa: F401

@@ -33,12 +33,19 @@ import hashlib
 from dataclasses import dataclass, field
 
 from ..trace.layout import COORD_NONE  # same "no coordinate" value as the CUDA trace
-from .ttgir_edit import SMID_ASM, checked_edit, cta_slice_lines, i64_asm_line, lines_with_pointer_arg, \
-    special_reg_line, trip_index_lines
-from .ttgir_module import Module, parse_module
-from .ttgir_regions import markers
+from .ttgir_edit import (
+    SMID_ASM,
+    checked_edit,
+    cta_slice_lines,
+    i64_asm_line,
+    lines_with_pointer_arg,
+    special_reg_line,
+    trip_index_lines,
+)
 from .ttgir_edit import indent as _indent
 from .ttgir_edit import loc_suffix as _loc_suffix
+from .ttgir_module import Module, parse_module
+from .ttgir_regions import markers
 
 REGION_ARG = "%argus_region_out"
 KIND_CODES = {"begin": 1, "end": 2}

@@ -23,8 +23,18 @@ from ..errors import ArgusInputError
 from . import mlir_ir, ttgir_text
 from .ttgir_locations import UNKNOWN, Location, LocationError, SourceLoc, read_location
 
-__all__ = ["Module", "Op", "ForLoop", "TtgirError", "SourceLoc", "Location", "memdesc_shape", "element_bytes",
-           "parse_module", "text_name"]
+__all__ = [
+    "ForLoop",
+    "Location",
+    "Module",
+    "Op",
+    "SourceLoc",
+    "TtgirError",
+    "element_bytes",
+    "memdesc_shape",
+    "parse_module",
+    "text_name",
+]
 
 
 _SCOPE_MARK = "'"  # never part of an MLIR SSA name
@@ -340,7 +350,7 @@ def _cached(digest: str, text: str, source_name: str) -> Module:
     return Module(text, source_name=source_name)
 
 
-def parse_module(text: "str | Module", source_name: str = "<ttgir>") -> Module:
+def parse_module(text: str | Module, source_name: str = "<ttgir>") -> Module:
     """A :class:`Module` for ``text`` (a module passes through), cached by content: several
     transforms and discovery read the same TTGIR in one process."""
     if isinstance(text, Module):

@@ -48,7 +48,7 @@ class RegionSpan:
     begin: SourceLoc
     end: SourceLoc
 
-    def contains(self, loc: "Location | SourceLoc | None") -> bool:
+    def contains(self, loc: Location | SourceLoc | None) -> bool:
         if loc is None:
             return False
         stack = loc.stack if isinstance(loc, Location) else (loc,)
