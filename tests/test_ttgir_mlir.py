@@ -240,3 +240,24 @@ def test_checked_edit_refuses_broken_or_lossy_edits(mix, mix_ttgir):
     lines.insert(store.line_no - 1, "    %argus_bad = arith.addi %undefined, %undefined : i32")
     with pytest.raises(TtgirError, match=r"the test edit broke the TTGIR: <test>:\d+: MLIR cannot parse"):
         checked_edit("\n".join(lines), mix, "test")
+
+
+def test_text_locations_are_checked_against_the_bindings(mix_ttgir, monkeypatch):
+    real = Module._text_location
+
+    def shifted(self, expr):  # a text reader that gets one position wrong
+        loc = real(self, expr)
+        return type(loc)(tuple(SourceLoc(f.file, f.line + 1, f.col) for f in loc.stack), loc.name)
+
+    monkeypatch.setattr(Module, "_text_location", shifted)
+    with pytest.raises(TtgirError, match=r"the text's location .* differs from MLIR's"):
+        Module(mix_ttgir)
+
+
+def test_discovery_without_get_int_attr_reads_the_same_from_the_text(tma_ttgir, monkeypatch):
+    from argus_rt.compiler.async_sites import discover
+
+    with_bindings = discover(Module(tma_ttgir), "tma_matmul/kloop", iterations=8)
+    monkeypatch.setattr(mlir_ir, "has_int_attr", lambda: False)  # as on Triton 3.6
+    from_text = discover(Module(tma_ttgir), "tma_matmul/kloop", iterations=8)
+    assert [s.to_json() for s in from_text.sites] == [s.to_json() for s in with_bindings.sites]
