@@ -4,7 +4,7 @@
 # 1. the CPU TTGIR/Triton tests under triton 3.6 (CI runs them under 3.7.1);
 # 2. argus demo from a scratch directory (its last step runs the region query on the GPU);
 # 3. the README's example queries, JSON reports and a Chrome trace kept under $OUT;
-# 4. the GPU test suite. One line per step in $OUT/summary.txt, printed last.
+# 4. (run third) the GPU test suite. One line per step in $OUT/summary.txt, printed last.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/argus-first-use}"
@@ -25,17 +25,17 @@ step() {  # step NAME LIMIT_S COMMAND...: log to $OUT/NAME.log, one summary line
   tail_line=$(grep -hE "[0-9]+ (passed|failed)|rc=|unanswered|Argus demo summary" "$OUT/$name.log" | tail -1)
   echo "$name: rc=$rc in $(( $(date +%s) - t0 )) s  $tail_line" | tee -a "$OUT/summary.txt"
 }
-step ttgir_tests_triton36 240 python3 -m pytest -q -p no:cacheprovider tests/test_discovery_triton.py \
+step ttgir_tests_triton36 120 python3 -m pytest -q -p no:cacheprovider tests/test_discovery_triton.py \
   tests/test_discovery_cli.py tests/test_triton_region_trace.py tests/test_triton_regions.py \
   tests/test_probe_transform.py tests/test_triton_async_e2e.py tests/test_ttgir_mlir.py tests/test_triton_corpus.py
-mkdir -p /tmp/demo && step demo 300 bash -c "cd /tmp/demo && python3 -m argus_rt.cli demo"
+mkdir -p /tmp/demo && step demo 150 bash -c "cd /tmp/demo && python3 -m argus_rt.cli demo"
+step gpu_suite 300 python3 -m pytest -q -p no:cacheprovider -m "gpu or gpu2" -rs
 for ex in cuda ground_truth; do
   region=$([ $ex = cuda ] && echo example/stage_b || echo ground_truth/stage_b)
-  step "query_$ex" 300 python3 -m argus_rt.cli query "examples/$ex" --region "$region" \
+  step "query_$ex" 90 python3 -m argus_rt.cli query "examples/$ex" --region "$region" \
     --signals latency,instruction_mix,barrier_count --workspace /tmp/ws --json "$OUT/report_$ex.json" \
     --chrome "$OUT/chrome_$ex.json" --no-progress
 done
-step query_triton 300 python3 -m argus_rt.cli query examples/triton --region tma_matmul/kloop \
+step query_triton 60 python3 -m argus_rt.cli query examples/triton --region tma_matmul/kloop \
   --signals latency --workspace /tmp/ws --json "$OUT/report_triton.json" --no-progress
-step gpu_suite 560 python3 -m pytest -q -p no:cacheprovider -m "gpu or gpu2" -rs
 cat "$OUT/summary.txt"
