@@ -107,55 +107,122 @@ def _run_conflict(req: Request, run: Run) -> str | None:
     return None
 
 
-def _scalar_clash(a: dict, b: dict):
-    """Cheap pre-check of merge_configs: the first key whose scalar values differ, else None."""
-    small, big = (a, b) if len(a) <= len(b) else (b, a)
-    for key, value in small.items():
-        if key in big and big[key] != value and not isinstance(value, (list, tuple)):
-            return key
+def _rejection(req: Request, run: Run) -> str | None:
+    """Why ``run`` cannot take ``req`` (``None``: it can), in the words ``Run.why_separate`` records."""
+    why = _run_conflict(req, run)
+    if why is not None:
+        return why
+    try:
+        merge_configs([run.config, req.evidence.config])
+    except ConfigMergeError as exc:
+        return f"configurations do not merge: {exc}"
     return None
 
 
 _MAX_REASONS = 4  # per run; the count of further rejections is recorded, not each sentence
+_LIST = object()  # config token of a list value: lists merge with lists, whatever they hold
+
+
+def _token(value):
+    """What decides whether two values of one config key merge: equal scalars, or two lists."""
+    if isinstance(value, (list, tuple)):
+        return _LIST
+    try:
+        hash(value)
+    except TypeError:  # a dict value: equal when its JSON is (merge_configs confirms)
+        return ("json", canonical_json(value))
+    return value
+
+
+class _OpenRuns:
+    """The runs of one group (backend, variant, scope, sampling, device), indexed for first-fit.
+
+    Whether a run takes a request depends only on the run's effects, sensitivities, config keys and
+    the tokens of their values, so runs are bucketed by (keys, effects, sensitive_to): effects are
+    checked once per bucket, and inside a bucket only the runs whose tokens equal the request's on the
+    shared keys are candidates. Placement stays first-fit (lowest run index) without comparing a
+    request with every run, which made planning quadratic.
+    """
+
+    def __init__(self) -> None:
+        self.runs: list[Run] = []
+        self._buckets: dict[tuple, dict] = {}  # bucket key -> {key: {token: {run index}}, None: {run index}}
+        self._bucket_of: dict[int, tuple] = {}
+
+    def first_fit(self, req: Request) -> int | None:
+        ev = req.evidence
+        if ev.isolated:
+            return None
+        best = None
+        for (keys, effects, sensitive), bucket in self._buckets.items():
+            if ev.effects & sensitive or effects & ev.sensitive_to:
+                continue
+            shared = [k for k in ev.config if k in keys]
+            sets = sorted((bucket[k].get(_token(ev.config[k]), set()) for k in shared), key=len) or [bucket[None]]
+            candidates = set(sets[0]).intersection(*sets[1:])
+            if best is not None:
+                candidates = {i for i in candidates if i < best}
+            while candidates:
+                index = min(candidates)
+                if _rejection(req, self.runs[index]) is None:  # tokens agree; merge_configs has the last word
+                    best = index
+                    break
+                candidates.discard(index)
+        return best
+
+    def add_run(self, run: Run) -> None:
+        self.runs.append(run)
+        self._index(len(self.runs) - 1)
+
+    def place(self, index: int, req: Request) -> None:
+        run = self.runs[index]
+        run.add(req, merge_configs([run.config, req.evidence.config]))
+        self._unindex(index)
+        self._index(index)
+
+    def _index(self, index: int) -> None:
+        run = self.runs[index]
+        if run.isolated:
+            return  # takes no other request
+        key = (frozenset(run.config), run.effects, run.sensitive_to)
+        bucket = self._buckets.setdefault(key, {None: set(), **{k: {} for k in run.config}})
+        bucket[None].add(index)
+        for k, value in run.config.items():
+            bucket[k].setdefault(_token(value), set()).add(index)
+        self._bucket_of[index] = key
+
+    def _unindex(self, index: int) -> None:
+        key = self._bucket_of.pop(index, None)
+        if key is None:
+            return
+        bucket = self._buckets[key]
+        bucket[None].discard(index)
+        for k, value in self.runs[index].config.items():
+            if k in bucket:
+                bucket[k].get(_token(value), set()).discard(index)
+        if not bucket[None]:
+            del self._buckets[key]
 
 
 def partition_requests(requests: list[Request]) -> list[Run]:
     """Greedy first-fit placement of requests into effect-compatible runs (deterministic order)."""
-    runs_by_group: dict[str, list[Run]] = {}
+    groups: dict[str, _OpenRuns] = {}
     ordered: list[Run] = []
     for req in requests:
-        candidates = runs_by_group.setdefault(req.group_key, [])
-        reasons = []
-        rejected = 0
-        placed = False
-        for index, run in enumerate(candidates):
-            why = _run_conflict(req, run)
-            if why is None:
-                key = _scalar_clash(run.config, req.evidence.config)
-                if key is not None:
-                    rejected += 1
-                    if len(reasons) < _MAX_REASONS:
-                        reasons.append(f"not with run {index + 1} of this backend/variant: configurations do not "
-                                       f"merge: config key {key!r}: {run.config[key]!r} vs {req.evidence.config[key]!r}")
-                    continue
-                try:
-                    config = merge_configs([run.config, req.evidence.config])
-                except ConfigMergeError as exc:
-                    why = f"configurations do not merge: {exc}"
-                else:
-                    run.add(req, config)
-                    placed = True
-                    break
-            rejected += 1
-            if len(reasons) < _MAX_REASONS:
-                reasons.append(f"not with run {index + 1} of this backend/variant: {why}")
-        if not placed:
-            if rejected > len(reasons):
-                reasons.append(f"... and {rejected - len(reasons)} more runs of this backend/variant")
-            run = Run(why_separate=reasons)
-            run.add(req, dict(req.evidence.config))
-            candidates.append(run)
-            ordered.append(run)
+        group = groups.setdefault(req.group_key, _OpenRuns())
+        index = group.first_fit(req)
+        if index is not None:
+            group.place(index, req)
+            continue
+        # every run of the group turned it down: the first few say why, the rest are counted
+        reasons = [f"not with run {i + 1} of this backend/variant: {_rejection(req, run)}"
+                   for i, run in enumerate(group.runs[:_MAX_REASONS])]
+        if len(group.runs) > len(reasons):
+            reasons.append(f"... and {len(group.runs) - len(reasons)} more runs of this backend/variant")
+        run = Run(why_separate=reasons)
+        run.add(req, dict(req.evidence.config))
+        group.add_run(run)
+        ordered.append(run)
     return ordered
 
 
@@ -250,11 +317,15 @@ def plan_query(program: ProgramVersion, region: str | None, signals: list[str], 
     collect_of: dict[int, str] = {}
     reused_runs: dict[str, list[str]] = {}
     fresh = []
+    finished: dict[tuple[str, str], list[Task]] = {}  # one workspace look-up per (backend, variant)
     for req in requests:
         old_run = None
         if existing_runs is not None:
-            candidates = sorted(existing_runs(req.evidence.backend, req.program), key=lambda t: t.id)
-            old_run = next((t for t in candidates if covers(t, req) and set(t.deps) <= set(builder.tasks)), None)
+            where = (req.evidence.backend, req.program)
+            if where not in finished:
+                finished[where] = sorted(existing_runs(*where), key=lambda t: t.id)
+            old_run = next((t for t in finished[where]
+                            if covers(t, req) and all(d in builder.tasks for d in t.deps)), None)
         if old_run is None:
             fresh.append(req)
             continue
@@ -275,19 +346,19 @@ def plan_query(program: ProgramVersion, region: str | None, signals: list[str], 
         rregion, rscope = (region_name if recipe.public else None), scope.restrict(recipe.scope_fields)
         if recipe.control:
             control = builder.add(Task(
-                kind="control", op=recipe.control, program=program.id, region=rregion, scope=rscope.to_dict(),
+                kind="control", op=recipe.control, program=builder.base_id, region=rregion, scope=rscope.to_dict(),
                 config={"expander": recipe.expander} if recipe.expander else {}, outputs=("async_sites",),
                 sampling=sampling, timeout_s=timeouts["control"], label=f"discover for {recipe.signal}"))
             deps.add(control.id)
         synth = builder.add(Task(
-            kind="synthesize", op=recipe.synthesis, program=program.id, region=rregion, scope=rscope.to_dict(),
+            kind="synthesize", op=recipe.synthesis, program=builder.base_id, region=rregion, scope=rscope.to_dict(),
             config={**recipe.synthesis_config, "signal": recipe.signal, "unit": recipe.unit,
                     "qualification": recipe.qualification},
             deps=tuple(deps), outputs=("facts",), sampling=sampling, timeout_s=timeouts["synthesize"],
             label=recipe.signal))
         synth_of[recipe.signal] = synth.id
     plan = Plan(
-        query={"program": program.id, "program_name": program.name, "region": region_name,
+        query={"program": builder.base_id, "program_name": program.name, "region": region_name,
                "signals": list(signals), "scope": scope.to_dict(), "sampling": sampling},
         programs={pid: pv.to_dict() for pid, pv in builder.programs.items()},
         tasks={t.id: t for t in topological_order(builder.tasks.values())},
@@ -307,20 +378,24 @@ class _PlanBuilder:
         self.sampling = sampling
         self.timeouts = timeouts
         self.tasks: dict[str, Task] = {}
-        self.programs: dict[str, ProgramVersion] = {program.id: program}
+        self.base_id = program.id  # a ProgramVersion hashes itself on every .id: once per plan
+        self.programs: dict[str, ProgramVersion] = {self.base_id: program}
+        self._variants: dict[str, tuple[str, tuple[str, ...]]] = {}
 
     def add(self, task: Task) -> Task:
         return self.tasks.setdefault(task.id, task)  # identical task: keep the first (dedup)
 
     def variant(self, name: str) -> tuple[str, tuple[str, ...]]:
         if name == "base":
-            return self.base.id, ()
-        pv = self.base.variant_of(name)
-        self.programs[pv.id] = pv
-        task = self.add(Task(kind="transform", op="variant", program=self.base.id,
-                             config={"variant": name, "expect_program": pv.id}, outputs=("program",),
-                             timeout_s=self.timeouts["transform"], label=f"make {pv.label()}"))
-        return pv.id, (task.id,)
+            return self.base_id, ()
+        if name not in self._variants:
+            pv = self.base.variant_of(name)
+            self.programs[pv.id] = pv
+            task = self.add(Task(kind="transform", op="variant", program=self.base_id,
+                                 config={"variant": name, "expect_program": pv.id}, outputs=("program",),
+                                 timeout_s=self.timeouts["transform"], label=f"make {pv.label()}"))
+            self._variants[name] = pv.id, (task.id,)
+        return self._variants[name]
 
     def request(self, recipe: Recipe, ev: Evidence, scope: Scope) -> Request:
         pid, deps = self.variant(ev.variant)

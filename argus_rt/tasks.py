@@ -129,6 +129,10 @@ class Task:
             raise PlanError(f"task record {data['id']!r} does not hash to its id ({task.id}); it was edited")
         return task
 
+    def name(self) -> str:
+        """Id and label: how errors name a task (``s-1a2b... (latency)``)."""
+        return f"{self.id} ({self.label or self.kind + ':' + self.op})"
+
     def describe(self) -> str:
         where = f" region={self.region}" if self.region else ""
         scope = f" scope={canonical_json(self.scope)}" if self.scope else ""
@@ -211,6 +215,32 @@ def topological_order(tasks: Iterable[Task]) -> list[Task]:
             if indegree[u] == 0:
                 ready.append(u)
     if len(order) != len(by_id):
-        stuck = sorted(tid for tid, n in indegree.items() if n > 0)
-        raise PlanError(f"task graph has a cycle among {', '.join(stuck[:8])}")
+        stuck = {tid: [d for d in by_id[tid].deps if d in by_id] for tid, n in indegree.items() if n > 0}
+        cycle = find_cycle(stuck)
+        raise PlanError("task graph has a dependency cycle: " + " -> ".join(by_id[t].name() for t in cycle))
     return order
+
+
+def find_cycle(deps: dict[str, list[str]]) -> list[str]:
+    """One dependency cycle of ``deps`` (task id -> dependency ids) as ``[a, b, ..., a]``; ``[]`` if none.
+
+    Iterative depth-first search: a plan of many thousand tasks must not hit the recursion limit.
+    """
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    for root in sorted(deps):
+        if state.get(root):
+            continue
+        path, todo = [root], [iter(sorted(deps.get(root, ())))]
+        state[root] = 1
+        while todo:
+            nxt = next(todo[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                todo.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif not state.get(nxt) and nxt in deps:
+                state[nxt] = 1
+                path.append(nxt)
+                todo.append(iter(sorted(deps[nxt])))
+    return []
