@@ -14,11 +14,18 @@ are in place (rename); a worker killed mid-write leaves only a staging directory
 :meth:`Workspace.clean_staging` removes. Durability against power loss needs ``durable=True``
 (fsync files and directories); against killed processes it is not needed.
 
+Blobs are checked against their hash whenever they are reused or read (:meth:`Workspace.outputs`,
+:meth:`OutputRecord.read_bytes`): a damaged or missing blob, or an output whose recorded inputs are
+no longer its dependencies' outputs, makes the task count as absent, so the runtime runs it again and
+:meth:`Workspace.commit` rewrites the blob. :meth:`Workspace.verify` lists every problem,
+:meth:`Workspace.repair` drops what is broken. A full disk raises one :class:`WorkspaceError`.
+
 Names from users (region names, branch names, signal names) are stored as data only: every path
 in the workspace is built from hex hashes and validated task ids, never from user strings.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -65,6 +72,23 @@ INDEX_FILE = "index.sqlite"
 _TABLES = ("meta", "programs", "tasks", "outputs", "branches")
 
 
+# SQLite result codes (primary, the low byte of sqlite_errorcode) that mean "no room to write".
+_SQLITE_FULL = 13
+# extended codes of writes the OS refused (EFBIG/ENOSPC): a data write, growing the file, its shm map
+_SQLITE_IOERR_NO_ROOM = {778: "SQLITE_IOERR_WRITE", 1546: "SQLITE_IOERR_TRUNCATE", 4874: "SQLITE_IOERR_SHMSIZE"}
+_NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def is_out_of_space(exc: BaseException) -> bool:
+    """A write that failed for want of disk space (or a file size limit), from SQLite or the OS."""
+    if isinstance(exc, OSError):
+        return exc.errno in _NO_SPACE_ERRNOS
+    if isinstance(exc, sqlite3.OperationalError):
+        code = getattr(exc, "sqlite_errorcode", 0)
+        return code & 0xFF == _SQLITE_FULL or code in _SQLITE_IOERR_NO_ROOM or "disk is full" in str(exc)
+    return False
+
+
 def _is_damage(exc: BaseException) -> bool:
     """SQLite errors that mean an unreadable or locked index, not a bug in the SQL we send."""
     return isinstance(exc, sqlite3.DatabaseError) and not isinstance(
@@ -82,10 +106,19 @@ class OutputRecord:
     inputs: tuple  # ((dep task id, output name, sha256), ...)
 
     def read_bytes(self) -> bytes:
-        return self.path.read_bytes()
+        """The blob's bytes, checked against its hash (WorkspaceError when it was damaged or removed)."""
+        try:
+            data = self.path.read_bytes()
+        except OSError as exc:
+            raise WorkspaceError(f"output {self.task_id}/{self.name}: blob {self.path} cannot be read "
+                                 f"({exc.strerror or exc}); rerun the query to produce it again") from None
+        if hashlib.sha256(data).hexdigest() != self.sha256:
+            raise WorkspaceError(f"output {self.task_id}/{self.name}: blob {self.path} does not match its hash "
+                                 "(changed after it was written); rerun the query to produce it again")
+        return data
 
     def read_json(self):
-        return json.loads(self.path.read_text(encoding="utf-8"))
+        return json.loads(self.read_bytes().decode("utf-8"))
 
 
 def _check_task_id(task_id: str) -> str:
@@ -128,6 +161,7 @@ class Workspace:
                 raise WorkspaceError(f"cannot create workspace directory {self.root}: {exc.strerror or exc}") from None
         self._staging_prefix = os.path.abspath(self.staging) + os.sep
         self._shards: set[str] = set()  # blob shard directories known to exist
+        self._verified: dict[str, tuple] = {}  # sha -> stat key of the blob file when it last hashed right
         self._lock = threading.RLock()
         self._db = None
         try:
@@ -166,8 +200,17 @@ class Workspace:
                                  f"reads {SCHEMA_VERSION}")
 
     def _index_error(self, exc: BaseException) -> WorkspaceError:
+        if is_out_of_space(exc):
+            return self._space_error(exc)
         return WorkspaceError(f"cannot read workspace index {self.index}: {exc} (damaged or not an SQLite "
-                              "file; move it away to start a new workspace there)")
+                              "file; `argus workspace repair` keeps what is readable, or move it away to start "
+                              "a new workspace there)")
+
+    def _space_error(self, exc: BaseException) -> WorkspaceError:
+        what = getattr(exc, "sqlite_errorname", None) or getattr(exc, "strerror", None) or str(exc)
+        return WorkspaceError(f"workspace {self.root}: no space left to write ({what}: the disk is full or a file "
+                              "size limit was reached); tasks finished before it stay recorded: free space or "
+                              "give another --workspace, then rerun")
 
     def _close_quietly(self) -> None:
         if self._db is not None:
@@ -313,44 +356,95 @@ class Workspace:
         return path
 
     def outputs(self, task_id: str) -> dict[str, OutputRecord] | None:
-        """The committed outputs of a done task, or ``None`` when it has not completed here."""
+        """The committed outputs of a done task, or ``None`` when it has not completed here.
+
+        Also ``None`` (the task counts as absent, so it runs again) when any of its blobs is missing or
+        does not match its hash, when its output rows are damaged, or when an input it read is no
+        longer what its dependency holds (the dependency was produced again with other bytes)."""
         _check_task_id(task_id)
-        status = self._query("SELECT status FROM tasks WHERE id=?", (task_id,))
-        if not status or status[0][0] != "done":
+        status = self._query("SELECT status, record FROM tasks WHERE id=?", (task_id,))
+        if not status or status[0][0] != "done" or _task_record_problem(task_id, status[0][1]) is not None:
             return None
         rows = self._query("SELECT name, sha256, size, program, inputs FROM outputs WHERE task_id=?", (task_id,))
-        return {name: OutputRecord(task_id, name, sha, size, self.blob_path(sha), prog,
-                                   tuple(tuple(i) for i in self._record(inputs, f"task {task_id} output {name}")))
-                for name, sha, size, prog, inputs in rows}
+        out = {}
+        for name, sha, size, prog, inputs in rows:
+            problem = self._output_problem(sha, size, inputs)
+            if problem is not None:
+                return None
+            out[name] = OutputRecord(task_id, name, sha, size, self.blob_path(sha), prog,
+                                     tuple(tuple(i) for i in json.loads(inputs)))
+        return out
+
+    def _output_problem(self, sha, size, inputs_text) -> str | None:
+        """Why one output row cannot be used (None: it can): bad row values, a bad blob, stale inputs."""
+        if not isinstance(sha, str) or not _SHA.match(sha):
+            return f"invalid blob hash {sha!r} in the index"
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            return f"invalid size {size!r} in the index"
+        try:
+            inputs = json.loads(inputs_text)
+        except (TypeError, ValueError):
+            inputs = None
+        if not isinstance(inputs, list) or not all(
+                isinstance(i, list) and len(i) == 3 and all(isinstance(x, str) for x in i) for i in inputs):
+            return f"damaged inputs record {str(inputs_text)[:60]!r}"
+        blob = self._blob_problem(sha, size)
+        if blob is not None:
+            return blob
+        for dep, dep_name, dep_sha in inputs:
+            now = self._query("SELECT sha256 FROM outputs WHERE task_id=? AND name=?", (dep, dep_name))
+            if now and now[0][0] != dep_sha:
+                return f"stale: it read {dep}/{dep_name} {dep_sha[:12]}, which is now {str(now[0][0])[:12]}"
+        return None
+
+    def _blob_problem(self, sha: str, size: int | None = None) -> str | None:
+        """None when the blob of ``sha`` exists and hashes to ``sha``; else what is wrong.
+
+        A blob already hashed by this process is trusted while its inode, size, mtime and ctime are
+        unchanged (any write to the file changes its ctime, which no user call can set back)."""
+        path = self.blob_path(sha)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return f"blob {sha[:12]} missing"
+        except OSError as exc:
+            return f"blob {sha[:12]} unreadable ({exc.strerror or exc})"
+        if not path.is_file():
+            return f"blob {sha[:12]} is not a file"
+        if size is not None and st.st_size != size:
+            return f"blob {sha[:12]} does not match its hash (size {st.st_size}, recorded {size})"
+        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if self._verified.get(sha) == key:
+            return None
+        try:
+            actual = file_sha256(path)
+        except OSError as exc:
+            return f"blob {sha[:12]} unreadable ({exc.strerror or exc})"
+        if actual != sha:
+            self._verified.pop(sha, None)
+            return f"blob {sha[:12]} does not match its hash"
+        self._verified[sha] = key
+        return None
+
+    def _remember_verified(self, sha: str, path: Path) -> None:
+        st = path.stat()
+        self._verified[sha] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def commit(self, task, files: dict[str, Path], inputs: list[tuple[str, str, str]],
                meta: dict | None = None) -> dict[str, OutputRecord]:
         """Move ``files`` (under a staging dir) into blobs and record them atomically as ``task``'s outputs.
 
-        ``inputs``: the exact (dep task id, output name, sha256) the task read.
+        ``inputs``: the exact (dep task id, output name, sha256) the task read. A blob already in place
+        is kept only when it matches its hash; a damaged one is replaced by the new, checked bytes.
+        Raises :class:`WorkspaceError` when the disk is full (nothing of this task is recorded then).
         """
         _check_task_id(task.id)
-        placed: dict[str, tuple[str, int]] = {}
-        for name, path in sorted(files.items()):
-            path = Path(path)
-            # string check (no syscalls per path component); a symlink would smuggle in foreign bytes
-            if not os.path.abspath(path).startswith(self._staging_prefix) or ".." in path.parts or path.is_symlink():
-                raise WorkspaceError(f"task {task.id} output {name!r} at {path} is not a file under the staging area")
-            if self.durable:
-                with open(path, "rb") as fh:
-                    os.fsync(fh.fileno())
-            sha = file_sha256(path)
-            size = path.stat().st_size
-            target = self.blob_path(sha)
-            if not target.exists():
-                shard = sha[:2]
-                if shard not in self._shards:
-                    target.parent.mkdir(exist_ok=True)
-                    self._shards.add(shard)
-                os.replace(path, target)  # atomic; identical content may already be there
-                if self.durable:
-                    _fsync_dir(target.parent)
-            placed[name] = (sha, size)
+        try:
+            placed = {name: self._place_blob(task, name, Path(path)) for name, path in sorted(files.items())}
+        except OSError as exc:
+            if is_out_of_space(exc):
+                raise self._space_error(exc) from None
+            raise
         now = time.time()
         inputs_json = json.dumps(sorted(list(i) for i in inputs))
         with self._tx() as db:
@@ -359,10 +453,42 @@ class Workspace:
                            [(task.id, n, sha, size, task.program, inputs_json, now) for n, (sha, size) in placed.items()])
             db.execute("INSERT INTO tasks (id, kind, op, program, status, error, attempts, record, meta, updated) "
                        "VALUES (?,?,?,?,'done',NULL,1,?,?,?) ON CONFLICT(id) DO UPDATE SET status='done', "
-                       "error=NULL, attempts=attempts+1, meta=excluded.meta, updated=excluded.updated",
+                       "error=NULL, attempts=attempts+1, record=excluded.record, meta=excluded.meta, "
+                       "updated=excluded.updated",
                        (task.id, task.kind, task.op, task.program, json.dumps(task.to_dict(), sort_keys=True),
                         json.dumps(meta or {}, sort_keys=True), now))
         return self.outputs(task.id) or {}
+
+    def _place_blob(self, task, name: str, path: Path) -> tuple[str, int]:
+        """Move one staged file to its blob path (unless an intact copy is there); (sha256, bytes)."""
+        # string check (no syscalls per path component); a symlink would smuggle in foreign bytes
+        if not os.path.abspath(path).startswith(self._staging_prefix) or ".." in path.parts:
+            raise WorkspaceError(f"task {task.id} output {name!r} at {path} is not a file under the staging area")
+        symlink = _symlink_below(path, self.staging)
+        if symlink is not None:
+            raise WorkspaceError(f"task {task.id} output {name!r}: {symlink} is a symbolic link; outputs must be "
+                                 "regular files written under the staging directory")
+        if not path.is_file():
+            raise WorkspaceError(f"task {task.id} output {name!r} at {path} is not a regular file")
+        if self.durable:
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+        sha = file_sha256(path)
+        size = path.stat().st_size
+        target = self.blob_path(sha)
+        if self._blob_problem(sha, size) is None:
+            return sha, size  # identical content is already there, intact
+        shard = sha[:2]
+        if shard not in self._shards:
+            target.parent.mkdir(exist_ok=True)
+            self._shards.add(shard)
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)  # damage: os.replace cannot put a file over a directory
+        os.replace(path, target)  # atomic, also over a damaged blob
+        if self.durable:
+            _fsync_dir(target.parent)
+        self._remember_verified(sha, target)
+        return sha, size
 
     def record_failure(self, task, error: str) -> None:
         with self._tx() as db:
@@ -382,10 +508,9 @@ class Workspace:
         out = []
         for (text,) in rows:
             try:
-                out.append(Task.from_dict(self._record(text, f"a done {kind} task")))
-            except (KeyError, TypeError, ValueError) as exc:  # PlanError is a ValueError
-                raise WorkspaceError(f"workspace index {self.index}: the record of a done {kind}:{op} task is "
-                                     f"damaged ({type(exc).__name__}: {exc})") from None
+                out.append(Task.from_dict(json.loads(text)))
+            except (KeyError, TypeError, ValueError, AttributeError):  # PlanError is a ValueError
+                continue  # a damaged record counts as absent: the planner plans that run afresh
         return out
 
     def task_status(self, task_id: str) -> dict | None:
@@ -407,22 +532,11 @@ class Workspace:
         return n
 
     def verify(self) -> list[str]:
-        """Consistency problems (empty when consistent): the index passes SQLite's quick_check, and
-        every done task's blobs exist and match."""
-        problems = [f"{INDEX_FILE}: {row[0]}" for row in self._query("PRAGMA quick_check") if row[0] != "ok"]
-        for task_id, name, sha, size in self._query("SELECT task_id, name, sha256, size FROM outputs"):
-            if not isinstance(sha, str) or not _SHA.match(sha):
-                problems.append(f"{task_id}/{name}: invalid blob hash {sha!r} in the index")
-                continue
-            path = self.blob_path(sha)
-            if not path.exists():
-                problems.append(f"{task_id}/{name}: blob {sha[:12]} missing")
-            elif path.stat().st_size != size or file_sha256(path) != sha:
-                problems.append(f"{task_id}/{name}: blob {sha[:12]} does not match its hash")
-        for (task_id,) in self._query("SELECT id FROM tasks WHERE status='done' AND id NOT IN "
-                                      "(SELECT task_id FROM outputs)"):
-            problems.append(f"{task_id}: done but has no outputs")
-        return problems
+        """Consistency problems, one line each (empty when consistent): SQLite's integrity check, every
+        record decoded, every blob hashed and decoded, no stale outputs (see :mod:`.workspace_check`)."""
+        from .workspace_check import verify
+
+        return verify(self)
 
     def stats(self) -> dict:
         blob_bytes = sum(p.stat().st_size for p in self.blobs.rglob("*") if p.is_file())
@@ -432,6 +546,30 @@ class Workspace:
                 "tasks_failed": count("SELECT COUNT(*) FROM tasks WHERE status='failed'"),
                 "outputs": count("SELECT COUNT(*) FROM outputs"), "blob_bytes": blob_bytes,
                 "staging_dirs": sum(1 for _ in self.staging.iterdir()) if self.staging.is_dir() else 0}
+
+
+def _task_record_problem(task_id: str, text) -> str | None:
+    """Why a task row's JSON record is unusable (None: it decodes to a task with this id)."""
+    from .tasks import Task
+
+    try:
+        task = Task.from_dict(json.loads(text))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # PlanError is a ValueError
+        return f"damaged record ({type(exc).__name__}: {str(exc)[:80]})"
+    if task.id != task_id:
+        return f"record describes task {task.id}"
+    return None
+
+
+def _symlink_below(path: Path, top: Path) -> Path | None:
+    """The first symbolic link among ``path`` and its parents up to ``top`` (None: there is none)."""
+    top = Path(os.path.abspath(top))
+    current = Path(os.path.abspath(path))
+    while current != top and top in current.parents:
+        if current.is_symlink():
+            return current
+        current = current.parent
+    return None
 
 
 def _fsync_dir(path: Path) -> None:

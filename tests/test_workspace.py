@@ -133,3 +133,62 @@ def test_program_versions_hash_content_flags_and_compiler():
         a.variant_of("fast")
     with pytest.raises(ValueError, match="needs parameters"):
         a.variant_of("probe")
+
+
+def test_damaged_or_missing_blob_counts_as_absent_and_a_commit_rewrites_it(tmp_path):
+    ws = Workspace(tmp_path)
+    t = Task(kind="synthesize", op="x", program="pv")
+    out = commit_text(ws, t, facts="true bytes")["facts"]
+    out.path.write_bytes(b"edit bytes")  # same size, other content
+    assert ws.outputs(t.id) is None  # not reused
+    with pytest.raises(WorkspaceError, match="does not match its hash"):
+        out.read_bytes()
+    again = commit_text(ws, t, facts="true bytes")["facts"]  # the rerun's identical bytes replace the damage
+    assert again.read_bytes() == b"true bytes" and ws.verify() == []
+    again.path.unlink()
+    assert ws.outputs(t.id) is None
+    with pytest.raises(WorkspaceError, match="cannot be read"):
+        again.read_bytes()
+    assert commit_text(ws, t, facts="true bytes")["facts"].read_bytes() == b"true bytes"
+
+
+def test_an_output_whose_input_was_produced_again_is_stale(tmp_path):
+    ws = Workspace(tmp_path)
+    dep = Task(kind="collect", op="trace", program="pv", device="gpu")
+    user = Task(kind="synthesize", op="latency", program="pv", deps=(dep.id,))
+    first = commit_text(ws, dep, region_intervals="run 1")["region_intervals"]
+    staged = ws.new_staging(user.id)
+    (staged / "f").write_text("facts of run 1")
+    ws.commit(user, {"facts": staged / "f"}, inputs=[(dep.id, "region_intervals", first.sha256)])
+    assert ws.outputs(user.id) is not None
+    commit_text(ws, dep, region_intervals="run 2")  # the collect ran again (its blob was damaged)
+    assert ws.outputs(user.id) is None  # computed from bytes its dependency no longer holds
+    assert any("stale" in p for p in ws.verify())
+
+
+def test_staging_refuses_symlinks_at_any_depth(tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("not the task's")
+    t = Task(kind="synthesize", op="x", program="pv")
+    staged = ws.new_staging(t.id)
+    (staged / "sub").symlink_to(outside, target_is_directory=True)
+    (staged / "link").symlink_to(outside / "secret")
+    for path in (staged / "sub" / "secret", staged / "link"):
+        with pytest.raises(WorkspaceError, match="is a symbolic link"):
+            ws.commit(t, {"facts": path}, inputs=[])
+    assert (outside / "secret").read_text() == "not the task's"
+    assert not any(p.is_file() for p in ws.blobs.rglob("*"))
+
+
+def test_a_damaged_task_record_counts_as_absent(tmp_path):
+    ws = Workspace(tmp_path)
+    t = Task(kind="collect", op="trace", program="pv", device="gpu")
+    commit_text(ws, t, region_intervals="x")
+    with ws._tx() as db:
+        db.execute("UPDATE tasks SET record=? WHERE id=?", ('{"kind": "collect"', t.id))
+    assert ws.outputs(t.id) is None and ws.done_tasks("collect", "trace", "pv") == []
+    assert any("damaged record" in p for p in ws.verify())
+    commit_text(ws, t, region_intervals="x")  # the rerun writes the record again
+    assert ws.outputs(t.id) is not None and ws.verify() == []

@@ -17,13 +17,14 @@ ACTIONS = {
     "tasks": "task records",
     "fork": "start a branch at an earlier program version",
     "branches": "branch heads",
-    "verify": "check every recorded output against its blob",
+    "verify": "check the index (SQLite integrity check), every record and every blob",
+    "repair": "drop what verify finds broken (no runtime may be using it); those tasks run again",
     "clean": "remove staging leftovers of killed tasks (no runtime may be using it)",
 }
 
 
 def register(sub) -> None:
-    p = sub.add_parser("workspace", help="inspect a workspace: stats, programs, tasks, fork, verify, clean")
+    p = sub.add_parser("workspace", help="inspect a workspace: stats, programs, tasks, fork, verify, repair, clean")
     _shared_options(p)
     wsub = p.add_subparsers(dest="action", metavar="ACTION")
     actions = {name: wsub.add_parser(name, help=text) for name, text in ACTIONS.items()}
@@ -53,8 +54,12 @@ def run(args) -> int:
     action = args.action or "stats"
     json_out = getattr(args, "json_out", None)
     out = human_stream(args)
-    with open_existing(workspace_path(args) or default_workspace()) as ws:
-        doc, lines, code = _ACTIONS[action](ws, args)
+    root = workspace_path(args) or default_workspace()
+    if action == "repair":  # works on an index too damaged to open
+        doc, lines, code = _repair(root)
+    else:
+        with open_existing(root) as ws:
+            doc, lines, code = _ACTIONS[action](ws, args)
     if json_out:
         write_json(json_out, doc)
     for line in lines:
@@ -94,6 +99,14 @@ def _verify(ws, args):
     problems = ws.verify()
     summary = "consistent" if not problems else f"{len(problems)} problem(s)"
     return {"consistent": not problems, "problems": problems}, problems + [summary], 0 if not problems else 1
+
+
+def _repair(root):
+    from ..workspace_check import repair
+
+    done, left = repair(Path(root))
+    summary = f"{len(done)} repair(s); " + ("consistent" if not left else f"{len(left)} problem(s) left")
+    return {"repaired": done, "consistent": not left, "problems": left}, done + left + [summary], 0 if not left else 1
 
 
 def _clean(ws, args):
