@@ -89,12 +89,16 @@ class QkvHead(Instruction):
 
 @dataclass(frozen=True)
 class AttnPartial(Instruction):
-    """GQA decode attention of one KV head's query group over one split of the KV positions."""
+    """GQA decode attention of one KV head's query group over one split of the KV positions.
+
+    With P head parts (TileShape.attn_head_parts) the group's G query heads are cut into P tiles of
+    G / P heads: part ``head_part`` covers group heads [head_part * G/P, (head_part + 1) * G/P)."""
 
     kv_head: int
     split: int
+    head_part: int = 0
     OPCODE: ClassVar[int] = 3
-    ARGS: ClassVar[tuple[str, ...]] = ("kv_head", "split")
+    ARGS: ClassVar[tuple[str, ...]] = ("kv_head", "split", "head_part")
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,7 @@ class Interpreter:
             return  # beyond the current length: nothing to attend to
         k = t["k_cache"][L, ins.kv_head, lo:hi].float()  # [n, Dh]
         v = t["v_cache"][L, ins.kv_head, lo:hi].float()
-        for head in range(ins.kv_head * c.group, (ins.kv_head + 1) * c.group):
+        for head in _attn_heads(ins, c, self.tiles):
             q = t["q"][L, head * c.head_dim: (head + 1) * c.head_dim]
             scores = (k @ q) / math.sqrt(c.head_dim)
             m = scores.max()
@@ -192,6 +192,13 @@ class Interpreter:
         t["tokens"][step + 1] = int(torch.argmax(logits))
 
 
+def _attn_heads(ins: AttnPartial, c, tiles) -> range:
+    """Query heads of an AttnPartial tile: its head part of its KV head's group."""
+    per = c.group // tiles.attn_head_parts
+    first = ins.kv_head * c.group + ins.head_part * per
+    return range(first, first + per)
+
+
 # ---- localisation ---------------------------------------------------------------------------------
 def outputs_of(ins: Instruction, state: DecodeState, step: int) -> torch.Tensor:
     """View of what ``ins`` writes in ``step`` (empty for a split past the current length)."""
@@ -205,8 +212,8 @@ def outputs_of(ins: Instruction, state: DecodeState, step: int) -> torch.Tensor:
         return (t["k_cache"] if ins.kind == HEAD_K else t["v_cache"])[ins.layer, ins.head, step, dims]
     if isinstance(ins, AttnPartial):
         lo = ins.split * state.program.tiles.attn_split
-        heads = slice(ins.kv_head * c.group, (ins.kv_head + 1) * c.group)
-        return t["attn_part"][ins.layer, heads, ins.split] if lo <= step else t["attn_part"][:0]
+        heads = _attn_heads(ins, c, state.program.tiles)
+        return t["attn_part"][ins.layer, heads.start: heads.stop, ins.split] if lo <= step else t["attn_part"][:0]
     if isinstance(ins, OProj):
         return t["x_mid"][ins.layer, ins.row0: ins.row0 + ins.rows]
     if isinstance(ins, GateUp):

@@ -22,7 +22,7 @@ PARAM_FIELDS: tuple[tuple[str, str], ...] = (
     ("x", F32), ("x_mid", F32), ("q", F32), ("attn_part", F32), ("h", F32), ("logits", F32),
     ("rope_cos", "const float*"), ("rope_sin", "const float*"), ("tokens", "int*"),
     ("n_layers", I64), ("hidden", I64), ("ffn", I64), ("n_heads", I64), ("n_kv_heads", I64), ("head_dim", I64),
-    ("vocab", I64), ("max_seq", I64), ("attn_split", I64), ("n_splits", I64), ("qkv_parts", I64),
+    ("vocab", I64), ("max_seq", I64), ("attn_split", I64), ("n_splits", I64), ("qkv_parts", I64), ("attn_head_parts", I64),
     ("n_forced", I64),
     ("sample_counter", I64), ("seed", I64), ("timeout_ns", I64), ("prefetch_ahead", I64), ("stage_bytes", I64),
     ("eps", "double"), ("temperature", "double"),

@@ -20,7 +20,7 @@ def test_tinyllama_program_shape():
     assert kinds == {
         Embed: 1, Sample: 1,
         QkvHead: c.n_layers * (c.n_heads + 2 * c.n_kv_heads) * tiles.qkv_parts,
-        AttnPartial: c.n_layers * c.n_kv_heads * n_splits,
+        AttnPartial: c.n_layers * c.n_kv_heads * n_splits * tiles.attn_head_parts,
         OProj: c.n_layers * c.hidden // tiles.o_rows,
         GateUp: c.n_layers * c.ffn // tiles.gate_features,
         Down: c.n_layers * c.hidden // tiles.down_rows,
@@ -94,3 +94,14 @@ def test_check_rejects_forward_and_miscounted_waits():
 def test_bad_tile_shapes(field, value, msg):
     with pytest.raises(DagError, match=msg):
         build_decode_program(get_config("tiny"), TileShape(**{field: value}))
+
+
+def test_attention_head_parts_multiply_the_attention_tiles():
+    c = get_config("tiny")
+    prog = build_decode_program(c, TileShape(attn_split=64, logits_rows=64, attn_head_parts=2))
+    attn = [(i.kv_head, i.split, i.head_part) for i in prog.instructions if isinstance(i, AttnPartial) and i.layer == 0]
+    assert len(attn) == len(set(attn)) == c.n_kv_heads * TileShape(attn_split=64).n_splits(c) * 2
+    oproj = next(i for i in prog.instructions if isinstance(i, OProj))
+    assert oproj.wait_count == len(attn)
+    with pytest.raises(DagError, match="attn_head_parts"):
+        build_decode_program(c, TileShape(attn_split=64, logits_rows=64, attn_head_parts=3))

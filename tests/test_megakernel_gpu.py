@@ -63,8 +63,17 @@ def test_tiny_kernel_matches_interpreter_instruction_by_instruction(tiny):
     check_tiny_matches_interpreter(tiny, stage=0, parts=1)
 
 
-def check_tiny_matches_interpreter(tiny, stage, parts):
-    dec = _decoder(tiny, tiles=dataclasses.replace(TINY_TILES, qkv_parts=parts), stage_bytes=stage)
+def test_tiny_kernel_matches_interpreter_with_attention_head_parts(tiny):
+    check_tiny_matches_interpreter(tiny, stage=0, parts=2, attn_head_parts=2)
+
+
+def test_full_model_logits_with_one_query_head_per_attention_tile(full):
+    check_full_logits(full, stage=0, tiles=TileShape(attn_head_parts=8), steps=16)
+
+
+def check_tiny_matches_interpreter(tiny, stage, parts, attn_head_parts=1):
+    dec = _decoder(tiny, tiles=dataclasses.replace(TINY_TILES, qkv_parts=parts, attn_head_parts=attn_head_parts),
+                   stage_bytes=stage)
     prompt = _prompt(tiny.config.vocab, 40, SEED)
     dec.set_prompt(prompt)
     for step in range(40):  # 3 attention splits by the end
@@ -79,17 +88,18 @@ def test_full_model_logits_64_steps_up_to_position_1024(full):
     check_full_logits(full, stage=0, tiles=TileShape())
 
 
-def check_full_logits(full, stage, tiles):
+def check_full_logits(full, stage, tiles, steps=64):
     c = full.config
     ref = _fp32_reference(full)
     prompt = _prompt(c.vocab, 1024, SEED + 2)
     dec = _decoder(full, stage_bytes=stage, tiles=tiles)
     dec.set_prompt(prompt)
-    dec.run(0, 960)  # positions 0..959 in one launch (960 decode steps)
+    first = 1024 - steps
+    dec.run(0, first)  # positions 0..first-1 in one launch
     with torch.no_grad():
-        ref(torch.tensor([prompt[:960]], device="cuda"), torch.arange(960, device="cuda"))
+        ref(torch.tensor([prompt[:first]], device="cuda"), torch.arange(first, device="cuda"))
     worst, checked_top1 = 0.0, 0
-    for step in range(960, 1024):
+    for step in range(first, 1024):
         dec.run(step, 1)
         got = dec.state.t["logits"].clone()
         with torch.no_grad():
@@ -101,7 +111,8 @@ def check_full_logits(full, stage, tiles):
         if (top2[0] - top2[1]).item() > TOL * want.abs().max().item():
             checked_top1 += 1
             assert int(torch.argmax(got)) == int(torch.argmax(want)), f"step {step}: top-1 differs"
-    print(f"worst relative logit error over 64 steps at positions 960..1023: {worst:.3g}; top-1 checked {checked_top1}x")
+    print(f"worst relative logit error over {steps} steps at positions {first}..1023: {worst:.3g}; "
+          f"top-1 checked {checked_top1}x")
     assert checked_top1 > 0
 
 

@@ -29,11 +29,11 @@ def _prompt(c, n, seed):
     return torch.randint(0, c.vocab, (n,), generator=g).tolist()
 
 
-@pytest.mark.parametrize("qkv_parts", [1, 2, 8])
-def test_interpreter_matches_fp32_model_over_many_steps(tiny, qkv_parts):
+@pytest.mark.parametrize("qkv_parts,attn_head_parts", [(1, 1), (2, 1), (8, 1), (1, 2)])
+def test_interpreter_matches_fp32_model_over_many_steps(tiny, qkv_parts, attn_head_parts):
     c, w = tiny
     ref = Transformer(w, dtype=torch.float32)
-    prog = build_decode_program(c, dataclasses.replace(TILES, qkv_parts=qkv_parts))
+    prog = build_decode_program(c, dataclasses.replace(TILES, qkv_parts=qkv_parts, attn_head_parts=attn_head_parts))
     state = DecodeState.create(prog, w)
     prompt = _prompt(c, 40, seed=11)
     state.set_prompt(prompt)

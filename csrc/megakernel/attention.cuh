@@ -1,7 +1,7 @@
 // GQA decode attention, split over KV heads and KV positions (flash-decoding style).
 //
-// AttnPartial(layer, kv_head, split) handles the `group` query heads that share one KV head over
-// positions [split * S, min((split + 1) * S, pos + 1)) and writes, per query head, the unnormalised
+// AttnPartial(layer, kv_head, split, head_part) handles G = group / attn_head_parts of the query
+// heads that share one KV head (its head part of the group) over positions [split * S, min((split + 1) * S, pos + 1)) and writes, per query head, the unnormalised
 // output o (head_dim floats), the running max m and the sum l of exp(score - m). OProj combines
 // the used splits: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
 #pragma once
@@ -10,9 +10,12 @@
 
 namespace mk {
 
-__device__ __noinline__ void attention_partial(const Params& p, int layer, int kv_head, int split, int pos,
-                                               float* smem) {
-  const int Dh = (int)p.head_dim, G = (int)(p.n_heads / p.n_kv_heads), S = (int)p.attn_split;
+// G query heads per tile, a compile-time count (the group / TileShape.attn_head_parts): every
+// per-head loop is unrolled over exactly the heads the tile has.
+template <int G>
+__device__ __noinline__ void attention_partial_t(const Params& p, int layer, int kv_head, int split, int head_part,
+                                                 int pos, float* smem) {
+  const int Dh = (int)p.head_dim, S = (int)p.attn_split;
   const int lo = split * S;
   const int hi = min(lo + S, pos + 1);
   if (lo >= hi) return;  // split past the current length
@@ -20,7 +23,7 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
   float* qs = smem;            // [G][Dh]
   float* sc = smem + G * Dh;   // [G][S] scores, then probabilities
   float* ml = sc + G * S;      // [G][2] max, sum
-  const int q0 = kv_head * G;  // first query head of the group
+  const int q0 = kv_head * (int)(p.n_heads / p.n_kv_heads) + head_part * G;  // first query head of the tile
   const float4* q4 = reinterpret_cast<const float4*>(p.q + (size_t)layer * p.hidden + q0 * Dh);
   for (int i = threadIdx.x; i < G * Dh / 4; i += THREADS) reinterpret_cast<float4*>(qs)[i] = __ldcg(q4 + i);
   __syncthreads();
@@ -30,18 +33,19 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
   // PV partial-sum area (which is written only after the PV pass has read them).
   float* red = smem + ((G * Dh + G * S + 2 * G + 3) & ~3);  // [NWARPS][G][Dh] warp partial sums (16-byte aligned)
   uint4* vs = reinterpret_cast<uint4*>(red);
-  const bool v_in_smem = (size_t)S * Dh * 2 <= (size_t)NWARPS * G * Dh * 4;
+  const bool v_in_smem = (size_t)(red - smem) * 4 + max((size_t)S * Dh * 2, (size_t)NWARPS * G * Dh * 4) <=
+                         (size_t)SMEM_FLOATS * 4;
   // Scores like the PV pass below: a warp reads ROWS_PER_WARP K rows per load (16 bytes per lane),
   // each lane dots its 8 dims with all G heads' q (registers), the lanes of a row sum by shuffles.
-  // Inner loops are branch-free (heads j >= G compute on head G - 1 and are dropped; rows past n
+  // Inner loops are branch-free (rows past n
   // reload row n - 1 and are not stored): with a branch between two strong loads the compiler
   // issued one load per trip (SASS of 2026-12-01), which made this tile latency-bound.
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   {
     const int lpr = Dh / 8, rpw = 32 / lpr, sub = lane / lpr, c8 = lane - sub * lpr;
-    float qr[MAX_GROUP][8];
+    float qr[G][8];
 #pragma unroll
-    for (int j = 0; j < MAX_GROUP; ++j) {
+    for (int j = 0; j < G; ++j) {
       const float4 a = *reinterpret_cast<const float4*>(qs + (j < G ? j : G - 1) * Dh + 8 * c8);
       const float4 b = *reinterpret_cast<const float4*>(qs + (j < G ? j : G - 1) * Dh + 8 * c8 + 4);
       qr[j][0] = a.x; qr[j][1] = a.y; qr[j][2] = a.z; qr[j][3] = a.w;
@@ -67,7 +71,7 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
         const float f[8] = {bf_lo(k[u].x), bf_hi(k[u].x), bf_lo(k[u].y), bf_hi(k[u].y),
                             bf_lo(k[u].z), bf_hi(k[u].z), bf_lo(k[u].w), bf_hi(k[u].w)};
 #pragma unroll
-        for (int j = 0; j < MAX_GROUP; ++j) {
+        for (int j = 0; j < G; ++j) {
           float d = 0.f;
 #pragma unroll
           for (int e = 0; e < 8; ++e) d = fmaf(f[e], qr[j][e], d);
@@ -102,9 +106,9 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
   {
     const int lpr = Dh / 8, rpw = 32 / lpr;  // lanes per V row, rows per warp-wide load
     const int sub = lane / lpr, c8 = lane - sub * lpr;  // this lane's row in the load, its 8 dims
-    float acc[MAX_GROUP][8];
+    float acc[G][8];
 #pragma unroll
-    for (int j = 0; j < MAX_GROUP; ++j)
+    for (int j = 0; j < G; ++j)
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc[j][e] = 0.f;
     const uint4* vbase = reinterpret_cast<const uint4*>(p.v_cache + (head_base + lo) * Dh) + c8;
@@ -124,7 +128,7 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
         const float f[8] = {bf_lo(v[u].x), bf_hi(v[u].x), bf_lo(v[u].y), bf_hi(v[u].y),
                             bf_lo(v[u].z), bf_hi(v[u].z), bf_lo(v[u].w), bf_hi(v[u].w)};
 #pragma unroll
-        for (int j = 0; j < MAX_GROUP; ++j) {
+        for (int j = 0; j < G; ++j) {
           const float pt = keep ? sc[(j < G ? j : G - 1) * S + t] : 0.f;
 #pragma unroll
           for (int e = 0; e < 8; ++e) acc[j][e] = fmaf(pt, f[e], acc[j][e]);
@@ -133,7 +137,7 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
     }
     __syncthreads();  // every warp has read its V rows from `vs` before `red` (the same bytes) is written
 #pragma unroll
-    for (int j = 0; j < MAX_GROUP; ++j) {
+    for (int j = 0; j < G; ++j) {
       if (j < G) {
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
@@ -161,6 +165,16 @@ __device__ __noinline__ void attention_partial(const Params& p, int layer, int k
       out[Dh] = ml[2 * j];
       out[Dh + 1] = ml[2 * j + 1];
     }
+  }
+}
+
+__device__ __forceinline__ void attention_partial(const Params& p, int layer, int kv_head, int split, int head_part,
+                                                  int pos, float* smem) {
+  switch ((int)(p.n_heads / p.n_kv_heads / p.attn_head_parts)) {  // host-checked: 1, 2, 4 or 8
+    case 1: attention_partial_t<1>(p, layer, kv_head, split, head_part, pos, smem); break;
+    case 2: attention_partial_t<2>(p, layer, kv_head, split, head_part, pos, smem); break;
+    case 4: attention_partial_t<4>(p, layer, kv_head, split, head_part, pos, smem); break;
+    default: attention_partial_t<8>(p, layer, kv_head, split, head_part, pos, smem); break;
   }
 }
 

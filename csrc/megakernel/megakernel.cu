@@ -330,7 +330,7 @@ __device__ void worker(const Params& p, Smem& s) {
       case OP_QKV_HEAD: op_qkv(p, s, layer, s.ins[W_A0], s.ins[W_A1], s.ins[W_A2], step); break;
       case OP_ATTN_PARTIAL: {
         MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
-        attention_partial(p, layer, s.ins[W_A0], s.ins[W_A1], step, s.xs);
+        attention_partial(p, layer, s.ins[W_A0], s.ins[W_A1], s.ins[W_A2], step, s.xs);
         break;
       }
       case OP_O_PROJ: op_oproj(p, s, layer, s.ins[W_A0], s.ins[W_A1], step); break;
