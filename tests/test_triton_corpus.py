@@ -167,26 +167,45 @@ def test_cp_async_and_matmul_sites(compiled):
     assert ("wgmma", "acc") in [(s.kind, s.label) for s in d.sites]
 
 
-def test_autotuned_kernel_needs_one_of_its_configs(compiled):
+def test_autotuned_kernel_runs_the_config_the_launch_names(compiled):
     program, mod, _ = compiled["matmul_autotuned"]
     launch = dict(program.launch)
-    assert unwrap_kernel(mod.matmul_kernel, launch, "k") is mod.matmul_kernel.fn
-    off = dict(launch, num_warps=2)
+    configs = mod.matmul_kernel.configs
+    fn, kwargs = unwrap_kernel(mod.matmul_kernel, launch, "k")
+    assert fn is mod.matmul_kernel.fn and kwargs == configs[0].all_kwargs()  # what the autotuner passes
+    assert unwrap_kernel(mod.matmul_kernel, dict(launch, config=3), "k")[1] == configs[3].all_kwargs()
+    assert unwrap_kernel(mod.matmul_kernel, dict(launch, config={"BM": 64, "BN": 128}), "k")[1]["BK"] == 32
+    legacy = {"constexprs": dict(configs[1].kwargs), "num_warps": 4, "num_stages": 4}  # config named by value
+    assert unwrap_kernel(mod.matmul_kernel, legacy, "k")[1] == configs[1].all_kwargs()
+    off = dict(legacy, num_warps=2)
     with pytest.raises(KernelConfigError, match=r"^k is @triton.autotune'd over 4 configs and the launch names none "
-                                                r"of them; .*0: \{BM: 128, BN: 128, BK: 64, GROUP_M: 8, num_warps: 8, "
-                                                r"num_stages: 3\}; 1: "):
+                                                r"of them; set launch.config .*0: \{BM: 128, BN: 128, BK: 64, GROUP_M: 8, "
+                                                r"num_warps: 8, num_ctas: 1, num_stages: 3\}; 1: "):
         unwrap_kernel(mod.matmul_kernel, off, "k")
     assert "\n" not in str(pytest.raises(KernelConfigError, unwrap_kernel, mod.matmul_kernel, off, "k").value)
+    with pytest.raises(KernelConfigError, match=r"launch.config 4 is out of range; configs: 0: "):
+        unwrap_kernel(mod.matmul_kernel, dict(launch, config=4), "k")
+    with pytest.raises(KernelConfigError, match=r"matches 4 configs, not one"):
+        unwrap_kernel(mod.matmul_kernel, dict(launch, config={"num_ctas": 1}), "k")
+    with pytest.raises(KernelConfigError, match=r"launch gives num_warps=2 but the chosen autotune config has "
+                                                r"num_warps=8"):
+        unwrap_kernel(mod.matmul_kernel, dict(launch, num_warps=2), "k")
 
 
-def test_heuristics_values_must_be_given(compiled):
+def test_heuristics_compute_from_the_launch_arguments(compiled):
     _, mod, _ = compiled["matmul_autotuned"]
-    wrapped = triton.heuristics({"GROUP_M": lambda args: 8})(mod.matmul_kernel.fn)
-    with pytest.raises(KernelConfigError, match=r"@triton.heuristics computes \['GROUP_M'\]"):
+    wrapped = triton.heuristics({"GROUP_M": lambda args: 4 if args["M"] < 4096 else 8})(mod.matmul_kernel.fn)
+    with pytest.raises(KernelConfigError, match=r"@triton.heuristics computes 'GROUP_M' from the arguments"):
         unwrap_kernel(wrapped, {"constexprs": {"BM": 64}}, "k")
-    assert unwrap_kernel(wrapped, {"constexprs": {"GROUP_M": 8}}, "k") is mod.matmul_kernel.fn
+    assert unwrap_kernel(wrapped, {"constexprs": {"GROUP_M": 8}}, "k") == (mod.matmul_kernel.fn, {"GROUP_M": 8})
+    assert unwrap_kernel(wrapped, {}, "k", {"M": 2048})[1] == {"GROUP_M": 4}
+    with pytest.raises(KernelConfigError, match=r"heuristics for 'GROUP_M' failed on the launch's arguments "
+                                                r"\(KeyError: 'M'\)"):
+        unwrap_kernel(wrapped, {}, "k", {"N": 2048})
     with pytest.raises(KernelConfigError, match=r"is a 'int' object, not a @triton.jit function"):
         unwrap_kernel(3, {}, "k")
+    with pytest.raises(KernelConfigError, match=r"is not @triton.autotune'd; launch.config 0 names nothing"):
+        unwrap_kernel(mod.matmul_kernel.fn, {"config": 0}, "k")
 
 
 def test_runtime_discovery_expander_and_probe_transform_on_causal_attention(compiled, tmp_path):

@@ -57,19 +57,22 @@ def tma_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.con
 
 
 def compile_reference(capability: int = 90, num_stages: int = NUM_STAGES):
-    """Compile the kernel for ``sm_<capability>`` (no GPU needed); returns Triton's CompiledKernel."""
-    from triton.backends.compiler import GPUTarget
+    """The kernel Triton's JIT builds for this program's launch (``argus_program.json``: its args,
+    constexprs and options), for ``sm_<capability>``, without a GPU; returns the CompiledKernel."""
+    from pathlib import Path
 
-    src = triton.compiler.ASTSource(fn=tma_matmul_kernel, signature=SIGNATURE, constexprs=CONSTEXPRS)
-    return triton.compile(src, target=GPUTarget("cuda", capability, 32),
-                          options={"num_stages": num_stages, "num_warps": NUM_WARPS})
+    from argus_rt.compiler.triton_program import compile_program_file
+
+    return compile_program_file(Path(__file__).with_name("argus_program.json"), capability=capability,
+                                num_stages=num_stages)
 
 
 def program_launch() -> dict:
-    """The ``launch`` block of this example's ``argus_program.json`` (see ``program_ttgir``)."""
-    return {"module": "tma_matmul.py", "kernel": "tma_matmul_kernel", "signature": SIGNATURE,
-            "constexprs": CONSTEXPRS, "num_stages": NUM_STAGES, "num_warps": NUM_WARPS,
-            "iterations": ITERATIONS, "capability": 90, "shapes": {"M": M, "N": N, "K": K}}
+    """The ``launch`` block of this example's ``argus_program.json`` (see ``program_compiled``)."""
+    import json
+    from pathlib import Path
+
+    return json.loads(Path(__file__).with_name("argus_program.json").read_text())["launch"]
 
 
 def grid(m: int = M, n: int = N) -> tuple[int, int, int]:

@@ -98,12 +98,14 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_rows, N_CTX, sm_scale, HEAD_D
 
 
 def compile_reference(capability: int = 90, num_stages: int = NUM_STAGES, causal: bool = False):
-    """Compile for ``sm_<capability>`` without a GPU; returns Triton's CompiledKernel."""
-    from triton.backends.compiler import GPUTarget
+    """The kernel Triton's JIT builds for this program's launch (``argus_program.json``, or
+    ``argus_program.causal.json`` with ``causal``), for ``sm_<capability>``, without a GPU."""
+    from pathlib import Path
 
-    src = triton.compiler.ASTSource(fn=attention_kernel, signature=SIGNATURE, constexprs=constexprs(causal))
-    return triton.compile(src, target=GPUTarget("cuda", capability, 32),
-                          options={"num_stages": num_stages, "num_warps": NUM_WARPS})
+    from argus_rt.compiler.triton_program import compile_program_file
+
+    name = "argus_program.causal.json" if causal else "argus_program.json"
+    return compile_program_file(Path(__file__).with_name(name), capability=capability, num_stages=num_stages)
 
 
 def grid() -> tuple[int, int, int]:

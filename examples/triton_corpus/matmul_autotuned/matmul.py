@@ -79,12 +79,14 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
 
 
 def compile_reference(capability: int = 90, config: triton.Config = CHOSEN):
-    """Compile one autotune config for ``sm_<capability>`` without a GPU; returns the CompiledKernel."""
-    from triton.backends.compiler import GPUTarget
+    """The kernel Triton's JIT builds for one autotune config of this program's launch
+    (``argus_program.json`` with ``launch.config`` = that config's index), without a GPU."""
+    from pathlib import Path
 
-    src = triton.compiler.ASTSource(fn=matmul_kernel.fn, signature=SIGNATURE, constexprs=dict(config.kwargs))
-    return triton.compile(src, target=GPUTarget("cuda", capability, 32),
-                          options={"num_stages": config.num_stages, "num_warps": config.num_warps})
+    from argus_rt.compiler.triton_program import compile_program_file
+
+    return compile_program_file(Path(__file__).with_name("argus_program.json"), capability=capability,
+                                config=CONFIGS.index(config))
 
 
 def grid(config: triton.Config = CHOSEN) -> tuple[int, int, int]:

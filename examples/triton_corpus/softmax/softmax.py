@@ -46,12 +46,14 @@ def softmax_kernel(x_ptr, y_ptr, n_cols, stride, BLOCK: tl.constexpr):
 
 
 def compile_reference(capability: int = 90, num_stages: int = NUM_STAGES):
-    """Compile for ``sm_<capability>`` without a GPU; returns Triton's CompiledKernel."""
-    from triton.backends.compiler import GPUTarget
+    """The kernel Triton's JIT builds for this program's launch (``argus_program.json``: its args,
+    constexprs and options), for ``sm_<capability>``, without a GPU; returns the CompiledKernel."""
+    from pathlib import Path
 
-    src = triton.compiler.ASTSource(fn=softmax_kernel, signature=SIGNATURE, constexprs=CONSTEXPRS)
-    return triton.compile(src, target=GPUTarget("cuda", capability, 32),
-                          options={"num_stages": num_stages, "num_warps": NUM_WARPS})
+    from argus_rt.compiler.triton_program import compile_program_file
+
+    return compile_program_file(Path(__file__).with_name("argus_program.json"), capability=capability,
+                                num_stages=num_stages)
 
 
 def grid() -> tuple[int, int, int]:

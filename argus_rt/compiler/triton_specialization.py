@@ -1,0 +1,141 @@
+"""Compile a ``@triton.jit`` function exactly as Triton's JIT would for one launch, on the CPU.
+
+When a user launches ``kernel[grid](x, y, n, BLOCK=1024)``, ``JITFunction.run`` first *specialises*
+the kernel on the arguments: a pointer whose address is a multiple of 16, or an integer that is,
+gets ``tt.divisibility = 16``; an integer equal to 1 becomes a constexpr. Those attributes change
+the compiled kernel (vectorised and cp.async loads need them), so a kernel compiled from a bare
+signature is a different kernel. This module does not re-implement the rules: it runs Triton's own
+binder (``create_function_from_signature``, which calls the native ``specialize_impl`` and the
+backend's argument rules) and ``JITFunction._pack_args`` on stand-in arguments that carry only what
+the JIT reads of them (dtype and ``data_ptr()`` of a tensor; the value of a scalar), then compiles
+``ASTSource(fn, signature, constexprs, attrs)`` with the options the JIT derives, as
+``JITFunction._do_compile`` does.
+
+These are Triton internals; they are the same in Triton 3.6 and 3.7 (checked by
+``tests/test_triton_specialization.py`` against ``JITFunction.warmup`` under both). This is the one
+module that touches them: a Triton without them gets :class:`SpecializationUnavailableError`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ArgusInputError
+
+# torch's caching allocator hands out 512-byte aligned blocks; 256 is what CUDA guarantees and all
+# the JIT can see is "multiple of 16 or not", so any multiple of 16 gives the same kernel.
+TORCH_ALIGNMENT = 256
+TENSOR_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "int8", "int16",
+                 "int32", "int64", "uint8", "bool")
+TESTED_TRITON = ("3.6", "3.7")
+
+
+class SpecializationUnavailableError(RuntimeError):
+    """This Triton lacks the JIT internals that specialisation is read from."""
+
+
+class LaunchArgumentError(ArgusInputError):
+    """A launch argument description that is not a tensor, an int, a float or a bool of the kernel."""
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """What the JIT reads of a tensor argument: ``dtype`` (a torch dtype) and ``data_ptr()``.
+
+    ``align`` is the address alignment in bytes; the stand-in's address is an odd multiple of it, so
+    a 256-aligned tensor is divisible by 16 and an 8-aligned one is not."""
+
+    dtype: object
+    shape: tuple[int, ...]
+    align: int = TORCH_ALIGNMENT
+
+    def data_ptr(self) -> int:
+        return self.align * 4097
+
+    def stride(self) -> tuple[int, ...]:  # contiguous, as torch.empty gives
+        out, acc = [], 1
+        for d in reversed(self.shape):
+            out.append(acc)
+            acc *= d
+        return tuple(reversed(out))
+
+
+def tensor_arg(dtype: str, shape, align: int = TORCH_ALIGNMENT) -> TensorArg:
+    """A :class:`TensorArg` for a torch dtype name (``"float16"``) and a shape."""
+    import torch
+
+    if dtype not in TENSOR_DTYPES:
+        raise LaunchArgumentError(f"tensor dtype {dtype!r} unknown; valid: {', '.join(TENSOR_DTYPES)}")
+    if not isinstance(align, int) or align < 1 or align & (align - 1):
+        raise LaunchArgumentError(f"tensor align {align!r} must be a power of two (bytes)")
+    return TensorArg(getattr(torch, dtype), tuple(int(d) for d in shape), align)
+
+
+def _internals():
+    import triton
+    from triton.runtime import jit
+
+    make = getattr(jit, "create_function_from_signature", None)
+    pack = getattr(jit.JITFunction, "_pack_args", None)
+    if make is None or pack is None:
+        raise SpecializationUnavailableError(
+            f"triton {triton.__version__} has no JIT binder/_pack_args; Argus reads the JIT's argument "
+            f"specialisation from those of triton {' and '.join(TESTED_TRITON)}")
+    return make
+
+
+def _jit_options(fn, kwargs: dict) -> dict:
+    """The options ``JITFunction.run`` adds before binding (debug, instrumentation mode)."""
+    from triton import knobs
+
+    out = dict(kwargs)
+    out["debug"] = out.get("debug", fn.debug) or knobs.runtime.debug
+    if hasattr(knobs.compilation, "instrumentation_mode"):
+        out["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    return out
+
+
+def specialize(fn, args: dict, kwargs: dict, target):
+    """(signature, constexprs, attrs, options) the JIT derives for ``fn`` launched with ``args``
+    (kernel parameter name -> value or :class:`TensorArg`) and ``kwargs`` (constexprs and compile
+    options such as ``num_warps``), for ``target`` (a ``GPUTarget``)."""
+    from triton.compiler import make_backend
+
+    make_binder = _internals()
+    names = [p.name for p in fn.params]
+    unknown = sorted(set(args) - set(names))
+    if unknown:
+        raise LaunchArgumentError(f"kernel {fn.__name__!r} has no parameter(s) {unknown}; parameters: {', '.join(names)}")
+    backend = make_backend(target)
+    binder = make_binder(fn.signature, fn.params, backend)
+    run_kwargs = _jit_options(fn, {**args, **kwargs})
+    try:
+        bound, specialization, options = binder(**run_kwargs)
+    except TypeError as exc:  # a parameter without a value
+        raise LaunchArgumentError(f"kernel {fn.__name__!r}: {exc}; give every non-constexpr parameter in "
+                                  f"launch.args and every constexpr in launch.constexprs") from None
+    return fn._pack_args(backend, run_kwargs, bound, specialization, options)
+
+
+def jit_compile(fn, args: dict, kwargs: dict, target):
+    """The ``CompiledKernel`` the JIT builds for this launch (what ``fn.warmup`` returns on a GPU of
+    ``target``), built here without a GPU. Triton's on-disk cache makes a repeat compile cheap."""
+    import triton
+
+    options, signature, constexprs, attrs = specialize(fn, args, kwargs, target)
+    src = triton.compiler.ASTSource(fn, signature, constexprs, attrs)
+    return triton.compile(src, target=target, options=options.__dict__)
+
+
+def describe_specialization(fn, args: dict, kwargs: dict, target) -> dict:
+    """JSON-able summary of what the JIT specialised: per parameter its type and attributes."""
+    _options, signature, constexprs, attrs = specialize(fn, args, kwargs, target)
+    names = [p.name for p in fn.params]
+    out = {}
+    for i, name in enumerate(names):
+        entry = {"type": signature[name]}
+        if (i,) in constexprs:
+            entry["value"] = constexprs[(i,)]
+        if attrs.get((i,)):
+            entry["attrs"] = [list(a) for a in attrs[(i,)]]
+        out[name] = entry
+    return out
