@@ -208,8 +208,8 @@ def main() -> int:
         "mk_split64": {"tiles": TileShape(attn_split=64)},
         "mk_split32": {"tiles": TileShape(attn_split=32)},
         "mk_qkv8": {"tiles": TileShape(qkv_parts=8)},
-        "mk_hp2": {"tiles": TileShape(attn_head_parts=2)},  # 4 query heads per attention tile
-        "mk_hp4": {"tiles": TileShape(attn_head_parts=4)},
+        "mk_hp1": {"tiles": TileShape(attn_head_parts=1)},  # the whole group of 8 query heads per attention tile
+        "mk_hp2": {"tiles": TileShape(attn_head_parts=2)},
         "mk_hp8": {"tiles": TileShape(attn_head_parts=8)},
         "mk_gate16": {"tiles": TileShape(gate_features=16)},
         "mk_down8": {"tiles": TileShape(down_rows=8)},

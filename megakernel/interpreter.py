@@ -194,7 +194,7 @@ class Interpreter:
 
 def _attn_heads(ins: AttnPartial, c, tiles) -> range:
     """Query heads of an AttnPartial tile: its head part of its KV head's group."""
-    per = c.group // tiles.attn_head_parts
+    per = c.group // tiles.head_parts(c)
     first = ins.kv_head * c.group + ins.head_part * per
     return range(first, first + per)
 

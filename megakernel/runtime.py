@@ -55,7 +55,7 @@ def kernel_limits(path: Path = CONFIG_CUH) -> dict[str, int]:
 
 def attn_smem_floats(c: LlamaConfig, tiles: TileShape, nwarps: int) -> int:
     """Shared floats of one AttnPartial tile: q, scores, (max, sum), padding, per-warp PV sums."""
-    g = c.group // tiles.attn_head_parts  # query heads per tile
+    g = c.group // tiles.head_parts(c)  # query heads per tile
     # q, scores, (max, sum), then the PV sums (the kernel parks the split's V rows there too when a
     # max(PV sums, V rows) area still fits: csrc/megakernel/attention.cuh)
     return ((g * (c.head_dim + tiles.attn_split + 2) + 3) & ~3) + nwarps * g * c.head_dim
@@ -75,8 +75,8 @@ def check_fits(config: LlamaConfig, tiles: TileShape) -> None:
          "multiple of 8, <= THREADS and MAX_TILE_ROWS"),
         ("vocab", c.vocab, c.vocab % 4 == 0, "a multiple of 4 (16-byte logit loads)"),
         ("group (n_heads / n_kv_heads)", c.group, c.group <= lim["MAX_GROUP"], f"<= {lim['MAX_GROUP']}"),
-        ("query heads per attention tile (group / attn_head_parts)", c.group // tiles.attn_head_parts,
-         c.group // tiles.attn_head_parts in (1, 2, 4, 8), "1, 2, 4 or 8 (compiled instances)"),
+        ("query heads per attention tile (group / attn_head_parts)", c.group // tiles.head_parts(c),
+         c.group // tiles.head_parts(c) in (1, 2, 4, 8), "1, 2, 4 or 8 (compiled instances)"),
         ("o_rows", tiles.o_rows, tiles.o_rows <= lim["MAX_TILE_ROWS"], f"<= {lim['MAX_TILE_ROWS']}"),
         ("down_rows", tiles.down_rows, tiles.down_rows <= lim["MAX_TILE_ROWS"], f"<= {lim['MAX_TILE_ROWS']}"),
         ("logits_rows", tiles.logits_rows, tiles.logits_rows <= lim["MAX_TILE_ROWS"], f"<= {lim['MAX_TILE_ROWS']}"),
@@ -200,7 +200,7 @@ class MegakernelDecoder:
             "n_layers": c.n_layers, "hidden": c.hidden, "ffn": c.ffn, "n_heads": c.n_heads,
             "n_kv_heads": c.n_kv_heads, "head_dim": c.head_dim, "vocab": c.vocab, "max_seq": c.max_seq,
             "attn_split": self.tiles.attn_split, "n_splits": self.tiles.n_splits(c), "qkv_parts": self.tiles.qkv_parts,
-            "attn_head_parts": self.tiles.attn_head_parts,
+            "attn_head_parts": self.tiles.head_parts(c),
             "n_forced": self.n_forced,
             "sample_counter": self.program.counters.index("sample"), "seed": self.sampling.seed & 0xFFFFFFFF,
             "timeout_ns": self.timeout_ns, "prefetch_ahead": self.prefetch_ahead, "stage_bytes": self.stage_bytes,

@@ -20,7 +20,7 @@ def test_tinyllama_program_shape():
     assert kinds == {
         Embed: 1, Sample: 1,
         QkvHead: c.n_layers * (c.n_heads + 2 * c.n_kv_heads) * tiles.qkv_parts,
-        AttnPartial: c.n_layers * c.n_kv_heads * n_splits * tiles.attn_head_parts,
+        AttnPartial: c.n_layers * c.n_kv_heads * n_splits * tiles.head_parts(c),
         OProj: c.n_layers * c.hidden // tiles.o_rows,
         GateUp: c.n_layers * c.ffn // tiles.gate_features,
         Down: c.n_layers * c.hidden // tiles.down_rows,
