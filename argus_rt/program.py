@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field, replace
@@ -36,6 +37,12 @@ from .regions import RegionError, RegionTree
 PROGRAM_FILE = "argus_program.json"
 VARIANTS = ("base", "trace_free", "marker_only", "traced", "probe")
 PROGRAM_KINDS = ("cuda", "triton", "python", "standin")
+# A program name becomes part of file names (build caches, cubins): no path syntax, ever. The schema
+# (program.schema.json, "name") states the same pattern.
+PROGRAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# launch keys that name files of the program directory ("reference": "<file>:<function>")
+LAUNCH_FILE_KEYS = ("source", "module")
+LAUNCH_FILE_FUNCTION_KEYS = ("reference",)
 
 
 class ProgramError(ArgusInputError):
@@ -79,6 +86,9 @@ class ProgramVersion:
     root: str | None = field(default=None, compare=False, hash=False, repr=False)  # sources dir
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not PROGRAM_NAME.match(self.name):
+            raise ProgramError(f"invalid program name {self.name!r}: 1-64 letters, digits, '_', '.' or '-', "
+                               "starting with a letter or digit (it becomes part of cache file names)")
         if self.variant not in VARIANTS:
             raise ProgramError(f"unknown program variant {self.variant!r}; valid: {', '.join(VARIANTS)}")
         if self.kind not in PROGRAM_KINDS:
@@ -211,12 +221,19 @@ def detect_compiler(kind: str) -> str:
     return "none"
 
 
-def load_program(path: str | Path) -> ProgramVersion:
+class UnsafeFlagError(ProgramError):
+    """A compiler flag outside the allow-list, in a program loaded without ``allow_unsafe_flags``."""
+
+
+def load_program(path: str | Path, *, allow_unsafe_flags: bool = False) -> ProgramVersion:
     """Load a program directory (with ``argus_program.json``) or the JSON file itself.
 
     The file is checked against ``argus_rt/schemas/program.schema.json``; a file that breaks it,
     names a missing source or manifest, or is not JSON raises :class:`ProgramError` in one line
-    naming the file, the field and what is valid there.
+    naming the file, the field and what is valid there. Every file it names (sources, regions,
+    launch.source, launch.module, the file of launch.reference) must lie inside its directory.
+    Compiler ``flags`` outside the allow-list of :func:`argus_rt.compiler.cuda.unsafe_flag`
+    (``-ccbin``, ``-Xcompiler``, ...) raise :class:`UnsafeFlagError` unless ``allow_unsafe_flags``.
     """
     from .schema_check import schema_problems, summarize
 
@@ -248,19 +265,49 @@ def load_program(path: str | Path) -> ProgramVersion:
             regions = RegionTree.from_manifest(regions_spec)
         except RegionError as exc:
             raise ProgramError(f"{spec_path}: regions: {exc}") from None
+    _check_launch_paths(spec_path, spec["launch"])
+    if not allow_unsafe_flags:
+        _check_flags(spec_path, spec.get("flags", ()))
     kind = spec["kind"]
     compiler = spec.get("compiler") or detect_compiler(kind)
-    return ProgramVersion.from_sources(spec.get("name", root.name), sources, kind=kind,
+    return ProgramVersion.from_sources(spec.get("name") or safe_program_name(root.resolve().name), sources, kind=kind,
                                        flags=tuple(spec.get("flags", ())), compiler=compiler,
                                        launch=spec["launch"], regions=regions, root=str(root),
                                        warp_roles=spec.get("warp_roles"))
 
 
+def safe_program_name(directory_name: str) -> str:
+    """A valid program name from a directory name: other characters become '_' ("program" if none is left)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", directory_name).lstrip("._-")[:64]
+    return name if PROGRAM_NAME.match(name) else "program"
+
+
+def _check_flags(spec_path: Path, flags) -> None:
+    from .compiler.cuda import allowed_flag_forms, unsafe_flag
+
+    problem = unsafe_flag(flags, spec_path.parent)
+    if problem is not None:
+        raise UnsafeFlagError(f"{spec_path}: {problem} (allowed: {allowed_flag_forms()}); pass "
+                              "--allow-unsafe-flags (allow_unsafe_flags=True) to build with it anyway: a program "
+                              "directory is code, see docs/programs-security.md")
+
+
+def _check_launch_paths(spec_path: Path, launch: dict) -> None:
+    """Every file ``launch`` names (source, module, the file of reference) lies inside the program directory."""
+    for key in LAUNCH_FILE_KEYS:
+        if isinstance(launch.get(key), str):
+            _read_source(spec_path, f"launch.{key}", launch[key])
+    for key in LAUNCH_FILE_FUNCTION_KEYS:
+        if isinstance(launch.get(key), str):
+            _read_source(spec_path, f"launch.{key}", launch[key].partition(":")[0])
+
+
 def _read_source(spec_path: Path, field_name: str, rel: str) -> Path:
-    """The file ``rel`` that ``field_name`` of ``spec_path`` names, checked to exist inside its directory."""
+    """The file ``rel`` that ``field_name`` of ``spec_path`` names, checked to exist inside its directory
+    (after resolving symbolic links: a link inside that points outside is refused too)."""
     root = spec_path.parent.resolve()
     target = (root / rel).resolve()
-    if root not in target.parents:
+    if not target.is_relative_to(root) or target == root:
         raise ProgramError(f"{spec_path}: {field_name}: {rel!r} lies outside the program directory {root}")
     if not target.is_file():
         what = "is a directory, not a file" if target.is_dir() else "does not exist"

@@ -82,10 +82,10 @@ def test_user_strings_never_become_paths(tmp_path):
             ws.fork(pv.id, bad)
     with pytest.raises(WorkspaceError, match="invalid blob hash"):
         ws.blob_path("../" * 10)
-    # a region name full of path syntax is only ever data
+    # a region or source name full of path syntax is only ever data (program names refuse it)
     tree = RegionTree("p")
     tree.add("..:x/..y")
-    odd = ProgramVersion.from_sources("../../p", {"../k.cu": "x"}, regions=tree)
+    odd = ProgramVersion.from_sources("p", {"../k.cu": "x"}, regions=tree)
     ws.put_program(odd)
     t = Task(kind="synthesize", op="x", program=odd.id, region="..:x/..y")
     commit_text(ws, t, facts="1")

@@ -20,6 +20,16 @@ def add_query_arguments(p) -> None:
     p.add_argument("--timeout", action="append", default=[], metavar="KIND=SECONDS",
                    help="one per-task-kind timeout per flag, repeatable: --timeout collect=900 "
                         "(kinds: transform, collect, synthesize, control)")
+    p.add_argument("--allow-unsafe-flags", action="store_true",
+                   help="build with compiler flags from argus_program.json outside the allow-list (-ccbin, "
+                        "-Xcompiler, ...): the program directory is trusted as code (docs/programs-security.md)")
+
+
+def program_from_args(args):
+    """The program the command line names, loaded with the flag policy it asks for."""
+    from ..program import load_program
+
+    return load_program(args.program, allow_unsafe_flags=args.allow_unsafe_flags)
 
 
 def parse_timeouts(items: list[str]) -> dict:
@@ -57,9 +67,9 @@ def plan_from_args(args) -> Plan:
         from .workspace import open_existing
 
         with open_existing(workspace_path(args)) as ws:  # planning only reads it
-            return make_plan(args.program, args.region, args.signals, scope, workspace=ws,
+            return make_plan(program_from_args(args), args.region, args.signals, scope, workspace=ws,
                              timeouts=parse_timeouts(args.timeout))
-    return make_plan(args.program, args.region, args.signals, scope, timeouts=parse_timeouts(args.timeout))
+    return make_plan(program_from_args(args), args.region, args.signals, scope, timeouts=parse_timeouts(args.timeout))
 
 
 def run(args) -> int:

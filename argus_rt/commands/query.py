@@ -5,7 +5,7 @@ import sys
 
 from .options import add_workspace, workspace_path
 from .output import human_console, json_add_argument, write_json, write_text
-from .plan import add_query_arguments, parse_timeouts
+from .plan import add_query_arguments, parse_timeouts, program_from_args
 
 
 def register(sub) -> None:
@@ -34,7 +34,7 @@ def run(args) -> int:
 
         require_latency([s for s in args.signals.split(",") if s])
     workspace = workspace_path(args) or default_workspace()
-    report = query(args.program, args.region, args.signals, Scope.parse(args.scope),
+    report = query(program_from_args(args), args.region, args.signals, Scope.parse(args.scope),
                    workspace=workspace, progress=not args.no_progress and sys.stderr.isatty(),
                    devices=args.devices.split(",") if args.devices is not None else None,
                    timeouts=parse_timeouts(args.timeout), cpu_pool=args.cpu_pool)
