@@ -243,9 +243,11 @@ register_recipe(Recipe(
     signal="iteration_waits", unit="ns", qualification="observed", synthesis="iteration_waits", public=False,
     description="per loop iteration, how long the consumer waited for that iteration's async loads in the "
                 "traced (unprobed) reference run: the reference side of forced-wait probe joins",
+    # isolated: the traced reference is its own TTGIR variant, one launch that serves no other request;
+    # merged with latency's region trace ({} + this config = this config) the region trace was lost
     evidence=(Evidence("trace", outputs=("iteration_waits",), variant="traced",
                        config={"reference": "iteration_waits"}, effects=frozenset({"perturbs_timing"}),
-                       sensitive_to=REFERENCE_TRACE_SENSITIVE),),
+                       sensitive_to=REFERENCE_TRACE_SENSITIVE, isolated=True),),
     scope_fields=frozenset({"iterations", "ctas"}),
     kinds=frozenset({"triton"}), kinds_reason="per-iteration waits traced in TTGIR",
 ))
