@@ -265,43 +265,41 @@ def run_once(program, variant: str, *, trace_config: dict | None = None, check: 
 
 
 # ---- Triton programs -------------------------------------------------------------------------
-# A Triton program's launch names a module (``"module": "tma_matmul.py"``) that provides
-# compile_reference(capability=...) -> CompiledKernel, make_inputs() -> {name: tensor} (fresh
-# random), run(compiled, inputs) -> output tensor (checked for unwritten elements), and
-# reference(**inputs) -> expected output (plain PyTorch). Its markers are always the PMTRIG words
+# A Triton program's launch names a module (``"module": "tma_matmul.py"``) that provides the protocol
+# of docs/programs.md: make_inputs(seed) -> {name: tensor} (fresh random, outputs poisoned),
+# run(compiled, inputs, probe_out=None) -> output tensor (launches ``compiled[grid](*args)``),
+# reference(**inputs it names) -> expected output (plain PyTorch) and n_ctas(). Argus compiles the
+# kernel itself, as the JIT would for the launch (argus_rt.compiler.triton_program.program_compiled);
+# the module's own compile_reference, if any, is not called. Its markers are always the PMTRIG words
 # (argus_rt.triton_regions), so the compiled kernel is its marker-only variant; region tracing of
 # Triton kernels is a TTGIR transform (argus_rt.compiler.triton_region_trace), not a variant built here.
-TRITON_PROTOCOL = ("compile_reference", "make_inputs", "run", "reference")
+TRITON_PROTOCOL = ("make_inputs", "run", "reference")
 TRITON_VARIANTS = ("base", "marker_only", "trace_free")
 
 
 def triton_module(program):
     """The example module of a Triton program, checked for :data:`TRITON_PROTOCOL`."""
+    from ..compiler.triton_program import import_module
+
     if program.kind != "triton":
         raise ProgramRunError(f"program {program.name!r} is of kind {program.kind!r}, not 'triton'")
-    launch = program.launch
-    if not program.root or not launch.get("module"):
-        raise ProgramRunError(f"Triton program {program.name!r} needs a root and launch['module']")
-    root = Path(program.root).resolve()
-    path = (root / launch["module"]).resolve()
-    if root not in path.parents or not path.is_file():
-        raise ProgramRunError(f"Triton module {launch['module']!r} not found under {root}")
-    spec = importlib.util.spec_from_file_location(f"argus_triton_{program.name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = import_module(program)
     missing = [f for f in TRITON_PROTOCOL if not callable(getattr(mod, f, None))]
     if missing:
-        raise ProgramRunError(f"{path.name} lacks {missing}; a Triton program module provides {', '.join(TRITON_PROTOCOL)}")
+        raise ProgramRunError(f"{program.launch['module']} lacks {missing}; a Triton program module provides "
+                              f"{', '.join(TRITON_PROTOCOL)} (docs/programs.md)")
     return mod
 
 
 def triton_compile(program, variant: str):
+    """(kernel module, the CompiledKernel the JIT would run for the program's launch)."""
+    from ..compiler.triton_program import program_compiled
+
     if variant not in TRITON_VARIANTS:
         raise ProgramRunError(f"variant {variant!r} of a Triton program is not supported here; valid: "
                               f"{', '.join(TRITON_VARIANTS)} (the region-traced variant is built from TTGIR by "
                               "argus_rt.compiler.triton_region_trace)")
-    mod = triton_module(program)
-    return mod, mod.compile_reference(capability=int(program.launch.get("capability", 90)))
+    return triton_module(program), program_compiled(program)
 
 
 def triton_cubin(program, variant: str) -> Path:
@@ -326,24 +324,29 @@ def variant_cubin(program, variant: str) -> Path:
     return build_variant(program, variant)
 
 
-def run_triton_once(program, variant: str, *, rtol: float | None = None) -> dict:
-    """Compile, launch once on fresh inputs, compare with the module's plain reference."""
+def run_triton_once(program, variant: str, *, rtol: float | None = None, check_jit: bool = True) -> dict:
+    """Compile, launch once on fresh inputs, compare with the module's plain reference, then check the
+    kernel's TTGIR equals the JIT's (:mod:`argus_rt.compiler.jit_equivalence`)."""
     import inspect
 
     import torch
 
     if not torch.cuda.is_available():
         raise BackendUnavailableError(f"no CUDA GPU visible to torch {torch.__version__}")
+    from ..compiler.jit_equivalence import check_against_jit
+
     mod, compiled = triton_compile(program, variant)
     inputs = mod.make_inputs()
-    out = mod.run(compiled, inputs)
+    out = mod.run(compiled, inputs)  # the launch a profiler (ncu -c 1) records: Argus's kernel, first
     params = inspect.signature(mod.reference).parameters
     want = mod.reference(**{k: v for k, v in inputs.items() if k in params})
     rtol = float(program.launch.get("rtol", 1e-2)) if rtol is None else rtol
     err = ((out.double() - want.double()).norm() / want.double().norm()).item()
     if not err <= rtol:  # NaN fails too
         raise ReferenceMismatchError(f"Triton output differs from the reference: relative error {err:.3g} > {rtol}")
-    return {"symbol": program.launch.get("kernel"), "max_rel_err": err}
+    # after the recorded launch, and untimed (a profiler perturbs times): the JIT builds the same TTGIR
+    jit = check_against_jit(program, mod, timing=False) if check_jit else None
+    return {"symbol": program.launch.get("kernel"), "max_rel_err": err, "jit_check": jit}
 
 
 def intervals_document(intervals, trace, coord_kind: str | None = None) -> dict:
@@ -425,7 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     program = ProgramVersion.from_dict(json.loads(Path(args.program).read_text()))
     res = run_triton_once(program, args.variant) if program.kind == "triton" else run_once(program, args.variant)
-    print(f"argus-run {program.name}:{args.variant} kernel={res['symbol']} max_rel_err={res['max_rel_err']}")
+    jit = res.get("jit_check") or {}
+    print(f"argus-run {program.name}:{args.variant} kernel={res['symbol']} max_rel_err={res['max_rel_err']}"
+          + (f" jit_ttgir_sha256={jit['ttgir_sha256']}" if jit else ""))
     return 0
 
 

@@ -390,6 +390,7 @@ def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: 
     results), else :class:`ProbeError`. The first probe launch loads the module and is not evidence.
     Returns ``{"op_events": doc}`` with all timed launches' rows.
     """
+    from .jit_equivalence import check_against_jit
     from .triton_program import program_ttgir
 
     mod = _kernel_module(program)
@@ -400,23 +401,23 @@ def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: 
     ref = compile_ttgir(ref_ttgir, workdir, "reference")
     probe = compile_ttgir(Path(probe_ttgir).read_text(encoding="utf-8"), workdir, "probe")
     n = mod.n_ctas()
+    jit = check_against_jit(program, mod)
     cols, rel = _timed_variant_columns(
         mod, ref, probe, n * WORDS_PER_CTA, f"probe 0x{op_id:08x}@{iteration}", seed, repeats,
         lambda out, launch: op_events_document(out, n, op_id, iteration))
     return {"op_events": {"format": "argus.op_events/1", "clock": "ns", "columns": cols, "launches": repeats,
-                          "reference_rel_error": rel}}
+                          "reference_rel_error": rel, "jit_check": jit}}
 
 
 def _kernel_module(program):
-    import importlib.util
+    """The program's kernel module, checked for the protocol the GPU collectors call (docs/programs.md)."""
+    from .triton_program import import_module
 
-    path = Path(program.root) / program.launch["module"]
-    spec = importlib.util.spec_from_file_location("argus_probe_kernel_module", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    missing = [f for f in ("make_inputs", "run", "n_ctas") if not hasattr(mod, f)]
+    mod = import_module(program)
+    missing = [f for f in ("make_inputs", "run", "n_ctas", "reference") if not callable(getattr(mod, f, None))]
     if missing:
-        raise ProbeError(f"{path} lacks {missing} of the kernel module protocol (make_inputs, run, n_ctas)")
+        raise ProbeError(f"{program.launch['module']} lacks {missing} of the kernel module protocol (make_inputs, run, "
+                         "n_ctas, reference; docs/programs.md)")
     return mod
 
 
@@ -481,11 +482,18 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
     ``argus.iteration_waits/1`` document of all timed launches.
     """
     from .async_sites import discover
+    from .jit_equivalence import check_against_jit
     from .triton_program import program_ttgir
 
     mod = _kernel_module(program)
     ttgir, iterations = program_ttgir(program)
     d = discover(ttgir, None, iterations=iterations)
+    if not any(s.kind == "tma_load" and s.completion.consumer_wait_line for s in d.sites):
+        # nothing to time (a kernel without pipelined TMA loads): an empty, explained answer, so that
+        # the query's other signals are not lost with it
+        return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": no_tma_wait_note(d),
+                "columns": {k: [] for k in ("cta", "iteration", "begin", "end", "launch")}, "launches": 0,
+                "reference_rel_error": None, "jit_check": check_against_jit(program, mod)}
     traced_text = make_iteration_trace(ttgir, d)
     wait = next(s for s in d.sites if s.kind == "tma_load" and s.completion.consumer_wait_line)
     what = (f"consumer wait_barrier (TTGIR line {wait.completion.consumer_wait_line}) of {d.kernel}'s "
@@ -495,11 +503,18 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
     ref = compile_ttgir(ttgir, workdir, "reference")
     traced = compile_ttgir(traced_text, workdir, "traced_reference")
     n = mod.n_ctas()
+    jit = check_against_jit(program, mod)
     cols, rel = _timed_variant_columns(
         mod, ref, traced, n * 2 * iterations, "the traced reference", seed, repeats,
         lambda out, launch: iteration_waits_document(out, n, iterations, wait=what, launch=launch))
     return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": what, "columns": cols, "launches": repeats,
-            "reference_rel_error": rel}
+            "reference_rel_error": rel, "jit_check": jit}
+
+
+def no_tma_wait_note(discovery: Discovery) -> str:
+    kinds = sorted({s.kind for s in discovery.sites})
+    return (f"none: kernel {discovery.kernel!r} has no pipelined TMA load with a consumer wait (its async sites: "
+            f"{', '.join(kinds) or 'none'}), so no iteration wait is traced and no forced-wait probe is built")
 
 
 # ---- the runtime's Transform handler -------------------------------------------------------------------
@@ -572,12 +587,25 @@ def _triton_probe_adapter_class():
             raise ValueError(f"trace for Triton programs takes config {{}} (region tracing), {{'probe': {{...}}}} "
                              f"(a forced-wait probe) or {{'reference': one of {list(self.REFERENCES)}}}; got {config!r}")
 
+        def outputs_for(self, config: dict) -> tuple[str, ...]:
+            """What a run with ``config`` publishes: one mode per run, so one output."""
+            self.validate_config(config)
+            if "probe" in config:
+                return ("op_events",)
+            return ("iteration_waits",) if "reference" in config else ("region_intervals",)
+
         def effects_for(self, config: dict) -> frozenset:
             # only a probe forces completion; anything else is refused by validate_config with its
             # reason, so the worker's effect check must not pre-empt that message
             return frozenset(self.effects) if "probe" in config else frozenset({"perturbs_timing"})
 
         def collect(self, ctx):
+            publishes = self.outputs_for(ctx.config)
+            asked = tuple(getattr(ctx.task, "outputs", ()) or ())
+            if set(asked) - set(publishes):
+                raise ValueError(f"Triton trace run {ctx.task.id} declares outputs {sorted(asked)}, but its config "
+                                 f"{ctx.config!r} publishes only {list(publishes)}: two trace modes were merged into "
+                                 "one run (each mode is its own kernel variant and needs its own run)")
             if not ctx.config:
                 from .triton_region_trace import collect_triton_region_trace
 

@@ -264,12 +264,14 @@ def collect_triton_region_trace(program, workdir, *, repeats: int = 1, seed: int
     The plain reference TTGIR runs first on fresh random inputs and is checked against the module's
     PyTorch ``reference`` (relative error <= :data:`argus_rt.compiler.probes.REFERENCE_REL_TOL`);
     every traced launch must then reproduce that output bit for bit (timer reads and stores change
-    timing, not arithmetic), else :class:`RegionTraceError`.
+    timing, not arithmetic), else :class:`RegionTraceError`. Before that, the kernel is checked to be
+    the JIT's (:func:`argus_rt.compiler.jit_equivalence.check_against_jit`; ``doc["jit_check"]``).
     """
     from pathlib import Path
 
     import torch
 
+    from .jit_equivalence import check_against_jit
     from .probes import _kernel_module, check_module_reference, compile_ttgir
     from .triton_program import program_ttgir
 
@@ -285,6 +287,7 @@ def collect_triton_region_trace(program, workdir, *, repeats: int = 1, seed: int
     inputs = mod.make_inputs(seed)
     expected = mod.run(ref, inputs).clone()
     rel = check_module_reference(mod, inputs, expected)
+    jit = check_against_jit(program, mod)
     n = mod.n_ctas()
     cols: dict[str, list] = {}
     for rep in range(1 + repeats):
@@ -296,4 +299,6 @@ def collect_triton_region_trace(program, workdir, *, repeats: int = 1, seed: int
         if rep:
             for k, v in decode_region_buffer(out.cpu().numpy(), n, variant.sites, launch=rep - 1).items():
                 cols.setdefault(k, []).extend(v)
-    return region_intervals_document(cols, launches=repeats, reference_rel_error=rel, notes=variant.notes)
+    doc = region_intervals_document(cols, launches=repeats, reference_rel_error=rel, notes=variant.notes)
+    doc["jit_check"] = jit
+    return doc

@@ -1,0 +1,149 @@
+"""The check every Triton query makes on the GPU: Argus's kernel is the one the JIT runs.
+
+Argus builds a Triton program's kernel on the CPU from its launch description
+(:func:`argus_rt.compiler.triton_program.program_compiled`). On the GPU this module launches the
+user's ``@triton.jit`` function *through the JIT* on the module's real inputs (``run(compiled,
+inputs)`` with a :class:`JitLaunch` where the compiled kernel would go, so the JIT specialises on
+the real tensors and integers) and requires
+
+* the JIT kernel's TTGIR to hash-equal Argus's trace-free TTGIR, and
+* Argus's kernel time to be within noise of the JIT launch's (CUDA events around each launch, the
+  host's launch overhead hidden behind a GPU sleep).
+
+Otherwise :class:`JitMismatchError` refuses the query, showing the first TTGIR line that differs
+and the compile metadata that differ. A passed check is kept for the process, per (TTGIR, GPU, Triton version).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from ..errors import ArgusInputError
+
+NOISE_FLOOR = 0.05  # relative: two medians of one kernel on one GPU differ by less than this
+TIMED_ROUNDS = 15
+_SLEEP_CYCLES = 2_000_000  # ~1 ms at H200 clocks: longer than any host-side launch overhead
+_PASSED: dict[str, dict] = {}
+
+
+class JitMismatchError(ArgusInputError):
+    """Argus's kernel is not the one Triton's JIT runs for this program (TTGIR or time differ)."""
+
+
+class JitLaunch:
+    """Stands where a ``CompiledKernel`` goes in the module's ``run(compiled, inputs)``: ``self[grid](*args)``
+    launches ``fn[grid](*args, **kwargs)`` through the JIT (kwargs: the constexprs and options of the
+    launch, or the autotune config's ``all_kwargs()``) and keeps the kernel the JIT ran."""
+
+    def __init__(self, fn, kwargs: dict) -> None:
+        self.fn, self.kwargs, self.kernel = fn, dict(kwargs), None
+
+    def __getitem__(self, grid):
+        def launch(*args):
+            self.kernel = self.fn[grid](*args, **self.kwargs)
+            return self.kernel
+        return launch
+
+
+class TimedLaunch:
+    """Wraps a launcher (``CompiledKernel`` or :class:`JitLaunch`): each launch is timed on the GPU by
+    CUDA events, after a GPU sleep so that the host's work to enqueue it is not timed."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.ms = inner, []
+
+    def __getitem__(self, grid):
+        import torch
+
+        def launch(*args):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(_SLEEP_CYCLES)
+            start.record()
+            out = self.inner[grid](*args)
+            end.record()
+            end.synchronize()
+            self.ms.append(start.elapsed_time(end))
+            return out
+        return launch
+
+
+def first_difference(a: str, b: str) -> str:
+    """``line N: 'argus' vs 'jit'`` for the first differing TTGIR line (``#loc`` lines skipped)."""
+    la = [x for x in a.splitlines() if not x.startswith("#loc")]
+    lb = [x for x in b.splitlines() if not x.startswith("#loc")]
+    for i, (x, y) in enumerate(zip(la, lb)):
+        if x != y:
+            return f"line {i + 1}: {x.strip()[:160]!r} vs {y.strip()[:160]!r}"
+    return f"{len(la)} vs {len(lb)} lines" if len(la) != len(lb) else "only in #loc lines"
+
+
+def metadata_difference(argus, jit) -> list[str]:
+    keys = ("num_warps", "num_stages", "num_ctas", "shared", "maxnreg")
+    out = []
+    for k in keys:
+        x, y = getattr(argus.metadata, k, None), getattr(jit.metadata, k, None)
+        if x != y:
+            out.append(f"{k} {x} vs {y}")
+    return out
+
+
+def within_noise(argus_ms: list[float], jit_ms: list[float]) -> tuple[bool, dict]:
+    """Whether two timed series of one kernel agree: their medians differ by at most
+    max(:data:`NOISE_FLOOR`, 3 x the larger relative median absolute deviation)."""
+    import numpy as np
+
+    a, j = np.asarray(argus_ms, float), np.asarray(jit_ms, float)
+    ma, mj = float(np.median(a)), float(np.median(j))
+    spread = max(float(np.median(np.abs(a - ma))) / ma, float(np.median(np.abs(j - mj))) / mj)
+    tol = max(NOISE_FLOOR, 3 * spread)
+    ratio = ma / mj
+    return abs(ratio - 1) <= tol, {"argus_ms": ma, "jit_ms": mj, "ratio": ratio, "tolerance": tol}
+
+
+def _cache_key(ttgir: str) -> str:
+    import torch
+    import triton
+
+    return hashlib.sha256(json.dumps([hashlib.sha256(ttgir.encode()).hexdigest(), torch.cuda.get_device_name(0),
+                                      triton.__version__]).encode()).hexdigest()
+
+
+def check_against_jit(program, mod, *, timing: bool = True, seed: int | None = None) -> dict:
+    """Launch ``program``'s kernel through the JIT on ``mod.make_inputs()`` and compare (see the module
+    docstring). Returns ``{"ttgir_sha256", "argus_ms", "jit_ms", "ratio", "tolerance"}`` (no times
+    with ``timing=False``); raises :class:`JitMismatchError` with the difference."""
+    from .triton_program import load_kernel, program_compiled
+
+    compiled = program_compiled(program)
+    ttgir = compiled.asm["ttgir"]
+    key = _cache_key(ttgir) + ("t" if timing else "")
+    if key in _PASSED:
+        return _PASSED[key]
+    _mod, fn, _args, kwargs = load_kernel(program)
+    jit = JitLaunch(fn, kwargs)
+    inputs = mod.make_inputs(seed)
+    mod.run(jit, inputs)
+    jit_ttgir = jit.kernel.asm["ttgir"]
+    sha = hashlib.sha256(ttgir.encode()).hexdigest()
+    if hashlib.sha256(jit_ttgir.encode()).hexdigest() != sha:
+        meta = metadata_difference(compiled, jit.kernel)
+        raise JitMismatchError(
+            f"{program.label()}: Argus's kernel is not the one Triton's JIT runs for this launch (TTGIR hash differs; "
+            f"first difference, Argus vs JIT, {first_difference(ttgir, jit_ttgir)}"
+            + (f"; metadata {', '.join(meta)}" if meta else "") + "): make launch.args, constexprs and config "
+            "describe the launch that module.run makes")
+    result = {"ttgir_sha256": sha}
+    if timing:
+        mine, theirs = TimedLaunch(compiled), TimedLaunch(jit)
+        for _ in range(TIMED_ROUNDS):  # interleaved, so clock drift hits both alike
+            mod.run(mine, inputs)
+            mod.run(theirs, inputs)
+        ok, times = within_noise(mine.ms[1:], theirs.ms[1:])  # the first launch of each loads its module
+        result.update(times)
+        if not ok:
+            raise JitMismatchError(
+                f"{program.label()}: Argus's kernel (TTGIR equal to the JIT's) ran {times['argus_ms']:.4f} ms against "
+                f"{times['jit_ms']:.4f} ms for the JIT launch (ratio {times['ratio']:.3f}, noise tolerance "
+                f"{times['tolerance']:.3f}): the two launches differ in something the TTGIR does not show")
+    _PASSED[key] = result
+    return result
