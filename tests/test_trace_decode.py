@@ -147,6 +147,10 @@ def test_unclaimed_and_stale_rings_are_empty():
     raw[stride : 2 * stride] = np.frombuffer(stale.bytes(), dtype=np.uint8)[stride : 2 * stride]
     t = decode(raw, c)
     assert list(t.rings["ring"]) == [0, 3]
+    # TraceSession.arm clears the rings: another arm's header is damage (or a stray launch), flagged
+    assert t.incomplete and t.problems == [
+        "ring 1: header seq 76 is not this arm's seq 77: a damaged header, or a launch of another arm wrote it "
+        "after TraceSession.arm cleared the rings; its records are not counted"]
 
 
 def test_appended_launches_under_one_arm_count_claims():
@@ -311,3 +315,126 @@ def test_ring_geometry_and_filters():
 def test_bad_config_values(kw, match):
     with pytest.raises(TraceConfigError, match=match):
         cfg(**kw)
+
+
+def test_arm_clears_the_rings_of_the_previous_arm():
+    import torch
+
+    from argus_rt.trace import TraceSession
+
+    class HostModule:  # a module with host-side globals (no GPU)
+        def write_global(self, name, data, stream=None, blocking=True):
+            self.ctl = np.array(data, dtype=np.uint8)
+
+    sess = TraceSession(HostModule(), cfg(), device="cpu")
+    first = sess.arm()
+    sess.buffer.copy_(torch.from_numpy(nested_writer(first).raw))  # what the device wrote under it
+    second = sess.arm(warp_mask=0b10)  # this arm's filter skips warp 0: its ring is not claimed again
+    assert not sess.buffer.any()
+    t = sess.decode()
+    assert second.seq != first.seq and len(t.events) == 0 and not t.incomplete, t.problems
+
+
+def test_lowered_written_is_flagged_not_silent():
+    c = cfg()
+    w = nested_writer(c)
+    header = w.raw[: layout.RING_HEADER_DTYPE.itemsize].view(layout.RING_HEADER_DTYPE)
+    header["written"] = 2  # ring 0 wrote 6 records; keep only outer BEGIN + inner BEGIN
+    t = decode(w.bytes(), c)
+    assert t.incomplete and any("4 record slot(s) after written=2 hold data" in p for p in t.problems)
+    header["written"] = 4  # outer BEGIN, inner [10, 30), inner BEGIN: still flagged
+    assert decode(w.bytes(), c).incomplete
+
+
+def test_a_register_cursor_leftover_after_written_is_not_flagged():
+    c = cfg(coord_window=(0, 4))
+    w = RingWriter(c)
+    w.emit(0, 0, 1, "begin", OUTER, 5, coord=1)
+    w.emit(0, 0, 1, "end", OUTER, 9, coord=1)
+    w.emit(0, 0, 1, "begin", OUTER, 12, coord=7)  # outside the window: stored, count not advanced
+    header = w.raw[: layout.RING_HEADER_DTYPE.itemsize].view(layout.RING_HEADER_DTYPE)
+    header["written"] = 2
+    assert not decode(w.bytes(), c).incomplete
+
+
+@pytest.mark.parametrize("clock", ["globaltimer", "anchored"])
+def test_a_timestamp_far_out_is_flagged(clock):
+    c = cfg(clock=clock, capacity=64)
+    w = RingWriter(c)
+    for k in range(8):
+        w.emit(0, 0, 1, "begin", OUTER, 10_000 * k)
+        w.emit(0, 0, 1, "end", OUTER, 10_000 * k + 700)
+    recs = w.raw[layout.header_bytes(c.clock_mode):].view(layout.RECORD_DTYPE)
+    recs["stamp"][15] += np.uint64(2**50)  # the last END, many days late; still in order
+    t = decode(w.bytes(), c)
+    assert t.incomplete and any(p.startswith("implausible: ring 0") for p in t.problems), t.problems
+    assert region_stats(pair_intervals(t))[0].incomplete
+
+
+def test_far_apart_rings_of_one_clock_are_flagged():
+    c = cfg()
+    w = RingWriter(c)
+    for cta, t0 in ((0, 10), (1, 10 + 2**41)):
+        w.emit(cta, 0, cta, "begin", OUTER, t0)
+        w.emit(cta, 0, cta, "end", OUTER, t0 + 50)
+    t = decode(w.bytes(), c)
+    assert any(p.startswith("implausible: the trace's rings span") for p in t.problems)
+    c64 = cfg(clock="clock64")  # per-SM counters: rings of two SMs may be far apart
+    w64 = RingWriter(c64)
+    for cta, t0 in ((0, 10), (1, 10 + 2**41)):
+        w64.emit(cta, 0, cta, "begin", OUTER, t0)
+        w64.emit(cta, 0, cta, "end", OUTER, t0 + 50)
+    assert not decode(w64.bytes(), c64).incomplete
+
+
+def test_end_stamped_before_its_begin_is_an_error_not_a_huge_duration():
+    c = cfg(clock="clock64")
+    w = RingWriter(c)
+    w.emit(0, 0, 1, "begin", OUTER, 500)
+    w.claim(0, 0, 2)  # a second CTA instance (another SM's counter) appends: no order across them
+    w.emit(0, 0, 2, "end", OUTER, 100)
+    t = decode(w.bytes(), c)
+    with pytest.raises(MismatchedMarkersError, match="before its BEGIN"):
+        pair_intervals(t)
+    loose = pair_intervals(t, strict=False)
+    assert len(loose) == 0 and loose.incomplete
+
+
+def _anchored_ring(n_pairs: int = 8):
+    c = cfg(clock="anchored", capacity=64, ctas=1, threads_per_cta=32)
+    w = RingWriter(c, ghz=1.5)
+    for k in range(n_pairs):
+        w.emit(0, 0, 1, "begin", OUTER, 10**9 + 2000 * k)
+        w.emit(0, 0, 1, "end", OUTER, 10**9 + 2000 * k + 700)
+    anchors = w.raw[layout.ANCHOR_FIRST_OFFSET:layout.ANCHORED_HEADER_BYTES].view(layout.ANCHORS_DTYPE)
+    recs = w.raw[layout.ANCHORED_HEADER_BYTES:].view(layout.RECORD_DTYPE)
+    return c, w, anchors, recs
+
+
+def test_anchored_record_before_the_first_anchor_is_an_error():
+    from argus_rt.trace import ClockConversionError
+
+    c, w, anchors, _ = _anchored_ring()
+    assert not decode(w.bytes(), c).incomplete
+    anchors["first_clock"] += np.uint64(10**6)
+    with pytest.raises(ClockConversionError, match="record 0 stamp .* is before the ring's first anchor"):
+        decode(w.bytes(), c)
+
+
+def test_anchored_latest_anchor_before_its_record_is_an_error():
+    from argus_rt.trace import ClockConversionError
+
+    c, w, anchors, recs = _anchored_ring()
+    recs["stamp"][15] -= np.uint64(1)  # keep order; 16 records: record 8 refreshed the anchor last
+    recs["stamp"][8] += np.uint64(5)
+    with pytest.raises(ClockConversionError, match="latest anchor .* is before record 8"):
+        decode(w.bytes(), c)
+
+
+def test_anchored_rate_outside_plausible_clocks_is_an_error():
+    from argus_rt.trace import ClockConversionError
+
+    c, w, anchors, _ = _anchored_ring()
+    anchors["last_timer"] = anchors["first_timer"] + (anchors["last_timer"] - anchors["first_timer"]) * np.uint64(100)
+    with pytest.raises(ClockConversionError, match="outside the plausible 0.1-10 GHz"):
+        decode(w.bytes(), c)

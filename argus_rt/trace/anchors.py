@@ -29,6 +29,8 @@ from .errors import ClockConversionError
 TIMER_STEP_NS = 32
 MIN_SPAN_NS = 100 * 2 * TIMER_STEP_NS  # 1% of the span covers two timer steps
 MIN_USABLE_SPAN_NS = 10 * 2 * TIMER_STEP_NS  # below this the rate would be off by more than 10%
+# SM clocks between 0.1 and 10 GHz: a rate outside comes from damaged anchors, not from a GPU.
+MIN_NS_PER_CYCLE, MAX_NS_PER_CYCLE = 0.1, 10.0
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,11 @@ def fit_rates(anchors: list[RingAnchors]) -> tuple[dict[int, RingRate], list[str
                 f"{launch_span} ns, below the {MIN_USABLE_SPAN_NS} ns needed for 10% (and {MIN_SPAN_NS} ns for 1%) "
                 f"at {TIMER_STEP_NS} ns timer steps; record more (anchors come at records 1, 2, 4, 8, 16 and every 32nd) or arm a "
                 f"globaltimer build"
+            )
+        if not MIN_NS_PER_CYCLE <= rate <= MAX_NS_PER_CYCLE:
+            raise ClockConversionError(
+                f"ring {a.ring} (SM {a.sm}): its {source} anchors give {rate:.4g} ns per cycle, a {1 / rate:.4g} GHz "
+                f"SM clock, outside the plausible {1 / MAX_NS_PER_CYCLE:g}-{1 / MIN_NS_PER_CYCLE:g} GHz: damaged anchors"
             )
         rates[a.ring] = RingRate(a.first_timer, a.first_clock, rate, source)
     if approx_rings:

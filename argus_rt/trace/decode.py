@@ -3,7 +3,18 @@
 Every ring header is checked against the configuration it was armed with; anything the device
 cannot have written raises :class:`CorruptTraceError` naming the ring and field. Lost records
 (a wrapped ring, warps without a ring) never vanish silently: they are counted and make the
-trace ``incomplete``.
+trace ``incomplete``. So do states that a damaged header or timestamp leaves behind but that are
+not impossible on their own (each is listed in ``problems``):
+
+* a ring headed with another arm's ``seq``: TraceSession.arm clears the rings, so under the arm
+  being decoded it can only be a damaged header (or a launch of an earlier arm still running);
+* records in slots past ``written``: the cleared ring held zeros there, so ``written`` is too low;
+* a ring (or, for the shared %globaltimer clock, the whole trace) spanning more than
+  MAX_PLAUSIBLE_SPAN: one damaged timestamp, not a region that ran for many minutes.
+
+The anchored build's anchors are checked against the records they were read with (records come
+after the first anchor; the latest anchor is at or after the record that refreshed it) and against
+plausible SM clocks (:mod:`.anchors`).
 """
 from __future__ import annotations
 
@@ -15,7 +26,12 @@ import numpy as np
 from . import layout
 from .anchors import RingAnchors, cycles_to_ns, fit_rates
 from .config import TraceConfig
-from .errors import CorruptTraceError, TruncatedTraceError, UnknownRegionIdError
+from .errors import ClockConversionError, CorruptTraceError, TruncatedTraceError, UnknownRegionIdError
+
+# Longest span of timestamps one trace may hold before it is flagged: 2**40 ns is 18.3 minutes
+# (2**42 cycles: 37 minutes at 2 GHz). A region inside one kernel launch lasting that long is far
+# likelier a damaged timestamp.
+MAX_PLAUSIBLE_SPAN = {"ns": 2**40, "cycles": 2**42}
 
 # Decoded records, in production order within each ring; rings in index order.
 EVENT_DTYPE = np.dtype(
@@ -137,7 +153,11 @@ def decode(
                 f"ring {i}: header magic 0x{magic:08x} is not 0x{layout.RING_MAGIC:08x} (ARGR) or 0 (unclaimed)"
             )
         if seq != config.seq:
-            continue  # claimed under an earlier arm: nothing recorded here this time
+            problems.append(
+                f"ring {i}: header seq {seq} is not this arm's seq {config.seq}: a damaged header, or a launch "
+                "of another arm wrote it after TraceSession.arm cleared the rings; its records are not counted"
+            )
+            continue
         cta, warp, sm = int(h["cta"]), int(h["warp"]), int(h["sm"])
         if config.ring_of(cta, warp) != i or warp >= config.warps_per_cta or not config.cta_begin <= cta < config.cta_end:
             raise CorruptTraceError(
@@ -173,6 +193,13 @@ def decode(
                 f"ring {i} (CTA {cta} warp {warp}, SM {sm}) wrapped: {dropped} oldest of {written} records overwritten"
             )
         else:
+            unused = _written_unused_slots(records[i], kept, config)
+            if unused:
+                problems.append(
+                    f"ring {i} (CTA {cta} warp {warp}): {unused} record slot(s) after written={written} hold data: "
+                    "the header's written count is damaged (records were lost), or the rings were not cleared "
+                    "when armed"
+                )
             recs = recs[:kept]
         kinds = (recs["stamp"] >> np.uint64(layout.KIND_SHIFT)).astype(np.uint8)
         bad = np.flatnonzero((kinds != layout.KIND_BEGIN) & (kinds != layout.KIND_END))
@@ -202,6 +229,8 @@ def decode(
                 f"ring {i} (CTA {cta} warp {warp}): time goes backwards between records {k} and {k + 1} "
                 f"({int(times[k])} -> {int(times[k + 1])} {config.unit})"
             )
+        if anchored and claims == 1 and kept:
+            _check_anchors_against_records(i, cta, warp, anchor_rows[i], times, written, kept, cap)
         ev = np.zeros(kept, dtype=EVENT_DTYPE)
         ev["ring"], ev["sm"], ev["cta"], ev["warp"] = i, sm, cta, warp
         ev["index"] = np.arange(kept, dtype=np.uint32)
@@ -231,6 +260,80 @@ def decode(
         for ev in chunks:
             if len(ev):
                 ev["time"] = cycles_to_ns(ev["time"], rates[int(ev["ring"][0])])
+    problems.extend(_implausible_spans(chunks, config))
     events = np.concatenate(chunks) if chunks else np.zeros(0, dtype=EVENT_DTYPE)
     rings = np.array(ring_rows, dtype=RING_DTYPE) if ring_rows else np.zeros(0, dtype=RING_DTYPE)
     return Trace(config=config, events=events, rings=rings, unbuffered=unbuffered, problems=problems)
+
+
+def _written_unused_slots(ring_records: np.ndarray, kept: int, config: TraceConfig) -> int:
+    """How many slots past the ``kept`` written records of an unwrapped ring hold data.
+
+    Slot ``kept`` may hold one register-cursor leftover (a marker outside the coordinate window is
+    stored and then overwritten by the next one); every later slot of a cleared ring is zero."""
+    rest = ring_records[kept:]
+    if not len(rest):
+        return 0
+    nonzero = (rest["region_id"] != 0) | (rest["coord"] != 0) | (rest["stamp"] != 0)
+    if nonzero[0] and config.coord_window is not None:
+        lo, hi = config.coord_window
+        c0 = int(rest["coord"][0])
+        if c0 != layout.COORD_NONE and not lo <= c0 < hi:
+            nonzero[0] = False  # the leftover
+    return int(nonzero.sum())
+
+
+def _refresh_index(written: int, capacity: int) -> int:
+    """Index of the last record that refreshed the latest anchor: records 0, 1, 2, 4, 8, 16 and every
+    min(ANCHOR_PERIOD, capacity)-th (the device's ``store_anchor`` rule)."""
+    period = min(layout.ANCHOR_PERIOD, capacity)
+    n = written - 1
+    while n > 0 and n % period and n & (n - 1):
+        n -= 1
+    return n
+
+
+def _check_anchors_against_records(i: int, cta: int, warp: int, anchors, cycles: np.ndarray, written: int,
+                                   kept: int, capacity: int) -> None:
+    """Anchored ring of one CTA instance: every record comes after the first anchor, and the latest
+    anchor was read at or after the record that last refreshed it."""
+    first_clock, last_clock = int(anchors["first_clock"]), int(anchors["last_clock"])
+    early = np.flatnonzero(cycles < np.uint64(first_clock))
+    if early.size:
+        k = int(early[0])
+        raise ClockConversionError(
+            f"ring {i} (CTA {cta} warp {warp}): record {k} stamp {int(cycles[k])} cycles is before the ring's first "
+            f"anchor ({first_clock} cycles), taken when the ring was claimed: damaged stamp or anchor"
+        )
+    n = _refresh_index(written, capacity)
+    pos = n - (written - kept)  # position among the kept records (the oldest were overwritten)
+    if 0 <= pos < kept and int(cycles[pos]) > last_clock:
+        raise ClockConversionError(
+            f"ring {i} (CTA {cta} warp {warp}): latest anchor ({last_clock} cycles) is before record {pos} "
+            f"({int(cycles[pos])} cycles), which refreshed it: damaged stamp or anchor"
+        )
+
+
+def _implausible_spans(chunks: list[np.ndarray], config: TraceConfig) -> list[str]:
+    """Problems for rings (and, with a clock shared by all SMs, the trace) whose times span too long."""
+    limit = MAX_PLAUSIBLE_SPAN[config.unit]
+    problems = []
+    lows, highs = [], []
+    for ev in chunks:
+        if not len(ev):
+            continue
+        lo, hi = int(ev["time"].min()), int(ev["time"].max())
+        lows.append(lo)
+        highs.append(hi)
+        if hi - lo > limit:
+            problems.append(
+                f"implausible: ring {int(ev['ring'][0])} (CTA {int(ev['cta'][0])} warp {int(ev['warp'][0])}) spans "
+                f"{hi - lo} {config.unit} (> {limit}): a damaged timestamp"
+            )
+    shared_clock = config.clock_mode != layout.CLOCK_CLOCK64  # clock64 counters differ per SM
+    if shared_clock and lows and not problems and max(highs) - min(lows) > limit:
+        problems.append(
+            f"implausible: the trace's rings span {max(highs) - min(lows)} {config.unit} (> {limit}) of one shared "
+            "clock: a damaged timestamp"
+        )
+    return problems

@@ -112,6 +112,8 @@ def _pair_fast(events: np.ndarray) -> np.ndarray | None:
     rows["parent"] = parent
     rows["start"] = events["time"][b_sorted]
     rows["end"] = events["time"][e_sorted]
+    if (rows["end"] < rows["start"]).any():
+        return None  # the loop names the END stamped before its BEGIN
     rows["duration"] = rows["end"] - rows["start"]
     return rows
 
@@ -167,9 +169,13 @@ def pair_intervals(trace: Trace, *, strict: bool = True) -> Intervals:
                         f"region is 0x{b[4]:08x} (coord {_coord(b[5])}) begun at record {int(chunk[bk]['index'])}"
                     )
                     continue
-                stack.pop()
                 start = b[8]
                 end = int(ev["time"])
+                if end < start:  # per-SM clock64 of an appended ring: no duration to give
+                    fail(f"{_where(ev)}: END of region 0x{rid:08x} at {end} is before its BEGIN at {start} "
+                         f"(record {int(chunk[bk]['index'])}): stamps of different SM clocks or damaged")
+                    continue
+                stack.pop()
                 out[row] = b[:9] + (end, end - start)
             for bk, row in stack:
                 fail(f"{_where(chunk[bk])}: BEGIN of region 0x{out[row][4]:08x} is never closed")

@@ -1,7 +1,8 @@
 """TraceSession: trace buffers for one kernel (or module) reused across launches.
 
-Host cost of a traced launch is one ~100-byte control-block copy enqueued on the launch stream
-(no synchronisation, no allocation, no decoding); decoding happens only when asked.
+Host cost of an arm is one memset of the rings and one ~100-byte control-block copy, both enqueued
+on the launch stream (no synchronisation, no allocation, no decoding); decoding happens only when
+asked.
 """
 from __future__ import annotations
 
@@ -156,10 +157,22 @@ class TraceSession:
                 f"arm() cannot change clock {self.config.clock!r} -> {cfg.clock!r}: an anchored build takes only "
                 "'anchored' and other builds take only 'globaltimer' or 'clock64' (ring headers differ)"
             )
+        self._clear_rings(stream)
         self._write_ctl(cfg.ctl_block(self.buffer.data_ptr(), enabled=True), stream)
         _keep_armed_buffer(self.target, self.buffer)
         self._armed = cfg
         return cfg
+
+    def _clear_rings(self, stream) -> None:
+        """Zero the rings, ordered before this arm's launches on ``stream``: then a ring headed with
+        another seq, or data past a ring's ``written``, can only be damage, and the decoder flags it."""
+        import torch
+
+        if self.buffer.device.type != "cuda":
+            self.buffer.zero_()
+            return
+        with torch.cuda.stream(stream if stream is not None else torch.cuda.current_stream()):
+            self.buffer.zero_()
 
     def disarm(self, stream=None) -> None:
         """Turn tracing off for the launches enqueued next (markers then cost one check per warp)."""
