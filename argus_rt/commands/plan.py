@@ -72,9 +72,23 @@ def plan_from_args(args) -> Plan:
     return make_plan(program_from_args(args), args.region, args.signals, scope, timeouts=parse_timeouts(args.timeout))
 
 
+def check_compiles(plan: Plan) -> None:
+    """A Triton program is compiled on the CPU at plan time (as the JIT would build it for its launch)
+    and its TTGIR parsed, so compile and parse errors show here as one-line errors; a CUDA program
+    is not built (planning stays fast); see argus_rt.compiler.triton_program.check_program."""
+    from ..program import ProgramVersion
+
+    program = ProgramVersion.from_dict(plan.programs[plan.query["program"]])
+    if program.kind == "triton":
+        from ..compiler.triton_program import check_program
+
+        check_program(program)
+
+
 def run(args) -> int:
     view_stream = human_stream(args)  # refuses two outputs on stdout before any work
     plan = plan_from_args(args)
+    check_compiles(plan)
     text = {"text": to_text, "dot": to_dot, "json": Plan.to_json}[args.format](plan)
     if args.output:
         write_text(args.output, text)
