@@ -276,18 +276,32 @@ def ttgir_hash(ttgir: str) -> str:
     return hashlib.sha256(ttgir.encode("utf-8")).hexdigest()
 
 
-def check_program(program) -> str:
+def check_program(program, *, use_cache: bool = True) -> str:
     """Plan-time check of a Triton program: import, specialise, compile and parse its TTGIR on the CPU.
-    Returns the TTGIR hash; raises :class:`TritonProgramError` (one line) on any failure."""
+    Returns the TTGIR hash; raises :class:`TritonProgramError` (or another one-line
+    :class:`ArgusInputError`) on any failure. A passed check is remembered under the Argus cache by
+    program id (sources, launch and Triton version), so planning the same program again compiles nothing."""
+    from ..fsutil import atomic_write_text
+    from .cuda import cache_dir
     from .ttgir_module import parse_module
 
+    marker = cache_dir() / "triton_checks" / f"{program.id}.json"
+    if use_cache and marker.is_file():
+        try:
+            return json.loads(marker.read_text(encoding="utf-8"))["ttgir_sha256"]
+        except (ValueError, KeyError):
+            pass  # a damaged marker: check again
     ttgir = program_compiled(program).asm["ttgir"]
     try:
         parse_module(ttgir)
     except Exception as exc:
         raise TritonProgramError(f"the TTGIR of {program.label()} does not parse: {type(exc).__name__}: "
                                  f"{_one_line(exc)}") from None
-    return ttgir_hash(ttgir)
+    digest = ttgir_hash(ttgir)
+    if use_cache:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(marker, json.dumps({"program": program.id, "ttgir_sha256": digest}) + "\n")
+    return digest
 
 
 def autotune_configs(program) -> list[dict]:
