@@ -1,13 +1,41 @@
 """Fuzzing the decoder: arbitrary bytes and mutated valid traces give a result or a TraceError,
-never another exception, and a decoded trace always pairs or fails cleanly."""
+never another exception, and a decoded trace always pairs or fails cleanly.
+
+Properties of "no silent numbers" (see test_mutating_* below): one field of a valid buffer set to
+any other value gives a TraceError, a flagged (incomplete) trace, or statistics bit-identical to
+the unmutated buffer's. Record timestamps and anchor values have no redundant copy in the layout,
+so a plausible other value there describes a different run; for those the property is that no
+occurrence is lost and no duration exceeds the decoder's plausibility bound unflagged.
+
+Examples per property: a small number by default (CI); ARGUS_HYPOTHESIS_PROFILE=thorough runs
+10,000 of each.
+"""
 from __future__ import annotations
+
+import os
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from argus_rt.trace import TraceConfig, TraceError, decode, layout, pair_intervals, region_stats
+from argus_rt.trace.decode import MAX_PLAUSIBLE_SPAN
 from argus_rt.trace.synth import RingWriter
+
+PROFILES = {"ci": None, "thorough": 10_000}  # None: each property's own CI count
+
+
+def examples(ci: int) -> int:
+    """Examples to run for a property whose CI count is ``ci`` (ARGUS_HYPOTHESIS_PROFILE picks)."""
+    name = os.environ.get("ARGUS_HYPOTHESIS_PROFILE", "ci")
+    if name not in PROFILES:
+        raise ValueError(f"ARGUS_HYPOTHESIS_PROFILE={name!r}; valid: {', '.join(PROFILES)}")
+    return PROFILES[name] or ci
+
+
+def fuzz_settings(ci: int):
+    return settings(max_examples=examples(ci), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 CFG = TraceConfig(ctas=2, threads_per_cta=64, capacity=8, seq=5)
 IDS = [0x0A0A0A0A, 0x0B0B0B0B]
@@ -28,7 +56,7 @@ def _decode_and_pair(raw, known=None) -> None:
         region_stats(iv)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@fuzz_settings(300)
 @given(st.binary(min_size=0, max_size=CFG.buffer_bytes + 64))
 def test_random_bytes(data):
     _decode_and_pair(data)
@@ -51,13 +79,13 @@ def valid_then_mutated(draw):
     return raw[: raw.size - cut * 17]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@fuzz_settings(400)
 @given(valid_then_mutated(), st.booleans())
 def test_mutated_traces(raw, with_ids):
     _decode_and_pair(raw, IDS if with_ids else None)
 
 
-@settings(max_examples=200, deadline=None)
+@fuzz_settings(200)
 @given(st.lists(st.tuples(st.integers(0, 1), st.integers(1, 40)), min_size=1, max_size=40))
 def test_well_nested_sequences_pair_exactly(spans):
     """Any properly nested sequence (built from a random walk) pairs into exactly its occurrences."""
@@ -95,7 +123,7 @@ def _slow_rows(trace):
         iv_mod._pair_fast = saved
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@fuzz_settings(300)
 @given(st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.integers(0, 2), st.integers(0, 1)), max_size=60))
 def test_fast_pairing_equals_the_loop(steps):
     """Where the vectorised path accepts a trace, its rows equal the loop's, field for field."""
@@ -127,7 +155,7 @@ def test_fast_pairing_equals_the_loop(steps):
     assert np.array_equal(fast, _slow_rows(trace))
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@fuzz_settings(200)
 @given(valid_then_mutated())
 def test_fast_pairing_rejects_or_agrees_on_mutated_traces(raw):
     from argus_rt.trace.intervals import _pair_fast
@@ -139,3 +167,141 @@ def test_fast_pairing_rejects_or_agrees_on_mutated_traces(raw):
     fast = _pair_fast(trace.events)
     if fast is not None:
         assert np.array_equal(fast, _slow_rows(trace))
+
+
+# ---- no silent numbers: one mutated field of a valid buffer -----------------------------------
+CLOCKS = ("globaltimer", "clock64", "anchored")
+PROP_CAP = 64  # no ring wraps: the unmutated buffers decode with nothing flagged
+
+
+def prop_config(clock: str) -> TraceConfig:
+    return TraceConfig(ctas=2, threads_per_cta=64, capacity=PROP_CAP, clock=clock, seq=9)
+
+
+@st.composite
+def valid_buffers(draw, clock: str):
+    """(config, RingWriter, claimed rings) of a valid, unflagged trace: well-nested occurrences in
+    1-4 rings. Anchored rings get anchors over >= 6.4 us, so each converts with its own rate."""
+    cfg = prop_config(clock)
+    w = RingWriter(cfg, ghz=draw(st.sampled_from([1.98, 1.41, 0.75])),
+                   clock_offsets={sm: draw(st.integers(0, 2**40)) for sm in range(4)})
+    anchored = clock == "anchored"
+    rings = draw(st.lists(st.integers(0, 3), min_size=1, max_size=4, unique=True))
+    for ring in rings:
+        cta, warp = divmod(ring, 2)
+        sm = draw(st.integers(0, 3))
+        t = draw(st.integers(0, 10**12))
+        stack: list[tuple[int, int]] = []
+        pairs = draw(st.integers(4 if anchored else 1, 10))
+        opened = 0
+        while opened < pairs or stack:
+            t += draw(st.integers(2000, 5000) if anchored else st.integers(1, 400))
+            if opened < pairs and (not stack or draw(st.booleans())) and len(stack) < 3:
+                rid, coord = draw(st.sampled_from(IDS)), draw(st.integers(0, 3))
+                stack.append((rid, coord))
+                w.emit(cta, warp, sm, "begin", rid, t, coord=coord)
+                opened += 1
+            else:
+                rid, coord = stack.pop()
+                w.emit(cta, warp, sm, "end", rid, t, coord=coord)
+    return cfg, w, sorted(rings)
+
+
+def duration_stats(iv) -> list[tuple]:
+    """Per region: count, total, mean, p50, p99, min, max (the numbers a report shows)."""
+    return [(s.region_id, s.count, s.total, s.mean, s.p50, s.p99, s.min, s.max) for s in
+            sorted(region_stats(iv), key=lambda s: s.region_id)]
+
+
+def outcome(raw: bytes, cfg: TraceConfig):
+    """("error" | "flagged" | "clean", intervals when clean)."""
+    try:
+        trace = decode(raw, cfg, known_ids=IDS)
+        iv = pair_intervals(trace)
+    except TraceError:
+        return "error", None
+    if trace.incomplete or iv.incomplete:
+        return "flagged", None
+    return "clean", iv
+
+
+def _baseline(cfg, w):
+    kind, iv = outcome(w.bytes(), cfg)
+    assert kind == "clean", decode(w.bytes(), cfg).problems
+    return iv
+
+
+def _header(w, ring: int) -> np.ndarray:
+    off = ring * layout.ring_stride(w.config.capacity, w.config.clock_mode)
+    return w.raw[off: off + layout.RING_HEADER_DTYPE.itemsize].view(layout.RING_HEADER_DTYPE)
+
+
+@fuzz_settings(300)
+@given(st.sampled_from(CLOCKS).flatmap(lambda c: valid_buffers(c)), st.data())
+def test_mutating_a_ring_header_field_is_flagged_or_changes_nothing(buf, data):
+    cfg, w, rings = buf
+    before = duration_stats(_baseline(cfg, w))
+    ring = data.draw(st.sampled_from(rings))
+    name = data.draw(st.sampled_from(layout.RING_HEADER_DTYPE.names))
+    header = _header(w, ring)
+    old = int(header[name][0])
+    header[name] = data.draw(st.integers(0, 2**32 - 1).filter(lambda v: v != old))
+    kind, iv = outcome(w.bytes(), cfg)
+    assert kind != "clean" or duration_stats(iv) == before, (name, old, int(header[name][0]))
+
+
+RECORD_FIELDS = ("region_id", "coord", "stamp", "time", "kind")
+
+
+@fuzz_settings(300)
+@given(st.sampled_from(CLOCKS).flatmap(lambda c: valid_buffers(c)), st.data())
+def test_mutating_a_record_is_flagged_or_loses_nothing(buf, data):
+    cfg, w, rings = buf
+    base = _baseline(cfg, w)
+    before = duration_stats(base)
+    ring = data.draw(st.sampled_from(rings))
+    written = int(_header(w, ring)["written"][0])
+    slot = data.draw(st.integers(0, PROP_CAP - 1))  # slots past written too: they must stay empty
+    off = ring * layout.ring_stride(cfg.capacity, cfg.clock_mode) + layout.header_bytes(cfg.clock_mode)
+    rec = w.raw[off: off + PROP_CAP * layout.RECORD_DTYPE.itemsize].view(layout.RECORD_DTYPE)[slot: slot + 1]
+    field = data.draw(st.sampled_from(RECORD_FIELDS))
+    stamp = int(rec["stamp"][0])
+    if field in ("region_id", "coord"):
+        rec[field] = data.draw(st.integers(0, 2**32 - 1).filter(lambda v: v != int(rec[field][0])))
+    elif field == "stamp":
+        rec["stamp"] = data.draw(st.integers(0, 2**64 - 1).filter(lambda v: v != stamp))
+    elif field == "time":  # the kind bits stay: a timestamp of another run, or a damaged one
+        new = data.draw(st.integers(0, layout.TIME_MASK).filter(lambda v: v != stamp & layout.TIME_MASK))
+        rec["stamp"] = (stamp & ~layout.TIME_MASK) | new
+    else:
+        new = data.draw(st.integers(0, 3).filter(lambda k: k != stamp >> layout.KIND_SHIFT))
+        rec["stamp"] = (stamp & layout.TIME_MASK) | (new << layout.KIND_SHIFT)
+    kind, iv = outcome(w.bytes(), cfg)
+    if kind != "clean":
+        return
+    assert slot < written, "a record past written went unflagged"
+    after = duration_stats(iv)
+    if field != "time":
+        assert after == before, (field, slot)
+    else:  # same occurrences; their durations are what the (other) stamps say, and plausible
+        assert [a[:2] for a in after] == [b[:2] for b in before]
+        assert int(iv.rows["duration"].max()) <= MAX_PLAUSIBLE_SPAN[iv.unit]
+
+
+@fuzz_settings(300)
+@given(valid_buffers("anchored"), st.data())
+def test_mutating_an_anchor_is_flagged_or_loses_nothing(buf, data):
+    cfg, w, rings = buf
+    before = duration_stats(_baseline(cfg, w))
+    ring = data.draw(st.sampled_from(rings))
+    off = ring * layout.ring_stride(cfg.capacity, cfg.clock_mode) + layout.ANCHOR_FIRST_OFFSET
+    anchors = w.raw[off: off + layout.ANCHORS_DTYPE.itemsize].view(layout.ANCHORS_DTYPE)
+    name = data.draw(st.sampled_from(layout.ANCHORS_DTYPE.names))
+    old = int(anchors[name][0])
+    anchors[name] = data.draw(st.one_of(st.integers(0, 2**64 - 1), st.integers(-10**6, 10**6).map(
+        lambda d: (old + d) % 2**64)).filter(lambda v: v != old))
+    kind, iv = outcome(w.bytes(), cfg)
+    if kind == "clean":  # an anchor has no second copy: the rate may differ, within plausible clocks
+        after = duration_stats(iv)
+        assert [a[:2] for a in after] == [b[:2] for b in before]
+        assert int(iv.rows["duration"].max()) <= MAX_PLAUSIBLE_SPAN["ns"]
