@@ -33,7 +33,8 @@ from argus_rt.compiler.triton_specialization import (  # noqa: E402
 from argus_rt.program import load_program  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent / "examples"
-PROGRAM_FILES = sorted(ROOT.glob("triton_corpus/*/argus_program*.json")) + [ROOT / "triton" / "argus_program.json"]
+PROGRAM_FILES = (sorted(ROOT.glob("triton_corpus/*/argus_program*.json")) + [ROOT / "triton" / "argus_program.json"]
+                 + [ROOT / "triton_minimal" / "argus_program.json"])
 SM90 = GPUTarget("cuda", 90, 32)
 
 
