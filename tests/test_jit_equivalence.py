@@ -1,0 +1,40 @@
+"""The CPU half of the JIT-equivalence check: the noise rule, the difference shown, and the JIT
+launcher that stands where a CompiledKernel goes in a module's run()."""
+from __future__ import annotations
+
+import pytest
+
+from argus_rt.compiler.jit_equivalence import JitLaunch, first_difference, within_noise
+
+
+def test_within_noise_allows_the_floor_and_the_spread_and_no_more():
+    same = [1.00, 1.01, 0.99, 1.00, 1.02]
+    ok, t = within_noise(same, [x * 1.03 for x in same])
+    assert ok and t["tolerance"] == pytest.approx(0.05)
+    assert not within_noise(same, [x * 1.10 for x in same])[0]
+    noisy = [1.0, 1.2, 0.8, 1.1, 0.9]  # MAD 10%: 3x spread = 30% tolerance
+    assert within_noise(noisy, [x * 1.2 for x in noisy])[0]
+    assert not within_noise([1.0] * 5, [15.3] * 5)[0]  # the tutorial matmul's 0.2114 vs 0.0138 ms, scaled
+
+
+def test_first_difference_names_the_line_and_skips_locations():
+    a = "module {\n  %0 = tt.load %p : tensor<64xf16>\n}\n#loc1 = loc(1)\n"
+    b = "module {\n  %0 = ttg.async_copy_global_to_local %p\n}\n#loc1 = loc(2)\n"
+    assert first_difference(a, b) == ("line 2: '%0 = tt.load %p : tensor<64xf16>' vs "
+                                      "'%0 = ttg.async_copy_global_to_local %p'")
+    assert first_difference(a, a.replace("loc(1)", "loc(9)")) == "only in #loc lines"
+
+
+def test_jit_launch_passes_the_launch_kwargs_and_keeps_the_kernel():
+    calls = []
+
+    class FakeJit:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                calls.append((grid, args, kwargs))
+                return "kernel"
+            return launch
+
+    jit = JitLaunch(FakeJit(), {"BLOCK": 1024, "num_warps": 4})
+    jit[(8,)](1, 2)  # what a module's run() does with its `compiled`
+    assert calls == [((8,), (1, 2), {"BLOCK": 1024, "num_warps": 4})] and jit.kernel == "kernel"
