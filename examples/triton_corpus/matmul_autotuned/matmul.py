@@ -6,8 +6,8 @@ programs reuse the same B columns from L2. Loads are plain ``tl.load`` of pointe
 advance by ``BK`` each K step, masked at the K edge.
 
 Argus measures one compiled kernel, so the program names one config: ``argus_program.json``'s
-``constexprs``, ``num_warps`` and ``num_stages`` equal :data:`CHOSEN` (config 0). Discovery refuses
-a launch that names none of the configs, listing them.
+``"config": 0`` is :data:`CHOSEN`; Argus passes its ``all_kwargs()`` as the autotuner passes the
+config it picked. A launch that names none of the configs is refused, listing them.
 
 Regions::
 
