@@ -59,11 +59,12 @@ def make_plan(program, region: str | None = None, signals=("latency",), scope=No
 
 def query(program, region: str | None = None, signals=("latency",), scope=None, *, workspace=None,
           runtime=None, devices: list[str] | None = None, sampling: dict | None = None,
-          progress: bool = False, timeouts: dict | None = None, cpu_pool: str = "thread") -> Report:
+          progress: bool = False, timeouts: dict | None = None, cpu_pool: str = "process") -> Report:
     """Plan, run (reusing what the workspace has) and report. See the module docstring.
 
-    ``timeouts``: seconds per task kind (``{"collect": 900}``); ``cpu_pool``: ``"thread"`` or
-    ``"process"`` (see :class:`argus_rt.runtime.scheduler.Runtime`)."""
+    ``timeouts``: seconds per task kind (``{"collect": 900}``), counted from each task's start: a task
+    past it is killed and the report comes back with the rest answered. ``cpu_pool``: ``"process"``
+    or ``"thread"`` (see :class:`argus_rt.runtime.scheduler.Runtime`)."""
     from .runtime.scheduler import Runtime
     from .workspace import Workspace
 

@@ -47,8 +47,9 @@ class CpuProcessPool:
     """``workers`` child processes fed from one queue; each child is started on its first job.
 
     ``submit(run_cpu_job, job)`` returns a Future of the reply dict. A child that dies or passes
-    the task's ``timeout_s`` fails that job only (reply status ``killed`` / ``timeout``) and is
-    replaced for the next one; the Future itself never holds an exception.
+    the task's ``timeout_s`` (counted from when the child takes the job, not from the queue) fails
+    that job only (reply status ``killed`` / ``timeout``) and is replaced for the next one; the
+    Future itself never holds an exception.
     """
 
     def __init__(self, workers: int) -> None:
@@ -56,8 +57,9 @@ class CpuProcessPool:
             raise ValueError(f"a CPU process pool needs at least 1 worker, got {workers}")
         self._jobs: "queue.Queue" = queue.Queue()
         self._slots = [WorkerSlot("cpu", name=f"CPU pool process {i}") for i in range(workers)]
-        self._threads = [threading.Thread(target=self._loop, args=(slot,), name=f"argus-cpu-process-{i}", daemon=True)
-                         for i, slot in enumerate(self._slots)]
+        self._busy: set[int] = set()  # indices of slots running a job
+        self._threads = [threading.Thread(target=self._loop, args=(i,), name=f"argus-cpu-process-{i}", daemon=True)
+                         for i in range(workers)]
         for thread in self._threads:
             thread.start()
         self._closed = False
@@ -72,15 +74,26 @@ class CpuProcessPool:
         self._jobs.put((job, future))
         return future
 
-    def shutdown(self, wait: bool = True) -> None:
+    def shutdown(self, wait: bool = True, join_s: float = 10.0) -> None:
+        """Cancel queued jobs, kill running ones (a hung handler must not hold up the caller), stop."""
         self._closed = True
+        while True:
+            try:
+                item = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if item is not _STOP:
+                item[1].cancel()
         for _ in self._threads:
             self._jobs.put(_STOP)
+        for i in list(self._busy):
+            self._slots[i].interrupt()
         if wait:
             for thread in self._threads:
-                thread.join()
+                thread.join(join_s)
 
-    def _loop(self, slot: WorkerSlot) -> None:
+    def _loop(self, index: int) -> None:
+        slot = self._slots[index]
         while True:
             item = self._jobs.get()
             if item is _STOP:
@@ -88,4 +101,9 @@ class CpuProcessPool:
                 return
             job, future = item
             if future.set_running_or_notify_cancel():
-                future.set_result(slot.run(job, job["task"].get("timeout_s")))
+                self._busy.add(index)
+                try:
+                    reply = slot.run(job, job["task"].get("timeout_s"))
+                finally:
+                    self._busy.discard(index)
+                future.set_result(reply)

@@ -2,10 +2,12 @@
 
 :meth:`Runtime.run` walks a plan. A task whose outputs the workspace already holds (same task id,
 so same program version, region, scope, configuration and inputs) is *reused* without running.
-Otherwise Transform / Synthesize / Control tasks go to a CPU thread pool (their heavy work —
-compilers, parsers in native code — runs outside the GIL) and Collect tasks to the device workers
-(:mod:`.workers`). When a Control task finishes, its expander may add branches; their fed tasks
-become extra inputs of the Control task's dependents, which are released only when those arrive.
+Otherwise Transform / Synthesize / Control tasks go to the CPU pool — by default worker processes
+(:mod:`.cpu_jobs`), so that a task past its timeout is killed and a crashing handler fails alone —
+and Collect tasks to the device workers (:mod:`.workers`). A task's timeout counts from when it
+starts, not from when it was queued. When a Control task finishes, its expander may add branches
+(before the task is committed: a failed expansion is a failed task); their fed tasks become extra
+inputs of the Control task's dependents, which are released only when those arrive.
 
 A failed, killed or timed-out task marks its transitive dependents ``blocked`` and nothing else:
 independent branches finish. Running the same plan again re-executes only what is not done
@@ -19,20 +21,25 @@ import shutil
 import threading
 import time
 import traceback
-from collections import Counter
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..program import ProgramVersion
-from ..tasks import Plan, Task
+from ..tasks import Plan, Task, find_cycle
 from ..workspace import Workspace
 from .cpu_jobs import CpuProcessPool, run_cpu_job
 from .handlers import HandlerError, TaskContext, get_handler, handler_module
 from .progress import Progress
+from .thread_pool import CpuThreadPool
 from .workers import DeviceWorker, detect_devices
 
 FINAL = ("done", "reused", "failed", "blocked")
+
+
+class ExpansionError(HandlerError):
+    """A Control task's expander failed (or made a cycle): the Control task failed."""
 
 
 @dataclass
@@ -80,12 +87,14 @@ class Runtime:
 
     ``devices``: CUDA device indices for Collect workers (default: detected; ``[""]`` = one
     worker without a GPU). ``cpu_workers``: size of the Transform/Synthesize/Control pool, made of
-    threads (``cpu_pool="thread"``, default: cheapest dispatch) or worker processes
-    (``cpu_pool="process"``: Python-heavy handlers use several cores).
+    worker processes (``cpu_pool="process"``, default: a task past its timeout is killed, a crash
+    fails only its task, handlers use several cores; handlers must live in importable modules) or
+    threads of this process (``cpu_pool="thread"``: ~1 ms less per task and handlers may live in
+    the calling script, but a timed-out handler keeps running detached and a crash kills the caller).
     """
 
     def __init__(self, workspace: Workspace, *, devices: list[str] | None = None, cpu_workers: int = 2,
-                 progress: bool = False, extra_modules: tuple[str, ...] = (), cpu_pool: str = "thread") -> None:
+                 progress: bool = False, extra_modules: tuple[str, ...] = (), cpu_pool: str = "process") -> None:
         self.ws = workspace
         self.devices = list(devices) if devices is not None else detect_devices()
         self.cpu_workers = cpu_workers
@@ -105,7 +114,7 @@ class Runtime:
     def _new_pool(self):
         if self.cpu_pool == "process":  # fresh interpreters: handlers may initialise CUDA-using libraries
             return CpuProcessPool(self.cpu_workers)
-        return ThreadPoolExecutor(max_workers=self.cpu_workers, thread_name_prefix="argus-cpu")
+        return CpuThreadPool(self.cpu_workers)
 
     @property
     def workers(self) -> list[DeviceWorker]:
@@ -119,6 +128,8 @@ class Runtime:
             w.ready.wait(timeout)
 
     def close(self) -> None:
+        """Stop the workers and pools; a task still running (an interrupted run) is killed, not awaited."""
+        _drop_queued(self._jobs)  # collections of an interrupted run: not started at all
         if self._workers is not None:
             for w in self._workers:
                 w.stop()
@@ -161,7 +172,7 @@ class _Execution:
                 self.users[d].add(tid)
         self.results: dict[str, TaskResult] = {}
         self.running: dict[str, tuple] = {}  # id -> (start, staging dir, exact inputs)
-        self.ready: list[str] = []
+        self.ready: deque[str] = deque()
         self.timed_out: set[str] = set()
         self._programs: dict[str, ProgramVersion] = {}
 
@@ -176,7 +187,7 @@ class _Execution:
         for pdata in self.plan.programs.values():
             self.ws.put_program(pdata)
         with Progress(enabled=self.rt.progress, total=len(self.plan.tasks)) as self.bar:
-            self.ready = [tid for tid in self.plan.tasks if not self.deps[tid]]
+            self.ready = deque(tid for tid in self.plan.tasks if not self.deps[tid])
             self._drain()
             last_check = time.perf_counter()
             while self.running:
@@ -187,20 +198,28 @@ class _Execution:
                 # drop late answers of attempts that already timed out (maybe in an earlier run)
                 if tid in self.running and reply.get("attempt") == str(self.running[tid][1]):
                     self._finish(tid, reply)
-                if time.perf_counter() - last_check > 0.05:  # even while events keep arriving
-                    self._check_cpu_timeouts()
+                if self.rt.cpu_pool == "thread" and time.perf_counter() - last_check > 0.05:
+                    self._check_thread_timeouts()  # worker processes enforce their own
                     last_check = time.perf_counter()
                 self._drain()
-        for tid, task in self.plan.tasks.items():  # never dispatched: a dependency did not finish
-            if tid not in self.results:
-                self.results[tid] = TaskResult(tid, task.kind, task.op, "blocked", error="dependency did not finish")
+        self._block_undispatched()
         return RunResult(self.plan, self.results, time.perf_counter() - start)
+
+    def _block_undispatched(self) -> None:
+        left = {tid: [d for d in self.deps[tid] if d not in self.results] for tid in self.plan.tasks
+                if tid not in self.results}
+        cycle = find_cycle(left)
+        why = ("dependency cycle: " + " -> ".join(self.plan.tasks[t].name() for t in cycle)) if cycle \
+            else "dependency did not finish"
+        for tid in left:
+            task = self.plan.tasks[tid]
+            self.results[tid] = TaskResult(tid, task.kind, task.op, "blocked", error=why)
 
     # ---- dispatch -------------------------------------------------------------------------
     def _drain(self) -> None:
         # iterative, not recursive: a long chain of reused tasks must not hit the recursion limit
         while self.ready:
-            tid = self.ready.pop(0)
+            tid = self.ready.popleft()
             if tid not in self.results and tid not in self.running:
                 self._dispatch(tid)
 
@@ -223,9 +242,17 @@ class _Execution:
         task = self.plan.tasks[tid]
         cached = self.ws.outputs(tid)
         if cached is not None and set(task.outputs) <= set(cached):
+            try:
+                branches = self._branches(task, {name: rec.path for name, rec in cached.items()})
+            except Exception as exc:  # committed by a run whose expander differed: fail it here
+                self.results[tid] = TaskResult(tid, task.kind, task.op, "failed",
+                                               error=f"expansion failed: {type(exc).__name__}: {exc}")
+                self.bar.advance(task, "failed")
+                self._block_dependents(tid)
+                return
             self.results[tid] = TaskResult(tid, task.kind, task.op, "reused", outputs=cached)
             self.bar.advance(task, "reused")
-            self._after_success(task)
+            self._after_success(task, branches)
             return
         inputs, exact = self._inputs(tid)
         staging = self.ws.new_staging(tid, create=False)  # made by whoever executes the task
@@ -240,7 +267,7 @@ class _Execution:
         elif self.rt.cpu_pool == "process":
             self._submit_process(task, inputs, staging)
         else:
-            self.rt._pool.submit(self._run_cpu, task, inputs, staging)
+            self.rt._pool.submit(str(staging), self._run_cpu, task, inputs, staging)
         self.bar.started(task)
 
     def _submit_process(self, task: Task, inputs: dict[str, Path], staging: Path) -> None:
@@ -264,6 +291,7 @@ class _Execution:
         fut.add_done_callback(done)
 
     def _run_cpu(self, task: Task, inputs: dict[str, Path], staging: Path) -> None:
+        started = time.monotonic()
         try:
             staging.mkdir()
             handler = get_handler(task.kind, task.op, self.program(task.program).kind)
@@ -275,21 +303,26 @@ class _Execution:
         except BaseException as exc:
             reply = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         reply["attempt"] = str(staging)
+        reply["run_s"] = time.monotonic() - started
         self.rt._events.put((task.id, reply))
 
-    def _check_cpu_timeouts(self) -> None:
-        now = time.perf_counter()
-        for tid, (start, _staging, _exact) in list(self.running.items()):
+    def _check_thread_timeouts(self) -> None:
+        now = time.monotonic()
+        for tid, (_start, staging, _exact) in list(self.running.items()):
             task = self.plan.tasks[tid]
-            if task.kind != "collect" and task.timeout_s and now - start > task.timeout_s:
-                # a thread cannot be killed: its late result is dropped and its outputs never committed
-                self._finish(tid, {"status": "timeout", "error": f"task exceeded its timeout of {task.timeout_s} s"})
+            began = self.rt._pool.started(str(staging)) if task.kind != "collect" else None
+            if began is not None and task.timeout_s and now - began > task.timeout_s:
+                # a thread cannot be killed: its slot goes to a fresh thread, its late result is dropped
+                self.rt._pool.abandon(str(staging))
+                self._finish(tid, {"status": "timeout", "run_s": now - began,
+                                   "error": f"task exceeded its timeout of {task.timeout_s} s (its thread "
+                                            "cannot be killed and runs on detached; cpu_pool='process' kills it)"})
 
     # ---- completion -----------------------------------------------------------------------
     def _finish(self, tid: str, reply: dict) -> None:
         task = self.plan.tasks[tid]
         start, staging, exact = self.running.pop(tid)
-        seconds = time.perf_counter() - start
+        seconds = reply.get("run_s", time.perf_counter() - start)  # run time, not queue time
         if reply.get("status") == "ok":
             try:
                 files = {name: Path(p) for name, p in reply["files"].items()}
@@ -297,7 +330,13 @@ class _Execution:
                 if missing:
                     raise HandlerError(f"{task.describe()} did not produce declared output(s) {sorted(missing)}")
                 self._check_program_output(task, files)
+                try:  # before the commit: a Control task whose expansion fails is failed, not done
+                    branches = self._branches(task, files)
+                except Exception as exc:
+                    raise ExpansionError(f"expansion failed: {type(exc).__name__}: {exc}") from exc
                 outputs = self.ws.commit(task, files, exact, {"seconds": seconds})
+            except ExpansionError as exc:
+                reply = {"status": "error", "error": str(exc)}
             except Exception as exc:
                 reply = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
             else:
@@ -305,12 +344,7 @@ class _Execution:
                 self.rt._janitor.submit(shutil.rmtree, staging, True)  # undeclared leftovers go with it
                 self.results[tid] = TaskResult(tid, task.kind, task.op, "done", seconds, outputs=outputs)
                 self.bar.advance(task, "done")
-                try:
-                    self._after_success(task)
-                except Exception as exc:  # expansion failed: the Control task failed
-                    self.results[tid] = TaskResult(tid, task.kind, task.op, "failed", seconds,
-                                                   error=f"expansion failed: {type(exc).__name__}: {exc}")
-                    self._block_dependents(tid)
+                self._after_success(task, branches)
                 return
         error = reply.get("error", "unknown error")
         if reply.get("status") == "killed":
@@ -332,22 +366,47 @@ class _Execution:
             raise HandlerError(f"{task.describe()} produced program {pv.id}, the plan expected {expected}")
         self.ws.put_program(pv)
 
-    def _after_success(self, task: Task) -> None:
-        if task.kind == "control" and task.config.get("expander"):
-            self._expand(task)
+    def _after_success(self, task: Task, branches=None) -> None:
+        if branches is not None:
+            self._add_branches(task, branches)
         for user in sorted(self.users[task.id]):
             if user not in self.results and user not in self.running and self._inputs_ready(user):
                 self.ready.append(user)
 
-    def _expand(self, control: Task) -> None:
+    def _branches(self, control: Task, files: dict[str, Path]):
+        """Run ``control``'s expander on its outputs: a checked :class:`BranchBuilder`, or ``None``."""
+        if control.kind != "control" or not control.config.get("expander"):
+            return None
         from ..planner import BranchBuilder
 
         expander = get_handler("expander", control.config["expander"], self.program(control.program).kind)
         builder = BranchBuilder(control, self.plan.programs)
-        outputs = self.results[control.id].outputs
         ctx = TaskContext(task=control, program=self.program(control.program), programs=self.program,
-                          inputs={name: rec.path for name, rec in outputs.items()}, outdir=Path("/nonexistent"))
+                          inputs=dict(files), outdir=Path("/nonexistent"))
         expander(ctx, builder)
+        for t in builder.new_tasks.values():
+            for d in t.deps:
+                if d not in self.plan.tasks and d not in builder.new_tasks:
+                    raise HandlerError(f"branch task {t.describe()} depends on unknown task {d}")
+        self._check_branch_cycle(control, builder)
+        return builder
+
+    def _check_branch_cycle(self, control: Task, builder) -> None:
+        # fed tasks become inputs of the Control's dependents: a branch that needs one of those waits forever
+        pending = {tid: {d for d in deps if d not in self.results} for tid, deps in self.deps.items()
+                   if tid not in self.results}
+        for t in builder.new_tasks.values():
+            pending.setdefault(t.id, set()).update(d for d in t.deps if d not in self.results)
+        for user in self.users[control.id]:
+            if user in pending and user not in builder.new_tasks:
+                pending[user].update(builder.fed)
+        cycle = find_cycle({tid: sorted(deps) for tid, deps in pending.items()})
+        if cycle:
+            tasks = {**self.plan.tasks, **builder.new_tasks}
+            raise HandlerError("its branches would make a dependency cycle: "
+                               + " -> ".join(tasks[t].name() for t in cycle))
+
+    def _add_branches(self, control: Task, builder) -> None:
         for pid, pdata in builder.new_programs.items():
             self.plan.programs[pid] = pdata
             self.ws.put_program(pdata)
@@ -358,8 +417,6 @@ class _Execution:
             self.users.setdefault(t.id, set())
         for t in new:
             for d in t.deps:
-                if d not in self.plan.tasks:
-                    raise HandlerError(f"branch task {t.describe()} depends on unknown task {d}")
                 self.users[d].add(t.id)
         for user in self.users[control.id]:
             if user in builder.new_tasks:
@@ -383,6 +440,14 @@ class _Execution:
             self.results[user] = TaskResult(user, task.kind, task.op, "blocked", error=f"depends on failed {tid}")
             self.bar.advance(task, "blocked")
             stack.extend(self.users[user])
+
+
+def _drop_queued(jobs: "queue.Queue") -> None:
+    while True:
+        try:
+            jobs.get_nowait()
+        except queue.Empty:
+            return
 
 
 def _backend_module(name: str, kind: str) -> str | None:

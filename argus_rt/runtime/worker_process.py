@@ -12,6 +12,10 @@ line on the reply pipe, and says ``{"ready": true}`` once it is up. Both pipes a
 descriptors, and the child's fd 1 and fd 2 share a third pipe whose tail the parent keeps for
 error messages, so whatever user or library code prints cannot corrupt a reply.
 
+Lifetime: each child leads its own process group, which the tools a backend starts inherit. The
+parent kills the whole group (timeout, close, exit), and a thread in the child kills it when the
+parent dies, even by SIGKILL mid-task, so a killed scheduler leaves no processes behind.
+
 Roles (:data:`ROLES`): ``collect`` runs :func:`argus_rt.runtime.workers.run_collect_job`, ``cpu``
 runs :func:`argus_rt.runtime.cpu_jobs.run_cpu_job`. Each takes the job dict and returns the reply.
 """
@@ -41,6 +45,8 @@ ROLES = {"collect": ("argus_rt.runtime.workers", "run_collect_job"),
 SAFE_ENV = MULTICAST_OFF  # forced in every child we start
 OUTPUT_TAIL_LINES = 40  # lines of the child's stdout+stderr kept for the error of a dead child
 READY_TIMEOUT_S = 300.0  # importing argus_rt on a loaded host; a child that dies is noticed at once
+PARENT_PID_ENV = "ARGUS_WORKER_PARENT_PID"  # the child compares its parent with this to notice its death
+PARENT_CHECK_S = 0.2
 
 _LIVE: "weakref.WeakSet[WorkerProcess]" = weakref.WeakSet()
 
@@ -104,7 +110,8 @@ class WorkerProcess:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", MODULE, role, str(job_read), str(reply_write)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                pass_fds=(job_read, reply_write), env=child_env(env))
+                pass_fds=(job_read, reply_write), env=child_env({**(env or {}), PARENT_PID_ENV: str(os.getpid())}),
+                start_new_session=True)  # its own process group: killed with whatever it started
         except BaseException:
             for fd in (self._job_write, self._reply_read):
                 os.close(fd)
@@ -155,9 +162,12 @@ class WorkerProcess:
                 pass
         self.kill()
 
+    def interrupt(self) -> None:
+        """Kill the child's process group from any thread; the thread in :meth:`request` sees it die."""
+        _kill_group(self._proc)
+
     def kill(self) -> None:
-        if self.alive():
-            self._proc.kill()
+        _kill_group(self._proc)
         try:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -243,18 +253,28 @@ class WorkerSlot:
         return self.worker
 
     def run(self, job: dict, timeout: float | None = None) -> dict:
+        """The reply, with ``run_s``: seconds from handing the job to the child until its answer (or death)."""
+        started = None
         try:
-            return self.ensure().request(job, timeout)
+            worker = self.ensure()
+            started = time.monotonic()  # the task's clock: not the queue, not the child's start-up
+            return _timed(worker.request(job, timeout), started)
         except WorkerTimeout as exc:
             self._drop()
-            return {"status": "timeout", "error": str(exc)}
+            return _timed({"status": "timeout", "error": str(exc)}, started)
         except WorkerDied as exc:
             self._drop()
-            return {"status": "killed", "error": str(exc),
-                    "traceback": f"last output of {self.name}:\n{exc.output}" if exc.output else ""}
+            return _timed({"status": "killed", "error": str(exc),
+                           "traceback": f"last output of {self.name}:\n{exc.output}" if exc.output else ""}, started)
         except Exception as exc:  # e.g. the interpreter could not be started at all
             self._drop()
-            return {"status": "killed", "error": f"{self.name} failed: {type(exc).__name__}: {exc}"}
+            return _timed({"status": "killed", "error": f"{self.name} failed: {type(exc).__name__}: {exc}"}, started)
+
+    def interrupt(self) -> None:
+        """Kill the running child (from another thread: close() must not wait for a hung task)."""
+        worker = self.worker
+        if worker is not None:
+            worker.interrupt()
 
     def close(self) -> None:
         if self.worker is not None:
@@ -265,6 +285,21 @@ class WorkerSlot:
         if self.worker is not None:
             self.worker.kill()
             self.worker = None
+
+
+def _timed(reply: dict, started: float | None) -> dict:
+    if started is not None:
+        reply.setdefault("run_s", time.monotonic() - started)
+    return reply
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child leads its group (start_new_session)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
 
 
 @atexit.register
@@ -297,6 +332,13 @@ def _adopt(message: dict) -> None:
         sys.path[:] = parent + [p for p in sys.path if p not in parent]
 
 
+def _watch_parent(parent_pid: int) -> None:
+    # reparented (the scheduler died, even by SIGKILL mid-task): take our process group with us
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_CHECK_S)
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
 def _reply(out, doc: dict) -> None:
     out.write(json.dumps(doc).encode() + b"\n")
     out.flush()
@@ -309,6 +351,9 @@ def main(argv: list[str]) -> int:
     role, job_fd, reply_fd = argv[0], int(argv[1]), int(argv[2])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns our lifetime (Ctrl-C reaches it too)
     faulthandler.enable()  # a segfault leaves a Python stack in the output tail
+    parent = os.environ.pop(PARENT_PID_ENV, "")  # popped: tools we start are not workers
+    if parent.isdigit():
+        threading.Thread(target=_watch_parent, args=(int(parent),), name="argus-parent-watch", daemon=True).start()
     for fd in (job_fd, reply_fd):
         os.set_inheritable(fd, False)  # processes a backend starts must not hold our protocol pipes
     module, func = ROLES[role]

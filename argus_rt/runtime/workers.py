@@ -128,7 +128,10 @@ class DeviceWorker:
             self.report(task_id, reply)
 
     def stop(self) -> None:
+        """Stop after the current job; a job still running is killed (close must not wait for a hung one)."""
         self.jobs.put(_STOP)
+        if self.current is not None:
+            self._slot.interrupt()
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
