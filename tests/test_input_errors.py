@@ -386,3 +386,47 @@ def test_prerequisite_kind_limits_reach_the_signal():
     with pytest.raises(UnsupportedSignalError, match="for its prerequisite 'pc_region_map'.*Signals for python: "
                                                      "system_timeline"):
         plan_query(python_program, None, ["instruction_mix"])
+
+
+def _npz_member_declaring(tmp_path: Path, shape: tuple) -> Path:
+    """A raw trace whose 'buffer' member's .npy header declares ``shape`` (its data stays small)."""
+    good = _good_trace(tmp_path / "good.npz")
+    import zipfile
+
+    with zipfile.ZipFile(good) as zf:
+        members = {i.filename: zf.read(i) for i in zf.infolist()}
+    npy = members["buffer.npy"]
+    header_len = 10 + int.from_bytes(npy[8:10], "little")
+    header = npy[10:header_len].decode("latin1")
+    lied = header.replace(header[header.index("(") : header.index(")") + 1], repr(shape))
+    lied = lied.ljust(header_len - 10 - 1) + "\n"
+    members["buffer.npy"] = npy[:8] + len(lied).to_bytes(2, "little") + lied.encode("latin1") + npy[header_len:]
+    out = tmp_path / "lying.npz"
+    with zipfile.ZipFile(out, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return out
+
+
+def test_npz_member_declaring_1_tib_is_refused_before_allocating(tmp_path):
+    path = _npz_member_declaring(tmp_path, (1 << 40,))
+    with pytest.raises(TraceError, match=r"array 'buffer' declares shape \(1099511627776,\) of uint8 "
+                                         r"\(1099511627776 bytes\) but holds"):
+        load_raw(path)
+    assert_one_line(run_cli("trace", path), "argus trace:", "declares shape (1099511627776,)")
+
+
+def test_npz_member_whose_zip_entry_declares_too_much_is_refused(tmp_path):
+    good = _good_trace(tmp_path / "good.npz").read_bytes()
+    import struct
+    import zipfile
+
+    data = bytearray(good)
+    with zipfile.ZipFile(tmp_path / "good.npz") as zf:
+        info = zf.getinfo("buffer.npy")
+    central = data.rfind(b"PK\x01\x02", 0, data.rfind(b"buffer.npy"))  # the member's directory entry
+    struct.pack_into("<I", data, central + 24, 0xFFFFFFF0)  # its uncompressed size: 4 GiB
+    (tmp_path / "big.npz").write_bytes(bytes(data))
+    assert info.file_size < 1 << 20
+    with pytest.raises(TraceError, match="array 'buffer' declares 4294967280 bytes"):
+        load_raw(tmp_path / "big.npz")

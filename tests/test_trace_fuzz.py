@@ -305,3 +305,38 @@ def test_mutating_an_anchor_is_flagged_or_loses_nothing(buf, data):
         after = duration_stats(iv)
         assert [a[:2] for a in after] == [b[:2] for b in before]
         assert int(iv.rows["duration"].max()) <= MAX_PLAUSIBLE_SPAN["ns"]
+
+
+# ---- raw trace files ----------------------------------------------------------------------------
+def _raw_file_bytes(compressed: bool) -> bytes:
+    """A valid raw trace as save_raw writes it (np.savez), or deflated (np.savez_compressed)."""
+    import io
+    import json
+
+    w = RingWriter(CFG)
+    w.emit(0, 1, 2, "begin", IDS[0], 10)
+    w.emit(0, 1, 2, "end", IDS[0], 30)
+    meta = {"layout_version": layout.LAYOUT_VERSION, "config": CFG.to_json(), "unbuffered": 0}
+    bio = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(bio, buffer=w.raw, meta=np.array(json.dumps(meta)))
+    return bio.getvalue()
+
+
+RAW_FILES = {c: _raw_file_bytes(c) for c in (False, True)}
+
+
+@fuzz_settings(300)
+@given(st.booleans(), st.lists(st.tuples(st.floats(0, 1), st.integers(0, 255)), min_size=1, max_size=8))
+def test_mutated_raw_files_raise_only_trace_errors(tmp_path_factory, compressed, flips):
+    from argus_rt.trace import load_raw
+
+    data = bytearray(RAW_FILES[compressed])
+    for where, value in flips:
+        data[min(int(where * len(data)), len(data) - 1)] = value
+    path = tmp_path_factory.getbasetemp() / f"fuzz-{os.getpid()}.npz"
+    path.write_bytes(bytes(data))
+    try:
+        trace = load_raw(path, known_ids=IDS)
+    except TraceError:
+        return
+    pair_intervals(trace, strict=False)
