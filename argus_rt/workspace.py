@@ -457,7 +457,10 @@ class Workspace:
                        "updated=excluded.updated",
                        (task.id, task.kind, task.op, task.program, json.dumps(task.to_dict(), sort_keys=True),
                         json.dumps(meta or {}, sort_keys=True), now))
-        return self.outputs(task.id) or {}
+        # what was just written, even if a concurrent writer replaced an input meanwhile
+        recorded = tuple(tuple(i) for i in json.loads(inputs_json))
+        return {n: OutputRecord(task.id, n, sha, size, self.blob_path(sha), task.program, recorded)
+                for n, (sha, size) in placed.items()}
 
     def _place_blob(self, task, name: str, path: Path) -> tuple[str, int]:
         """Move one staged file to its blob path (unless an intact copy is there); (sha256, bytes)."""

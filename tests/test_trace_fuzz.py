@@ -340,3 +340,32 @@ def test_mutated_raw_files_raise_only_trace_errors(tmp_path_factory, compressed,
     except TraceError:
         return
     pair_intervals(trace, strict=False)
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                     max_leaves=10)
+_CONFIG_KEYS = ("ctas", "threads_per_cta", "capacity", "clock", "sms", "cta_range", "warp_mask", "coord_window",
+                "seq", "unknown_key")
+
+
+@fuzz_settings(200)
+@given(st.dictionaries(st.sampled_from(_CONFIG_KEYS), _JSON, max_size=10), _JSON, _JSON, st.booleans())
+def test_any_metadata_gives_a_trace_or_a_trace_error(tmp_path_factory, config_changes, unbuffered, version, keep):
+    """Bad metadata (any JSON in config fields, unbuffered, layout_version) is a TraceError, never
+    a TypeError or AttributeError."""
+    import io
+    import json
+
+    from argus_rt.trace import load_raw
+
+    config = {**CFG.to_json(), **config_changes}
+    meta = {"layout_version": layout.LAYOUT_VERSION if keep else version, "config": config, "unbuffered": unbuffered}
+    bio = io.BytesIO()
+    np.savez(bio, buffer=RingWriter(CFG).raw, meta=np.array(json.dumps(meta)))
+    path = tmp_path_factory.getbasetemp() / f"meta-{os.getpid()}.npz"
+    path.write_bytes(bio.getvalue())
+    try:
+        load_raw(path)
+    except TraceError:
+        pass
