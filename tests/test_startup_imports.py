@@ -1,4 +1,4 @@
-"""`plan`, `discover`, `build` and `trace` start fast: they never import torch (about 1-2 s)."""
+"""`plan` (of a CUDA program), `build` and `trace` start fast: they never import torch (about 1-2 s)."""
 from __future__ import annotations
 
 import json
@@ -29,12 +29,11 @@ def _run(argv: list[str], cwd: Path) -> dict:
 @pytest.mark.parametrize("argv", [
     ["plan", str(example("ground_truth")), "--region", "ground_truth/stage_b", "--signals",
      "latency,instruction_mix"],
-    ["discover", str(example("triton"))],
     ["trace", "missing.npz"],
-], ids=["plan", "discover", "trace"])
+], ids=["plan", "trace"])
 def test_command_does_not_import_torch(argv, tmp_path):
-    if argv[0] == "discover":
-        pytest.importorskip("triton")
+    # `discover` (and `plan` of a Triton program) is not listed: it compiles the kernel the JIT would
+    # run, through Triton's own argument specialisation, whose native code imports torch on first use
     out = _run(argv, tmp_path)
     assert out["torch"] is False, f"argus {argv[0]} imported torch"
 
