@@ -24,8 +24,9 @@ from ..errors import ArgusInputError
 # torch's caching allocator hands out 512-byte aligned blocks; 256 is what CUDA guarantees and all
 # the JIT can see is "multiple of 16 or not", so any multiple of 16 gives the same kernel.
 TORCH_ALIGNMENT = 256
-TENSOR_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "int8", "int16",
-                 "int32", "int64", "uint8", "bool")
+# torch dtype name -> bytes per element
+TENSOR_DTYPES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1,
+                 "int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint8": 1, "bool": 1}
 TESTED_TRITON = ("3.6", "3.7")
 
 
@@ -38,18 +39,54 @@ class LaunchArgumentError(ArgusInputError):
 
 
 @dataclass(frozen=True)
+class TorchDtypeName:
+    """A torch dtype by name, without importing torch (``plan`` and ``discover`` stay torch-free).
+
+    The JIT reads a tensor's dtype through ``str()`` (``"torch.float16"``); it compares equal to the
+    torch dtype of that name, so a ``@triton.heuristics`` lambda that tests ``x.dtype == torch.float16``
+    sees the same answer."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"torch.{self.name}"
+
+    __repr__ = __str__
+
+    def __eq__(self, other) -> bool:
+        return str(other) == str(self)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    @property
+    def itemsize(self) -> int:
+        return TENSOR_DTYPES[self.name]
+
+
+@dataclass(frozen=True)
 class TensorArg:
-    """What the JIT reads of a tensor argument: ``dtype`` (a torch dtype) and ``data_ptr()``.
+    """What the JIT reads of a tensor argument: ``dtype`` and ``data_ptr()`` (and, for heuristics,
+    ``shape``, ``stride()``, ``element_size()``, ``numel()``).
 
     ``align`` is the address alignment in bytes; the stand-in's address is an odd multiple of it, so
     a 256-aligned tensor is divisible by 16 and an 8-aligned one is not."""
 
-    dtype: object
+    dtype: TorchDtypeName
     shape: tuple[int, ...]
     align: int = TORCH_ALIGNMENT
 
     def data_ptr(self) -> int:
         return self.align * 4097
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
 
     def stride(self) -> tuple[int, ...]:  # contiguous, as torch.empty gives
         out, acc = [], 1
@@ -61,13 +98,11 @@ class TensorArg:
 
 def tensor_arg(dtype: str, shape, align: int = TORCH_ALIGNMENT) -> TensorArg:
     """A :class:`TensorArg` for a torch dtype name (``"float16"``) and a shape."""
-    import torch
-
     if dtype not in TENSOR_DTYPES:
         raise LaunchArgumentError(f"tensor dtype {dtype!r} unknown; valid: {', '.join(TENSOR_DTYPES)}")
     if not isinstance(align, int) or align < 1 or align & (align - 1):
         raise LaunchArgumentError(f"tensor align {align!r} must be a power of two (bytes)")
-    return TensorArg(getattr(torch, dtype), tuple(int(d) for d in shape), align)
+    return TensorArg(TorchDtypeName(dtype), tuple(int(d) for d in shape), align)
 
 
 def _internals():
