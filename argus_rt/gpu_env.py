@@ -5,4 +5,20 @@ service, so it is forced off in every child process and entry point, overriding 
 """
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def multicast_off_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) with :data:`MULTICAST_OFF` forced over it:
+    the ``env=`` of every subprocess that may touch a GPU."""
+    env = dict(os.environ if base is None else base)
+    env.update(MULTICAST_OFF)
+    return env
+
+
+def force_multicast_off() -> None:
+    """Force :data:`MULTICAST_OFF` into this process's environment (entry points: whatever they start inherits it)."""
+    os.environ.update(MULTICAST_OFF)

@@ -6,7 +6,7 @@
 #          ncu / cuobjdump / torch.profiler / nsys outputs under $OUT (fixtures for CPU tests).
 # test:    runs the GPU tests of the backends, the ground truth and the end-to-end query.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT="${OUT:-/tmp/argus_out}"
 mkdir -p "$OUT"

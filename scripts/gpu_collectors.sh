@@ -5,7 +5,7 @@
 #        and the trace backend; bench: benchmarks/collector_overhead.py; demo: the README main command.
 # Logs land in $OUT (at most 8 files come back from the device: keep it that way).
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export ARGUS_CACHE_DIR="${ARGUS_CACHE_DIR:-/tmp/argus_cache}"
 OUT="${OUT:-/tmp/argus_out}"

@@ -4,7 +4,7 @@
 #   CLI_BACKENDS="megakernel" (default "megakernel cudagraph") picks the generate-CLI runs.
 # Logs go to $OUT (or ./gpu_out): env.txt, build.log, gpu_tests.log, bench.log, decode.json/.md.
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT="${OUT:-$PWD/gpu_out}"
 mkdir -p "$OUT"

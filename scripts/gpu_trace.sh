@@ -2,7 +2,7 @@
 # Device run for issue 2: GPU trace tests, then the tracing-overhead and marker-cost benchmarks.
 # Usage (device machine, repo root): bash scripts/gpu_trace.sh   (writes logs under $OUT)
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export ARGUS_CACHE_DIR="${ARGUS_CACHE_DIR:-/tmp/argus-cache}"
 OUT="${OUT:-/tmp/argus-out}"

@@ -11,7 +11,7 @@
 # Writes exactly three files under $OUT: verify_core.log (all output), reports.json (both query
 # reports, keyed by query) and reports.md (both markdown reports). A short table comes last.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT="${OUT:-/tmp/argus_verify_out}"
 BUDGET_S="${BUDGET_S:-145}"  # whole script, seconds

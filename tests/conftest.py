@@ -4,13 +4,12 @@ Every test that runs a kernel opens with a plain PyTorch/NumPy reference; see th
 """
 from __future__ import annotations
 
-import os
-
 import pytest
 
-# Multicast must never be used on the shared multi-GPU hosts, whatever a test starts.
-os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+from argus_rt.gpu_env import force_multicast_off
+
+# Multicast must never be used on the shared multi-GPU hosts, whatever a test starts (overrides CI's values).
+force_multicast_off()
 
 
 def _cuda_device_count() -> tuple[int, str]:

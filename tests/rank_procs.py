@@ -17,6 +17,9 @@ def run_ranks(worker, world: int, *, wait_s: float = 120.0, join_s: float = 10.0
     """``{rank: (status, payload)}``; ranks still alive ``join_s`` after the results are killed."""
     import torch.multiprocessing as mp
 
+    from argus_rt.gpu_env import force_multicast_off
+
+    force_multicast_off()  # spawned ranks inherit this process's environment, NCCL included
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = free_port()

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..fsutil import atomic_write_text
+from ..gpu_env import multicast_off_env
 from ..sass import SassFunction, function_from_rows, kernel_key, pc_key
 from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend
 
@@ -267,7 +268,7 @@ def run_ncu(program: list[str], kernel: str | None = None, *, outdir: str | os.P
             sections: tuple[str, ...] = DEFAULT_SECTIONS) -> tuple[Path, list[NcuKernelProfile]]:
     """Run ncu on ``program``; save the raw CSV as ``outdir/ncu_source_sass.csv``; return it and the profiles."""
     cmd = ncu_command(program, kernel, launches=launches, sections=sections)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=multicast_off_env(env))
     raw = Path(outdir) / "ncu_source_sass.csv"
     atomic_write_text(raw, proc.stdout)
     if proc.returncode != 0:

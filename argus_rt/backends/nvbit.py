@@ -29,6 +29,7 @@ import subprocess
 from pathlib import Path
 
 from ..fsutil import atomic_write_text
+from ..gpu_env import multicast_off_env
 from ..markers import MARKER_BEGIN, MARKER_END, MARKER_KIND_MASK, MARKER_TAG
 from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend
 
@@ -317,7 +318,7 @@ class NvbitAdapter(BackendAdapter):
         tool = build_tool(outdir / "tool")
         raw = outdir / "nvbit_counts.txt"
         argv, base_env = program_argv(ctx)
-        env = dict(base_env or os.environ, LD_PRELOAD=str(tool), ARGUS_NVBIT_OUT=str(raw))
+        env = dict(multicast_off_env(base_env), LD_PRELOAD=str(tool), ARGUS_NVBIT_OUT=str(raw))
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
         if proc.returncode != 0:
             raise NvbitError(f"program under NVBit exited with {proc.returncode}: {proc.stderr.strip()[-800:]}")

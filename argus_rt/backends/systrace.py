@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..gpu_env import multicast_off_env
 from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend
 
 TIMELINE_FORMAT = "argus.system_timeline/1"
@@ -175,7 +176,7 @@ def run_nsys(argv: list[str], outdir: str | os.PathLike, *, timeout_s: float = 3
         raise BackendUnavailableError("nsys is not installed (not on PATH, not in /opt/nvidia)")
     stem = Path(outdir) / "nsys_trace"
     proc = subprocess.run([str(nsys), "profile", "--force-overwrite", "true", "-o", str(stem)] + list(argv),
-                          capture_output=True, text=True, timeout=timeout_s)
+                          capture_output=True, text=True, timeout=timeout_s, env=multicast_off_env())
     produced = glob.glob(str(stem) + ".*") + glob.glob(str(Path(outdir) / "*.qdstrm"))
     return check_nsys_output(proc.stdout + proc.stderr, produced)
 
