@@ -42,7 +42,11 @@ PROGRAM_KINDS = ("cuda", "triton", "python", "standin")
 PROGRAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # launch keys that name files of the program directory ("reference": "<file>:<function>")
 LAUNCH_FILE_KEYS = ("source", "module")
-LAUNCH_FILE_FUNCTION_KEYS = ("reference",)
+LAUNCH_FILE_FUNCTION_KEYS = ("reference", "runner")
+# ``sources`` and ``launch.source`` may also name Argus's own shipped CUDA tree (csrc/, on every CUDA
+# build's include path anyway), e.g. "csrc:megakernel/megakernel.cu": content-hashed like local files,
+# and resolved only inside that tree.
+SHIPPED_SOURCE_PREFIX = "csrc:"
 
 
 class ProgramError(ArgusInputError):
@@ -305,8 +309,7 @@ def _check_launch_paths(spec_path: Path, launch: dict) -> None:
 def _read_source(spec_path: Path, field_name: str, rel: str) -> Path:
     """The file ``rel`` that ``field_name`` of ``spec_path`` names, checked to exist inside its directory
     (after resolving symbolic links: a link inside that points outside is refused too)."""
-    root = spec_path.parent.resolve()
-    target = (root / rel).resolve()
+    root, target = program_file(spec_path.parent, rel)
     if not target.is_relative_to(root) or target == root:
         raise ProgramError(f"{spec_path}: {field_name}: {rel!r} lies outside the program directory {root}")
     if not target.is_file():
@@ -314,3 +317,16 @@ def _read_source(spec_path: Path, field_name: str, rel: str) -> Path:
         raise ProgramError(f"{spec_path}: {field_name}: {rel!r} {what} (looked at {target}); paths are relative "
                            f"to the program directory")
     return target
+
+
+def program_file(program_dir: str | Path, rel: str) -> tuple[Path, Path]:
+    """(the directory ``rel`` must stay inside, the resolved file) for a file name of a program:
+    relative to ``program_dir``, or to Argus's shipped csrc/ with :data:`SHIPPED_SOURCE_PREFIX`."""
+    if rel.startswith(SHIPPED_SOURCE_PREFIX):
+        from .resources import csrc_dir
+
+        base, rel = csrc_dir(), rel[len(SHIPPED_SOURCE_PREFIX):]
+    else:
+        base = Path(program_dir)
+    base = base.resolve()
+    return base, (base / rel).resolve()
