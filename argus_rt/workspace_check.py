@@ -150,9 +150,11 @@ def _index_intact(index: Path) -> bool:
         try:
             rows = db.execute("PRAGMA integrity_check").fetchall()
             have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            for table in set(_TABLES) & have:  # a flipped byte inside a TEXT value passes the check
+                db.execute(f"SELECT * FROM {table}").fetchall()
         finally:
             db.close()
-    except sqlite3.DatabaseError:
+    except (sqlite3.DatabaseError, UnicodeDecodeError):
         return False
     return rows == [("ok",)] and set(_TABLES) <= have
 
@@ -166,7 +168,8 @@ def _rebuild_index(index: Path) -> list[str]:
     kept, lost = {}, {}
     try:
         old = sqlite3.connect(index, isolation_level=None)
-    except sqlite3.DatabaseError:
+        old.execute("SELECT name FROM sqlite_master").fetchall()
+    except sqlite3.DatabaseError:  # not even the schema is readable: nothing to copy
         old = None
     try:
         for table in _TABLES:
@@ -190,14 +193,16 @@ def _copy_rows(old, new, table: str) -> tuple[int, int]:
     """Copy the readable rows of one table row by row (one damaged row or page costs only itself)."""
     if old is None:
         return 0, 0
+    rowids: list[int] = []
     try:
-        rowids = [r[0] for r in old.execute(f"SELECT rowid FROM {table} NOT INDEXED")]
-    except sqlite3.DatabaseError:
+        for (rowid,) in old.execute(f"SELECT rowid FROM {table} NOT INDEXED"):
+            rowids.append(rowid)
+    except sqlite3.DatabaseError:  # a damaged page ends the scan: probe the rowids after it one by one
         try:
             top = old.execute(f"SELECT max(rowid) FROM {table} NOT INDEXED").fetchone()[0] or 0
         except sqlite3.DatabaseError:
-            top = 1 << 14  # probe a range: rows are numbered from 1 as they were inserted
-        rowids = range(1, top + 1)
+            top = len(rowids) + (1 << 16)  # rows are numbered from 1 in insertion order
+        rowids += range(max(rowids, default=0) + 1, top + 1)
     kept = lost = 0
     for rowid in rowids:
         try:

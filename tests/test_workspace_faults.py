@@ -115,6 +115,24 @@ def test_byte_flipped_index_repairs_and_reruns(standins, clean_numbers, tmp_path
     assert only_reused(argus_rt.query(demo_program(), "main", ["latency"], workspace=ws))  # what reran stays
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_damage_outside_the_schema_page_keeps_the_intact_records(standins, clean_numbers, tmp_path, seed):  # noqa: F811
+    ws = tmp_path / "ws"
+    argus_rt.query(demo_program(), "main", ["latency", "instruction_mix"], workspace=ws)
+    argus_rt.query(demo_program(), ZOOM, ["latency"], workspace=ws)
+    data = bytearray((ws / "index.sqlite").read_bytes())
+    rng = random.Random(seed)
+    for _ in range(16):  # page 1 (the schema) intact: the rebuild finds every table
+        data[rng.randrange(4096, len(data))] ^= 1 << rng.randrange(8)
+    (ws / "index.sqlite").write_bytes(bytes(data))
+    done, left = repair(ws)
+    assert left == [] and done
+    again = argus_rt.query(demo_program(), "main", ["latency", "instruction_mix"], workspace=ws)
+    assert means(again) == clean_numbers["main"]
+    e = executed(again)
+    assert e["failed"] == e["blocked"] == 0 and e["reused"] >= e["done"]  # only what was damaged reran
+
+
 def test_repair_cli_drops_broken_records_and_reports_json(standins, tmp_path, capsys):  # noqa: F811
     ws = tmp_path / "ws"
     argus_rt.query(demo_program(), "main", ["latency"], workspace=ws)
