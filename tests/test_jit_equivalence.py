@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from argus_rt.compiler.jit_equivalence import JitLaunch, first_difference, within_noise
+from argus_rt.compiler.jit_equivalence import JitLaunch, argument_differences, first_difference, within_noise
 
 
 def test_within_noise_allows_the_floor_and_the_spread_and_no_more():
@@ -38,3 +38,22 @@ def test_jit_launch_passes_the_launch_kwargs_and_keeps_the_kernel():
     jit = JitLaunch(FakeJit(), {"BLOCK": 1024, "num_warps": 4})
     jit[(8,)](1, 2)  # what a module's run() does with its `compiled`
     assert calls == [((8,), (1, 2), {"BLOCK": 1024, "num_warps": 4})] and jit.kernel == "kernel"
+
+
+def test_argument_differences_name_what_the_run_passes_that_the_launch_does_not_say():
+    from argus_rt.compiler.triton_specialization import TensorArg, TorchDtypeName, tensor_arg
+
+    class Param:
+        def __init__(self, name, is_constexpr=False):
+            self.name, self.is_constexpr = name, is_constexpr
+
+    class Fn:
+        params = [Param("x"), Param("y"), Param("n"), Param("BLOCK", True)]
+
+    described = {"x": tensor_arg("float16", [64]), "y": tensor_arg("float16", [64]), "n": 64}
+    passed = (TensorArg(TorchDtypeName("float16"), (64,), 256), TensorArg(TorchDtypeName("float32"), (8, 8), 8), 60)
+    assert argument_differences(Fn, described, passed) == [
+        "y: run passes torch.float32[8, 8], launch.args gives torch.float16[64]",
+        "y: run passes a 8-byte aligned address, launch.args says align 256",
+        "n: run passes 60, launch.args gives 64"]
+    assert argument_differences(Fn, described, passed[:1] + (described["y"], 64)) == []

@@ -90,3 +90,18 @@ def test_the_triton_trace_adapter_refuses_a_merged_run_before_running():
     with pytest.raises(ValueError, match=r"declares outputs \['iteration_waits', 'region_intervals'\], but its "
                                          r"config .* publishes only \['iteration_waits'\]: two trace modes were merged"):
         adapter.collect(Ctx())
+
+
+def test_a_kernel_without_tma_loads_gets_an_empty_explained_reference(monkeypatch, tmp_path):
+    """async_completion_latency on the cp.async matmul: the traced reference has nothing to time and
+    says so, instead of failing the run (and, merged, the query's latency with it)."""
+    from argus_rt.compiler import jit_equivalence, probes
+
+    monkeypatch.setattr(jit_equivalence, "check_against_jit", lambda program, mod, **kw: {"ttgir_sha256": "stand-in"})
+    program = load_program(ROOT / "triton_corpus" / "matmul_autotuned" / "argus_program.json")
+    doc = probes.collect_triton_reference(program, tmp_path)
+    assert doc["format"] == "argus.iteration_waits/1" and doc["launches"] == 0
+    assert all(v == [] for v in doc["columns"].values())
+    assert doc["wait"].startswith("none: kernel 'matmul_kernel' has no pipelined TMA load with a consumer wait "
+                                  "(its async sites: cp_async, wgmma)")
+    assert doc["jit_check"] == {"ttgir_sha256": "stand-in"}

@@ -36,13 +36,45 @@ class JitLaunch:
     launch, or the autotune config's ``all_kwargs()``) and keeps the kernel the JIT ran."""
 
     def __init__(self, fn, kwargs: dict) -> None:
-        self.fn, self.kwargs, self.kernel = fn, dict(kwargs), None
+        self.fn, self.kwargs, self.kernel, self.args = fn, dict(kwargs), None, ()
 
     def __getitem__(self, grid):
         def launch(*args):
+            self.args = args
             self.kernel = self.fn[grid](*args, **self.kwargs)
             return self.kernel
         return launch
+
+
+def _alignment(address: int) -> int:
+    """The largest power of two (up to 256) that divides ``address``."""
+    align = 1
+    while align < 256 and address % (align * 2) == 0:
+        align *= 2
+    return align
+
+
+def argument_differences(fn, described: dict, passed: tuple) -> list[str]:
+    """Where ``launch.args`` (``described``: name -> TensorArg or scalar) differs from the arguments the
+    module's ``run`` really passed (positional, in ``fn``'s parameter order): dtype, shape, alignment
+    class (multiple of 16 or not) of tensors, values of scalars."""
+    names = [p.name for p in fn.params if not p.is_constexpr]
+    out = []
+    for name, value in zip(names, passed):
+        want = described.get(name)
+        if hasattr(value, "data_ptr"):
+            dtype, shape = str(getattr(value, "dtype", "?")), tuple(getattr(value, "shape", ()))
+            align = _alignment(int(value.data_ptr()))
+            if want is None or not hasattr(want, "data_ptr"):
+                out.append(f"{name}: run passes a {dtype} tensor, launch.args gives {want!r}")
+                continue
+            if str(want.dtype) != dtype or tuple(want.shape) != shape:
+                out.append(f"{name}: run passes {dtype}{list(shape)}, launch.args gives {want.dtype}{list(want.shape)}")
+            if (align % 16 == 0) != (want.align % 16 == 0):
+                out.append(f"{name}: run passes a {align}-byte aligned address, launch.args says align {want.align}")
+        elif want != value:
+            out.append(f"{name}: run passes {value!r}, launch.args gives {want!r}")
+    return out
 
 
 class TimedLaunch:
@@ -119,7 +151,7 @@ def check_against_jit(program, mod, *, timing: bool = True, seed: int | None = N
     key = _cache_key(ttgir) + ("t" if timing else "")
     if key in _PASSED:
         return _PASSED[key]
-    _mod, fn, _args, kwargs = load_kernel(program)
+    _mod, fn, described, kwargs = load_kernel(program)
     jit = JitLaunch(fn, kwargs)
     inputs = mod.make_inputs(seed)
     mod.run(jit, inputs)
@@ -127,10 +159,12 @@ def check_against_jit(program, mod, *, timing: bool = True, seed: int | None = N
     sha = hashlib.sha256(ttgir.encode()).hexdigest()
     if hashlib.sha256(jit_ttgir.encode()).hexdigest() != sha:
         meta = metadata_difference(compiled, jit.kernel)
+        args = argument_differences(fn, described, jit.args)
         raise JitMismatchError(
             f"{program.label()}: Argus's kernel is not the one Triton's JIT runs for this launch (TTGIR hash differs; "
             f"first difference, Argus vs JIT, {first_difference(ttgir, jit_ttgir)}"
-            + (f"; metadata {', '.join(meta)}" if meta else "") + "): make launch.args, constexprs and config "
+            + (f"; metadata {', '.join(meta)}" if meta else "")
+            + (f"; arguments {'; '.join(args)}" if args else "") + "): make launch.args, constexprs and config "
             "describe the launch that module.run makes")
     result = {"ttgir_sha256": sha}
     if timing:
