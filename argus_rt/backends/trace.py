@@ -27,6 +27,11 @@ A CUDA program's ``launch`` (in ``argus_program.json``) as this runner reads it:
       "coord_kind": "iteration"              # optional: what *_AT marker coordinates count (iteration|layer|step)
     }
 
+A kernel whose arguments no JSON can describe names a Python runner instead of ``args``/``reference``
+(``"runner": "run.py:run"``; :mod:`argus_rt.backends.cuda_runner`): Argus builds the variant, the
+runner launches it and checks it against its own reference. ``"coord_fields": {"step": [8, 24],
+"layer": [0, 8]}`` unpacks a packed marker coordinate into named columns (name: [lowest bit, width]).
+
 Inputs are drawn fresh on every run (``init``: ``randn``, ``uniform`` [low, high), ``randint``
 [low, high), ``poison`` (NaN, or -1 for integers), ``zeros`` only where a kernel needs it).
 """
@@ -49,7 +54,7 @@ from .base import BackendAdapter, BackendError, BackendUnavailableError, registe
 
 VARIANT_MODES = {"base": 0, "trace_free": 0, "marker_only": 1, "traced": 2}
 LAUNCH_KEYS = ("source", "kernel", "grid", "block", "args", "reference", "rtol", "atol", "defines", "arch",
-               "coord_kind", "argv", "python")
+               "coord_kind", "argv", "python", "runner", "coord_fields")
 COORD_KINDS = ("iteration", "layer", "step")
 TENSOR_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8")
 SCALAR_TYPES = ("int32", "int64", "uint32", "uint64", "float32", "float64")
@@ -80,6 +85,8 @@ class CudaLaunch:
     defines: dict
     arch: str = "sm_90"
     coord_kind: str | None = None
+    runner: str | None = None  # "<file>:<function>" that launches the cubin itself (cuda_runner)
+    coord_fields: tuple[tuple[str, int, int], ...] = ()  # (name, lowest bit, width) of a packed coordinate
 
     @property
     def ctas(self) -> int:
@@ -97,26 +104,55 @@ class CudaLaunch:
         bad = sorted(set(launch) - set(LAUNCH_KEYS))
         if bad:
             raise ProgramRunError(f"launch of {program.name!r}: unknown key(s) {bad}; valid: {', '.join(LAUNCH_KEYS)}")
-        for key in ("kernel", "grid", "block", "args"):
+        runner = launch.get("runner")
+        for key in ("kernel",) if runner else ("kernel", "grid", "block", "args"):
             if key not in launch:
-                raise ProgramRunError(f"launch of {program.name!r} lacks {key!r} (needs kernel, grid, block, args)")
+                raise ProgramRunError(f"launch of {program.name!r} lacks {key!r} (needs kernel, grid, block, args; "
+                                      "or kernel and runner)")
+        if runner and ("args" in launch or "reference" in launch):
+            raise ProgramRunError(f"launch of {program.name!r} has a runner and args/reference; a runner makes its "
+                                  "own inputs and checks them: drop args and reference")
         if not program.root:
             raise ProgramRunError(f"program {program.name!r} has no source directory (root)")
         root = Path(program.root).resolve()
         source = launch.get("source") or next((s for s in _sources(root) if s.endswith(".cu")), None)
-        if not source or not (root / source).is_file():
+        if not source or not _source_path(root, source).is_file():
             raise ProgramRunError(f"launch of {program.name!r}: CUDA source {source!r} not found under {root}")
-        for dims, what in ((launch["grid"], "grid"), (launch["block"], "block")):
+        for dims, what in ((launch.get("grid", [1]), "grid"), (launch.get("block", [1]), "block")):
             if not (isinstance(dims, list) and 1 <= len(dims) <= 3 and all(isinstance(d, int) and d > 0 for d in dims)):
                 raise ProgramRunError(f"launch {what} must be a list of 1-3 positive ints, got {dims!r}")
-        for i, spec in enumerate(launch["args"]):
+        for i, spec in enumerate(launch.get("args", ())):
             _check_arg(i, spec)
         if launch.get("coord_kind") not in (None,) + COORD_KINDS:
             raise ProgramRunError(f"launch coord_kind {launch['coord_kind']!r} unknown; valid: {', '.join(COORD_KINDS)}")
-        return cls(root, source, str(launch["kernel"]), tuple(launch["grid"]), tuple(launch["block"]),
-                   tuple(launch["args"]), launch.get("reference"), float(launch.get("rtol", 1e-5)),
+        return cls(root, source, str(launch["kernel"]), tuple(launch.get("grid", ())), tuple(launch.get("block", ())),
+                   tuple(launch.get("args", ())), launch.get("reference"), float(launch.get("rtol", 1e-5)),
                    float(launch.get("atol", 1e-6)), dict(launch.get("defines", {})), str(launch.get("arch", "sm_90")),
-                   launch.get("coord_kind"))
+                   launch.get("coord_kind"), runner, _coord_fields(launch.get("coord_fields", {})))
+
+
+def _source_path(root: Path, source: str) -> Path:
+    from ..program import program_file
+
+    return program_file(root, source)[1]
+
+
+def _coord_fields(fields: dict) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for name, spec in fields.items():
+        if name not in COORD_KINDS:
+            raise ProgramRunError(f"launch coord_fields: {name!r} unknown; valid: {', '.join(COORD_KINDS)}")
+        if not (isinstance(spec, list) and len(spec) == 2 and all(isinstance(v, int) for v in spec)
+                and 0 <= spec[0] < 32 and 1 <= spec[1] <= 32 - spec[0]):
+            raise ProgramRunError(f"launch coord_fields[{name!r}] = {spec!r}: needs [lowest bit, width] inside 32 bits")
+        out.append((name, spec[0], spec[1]))
+    return tuple(sorted(out, key=lambda f: f[1]))  # lowest field first
+
+
+def coordinate_columns(coord: np.ndarray, fields) -> dict[str, np.ndarray]:
+    """{name: that bit field of each packed coordinate} for ``fields`` = ((name, lowest bit, width), ...)."""
+    coord = np.asarray(coord, dtype=np.int64)
+    return {name: (coord >> low) & ((1 << width) - 1) for name, low, width in fields}
 
 
 def _sources(root: Path) -> list[str]:
@@ -145,7 +181,7 @@ def build_variant(program, variant: str, *, extra_flags: tuple[str, ...] = ()) -
         raise ProgramRunError(f"cannot build variant {variant!r}; valid: {', '.join(VARIANT_MODES)}")
     launch = CudaLaunch.from_program(program)
     flags = tuple(dict.fromkeys(tuple(program.flags or ("-O3",)) + ("-lineinfo",) + tuple(extra_flags)))
-    spec = CudaBuildSpec(name=f"{program.name}_{variant}", sources=[str(launch.root / launch.source)],
+    spec = CudaBuildSpec(name=f"{program.name}_{variant}", sources=[str(_source_path(launch.root, launch.source))],
                          argus_mode=VARIANT_MODES[variant], include_dirs=[str(launch.root)],
                          defines=launch.defines, flags=flags, arch=launch.arch)
     result = build(spec)
@@ -238,6 +274,14 @@ def run_once(program, variant: str, *, trace_config: dict | None = None, check: 
     launch = CudaLaunch.from_program(program)
     cubin = build_variant(program, variant)
     symbol = kernel_symbol(cubin, launch.kernel)
+    if launch.runner:
+        from .cuda_runner import run_with_runner
+
+        out, session = run_with_runner(program, variant, launch, cubin, symbol, trace_config=trace_config, check=check)
+        result = {**out, "cubin": str(cubin), "symbol": symbol}
+        if session is not None:
+            result.update(_decoded(program, session, raw_trace))
+        return result
     module = CubinModule.load(cubin)
     args = make_arguments(launch)
     before = [a.clone() if hasattr(a, "clone") else a for a in args] if check and launch.reference else []
@@ -254,14 +298,18 @@ def run_once(program, variant: str, *, trace_config: dict | None = None, check: 
     if check and launch.reference:
         result["max_rel_err"] = check_reference(launch, before, args)
     if session is not None:
-        from ..trace import pair_intervals
-
-        known = [r.id for r in program.regions]
-        result["trace"] = session.decode(known_ids=known)
-        if raw_trace is not None:
-            session.save(raw_trace)
-        result["intervals"] = pair_intervals(result["trace"])
+        result.update(_decoded(program, session, raw_trace))
     return result
+
+
+def _decoded(program, session, raw_trace: Path | None) -> dict:
+    """{"trace", "intervals"} of an armed and launched session (its rings saved to ``raw_trace`` if given)."""
+    from ..trace import pair_intervals
+
+    trace = session.decode(known_ids=[r.id for r in program.regions])
+    if raw_trace is not None:
+        session.save(raw_trace)
+    return {"trace": trace, "intervals": pair_intervals(trace)}
 
 
 # ---- Triton programs -------------------------------------------------------------------------
@@ -349,14 +397,19 @@ def run_triton_once(program, variant: str, *, rtol: float | None = None, check_j
     return {"symbol": program.launch.get("kernel"), "max_rel_err": err, "jit_check": jit}
 
 
-def intervals_document(intervals, trace, coord_kind: str | None = None) -> dict:
-    """``argus.region_intervals/1`` from paired intervals (one row per occurrence)."""
+def intervals_document(intervals, trace, coord_kind: str | None = None, coord_fields=()) -> dict:
+    """``argus.region_intervals/1`` from paired intervals (one row per occurrence). ``coord_fields``
+    ((name, lowest bit, width), ...) adds one column per field of the packed coordinate."""
     rows = intervals.rows
     cols = {k: rows[k].astype(np.int64).tolist() for k in ("region_id", "start", "end", "sm", "cta", "warp", "coord")}
+    cols.update({name: col.tolist() for name, col in coordinate_columns(rows["coord"], coord_fields).items()})
     dropped = int(trace.dropped) if trace is not None else 0
-    return {"format": "argus.region_intervals/1", "clock": intervals.unit, "columns": cols, "coord_kind": coord_kind,
-            "launches": 1, "dropped": dropped, "incomplete": bool(intervals.incomplete),
-            "problems": [str(p) for p in getattr(intervals, "problems", [])][:20]}
+    doc = {"format": "argus.region_intervals/1", "clock": intervals.unit, "columns": cols, "coord_kind": coord_kind,
+           "launches": 1, "dropped": dropped, "incomplete": bool(intervals.incomplete),
+           "problems": [str(p) for p in getattr(intervals, "problems", [])][:20]}
+    if coord_fields:
+        doc["coord_fields"] = {name: [low, width] for name, low, width in coord_fields}
+    return doc
 
 
 class TraceAdapter(BackendAdapter):
@@ -394,7 +447,8 @@ class TraceAdapter(BackendAdapter):
         cfg = {"capacity": int(ctx.config.get("capacity", 256)), "clock": ctx.config.get("clock", "globaltimer")}
         raw = Path(ctx.outdir) / "raw_trace.npz"
         res = run_once(ctx.program, "traced", trace_config=cfg, raw_trace=raw)
-        doc = intervals_document(res["intervals"], res["trace"], CudaLaunch.from_program(ctx.program).coord_kind)
+        launch = CudaLaunch.from_program(ctx.program)
+        doc = intervals_document(res["intervals"], res["trace"], launch.coord_kind, launch.coord_fields)
         doc["reference_check"] = {"max_rel_err": res["max_rel_err"]}
         out = Path(ctx.outdir) / "region_intervals.json"
         atomic_write_text(out, json.dumps(doc) + "\n")
