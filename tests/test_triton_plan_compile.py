@@ -57,7 +57,8 @@ def test_a_module_that_fails_at_import_is_a_one_line_plan_error(tmp_path, capsys
 
 def test_launch_description_errors_are_plan_errors(tmp_path, capsys):
     root = softmax_copy(tmp_path, edit_launch=lambda launch: launch["args"].pop("stride"))
-    assert "launch.args lacks ['stride']; non-constexpr parameters: x_ptr, y_ptr, n_cols, stride" in plan_error(root, capsys)
+    want = "launch.args lacks ['stride']; non-constexpr parameters: x_ptr, y_ptr, n_cols, stride"
+    assert want in plan_error(root, capsys)
     root2 = softmax_copy(tmp_path / "b", edit_launch=lambda launch: launch.__setitem__("config", 2))
     assert "is not @triton.autotune'd; launch.config 2 names nothing" in plan_error(root2, capsys)
 

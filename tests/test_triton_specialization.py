@@ -101,8 +101,9 @@ def test_autotuned_matmul_pipelines_with_cp_async_as_the_jit_does(programs):
     sites = discover(ttgir, "matmul/kloop", iterations=iterations).sites
     assert [s.label for s in sites if s.kind == "cp_async"] == ["a", "b"]
     # the bare-signature compile Argus used before: no divisibility, no cp.async (a different kernel)
-    mod, fn, _args, kwargs = load_kernel(program)
-    sig = {p.name: "constexpr" if p.is_constexpr else ("*fp16" if p.name.endswith("_ptr") else "i32") for p in fn.params}
+    _mod, fn, _args, kwargs = load_kernel(program)
+    sig = {p.name: "constexpr" if p.is_constexpr else ("*fp16" if p.name.endswith("_ptr") else "i32")
+           for p in fn.params}
     bare = triton.compile(triton.compiler.ASTSource(fn, sig, {(i,): kwargs[p.name] for i, p in enumerate(fn.params)
                                                              if p.is_constexpr}),
                           target=SM90, options={"num_warps": kwargs["num_warps"], "num_stages": kwargs["num_stages"]})

@@ -196,7 +196,8 @@ def load_kernel(program):
     launch = program.launch
     bad = sorted(set(launch) - set(_LAUNCH_KEYS))
     if bad:
-        raise TritonProgramError(f"program {program.label()}: unknown launch key(s) {bad}; valid: {', '.join(_LAUNCH_KEYS)}")
+        raise TritonProgramError(f"program {program.label()}: unknown launch key(s) {bad}; "
+                                 f"valid: {', '.join(_LAUNCH_KEYS)}")
     if "kernel" not in launch:
         raise TritonProgramError(f"program {program.label()}: launch.kernel is missing")
     mod = import_module(program)
@@ -239,7 +240,8 @@ def program_compiled(program):
     from .triton_specialization import jit_compile
 
     if program.kind != "triton":
-        raise TritonProgramError(f"program {program.label()} has kind {program.kind!r}; a Triton compile needs 'triton'")
+        raise TritonProgramError(f"program {program.label()} has kind {program.kind!r}; "
+                                 "a Triton compile needs 'triton'")
     cached = _COMPILED_CACHE.get(program.id)
     if cached is not None:
         return cached

@@ -139,7 +139,8 @@ def specialize(fn, args: dict, kwargs: dict, target):
     names = [p.name for p in fn.params]
     unknown = sorted(set(args) - set(names))
     if unknown:
-        raise LaunchArgumentError(f"kernel {fn.__name__!r} has no parameter(s) {unknown}; parameters: {', '.join(names)}")
+        raise LaunchArgumentError(f"kernel {fn.__name__!r} has no parameter(s) {unknown}; "
+                                  f"parameters: {', '.join(names)}")
     backend = make_backend(target)
     binder = make_binder(fn.signature, fn.params, backend)
     run_kwargs = _jit_options(fn, {**args, **kwargs})
