@@ -14,10 +14,11 @@ only launches the cubin it is handed::
         module.launch(ctx.symbol, grid, 256, args, cooperative=True)     # the launch ncu -c 1 records
         return {"max_rel_err": err}                 # after checking its outputs against its reference
 
-Rules: launch the program's kernel first (a profiler records the first matching launch), check the
-outputs against the program's own plain reference and raise :class:`ReferenceMismatchError` past
-``ctx.rtol``, return ``max_rel_err``. When traced, create exactly one session through ``ctx`` and arm
-it; Argus decodes it after the runner returns (it synchronises first).
+Rules: launch the program's kernel first (a profiler records the first matching launch); compare the
+outputs with the program's own plain reference and return the relative error as ``max_rel_err``
+(Argus refuses the run with :class:`ReferenceMismatchError` past ``launch.rtol``, or when it is not
+finite); other keys of the returned dict are kept as the run's facts. When traced, create exactly
+one session through ``ctx`` and arm it; Argus decodes it after the runner returns.
 """
 from __future__ import annotations
 
