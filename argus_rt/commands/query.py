@@ -34,7 +34,12 @@ def run(args) -> int:
 
         require_latency([s for s in args.signals.split(",") if s])
     workspace = workspace_path(args) or default_workspace()
-    report = query(program_from_args(args), args.region, args.signals, Scope.parse(args.scope),
+    program = program_from_args(args)
+    if program.kind == "triton":  # as `argus plan`: compile errors are one line, before any task runs
+        from ..compiler.triton_program import check_program
+
+        check_program(program)
+    report = query(program, args.region, args.signals, Scope.parse(args.scope),
                    workspace=workspace, progress=not args.no_progress and sys.stderr.isatty(),
                    devices=args.devices.split(",") if args.devices is not None else None,
                    timeouts=parse_timeouts(args.timeout), cpu_pool=args.cpu_pool)
