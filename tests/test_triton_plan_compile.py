@@ -79,3 +79,11 @@ def test_a_passed_check_is_cached_and_cuda_programs_are_not_built(tmp_path, caps
     edited = softmax_copy(tmp_path / "c", lambda s: s + "\n# edited\n")
     with pytest.raises(AssertionError, match="compiled softmax:base again"):
         main(["plan", str(edited), "--signals", "latency"])
+
+
+def test_query_refuses_a_kernel_that_does_not_compile_before_running_anything(tmp_path, capsys):
+    root = softmax_copy(tmp_path, lambda s: s.replace("tl.max(x, axis=0)", "tl.max(x, axis=0) + undefined_name"))
+    code = main(["query", str(root), "--signals", "latency", "--workspace", str(tmp_path / "ws")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "undefined_name" in err, err
+    assert not (tmp_path / "ws").exists()
