@@ -20,8 +20,8 @@ import zipfile
 from pathlib import Path
 
 from .program import ProgramVersion
-from .workspace import _SCHEMA, _SHA, INDEX_FILE, SCHEMA_VERSION, _TABLES, Workspace, WorkspaceError, \
-    _task_record_problem
+from .workspace import (_SCHEMA, _SHA, _TABLES, INDEX_FILE, SCHEMA_VERSION, Workspace, WorkspaceError,
+                        _task_record_problem)
 
 _TASK_STATUSES = ("done", "failed")
 
@@ -90,9 +90,8 @@ def _branch_problems(ws: Workspace):
 def _blob_file_problems(ws: Workspace):
     """Files in blobs/ that are not the intact blob their name promises (referenced or not)."""
     for path in sorted(ws.blobs.rglob("*")) if ws.blobs.is_dir() else ():
-        if path.is_dir() and not path.is_symlink():
-            if path.parent == ws.blobs and len(path.name) == 2:
-                continue  # a shard directory
+        if path.is_dir() and not path.is_symlink() and path.parent == ws.blobs and len(path.name) == 2:
+            continue  # a shard directory
         name = path.name
         if not _SHA.match(name) or path.parent != ws.blobs / name[:2]:
             yield ("blobfile", str(path)), f"blobs/{path.relative_to(ws.blobs)}: not a blob (foreign file)"
