@@ -121,16 +121,19 @@ def scope_mask(arrays: dict, doc: dict, scope: Scope, where: str) -> np.ndarray:
             if col not in arrays:
                 raise ScopeError(f"{where}: scope {name} needs column {col!r}, which the evidence lacks")
             mask &= np.isin(arrays[col], chosen)
+    fields = doc.get("coord_fields") or {}  # a packed coordinate's fields, each its own column
     for name in ("iterations", "step", "layer"):
         chosen = getattr(scope, name)
         if chosen is None:
             continue
         kind = "iteration" if name == "iterations" else name
-        if coord_kind != kind or "coord" not in arrays:
+        column = kind if kind in fields and kind in arrays else "coord"
+        if column == "coord" and (coord_kind != kind or "coord" not in arrays):
             raise ScopeError(f"{where}: scope {name} needs records whose coordinate is the {kind}; "
-                             f"this evidence's coordinate is {coord_kind!r}")
+                             f"this evidence's coordinate is {coord_kind!r}"
+                             + (f" with fields {', '.join(fields)}" if fields else ""))
         lo, hi = chosen if name == "iterations" else (chosen, chosen + 1)
-        mask &= (arrays["coord"] >= lo) & (arrays["coord"] < hi)
+        mask &= (arrays[column] >= lo) & (arrays[column] < hi)
     if scope.warp_role is not None:
         roles = doc.get("warp_roles") or {}
         if scope.warp_role not in roles:
@@ -157,6 +160,8 @@ def synth_latency(ctx) -> dict:
         notes.append("the trace is marked incomplete (unpaired begin/end)")
     clock = doc.get("clock", "ns")
     by_coord: dict = {}
+    fields = [f for f in (doc.get("coord_fields") or {}) if f in arrays]
+    by_field: dict = {f: {} for f in fields}  # {field: {region: {value: mean duration}}}
     for region in _subtree(ctx):
         sel = mask & (arrays["region_id"] == region.id)
         d = (arrays["end"][sel] - arrays["start"][sel]).astype(np.float64)
@@ -170,7 +175,15 @@ def synth_latency(ctx) -> dict:
         if doc.get("coord_kind") == "iteration" and "coord" in arrays:
             coords = arrays["coord"][sel]
             by_coord[region.name] = {str(int(c)): float(d[coords == c].mean()) for c in np.unique(coords)}
+        for f in fields:  # one report value per coordinate value: "mean_by_layer" with join {"layer": 3}
+            values = arrays[f][sel]
+            by_field[f][region.name] = {str(int(v)): float(d[values == v].mean()) for v in np.unique(values)}
+            for v, mean in by_field[f][region.name].items():
+                facts.add(region.name, f"mean_by_{f}", mean, method="region trace", samples=int((values == int(v)).sum()),
+                          notes=notes, unit=clock, extra={f: int(v)})
     facts.extra = {"clock": clock, "mean_by_iteration": by_coord}
+    if fields:
+        facts.extra["mean_by_coordinate"] = by_field
     return facts.write()
 
 
