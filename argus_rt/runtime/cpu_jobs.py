@@ -74,6 +74,10 @@ class CpuProcessPool:
         self._jobs.put((job, future))
         return future
 
+    def pids(self) -> list[int]:
+        """Process ids of the live pool processes."""
+        return [slot.pid for slot in self._slots if slot.pid is not None]
+
     def shutdown(self, wait: bool = True, join_s: float = 10.0) -> None:
         """Cancel queued jobs, kill running ones (a hung handler must not hold up the caller), stop."""
         self._closed = True

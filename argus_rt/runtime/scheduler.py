@@ -127,6 +127,11 @@ class Runtime:
         for w in self.workers:
             w.ready.wait(timeout)
 
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live worker processes (device workers, then the CPU pool's)."""
+        devices = [w.pid for w in self._workers or [] if w.pid is not None]
+        return devices + self._pool.pids()
+
     def close(self) -> None:
         """Stop the workers and pools; a task still running (an interrupted run) is killed, not awaited."""
         _drop_queued(self._jobs)  # collections of an interrupted run: not started at all

@@ -41,6 +41,9 @@ class CpuThreadPool:
         """``time.monotonic()`` at which a thread began ``key``, or ``None`` while it waits in the queue."""
         return self._started.get(key)
 
+    def pids(self) -> list[int]:
+        return []  # no processes: everything runs in this one
+
     def abandon(self, key: str) -> None:
         """Write off the thread running ``key`` (past its timeout): another thread takes its slot."""
         with self._lock:
