@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 _INSTRUCTION = re.compile(r"^\s*/\*([0-9a-fA-F]{4,})\*/\s+(.*?)\s*;?\s*(?:/\*\s*0x[0-9a-fA-F]+\s*\*/)?\s*$")
@@ -104,6 +104,8 @@ class Instruction:
     @property
     def falls_through(self) -> bool:
         """Whether control can continue at the next PC (predicated jumps and exits may not be taken)."""
+        if self.is_branch and ".DIV" in self.opcode:
+            return True  # BRA.DIV jumps only when the warp is diverged (to a slow path), else falls through
         if self.is_branch or self.is_return or self.is_exit:
             return self.predicate is not None
         return True
@@ -376,6 +378,49 @@ def disassemble(binary: str | os.PathLike, *, tool: str = "cuobjdump", line_info
     if proc.returncode != 0:
         raise SassParseError(f"{' '.join(cmd)} failed (rc {proc.returncode}): {proc.stderr.strip()[:500]}")
     return proc.stdout
+
+
+def indirect_branch_targets(binary: str | os.PathLike, *, timeout_s: float = 120.0) -> dict[str, dict[int, tuple[int, ...]]]:
+    """{function: {PC of an indirect branch: its target PCs}} from the cubin's
+    ``EIATTR_INDIRECT_BRANCH_TARGETS`` attributes (``cuobjdump -elf``): ptxas records every target of
+    the jump tables it emits (a dense ``switch`` becomes ``BRX``), which the SASS text does not show."""
+    exe = find_cuda_tool("cuobjdump")
+    cmd = [str(exe), "-elf", str(binary)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise SassParseError(f"{' '.join(cmd)} failed (rc {proc.returncode}): {proc.stderr.strip()[:500]}")
+    return parse_indirect_branch_targets(proc.stdout)
+
+
+def parse_indirect_branch_targets(elf_text: str) -> dict[str, dict[int, tuple[int, ...]]]:
+    """The ``EIATTR_INDIRECT_BRANCH_TARGETS`` entries of a ``cuobjdump -elf`` listing, per ``.nv.info.<function>``."""
+    out: dict[str, dict[int, tuple[int, ...]]] = {}
+    function, branch = None, None
+    for line in elf_text.splitlines():
+        m = re.match(r"^\.nv\.info\.(\S+)\s*$", line)
+        if m:
+            function, branch = m.group(1), None
+            continue
+        m = re.search(r"Offset of Indirect Branch:\s*(0x[0-9a-fA-F]+)", line)
+        if m and function is not None:
+            branch = int(m.group(1), 16)
+            continue
+        m = re.match(r"^\s*Targets:\s*((?:0x[0-9a-fA-F]+\s*)+)$", line)
+        if m and branch is not None:
+            out.setdefault(function, {})[branch] = tuple(int(t, 16) for t in m.group(1).split())
+            branch = None
+    return out
+
+
+def with_indirect_targets(function: SassFunction, targets: dict[int, tuple[int, ...]]) -> SassFunction:
+    """``function`` with the given targets on its indirect branches, so its CFG has their edges."""
+    if not targets:
+        return function
+    for pc in targets:
+        if pc not in function or function[pc].base not in INDIRECT_BRANCH_OPCODES:
+            raise SassParseError(f"{function.name}: indirect-branch targets name PC 0x{pc:04x}, which is not a BRX/JMX")
+    return SassFunction(function.name, [replace(i, targets=tuple(targets[i.pc])) if i.pc in targets else i
+                                        for i in function.instructions])
 
 
 def sass_arch(text: str) -> str | None:
