@@ -85,7 +85,7 @@ def _propagate(function: SassFunction, entry: int, own: StaticOwnership) -> None
                     f"{_fmt(state_in[succ])} and {_fmt(stack)} (from block 0x{start:04x}); a begin/end "
                     "marker is unbalanced on some path, or the compiler moved code across a marker"
                 )
-        if block.indirect:
+        if block.indirect and not block.instructions[-1].targets:  # targets: sass.with_indirect_targets
             raise PcMapError(
                 f"{function.name}: indirect branch at 0x{block.instructions[-1].pc:04x} "
                 f"({block.instructions[-1].text}); its targets are unknown, so region ownership after it is too"
@@ -419,7 +419,7 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None) -> dict:
     """
     import torch
 
-    from ..sass import disassemble, parse_sass, sass_arch, select_function
+    from ..sass import disassemble, indirect_branch_targets, parse_sass, sass_arch, select_function, with_indirect_targets
     from . import ncu
     from .trace import CudaLaunch, runner_argv, runner_env, variant_cubin
 
@@ -430,11 +430,14 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None) -> dict:
     cubin = variant_cubin(program, "marker_only")
     listing = disassemble(cubin)
     ncu.check_arch(sass_arch(listing), torch.cuda.get_device_capability())
+    jump_tables = indirect_branch_targets(cubin)  # BRX targets: the CFG through a switch's jump table
     function = select_function(parse_sass(listing), kernel_key(kernel))
+    function = with_indirect_targets(function, jump_tables.get(function.name, {}))
     raw, profiles = ncu.run_ncu(runner_argv(program, "marker_only", outdir), kernel, outdir=outdir, env=runner_env())
     profile = ncu.select_profile(profiles, kernel)
     check_same_binary(function, profile.function())
     lined = select_function(parse_sass(disassemble(cubin, tool="nvdisasm", line_info=True)), kernel_key(kernel))
+    lined = with_indirect_targets(lined, jump_tables.get(lined.name, {}))
     doc = map_document(function, lined, profile)
     doc["provenance"] = {"cubin": cubin.name, "kernel_symbol": function.name, "ncu_csv": raw.name,
                          "weights": "ncu 'Instructions Executed' (warp-level) of the same cubin"}
