@@ -22,8 +22,8 @@ from contextlib import contextmanager
 
 import torch
 
-PROMPT_LEN = 8
-STEPS = 12  # positions 0..11: 8 prompt steps, 4 generated tokens
+PROMPT_LEN = 4
+STEPS = 8  # positions 0..7: 4 prompt steps, then 4 generated tokens (the traced steps)
 TRACE_CAPACITY = 4096  # records per warp ring: ~57 tickets per worker and step, a few regions each
 CHECKPOINT_ENV = "ARGUS_MEGAKERNEL_CHECKPOINT"
 ARGUS_MODES = {"base": 0, "trace_free": 0, "marker_only": 1, "traced": 2}
