@@ -196,3 +196,20 @@ def test_a_sigkilled_scheduler_leaves_no_process_behind(tmp_path):
     while any(alive(p) for p in left) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in left if alive(p)], "processes outlived their scheduler"
+
+
+def test_a_handler_registered_inside_a_function_gets_an_error_that_says_so(tmp_path):
+    @register_synthesis("standin_local_only")
+    def _local(ctx):
+        return {"facts": ctx.write_json("facts", {})}
+
+    pv = demo_program()
+    task = Task(kind="synthesize", op="standin_local_only", program=pv.id, outputs=("facts",), timeout_s=60)
+    plan = Plan(query={}, programs={pv.id: pv.to_dict()}, tasks={task.id: task}, targets={})
+    with Workspace(tmp_path / "ws") as ws, Runtime(ws, devices=[""]) as rt:
+        error = rt.run(plan).results[task.id].error
+    assert "unknown synthesize handler 'standin_local_only'" in error
+    assert "imported test_runtime_cpu_tasks: register the handler when its module is imported" in error
+    assert "cpu_pool='thread'" in error
+    with Workspace(tmp_path / "ws2") as ws, Runtime(ws, devices=[""], cpu_pool="thread") as rt:
+        assert rt.run(plan).ok  # in-process threads see it

@@ -23,7 +23,7 @@ def run_cpu_job(job: dict) -> dict:
     modules. Returns ``{"status": "ok", "files": {...}}``; raises when the handler fails."""
     from ..program import ProgramVersion
     from ..tasks import Task
-    from .handlers import TaskContext, get_handler
+    from .handlers import TaskContext, UnknownHandlerError, get_handler
 
     import_job_modules(job.get("modules", []))
     task = Task.from_dict(job["task"])
@@ -39,7 +39,14 @@ def run_cpu_job(job: dict) -> dict:
     ctx = TaskContext(task=task, program=program(task.program), programs=program,
                       inputs={k: Path(v) for k, v in job["inputs"].items()}, outdir=outdir,
                       deps={d: Task.from_dict(t) for d, t in job["deps"].items()})
-    files = get_handler(task.kind, task.op, ctx.program.kind)(ctx) or {}
+    try:
+        handler = get_handler(task.kind, task.op, ctx.program.kind)
+    except UnknownHandlerError as exc:  # registered in the parent, but not by importing its module
+        imported = ", ".join(job.get("modules", [])) or "no module"
+        raise UnknownHandlerError(f"{exc}; this CPU pool process imported {imported}: register the handler when "
+                                  "its module is imported (not inside a function), or run with cpu_pool='thread'"
+                                  ) from None
+    files = handler(ctx) or {}
     return {"status": "ok", "files": {k: str(v) for k, v in files.items()}}
 
 
