@@ -167,7 +167,8 @@ def main() -> None:
           f"{'thread ms/task':>15} {'reuse ms/task':>14}")
     for r in rows:
         print(f"{r['tasks']:>6} {r['collect_runs']:>5} {r['plan_s']:>8.4f} {r['sched_overhead_ms_per_task']:>14.3f} "
-              f"{r['commit_ms_per_task']:>15.3f} {r['sched_thread_ms_per_task']:>15.3f} {r['reuse_ms_per_task']:>14.3f}")
+              f"{r['commit_ms_per_task']:>15.3f} {r['sched_thread_ms_per_task']:>15.3f} "
+              f"{r['reuse_ms_per_task']:>14.3f}")
     if "--dry-run" in sys.argv:
         return
     big = rows[-1]
