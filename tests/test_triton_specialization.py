@@ -173,3 +173,17 @@ def test_launch_argument_errors_are_one_line_and_name_the_choices(programs):
     unknown = dict(programs["softmax/argus_program.json"].launch["args"], bogus=1)
     with pytest.raises(LaunchArgumentError, match=r"has no parameter\(s\) \['bogus'\]; parameters: x_ptr, y_ptr"):
         program_ttgir(with_launch(args=unknown))
+
+
+def test_jit_built_kernel_launches_with_runtime_args_only():
+    """The JIT's launcher takes the declared constexprs too (the JIT passes every parameter); the
+    wrapper inserts them where they stand, and leaves a specialised-away 1 (stride) to the caller."""
+    args = {"x_ptr": tensor_arg("float16", [4096]), "y_ptr": tensor_arg("float16", [4096]),
+            "n": 4096, "stride": 1, "alpha": 0.5}
+    kernel = jit_compile(_scale_kernel, args, {"BLOCK": 256}, SM90)
+    names = [p.name for p in _scale_kernel.params]
+    runtime = ["x", "y", 4096, 1, 0.5]
+    full = kernel.full_args(runtime)
+    assert len(full) == len(names) and full[names.index("BLOCK")] == 256
+    assert [a for i, a in enumerate(full) if names[i] != "BLOCK"] == runtime
+    assert "ttgir" in kernel.asm and kernel.hash

@@ -159,7 +159,38 @@ def jit_compile(fn, args: dict, kwargs: dict, target):
 
     options, signature, constexprs, attrs = specialize(fn, args, kwargs, target)
     src = triton.compiler.ASTSource(fn, signature, constexprs, attrs)
-    return triton.compile(src, target=target, options=options.__dict__)
+    compiled = triton.compile(src, target=target, options=options.__dict__)
+    declared = [(i, constexprs[(i,)]) for i, p in enumerate(fn.params) if p.is_constexpr and (i,) in constexprs]
+    return RuntimeArgsKernel(compiled, declared)
+
+
+class RuntimeArgsKernel:
+    """A JIT-built ``CompiledKernel`` that launches like a TTGIR-built variant: ``self[grid](*args)``
+    with the run-time arguments only.
+
+    The launcher of a kernel compiled from the function takes every parameter, the declared
+    constexprs included, because the JIT passes them all; a variant compiled from TTGIR text takes
+    only the run-time ones (plus Argus's buffer). Inserting the constexpr values here lets a
+    module's ``run(compiled, inputs)`` launch every variant the same way. Everything else
+    (``asm``, ``metadata``, ``hash``, ...) is the compiled kernel's own.
+    """
+
+    def __init__(self, compiled, constexpr_values: list[tuple[int, object]]) -> None:
+        self.compiled = compiled
+        self.constexpr_values = sorted(constexpr_values)  # (parameter index, value)
+
+    def __getattr__(self, name):
+        return getattr(self.compiled, name)
+
+    def full_args(self, args) -> list:
+        full = list(args)
+        for index, value in self.constexpr_values:
+            full.insert(index, value)
+        return full
+
+    def __getitem__(self, grid):
+        launch = self.compiled[grid]
+        return lambda *args: launch(*self.full_args(args))
 
 
 def describe_specialization(fn, args: dict, kwargs: dict, target) -> dict:
