@@ -28,7 +28,12 @@ def _root_region(name: str) -> str:
 def test_every_example_directory_the_readme_names_is_a_program():
     named = set(re.findall(r"examples/([A-Za-z0-9_]+)/", (ROOT / "README.md").read_text()))
     assert named, "README names no example directory"
-    missing = sorted(n for n in named if not (examples_dir() / n / "argus_program.json").is_file())
+    def is_program_or_collection(d: Path) -> bool:  # a program, or a folder of programs (the corpus)
+        subdirs = [p for p in d.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))]
+        return (d / "argus_program.json").is_file() or bool(subdirs) and all(
+            (p / "argus_program.json").is_file() for p in subdirs)
+
+    missing = sorted(n for n in named if not is_program_or_collection(examples_dir() / n))
     assert not missing, f"README names example dirs without argus_program.json: {missing}"
 
 
