@@ -90,8 +90,8 @@ class Runtime:
     worker processes (``cpu_pool="process"``, default: a task past its timeout is killed, a crash
     fails only its task, handlers use several cores; handlers must live in importable modules) or
     threads of this process (``cpu_pool="thread"``: handlers may live in the calling script, but a
-    timed-out handler keeps running detached and a crash kills the caller; no cheaper per task on
-    the planner benchmark, whose handlers then share the scheduler's GIL).
+    timed-out handler keeps running detached and a crash kills the caller; about as costly per task
+    on the planner benchmark, whose handlers then share the scheduler's GIL).
     """
 
     def __init__(self, workspace: Workspace, *, devices: list[str] | None = None, cpu_workers: int = 2,
