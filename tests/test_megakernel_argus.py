@@ -231,3 +231,52 @@ def test_jump_table_parser_on_a_listing():
             "\t\tOffset of Indirect Branch: 0x1520\t Number of targets: 3\n\t\tTargets: 0x1620 0x1750 0x1530 \n\n"
             ".nv.info.other\n\tAttribute:\tEIATTR_MAX_THREADS\n")
     assert parse_indirect_branch_targets(text) == {"k": {0x1520: (0x1620, 0x1750, 0x1530)}}
+
+
+RECORDING_RUNNER = '''
+import torch
+from argus_rt.trace.synth import RingWriter
+from test_trace_session import FakeModule
+
+GEMM = {gemm}
+
+
+def run(ctx):
+    session = ctx.trace_session(FakeModule(), ctas=2, threads_per_cta=64, capacity=64, device="cpu")
+    armed = session.arm()
+    w = RingWriter(armed)  # what the device would write: gemm in (step 5, layer 3) and (step 6, layer 21)
+    for t, (step, layer) in enumerate([(5, 3), (6, 21)]):
+        w.emit(1, 1, 7, "begin", GEMM, 100 * t, (step << 8) | layer)
+        w.emit(1, 1, 7, "end", GEMM, 100 * t + 40 + t, (step << 8) | layer)
+    session.buffer.copy_(torch.from_numpy(w.raw))
+    return {{"max_rel_err": 1e-3}}
+'''
+
+
+@needs_nvcc
+def test_trace_adapter_publishes_step_and_layer_columns_from_a_runner(tmp_path, monkeypatch):
+    """The whole CUDA-runner path of the trace adapter on the CPU: Argus builds the traced variant,
+    the runner fills the session's host rings as the device would, Argus decodes and publishes."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from argus_rt.backends.trace import TraceAdapter
+
+    gemm = region_tree()["decode/gemm"].id
+    (tmp_path / "k.cu").write_text('#include "argus/argus.cuh"\nextern "C" __global__ void k() {}\n')
+    (tmp_path / "run.py").write_text(RECORDING_RUNNER.format(gemm=gemm))
+    spec = {"kind": "cuda", "sources": ["k.cu", "run.py"], "regions": region_tree().to_manifest(),
+            "launch": {"kernel": "k", "runner": "run.py:run", "rtol": 0.01,
+                       "coord_fields": {"step": [8, 24], "layer": [0, 8]}}}
+    (tmp_path / "argus_program.json").write_text(json.dumps(spec))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the runner needs no GPU here
+    out = tmp_path / "out"
+    out.mkdir()
+    files = TraceAdapter().collect(SimpleNamespace(program=load_program(tmp_path), config={}, outdir=out))
+    doc = json.loads(files["region_intervals"].read_text())
+    cols = doc["columns"]
+    assert doc["coord_fields"] == {"layer": [0, 8], "step": [8, 24]} and doc["reference_check"]["max_rel_err"] == 1e-3
+    assert cols["region_id"] == [gemm, gemm] and cols["step"] == [5, 6] and cols["layer"] == [3, 21]
+    assert [e - s for s, e in zip(cols["start"], cols["end"])] == [40, 41]
+    assert files["raw_trace"].is_file()
