@@ -83,3 +83,18 @@ def test_instruction_mix_and_barriers_are_attributed_through_the_pc_map(report):
     assert _values(report, "barrier_count")
     files = {v["join"]["source_file"] for v in report["values"] if "source_file" in (v.get("join") or {})}
     assert "gemv.cuh" in files, f"the -lineinfo per-file view sits beside the region view: {sorted(files)}"
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+def test_runner_launches_the_trace_free_build_within_the_reference_tolerance(tmp_path):
+    """What ncu profiles: ``python -m argus_rt.backends.trace run`` on one variant, checked against fp32."""
+    from argus_rt.backends.trace import runner_argv, runner_env
+    from argus_rt.program import load_program
+
+    argv = runner_argv(load_program(PROGRAM), "trace_free", tmp_path)
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=runner_env(), timeout=600)
+    print(proc.stdout[-2000:], proc.stderr[-2000:])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    err = float(proc.stdout.split("max_rel_err=")[1].split()[0])
+    assert err <= 1e-2
