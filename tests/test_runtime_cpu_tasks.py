@@ -140,7 +140,8 @@ import test_runtime_cpu_tasks as T
 from argus_rt.runtime.scheduler import Runtime
 from argus_rt.workspace import Workspace
 
-plan = T.cpu_plan([{{"crash": "abort"}}, {{"crash": "segfault"}}] + [{{"sleep_s": 0.3}}] * 6, timeout_s=60)
+plan = T.cpu_plan([{{"crash": "abort", "pid_dir": {pids!r}}}, {{"crash": "segfault"}}] + [{{"sleep_s": 0.3}}] * 6,
+                  timeout_s=60)
 with Workspace({ws!r}) as ws, Runtime(ws, devices=[""], cpu_workers=2) as rt:
     res = rt.run(plan)
 print("RESULTS " + json.dumps({{t.config["n"]: [res.results[tid].status, res.results[tid].error]
@@ -149,7 +150,7 @@ print("RESULTS " + json.dumps({{t.config["n"]: [res.results[tid].status, res.res
 
 
 def test_a_crashing_handler_fails_alone_and_its_siblings_finish(tmp_path):
-    code = CRASH_SCRIPT.format(tests=str(TESTS), ws=str(tmp_path / "ws"))
+    code = CRASH_SCRIPT.format(tests=str(TESTS), ws=str(tmp_path / "ws"), pids=str(tmp_path))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULTS ")]
     assert proc.returncode == 0 and lines, f"rc {proc.returncode}: {proc.stderr[-2000:]}"
@@ -157,6 +158,8 @@ def test_a_crashing_handler_fails_alone_and_its_siblings_finish(tmp_path):
     assert results[0][0] == "failed" and "SIGABRT" in results[0][1] and results[0][1].startswith("killed: ")
     assert results[1][0] == "failed" and "SIGSEGV" in results[1][1]
     assert all(results[i] == ["done", None] for i in range(2, 8))
+    pids = [int(p.stem) for p in tmp_path.glob("*.pid")]  # the aborting handler and the tool it had started
+    assert len(pids) == 2 and not any(alive(p) for p in pids)
 
 
 KILLED_SCHEDULER_SCRIPT = """\

@@ -198,12 +198,13 @@ class WorkerProcess:
                 if not chunk:
                     raise self._death(during)
                 self._buffer += chunk
-            elif not self.alive() and not select.select([self._reply_read], [], [], 0)[0]:
+            elif _exited(self._proc) and not select.select([self._reply_read], [], [], 0)[0]:
                 raise self._death(during)
         line, _, self._buffer = self._buffer.partition(b"\n")
         return json.loads(line)
 
     def _death(self, during: str) -> WorkerDied:
+        _kill_group(self._proc)  # the tools a crashed task started die with it
         try:
             self._proc.wait(timeout=1)  # its pipes close a moment before its exit status exists
         except subprocess.TimeoutExpired:
@@ -294,12 +295,23 @@ def _timed(reply: dict, started: float | None) -> dict:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
+    # only while the child is unreaped (alive or a zombie): until then its pid, the group's id, stays ours
+    if proc.returncode is not None:
         return
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the child leads its group (start_new_session)
     except (ProcessLookupError, PermissionError):
         proc.kill()
+
+
+def _exited(proc: subprocess.Popen) -> bool:
+    """Whether the child has exited, without reaping it (so :func:`_kill_group` can still reach its group)."""
+    if proc.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
 @atexit.register
