@@ -279,4 +279,4 @@ def test_trace_adapter_publishes_step_and_layer_columns_from_a_runner(tmp_path, 
     assert doc["coord_fields"] == {"layer": [0, 8], "step": [8, 24]} and doc["reference_check"]["max_rel_err"] == 1e-3
     assert cols["region_id"] == [gemm, gemm] and cols["step"] == [5, 6] and cols["layer"] == [3, 21]
     assert [e - s for s, e in zip(cols["start"], cols["end"])] == [40, 41]
-    assert files["raw_trace"].is_file()
+    assert files["raw_trace"].is_file() and doc["runner_facts"] == {}

@@ -450,9 +450,17 @@ class TraceAdapter(BackendAdapter):
         launch = CudaLaunch.from_program(ctx.program)
         doc = intervals_document(res["intervals"], res["trace"], launch.coord_kind, launch.coord_fields)
         doc["reference_check"] = {"max_rel_err": res["max_rel_err"]}
+        if launch.runner:  # what the runner reported about its launch (grid, steps, weights, ...)
+            doc["runner_facts"] = runner_facts(res)
         out = Path(ctx.outdir) / "region_intervals.json"
         atomic_write_text(out, json.dumps(doc) + "\n")
         return {"region_intervals": out, "raw_trace": raw}
+
+
+def runner_facts(result: dict) -> dict:
+    """The JSON-able extras a CUDA runner returned besides what :func:`run_once` itself fills in."""
+    own = ("trace", "intervals", "cubin", "symbol", "max_rel_err")
+    return {k: v for k, v in result.items() if k not in own and isinstance(v, (str, int, float, bool, list, type(None)))}
 
 
 def runner_argv(program, variant: str, outdir: Path) -> list[str]:
@@ -484,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     res = run_triton_once(program, args.variant) if program.kind == "triton" else run_once(program, args.variant)
     jit = res.get("jit_check") or {}
     print(f"argus-run {program.name}:{args.variant} kernel={res['symbol']} max_rel_err={res['max_rel_err']}"
-          + (f" jit_ttgir_sha256={jit['ttgir_sha256']}" if jit else ""))
+          + (f" jit_ttgir_sha256={jit['ttgir_sha256']}" if jit else "")
+          + "".join(f" {k}={json.dumps(v)}" for k, v in runner_facts(res).items() if program.kind == "cuda"))
     return 0
 
 
