@@ -3,7 +3,7 @@
 # (extra rows from $VARIANTS, args from $BENCH_ARGS), phase timeline of the fastest row, and with
 # NCU=1 Nsight Compute per-PC source counters of one generation launch. Logs under $OUT.
 set -uo pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT="${OUT:-$PWD/gpu_out}"; mkdir -p "$OUT"
 date -u; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
 timeout 60 python3 -m megakernel.build 2>&1 | grep -E "registers|error" | tee $OUT/build.log

@@ -151,14 +151,8 @@ def test_benchmark_processes_and_their_children(unsafe_env):
     assert seen(unsafe_env) == MULTICAST_OFF
 
 
-# scripts whose owner still has to add the export line (the megakernel tuning script is being edited by its owner)
-SCRIPTS_PENDING = {"gpu_mk_run.sh"}
-
-
 @pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "scripts").glob("*.sh")))
 def test_gpu_scripts_export_multicast_off_before_running_anything(script):
-    if script in SCRIPTS_PENDING:
-        pytest.skip(f"{script}: the multicast export line is pending with the script's owner")
     lines = (ROOT / "scripts" / script).read_text().splitlines()
     first_run = next(i for i, line in enumerate(lines) if re.search(r"\b(python3?|torchrun|bash)\b", line)
                      and not line.lstrip().startswith("#"))
