@@ -216,3 +216,10 @@ def test_a_handler_registered_inside_a_function_gets_an_error_that_says_so(tmp_p
     assert "cpu_pool='thread'" in error
     with Workspace(tmp_path / "ws2") as ws, Runtime(ws, devices=[""], cpu_pool="thread") as rt:
         assert rt.run(plan).ok  # in-process threads see it
+
+
+def test_argus_query_defaults_to_the_process_pool():
+    from argus_rt.cli import build_parser
+
+    args = build_parser().parse_args(["query", "some/program", "--region", "r", "--signals", "latency"])
+    assert args.cpu_pool == "process"

@@ -19,8 +19,9 @@ def register(sub) -> None:
                    help="also write the region occurrences behind the latency values as a Chrome/Perfetto "
                         "trace JSON to FILE ('-': stdout); needs the latency signal")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--cpu-pool", choices=("thread", "process"), default="thread",
-                   help="run Transform/Synthesize/Control in threads (default) or spawned processes")
+    p.add_argument("--cpu-pool", choices=("process", "thread"), default="process",
+                   help="run Transform/Synthesize/Control in worker processes (default: killed past their timeout, "
+                        "a crash fails only its task) or in threads of this process")
     p.set_defaults(func=run, input_errors=(ValueError, KeyError))  # unknown signal: KeyError listing the valid
 
 
