@@ -339,3 +339,14 @@ def compile_program_file(path, **launch_overrides):
         launch = dict(program.launch, **launch_overrides)
         program = dataclasses.replace(program, launch_json=json.dumps(launch, sort_keys=True, separators=(",", ":")))
     return program_compiled(program)
+
+
+def module_compiler(module_file, default_num_stages: int):
+    """A kernel module's ``compile_reference(capability=90, num_stages=...)``: the JIT's kernel for
+    the ``argus_program.json`` beside ``module_file``, so module and program describe one kernel."""
+    path = Path(module_file).with_name("argus_program.json")
+
+    def compile_reference(capability: int = 90, num_stages: int = default_num_stages):
+        return compile_program_file(path, capability=capability, num_stages=num_stages)
+
+    return compile_reference

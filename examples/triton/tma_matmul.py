@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from argus_rt import triton_regions as argus
+from argus_rt.compiler.triton_program import module_compiler
 
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 64
 NUM_STAGES, NUM_WARPS = 3, 4
@@ -56,15 +57,8 @@ def tma_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.con
     argus.end("tma_matmul")
 
 
-def compile_reference(capability: int = 90, num_stages: int = NUM_STAGES):
-    """The kernel Triton's JIT builds for this program's launch (``argus_program.json``: its args,
-    constexprs and options), for ``sm_<capability>``, without a GPU; returns the CompiledKernel."""
-    from pathlib import Path
-
-    from argus_rt.compiler.triton_program import compile_program_file
-
-    return compile_program_file(Path(__file__).with_name("argus_program.json"), capability=capability,
-                                num_stages=num_stages)
+# The JIT's kernel for the launch in argus_program.json (built on the CPU, no GPU needed).
+compile_reference = module_compiler(__file__, NUM_STAGES)
 
 
 def program_launch() -> dict:

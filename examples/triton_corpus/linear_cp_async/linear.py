@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from argus_rt import triton_regions as argus
+from argus_rt.compiler.triton_program import module_compiler
 
 M, N, K = 2048, 1024, 1024
 BM, BN, BK = 64, 64, 32
@@ -48,15 +49,8 @@ def linear_relu_kernel(x_ptr, w_ptr, bias_ptr, y_ptr, M, N, K, stride_xm, stride
     argus.end("linear")
 
 
-def compile_reference(capability: int = 90, num_stages: int = NUM_STAGES):
-    """The kernel Triton's JIT builds for this program's launch (``argus_program.json``: its args,
-    constexprs and options), for ``sm_<capability>``, without a GPU; returns the CompiledKernel."""
-    from pathlib import Path
-
-    from argus_rt.compiler.triton_program import compile_program_file
-
-    return compile_program_file(Path(__file__).with_name("argus_program.json"), capability=capability,
-                                num_stages=num_stages)
+# The JIT's kernel for the launch in argus_program.json (built on the CPU, no GPU needed).
+compile_reference = module_compiler(__file__, NUM_STAGES)
 
 
 def grid() -> tuple[int, int, int]:

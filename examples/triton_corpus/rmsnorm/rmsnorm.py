@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from argus_rt import triton_regions as argus
+from argus_rt.compiler.triton_program import module_compiler
 
 N_ROWS, N_COLS = 4096, 4096
 BLOCK = 4096
@@ -41,15 +42,8 @@ def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, n_cols, stride, eps, BLOCK: tl.constexpr
     argus.end("rmsnorm")
 
 
-def compile_reference(capability: int = 90, num_stages: int = NUM_STAGES):
-    """The kernel Triton's JIT builds for this program's launch (``argus_program.json``: its args,
-    constexprs and options), for ``sm_<capability>``, without a GPU; returns the CompiledKernel."""
-    from pathlib import Path
-
-    from argus_rt.compiler.triton_program import compile_program_file
-
-    return compile_program_file(Path(__file__).with_name("argus_program.json"), capability=capability,
-                                num_stages=num_stages)
+# The JIT's kernel for the launch in argus_program.json (built on the CPU, no GPU needed).
+compile_reference = module_compiler(__file__, NUM_STAGES)
 
 
 def grid() -> tuple[int, int, int]:
