@@ -32,11 +32,8 @@ from .errors import ArgusInputError
 from .program import ProgramVersion
 from .recipes import Evidence, Recipe, RecipeError, get_recipe, signals_for, unsupported_reason
 from .regions import UnknownRegionError
-from .runtime.handlers import register_expander
 from .scope import Scope, ScopeError, check_warp_role
-from .tasks import Plan, Task, canonical_json, check_sampling, topological_order
-
-DEFAULT_TIMEOUTS_S = {"transform": 900.0, "collect": 600.0, "synthesize": 300.0, "control": 900.0}
+from .tasks import DEFAULT_TIMEOUTS_S, Plan, Task, canonical_json, check_sampling, topological_order
 
 
 class QueryError(ArgusInputError):
@@ -419,79 +416,3 @@ class _PlanBuilder:
             outputs=tuple(outputs), effects=tuple(run.effects), device=first.evidence.device,
             timeout_s=self.timeouts["collect"], requests=tuple(r.name for r in run.requests),
             replica=replica, label=f"{first.evidence.backend} on {self.programs[first.program].label()}"))
-
-
-# ---- run-time branches ------------------------------------------------------------------------
-class BranchBuilder:
-    """Given to an expander after a Control task finished: add tasks and mark which feed synthesis."""
-
-    def __init__(self, control: Task, programs: dict[str, dict]) -> None:
-        self.control = control
-        self._programs = programs
-        self.new_tasks: dict[str, Task] = {}
-        self.new_programs: dict[str, dict] = {}
-        self.fed: list[str] = []
-
-    def program(self, pid: str) -> ProgramVersion:
-        data = self.new_programs.get(pid) or self._programs[pid]
-        return ProgramVersion.from_dict(data)
-
-    def add_program(self, pv: ProgramVersion) -> str:
-        if pv.id not in self._programs:
-            self.new_programs[pv.id] = pv.to_dict()
-        return pv.id
-
-    def add(self, task: Task) -> Task:
-        return self.new_tasks.setdefault(task.id, task)
-
-    def feed(self, task: Task) -> None:
-        """``task``'s outputs become inputs of every task that depends on the Control task."""
-        if task.id not in self.fed:
-            self.fed.append(task.id)
-
-
-# a probe run forces one completion (changing overlap) and is traced (the trace perturbs timing)
-PROBE_EFFECTS = ("changes_overlap", "forces_completion", "perturbs_timing")
-
-
-def probe_outputs(kind: str) -> tuple[str, ...]:
-    """What a probe run of a ``kind`` program publishes: ``op_events`` (required), plus region
-    intervals when that kind's ``trace`` adapter records them too (the Triton one does not)."""
-    from .backends.base import get_backend
-
-    adapter = get_backend("trace", kind)
-    if "op_events" not in adapter.outputs:
-        raise ValueError(f"the 'trace' backend for {kind!r} programs publishes {list(adapter.outputs)}, not "
-                         "'op_events': it cannot run forced-wait probes")
-    return tuple(o for o in ("op_events", "region_intervals") if o in adapter.outputs)
-
-
-@register_expander("forced_wait_probes")
-def expand_forced_wait_probes(ctx, builder: BranchBuilder) -> None:
-    """One branch per (async site, iteration) in the scope's window: probe transform -> isolated trace."""
-    doc = ctx.read_json("async_sites")
-    if doc.get("format") != "argus.async_sites/1":
-        raise ValueError(f"discovery output has format {doc.get('format')!r}, expected 'argus.async_sites/1'")
-    base = builder.program(builder.control.program)
-    outputs = probe_outputs(base.kind)
-    window = builder.control.scope.get("iterations")
-    sampling = builder.control.sampling
-    for site in sorted(doc["sites"], key=lambda s: s["op_id"]):
-        for it in sorted(site.get("iterations", [])):
-            if window and not window[0] <= it < window[1]:
-                continue
-            probe = base.variant_of("probe", op_id=site["op_id"], iteration=it)
-            builder.add_program(probe)
-            transform = builder.add(Task(
-                kind="transform", op="forced_wait_probe", program=base.id,
-                config={"op_id": site["op_id"], "iteration": it, "expect_program": probe.id},
-                outputs=("program",), timeout_s=DEFAULT_TIMEOUTS_S["transform"],
-                label=f"probe {site['op_id']}@{it}"))
-            collect = builder.add(Task(
-                kind="collect", op="trace", program=probe.id, region=None, scope={},
-                config={"probe": {"op_id": site["op_id"], "iteration": it}}, deps=(transform.id,),
-                sampling=sampling, outputs=outputs, effects=PROBE_EFFECTS,
-                device="gpu", timeout_s=DEFAULT_TIMEOUTS_S["collect"],
-                requests=(f"async_completion_latency:probe {site['op_id']}@{it}",),
-                label=f"trace on {probe.label()} (own run: forces completion)"))
-            builder.feed(collect)

@@ -31,6 +31,8 @@ from typing import Any, Iterable
 PLAN_VERSION = 1
 TASK_KINDS = ("transform", "collect", "synthesize", "control")
 DEFAULT_SAMPLING = {"warmup": 1, "repeats": 1}
+# per task kind; the planner and the run-time expanders both set them
+DEFAULT_TIMEOUTS_S = {"transform": 900.0, "collect": 600.0, "synthesize": 300.0, "control": 900.0}
 _SAMPLING_KEYS = ("warmup", "repeats", "launches")
 _ID_PREFIX = {"transform": "t", "collect": "c", "synthesize": "s", "control": "x"}
 

@@ -51,7 +51,7 @@ def test_control_task_publishes_async_sites(discovery_outputs, program):
 
 def test_expander_and_transform_make_sixteen_linked_probes(discovery_outputs, program, tmp_path):
     control, outputs = discovery_outputs
-    from argus_rt.planner import BranchBuilder
+    from argus_rt.branches import BranchBuilder
 
     builder = BranchBuilder(control, {program.id: program.to_dict()})
     expand = get_handler("expander", "forced_wait_probes")
@@ -78,7 +78,7 @@ def test_triton_probe_collect_adapter_is_registered(program):
     adapter = get_backend("trace", "triton")
     assert type(adapter).__name__ == "TritonProbeTrace" and adapter.outputs == ("op_events", "iteration_waits")
     # its effects are exactly what the planner declares for probe runs, so the worker accepts it
-    from argus_rt.planner import PROBE_EFFECTS
+    from argus_rt.probe_expander import PROBE_EFFECTS
 
     assert set(adapter.effects) <= set(PROBE_EFFECTS)
     adapter.validate_config({})  # region tracing (the latency recipe)

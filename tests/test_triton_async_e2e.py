@@ -110,7 +110,8 @@ def test_plan_uses_the_traced_iteration_reference(program):
 
 
 def test_discovery_expands_sixteen_probe_runs_that_produce_op_events(program, tmp_path):
-    from argus_rt.planner import BranchBuilder, PROBE_EFFECTS
+    from argus_rt.branches import BranchBuilder
+    from argus_rt.probe_expander import PROBE_EFFECTS
     from argus_rt.runtime.handlers import TaskContext, get_handler
     from argus_rt.tasks import Task
 

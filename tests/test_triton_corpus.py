@@ -211,7 +211,7 @@ def test_heuristics_compute_from_the_launch_arguments(compiled):
 def test_runtime_discovery_expander_and_probe_transform_on_causal_attention(compiled, tmp_path):
     """The query path's CPU half on a helper-and-causal kernel: the Control handler publishes the sites,
     the expander makes one probe per TMA (op, iteration), and a probe in the run-time-bounded loop builds."""
-    from argus_rt.planner import BranchBuilder
+    from argus_rt.branches import BranchBuilder
     from argus_rt.runtime.handlers import TaskContext, get_handler
     from argus_rt.tasks import Task
 

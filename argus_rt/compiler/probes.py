@@ -22,13 +22,13 @@ linked to its origin (``origin_hash``) and to the op ID; collection effects: ``f
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .async_sites import TMA_LOAD, Discovery, UnsupportedOpError, barrier_index, tma_parts
+from .triton_kernel_check import ProbeError, _kernel_module, check_module_reference, compile_ttgir
+from .triton_region_trace import collect_triton_region_trace
 from .ttgir_edit import (
     SMID_ASM,
     checked_edit,
@@ -41,15 +41,11 @@ from .ttgir_edit import (
 )
 from .ttgir_edit import indent as _indent
 from .ttgir_edit import loc_suffix as _loc_suffix
-from .ttgir_module import TtgirError, parse_module, text_name
+from .ttgir_module import parse_module, text_name
 
 PROBE_ARG = "%argus_probe_out"
 WORDS_PER_CTA = 5  # ns0, ns1, clk0, clk1, smid
 EFFECTS = ("forces_completion", "perturbs_timing")
-
-
-class ProbeError(ValueError):
-    """A probe that cannot be built; the message names the op, iteration and valid choices."""
 
 
 @dataclass
@@ -218,36 +214,6 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
                                   site.completion.describe(iteration)])
 
 
-def compile_ttgir(ttgir: str, workdir: str | Path, name: str, *, capability: int = 90):
-    """Compile TTGIR text with Triton (works without a GPU); returns the CompiledKernel.
-
-    The text is written atomically to ``workdir/name.ttgir`` because Triton compiles from a path.
-    """
-    import triton
-    from triton.backends.compiler import GPUTarget
-
-    from ..fsutil import atomic_write_text
-
-    path = Path(workdir) / f"{name}.ttgir"
-    atomic_write_text(path, ttgir)
-    # MLIR prints its diagnostics (which op, which line) on fd 2, not in the exception: capture them.
-    with tempfile.TemporaryFile() as err:
-        saved = os.dup(2)
-        os.dup2(err.fileno(), 2)
-        try:
-            return triton.compile(str(path), target=GPUTarget("cuda", capability, 32))
-        except Exception as exc:  # Triton raises a plain RuntimeError
-            os.dup2(saved, 2)
-            err.seek(0)
-            diag = err.read().decode(errors="replace").strip()
-            raise TtgirError(f"Triton could not compile {path}: {exc}\n{diag[-3000:]}") from exc
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
-
-
 # ---- traced reference: per-iteration consumer wait, for the join ------------------------------------
 def make_iteration_trace(ttgir: str, discovery: Discovery) -> str:
     """The traced reference variant: around the consumer's ``wait_barrier`` of every loop trip,
@@ -385,7 +351,7 @@ def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: 
     The kernel module named by ``program.launch["module"]`` provides ``make_inputs(seed)`` (fresh
     random inputs, outputs poisoned), ``run(compiled, inputs, probe_out=None)`` (returns the output
     tensor), ``n_ctas()`` and ``reference(a, b)``. The reference TTGIR (the base program's) runs first
-    on the same inputs and is checked against ``reference`` (:data:`REFERENCE_REL_TOL`);
+    on the same inputs and is checked against ``reference`` (:data:`.triton_kernel_check.REFERENCE_REL_TOL`);
     every probe launch must reproduce its output bit for bit (a forced wait changes timing, not
     results), else :class:`ProbeError`. The first probe launch loads the module and is not evidence.
     Returns ``{"op_events": doc}`` with all timed launches' rows.
@@ -407,45 +373,6 @@ def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: 
         lambda out, launch: op_events_document(out, n, op_id, iteration))
     return {"op_events": {"format": "argus.op_events/1", "clock": "ns", "columns": cols, "launches": repeats,
                           "reference_rel_error": rel, "jit_check": jit}}
-
-
-def _kernel_module(program):
-    """The program's kernel module, checked for the protocol the GPU collectors call (docs/programs.md)."""
-    from .triton_program import import_module
-
-    mod = import_module(program)
-    missing = [f for f in ("make_inputs", "run", "n_ctas", "reference") if not callable(getattr(mod, f, None))]
-    if missing:
-        raise ProbeError(f"{program.launch['module']} lacks {missing} of the kernel module protocol (make_inputs, run, "
-                         "n_ctas, reference; docs/programs.md)")
-    return mod
-
-
-# Relative Frobenius error allowed between the compiled reference and the module's plain PyTorch
-# reference (both accumulate in fp32 and round to fp16, so they differ by rounding only; a skipped or
-# misplaced tile gives errors of order 0.1 to 1).
-REFERENCE_REL_TOL = 1e-2
-
-
-def check_module_reference(mod, inputs: dict, got) -> float:
-    """Relative error of ``got`` against the module's plain ``reference``, called with the inputs its
-    parameters name (``reference(x, w, b)`` gets ``inputs["x"]`` ...; the matmul examples' ``(a, b)``
-    too); :class:`ProbeError` above the tolerance."""
-    import inspect
-
-    if not hasattr(mod, "reference"):
-        raise ProbeError(f"{getattr(mod, '__file__', mod)} has no plain reference(...) to check the kernel against")
-    params = inspect.signature(mod.reference).parameters
-    missing = [p for p, v in params.items() if p not in inputs and v.default is inspect.Parameter.empty]
-    if missing:
-        raise ProbeError(f"reference() of {getattr(mod, '__file__', mod)} takes {missing}, which make_inputs() does "
-                         f"not return; inputs: {sorted(inputs)}")
-    want = mod.reference(**{k: v for k, v in inputs.items() if k in params}).float()
-    rel = float((got.float() - want).norm() / want.norm())
-    if not rel <= REFERENCE_REL_TOL:
-        raise ProbeError(f"the reference kernel differs from its PyTorch reference: relative error {rel:.3g} "
-                         f"> {REFERENCE_REL_TOL}")
-    return rel
 
 
 def _timed_variant_columns(mod, ref, variant, out_words: int, label: str, seed, repeats: int, document) -> tuple[dict, float]:
@@ -476,7 +403,7 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
     """Run the traced reference (:func:`make_iteration_trace`) of a Triton program on the current GPU.
 
     The plain reference TTGIR runs first on fresh random inputs and is checked against the module's
-    PyTorch ``reference`` (:data:`REFERENCE_REL_TOL`); every traced launch must reproduce
+    PyTorch ``reference`` (:data:`.triton_kernel_check.REFERENCE_REL_TOL`); every traced launch must reproduce
     its output bit for bit (the timer reads change timing, not results), else :class:`ProbeError`.
     The first traced launch loads the module and is not evidence. Returns the
     ``argus.iteration_waits/1`` document of all timed launches.
@@ -607,8 +534,6 @@ def _triton_probe_adapter_class():
                                  f"{ctx.config!r} publishes only {list(publishes)}: two trace modes were merged into "
                                  "one run (each mode is its own kernel variant and needs its own run)")
             if not ctx.config:
-                from .triton_region_trace import collect_triton_region_trace
-
                 doc = collect_triton_region_trace(ctx.program, ctx.outdir / "build",
                                                   repeats=int(ctx.sampling.get("repeats", 1)))
                 return {"region_intervals": ctx.write_json("region_intervals", doc)}

@@ -262,7 +262,7 @@ def collect_triton_region_trace(program, workdir, *, repeats: int = 1, seed: int
     is not evidence).
 
     The plain reference TTGIR runs first on fresh random inputs and is checked against the module's
-    PyTorch ``reference`` (relative error <= :data:`argus_rt.compiler.probes.REFERENCE_REL_TOL`);
+    PyTorch ``reference`` (relative error <= :data:`argus_rt.compiler.triton_kernel_check.REFERENCE_REL_TOL`);
     every traced launch must then reproduce that output bit for bit (timer reads and stores change
     timing, not arithmetic), else :class:`RegionTraceError`. Before that, the kernel is checked to be
     the JIT's (:func:`argus_rt.compiler.jit_equivalence.check_against_jit`; ``doc["jit_check"]``).
@@ -272,7 +272,7 @@ def collect_triton_region_trace(program, workdir, *, repeats: int = 1, seed: int
     import torch
 
     from .jit_equivalence import check_against_jit
-    from .probes import _kernel_module, check_module_reference, compile_ttgir
+    from .triton_kernel_check import _kernel_module, check_module_reference, compile_ttgir
     from .triton_program import program_ttgir
 
     if repeats < 1:

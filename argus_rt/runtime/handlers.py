@@ -42,7 +42,7 @@ BUILTIN_HANDLER_MODULES = {
     ("transform", "variant"): "argus_rt.runtime.builtin",
     ("transform", "forced_wait_probe"): "argus_rt.compiler.probes",
     ("control", "async_discovery"): "argus_rt.compiler.triton_discovery",
-    ("expander", "forced_wait_probes"): "argus_rt.planner",
+    ("expander", "forced_wait_probes"): "argus_rt.probe_expander",
     ("synthesize", "*"): "argus_rt.synthesis",
 }
 

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..branches import BranchBuilder
 from ..program import ProgramVersion
 from ..tasks import Plan, Task, find_cycle
 from ..workspace import Workspace
@@ -383,8 +384,6 @@ class _Execution:
         """Run ``control``'s expander on its outputs: a checked :class:`BranchBuilder`, or ``None``."""
         if control.kind != "control" or not control.config.get("expander"):
             return None
-        from ..planner import BranchBuilder
-
         expander = get_handler("expander", control.config["expander"], self.program(control.program).kind)
         builder = BranchBuilder(control, self.plan.programs)
         ctx = TaskContext(task=control, program=self.program(control.program), programs=self.program,
