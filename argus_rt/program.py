@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any, Mapping
 
 from .errors import ArgusInputError
 from .regions import RegionError, RegionTree
+from .tools import tool_or_none
 
 PROGRAM_FILE = "argus_program.json"
 VARIANTS = ("base", "trace_free", "marker_only", "traced", "probe")
@@ -209,7 +209,7 @@ def check_joinable(versions: list[ProgramVersion]) -> None:
 def detect_compiler(kind: str) -> str:
     """Version string of the compiler for ``kind`` ("unknown" when it is not installed)."""
     if kind == "cuda":
-        nvcc = shutil.which("nvcc")
+        nvcc = tool_or_none("nvcc")
         if nvcc is None:
             return "unknown"
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from .tools import find_tool
 
 _INSTRUCTION = re.compile(r"^\s*/\*([0-9a-fA-F]{4,})\*/\s+(.*?)\s*;?\s*(?:/\*\s*0x[0-9a-fA-F]+\s*\*/)?\s*$")
 _ENCODING_ONLY = re.compile(r"^\s*/\*\s*0x[0-9a-fA-F]+\s*\*/\s*$")
@@ -43,10 +44,6 @@ MARKER_OPCODE = "PMTRIG"
 
 class SassParseError(ValueError):
     """A SASS listing that cannot be read; the message names the line."""
-
-
-class ToolNotFoundError(FileNotFoundError):
-    """A CUDA binary tool (cuobjdump, nvdisasm) is not installed where Argus looks."""
 
 
 @dataclass(frozen=True)
@@ -333,46 +330,24 @@ def select_function(functions: dict[str, SassFunction], kernel: str) -> SassFunc
 
 # ---- running the disassemblers ---------------------------------------------------------------
 
-def find_cuda_tool(tool: str) -> Path:
-    """Path of ``cuobjdump`` or ``nvdisasm``: PATH, then $CUDA_HOME/bin, then Triton's bundled copy."""
+def disassemble(binary: str | os.PathLike, *, tool: str = "cuobjdump", line_info: bool = False,
+                function: str | None = None, timeout_s: float = 120.0) -> str:
+    """SASS text of a cubin or executable. ``line_info`` (nvdisasm, cubin only) adds file/line comments;
+    ``function`` (cuobjdump only) limits the listing to that function."""
     valid = ("cuobjdump", "nvdisasm")
     if tool not in valid:
-        raise ValueError(f"unknown CUDA tool {tool!r}; valid: {', '.join(valid)}")
-    found = shutil.which(tool)
-    if found:
-        return Path(found)
-    candidates = []
-    for env in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(env):
-            candidates.append(Path(os.environ[env]) / "bin" / tool)
-    candidates.append(Path("/usr/local/cuda/bin") / tool)
-    try:
-        import triton  # noqa: F401  (its wheel ships cuobjdump and nvdisasm)
-
-        candidates.append(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / tool)
-    except ImportError:
-        pass
-    for c in candidates:
-        if c.is_file() and os.access(c, os.X_OK):
-            return c
-    raise ToolNotFoundError(
-        f"{tool} not found on PATH, in $CUDA_HOME/bin, /usr/local/cuda/bin or Triton's bundled tools; "
-        f"looked at: {', '.join(str(c) for c in candidates) or 'PATH only'}"
-    )
-
-
-def disassemble(binary: str | os.PathLike, *, tool: str = "cuobjdump", line_info: bool = False,
-                timeout_s: float = 120.0) -> str:
-    """SASS text of a cubin or executable. ``line_info`` (nvdisasm, cubin only) adds file/line comments."""
+        raise ValueError(f"unknown disassembler {tool!r}; valid: {', '.join(valid)}")
     path = Path(binary)
     if not path.is_file():
         raise FileNotFoundError(f"no such binary to disassemble: {path}")
-    exe = find_cuda_tool(tool)
+    exe = find_tool(tool)
     if tool == "cuobjdump":
         if line_info:
             raise ValueError("line_info needs tool='nvdisasm' (cuobjdump prints no line table)")
-        cmd = [str(exe), "-sass", str(path)]
+        cmd = [str(exe), "-sass"] + (["-fun", function] if function else []) + [str(path)]
     else:
+        if function:
+            raise ValueError("function needs tool='cuobjdump' (nvdisasm lists the whole cubin)")
         cmd = [str(exe), "-c"] + (["-g"] if line_info else []) + [str(path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
@@ -384,7 +359,7 @@ def indirect_branch_targets(binary: str | os.PathLike, *, timeout_s: float = 120
     """{function: {PC of an indirect branch: its target PCs}} from the cubin's
     ``EIATTR_INDIRECT_BRANCH_TARGETS`` attributes (``cuobjdump -elf``): ptxas records every target of
     the jump tables it emits (a dense ``switch`` becomes ``BRX``), which the SASS text does not show."""
-    exe = find_cuda_tool("cuobjdump")
+    exe = find_tool("cuobjdump")
     cmd = [str(exe), "-elf", str(binary)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:

@@ -19,9 +19,9 @@ from collections import Counter, defaultdict
 
 def function_ranges(cubin: str) -> list[tuple[int, int, str]]:
     """(offset, size, name) of each function in the cubin's .text, from ``cuobjdump -elf``."""
-    from argus_rt.sass import find_cuda_tool
+    from argus_rt.tools import find_tool
 
-    out = subprocess.run([str(find_cuda_tool("cuobjdump")), "-elf", cubin], capture_output=True, text=True,
+    out = subprocess.run([str(find_tool("cuobjdump")), "-elf", cubin], capture_output=True, text=True,
                          check=True).stdout
     fns = []
     for line in out.splitlines():

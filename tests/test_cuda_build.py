@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from argus_rt import tools
 from argus_rt.compiler import cuda
 from argus_rt.compiler.cuda import (
     CompileError,
@@ -66,7 +67,7 @@ def test_missing_nvcc_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("ARGUS_NVCC", str(tmp_path / "no-nvcc"))
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(cuda, "_DEFAULT_NVCC", str(tmp_path / "nope"))
+    monkeypatch.setattr(tools, "CUDA_BIN", tmp_path / "nope")
     with pytest.raises(CompilerNotFoundError, match="nvcc not found"):
         build(CudaBuildSpec("x", [SOURCES["nested_regions"]]))
 

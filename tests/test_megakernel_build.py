@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from argus_rt.markers import marker_immediates
-from argus_rt.sass import find_cuda_tool
+from argus_rt.tools import find_tool
 from megakernel.build import BuildError, build
 from megakernel.regions import REGION_LEAVES, region_tree
 from megakernel.runtime import DoesNotFitError, check_fits, kernel_limits
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 
 
 def _sass(cubin) -> str:
-    tool = find_cuda_tool("cuobjdump")
+    tool = find_tool("cuobjdump")
     return subprocess.run([str(tool), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
 
 

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from argus_rt import tools
 from argus_rt.backends import ncu
 from argus_rt.backends.base import BackendUnavailableError
 
@@ -72,7 +73,7 @@ def test_no_kernel_profiled_lists_what_ran():
 def test_ncu_absent(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("NCU", raising=False)
-    monkeypatch.setattr(ncu.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(tools.glob, "glob", lambda pattern: [])
     monkeypatch.setattr(ncu.Path, "is_file", lambda self: False)
     with pytest.raises(BackendUnavailableError, match="ncu\\) not found"):
         ncu.find_ncu()

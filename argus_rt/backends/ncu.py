@@ -34,11 +34,9 @@ launch, not per replay pass. Instrumented times must never be used as region dur
 from __future__ import annotations
 
 import csv
-import glob
 import io
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +44,7 @@ from pathlib import Path
 from ..fsutil import atomic_write_text
 from ..gpu_env import multicast_off_env
 from ..sass import SassFunction, function_from_rows, kernel_key, pc_key
+from ..tools import ToolNotFoundError, find_tool
 from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend
 
 REQUIRED_COLUMNS = ("Address", "Source", "Instructions Executed")
@@ -232,16 +231,11 @@ def parse_details_csv(text: str) -> dict[str, dict[str, float]]:
 # ---- running ncu -----------------------------------------------------------------------------
 
 def find_ncu() -> Path:
-    """The ``ncu`` executable: $NCU, PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute/*/ncu."""
-    cands = [os.environ.get("NCU", "")] + [shutil.which("ncu") or ""]
-    cands += ["/usr/local/cuda/bin/ncu"] + sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True)
-    for c in cands:
-        if c and Path(c).is_file() and os.access(c, os.X_OK):
-            return Path(c)
-    raise BackendUnavailableError(
-        "Nsight Compute (ncu) not found: set $NCU, put ncu on PATH, or install it under "
-        "/usr/local/cuda/bin or /opt/nvidia/nsight-compute/<version>/"
-    )
+    """The ``ncu`` executable, by the one search order of :mod:`argus_rt.tools` ($ARGUS_NCU, $NCU first)."""
+    try:
+        return find_tool("ncu")
+    except ToolNotFoundError as exc:
+        raise BackendUnavailableError(str(exc)) from exc
 
 
 def ncu_command(program: list[str], kernel: str | None = None, *, launches: int = 1, launch_skip: int = 0,

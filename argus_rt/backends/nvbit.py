@@ -24,13 +24,13 @@ Run: ``LD_PRELOAD=<tool.so> ARGUS_NVBIT_OUT=<file> <program>``.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 from ..fsutil import atomic_write_text
 from ..gpu_env import multicast_off_env
 from ..markers import MARKER_BEGIN, MARKER_END, MARKER_KIND_MASK, MARKER_TAG
+from ..tools import ToolNotFoundError, find_tool
 from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend
 
 METHOD = "nvbit"
@@ -248,9 +248,10 @@ def build_commands(outdir: Path, nvbit_root: Path, *, nvcc: str = "nvcc", arch: 
 def build_tool(outdir: str | os.PathLike, *, env: dict | None = None, timeout_s: float = 600.0) -> Path:
     """Write the sources and build ``argus_map.so`` against ``$NVBIT_PATH``; return its path."""
     root = nvbit_path(env)
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        raise BackendUnavailableError("nvcc is not on PATH: the NVBit tool is built from source")
+    try:
+        nvcc = str(find_tool("nvcc"))
+    except ToolNotFoundError as exc:
+        raise BackendUnavailableError(f"the NVBit tool is built from source: {exc}") from exc
     outdir = Path(outdir)
     for name, text in tool_sources().items():
         atomic_write_text(outdir / name, text)

@@ -13,11 +13,11 @@ that fails makes the demo exit non-zero.
 """
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass
 
 from ..resources import examples_dir
+from ..tools import tool_or_none
 from .options import add_workspace, workspace_path
 from .output import make_console, rule
 
@@ -68,10 +68,11 @@ def run(args) -> int:
 
     console = make_console()
     gpu = _gpu_name()
-    have = {"": None, "nvcc": None if shutil.which("nvcc") else "nvcc is not on PATH",
+    nvcc = tool_or_none("nvcc")
+    have = {"": None, "nvcc": None if nvcc else "nvcc is not installed (see argus_rt.tools for where Argus looks)",
             "gpu": None if gpu else "no CUDA GPU visible to torch"}
     rule(console, "Argus demo")
-    console.print(f"GPU: {gpu or 'none'}    nvcc: {shutil.which('nvcc') or 'not found'}")
+    console.print(f"GPU: {gpu or 'none'}    nvcc: {nvcc or 'not found'}")
 
     results = []
     for step in default_steps(str(workspace_path(args) or default_workspace())):

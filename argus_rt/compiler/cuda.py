@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -23,11 +22,11 @@ from pathlib import Path
 
 from ..fsutil import atomic_write_bytes, atomic_write_text
 from ..resources import csrc_dir
+from ..tools import ToolNotFoundError, find_tool
 
 ARGUS_INCLUDE = csrc_dir()  # holds argus/argus.cuh
 ARGUS_MODES = {0: "off", 1: "marker-only", 2: "trace"}
 BACKENDS = ("nvcc", "nvrtc")
-_DEFAULT_NVCC = "/usr/local/cuda/bin/nvcc"
 _HEADER_SUFFIXES = {".h", ".cuh", ".hpp", ".inc", ".inl"}
 
 
@@ -182,18 +181,11 @@ def cache_dir() -> Path:
 
 
 def find_nvcc() -> str:
-    """Path of nvcc: $ARGUS_NVCC, $CUDA_HOME/bin/nvcc, PATH, /usr/local/cuda/bin/nvcc."""
-    candidates = [os.environ.get("ARGUS_NVCC")]
-    if os.environ.get("CUDA_HOME"):
-        candidates.append(str(Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc"))
-    candidates += [shutil.which("nvcc"), _DEFAULT_NVCC]
-    for c in candidates:
-        if c and Path(c).is_file() and os.access(c, os.X_OK):
-            return c
-    raise CompilerNotFoundError(
-        "nvcc not found (looked at $ARGUS_NVCC, $CUDA_HOME/bin/nvcc, PATH, /usr/local/cuda/bin/nvcc); install the "
-        "CUDA toolkit 12.4+ or use backend='nvrtc' with cuda-python installed"
-    )
+    """Path of nvcc, by the one search order of :mod:`argus_rt.tools` ($ARGUS_NVCC first)."""
+    try:
+        return str(find_tool("nvcc"))
+    except ToolNotFoundError as exc:
+        raise CompilerNotFoundError(f"{exc}; install the CUDA toolkit 12.4+ or use backend='nvrtc'") from exc
 
 
 @lru_cache(maxsize=None)
@@ -349,29 +341,16 @@ def build_all_modes(name: str, source: str, **kw) -> dict[int, BuildResult]:
 _SASS_LINE = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;?\s*/\*\s*0x[0-9a-f]+\s*\*/\s*$")
 
 
-def find_cuobjdump() -> str:
-    """cuobjdump from Triton's wheel (works without a GPU or toolkit), else from PATH / CUDA_HOME."""
-    try:
-        import triton
-
-        cand = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-        if cand.is_file():
-            return str(cand)
-    except ImportError:
-        pass
-    for cand in (shutil.which("cuobjdump"), os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "cuobjdump")):
-        if cand and Path(cand).is_file():
-            return cand
-    raise CompilerNotFoundError("cuobjdump not found (install triton, whose wheel carries it, or the CUDA toolkit)")
-
-
 def disassemble(cubin: str | os.PathLike, function: str | None = None) -> str:
-    """SASS text of a cubin (``cuobjdump -sass``), optionally of one function."""
-    cmd = [find_cuobjdump(), "-sass"] + (["-fun", function] if function else []) + [str(cubin)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise CudaBuildError(f"cuobjdump failed on {cubin}: {proc.stderr.strip()}")
-    return proc.stdout
+    """SASS text of a cubin (``cuobjdump -sass``), optionally of one function: :func:`argus_rt.sass.disassemble`
+    with its failure reported as a build error, as this module's callers expect."""
+    from ..sass import SassParseError
+    from ..sass import disassemble as sass_disassemble
+
+    try:
+        return sass_disassemble(cubin, function=function)
+    except SassParseError as exc:
+        raise CudaBuildError(str(exc)) from exc
 
 
 def sass_instructions(text: str) -> list[tuple[str, str]]:
