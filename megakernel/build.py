@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from argus_rt.compiler.cuda import CompilerNotFoundError
+from argus_rt.compiler.cuda import find_nvcc as argus_find_nvcc
 from argus_rt.fsutil import atomic_write_text
 from argus_rt.resources import csrc_dir
 
@@ -54,11 +55,11 @@ class BuildResult:
 
 
 def find_nvcc() -> str:
-    nvcc = shutil.which("nvcc") or (os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc") if "CUDA_HOME" in os.environ
-                                    else None)
-    if not nvcc or not os.path.exists(nvcc):
-        raise BuildError("nvcc not found on PATH (or $CUDA_HOME/bin); the megakernel needs nvcc >= 12.3 for sm_90a")
-    return nvcc
+    """argus_rt's nvcc (one search order for every build, see argus_rt.tools), as a megakernel BuildError."""
+    try:
+        return argus_find_nvcc()
+    except CompilerNotFoundError as exc:
+        raise BuildError(f"{exc} (the megakernel needs nvcc >= 12.3 for sm_90a)") from exc
 
 
 def _sources() -> list[Path]:
