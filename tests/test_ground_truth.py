@@ -111,39 +111,32 @@ def test_second_capture_with_barriers():
         assert value == pytest.approx(n, abs=0.5), name
 
 
-def _report_values(name):
-    import json
+def test_saved_capture_through_synthesis_matches_construction(tmp_path):
+    """The second device run's ncu page and SASS through the real map and synthesis rules (what
+    `argus query examples/ground_truth --signals instruction_mix,barrier_count` runs on them): FFMA
+    and BAR per region equal construction exactly (one FFMA per construction-loop trip, one BAR per
+    inner trip), and only the regions calling the shared helper carry ownership entropy."""
+    from tests.test_source_file_view import capture, _synthesize
 
-    doc = json.loads((FIX / name).read_text())
-    return doc, {(v["signal"], v["region"], v["metric"]): v for v in doc["values"]}
-
-
-def test_saved_end_to_end_report_of_the_ground_truth():
-    """`argus query examples/ground_truth --region ground_truth --signals latency,instruction_mix,barrier_count`
-    on an H200 (second device run): FFMA and BAR per region equal construction exactly. Latency was
-    unanswered in that run (the trace adapter declared an effect the plan did not; fixed since)."""
-    doc, v = _report_values("e2e_report_ground_truth.json")
-    warps = 128 * 256 // 32
-    assert v[("instruction_mix", "ground_truth/stage_a", "FFMA")]["value"] == warps * (2000 + 3 * 500)
-    assert v[("instruction_mix", "ground_truth/stage_b", "FFMA")]["value"] == warps * (1000 + 500)
-    assert v[("instruction_mix", "ground_truth/stage_b/inner", "FFMA")]["value"] == warps * 1500
-    assert v[("barrier_count", "ground_truth/stage_b/inner", "BAR")]["value"] == warps * 1500
-    assert v[("barrier_count", "ground_truth/stage_a", "BAR")]["value"] == 0
-    assert v[("instruction_mix", "ground_truth/stage_a", "FFMA")]["ambiguity"]["entropy_nats"] > 0
-    assert v[("instruction_mix", "ground_truth/stage_b/inner", "FFMA")]["ambiguity"]["entropy_nats"] == 0
-    assert all(x["qualification"] == "attributed" for x in doc["values"])
-    assert [u["signal"] for u in doc["unanswered"]] == ["latency"]
-
-
-def test_saved_end_to_end_report_of_the_cuda_example():
-    """Same query on examples/cuda/nested_regions.cu (mix() called once from stage_a, 4 times from
-    stage_b, 64 rounds, 1024 warps)."""
-    doc, v = _report_values("e2e_report_nested_regions.json")
-    warps = 1024
-    assert v[("instruction_mix", "example/stage_a", "FFMA")]["value"] == warps * (64 + 64)
-    assert v[("instruction_mix", "example/stage_b", "FFMA")]["value"] == warps * 4 * 64
-    assert v[("instruction_mix", "example/stage_b/inner", "FFMA")]["value"] == warps * 4 * 64
-    assert v[("instruction_mix", "example/stage_b", "FFMA")]["ambiguity"]["entropy_nats"] > 0
+    function, lined, profile = capture()
+    trips = captured_trips((FIX / "ncu_gt2_source_sass.csv").read_text())
+    map_doc = (pcmap.map_document(function, lined, profile), profile)
+    warps = trips["ctas"] * trips["threads"] // 32
+    helper = trips["trips_helper"]
+    want_ffma = {"ground_truth/stage_a": warps * (trips["trips_a"] + 3 * helper),
+                 "ground_truth/stage_b": warps * (trips["trips_b"] + helper),
+                 "ground_truth/stage_b/inner": warps * trips["trips_inner"]}
+    (tmp_path / "ffma").mkdir(), (tmp_path / "bar").mkdir()
+    ffma, facts = _synthesize(tmp_path / "ffma", map_doc, {"metric": "inst_executed", "opcodes": ["FFMA"]},
+                              "instruction_mix")
+    for region, n in want_ffma.items():
+        assert ffma[(region, "FFMA")]["value"] == n, region
+    assert ffma[("ground_truth/stage_a", "FFMA")]["ambiguity"]["entropy_nats"] > 0
+    assert ffma[("ground_truth/stage_b/inner", "FFMA")]["ambiguity"]["entropy_nats"] == 0
+    assert all(v["qualification"] == "attributed" for v in facts["values"])
+    bars, _ = _synthesize(tmp_path / "bar", map_doc, {"metric": "inst_executed", "opcodes": ["BAR"]}, "barrier_count")
+    for region, n in load_truth().expected_barriers(**trips).items():
+        assert bars[(region, "BAR")]["value"] == n, region
 
 
 def _load(path, name):

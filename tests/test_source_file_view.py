@@ -11,6 +11,7 @@ from argus_rt import sass
 from argus_rt.backends import ncu, pcmap
 from argus_rt.program import load_program
 from argus_rt.tasks import Task
+from tests.test_ground_truth import captured_trips, load_truth
 from tests.test_synthesis import run_rule
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,6 +25,13 @@ def capture():
     lined = sass.select_function(sass.parse_sass((FIX / "gt2_nvdisasm_lineinfo.txt").read_text()), "ground_truth_kernel")
     profile = ncu.select_profile(ncu.parse_source_csv((FIX / "ncu_gt2_source_sass.csv").read_text()), "ground_truth_kernel")
     return function, lined, profile
+
+
+def inner_barriers() -> float:
+    """BARs executed in stage_b/inner by construction (one per inner trip per warp), at the capture's
+    launch arguments (its self-check line); every BAR of the kernel is there, in ground_truth.cu."""
+    trips = captured_trips((FIX / "ncu_gt2_source_sass.csv").read_text())
+    return load_truth().expected_barriers(**trips)["ground_truth/stage_b/inner"]
 
 
 def run(tmp_path, task, deps, program):
@@ -53,7 +61,7 @@ def test_map_document_file_view_adds_up(map_doc):
     helper_pcs = {i.pc for i in capture()[1].instructions if i.source and i.source[0].endswith("gt_helper.cuh")}
     counts = profile.metric("inst_executed")
     assert view["inst_executed"]["gt_helper.cuh"] == pytest.approx(sum(counts[pc] for pc in helper_pcs))
-    assert view["barrier_inst_executed"] == {"ground_truth.cu": 1024 * 1500, "gt_helper.cuh": 0}
+    assert view["barrier_inst_executed"] == {"ground_truth.cu": inner_barriers(), "gt_helper.cuh": 0}
 
 
 def _synthesize(tmp_path, map_doc, config, signal):
@@ -75,11 +83,10 @@ def _synthesize(tmp_path, map_doc, config, signal):
 
 def test_barrier_count_shows_regions_and_files_side_by_side(tmp_path, map_doc):
     values, facts = _synthesize(tmp_path, map_doc, {"metric": "inst_executed", "opcodes": ["BAR"]}, "barrier_count")
-    warps = 128 * 256 // 32
-    assert values[("ground_truth/stage_b/inner", "BAR")]["value"] == warps * 1500
+    assert values[("ground_truth/stage_b/inner", "BAR")]["value"] == inner_barriers()
     assert values[("ground_truth/stage_a", "BAR")]["value"] == 0
     f = values[(None, "BAR [file ground_truth.cu]")]
-    assert f["value"] == warps * 1500 and f["provenance"]["method"] == "source file (-lineinfo)"
+    assert f["value"] == inner_barriers() and f["provenance"]["method"] == "source file (-lineinfo)"
     assert f["join"] == {"source_file": "ground_truth.cu", "source_metric": "barrier_inst_executed"}
     assert values[(None, "BAR [file gt_helper.cuh]")]["value"] == 0
     assert facts["extra"]["source_file_view"]["metric"] == "barrier_inst_executed"
@@ -127,12 +134,13 @@ def test_report_markdown_has_the_side_by_side_table(tmp_path, map_doc):
     report = Report(query={"program": "p", "region": "ground_truth", "signals": ["barrier_count"], "scope": {}},
                     values=list(values.values()))
     regions, files = report.side_by_side()["barrier_count"]
-    assert files == {"ground_truth.cu": 1536000.0, "gt_helper.cuh": 0.0}
-    assert regions["ground_truth/stage_b/inner"] == 1536000.0 and regions["ground_truth/stage_a"] == 0.0
+    bars = inner_barriers()
+    assert files == {"ground_truth.cu": bars, "gt_helper.cuh": 0.0}
+    assert regions["ground_truth/stage_b/inner"] == bars and regions["ground_truth/stage_a"] == 0.0
     md = report.to_markdown()
     table = md.split("vs plain source files (-lineinfo)**", 1)[1]
-    assert "| ground_truth | 0 | ground_truth.cu | 1536000 |" in table
-    assert "| ground_truth/stage_b/inner | 1536000 |  |  |" in table
+    assert f"| ground_truth | 0 | ground_truth.cu | {bars:.0f} |" in table
+    assert f"| ground_truth/stage_b/inner | {bars:.0f} |  |  |" in table
 
 
 def test_terminal_view_prints_the_side_by_side_table(tmp_path, map_doc):
@@ -147,4 +155,4 @@ def test_terminal_view_prints_the_side_by_side_table(tmp_path, map_doc):
     report.print(console)
     text = console.export_text()
     assert "barrier_count: regions (n(r,p)) vs plain source files (-lineinfo)" in text
-    assert "gt_helper.cuh" in text and "1536000" in text
+    assert "gt_helper.cuh" in text and f"{inner_barriers():.0f}" in text
