@@ -19,7 +19,7 @@ import math
 from collections import defaultdict
 from typing import Hashable, Iterable, Mapping
 
-UNMAPPED = "<unmapped>"
+from .pc_regions import UNMAPPED  # the one name for unattributed values, as argus_rt.pc_regions uses it
 
 
 class AttributionError(ValueError):

@@ -6,6 +6,7 @@ import pytest
 from argus_rt import sass
 from argus_rt.backends import pcmap
 from argus_rt.markers import marker_immediates
+from argus_rt.pc_regions import UNMAPPED
 
 A, B = 0x00A1B2C3, 0x00D4E5F6
 
@@ -146,8 +147,11 @@ def test_counts_from_another_build_are_refused():
     with pytest.raises(pcmap.PcMapError, match="unreachable in the CFG"):
         pcmap.build_pc_region_map(f, c)
     m = pcmap.build_pc_region_map(f, counts_for(f))
-    with pytest.raises(pcmap.PcMapError, match="does not know: 0x900"):
-        m.attribute({0x900: 1.0})
+    # a metric at a PC the map does not know is not dropped: it is counted as unmapped
+    got = m.attribute({0x900: 1.0, 0x30: 2.0})
+    assert got[UNMAPPED].value == 1.0 and got[UNMAPPED].method == "PCs absent from the map"
+    assert sum(v.value for v in got.values()) == 3.0
+    assert set(m.attribute({0x100: 4.0})) == {UNMAPPED}  # 0x100 never ran in the mapping run: no owner
 
 
 def test_source_file_attribution_needs_line_info():
