@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from argus_rt import tools
-from argus_rt.compiler import cuda
 from argus_rt.compiler.cuda import (
     CompileError,
     CompilerNotFoundError,

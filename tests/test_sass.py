@@ -97,6 +97,6 @@ def test_kernel_keys_agree_across_tools():
 def test_sass_arch_and_tools():
     assert sass.sass_arch((FIX / "gt_cuobjdump_sass.txt").read_text()) == "sm_90a"
     with pytest.raises(ValueError, match="valid: cuobjdump, nvdisasm"):
-        sass.find_cuda_tool("objdump")
+        sass.disassemble(FIX / "gt_cuobjdump_sass.txt", tool="objdump")
     with pytest.raises(FileNotFoundError, match="no such binary"):
         sass.disassemble("/nonexistent/a.cubin")
