@@ -534,13 +534,6 @@ class Workspace:
             n += 1
         return n
 
-    def verify(self) -> list[str]:
-        """Consistency problems, one line each (empty when consistent): SQLite's integrity check, every
-        record decoded, every blob hashed and decoded, no stale outputs (see :mod:`.workspace_check`)."""
-        from .workspace_check import verify
-
-        return verify(self)
-
     def stats(self) -> dict:
         blob_bytes = sum(p.stat().st_size for p in self.blobs.rglob("*") if p.is_file())
         count = lambda sql: self._query(sql)[0][0]  # noqa: E731

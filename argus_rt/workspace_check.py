@@ -20,8 +20,16 @@ import zipfile
 from pathlib import Path
 
 from .program import ProgramVersion
-from .workspace import (_SCHEMA, _SHA, _TABLES, INDEX_FILE, SCHEMA_VERSION, Workspace, WorkspaceError,
-                        _task_record_problem)
+from .workspace import (
+    _SCHEMA,
+    _SHA,
+    _TABLES,
+    INDEX_FILE,
+    SCHEMA_VERSION,
+    Workspace,
+    WorkspaceError,
+    _task_record_problem,
+)
 
 _TASK_STATUSES = ("done", "failed")
 

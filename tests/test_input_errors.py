@@ -28,6 +28,7 @@ from argus_rt.scope import Scope, ScopeError
 from argus_rt.trace import TraceConfig, TraceError, layout, load_raw, save_raw
 from argus_rt.trace.synth import RingWriter
 from argus_rt.workspace import Workspace, WorkspaceError
+from argus_rt.workspace_check import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 GT = ROOT / "examples" / "ground_truth"
@@ -147,7 +148,7 @@ def _workspace(root: Path) -> Path:
 
 def _read_everything(ws: Workspace) -> None:
     ws.stats()
-    ws.verify()
+    verify(ws)
     ws.tasks()
     ws.branches()
     for p in ws.programs():

@@ -16,7 +16,7 @@ from argus_rt.runtime.scheduler import Runtime
 from argus_rt.scope import Scope
 from argus_rt.tasks import Task
 from argus_rt.workspace import Workspace
-
+from argus_rt.workspace_check import verify
 from test_runtime_standins import demo_program, standins  # noqa: F401  (fixture)
 
 SITES = {"format": "argus.async_sites/1",
@@ -125,7 +125,7 @@ def test_sigkilled_worker_fails_only_dependents_and_branch_reruns(standins, tmp_
         assert res.results[plan.targets["latency"]].status == "done"  # independent branches finish
         assert res.results[plan.targets["system_timeline"]].status == "done"
         # nothing of the half-written file is visible: index consistent, no blob holds it
-        assert ws.verify() == []
+        assert verify(ws) == []
         assert ws.outputs(ncu) is None and ws.task_status(ncu)["status"] == "failed"
         for blob in ws.blobs.rglob("*"):
             if blob.is_file():
@@ -135,7 +135,7 @@ def test_sigkilled_worker_fails_only_dependents_and_branch_reruns(standins, tmp_
         assert again.ok
         # only the failed collect and its blocked dependents ran again
         assert again.executed == {"collect": 1, "synthesize": 1}
-        assert ws.verify() == []
+        assert verify(ws) == []
         ws.clean_staging()
         assert ws.stats()["staging_dirs"] == 0
 
@@ -264,7 +264,8 @@ def _dag_node(ctx):
     return {"facts": ctx.write_json("facts", {"n": ctx.config["n"], "inputs": seen})}
 
 
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 
 @st.composite

@@ -23,7 +23,7 @@ from argus_rt.runtime.handlers import register_synthesis
 from argus_rt.runtime.scheduler import Runtime
 from argus_rt.tasks import Plan, Task
 from argus_rt.workspace import Workspace
-
+from argus_rt.workspace_check import verify
 from test_runtime_standins import demo_program
 
 TESTS = Path(__file__).resolve().parent
@@ -95,7 +95,7 @@ class Ledger:
 
     def check(self, what: str) -> None:
         with Workspace(self.root) as ws:
-            problems = ws.verify()
+            problems = verify(ws)
             assert problems == [], f"after {what}: {problems[:5]}"
             now = committed(ws, self.plans)
         lost = {k for k in self.seen if now.get(k) != self.seen[k]}

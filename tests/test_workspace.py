@@ -9,6 +9,7 @@ from argus_rt.program import IncompatibleVersionsError, ProgramVersion
 from argus_rt.regions import RegionTree
 from argus_rt.tasks import Task
 from argus_rt.workspace import Workspace, WorkspaceError
+from argus_rt.workspace_check import verify
 
 
 def prog(text="v1") -> ProgramVersion:
@@ -37,7 +38,7 @@ def test_commit_is_content_addressed_and_bound_to_task_and_inputs(tmp_path):
     assert o1["facts"].sha256 == o2["facts"].sha256 and o1["facts"].path == o2["facts"].path
     assert o1["facts"].read_bytes() == b"same bytes"
     assert o1["facts"].program == pv.id and o1["facts"].inputs == (("t-" + "0" * 20, "program", "ab" * 32),)
-    assert ws.verify() == []
+    assert verify(ws) == []
     assert ws.stats()["staging_dirs"] == 2  # emptied staging dirs remain until the runtime or clean_staging removes them
     ws.close()
     again = Workspace(tmp_path)  # persistent
@@ -55,9 +56,9 @@ def test_uncommitted_staging_is_invisible_and_verify_catches_corruption(tmp_path
     assert ws.outputs(t.id) is None and ws.task_status(t.id) is None
     out = commit_text(ws, Task(kind="synthesize", op="y", program="pv"), facts="x" * 100)
     out["facts"].path.write_bytes(b"tampered")
-    assert any("does not match" in p for p in ws.verify())
+    assert any("does not match" in p for p in verify(ws))
     out["facts"].path.unlink()
-    assert any("missing" in p for p in ws.verify())
+    assert any("missing" in p for p in verify(ws))
 
 
 def test_failure_records_do_not_hide_done_results(tmp_path):
@@ -144,7 +145,7 @@ def test_damaged_or_missing_blob_counts_as_absent_and_a_commit_rewrites_it(tmp_p
     with pytest.raises(WorkspaceError, match="does not match its hash"):
         out.read_bytes()
     again = commit_text(ws, t, facts="true bytes")["facts"]  # the rerun's identical bytes replace the damage
-    assert again.read_bytes() == b"true bytes" and ws.verify() == []
+    assert again.read_bytes() == b"true bytes" and verify(ws) == []
     again.path.unlink()
     assert ws.outputs(t.id) is None
     with pytest.raises(WorkspaceError, match="cannot be read"):
@@ -163,7 +164,7 @@ def test_an_output_whose_input_was_produced_again_is_stale(tmp_path):
     assert ws.outputs(user.id) is not None
     commit_text(ws, dep, region_intervals="run 2")  # the collect ran again (its blob was damaged)
     assert ws.outputs(user.id) is None  # computed from bytes its dependency no longer holds
-    assert any("stale" in p for p in ws.verify())
+    assert any("stale" in p for p in verify(ws))
 
 
 def test_staging_refuses_symlinks_at_any_depth(tmp_path):
@@ -189,6 +190,6 @@ def test_a_damaged_task_record_counts_as_absent(tmp_path):
     with ws._tx() as db:
         db.execute("UPDATE tasks SET record=? WHERE id=?", ('{"kind": "collect"', t.id))
     assert ws.outputs(t.id) is None and ws.done_tasks("collect", "trace", "pv") == []
-    assert any("damaged record" in p for p in ws.verify())
+    assert any("damaged record" in p for p in verify(ws))
     commit_text(ws, t, region_intervals="x")  # the rerun writes the record again
-    assert ws.outputs(t.id) is not None and ws.verify() == []
+    assert ws.outputs(t.id) is not None and verify(ws) == []

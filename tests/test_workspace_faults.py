@@ -20,8 +20,7 @@ import pytest
 import argus_rt
 from argus_rt.cli import main
 from argus_rt.workspace import Workspace, WorkspaceError
-from argus_rt.workspace_check import repair
-
+from argus_rt.workspace_check import repair, verify
 from test_runtime_standins import demo_program, standins  # noqa: F401  (fixture)
 
 TESTS = Path(__file__).resolve().parent
@@ -71,7 +70,7 @@ def test_edited_blob_is_not_reused_and_its_task_rewrites_it(standins, clean_numb
     assert executed(zoom)["collect_runs"] == 1  # the trace ran again: not "reused"
     assert means(zoom) == clean_numbers[ZOOM] == {ZOOM: 100.0}
     with Workspace(ws) as w:
-        assert w.verify() == []
+        assert verify(w) == []
         assert json.loads(trace_blob(w).read_text()) != doc  # the blob was rewritten with the true bytes
 
 
@@ -80,12 +79,12 @@ def test_deleted_blob_reruns_its_task(standins, clean_numbers, tmp_path):  # noq
     argus_rt.query(demo_program(), "main", ["latency"], workspace=ws)
     with Workspace(ws) as w:
         trace_blob(w).unlink()
-        assert any("missing" in p for p in w.verify())
+        assert any("missing" in p for p in verify(w))
     again = argus_rt.query(demo_program(), "main", ["latency"], workspace=ws)  # no FileNotFoundError
     assert executed(again)["collect_runs"] == 1
     assert means(again) == clean_numbers["main"]
     with Workspace(ws) as w:
-        assert w.verify() == []
+        assert verify(w) == []
 
 
 def _flip(path: Path, n: int, seed: int) -> None:
@@ -104,7 +103,7 @@ def test_byte_flipped_index_repairs_and_reruns(standins, clean_numbers, tmp_path
     _flip(ws / "index.sqlite", 64, seed)
     try:
         with Workspace.open_existing(ws) as w:
-            problems = w.verify()
+            problems = verify(w)
     except WorkspaceError as exc:  # `argus workspace verify` says this in one line, exit 2
         problems = [str(exc)]
     try:  # before repair a query either works or fails with one clear WorkspaceError
@@ -117,7 +116,7 @@ def test_byte_flipped_index_repairs_and_reruns(standins, clean_numbers, tmp_path
     for region, numbers in clean_numbers.items():
         assert means(argus_rt.query(demo_program(), region, ["latency"], workspace=ws)) == numbers
     with Workspace(ws) as w:
-        assert w.verify() == []
+        assert verify(w) == []
     assert only_reused(argus_rt.query(demo_program(), "main", ["latency"], workspace=ws))  # what reran stays
 
 
@@ -200,7 +199,7 @@ def test_three_concurrent_writers(standins, clean_numbers, tmp_path):  # noqa: F
     for lines in results:
         assert {r["region"]: r["mean"] for r in lines} == clean_numbers
     with Workspace(ws) as w:
-        assert w.verify() == []
+        assert verify(w) == []
         assert w.stats()["tasks_failed"] == 0
     for region in clean_numbers:  # everything the writers committed is there: a rerun only reuses
         assert only_reused(argus_rt.query(demo_program(), region, ["latency", "instruction_mix"], workspace=ws))
@@ -216,7 +215,7 @@ def test_full_disk_gives_one_workspace_error_and_keeps_finished_tasks(standins, 
     assert len(lines) == 1 and "no space left to write" in lines[0]["error"], lines
     assert str(ws) in lines[0]["error"]
     with Workspace(ws) as w:
-        assert w.verify() == []
+        assert verify(w) == []
         assert finished <= {t["id"] for t in w.tasks() if t["status"] == "done"}
     assert means(argus_rt.query(demo_program(), ZOOM, ["latency"], workspace=ws)) == clean_numbers[ZOOM]
     assert only_reused(argus_rt.query(demo_program(), "main", ["latency", "instruction_mix"], workspace=ws))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..workspace_check import repair, verify
 from .options import add_workspace, workspace_path
 from .output import human_stream, json_add_argument, write_json
 
@@ -96,14 +97,12 @@ def _branches(ws, args):
 
 
 def _verify(ws, args):
-    problems = ws.verify()
+    problems = verify(ws)
     summary = "consistent" if not problems else f"{len(problems)} problem(s)"
     return {"consistent": not problems, "problems": problems}, problems + [summary], 0 if not problems else 1
 
 
 def _repair(root):
-    from ..workspace_check import repair
-
     done, left = repair(Path(root))
     summary = f"{len(done)} repair(s); " + ("consistent" if not left else f"{len(left)} problem(s) left")
     return {"repaired": done, "consistent": not left, "problems": left}, done + left + [summary], 0 if not left else 1
