@@ -14,8 +14,7 @@ running). See README.md and docs/architecture.md.
 """
 __version__ = "0.1.0"
 
-from .resources import example  # noqa: F401,E402
-
-from .regions import Region, RegionTree, RegionError, UnknownRegionError, RegionIdCollisionError, region_id  # noqa: F401
-from .scope import Scope  # noqa: F401
 from . import query  # noqa: F401,E402  (a callable module: argus_rt.query(program, ...))
+from .regions import Region, RegionError, RegionIdCollisionError, RegionTree, UnknownRegionError, region_id  # noqa: F401
+from .resources import example  # noqa: F401,E402
+from .scope import Scope  # noqa: F401

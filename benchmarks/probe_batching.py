@@ -81,11 +81,11 @@ class ContentStore:
 def run_batch(selections, a, b, pool, workdir: Path, repeats: int = 3) -> dict:
     """Run one query with ``selections`` = [(op label or id, iteration), ...]; return timings and rows."""
     import numpy as np
+    import tma_matmul as tm
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
 
-    import tma_matmul as tm
     from argus_rt.compiler import probes as P
     from argus_rt.compiler.triton_discovery import discover
 
@@ -177,9 +177,9 @@ def run_batch(selections, a, b, pool, workdir: Path, repeats: int = 3) -> dict:
 def reference_check(a, b, workdir: Path | None = None) -> float:
     """Relative error of the reference kernel (compiled from its TTGIR, the path every variant
     takes) against PyTorch (fp32 accumulate)."""
+    import tma_matmul as tm
     import torch
 
-    import tma_matmul as tm
     from argus_rt.compiler.probes import compile_ttgir
 
     ref = compile_ttgir(tm.compile_reference().asm["ttgir"], workdir or Path(tempfile.mkdtemp()), "reference_check")
@@ -210,6 +210,7 @@ def main(argv=None) -> int:
         print("probe_batching: no CUDA GPU; nothing measured", file=sys.stderr)
         return 2
     import tma_matmul as tm
+
     from benchmarks.record import record, spread
 
     torch.manual_seed(0)

@@ -13,8 +13,22 @@ import numpy as np
 
 from tinyllama.config import LlamaConfig
 
-from .instructions import (HEAD_K, HEAD_Q, HEAD_V, NO_COUNTER, WORDS, AttnPartial, Down, Embed, GateUp,
-                           Instruction, Logits, OProj, QkvHead, Sample)
+from .instructions import (
+    HEAD_K,
+    HEAD_Q,
+    HEAD_V,
+    NO_COUNTER,
+    WORDS,
+    AttnPartial,
+    Down,
+    Embed,
+    GateUp,
+    Instruction,
+    Logits,
+    OProj,
+    QkvHead,
+    Sample,
+)
 
 
 class DagError(ValueError):

@@ -14,8 +14,20 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .instructions import (HEAD_K, HEAD_Q, HEAD_V, AttnPartial, Down, Embed, GateUp, Instruction, Logits, OProj,
-                           QkvHead, Sample)
+from .instructions import (
+    HEAD_K,
+    HEAD_Q,
+    HEAD_V,
+    AttnPartial,
+    Down,
+    Embed,
+    GateUp,
+    Instruction,
+    Logits,
+    OProj,
+    QkvHead,
+    Sample,
+)
 from .state import DecodeState
 
 

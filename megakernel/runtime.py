@@ -24,10 +24,19 @@ from tinyllama.weights import LlamaWeights
 
 from .build import CSRC, KERNEL_NAME, build
 from .dag import Program, TileShape, build_decode_program
-from .instructions import WORDS, deserialize
+from .instructions import deserialize
 from .interpreter import SamplingParams
-from .params import (ERROR_BAD_OPCODE, ERROR_BAD_TOKEN, ERROR_DEADLOCK, ERROR_NONE, ERROR_STAGE_TIMEOUT, ERROR_WORDS,
-                     PARAM_BYTES, STUCK_WORDS, pack_params)
+from .params import (
+    ERROR_BAD_OPCODE,
+    ERROR_BAD_TOKEN,
+    ERROR_DEADLOCK,
+    ERROR_NONE,
+    ERROR_STAGE_TIMEOUT,
+    ERROR_WORDS,
+    PARAM_BYTES,
+    STUCK_WORDS,
+    pack_params,
+)
 from .regions import coordinate, region_tree
 from .state import DecodeState
 

@@ -229,9 +229,9 @@ def launch_span_ns(columns: dict, top_region_id: int) -> list[int]:
 def summarize(durations: dict[str, list[int]], spans: list[int], traced_ms: list[float], plain_ms: list[float],
               n_ctas: int, sm_count: int | None) -> dict:
     """The record :func:`measure_gemm_regions` returns, from measured numbers (pure; tested on CPU)."""
-    from argus_rt.trace.stats import duration_summary
-
     import numpy as np
+
+    from argus_rt.trace.stats import duration_summary
 
     missing = [r for r in REGIONS if not durations.get(r)]
     if missing:

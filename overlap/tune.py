@@ -20,9 +20,9 @@ set_safe_env()  # before torch, NCCL or symmetric memory initialise anything
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from .config import OverlapConfig, OverlapShapeError, candidate_configs, check_operands, parse_shape, split_global_m
-from .measure import device_events_of_one_call, summarize_call, time_interleaved_ms, time_op_ms
-from .model import OverlapModel, ProfiledPoint, fit_model, rank_of
+from .config import OverlapConfig, OverlapShapeError, candidate_configs, check_operands, parse_shape, split_global_m  # noqa: E402
+from .measure import device_events_of_one_call, summarize_call, time_interleaved_ms, time_op_ms  # noqa: E402
+from .model import OverlapModel, ProfiledPoint, fit_model, rank_of  # noqa: E402
 
 DEFAULT_S = (1, 2, 4, 8)
 DEFAULT_R = (0, 4, 8, 16, 32)

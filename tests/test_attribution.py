@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from argus_rt.attribution import UNMAPPED, AttributionError, PcRegionMap
 

@@ -1,8 +1,8 @@
 """Region-tracing adapter and CUDA variant runner: what runs without a GPU (CPU)."""
 import json
 import shutil
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest

@@ -20,7 +20,6 @@ from argus_rt.regions import RegionTree
 from argus_rt.report import REPORT_SCHEMA, REPORT_VERSION, Report, ReportError, validate_report
 from argus_rt.trace import TraceConfig, save_raw
 from argus_rt.trace.synth import RingWriter
-
 from test_query import write_program_dir
 from test_runtime_standins import StandinTrace, demo_program, standins  # noqa: F401
 

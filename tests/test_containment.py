@@ -10,7 +10,6 @@ import pytest
 
 from argus_rt.compiler.cuda import CudaBuildError, CudaBuildSpec, unsafe_flag
 from argus_rt.program import ProgramError, ProgramVersion, UnsafeFlagError, load_program, safe_program_name
-
 from test_input_errors import GT, assert_one_line, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

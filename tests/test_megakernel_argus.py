@@ -11,8 +11,13 @@ import numpy as np
 import pytest
 
 from argus_rt.backends.cuda_runner import RunnerContext, run_with_runner
-from argus_rt.backends.trace import (CudaLaunch, ProgramRunError, ReferenceMismatchError, coordinate_columns,
-                                     intervals_document)
+from argus_rt.backends.trace import (
+    CudaLaunch,
+    ProgramRunError,
+    ReferenceMismatchError,
+    coordinate_columns,
+    intervals_document,
+)
 from argus_rt.program import ProgramError, load_program
 from argus_rt.query import make_plan
 from argus_rt.resources import csrc_dir

@@ -4,8 +4,7 @@ import dataclasses
 import pytest
 
 from megakernel.dag import DagError, TileShape, build_decode_program
-from megakernel.instructions import (NO_COUNTER, AttnPartial, Down, Embed, GateUp, Logits, OProj, QkvHead,
-                                     Sample)
+from megakernel.instructions import NO_COUNTER, AttnPartial, Down, Embed, GateUp, Logits, OProj, QkvHead, Sample
 from tinyllama.config import get_config
 
 

@@ -3,7 +3,8 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from megakernel import instructions as I
 from megakernel.params import PARAM_BYTES, PARAM_FIELDS, pack_params, params_header

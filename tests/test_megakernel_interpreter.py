@@ -8,8 +8,14 @@ import torch
 
 from megakernel.dag import TileShape, build_decode_program
 from megakernel.instructions import NO_COUNTER, Down, GateUp
-from megakernel.interpreter import (Interpreter, InterpreterError, SamplingParams, gumbel_uniform, localise,
-                                    relative_error)
+from megakernel.interpreter import (
+    Interpreter,
+    InterpreterError,
+    SamplingParams,
+    gumbel_uniform,
+    localise,
+    relative_error,
+)
 from megakernel.state import DecodeState, pack_wqkv, qkv_row_order
 from tinyllama.config import get_config
 from tinyllama.model import Transformer

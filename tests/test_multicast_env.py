@@ -74,7 +74,6 @@ def test_worker_and_cpu_pool_processes(unsafe_env, tmp_path):
     from argus_rt.runtime.scheduler import Runtime
     from argus_rt.tasks import Plan, Task
     from argus_rt.workspace import Workspace
-
     from test_runtime_standins import demo_program
 
     pv = demo_program()

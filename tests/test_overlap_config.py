@@ -8,8 +8,15 @@ import sys
 import pytest
 import torch
 
-from overlap.config import (OverlapConfig, OverlapShapeError, candidate_configs, check_operands, chunk_bounds,
-                            parse_shape, split_global_m)
+from overlap.config import (
+    OverlapConfig,
+    OverlapShapeError,
+    candidate_configs,
+    check_operands,
+    chunk_bounds,
+    parse_shape,
+    split_global_m,
+)
 
 
 def test_chunk_bounds_cover_the_shard_in_order():

@@ -31,7 +31,7 @@ def _reassembly_worker(rank, world, port, q):
         _init(rank, world, port)
         import torch.distributed as dist
 
-        from overlap.config import OverlapConfig, candidate_configs
+        from overlap.config import candidate_configs
         from overlap.op import AllGatherMatmul, serial_all_gather_matmul
 
         m_shard, k, n = 24, 16, 12

@@ -32,7 +32,8 @@ f = sass.select_function(sass.parse_sass(sass.disassemble(cubin)), p.launch["ker
 reach = static_ownership(f).entry_of
 base = 0x7F0000000000
 print("==PROF== Connected to process 1 (stand-in)")
-print('"Kernel Name","%s",' % (f.name if not f.name.startswith("_Z") else "ground_truth_kernel(const float *, const float *, float *, int, int, int, int)"))
+demangled = "ground_truth_kernel(const float *, const float *, float *, int, int, int, int)"
+print('"Kernel Name","%s",' % (f.name if not f.name.startswith("_Z") else demangled))
 print('"Address","Source","Instructions Executed","Thread Instructions Executed","Predicated-On Thread Instructions Executed"')
 for ins in f.instructions:
     text = ins.text

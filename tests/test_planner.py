@@ -4,13 +4,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from argus_rt.planner import QueryError, plan_query
 from argus_rt.recipes import Evidence, Recipe, RecipeError, register_recipe, unregister_recipe
 from argus_rt.scope import Scope, ScopeError
 from argus_rt.tasks import Plan, PlanError, Task
-
 from test_runtime_standins import demo_program
 
 
@@ -238,8 +238,8 @@ def test_indexed_partition_matches_plain_first_fit(specs):
 def test_ten_thousand_tasks_plan_in_linear_time(recipes):
     import time
 
-    from argus_rt.regions import RegionTree
     from argus_rt.program import ProgramVersion
+    from argus_rt.regions import RegionTree
 
     # every request has its own config value, so none merge: a pairwise partition is quadratic
     n = 5000

@@ -18,9 +18,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.hopper]
 
 @pytest.fixture(scope="module")
 def inputs():
-    import torch
-
     import tma_matmul as tm
+    import torch
 
     torch.manual_seed(1234)
     a = torch.randn(tm.M, tm.K, dtype=torch.float16, device="cuda")
@@ -37,9 +36,9 @@ def test_reference_kernel_matches_pytorch(inputs):
 
 def test_ttgir_roundtrip_is_bit_identical(inputs, tmp_path):
     """Compiling the reference's own TTGIR from a file (the probe path) gives the same C."""
+    import tma_matmul as tm
     import torch
 
-    import tma_matmul as tm
     from argus_rt.compiler.probes import compile_ttgir
 
     a, b = inputs
@@ -56,8 +55,9 @@ def test_ttgir_roundtrip_is_bit_identical(inputs, tmp_path):
 
 def test_all_16_probes_identical_outputs_and_latencies(inputs, tmp_path):
     import tma_matmul as tm
-    from benchmarks.probe_batching import make_pool, run_batch
+
     from argus_rt.compiler.triton_discovery import discover
+    from benchmarks.probe_batching import make_pool, run_batch
 
     a, b = inputs
     d = discover(tm.compile_reference().asm["ttgir"], "tma_matmul/kloop", iterations=tm.ITERATIONS)
@@ -81,6 +81,7 @@ def test_all_16_probes_identical_outputs_and_latencies(inputs, tmp_path):
 def test_collect_triton_probe_publishes_op_events(tmp_path):
     """The Collect-side entry point: one probe program -> argus.op_events/1, output bit-identical."""
     import tma_matmul as tm
+
     from argus_rt.compiler.probes import collect_triton_probe, make_forced_wait_probe
     from argus_rt.compiler.triton_discovery import discover, program_ttgir
     from argus_rt.program import load_program

@@ -11,8 +11,16 @@ import pytest
 triton = pytest.importorskip("triton")
 
 from argus_rt.compiler.probes import (  # noqa: E402
-    PROBE_ARG, WORDS_PER_CTA, ProbeError, compile_ttgir, iteration_waits, join_probes, make_forced_wait_probe,
-    make_iteration_trace, probe_latencies)
+    PROBE_ARG,
+    WORDS_PER_CTA,
+    ProbeError,
+    compile_ttgir,
+    iteration_waits,
+    join_probes,
+    make_forced_wait_probe,
+    make_iteration_trace,
+    probe_latencies,
+)
 from argus_rt.compiler.triton_discovery import TtgirError, UnsupportedOpError, discover  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

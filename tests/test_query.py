@@ -10,7 +10,6 @@ from argus_rt.planner import QueryError
 from argus_rt.query import make_plan, query
 from argus_rt.scope import Scope, ScopeError
 from argus_rt.workspace import Workspace
-
 from test_runtime_standins import demo_program, standins  # noqa: F401
 
 

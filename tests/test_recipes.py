@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from argus_rt.backends.base import BackendAdapter, UnknownBackendError, get_backend, merge_configs, ConfigMergeError
+from argus_rt.backends.base import BackendAdapter, ConfigMergeError, UnknownBackendError, get_backend, merge_configs
 from argus_rt.recipes import Evidence, Recipe, RecipeError, get_recipe, register_recipe, signals, unregister_recipe
 
 

@@ -9,7 +9,6 @@ from argus_rt.planner import plan_query
 from argus_rt.report import REPORT_SCHEMA, REPORT_VERSION, Report, ReportError
 from argus_rt.runtime.scheduler import Runtime
 from argus_rt.workspace import Workspace
-
 from test_runtime_standins import demo_program, standins  # noqa: F401
 
 

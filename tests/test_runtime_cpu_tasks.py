@@ -24,7 +24,6 @@ from argus_rt.runtime.handlers import register_synthesis
 from argus_rt.runtime.scheduler import Runtime
 from argus_rt.tasks import Plan, Task
 from argus_rt.workspace import Workspace
-
 from test_runtime_standins import demo_program, standins  # noqa: F401  (fixture)
 
 TESTS = Path(__file__).resolve().parent

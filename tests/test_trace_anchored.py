@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from argus_rt.trace import TraceConfig, decode, layout, pair_intervals
-from argus_rt.trace.anchors import MIN_SPAN_NS, MIN_USABLE_SPAN_NS, TIMER_STEP_NS, fit_rates, RingAnchors
+from argus_rt.trace.anchors import MIN_SPAN_NS, MIN_USABLE_SPAN_NS, TIMER_STEP_NS, RingAnchors, fit_rates
 from argus_rt.trace.errors import ClockConversionError, TraceConfigError
 from argus_rt.trace.session import TraceSession
 from argus_rt.trace.synth import RingWriter

@@ -16,10 +16,10 @@ import pytest
 pytest.importorskip("triton")
 
 from argus_rt.backends.base import get_backend, register_backend  # noqa: E402
-from tests.backend_swap import StandinTritonTraceBase, standin_triton_trace  # noqa: E402
 from argus_rt.compiler import probes as P  # noqa: E402
 from argus_rt.program import load_program  # noqa: E402
 from argus_rt.scope import Scope  # noqa: E402
+from tests.backend_swap import StandinTritonTraceBase, standin_triton_trace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 N_CTAS = 3
@@ -176,8 +176,9 @@ def test_query_runs_end_to_end_with_stand_in_collects(program, standin_trace, tm
 
 
 def test_collections_check_the_kernel_against_its_pytorch_reference():
-    import torch
     from types import SimpleNamespace
+
+    import torch
 
     gen = torch.Generator().manual_seed(5)
     inputs = {"a": torch.randn(64, 32, generator=gen).half(), "b": torch.randn(48, 32, generator=gen).half()}

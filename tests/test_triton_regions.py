@@ -1,8 +1,6 @@
 """Argus regions in Triton kernels: markers survive to TTGIR and SASS with their region IDs."""
 from __future__ import annotations
 
-import json
-import os
 import re
 import subprocess
 import sys
@@ -12,7 +10,6 @@ from pathlib import Path
 import pytest
 
 triton = pytest.importorskip("triton")
-import triton.language as tl  # noqa: E402
 
 from argus_rt import triton_regions as argus  # noqa: E402
 from argus_rt.markers import decode_marker, marker_immediates  # noqa: E402

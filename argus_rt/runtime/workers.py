@@ -49,8 +49,7 @@ def run_collect_job(job: dict) -> dict:
 
 
 def _run_collect(job: dict) -> dict[str, str]:
-    from ..backends.base import (BackendError, BackendUnavailableError, CollectContext, EffectMismatchError,
-                                 get_backend)
+    from ..backends.base import BackendError, BackendUnavailableError, CollectContext, EffectMismatchError, get_backend
     from ..program import ProgramVersion
     from ..scope import Scope
     from ..tasks import Task

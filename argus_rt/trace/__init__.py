@@ -27,8 +27,9 @@ API summary (all times in the trace's ``unit``: "ns" for globaltimer, "cycles" f
 
 Errors (argus_rt.trace.errors): TraceConfigError, TruncatedTraceError, CorruptTraceError,
 UnknownRegionIdError, MismatchedMarkersError, ClockConversionError (anchored traces whose anchors are
-too close to convert cycles to ns; a rate fitted over less than 6.4 us is used but flagged "approximate"). Lost records (wrapped rings, warps without rings)
-set ``incomplete`` and are listed in ``problems``; they never disappear silently.
+too close to convert cycles to ns; a rate fitted over less than 6.4 us is used but flagged "approximate").
+Lost records (wrapped rings, warps without rings) set ``incomplete`` and are listed in ``problems``; they
+never disappear silently.
 Layout: csrc/argus/argus_layout.h, mirrored in argus_rt.trace.layout.
 """
 from __future__ import annotations
