@@ -25,11 +25,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .base import BackendAdapter, register_backend
-from .ncu import NCU_EFFECTS
 from ..markers import MARKER_WORDS, MarkerDecodeError, decode_marker, is_marker_tag
 from ..pc_regions import NO_REGION, PC_METHODS, AttributedValue, PcMapError, PcOwnership, PcRegionMap, Stack  # noqa: F401  (re-exported)
 from ..sass import SassFunction, kernel_key
+from .base import BackendAdapter, register_backend
+from .ncu import NCU_EFFECTS
 
 METHOD = "sass_cfg+ncu"
 
@@ -269,7 +269,14 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None) -> dict:
     """
     import torch
 
-    from ..sass import disassemble, indirect_branch_targets, parse_sass, sass_arch, select_function, with_indirect_targets
+    from ..sass import (
+        disassemble,
+        indirect_branch_targets,
+        parse_sass,
+        sass_arch,
+        select_function,
+        with_indirect_targets,
+    )
     from . import ncu
     from .trace import CudaLaunch, runner_argv, runner_env, variant_cubin
 
