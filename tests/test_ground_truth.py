@@ -116,7 +116,7 @@ def test_saved_capture_through_synthesis_matches_construction(tmp_path):
     `argus query examples/ground_truth --signals instruction_mix,barrier_count` runs on them): FFMA
     and BAR per region equal construction exactly (one FFMA per construction-loop trip, one BAR per
     inner trip), and only the regions calling the shared helper carry ownership entropy."""
-    from tests.test_source_file_view import capture, _synthesize
+    from tests.test_source_file_view import _synthesize, capture
 
     function, lined, profile = capture()
     trips = captured_trips((FIX / "ncu_gt2_source_sass.csv").read_text())
