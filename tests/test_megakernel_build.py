@@ -8,9 +8,9 @@ import pytest
 from argus_rt.markers import marker_immediates
 from argus_rt.tools import find_tool
 from megakernel.build import BuildError, build
+from megakernel.dag import TileShape
 from megakernel.regions import REGION_LEAVES, region_tree
 from megakernel.runtime import DoesNotFitError, check_fits, kernel_limits
-from megakernel.dag import TileShape
 from tinyllama.config import get_config
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH to compile the megakernel")
