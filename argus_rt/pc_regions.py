@@ -146,7 +146,8 @@ class PcRegionMap:
     @classmethod
     def from_evidence(cls, doc: dict) -> "PcRegionMap":
         if not isinstance(doc, dict) or doc.get("format") != "argus.pc_region_counts/1":
-            raise PcMapError(f"not an argus.pc_region_counts/1 document (format {doc.get('format') if isinstance(doc, dict) else type(doc).__name__!r})")
+            got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+            raise PcMapError(f"not an argus.pc_region_counts/1 document (format {got!r})")
         from .sass import parse_pc_key
 
         pcs: dict[int, PcOwnership] = {}
