@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from .console import make_console
 from .errors import ArgusInputError
 
 REPORT_VERSION = 1
@@ -178,8 +179,6 @@ class Report:
         from rich.table import Table
 
         if console is None:
-            from .commands.output import make_console
-
             console = make_console()
         q = self.query
         if not self.values:

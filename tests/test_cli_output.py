@@ -14,7 +14,8 @@ import pytest
 
 from argus_rt.backends.base import get_backend, register_backend
 from argus_rt.cli import main
-from argus_rt.commands.output import PIPE_WIDTH, make_console, rule
+from argus_rt.commands.output import rule
+from argus_rt.console import PIPE_WIDTH, make_console
 from argus_rt.fsutil import atomic_write_text
 from argus_rt.regions import RegionTree
 from argus_rt.report import REPORT_SCHEMA, REPORT_VERSION, Report, ReportError, validate_report

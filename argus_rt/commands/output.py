@@ -1,7 +1,7 @@
 """Where command output goes: consoles that never wrap a table in a pipe, and ``--json FILE``.
 
 On a terminal, rich fits tables to the window. In a pipe or a log there is no window: a console
-there is :data:`PIPE_WIDTH` columns wide, so every table takes the width of its content and no cell
+there is :data:`argus_rt.console.PIPE_WIDTH` columns wide, so every table takes the width of its content and no cell
 is cut or folded mid-word (a fixed 80 columns used to turn two long region names into the same
 ``example/stage…``). Colours are dropped when the stream is not a terminal.
 
@@ -15,26 +15,10 @@ import json
 import sys
 from pathlib import Path
 
+from ..console import make_console
+
 STDOUT = "-"
-PIPE_WIDTH = 100_000  # columns of a non-terminal console: wider than any table row Argus prints
 RULE_WIDTH = 100  # a section rule in a pipe (a rule spans the whole console width otherwise)
-
-
-def _is_terminal(stream) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # no isatty, or a closed stream
-        return False
-
-
-def make_console(stream=None):
-    """A rich Console on ``stream`` (default stdout): terminal-sized on a tty, content-sized otherwise."""
-    from rich.console import Console
-
-    stream = stream if stream is not None else sys.stdout
-    if _is_terminal(stream):
-        return Console(file=stream)
-    return Console(file=stream, width=PIPE_WIDTH, no_color=True, highlight=False, soft_wrap=False)
 
 
 def rule(console, title: str) -> None:
