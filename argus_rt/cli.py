@@ -27,7 +27,7 @@ COMMAND_MODULES = ["demo", "build", "trace", "plan", "query", "workspace", "disc
 # module nobody imported cannot have been raised.
 _INPUT_ERRORS = {
     "argus_rt.compiler.triton_discovery": ("DiscoveryError", "TtgirError"),
-    "argus_rt.compiler.probes": ("ProbeError",),
+    "argus_rt.compiler.triton_kernel_check": ("ProbeError",),  # imported by compiler.probes too
 }
 # A file the user named that is missing or unreadable is bad input too.
 _FILE_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
