@@ -20,8 +20,9 @@ Steps (:func:`plan_query`):
 Task ids are content hashes, so planning the same query twice gives the same plan and identical
 tasks from different signals collapse into one (deduplication).
 
-The generic ``forced_wait_probes`` expander is here too: it turns a discovery's
-``argus.async_sites/1`` output into one isolated transform -> collect branch per (op, iteration).
+The ``forced_wait_probes`` expander, which turns a discovery's ``argus.async_sites/1`` output into
+one isolated transform -> collect branch per (op, iteration) at run time, is
+:mod:`argus_rt.probe_expander` (a runtime handler: the planner stays below the runtime).
 """
 from __future__ import annotations
 
