@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ArgusInputError
+from .nvcc_flags import allowed_flag_forms, unsafe_flag
 from .regions import RegionError, RegionTree
 from .tools import tool_or_none
 
@@ -236,7 +237,7 @@ def load_program(path: str | Path, *, allow_unsafe_flags: bool = False) -> Progr
     names a missing source or manifest, or is not JSON raises :class:`ProgramError` in one line
     naming the file, the field and what is valid there. Every file it names (sources, regions,
     launch.source, launch.module, the file of launch.reference) must lie inside its directory.
-    Compiler ``flags`` outside the allow-list of :func:`argus_rt.compiler.cuda.unsafe_flag`
+    Compiler ``flags`` outside the allow-list of :func:`argus_rt.nvcc_flags.unsafe_flag`
     (``-ccbin``, ``-Xcompiler``, ...) raise :class:`UnsafeFlagError` unless ``allow_unsafe_flags``.
     """
     from .schema_check import schema_problems, summarize
@@ -287,8 +288,6 @@ def safe_program_name(directory_name: str) -> str:
 
 
 def _check_flags(spec_path: Path, flags) -> None:
-    from .compiler.cuda import allowed_flag_forms, unsafe_flag
-
     problem = unsafe_flag(flags, spec_path.parent)
     if problem is not None:
         raise UnsafeFlagError(f"{spec_path}: {problem} (allowed: {allowed_flag_forms()}); pass "
