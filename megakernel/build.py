@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from argus_rt.compiler.cuda import CompilerNotFoundError
+from argus_rt.compiler.cuda import CompilerNotFoundError, cache_dir
 from argus_rt.compiler.cuda import find_nvcc as argus_find_nvcc
 from argus_rt.fsutil import atomic_write_text
 from argus_rt.resources import csrc_dir
@@ -20,10 +20,8 @@ from argus_rt.resources import csrc_dir
 from .params import params_header
 from .regions import region_tree
 
-ROOT = Path(__file__).resolve().parent.parent
 CSRC = csrc_dir()
 SOURCE = CSRC / "megakernel" / "megakernel.cu"
-DEFAULT_BUILD_DIR = ROOT / "build" / "megakernel"
 ARCH_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)
 ARGUS_MODES = {0: "off (trace-free)", 1: "marker-only", 2: "trace"}
 KERNEL_NAME = "argus_megakernel"
@@ -82,7 +80,8 @@ def build(argus_mode: int = 0, build_dir: str | os.PathLike | None = None, extra
     for name, text in sorted(generated.items()):
         h.update(name.encode() + b"\0" + text.encode())
     h.update("\0".join(flags).encode() + version.encode())
-    out_dir = Path(build_dir or DEFAULT_BUILD_DIR) / h.hexdigest()[:16]
+    # Argus's build cache ($ARGUS_CACHE_DIR): never inside the installed package.
+    out_dir = Path(build_dir or cache_dir() / "megakernel") / h.hexdigest()[:16]
     cubin, log_path = out_dir / "megakernel.cubin", out_dir / "ptxas.log"
     if cubin.exists() and log_path.exists() and not force:
         return BuildResult(cubin, log_path.read_text(encoding="utf-8"), argus_mode, True)
