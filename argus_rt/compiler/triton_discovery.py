@@ -10,34 +10,17 @@ The work is split by job:
 * :mod:`argus_rt.compiler.async_sites`: the async sites and their completion conditions;
 * :mod:`argus_rt.compiler.triton_program`: a program's TTGIR (kernel import, autotune unwrap).
 
-This module keeps the names callers import from it (``discover``, ``Module``, ``TtgirError`` ...).
+This module keeps the names callers import from it (``discover``, ``program_ttgir``, ``DiscoveryError``,
+``TtgirError``, ``UnsupportedOpError``, ``Module``, ``simulate_loop``); the rest live in the modules above.
 """
 from __future__ import annotations
 
-from .async_sites import (  # noqa: F401
-    CP_ASYNC,
-    CP_ASYNC_COMMIT,
-    CP_ASYNC_WAIT,
-    SITE_KINDS,
-    TMA_LOAD,
-    UNSUPPORTED_ASYNC,
-    WGMMA,
-    WGMMA_WAIT,
-    Completion,
-    Discovery,
-    DiscoveryError,
-    Instance,
-    Site,
-    UnsupportedOpError,
-    discover,
-    stable_op_id,
-    tma_parts,
-)
-from .loop_trips import LoopError, simulate_loop  # noqa: F401
-from .triton_program import KernelConfigError, program_ttgir  # noqa: F401
-from .ttgir_locations import Location, SourceLoc  # noqa: F401
-from .ttgir_module import ForLoop, Module, Op, TtgirError, element_bytes, memdesc_shape, parse_module  # noqa: F401
-from .ttgir_regions import HELPER_REGIONS, RegionSpan, region_spans  # noqa: F401
+# DiscoveryError, UnsupportedOpError, simulate_loop, Module, TtgirError: imported from here by callers
+# (argus_rt.cli looks DiscoveryError and TtgirError up in this module)
+from .async_sites import Discovery, DiscoveryError, UnsupportedOpError, discover  # noqa: F401
+from .loop_trips import simulate_loop  # noqa: F401
+from .triton_program import program_ttgir
+from .ttgir_module import Module, TtgirError  # noqa: F401
 
 ASYNC_SITES_FORMAT = "argus.async_sites/1"
 
