@@ -23,29 +23,19 @@ from dataclasses import dataclass, field
 
 from .console import make_console
 from .errors import ArgusInputError
+from .schema_check import load_schema
+from .schema_check import validator as schema_validator
 
 REPORT_VERSION = 1
-# The published JSON Schema (draft 2020-12) of this version, shipped as package data.
-REPORT_SCHEMA_FILE = "schemas/report.schema.json"
-
-
-def load_report_schema() -> dict:
-    """The JSON Schema of report version :data:`REPORT_VERSION`, read from the installed package."""
-    from importlib.resources import files
-
-    return json.loads(files("argus_rt").joinpath(REPORT_SCHEMA_FILE).read_text(encoding="utf-8"))
-
-
-REPORT_SCHEMA = load_report_schema()
+# The published JSON Schema (draft 2020-12) of this version, shipped as package data
+# (read and compiled once, by argus_rt.schema_check).
+REPORT_SCHEMA = load_schema("report")
 
 
 def validate_report(data: dict) -> None:
     """Raise :class:`ReportError` unless ``data`` is a valid version-:data:`REPORT_VERSION` report
     (checked against :data:`REPORT_SCHEMA` with the ``jsonschema`` library)."""
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(REPORT_SCHEMA)
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    errors = sorted(schema_validator("report").iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
         where = "/".join(str(p) for p in first.absolute_path) or "(top level)"

@@ -21,7 +21,8 @@ def load_schema(name: str) -> dict:
 
 
 @lru_cache(maxsize=None)
-def _validator(name: str):
+def validator(name: str):
+    """A Draft 2020-12 validator of schema ``name`` (built once)."""
     from jsonschema import Draft202012Validator  # imported on first use: it costs ~50 ms
 
     return Draft202012Validator(load_schema(name))
@@ -31,7 +32,7 @@ def schema_problems(name: str, document) -> list[str]:
     """Every way ``document`` breaks schema ``name``, shallowest first, one phrase each
     (``"launch.grid: 'big' is not ..."``); empty when it is valid."""
     schema = load_schema(name)
-    errors = sorted(_validator(name).iter_errors(document), key=lambda e: (len(e.absolute_path),
+    errors = sorted(validator(name).iter_errors(document), key=lambda e: (len(e.absolute_path),
                                                                             [str(p) for p in e.absolute_path]))
     out, reported = [], []
     for error in errors:
