@@ -35,6 +35,16 @@ def test_trace_show_and_chrome(tmp_path, capsys):
     assert any(e.get("name") == "example/stage_a" and e.get("dur") == 0.25 for e in events)
 
 
+def test_trace_chrome_to_stdout(tmp_path, capsys):
+    tree = RegionTree.load(ROOT / "examples" / "cuda" / "regions.json")
+    raw = _saved_trace(tmp_path, tree)
+    rc = main(["trace", str(raw), "--manifest", str(ROOT / "examples" / "cuda" / "regions.json"), "--chrome", "-"])
+    captured = capsys.readouterr()
+    assert rc == 0 and "example/stage_a" in captured.err  # the table moves to stderr
+    events = json.loads(captured.out)["traceEvents"]  # stdout carries only the trace
+    assert any(e.get("name") == "example/stage_a" and e.get("dur") == 0.25 for e in events)
+
+
 def test_trace_unknown_id_fails(tmp_path, capsys):
     other = RegionTree("other")
     other.add("x")

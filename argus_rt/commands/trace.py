@@ -2,9 +2,10 @@
 statistics, and optionally write a Chrome/Perfetto JSON and the statistics as JSON."""
 from __future__ import annotations
 
+import json
 import zipfile
 
-from .output import STDOUT, human_console, json_add_argument, write_json
+from .output import STDOUT, human_console, json_add_argument, write_json, write_text
 
 TRACE_STATS_FORMAT = "argus.trace_stats/1"
 
@@ -32,7 +33,7 @@ def run(args) -> int:
     from rich.table import Table
 
     from ..regions import RegionTree
-    from ..trace import chrome_trace, load_raw, pair_intervals, region_stats, write_chrome_trace
+    from ..trace import chrome_trace, load_raw, pair_intervals, region_stats
 
     console = human_console(args)
     tree = RegionTree.load(args.manifest) if args.manifest else None
@@ -47,11 +48,10 @@ def run(args) -> int:
     console.print(table)
     if iv.incomplete:
         console.print(f"[yellow]incomplete[/]: {len(iv.problems)} problem(s); first: {escape(str(iv.problems[0]))}")
-    if args.chrome == STDOUT:
-        write_json(STDOUT, chrome_trace(iv, names=tree))
-    elif args.chrome:
-        path = write_chrome_trace(iv, args.chrome, names=tree)
-        console.print(f"Chrome/Perfetto trace: {path}")
+    if args.chrome:  # one writer for a file and for stdout, as `argus query --chrome`
+        write_text(args.chrome, json.dumps(chrome_trace(iv, names=tree)))
+        if args.chrome != STDOUT:
+            console.print(f"Chrome/Perfetto trace: {args.chrome}")
     if args.json_out:
         write_json(args.json_out, stats_document(args.raw, trace, iv, stats))
     return 0
