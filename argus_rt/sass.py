@@ -349,6 +349,11 @@ def disassemble(binary: str | os.PathLike, *, tool: str = "cuobjdump", line_info
         if function:
             raise ValueError("function needs tool='cuobjdump' (nvdisasm lists the whole cubin)")
         cmd = [str(exe), "-c"] + (["-g"] if line_info else []) + [str(path)]
+    return _tool_output(cmd, timeout_s)
+
+
+def _tool_output(cmd: list[str], timeout_s: float) -> str:
+    """stdout of a disassembler run; :class:`SassParseError` with its stderr when it fails."""
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise SassParseError(f"{' '.join(cmd)} failed (rc {proc.returncode}): {proc.stderr.strip()[:500]}")
@@ -359,12 +364,7 @@ def indirect_branch_targets(binary: str | os.PathLike, *, timeout_s: float = 120
     """{function: {PC of an indirect branch: its target PCs}} from the cubin's
     ``EIATTR_INDIRECT_BRANCH_TARGETS`` attributes (``cuobjdump -elf``): ptxas records every target of
     the jump tables it emits (a dense ``switch`` becomes ``BRX``), which the SASS text does not show."""
-    exe = find_tool("cuobjdump")
-    cmd = [str(exe), "-elf", str(binary)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    if proc.returncode != 0:
-        raise SassParseError(f"{' '.join(cmd)} failed (rc {proc.returncode}): {proc.stderr.strip()[:500]}")
-    return parse_indirect_branch_targets(proc.stdout)
+    return parse_indirect_branch_targets(_tool_output([str(find_tool("cuobjdump")), "-elf", str(binary)], timeout_s))
 
 
 def parse_indirect_branch_targets(elf_text: str) -> dict[str, dict[int, tuple[int, ...]]]:
