@@ -90,17 +90,12 @@ def record(script: str, rows: list[dict], *, title: str, notes: str = "", column
     payload = make_record(script, rows, title=title, notes=notes, columns=columns, gpu=gpu,
                           not_recorded=not_recorded, root=root)
     text = json.dumps(payload, indent=2) + "\n"
-    json_path = results_dir(root) / f"{script}.json"
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(json_path, text)
-    doc, history = doc_paths(root)
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    results_doc.update_docs(results_dir(root), doc, history)
+    atomic_write_text(results_dir(root) / f"{script}.json", text)  # creates the directories it needs
+    results_doc.update_docs(results_dir(root), *doc_paths(root))
     section = results_doc.render_section(script, payload)
     print(section)
     out = os.environ.get("OUT")
     if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
         atomic_write_text(Path(out) / f"{script}.json", text)
         atomic_write_text(Path(out) / f"{script}.md", section)
     return payload
