@@ -151,7 +151,7 @@ def check_against_jit(program, mod, *, timing: bool = True, seed: int | None = N
     key = _cache_key(ttgir) + ("t" if timing else "")
     if key in _PASSED:
         return _PASSED[key]
-    _mod, fn, described, kwargs = load_kernel(program)
+    _mod, fn, described, kwargs = load_kernel(program, mod)  # the JIT launches the kernel of the module that runs it
     jit = JitLaunch(fn, kwargs)
     inputs = mod.make_inputs(seed)
     mod.run(jit, inputs)

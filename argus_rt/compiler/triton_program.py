@@ -191,8 +191,9 @@ def launch_arguments(program, fn) -> dict:
     return out
 
 
-def load_kernel(program):
-    """(kernel module, @triton.jit function, JIT arguments, launch kwargs) of a triton program."""
+def load_kernel(program, mod=None):
+    """(kernel module, @triton.jit function, JIT arguments, launch kwargs) of a triton program; ``mod``,
+    where given, is the program's kernel module already imported (:func:`import_module`), not imported again."""
     launch = program.launch
     bad = sorted(set(launch) - set(_LAUNCH_KEYS))
     if bad:
@@ -200,7 +201,8 @@ def load_kernel(program):
                                  f"valid: {', '.join(_LAUNCH_KEYS)}")
     if "kernel" not in launch:
         raise TritonProgramError(f"program {program.label()}: launch.kernel is missing")
-    mod = import_module(program)
+    if mod is None:
+        mod = import_module(program)
     obj = getattr(mod, launch["kernel"], None)
     if obj is None:
         raise TritonProgramError(f"{launch['module']} has no kernel {launch['kernel']!r}")
