@@ -447,6 +447,9 @@ class Workspace:
             raise
         now = time.time()
         inputs_json = json.dumps(sorted(list(i) for i in inputs))
+        declared_json = sorted(n for n, path in files.items() if str(path).endswith(".json"))
+        if declared_json:  # what verify decodes as JSON: only what its writer named *.json
+            meta = {**(meta or {}), "json": declared_json}
         with self._tx() as db:
             db.execute("DELETE FROM outputs WHERE task_id=?", (task.id,))
             db.executemany("INSERT INTO outputs VALUES (?,?,?,?,?,?,?)",

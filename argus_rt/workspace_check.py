@@ -1,8 +1,9 @@
 """Checking and repairing a workspace: what ``argus workspace verify`` and ``repair`` do.
 
 verify: SQLite's full ``integrity_check``; every record decoded (program and task records must hash
-to their ids, output rows must name a valid blob and inputs); every blob hashed (and JSON or zip
-blobs decoded); outputs whose inputs are no longer their dependencies' outputs are stale.
+to their ids, output rows must name a valid blob and inputs); every blob hashed (zip blobs and
+those their writer declared JSON decoded too); outputs whose inputs are no longer their
+dependencies' outputs are stale.
 
 repair: an index that fails the integrity check is rebuilt from the rows that can still be read
 (the damaged file is kept as ``index.sqlite.damaged-<time>``); then every broken record is dropped:
@@ -76,14 +77,14 @@ def _task_problems(ws: Workspace):
 
 
 def _output_problems(ws: Workspace):
-    done = {r[0] for r in ws._query("SELECT id FROM tasks WHERE status='done'")}
+    done = {tid: _declared_json(meta) for tid, meta in ws._query("SELECT id, meta FROM tasks WHERE status='done'")}
     for tid, name, sha, size, inputs in ws._query("SELECT task_id, name, sha256, size, inputs FROM outputs"):
         if tid not in done:
             yield ("outputs", tid), f"{tid}/{name}: output of a task that is not recorded as done"
             continue
         problem = ws._output_problem(sha, size, inputs)
         if problem is None:
-            problem = _decode_problem(ws.blob_path(sha))
+            problem = _decode_problem(ws.blob_path(sha), name in done[tid])
         if problem is not None:
             yield ("outputs", tid), f"{tid}/{name}: {problem}"
 
@@ -107,16 +108,26 @@ def _blob_file_problems(ws: Workspace):
             yield ("blobfile", str(path)), f"blobs/{path.relative_to(ws.blobs)}: does not match its hash"
 
 
-def _decode_problem(path: Path) -> str | None:
-    """JSON blobs must parse and zip (.npz) blobs must pass zip's CRC check; others are bytes."""
-    with open(path, "rb") as fh:
-        head = fh.read(4)
-    if head[:1] in (b"{", b"["):
+def _declared_json(meta) -> frozenset:
+    """Output names a task's writer declared JSON (committed as ``*.json``; see Workspace.commit)."""
+    try:
+        names = json.loads(meta).get("json", ())
+    except (TypeError, ValueError, AttributeError):  # no meta, or damaged (_task_problems reports it)
+        return frozenset()
+    return frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list) else frozenset()
+
+
+def _decode_problem(path: Path, declared_json: bool) -> str | None:
+    """Declared JSON blobs must parse and zip (.npz) blobs must pass zip's CRC check; others are bytes."""
+    if declared_json:
         try:
             json.loads(path.read_bytes().decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             return f"blob {path.name[:12]} is not valid JSON ({exc})"
-    elif head == b"PK\x03\x04":
+        return None
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head == b"PK\x03\x04":
         try:
             with zipfile.ZipFile(path) as zf:
                 bad = zf.testzip()

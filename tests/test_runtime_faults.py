@@ -48,7 +48,7 @@ class PublishCollect(BackendAdapter):
         out = {}
         for name in self.outputs:
             path = ctx.outdir / f"{name}.bin"
-            path.write_bytes(b"raw " + rng.randbytes(BLOB_BYTES))  # opaque bytes: not JSON, not zip
+            path.write_bytes(rng.randbytes(BLOB_BYTES))  # opaque bytes (a first "{" is no JSON)
             out[name] = path
         return out
 

@@ -61,6 +61,18 @@ def test_uncommitted_staging_is_invisible_and_verify_catches_corruption(tmp_path
     assert any("missing" in p for p in verify(ws))
 
 
+def test_verify_decodes_as_json_only_what_the_writer_declared_json(tmp_path):
+    ws = Workspace(tmp_path)
+    commit_text(ws, Task(kind="synthesize", op="log", program="pv"), log="[INFO] text, not JSON", brace="{x")
+    assert verify(ws) == []
+    t = Task(kind="synthesize", op="j", program="pv")
+    staged = ws.new_staging(t.id)
+    (staged / "facts.json").write_text('{"incomplete')
+    ws.commit(t, {"facts": staged / "facts.json"}, inputs=[])
+    problems = verify(ws)
+    assert len(problems) == 1 and "not valid JSON" in problems[0]
+
+
 def test_failure_records_do_not_hide_done_results(tmp_path):
     ws = Workspace(tmp_path)
     t = Task(kind="synthesize", op="z", program="pv")
