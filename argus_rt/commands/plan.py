@@ -58,7 +58,8 @@ def register(sub) -> None:
     p.set_defaults(func=run, input_errors=(ValueError, KeyError))  # unknown signal: KeyError listing the valid
 
 
-def plan_from_args(args) -> Plan:
+def plan_from_args(args):
+    """(the plan, the program it plans) the command line asks for."""
     from ..query import make_plan
     from ..scope import Scope
 
@@ -67,18 +68,17 @@ def plan_from_args(args) -> Plan:
         from .workspace import open_existing
 
         with open_existing(workspace_path(args)) as ws:  # planning only reads it
-            return make_plan(program_from_args(args), args.region, args.signals, scope, workspace=ws,
-                             timeouts=parse_timeouts(args.timeout))
-    return make_plan(program_from_args(args), args.region, args.signals, scope, timeouts=parse_timeouts(args.timeout))
+            program = program_from_args(args)
+            return make_plan(program, args.region, args.signals, scope, workspace=ws,
+                             timeouts=parse_timeouts(args.timeout)), program
+    program = program_from_args(args)
+    return make_plan(program, args.region, args.signals, scope, timeouts=parse_timeouts(args.timeout)), program
 
 
-def check_compiles(plan: Plan) -> None:
-    """A Triton program is compiled on the CPU at plan time (as the JIT would build it for its launch)
-    and its TTGIR parsed, so compile and parse errors show here as one-line errors; a CUDA program
-    is not built (planning stays fast); see argus_rt.compiler.triton_program.check_program."""
-    from ..program import ProgramVersion
-
-    program = ProgramVersion.from_dict(plan.programs[plan.query["program"]])
+def check_compiles(program) -> None:
+    """A Triton program is compiled on the CPU (as the JIT would build it for its launch) and its
+    TTGIR parsed, so compile and parse errors show as one-line errors before any task runs; a CUDA
+    program is not built (planning stays fast); see argus_rt.compiler.triton_program.check_program."""
     if program.kind == "triton":
         from ..compiler.triton_program import check_program
 
@@ -87,8 +87,8 @@ def check_compiles(plan: Plan) -> None:
 
 def run(args) -> int:
     view_stream = human_stream(args)  # refuses two outputs on stdout before any work
-    plan = plan_from_args(args)
-    check_compiles(plan)
+    plan, program = plan_from_args(args)
+    check_compiles(program)
     text = {"text": to_text, "dot": to_dot, "json": Plan.to_json}[args.format](plan)
     if args.output:
         write_text(args.output, text)

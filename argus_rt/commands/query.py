@@ -5,7 +5,7 @@ import sys
 
 from .options import add_workspace, workspace_path
 from .output import human_console, json_add_argument, write_json, write_text
-from .plan import add_query_arguments, parse_timeouts, program_from_args
+from .plan import add_query_arguments, check_compiles, parse_timeouts, program_from_args
 
 
 def register(sub) -> None:
@@ -36,10 +36,7 @@ def run(args) -> int:
         require_latency([s for s in args.signals.split(",") if s])
     workspace = workspace_path(args) or default_workspace()
     program = program_from_args(args)
-    if program.kind == "triton":  # as `argus plan`: compile errors are one line, before any task runs
-        from ..compiler.triton_program import check_program
-
-        check_program(program)
+    check_compiles(program)  # as `argus plan`: compile errors are one line, before any task runs
     report = query(program, args.region, args.signals, Scope.parse(args.scope),
                    workspace=workspace, progress=not args.no_progress and sys.stderr.isatty(),
                    devices=args.devices.split(",") if args.devices is not None else None,
