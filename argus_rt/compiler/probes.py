@@ -27,7 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .async_sites import TMA_LOAD, Discovery, UnsupportedOpError, barrier_index, tma_parts
-from .triton_kernel_check import ProbeError, _kernel_module, check_module_reference, compile_ttgir
+from .triton_kernel_check import (  # noqa: F401
+    ProbeError,
+    _kernel_module,
+    check_module_reference,
+    compile_ttgir,
+    timed_variant_columns,
+)
 from .triton_region_trace import collect_triton_region_trace
 from .ttgir_edit import (
     SMID_ASM,
@@ -368,35 +374,11 @@ def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: 
     probe = compile_ttgir(Path(probe_ttgir).read_text(encoding="utf-8"), workdir, "probe")
     n = mod.n_ctas()
     jit = check_against_jit(program, mod)
-    cols, rel = _timed_variant_columns(
+    cols, rel = timed_variant_columns(
         mod, ref, probe, n * WORDS_PER_CTA, f"probe 0x{op_id:08x}@{iteration}", seed, repeats,
         lambda out, launch: op_events_document(out, n, op_id, iteration))
     return {"op_events": {"format": "argus.op_events/1", "clock": "ns", "columns": cols, "launches": repeats,
                           "reference_rel_error": rel, "jit_check": jit}}
-
-
-def _timed_variant_columns(mod, ref, variant, out_words: int, label: str, seed, repeats: int, document) -> tuple[dict, float]:
-    """Run the compiled reference once on fresh inputs (checked by :func:`check_module_reference`), then
-    ``variant`` ``1 + repeats`` times with an ``out_words`` int64 buffer. Every launch must reproduce the
-    reference output bit for bit (instrumentation changes timing, not results), else :class:`ProbeError`
-    naming ``label``. The first launch loads the module and is not evidence; the others' buffers go
-    through ``document(out, launch)`` and their columns are concatenated. Returns (columns, rel. error)."""
-    import torch
-
-    inputs = mod.make_inputs(seed)
-    expected = mod.run(ref, inputs).clone()
-    rel = check_module_reference(mod, inputs, expected)
-    cols: dict[str, list] = {}
-    for rep in range(1 + repeats):
-        out = torch.zeros(out_words, dtype=torch.int64, device="cuda")
-        got = mod.run(variant, inputs, out)  # run() re-poisons the output before launching
-        torch.cuda.synchronize()
-        if not torch.equal(got, expected):
-            raise ProbeError(f"{label} changed the kernel's output (launch {rep})")
-        if rep:
-            for k, v in document(out.cpu().numpy(), rep - 1)["columns"].items():
-                cols.setdefault(k, []).extend(v)
-    return cols, rel
 
 
 def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: int | None = None) -> dict:
@@ -431,7 +413,7 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
     traced = compile_ttgir(traced_text, workdir, "traced_reference")
     n = mod.n_ctas()
     jit = check_against_jit(program, mod)
-    cols, rel = _timed_variant_columns(
+    cols, rel = timed_variant_columns(
         mod, ref, traced, n * 2 * iterations, "the traced reference", seed, repeats,
         lambda out, launch: iteration_waits_document(out, n, iterations, wait=what, launch=launch))
     return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": what, "columns": cols, "launches": repeats,

@@ -83,3 +83,30 @@ def check_module_reference(mod, inputs: dict, got) -> float:
         raise ProbeError(f"the reference kernel differs from its PyTorch reference: relative error {rel:.3g} "
                          f"> {REFERENCE_REL_TOL}")
     return rel
+
+
+def timed_variant_columns(mod, ref, variant, out_words: int, label: str, seed, repeats: int, document,
+                          error: type[Exception] = ProbeError) -> tuple[dict, float]:
+    """Run the compiled reference once on fresh inputs (checked by :func:`check_module_reference`), then
+    ``variant`` ``1 + repeats`` times with an ``out_words`` int64 buffer. Every launch must reproduce the
+    reference output bit for bit (instrumentation changes timing, not results), else ``error``
+    (:class:`ProbeError` unless given) naming ``label``. The first launch loads the module and is not
+    evidence; the others' buffers go through ``document(out, launch)`` and their columns are
+    concatenated. Returns (columns, rel. error). Shared by the probe, traced-reference and region-trace
+    collectors."""
+    import torch
+
+    inputs = mod.make_inputs(seed)
+    expected = mod.run(ref, inputs).clone()
+    rel = check_module_reference(mod, inputs, expected)
+    cols: dict[str, list] = {}
+    for rep in range(1 + repeats):
+        out = torch.zeros(out_words, dtype=torch.int64, device="cuda")
+        got = mod.run(variant, inputs, out)  # run() re-poisons the output before launching
+        torch.cuda.synchronize()
+        if not torch.equal(got, expected):
+            raise error(f"{label} changed the kernel's output (launch {rep})")
+        if rep:
+            for k, v in document(out.cpu().numpy(), rep - 1)["columns"].items():
+                cols.setdefault(k, []).extend(v)
+    return cols, rel

@@ -269,10 +269,8 @@ def collect_triton_region_trace(program, workdir, *, repeats: int = 1, seed: int
     """
     from pathlib import Path
 
-    import torch
-
     from .jit_equivalence import check_against_jit
-    from .triton_kernel_check import _kernel_module, check_module_reference, compile_ttgir
+    from .triton_kernel_check import _kernel_module, compile_ttgir, timed_variant_columns
     from .triton_program import program_ttgir
 
     if repeats < 1:
@@ -284,21 +282,12 @@ def collect_triton_region_trace(program, workdir, *, repeats: int = 1, seed: int
     workdir.mkdir(parents=True, exist_ok=True)
     ref = compile_ttgir(ttgir, workdir, "reference")
     traced = compile_ttgir(variant.ttgir, workdir, "region_traced")
-    inputs = mod.make_inputs(seed)
-    expected = mod.run(ref, inputs).clone()
-    rel = check_module_reference(mod, inputs, expected)
-    jit = check_against_jit(program, mod)
     n = mod.n_ctas()
-    cols: dict[str, list] = {}
-    for rep in range(1 + repeats):
-        out = torch.zeros(n * variant.words_per_cta, dtype=torch.int64, device="cuda")
-        got = mod.run(traced, inputs, out)
-        torch.cuda.synchronize()
-        if not torch.equal(got, expected):
-            raise RegionTraceError(f"the region-traced variant changed the kernel's output (launch {rep})")
-        if rep:
-            for k, v in decode_region_buffer(out.cpu().numpy(), n, variant.sites, launch=rep - 1).items():
-                cols.setdefault(k, []).extend(v)
+    jit = check_against_jit(program, mod)
+    cols, rel = timed_variant_columns(
+        mod, ref, traced, n * variant.words_per_cta, "the region-traced variant", seed, repeats,
+        lambda out, launch: {"columns": decode_region_buffer(out, n, variant.sites, launch=launch)},
+        error=RegionTraceError)
     doc = region_intervals_document(cols, launches=repeats, reference_rel_error=rel, notes=variant.notes)
     doc["jit_check"] = jit
     return doc
