@@ -371,6 +371,23 @@ def test_query_chrome_applies_the_scope_and_reads_intervals_without_raw_rings(st
     assert {e["pid"] for e in events} == {0} and len(events) == 12
 
 
+def test_query_chrome_scope_reads_the_fields_of_a_packed_coordinate():
+    """A step/layer scope over a packed coordinate selects in --chrome as the latency rule does."""
+    import numpy as np
+
+    from argus_rt.commands.query_chrome import scope_columns
+    from argus_rt.scope import Scope
+    from argus_rt.synthesis import scope_mask
+    from argus_rt.trace import INTERVAL_DTYPE
+
+    rows = np.zeros(4, dtype=INTERVAL_DTYPE)
+    rows["coord"] = [(step << 8) | layer for step, layer in ((0, 1), (3, 1), (3, 2), (5, 1))]
+    doc = {"coord_kind": "packed", "coord_fields": {"step": [8, 8], "layer": [0, 8]}}
+    arrays = scope_columns(rows, doc)
+    assert list(arrays["step"]) == [0, 3, 3, 5] and list(arrays["layer"]) == [1, 1, 2, 1]
+    assert list(scope_mask(arrays, doc, Scope(step=3, layer=1), "--chrome")) == [False, True, False, False]
+
+
 def test_query_chrome_to_stdout_and_without_latency(standins, program_dir, tmp_path, capsys):
     rc, out, err = run_cli(capsys, query_argv(program_dir, tmp_path / "ws", "--chrome", "-"))
     assert rc == 0 and json.loads(out)["traceEvents"] and "main/gemm" in err

@@ -69,6 +69,18 @@ def occurrences(outputs: dict, tree):
         REGION_INTERVALS, doc
 
 
+def scope_columns(rows, doc: dict) -> dict:
+    """The columns :func:`argus_rt.synthesis.scope_mask` reads, for occurrence ``rows``: their own, plus one
+    per field of a packed coordinate (``doc``'s ``coord_fields``), as region_intervals holds them for the
+    latency rule; without those a ``step``/``layer`` scope the report answered would be refused here."""
+    from ..backends.trace import coordinate_columns
+
+    arrays = {k: rows[k].astype(np.int64) for k in ("region_id", "start", "end", "sm", "cta", "warp", "coord")}
+    fields = doc.get("coord_fields") or {}
+    arrays.update(coordinate_columns(arrays["coord"], [(name, low, width) for name, (low, width) in fields.items()]))
+    return arrays
+
+
 def query_chrome_trace(report, workspace) -> dict:
     """The Chrome/Perfetto ``traceEvents`` document of ``report``'s region occurrences."""
     from ..scope import Scope
@@ -84,7 +96,7 @@ def query_chrome_trace(report, workspace) -> dict:
     rows = intervals.rows
     region = report.query.get("region")
     ids = [r.id for r in (tree.subtree(region) if region else tree)]
-    arrays = {k: rows[k].astype(np.int64) for k in ("region_id", "start", "end", "sm", "cta", "warp", "coord")}
+    arrays = scope_columns(rows, doc)
     keep = np.isin(arrays["region_id"], ids) & scope_mask(arrays, doc, Scope.from_dict(report.query.get("scope") or {}),
                                                          "--chrome")
     out = chrome_trace(Intervals(rows[keep], intervals.unit, intervals.problems), names=tree)
