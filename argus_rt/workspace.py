@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import sqlite3
+import stat
 import threading
 import time
 import uuid
@@ -128,10 +129,14 @@ def _check_task_id(task_id: str) -> str:
 
 
 def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
+        return _sha256_of(fh)
+
+
+def _sha256_of(fh) -> str:
+    h = hashlib.sha256()
+    for chunk in iter(lambda: fh.read(1 << 20), b""):
+        h.update(chunk)
     return h.hexdigest()
 
 
@@ -474,13 +479,18 @@ class Workspace:
         if symlink is not None:
             raise WorkspaceError(f"task {task.id} output {name!r}: {symlink} is a symbolic link; outputs must be "
                                  "regular files written under the staging directory")
-        if not path.is_file():
+        try:  # one open for the type, size, fsync and hash; O_NONBLOCK: a FIFO must not block it
+            with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if stat.S_ISREG(st.st_mode):
+                    if self.durable:
+                        os.fsync(fh.fileno())
+                    sha = _sha256_of(fh)
+        except OSError:  # missing, a directory, unreadable
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
             raise WorkspaceError(f"task {task.id} output {name!r} at {path} is not a regular file")
-        if self.durable:
-            with open(path, "rb") as fh:
-                os.fsync(fh.fileno())
-        sha = file_sha256(path)
-        size = path.stat().st_size
+        size = st.st_size
         target = self.blob_path(sha)
         if self._blob_problem(sha, size) is None:
             return sha, size  # identical content is already there, intact
@@ -488,9 +498,11 @@ class Workspace:
         if shard not in self._shards:
             target.parent.mkdir(exist_ok=True)
             self._shards.add(shard)
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)  # damage: os.replace cannot put a file over a directory
-        os.replace(path, target)  # atomic, also over a damaged blob
+        try:
+            os.replace(path, target)  # atomic, also over a damaged blob
+        except IsADirectoryError:  # damage: os.replace cannot put a file over a directory
+            shutil.rmtree(target)
+            os.replace(path, target)
         if self.durable:
             _fsync_dir(target.parent)
         self._remember_verified(sha, target)
