@@ -27,8 +27,6 @@ BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 64
 NUM_STAGES, NUM_WARPS = 3, 4
 ITERATIONS = 8
 M, N, K = 2048, 2048, ITERATIONS * BLOCK_K
-SIGNATURE = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32"}
-CONSTEXPRS = {"BM": BLOCK_M, "BN": BLOCK_N, "BK": BLOCK_K}
 
 
 @triton.jit
@@ -59,14 +57,6 @@ def tma_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.con
 
 # The JIT's kernel for the launch in argus_program.json (built on the CPU, no GPU needed).
 compile_reference = module_compiler(__file__, NUM_STAGES)
-
-
-def program_launch() -> dict:
-    """The ``launch`` block of this example's ``argus_program.json`` (see ``program_compiled``)."""
-    import json
-    from pathlib import Path
-
-    return json.loads(Path(__file__).with_name("argus_program.json").read_text())["launch"]
 
 
 def grid(m: int = M, n: int = N) -> tuple[int, int, int]:

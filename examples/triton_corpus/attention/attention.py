@@ -32,12 +32,6 @@ BLOCK_M, BLOCK_N = 128, 64
 NUM_WARPS, NUM_STAGES = 4, 3
 ITERATIONS = N_CTX // BLOCK_N  # key blocks of a non-causal row block (the most any causal one runs)
 SM_SCALE = HEAD_DIM ** -0.5
-SIGNATURE = {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp16", "n_rows": "i32",
-             "N_CTX": "i32", "sm_scale": "fp32"}
-
-
-def constexprs(causal: bool) -> dict:
-    return {"HEAD_DIM": HEAD_DIM, "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "CAUSAL": causal}
 
 
 @triton.jit

@@ -20,9 +20,7 @@ def _load_attention():
 
 _attention = _load_attention()
 attention_kernel = _attention.attention_kernel
-SIGNATURE, ITERATIONS, NUM_WARPS, NUM_STAGES = (_attention.SIGNATURE, _attention.ITERATIONS, _attention.NUM_WARPS,
-                                                _attention.NUM_STAGES)
-CONSTEXPRS = _attention.constexprs(causal=True)
+ITERATIONS, NUM_WARPS, NUM_STAGES = _attention.ITERATIONS, _attention.NUM_WARPS, _attention.NUM_STAGES
 grid, n_ctas, make_inputs, run = _attention.grid, _attention.n_ctas, _attention.make_inputs, _attention.run
 
 

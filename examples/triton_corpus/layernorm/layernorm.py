@@ -23,9 +23,6 @@ BLOCK = 1024
 NUM_WARPS, NUM_STAGES = 8, 1
 ITERATIONS = N_COLS // BLOCK
 EPS = 1e-5
-SIGNATURE = {"x_ptr": "*fp16", "w_ptr": "*fp16", "b_ptr": "*fp16", "y_ptr": "*fp16", "n_cols": "i32",
-             "stride": "i32", "eps": "fp32"}
-CONSTEXPRS = {"BLOCK": BLOCK}
 
 
 @triton.jit

@@ -23,9 +23,6 @@ M, N, K = 2048, 1024, 1024
 BM, BN, BK = 64, 64, 32
 NUM_WARPS, NUM_STAGES = 4, 3
 ITERATIONS = K // BK
-SIGNATURE = {"x_ptr": "*fp32", "w_ptr": "*fp32", "bias_ptr": "*fp32", "y_ptr": "*fp32", "M": "i32", "N": "i32",
-             "K": "i32", "stride_xm": "i32", "stride_wk": "i32", "stride_ym": "i32"}
-CONSTEXPRS = {"BM": BM, "BN": BN, "BK": BK}
 
 
 @triton.jit

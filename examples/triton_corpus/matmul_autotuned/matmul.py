@@ -33,8 +33,6 @@ CONFIGS = [
 ]
 CHOSEN = CONFIGS[0]
 ITERATIONS = K // CHOSEN.kwargs["BK"]
-SIGNATURE = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32",
-             "stride_am": "i32", "stride_bk": "i32", "stride_cm": "i32"}
 
 
 @triton.autotune(configs=CONFIGS, key=["M", "N", "K"])

@@ -21,8 +21,6 @@ BLOCK = 4096
 NUM_WARPS, NUM_STAGES = 8, 1
 ITERATIONS = 1
 EPS = 1e-6
-SIGNATURE = {"x_ptr": "*fp16", "w_ptr": "*fp16", "y_ptr": "*fp16", "n_cols": "i32", "stride": "i32", "eps": "fp32"}
-CONSTEXPRS = {"BLOCK": BLOCK}
 
 
 @triton.jit

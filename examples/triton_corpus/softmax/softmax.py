@@ -22,8 +22,6 @@ N_ROWS, N_COLS = 4096, 1000
 BLOCK = 1024
 NUM_WARPS, NUM_STAGES = 4, 1
 ITERATIONS = 1  # no loop: one logical iteration
-SIGNATURE = {"x_ptr": "*fp16", "y_ptr": "*fp16", "n_cols": "i32", "stride": "i32"}
-CONSTEXPRS = {"BLOCK": BLOCK}
 
 
 @triton.jit
