@@ -3,7 +3,6 @@ statistics, and optionally write a Chrome/Perfetto JSON and the statistics as JS
 from __future__ import annotations
 
 import json
-import zipfile
 
 from .output import STDOUT, human_console, json_add_argument, write_json, write_text
 
@@ -17,8 +16,9 @@ def register(sub) -> None:
     p.add_argument("--chrome", metavar="FILE", help="write a Chrome/Perfetto trace JSON here ('-': stdout)")
     p.add_argument("--lenient", action="store_true", help="skip mismatched markers instead of failing")
     json_add_argument(p, "the per-region statistics")
-    # a raw file that is no npz (ValueError, BadZipFile) or unreadable: bad input, as before
-    p.set_defaults(func=run, input_errors=(ValueError, OSError, zipfile.BadZipFile))
+    # a raw file that is no npz or damaged is a TraceError (an ArgusInputError: load_raw turns zipfile's
+    # and numpy's errors into one); ValueError and OSError stay bad input, as before
+    p.set_defaults(func=run, input_errors=(ValueError, OSError))
 
 
 def stats_document(raw: str, trace, intervals, stats) -> dict:
