@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 
 from argus_rt.backends.base import BackendAdapter, register_backend
+from argus_rt.gpu_env import MULTICAST_OFF
 from argus_rt.planner import plan_query
 from argus_rt.program import ProgramVersion
 from argus_rt.recipes import Evidence, Recipe, register_recipe, unregister_recipe
 from argus_rt.regions import RegionTree
 from argus_rt.runtime.handlers import register_synthesis
 from argus_rt.runtime.scheduler import Runtime
-from argus_rt.runtime.worker_process import SAFE_ENV
 from argus_rt.workspace import Workspace
 
 TESTS = Path(__file__).resolve().parent
@@ -101,6 +101,7 @@ import json, sys
 sys.path.insert(0, {tests!r})
 import argus_rt
 from argus_rt.backends.base import BackendAdapter, register_backend
+from argus_rt.gpu_env import MULTICAST_OFF
 from argus_rt.recipes import Evidence, Recipe, register_recipe
 from test_runtime_standins import demo_program
 
@@ -155,7 +156,7 @@ class StandinChatty(BackendAdapter):
         os.write(1, b'{"status": "ok", "files": {}}\n')  # looks like a reply: must not be taken for one
         print("chatty: a line on stderr", file=sys.stderr, flush=True)
         _crash_once(ctx.program.launch["standin"], "crash_collect_once")
-        env = {k: os.environ.get(k) for k in (*SAFE_ENV, "CUDA_VISIBLE_DEVICES")}
+        env = {k: os.environ.get(k) for k in (*MULTICAST_OFF, "CUDA_VISIBLE_DEVICES")}
         return {"done": ctx.write_json("done", {"env": env, "pid": os.getpid()})}
 
 
@@ -187,14 +188,14 @@ def chatty():
 
 
 def test_worker_output_cannot_corrupt_replies_and_multicast_stays_off(chatty, tmp_path, monkeypatch, capfd):
-    for name in SAFE_ENV:
+    for name in MULTICAST_OFF:
         monkeypatch.setenv(name, "unsafe")  # the parent's value must not reach a worker
     plan = plan_query(chatty_program(), "gemm", ["chatty"])
     with Workspace(tmp_path / "ws") as ws, Runtime(ws, devices=["7"], cpu_pool="process") as rt:
         res = rt.run(plan)
     assert res.ok, [r.error for r in res.failed()]
     [run] = res.outputs(plan.targets["chatty"])["facts"].read_json()["extra"]["runs"]
-    assert run["env"] == {**SAFE_ENV, "CUDA_VISIBLE_DEVICES": "7"}
+    assert run["env"] == {**MULTICAST_OFF, "CUDA_VISIBLE_DEVICES": "7"}
     err = capfd.readouterr().err  # what workers print reaches the user, labelled, on stderr
     assert "[worker process for device '7'] chatty: a line on stdout" in err
     assert "[worker process for device '7'] chatty: a line on stderr" in err

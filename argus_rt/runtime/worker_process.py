@@ -37,12 +37,11 @@ import traceback
 import weakref
 from pathlib import Path
 
-from ..gpu_env import MULTICAST_OFF
+from ..gpu_env import multicast_off_env
 
 MODULE = "argus_rt.runtime.worker_process"  # what ``python -m`` runs; __name__ is "__main__" there
 ROLES = {"collect": ("argus_rt.runtime.workers", "run_collect_job"),
          "cpu": ("argus_rt.runtime.cpu_jobs", "run_cpu_job")}
-SAFE_ENV = MULTICAST_OFF  # forced in every child we start
 OUTPUT_TAIL_LINES = 40  # lines of the child's stdout+stderr kept for the error of a dead child
 READY_TIMEOUT_S = 300.0  # importing argus_rt on a loaded host; a child that dies is noticed at once
 PARENT_PID_ENV = "ARGUS_WORKER_PARENT_PID"  # the child compares its parent with this to notice its death
@@ -64,13 +63,10 @@ class WorkerTimeout(RuntimeError):
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The parent's environment, this checkout importable first, ``extra`` and :data:`SAFE_ENV` forced."""
-    env = dict(os.environ)
+    """The parent's environment, this checkout importable first, ``extra``, and multicast forced off."""
     root = str(Path(__file__).resolve().parents[2])  # the directory that holds the argus_rt package
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.update(extra or {})
-    env.update(SAFE_ENV)
-    return env
+    path = os.environ.get("PYTHONPATH")
+    return multicast_off_env({**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else ""), **(extra or {})})
 
 
 def describe_exit(code: int | None) -> str:
