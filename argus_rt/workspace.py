@@ -371,17 +371,19 @@ class Workspace:
         if not status or status[0][0] != "done" or _task_record_problem(task_id, status[0][1]) is not None:
             return None
         rows = self._query("SELECT name, sha256, size, program, inputs FROM outputs WHERE task_id=?", (task_id,))
-        out = {}
+        out, checked = {}, set()  # commit gives every output of a task the same inputs: check them once
         for name, sha, size, prog, inputs in rows:
-            problem = self._output_problem(sha, size, inputs)
+            problem = self._output_problem(sha, size, inputs, check_inputs=inputs not in checked)
             if problem is not None:
                 return None
+            checked.add(inputs)
             out[name] = OutputRecord(task_id, name, sha, size, self.blob_path(sha), prog,
                                      tuple(tuple(i) for i in json.loads(inputs)))
         return out
 
-    def _output_problem(self, sha, size, inputs_text) -> str | None:
-        """Why one output row cannot be used (None: it can): bad row values, a bad blob, stale inputs."""
+    def _output_problem(self, sha, size, inputs_text, check_inputs: bool = True) -> str | None:
+        """Why one output row cannot be used (None: it can): bad row values, a bad blob, stale inputs
+        (``check_inputs=False``: the caller already checked these inputs)."""
         if not isinstance(sha, str) or not _SHA.match(sha):
             return f"invalid blob hash {sha!r} in the index"
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
@@ -396,7 +398,7 @@ class Workspace:
         blob = self._blob_problem(sha, size)
         if blob is not None:
             return blob
-        for dep, dep_name, dep_sha in inputs:
+        for dep, dep_name, dep_sha in inputs if check_inputs else ():
             now = self._query("SELECT sha256 FROM outputs WHERE task_id=? AND name=?", (dep, dep_name))
             if now and now[0][0] != dep_sha:
                 return f"stale: it read {dep}/{dep_name} {dep_sha[:12]}, which is now {str(now[0][0])[:12]}"
