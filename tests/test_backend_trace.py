@@ -1,6 +1,8 @@
 """Region-tracing adapter and CUDA variant runner: what runs without a GPU (CPU)."""
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -52,11 +54,31 @@ def test_bad_launch_descriptions_name_the_problem():
 def test_runner_argv_round_trips_the_program(tmp_path):
     p = load_program(GT).variant_of("marker_only")
     argv = trace.runner_argv(p, "marker_only", tmp_path)
-    assert argv[1:4] == ["-m", "argus_rt.backends.trace", "run"] and argv[-1] == "marker_only"
+    assert argv[1:4] == ["-m", "argus_rt.backends.run_variant", "run"] and argv[-1] == "marker_only"
     back = ProgramVersion.from_dict(json.loads((tmp_path / "program.json").read_text()))
     assert back.id == p.id and Path(back.root).is_absolute()
     env = trace.runner_env()
     assert env["PYTHONPATH"].split(":")[0] == str(ROOT) and env["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_runner_entry_point_registers_the_trace_adapter_once(tmp_path):
+    """The profiled process runs ``runner_argv``'s module as ``__main__`` and then imports the CUDA
+    runner, which imports the trace adapter under its real name: it must not register twice."""
+    module = trace.runner_argv(load_program(GT), "marker_only", tmp_path)[2]
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = [{module!r}, '--help']\n"
+        "try:\n"
+        f"    runpy.run_module({module!r}, run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "import argus_rt.backends.cuda_runner\n"
+        "from argus_rt.backends.base import get_backend\n"
+        "print(type(get_backend('trace')).__module__)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=trace.runner_env(),
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "argus_rt.backends.trace"
 
 
 def test_intervals_document_columns():

@@ -6,8 +6,8 @@ build the program's ``traced`` variant (``ARGUS_MODE=2``), launch it once under 
 reference, decode the rings, pair begin/end per warp and publish one row per region occurrence.
 
 The same runner serves the other GPU adapters: Nsight Compute profiles a separate process,
-``python -m argus_rt.backends.trace run --program <program.json> --variant marker_only``, so that
-the PCs it reports are those of the very cubin this module built.
+``python -m argus_rt.backends.run_variant run --program <program.json> --variant marker_only``, so
+that the PCs it reports are those of the very cubin this module built.
 
 A CUDA program's ``launch`` (in ``argus_program.json``) as this runner reads it::
 
@@ -37,7 +37,6 @@ Inputs are drawn fresh on every run (``init``: ``randn``, ``uniform`` [low, high
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.util
 import json
@@ -468,7 +467,7 @@ def runner_argv(program, variant: str, outdir: Path) -> list[str]:
     path = Path(outdir) / "program.json"
     prog = dataclasses.replace(program, root=str(Path(program.root).resolve())) if program.root else program
     atomic_write_text(path, json.dumps(prog.to_dict()))
-    return [sys.executable, "-m", "argus_rt.backends.trace", "run", "--program", str(path), "--variant", variant]
+    return [sys.executable, "-m", "argus_rt.backends.run_variant", "run", "--program", str(path), "--variant", variant]
 
 
 def runner_env() -> dict:
@@ -479,25 +478,4 @@ def runner_env() -> dict:
     return child_env()
 
 
-def main(argv: list[str] | None = None) -> int:
-    from ..program import ProgramVersion
-
-    parser = argparse.ArgumentParser(prog="python -m argus_rt.backends.trace")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    run = sub.add_parser("run", help="build and launch one variant of a CUDA program once, checked")
-    run.add_argument("--program", required=True, help="ProgramVersion JSON (ProgramVersion.to_dict())")
-    run.add_argument("--variant", default="marker_only", choices=sorted(VARIANT_MODES))
-    args = parser.parse_args(argv)
-    program = ProgramVersion.from_dict(json.loads(Path(args.program).read_text()))
-    res = run_triton_once(program, args.variant) if program.kind == "triton" else run_once(program, args.variant)
-    jit = res.get("jit_check") or {}
-    print(f"argus-run {program.name}:{args.variant} kernel={res['symbol']} max_rel_err={res['max_rel_err']}"
-          + (f" jit_ttgir_sha256={jit['ttgir_sha256']}" if jit else "")
-          + "".join(f" {k}={json.dumps(v)}" for k, v in runner_facts(res).items() if program.kind == "cuda"))
-    return 0
-
-
 register_backend(TraceAdapter())
-
-if __name__ == "__main__":
-    sys.exit(main())
