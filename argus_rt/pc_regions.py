@@ -1,13 +1,26 @@
 """The PC-to-region map n(r, p) of one kernel: per PC, executions per region stack, and what follows
 from it (ownership shares alpha, entropy H(p), metrics lifted to regions).
 
+With n(r, p) the executions of the instruction at PC p under leaf region r in the mapping run:
+
+    alpha(r, p) = n(r, p) / sum_r' n(r', p)            share of PC p owned by region r
+    m(r)        = sum_p alpha(r, p) * m(p)             an additive PC-keyed metric lifted to regions
+    H(p)        = -sum_{r: alpha > 0} alpha ln alpha   ownership entropy of PC p (nats)
+
+H(p) is ambiguity metadata, not an error bound: 0 when one region owns every execution of p,
+ln k when k regions share it equally. A region's entropy is the n-weighted mean of H(p) over the
+PCs it executes. Ratio metrics (e.g. predicated-off / executed) are lifted by attributing numerator
+and denominator separately and dividing per region (:meth:`PcRegionMap.attribute_ratio`).
+
 How the map is built (SASS markers + per-PC counts) is :mod:`argus_rt.backends.pcmap`'s job; this
 module only holds the map, so that analyses and synthesis need no backend to read one.
 
-**Unknown PCs.** A metric value at a PC the map does not know, or at a PC that never ran in the
-mapping run (no owner to share it by), is never dropped and never an error: :meth:`PcRegionMap.attribute`
-gives it to :data:`UNMAPPED`, so the lifted values still add up to the metric's total and the
-report can say how much was not attributed. This is also what :mod:`argus_rt.attribution` does.
+**Unknown PCs.** A PC the map does not know is treated as a PC that never ran in the mapping run:
+it has no owner. Its :meth:`PcRegionMap.alpha` is ``{}`` and its :meth:`PcRegionMap.entropy` 0.0,
+and a metric value at it is never dropped and never an error: :meth:`PcRegionMap.attribute` gives it
+to :data:`UNMAPPED`, so the lifted values still add up to the metric's total and the report can say
+how much was not attributed. A PC key naming another kernel is an error (:class:`PcMapError`), since
+PCs are offsets inside one function.
 """
 from __future__ import annotations
 
@@ -16,9 +29,10 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable, Mapping
 
 from .fsutil import atomic_write_text
-from .sass import pc_key
+from .sass import kernel_key, parse_pc_key, pc_key
 
 UNMAPPED = "<unmapped>"
 NO_REGION = 0  # region ID of code outside every region
@@ -29,7 +43,22 @@ Stack = tuple[int, ...]
 
 
 class PcMapError(ValueError):
-    """The SASS or the counts cannot give a consistent PC-to-region map; the message says where."""
+    """The SASS, the counts or an evidence document cannot give a consistent PC-to-region map; the
+    message says where."""
+
+
+def _count(n: object, where: str) -> float:
+    value = float(n)
+    if not math.isfinite(value) or value < 0:
+        raise PcMapError(f"n({where}) = {n!r}: counts must be finite and >= 0")
+    return value
+
+
+def _parse_key(key: object) -> tuple[str, int]:
+    try:
+        return parse_pc_key(str(key))
+    except ValueError as e:
+        raise PcMapError(str(e)) from None
 
 
 @dataclass
@@ -78,16 +107,59 @@ class PcRegionMap:
     pcs: dict[int, PcOwnership]
     opcodes: dict[int, str] = field(default_factory=dict)
 
-    # ---- lookups --------------------------------------------------------------------------
+    @classmethod
+    def from_counts(cls, kernel: str, entries: Iterable[tuple[int, int, float]], *,
+                    method: str = "unknown") -> "PcRegionMap":
+        """From leaf counts ``(pc, region id, n)``; a leaf stands for its whole stack (NO_REGION: none).
+        Counts of one (pc, region) add up; a count that is negative or not finite is a PcMapError."""
+        pcs: dict[int, PcOwnership] = {}
+        for pc, region, n in entries:
+            value = _count(n, f"region={region!r}, pc={pc!r}")
+            own = pcs.setdefault(pc, PcOwnership(pc, {}, method))
+            stack = (region,) if region != NO_REGION else ()
+            own.stacks[stack] = own.stacks.get(stack, 0.0) + value
+        return cls(kernel_key(kernel) if kernel else "", method, pcs)
+
+    # ---- lookups (a PC the map does not know has no owner: see the module docstring) ------
+    def alpha(self, pc: int) -> dict[int, float]:
+        """alpha(r, p) over leaf regions; ``{}`` for a PC that never ran or that the map does not know."""
+        own = self.pcs.get(pc)
+        return own.alpha() if own is not None else {}
+
     def entropy(self, pc: int) -> float:
-        return self.pcs[pc].entropy()
+        """H(p) in nats; 0.0 for a PC with one owner, none, or that the map does not know."""
+        own = self.pcs.get(pc)
+        return own.entropy() if own is not None else 0.0
 
     def shared_pcs(self) -> list[int]:
         """PCs whose executions belong to more than one leaf region (H(p) > 0)."""
         return sorted(pc for pc, o in self.pcs.items() if o.entropy() > 0)
 
     def regions(self) -> list[int]:
+        """Region IDs on any stack (NO_REGION, code outside every region, is not one)."""
         return sorted({r for o in self.pcs.values() for s in o.stacks for r in s})
+
+    def region_entropy(self) -> dict[int, float]:
+        """Per leaf region (NO_REGION included when code outside regions ran): the n-weighted mean
+        of H(p) over the PCs it executes, in nats."""
+        weighted: dict[int, float] = {}
+        total: dict[int, float] = {}
+        for o in self.pcs.values():
+            h = o.entropy()
+            for r, n in o.leaf_counts().items():
+                weighted[r] = weighted.get(r, 0.0) + n * h
+                total[r] = total.get(r, 0.0) + n
+        return {r: weighted[r] / total[r] for r in total if total[r] > 0}
+
+    def pc_of(self, key: str) -> int:
+        """The PC of an evidence file's PC key (``"<kernel>@0x<offset>"``) of this map's kernel.
+
+        A key naming another kernel is a PcMapError: its offset means nothing in this function.
+        A map read from a document that named no kernel takes any kernel's key."""
+        kernel, pc = _parse_key(key)
+        if self.kernel and kernel_key(kernel) != self.kernel:
+            raise PcMapError(f"PC key {key!r} is of kernel {kernel_key(kernel)!r}; this map is of {self.kernel!r}")
+        return pc
 
     def counts(self, *, inclusive: bool = False) -> dict[int, float]:
         """Executed instructions per region (warp-level, as counted by the weights' source)."""
@@ -127,6 +199,20 @@ class PcRegionMap:
             out[UNMAPPED] = AttributedValue(unmapped, 0.0, 0.0, UNMAPPED_METHOD)
         return out
 
+    def attribute_ratio(self, numerator: Mapping[int, float], denominator: Mapping[int, float]
+                        ) -> dict[int | str, tuple[float, float, float | None]]:
+        """Per region: (numerator_r, denominator_r, numerator_r / denominator_r, or None where the
+        denominator is 0). Both metrics are lifted separately, then divided: averaging per-PC ratios
+        would weight a rarely executed PC like a hot one."""
+        num = self.attribute(dict(numerator))
+        den = self.attribute(dict(denominator))
+        out = {}
+        for r in set(num) | set(den):
+            n = num[r].value if r in num else 0.0
+            d = den[r].value if r in den else 0.0
+            out[r] = (n, d, n / d if d else None)
+        return out
+
     # ---- evidence file --------------------------------------------------------------------
     def to_evidence(self) -> dict:
         """The ``argus.pc_region_counts/1`` document (leaf entries, plus full stacks and per-PC methods)."""
@@ -145,20 +231,28 @@ class PcRegionMap:
 
     @classmethod
     def from_evidence(cls, doc: dict) -> "PcRegionMap":
+        """From an ``argus.pc_region_counts/1`` document of one kernel (its ``kernel``, else the one
+        kernel its PC keys name); entries of several kernels, or bad counts, are a PcMapError."""
         if not isinstance(doc, dict) or doc.get("format") != "argus.pc_region_counts/1":
             got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
             raise PcMapError(f"not an argus.pc_region_counts/1 document (format {got!r})")
-        from .sass import parse_pc_key
-
-        pcs: dict[int, PcOwnership] = {}
+        method = doc.get("method", "unknown")
         # Maps from NVBit carry leaf entries only: a leaf stands for its whole stack then.
         rows = doc.get("stacks") or [[k, [r] if r != NO_REGION else [], n] for k, r, n in doc.get("entries", [])]
-        for key, stack, n in rows:
-            _, pc = parse_pc_key(key)
-            own = pcs.setdefault(pc, PcOwnership(pc, {}, doc.get("pc_methods", {}).get(key, doc["method"])))
-            own.stacks[tuple(stack)] = float(n)
-        opcodes = {parse_pc_key(k)[1]: v for k, v in doc.get("opcodes", {}).items()}
-        return cls(doc.get("kernel", ""), doc["method"], pcs, opcodes)
+        keyed = [(_parse_key(key), key, stack, n) for key, stack, n in rows]
+        kernels = sorted({kernel_key(k) for (k, _), *_ in keyed})
+        kernel = kernel_key(doc["kernel"]) if doc.get("kernel") else (kernels[0] if len(kernels) == 1 else "")
+        if len(kernels) > 1 or (kernels and kernels != [kernel]):
+            raise PcMapError(f"a PC-to-region map is of one kernel ({kernel or 'none named'}); "
+                             f"the document's PC keys name {kernels}")
+        pcs: dict[int, PcOwnership] = {}
+        pc_methods = doc.get("pc_methods", {})
+        for (_, pc), key, stack, n in keyed:
+            own = pcs.setdefault(pc, PcOwnership(pc, {}, pc_methods.get(key, method)))
+            stack = tuple(stack)
+            own.stacks[stack] = own.stacks.get(stack, 0.0) + _count(n, f"stack={list(stack)}, pc={key}")
+        opcodes = {_parse_key(k)[1]: v for k, v in doc.get("opcodes", {}).items()}
+        return cls(kernel, method, pcs, opcodes)
 
     def save(self, path: str | os.PathLike) -> None:
         atomic_write_text(Path(path), json.dumps(self.to_evidence()) + "\n")

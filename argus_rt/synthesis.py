@@ -25,9 +25,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from .attribution import UNMAPPED, PcRegionMap
+from .pc_regions import UNMAPPED, PcMapError, PcRegionMap
 from .program import IncompatibleVersionsError, check_joinable
 from .runtime.handlers import HandlerError, register_synthesis
+from .sass import pc_key
 from .scope import Scope, ScopeError
 from .trace.stats import duration_summary
 
@@ -197,25 +198,32 @@ def synth_pc_region_map(ctx) -> dict:
     src = collects[0]
     facts.cite(src)
     doc = _load(ctx.input_of(src.id, "pc_region_counts"), "argus.pc_region_counts/1")
-    pmap = PcRegionMap.from_doc(doc)
+    pmap = _map_of(doc)
     names = {r.id: r.name for r in ctx.program.regions}
     for rid, h in sorted(pmap.region_entropy().items(), key=lambda kv: str(kv[0])):
         facts.add(names.get(rid, f"0x{int(rid):08x}"), "entropy", h, method=pmap.method, unit="nats")
-    facts.extra = {"map": pmap.to_doc(), "map_program": src.program, "shared_pcs": len(pmap.shared_pcs()),
+    facts.extra = {"map": pmap.to_evidence(), "map_program": src.program, "shared_pcs": len(pmap.shared_pcs()),
                    # plain -lineinfo view of the mapping run's counts {metric: {file: count}} ({} = none)
                    "source_file_attribution": doc.get("source_file_attribution") or {},
                    "map_notes": list(doc.get("notes", [])),
                    # H(p) of every shared PC (all others are 0), with its owners' shares
-                   "pc_entropy": {str(pc): {"entropy_nats": pmap.entropy(pc),
+                   "pc_entropy": {pc_key(pmap.kernel, pc): {"entropy_nats": pmap.entropy(pc),
                                             "alpha": {names.get(r, str(r)): a for r, a in pmap.alpha(pc).items()}}
                                   for pc in pmap.shared_pcs()}}
     return facts.write()
 
 
+def _map_of(doc: dict) -> PcRegionMap:
+    try:
+        return PcRegionMap.from_evidence(doc)
+    except PcMapError as e:
+        raise EvidenceError(f"PC-to-region map: {e}") from None
+
+
 def _find_map(ctx) -> tuple[PcRegionMap, str, object, dict]:
     map_task = _one_dep(ctx, "pc_region_map", "attribution", "pc_region_map input")
     doc = json.loads(ctx.input_of(map_task.id, "facts").read_text(encoding="utf-8"))
-    return PcRegionMap.from_doc(doc["extra"]["map"]), doc["extra"]["map_program"], map_task, doc["extra"]
+    return _map_of(doc["extra"]["map"]), doc["extra"]["map_program"], map_task, doc["extra"]
 
 
 def _source_file_metric(cfg: dict) -> tuple[str, str] | None:
@@ -270,7 +278,10 @@ def synth_attributed_metric(ctx) -> dict:
         raise IncompatibleVersionsError(f"PC counters from {src.program} cannot be joined with a PC-to-region "
                                         f"map of {map_program}: PCs differ between binaries")
     doc = _load(ctx.input_of(src.id, "pc_counters"), "argus.pc_counters/1")
-    pcs = doc["pcs"]
+    try:  # the counters' PC keys as offsets in the map's kernel
+        pcs = [pmap.pc_of(key) for key in doc["pcs"]]
+    except PcMapError as e:
+        raise EvidenceError(f"PC counters cannot be joined with the PC-to-region map: {e}") from None
     metrics = doc.get("metrics", {})
     families = [str(op).split(".")[0] for op in doc.get("opcodes", [""] * len(pcs))]
     cfg = ctx.config
@@ -299,7 +310,7 @@ def synth_attributed_metric(ctx) -> dict:
     entropy = pmap.region_entropy()
     shared = set(pmap.shared_pcs())
     for metric, per_pc in sorted(series.items()):
-        lifted = pmap.attribute(per_pc)
+        lifted = {r: v.value for r, v in pmap.attribute(per_pc).items()}
         for region in subtree:
             owned = [pc for pc in per_pc if region.id in pmap.alpha(pc)]
             facts.add(region.name, metric, lifted.get(region.id, 0.0), method=f"count-weighted ({pmap.method})",
@@ -314,7 +325,7 @@ def synth_attributed_metric(ctx) -> dict:
                       notes=["counts at PCs the mapping run never executed"])
         other = sum(v for rid, v in lifted.items() if rid not in wanted and rid != UNMAPPED)
         facts.extra.setdefault("outside_subtree", {})[metric] = other
-    facts.extra["regions_in_map"] = sorted(names.get(r, str(r)) for r in pmap.regions)
+    facts.extra["regions_in_map"] = sorted(names.get(r, str(r)) for r in pmap.regions())
     _add_source_file_view(facts, cfg, map_extra)
     return facts.write()
 
