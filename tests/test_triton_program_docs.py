@@ -31,7 +31,7 @@ def test_the_page_shows_the_example_files_verbatim():
 
 def test_every_protocol_function_and_launch_key_is_documented():
     text = DOC.read_text()
-    for fn in TRITON_PROTOCOL + ("n_ctas", "compile_reference"):
+    for fn in TRITON_PROTOCOL + ("compile_reference",):
         assert f"`{fn}(" in text, fn
     for key in ("module", "kernel", "args", "constexprs", "num_warps", "num_stages", "config", "iterations",
                 "capability", "shapes", "signature", "rtol"):
@@ -47,7 +47,7 @@ def test_the_minimal_program_plans_discovers_and_names_inputs_after_the_kernel_a
     kernel_params = [p.name for p in fn.params]
     assert set(inspect.signature(mod.reference).parameters) <= set(kernel_params)
     assert set(args) == {p.name for p in fn.params if not p.is_constexpr}
-    assert all(callable(getattr(import_module(program), f, None)) for f in TRITON_PROTOCOL + ("n_ctas",))
+    assert all(callable(getattr(import_module(program), f, None)) for f in TRITON_PROTOCOL)
     # make_inputs' keys, read from its source (it needs a GPU to run)
     keys = set(re.findall(r'"(\w+)": torch\.', inspect.getsource(mod.make_inputs)))
     assert keys == {"x", "y"} and keys <= set(kernel_params)

@@ -26,6 +26,7 @@ from argus_rt.compiler.triton_program import (  # noqa: E402
 )
 from argus_rt.compiler.triton_specialization import (  # noqa: E402
     LaunchArgumentError,
+    RuntimeArgsKernel,
     describe_specialization,
     jit_compile,
     tensor_arg,
@@ -187,3 +188,38 @@ def test_jit_built_kernel_launches_with_runtime_args_only():
     assert len(full) == len(names) and full[names.index("BLOCK")] == 256
     assert [a for i, a in enumerate(full) if names[i] != "BLOCK"] == runtime
     assert "ttgir" in kernel.asm and kernel.hash
+
+
+class _RecordingLauncher:
+    """Stands for a ``CompiledKernel``: records what ``self[grid](*args)`` was given."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        assert len(grid) == 3  # what a bare CompiledKernel indexes
+        return lambda *args: self.calls.append((grid, args))
+
+
+def test_launches_take_every_grid_form_the_jit_takes():
+    """An int, 1 to 3 ints, or a callable of the launch's meta-parameters (the form autotuned kernels
+    need): the callable sees the run-time args by name and the constexprs, a TTGIR variant inherits them,
+    and the launched grid is kept for sizing Argus's buffers."""
+    args = {"x_ptr": tensor_arg("float16", [4096]), "y_ptr": tensor_arg("float16", [4096]),
+            "n": 4096, "stride": 1, "alpha": 0.5}
+    kernel = jit_compile(_scale_kernel, args, {"BLOCK": 256}, SM90)
+    fake = _RecordingLauncher()
+    wrapped = RuntimeArgsKernel(fake, kernel.constexpr_values, kernel.grid_meta)
+    runtime = ("x", "y", 4096, 1, 0.5)
+    wrapped[16](*runtime)
+    wrapped[(16, 2)](*runtime)
+    wrapped[lambda meta: (meta["n"] // meta["BLOCK"],)](*runtime)
+    assert [g for g, _ in fake.calls] == [(16, 1, 1), (16, 2, 1), (16, 1, 1)]
+    assert wrapped.launched_grid == (16, 1, 1)
+    variant_fake = _RecordingLauncher()
+    variant = wrapped.variant(variant_fake)
+    variant[lambda meta: (meta["n"] // meta["BLOCK"], 3)](*runtime, "probe_out")
+    assert variant_fake.calls == [((16, 3, 1), runtime + ("probe_out",))]  # no constexpr inserted
+    for bad in ((), (0,), (1, 2, 3, 4), "16", lambda meta: None):
+        with pytest.raises(LaunchArgumentError, match="must be an int, 1 to 3 positive ints, or a callable"):
+            wrapped[bad](*runtime)

@@ -315,7 +315,7 @@ def _decoded(program, session, raw_trace: Path | None) -> dict:
 # A Triton program's launch names a module (``"module": "tma_matmul.py"``) that provides the protocol
 # of docs/programs.md: make_inputs(seed) -> {name: tensor} (fresh random, outputs poisoned),
 # run(compiled, inputs, probe_out=None) -> output tensor (launches ``compiled[grid](*args)``),
-# reference(**inputs it names) -> expected output (plain PyTorch) and n_ctas(). Argus compiles the
+# reference(**inputs it names) -> expected output (plain PyTorch). Argus compiles the
 # kernel itself, as the JIT would for the launch (argus_rt.compiler.triton_program.program_compiled);
 # the module's own compile_reference, if any, is not called. Its markers are always the PMTRIG words
 # (argus_rt.triton_regions), so the compiled kernel is its marker-only variant; region tracing of

@@ -32,6 +32,7 @@ from .triton_kernel_check import (  # noqa: F401
     _kernel_module,
     check_module_reference,
     compile_ttgir,
+    program_variant,
     timed_variant_columns,
 )
 from .triton_region_trace import collect_triton_region_trace
@@ -363,20 +364,18 @@ def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: 
     Returns ``{"op_events": doc}`` with all timed launches' rows.
     """
     from .jit_equivalence import check_against_jit
-    from .triton_program import program_ttgir
+    from .triton_program import program_compiled
 
     mod = _kernel_module(program)
     params = program.params
     op_id = int(str(params["op_id"]), 16) if isinstance(params["op_id"], str) else int(params["op_id"])
     iteration = int(params["iteration"])
-    ref_ttgir, _ = program_ttgir(program)
-    ref = compile_ttgir(ref_ttgir, workdir, "reference")
-    probe = compile_ttgir(Path(probe_ttgir).read_text(encoding="utf-8"), workdir, "probe")
-    n = mod.n_ctas()
+    ref = program_compiled(program)
+    probe = program_variant(program, Path(probe_ttgir).read_text(encoding="utf-8"), workdir, "probe")
     jit = check_against_jit(program, mod)
     cols, rel = timed_variant_columns(
-        mod, ref, probe, n * WORDS_PER_CTA, f"probe 0x{op_id:08x}@{iteration}", seed, repeats,
-        lambda out, launch: op_events_document(out, n, op_id, iteration))
+        mod, ref, probe, WORDS_PER_CTA, f"probe 0x{op_id:08x}@{iteration}", seed, repeats,
+        lambda out, launch, n: op_events_document(out, n, op_id, iteration))
     return {"op_events": {"format": "argus.op_events/1", "clock": "ns", "columns": cols, "launches": repeats,
                           "reference_rel_error": rel, "jit_check": jit}}
 
@@ -392,7 +391,7 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
     """
     from .async_sites import discover
     from .jit_equivalence import check_against_jit
-    from .triton_program import program_ttgir
+    from .triton_program import program_compiled, program_ttgir
 
     mod = _kernel_module(program)
     ttgir, iterations = program_ttgir(program)
@@ -409,13 +408,12 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
             f"pipelined TMA loads, per K-loop iteration")
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    ref = compile_ttgir(ttgir, workdir, "reference")
-    traced = compile_ttgir(traced_text, workdir, "traced_reference")
-    n = mod.n_ctas()
+    ref = program_compiled(program)
+    traced = program_variant(program, traced_text, workdir, "traced_reference")
     jit = check_against_jit(program, mod)
     cols, rel = timed_variant_columns(
-        mod, ref, traced, n * 2 * iterations, "the traced reference", seed, repeats,
-        lambda out, launch: iteration_waits_document(out, n, iterations, wait=what, launch=launch))
+        mod, ref, traced, 2 * iterations, "the traced reference", seed, repeats,
+        lambda out, launch, n: iteration_waits_document(out, n, iterations, wait=what, launch=launch))
     return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": what, "columns": cols, "launches": repeats,
             "reference_rel_error": rel, "jit_check": jit}
 
@@ -442,7 +440,7 @@ def forced_wait_probe_task(ctx) -> dict:
     expected = ctx.config.get("expect_program")
     if expected and pv.id != expected:
         raise ProbeError(f"probe variant of {ctx.program.id} hashes to {pv.id}, the plan expected {expected}")
-    compiled = compile_ttgir(probe.ttgir, ctx.outdir, "probe")
+    compiled = compile_ttgir(probe.ttgir, ctx.outdir, "probe", capability=int(ctx.program.launch.get("capability", 90)))
     cubin = ctx.outdir / "probe.cubin"
     cubin.write_bytes(compiled.asm["cubin"])
     desc = probe.descriptor()

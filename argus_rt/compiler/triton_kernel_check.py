@@ -19,7 +19,8 @@ class ProbeError(ValueError):
 
 
 def compile_ttgir(ttgir: str, workdir: str | Path, name: str, *, capability: int = 90):
-    """Compile TTGIR text with Triton (works without a GPU); returns the CompiledKernel.
+    """Compile TTGIR text with Triton (works without a GPU); returns the ``CompiledKernel`` wrapped to
+    launch like the JIT's kernel (:class:`argus_rt.compiler.triton_specialization.RuntimeArgsKernel`).
 
     The text is written atomically to ``workdir/name.ttgir`` because Triton compiles from a path.
     """
@@ -27,6 +28,7 @@ def compile_ttgir(ttgir: str, workdir: str | Path, name: str, *, capability: int
     from triton.backends.compiler import GPUTarget
 
     from ..fsutil import atomic_write_text
+    from .triton_specialization import RuntimeArgsKernel
 
     path = Path(workdir) / f"{name}.ttgir"
     atomic_write_text(path, ttgir)
@@ -35,7 +37,7 @@ def compile_ttgir(ttgir: str, workdir: str | Path, name: str, *, capability: int
         saved = os.dup(2)
         os.dup2(err.fileno(), 2)
         try:
-            return triton.compile(str(path), target=GPUTarget("cuda", capability, 32))
+            return RuntimeArgsKernel(triton.compile(str(path), target=GPUTarget("cuda", capability, 32)))
         except Exception as exc:  # Triton raises a plain RuntimeError
             os.dup2(saved, 2)
             err.seek(0)
@@ -46,15 +48,24 @@ def compile_ttgir(ttgir: str, workdir: str | Path, name: str, *, capability: int
             os.close(saved)
 
 
+def program_variant(program, ttgir: str, workdir, name: str):
+    """A variant of the program's kernel compiled from ``ttgir`` (its TTGIR, edited: markers, probes),
+    launched as the JIT's kernel is (same grid meta-parameters; constexprs are compiled in)."""
+    from .triton_program import program_compiled
+
+    reference = program_compiled(program)
+    return reference.variant(compile_ttgir(ttgir, workdir, name, capability=int(program.launch.get("capability", 90))))
+
+
 def _kernel_module(program):
     """The program's kernel module, checked for the protocol the GPU collectors call (docs/programs.md)."""
     from .triton_program import import_module
 
     mod = import_module(program)
-    missing = [f for f in ("make_inputs", "run", "n_ctas", "reference") if not callable(getattr(mod, f, None))]
+    missing = [f for f in ("make_inputs", "run", "reference") if not callable(getattr(mod, f, None))]
     if missing:
         raise ProbeError(f"{program.launch['module']} lacks {missing} of the kernel module protocol (make_inputs, run, "
-                         "n_ctas, reference; docs/programs.md)")
+                         "reference; docs/programs.md)")
     return mod
 
 
@@ -85,28 +96,40 @@ def check_module_reference(mod, inputs: dict, got) -> float:
     return rel
 
 
-def timed_variant_columns(mod, ref, variant, out_words: int, label: str, seed, repeats: int, document,
+def launched_ctas(kernel, label: str) -> int:
+    """The number of CTAs (programs) of ``kernel``'s last launch, as ``run()`` chose its grid."""
+    grid = getattr(kernel, "launched_grid", None)
+    if grid is None:
+        raise ProbeError(f"{label}: run() did not launch the kernel it was given (call compiled[grid](...))")
+    return grid[0] * grid[1] * grid[2]
+
+
+def timed_variant_columns(mod, ref, variant, words_per_cta: int, label: str, seed, repeats: int, document,
                           error: type[Exception] = ProbeError) -> tuple[dict, float]:
     """Run the compiled reference once on fresh inputs (checked by :func:`check_module_reference`), then
-    ``variant`` ``1 + repeats`` times with an ``out_words`` int64 buffer. Every launch must reproduce the
-    reference output bit for bit (instrumentation changes timing, not results), else ``error``
-    (:class:`ProbeError` unless given) naming ``label``. The first launch loads the module and is not
-    evidence; the others' buffers go through ``document(out, launch)`` and their columns are
-    concatenated. Returns (columns, rel. error). Shared by the probe, traced-reference and region-trace
-    collectors."""
+    ``variant`` ``1 + repeats`` times with a ``words_per_cta`` int64 buffer per CTA of the reference's
+    grid (the module's ``run`` picks the grid, as the user's launch does). Every launch must use that
+    grid and reproduce the reference output bit for bit (instrumentation changes timing, not results),
+    else ``error`` (:class:`ProbeError` unless given) naming ``label``. The first launch loads the module
+    and is not evidence; the others' buffers go through ``document(out, launch, n_ctas)`` and their
+    columns are concatenated. Returns (columns, rel. error). Shared by the probe, traced-reference and
+    region-trace collectors."""
     import torch
 
     inputs = mod.make_inputs(seed)
     expected = mod.run(ref, inputs).clone()
     rel = check_module_reference(mod, inputs, expected)
+    n_ctas = launched_ctas(ref, "the reference")
     cols: dict[str, list] = {}
     for rep in range(1 + repeats):
-        out = torch.zeros(out_words, dtype=torch.int64, device="cuda")
+        out = torch.zeros(n_ctas * words_per_cta, dtype=torch.int64, device="cuda")
         got = mod.run(variant, inputs, out)  # run() re-poisons the output before launching
         torch.cuda.synchronize()
+        if launched_ctas(variant, label) != n_ctas:
+            raise error(f"{label} was launched on {launched_ctas(variant, label)} CTAs, the reference on {n_ctas}")
         if not torch.equal(got, expected):
             raise error(f"{label} changed the kernel's output (launch {rep})")
         if rep:
-            for k, v in document(out.cpu().numpy(), rep - 1)["columns"].items():
+            for k, v in document(out.cpu().numpy(), rep - 1, n_ctas)["columns"].items():
                 cols.setdefault(k, []).extend(v)
     return cols, rel

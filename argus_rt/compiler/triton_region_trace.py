@@ -270,8 +270,8 @@ def collect_triton_region_trace(program, workdir, *, repeats: int = 1, seed: int
     from pathlib import Path
 
     from .jit_equivalence import check_against_jit
-    from .triton_kernel_check import _kernel_module, compile_ttgir, timed_variant_columns
-    from .triton_program import program_ttgir
+    from .triton_kernel_check import _kernel_module, program_variant, timed_variant_columns
+    from .triton_program import program_compiled, program_ttgir
 
     if repeats < 1:
         raise RegionTraceError(f"repeats must be >= 1, got {repeats!r}")
@@ -280,13 +280,12 @@ def collect_triton_region_trace(program, workdir, *, repeats: int = 1, seed: int
     variant = make_region_trace(ttgir, iterations)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    ref = compile_ttgir(ttgir, workdir, "reference")
-    traced = compile_ttgir(variant.ttgir, workdir, "region_traced")
-    n = mod.n_ctas()
+    ref = program_compiled(program)
+    traced = program_variant(program, variant.ttgir, workdir, "region_traced")
     jit = check_against_jit(program, mod)
     cols, rel = timed_variant_columns(
-        mod, ref, traced, n * variant.words_per_cta, "the region-traced variant", seed, repeats,
-        lambda out, launch: {"columns": decode_region_buffer(out, n, variant.sites, launch=launch)},
+        mod, ref, traced, variant.words_per_cta, "the region-traced variant", seed, repeats,
+        lambda out, launch, n: {"columns": decode_region_buffer(out, n, variant.sites, launch=launch)},
         error=RegionTraceError)
     doc = region_intervals_document(cols, launches=repeats, reference_rel_error=rel, notes=variant.notes)
     doc["jit_check"] = jit

@@ -17,7 +17,7 @@ module that touches them: a Triton without them gets :class:`SpecializationUnava
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import ArgusInputError
 
@@ -161,26 +161,49 @@ def jit_compile(fn, args: dict, kwargs: dict, target):
     src = triton.compiler.ASTSource(fn, signature, constexprs, attrs)
     compiled = triton.compile(src, target=target, options=options.__dict__)
     declared = [(i, constexprs[(i,)]) for i, p in enumerate(fn.params) if p.is_constexpr and (i,) in constexprs]
-    return RuntimeArgsKernel(compiled, declared)
+    meta = GridMeta(tuple(p.name for p in fn.params if not p.is_constexpr),
+                    {fn.params[i].name: v for i, v in declared})
+    return RuntimeArgsKernel(compiled, declared, meta)
+
+
+@dataclass(frozen=True)
+class GridMeta:
+    """What a grid callable (``kernel[lambda meta: ...]``) is given for a launch: the kernel's run-time
+    parameters by name, as passed, and its constexprs (launch constexprs and autotune config)."""
+
+    runtime_names: tuple[str, ...] = ()
+    constexprs: dict = field(default_factory=dict)
+
+    def of(self, args) -> dict:
+        return {**dict(zip(self.runtime_names, args)), **self.constexprs}
 
 
 class RuntimeArgsKernel:
-    """A JIT-built ``CompiledKernel`` that launches like a TTGIR-built variant: ``self[grid](*args)``
-    with the run-time arguments only.
+    """A ``CompiledKernel`` that launches as the JIT's ``kernel[grid](*args)`` does: ``grid`` is an int,
+    1 to 3 ints, or a callable of the launch's meta-parameters (:class:`GridMeta`) returning those (a
+    bare ``CompiledKernel`` indexes ``grid[0..2]`` and needs all three), and ``args`` are the
+    run-time arguments only.
 
     The launcher of a kernel compiled from the function takes every parameter, the declared
     constexprs included, because the JIT passes them all; a variant compiled from TTGIR text takes
-    only the run-time ones (plus Argus's buffer). Inserting the constexpr values here lets a
-    module's ``run(compiled, inputs)`` launch every variant the same way. Everything else
-    (``asm``, ``metadata``, ``hash``, ...) is the compiled kernel's own.
+    only the run-time ones (plus Argus's buffer), so it inserts none (:meth:`variant`). Inserting the
+    values here lets a module's ``run(compiled, inputs)`` launch every variant the same way.
+    ``launched_grid`` is the grid of the last launch (what Argus sizes per-CTA buffers by).
+    Everything else (``asm``, ``metadata``, ``hash``, ...) is the compiled kernel's own.
     """
 
-    def __init__(self, compiled, constexpr_values: list[tuple[int, object]]) -> None:
+    def __init__(self, compiled, constexpr_values: list[tuple[int, object]] = (), grid_meta: GridMeta | None = None):
         self.compiled = compiled
         self.constexpr_values = sorted(constexpr_values)  # (parameter index, value)
+        self.grid_meta = grid_meta or GridMeta()
+        self.launched_grid: tuple[int, int, int] | None = None
 
     def __getattr__(self, name):
         return getattr(self.compiled, name)
+
+    def variant(self, compiled) -> RuntimeArgsKernel:
+        """``compiled`` (a kernel built from this one's TTGIR, edited) launched with this one's grid meta."""
+        return RuntimeArgsKernel(getattr(compiled, "compiled", compiled), (), self.grid_meta)
 
     def full_args(self, args) -> list:
         full = list(args)
@@ -189,8 +212,21 @@ class RuntimeArgsKernel:
         return full
 
     def __getitem__(self, grid):
-        launch = self.compiled[grid]
-        return lambda *args: launch(*self.full_args(args))
+        def launch(*args):
+            dims = grid3(grid(self.grid_meta.of(args)) if callable(grid) else grid)
+            self.launched_grid = dims
+            return self.compiled[dims](*self.full_args(args))
+        return launch
+
+
+def grid3(grid) -> tuple[int, int, int]:
+    """``grid`` as the three dimensions a ``CompiledKernel`` launches: an int or 1 to 3 positive ints,
+    padded with 1s (the forms ``kernel[grid]`` accepts, a grid callable's result included)."""
+    dims = (grid,) if isinstance(grid, int) else tuple(grid) if isinstance(grid, (tuple, list)) else None
+    if not dims or len(dims) > 3 or any(not isinstance(d, int) or isinstance(d, bool) or d < 1 for d in dims):
+        raise LaunchArgumentError(f"grid {grid!r} must be an int, 1 to 3 positive ints, or a callable of the "
+                                  "launch's meta-parameters returning those")
+    return dims + (1,) * (3 - len(dims))
 
 
 def describe_specialization(fn, args: dict, kwargs: dict, target) -> dict:

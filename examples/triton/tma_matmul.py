@@ -75,11 +75,6 @@ def launch(compiled, a, b, c, probe_out=None) -> None:
     compiled[grid(m, n)](*args)
 
 
-def n_ctas(m: int = M, n: int = N) -> int:
-    gx, gy, gz = grid(m, n)
-    return gx * gy * gz
-
-
 def make_inputs(seed: int | None = None) -> dict:
     """Fresh random fp16 A [M, K] and B [N, K] on the GPU (never zeros) and a C to be poisoned."""
     import torch

@@ -106,11 +106,6 @@ def grid() -> tuple[int, int, int]:
     return (N_CTX // BLOCK_M, BATCH_HEADS, 1)
 
 
-def n_ctas() -> int:
-    gx, gy, gz = grid()
-    return gx * gy * gz
-
-
 def make_inputs(seed: int | None = None) -> dict:
     """Fresh random q, k, v [BATCH_HEADS, N_CTX, HEAD_DIM] fp16 on the GPU and an output o."""
     import torch

@@ -1,7 +1,7 @@
 """The causal program of :mod:`attention`: the same kernel compiled with ``CAUSAL=True``.
 
 Its own module because the program protocol (``compile_reference``, ``make_inputs``, ``run``,
-``n_ctas``, ``reference``) carries no launch options: this module fixes them, and ``attention.py``
+``reference``) carries no launch options: this module fixes them, and ``attention.py``
 keeps the one kernel both programs compile. ``argus_program.causal.json`` names this module.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ def _load_attention():
 _attention = _load_attention()
 attention_kernel = _attention.attention_kernel
 ITERATIONS, NUM_WARPS, NUM_STAGES = _attention.ITERATIONS, _attention.NUM_WARPS, _attention.NUM_STAGES
-grid, n_ctas, make_inputs, run = _attention.grid, _attention.n_ctas, _attention.make_inputs, _attention.run
+grid, make_inputs, run = _attention.grid, _attention.make_inputs, _attention.run
 
 
 def compile_reference(capability: int = 90, num_stages: int = NUM_STAGES):

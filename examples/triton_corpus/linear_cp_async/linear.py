@@ -54,11 +54,6 @@ def grid() -> tuple[int, int, int]:
     return (M // BM, N // BN, 1)
 
 
-def n_ctas() -> int:
-    gx, gy, gz = grid()
-    return gx * gy * gz
-
-
 def make_inputs(seed: int | None = None) -> dict:
     """Fresh random x [M, K], w [K, N], bias [N] fp32 on the GPU and an output y."""
     import torch

@@ -48,10 +48,6 @@ def grid() -> tuple[int, int, int]:
     return (N_ROWS, 1, 1)
 
 
-def n_ctas() -> int:
-    return N_ROWS
-
-
 def make_inputs(seed: int | None = None) -> dict:
     """Fresh random x [N_ROWS, N_COLS] and w [N_COLS] (fp16, GPU) and an output y."""
     import torch
