@@ -13,6 +13,7 @@ import threading
 from concurrent.futures import Future
 from pathlib import Path
 
+from .queues import drain
 from .worker_process import WorkerSlot, import_job_modules
 
 _STOP = None
@@ -88,11 +89,7 @@ class CpuProcessPool:
     def shutdown(self, wait: bool = True, join_s: float = 10.0) -> None:
         """Cancel queued jobs, kill running ones (a hung handler must not hold up the caller), stop."""
         self._closed = True
-        while True:
-            try:
-                item = self._jobs.get_nowait()
-            except queue.Empty:
-                break
+        for item in drain(self._jobs):
             if item is not _STOP:
                 item[1].cancel()
         for _ in self._threads:

@@ -33,6 +33,7 @@ from ..workspace import Workspace
 from .cpu_jobs import CpuProcessPool, run_cpu_job
 from .handlers import HandlerError, TaskContext, get_handler, handler_module
 from .progress import Progress
+from .queues import drain
 from .thread_pool import CpuThreadPool
 from .workers import DeviceWorker, detect_devices
 
@@ -136,7 +137,7 @@ class Runtime:
 
     def close(self) -> None:
         """Stop the workers and pools; a task still running (an interrupted run) is killed, not awaited."""
-        _drop_queued(self._jobs)  # collections of an interrupted run: not started at all
+        drain(self._jobs)  # collections of an interrupted run: not started at all
         if self._workers is not None:
             for w in self._workers:
                 w.stop()
@@ -445,14 +446,6 @@ class _Execution:
             self.results[user] = TaskResult(user, task.kind, task.op, "blocked", error=f"depends on failed {tid}")
             self.bar.advance(task, "blocked")
             stack.extend(self.users[user])
-
-
-def _drop_queued(jobs: "queue.Queue") -> None:
-    while True:
-        try:
-            jobs.get_nowait()
-        except queue.Empty:
-            return
 
 
 def _backend_module(name: str, kind: str) -> str | None:

@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Callable
 
+from .queues import drain
+
 _STOP = None
 
 
@@ -55,11 +57,7 @@ class CpuThreadPool:
     def shutdown(self, wait: bool = False) -> None:
         """Drop queued tasks and stop; never waits for a running handler (the threads are daemons)."""
         self._closed = True
-        while True:
-            try:
-                self._jobs.get_nowait()
-            except queue.Empty:
-                break
+        drain(self._jobs)
         self._jobs.put(_STOP)
 
     def _spawn(self) -> None:
