@@ -219,6 +219,16 @@ def main() -> int:
         "mk_spin100": {"build_flags": ("-DMK_SPIN_NS=100",)},
         "mk_spin400": {"build_flags": ("-DMK_SPIN_NS=400",)},
         "mk_rows4": {"build_flags": ("-DMK_GEMV_ROWS=4",)},
+        # weight prefetch (megakernel/runtime.py: prefetch_plan) and L2/fence build knobs
+        "mk_nopf": {"prefetch_own": False},  # no L2 prefetch of a ticket's own tile before its wait
+        "mk_win8": {"prefetch_window": 8 << 20},  # each ticket also prefetches the bytes 8 MiB further on
+        "mk_win24": {"prefetch_window": 24 << 20},
+        "mk_win24only": {"prefetch_window": 24 << 20, "prefetch_own": False},
+        "mk_nofence": {"build_flags": ("-DMK_NO_FENCE=1",)},  # release add without __threadfence
+        "mk_hint1": {"build_flags": ("-DMK_L2_HINTS=1",)},  # weight loads evict_first
+        "mk_hint2": {"build_flags": ("-DMK_L2_HINTS=2",)},  # + prefetches evict_last
+        "mk_stage72": {"stage_bytes": 72 * 1024},  # leading rows of each tile bulk-copied to shared memory
+        "mk_stage48": {"stage_bytes": 48 * 1024},
     }
     for name in filter(None, a.variants.split(",")):
         variants[name] = more[name]
@@ -230,6 +240,7 @@ def main() -> int:
         extra[name] = {"workers": dec.launch_info.workers, "registers": dec.build.registers(),
                        "spill_bytes": dec.build.spill_bytes(), "stage_bytes": dec.stage_bytes,
                        "build_flags": list(dec.build_flags), "tiles": dec.tiles.__dict__,
+                       "prefetch_window": dec.prefetch_window, "prefetch_own": dec.prefetch_own,
                        "instructions_per_step": len(dec.program.instructions)}
         for kv in kvs:
             dec.set_prompt(tokens[:kv + 1])

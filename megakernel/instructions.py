@@ -4,7 +4,8 @@ Word layout (the C++ side reads the same indices from ``csrc/megakernel/opcodes.
 parses that header and checks both agree):
 
     0 opcode   1 layer   2 wait counter   3 wait count per step   4 wait step delta
-    5 signal counter   6..9 op arguments a0..a3   10..15 zero (reserved)
+    5 signal counter   6..9 op arguments a0..a3   10..14 prefetch plan (written by the host runtime,
+    zero in a serialised instruction)   15 zero (reserved)
 
 An instruction of decode step ``s`` may start once ``counters[wait] >= (s + 1 + delta) * count``
 (counters only grow: no per-step reset); when done it adds 1 to ``counters[signal]``.
@@ -20,6 +21,11 @@ NO_COUNTER = -1
 
 # Word indices, mirrored by csrc/megakernel/opcodes.cuh (W_*).
 W_OPCODE, W_LAYER, W_WAIT, W_WAIT_COUNT, W_WAIT_DELTA, W_SIGNAL, W_A0, W_A1, W_A2, W_A3 = range(10)
+# Prefetch plan words (megakernel/runtime.py: prefetch_plan): flags (bit 0: skip the tile's own L2
+# prefetch), then two weight ranges, each (segment << 20 | length) and offset, in 16-byte units.
+W_PF_FLAGS, W_PF_A, W_PF_A_OFF, W_PF_B, W_PF_B_OFF = range(10, 15)
+PF_SKIP_OWN = 1
+SEG_WQKV, SEG_WO, SEG_WGU, SEG_WD, SEG_LM_HEAD = range(5)  # segment = kind * 256 + layer
 
 # Kinds of QKV head tiles (QkvHead.kind).
 HEAD_Q, HEAD_K, HEAD_V = 0, 1, 2

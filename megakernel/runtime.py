@@ -24,7 +24,8 @@ from tinyllama.weights import LlamaWeights
 
 from .build import CSRC, KERNEL_NAME, build
 from .dag import Program, TileShape, build_decode_program
-from .instructions import deserialize
+from . import instructions as I
+from .instructions import Down, GateUp, Logits, OProj, QkvHead, deserialize
 from .interpreter import SamplingParams
 from .params import (
     ERROR_BAD_OPCODE,
@@ -45,6 +46,87 @@ CONFIG_CUH = CSRC / "megakernel" / "config.cuh"
 MAX_STAGE_BYTES = 190 * 1024
 # A stage that holds a 16-row down tile (16 x 5632 bf16) and a 16-feature gate/up tile (128 KiB).
 STAGE_DOWN16 = 16 * 5632 * 2
+
+
+def tile_weight_ranges(program: Program) -> list[tuple[int, int, int]]:
+    """(segment, byte offset in it, bytes) of the weights each instruction streams, (0, 0, 0) for none;
+    the same ranges as tile_weights in csrc/megakernel/megakernel.cu. Segment = kind * 256 + layer."""
+    c, tiles = program.config, program.tiles
+    D, F, Dh, KV = c.hidden, c.ffn, c.head_dim, c.n_kv_heads * c.head_dim
+    out = []
+    for ins in program.instructions:
+        w = ins.serialize()
+        op, layer, a0, a1, a2 = w[I.W_OPCODE], w[I.W_LAYER], w[I.W_A0], w[I.W_A1], w[I.W_A2]
+        if op == QkvHead.OPCODE:
+            rows = Dh // tiles.qkv_parts
+            base = (0 if a0 == I.HEAD_Q else D if a0 == I.HEAD_K else D + KV) + a1 * Dh + a2 * rows
+            out.append((I.SEG_WQKV * 256 + layer, 2 * base * D, 2 * rows * D))
+        elif op == OProj.OPCODE:
+            out.append((I.SEG_WO * 256 + layer, 2 * a0 * D, 2 * a1 * D))
+        elif op == GateUp.OPCODE:
+            out.append((I.SEG_WGU * 256 + layer, 2 * 2 * a0 * D, 2 * 2 * a1 * D))
+        elif op == Down.OPCODE:
+            out.append((I.SEG_WD * 256 + layer, 2 * a0 * F, 2 * a1 * F))
+        elif op == Logits.OPCODE:
+            out.append((I.SEG_LM_HEAD * 256, 2 * a0 * D, 2 * a1 * D))
+        else:
+            out.append((0, 0, 0))
+    return out
+
+
+def prefetch_plan(program: Program, window_bytes: int | None, own: bool = True) -> np.ndarray:
+    """Instruction words [n, WORDS] with the prefetch plan in words W_PF_* (instructions.py).
+
+    ``own``: each GEMV ticket L2-prefetches its own tile's weights before its dependency wait (the
+    default since 6e5cdf1). ``window_bytes``: ticket i also prefetches the weight bytes that lie
+    ``window_bytes`` further down the step's weight stream (tiles in ticket order, wrapping into the
+    next step) than its own, as many bytes as its own tile has, so the prefetch front runs a fixed
+    number of bytes ahead of consumption and every weight byte is prefetched once."""
+    words = program.words().copy()
+    ranges = tile_weight_ranges(program)
+    if not own:
+        words[:, I.W_PF_FLAGS] |= I.PF_SKIP_OWN
+    if window_bytes is None:
+        return words
+    if window_bytes < 0 or window_bytes % 16:
+        raise ValueError(f"prefetch window must be a multiple of 16 bytes >= 0, got {window_bytes}")
+    # The weight stream of one step: consecutive tiles of one segment are contiguous in memory.
+    segs: list[list[int]] = []  # [segment, first byte, last byte + 1] in stream order
+    for seg, off, n in ranges:
+        if not n:
+            continue
+        if segs and segs[-1][0] == seg and segs[-1][2] == off:
+            segs[-1][2] = off + n
+        else:
+            segs.append([seg, off, off + n])
+    starts = np.cumsum([0] + [hi - lo for _, lo, hi in segs])
+    total = int(starts[-1])
+
+    def pieces(pos: int, n: int) -> list[tuple[int, int, int]]:
+        """(segment, offset, bytes) covering stream bytes [pos, pos + n), wrapping at the step's end."""
+        out = []
+        while n > 0:
+            pos %= total
+            k = int(np.searchsorted(starts, pos, side="right")) - 1
+            seg, lo, hi = segs[k]
+            off = lo + pos - int(starts[k])
+            take = min(n, hi - off)
+            out.append((seg, off, take))
+            pos, n = pos + take, n - take
+        return out
+
+    pos = 0
+    for i, (seg, off, n) in enumerate(ranges):
+        if not n:
+            continue
+        got = pieces(pos + window_bytes, n)
+        if len(got) > 2 or any(b % 16 or b >= 16 << 20 or o % 16 for _, o, b in got):
+            raise ValueError(f"prefetch window of instruction {i} does not fit two 16-byte-aligned ranges: {got}")
+        for r, (gseg, goff, gn) in enumerate(got):
+            words[i, I.W_PF_A + 2 * r] = (gseg << 20) | (gn // 16)
+            words[i, I.W_PF_A_OFF + 2 * r] = goff // 16
+        pos += n
+    return words
 
 
 class MegakernelError(RuntimeError):
@@ -119,7 +201,7 @@ class MegakernelDecoder:
     def __init__(self, weights: LlamaWeights, tiles: TileShape | None = None, workers: int | None = None,
                  prefetch_ahead: int = 0, timeout_s: float = 2.0, argus_mode: int = 0,
                  sampling: SamplingParams | None = None, device: int = 0, stage_bytes: int = 0,
-                 build_flags: tuple[str, ...] = ()):
+                 build_flags: tuple[str, ...] = (), prefetch_window: int | None = None, prefetch_own: bool = True):
         from argus_rt.launch import CubinModule
 
         self.config = weights.config
@@ -132,7 +214,8 @@ class MegakernelDecoder:
         self.device = torch.device("cuda", device)
         self.program: Program = build_decode_program(self.config, self.tiles)
         self.state = DecodeState.create(self.program, weights, self.device)
-        self.instructions = torch.from_numpy(self.program.words()).to(self.device)
+        self.prefetch_window, self.prefetch_own = prefetch_window, prefetch_own
+        self.instructions = self._instruction_words(self.program)
         self.ticket = torch.zeros(1, dtype=torch.int32, device=self.device)
         self.error = torch.zeros(len(ERROR_WORDS), dtype=torch.int32, device=self.device)
         self.step_ns = torch.zeros(self.config.max_seq + 1, dtype=torch.int64, device=self.device)
@@ -180,7 +263,12 @@ class MegakernelDecoder:
         if program.config != self.config or len(program.counters) != len(self.program.counters):
             raise ValueError("replacement program must have this decoder's config and counter set")
         self.program = program
-        self.instructions = torch.from_numpy(program.words()).to(self.device)
+        self.instructions = self._instruction_words(program)
+
+    def _instruction_words(self, program: Program) -> torch.Tensor:
+        """The words the kernel reads: the program plus this decoder's prefetch plan (prefetch_plan)."""
+        words = prefetch_plan(program, self.prefetch_window, self.prefetch_own)
+        return torch.from_numpy(np.ascontiguousarray(words)).to(self.device)
 
     def set_prompt(self, tokens: list[int]) -> None:
         """Start a new sequence at step 0: forced tokens, and dependency counters back to zero (they only

@@ -7,10 +7,35 @@ namespace mk {
 
 // Weights are read once per step: non-coherent path, no L1 allocation (they are in L2 after the
 // look-ahead prefetch, if any).
+// MK_L2_HINTS (build flag): 1 = weight loads evict_first in L2 (a streamed weight is dead once read,
+// so it should leave before prefetched tiles, KV rows and activations do); 2 = also prefetches evict_last.
+#ifndef MK_L2_HINTS
+#define MK_L2_HINTS 0
+#endif
+#if MK_L2_HINTS > 0
+__device__ __forceinline__ unsigned long long l2_policy_evict_first() {
+  unsigned long long pol;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+#endif
+#if MK_L2_HINTS > 1
+__device__ __forceinline__ unsigned long long l2_policy_evict_last() {
+  unsigned long long pol;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+#endif
+
 __device__ __forceinline__ uint4 ld_weights(const void* p) {
   uint4 v;
+#if MK_L2_HINTS > 0
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(l2_policy_evict_first()));
+#else
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+#endif
   return v;
 }
 
@@ -25,7 +50,12 @@ __device__ __forceinline__ uint4 ld_cg_u4(const void* p) {
 
 // Bulk prefetch of a contiguous weight range into L2 (sm_90); bytes must be a multiple of 16.
 __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
+#if MK_L2_HINTS > 1
+  asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(p), "r"(bytes),
+               "l"(l2_policy_evict_last()) : "memory");
+#else
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
 }
 
 __device__ __forceinline__ float bf_lo(unsigned w) { return __uint_as_float(w << 16); }

@@ -47,7 +47,7 @@ struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
   int argmax_idx[NWARPS];
   unsigned long long stage_bar;  // mbarrier of the weight-staging copies
   unsigned stage_phase;          // parity of the next staged tile
-  int staged;                    // this tile's weights are in stage_buffer
+  int staged;                    // bytes of this tile's leading weight rows in stage_buffer (0: none)
   unsigned ticket;
   unsigned next_ticket;
   int ok;
@@ -57,11 +57,12 @@ struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
 __device__ __forceinline__ unsigned coord(int step, int layer) { return ((unsigned)step << 8) | (unsigned)(layer & 0xff); }
 
 // Weight bytes a GEMV instruction streams (0 for other ops): what the L2 prefetch covers.
-__device__ void tile_weights(const Params& p, const int* ins, const char** ptr, unsigned* bytes) {
+// *row_bytes: bytes of one weight row (a staged prefix is whole rows).
+__device__ void tile_weights(const Params& p, const int* ins, const char** ptr, unsigned* bytes, unsigned* row_bytes) {
   const int layer = ins[W_LAYER];
   const size_t D = p.hidden, F = p.ffn, Dh = p.head_dim, KV = p.n_kv_heads * p.head_dim;
   const __nv_bfloat16* w = nullptr;
-  size_t n = 0;
+  size_t n = 0, k = D;
   switch (ins[W_OPCODE]) {
     case OP_QKV_HEAD: {
       const size_t rows = Dh / p.qkv_parts;
@@ -72,12 +73,27 @@ __device__ void tile_weights(const Params& p, const int* ins, const char** ptr, 
     }
     case OP_O_PROJ: w = p.wo + ((size_t)layer * D + ins[W_A0]) * D; n = (size_t)ins[W_A1] * D; break;
     case OP_GATE_UP: w = p.wgu + ((size_t)layer * 2 * F + 2 * (size_t)ins[W_A0]) * D; n = 2 * (size_t)ins[W_A1] * D; break;
-    case OP_DOWN: w = p.wd + ((size_t)layer * D + ins[W_A0]) * F; n = (size_t)ins[W_A1] * F; break;
+    case OP_DOWN: w = p.wd + ((size_t)layer * D + ins[W_A0]) * F; n = (size_t)ins[W_A1] * F; k = F; break;
     case OP_LOGITS: w = p.lm_head + (size_t)ins[W_A0] * D; n = (size_t)ins[W_A1] * D; break;
     default: break;
   }
   *ptr = reinterpret_cast<const char*>(w);
   *bytes = (unsigned)(n * sizeof(__nv_bfloat16));
+  *row_bytes = (unsigned)(k * sizeof(__nv_bfloat16));
+}
+
+// Start of weight segment `seg` (kind * 256 + layer) of the host's prefetch plan (opcodes.cuh: PfSegment).
+__device__ __forceinline__ const char* segment_base(const Params& p, int seg) {
+  const size_t D = p.hidden, F = p.ffn, KV = p.n_kv_heads * p.head_dim, layer = (size_t)(seg & 0xff);
+  const __nv_bfloat16* w;
+  switch (seg >> 8) {
+    case SEG_WQKV: w = p.wqkv + layer * (D + 2 * KV) * D; break;
+    case SEG_WO: w = p.wo + layer * D * D; break;
+    case SEG_WGU: w = p.wgu + layer * 2 * F * D; break;
+    case SEG_WD: w = p.wd + layer * D * F; break;
+    default: w = p.lm_head; break;
+  }
+  return reinterpret_cast<const char*>(w);
 }
 
 // Warp 0 prefetches [ptr, ptr + bytes) into L2 in 32 KiB pieces, one piece per lane.
@@ -87,15 +103,19 @@ __device__ __forceinline__ void prefetch_tile(const char* ptr, unsigned bytes) {
     prefetch_l2(ptr + off, min(piece, bytes - off));
 }
 
-// GEMV of the current tile: from the stage buffer if its weights were staged, else from global.
+// GEMV of the current tile. s.staged = bytes of its leading rows bulk-copied into the stage buffer
+// (0: none): the rows past them stream from global first (their loads go out while the copy lands),
+// then the staged rows are read from shared memory.
 __device__ __forceinline__ void tile_gemv(const Params& p, Smem& s, const __nv_bfloat16* W, int K, int rows) {
   if (s.staged) {
+    const int srows = (int)(s.staged / (2u * (unsigned)K));
+    if (srows < rows) gemv_tile(W + (size_t)srows * K, K, rows - srows, s.xs, s.out + srows);
     const bool landed = stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);
     if (__syncthreads_or(!landed)) {  // every thread takes the same branch, even at the deadline's edge
       if (threadIdx.x == 0) raise_error(p, ERROR_STAGE_TIMEOUT, -1, -1, -1, -1);
       return;  // outputs are garbage, but the launch stops and the host raises
     }
-    gemv_tile_staged(reinterpret_cast<const __nv_bfloat16*>(stage_buffer), K, rows, s.xs, s.out);
+    gemv_tile_staged(reinterpret_cast<const __nv_bfloat16*>(stage_buffer), K, srows, s.xs, s.out);
   } else {
     gemv_tile(W, K, rows, s.xs, s.out);
   }
@@ -291,15 +311,26 @@ __device__ void worker(const Params& p, Smem& s) {
     ARGUS_BEGIN_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
     if (threadIdx.x < 32) {  // stream weights while the dependency resolves
       const char* w;
-      unsigned bytes;
-      tile_weights(p, s.ins, &w, &bytes);
-      const bool stage = bytes > 0 && bytes <= (unsigned long long)p.stage_bytes;
-      if (stage && threadIdx.x == 0) stage_issue(&s.stage_bar, w, bytes);  // into shared memory
-      if (bytes && !stage) prefetch_tile(w, bytes);                          // into L2
-      if (threadIdx.x == 0) s.staged = stage;
+      unsigned bytes, row_bytes;
+      tile_weights(p, s.ins, &w, &bytes, &row_bytes);
+      // Leading whole rows (an even count: GEMV_ROWS pairs) that fit the stage buffer go to shared memory.
+      unsigned stage = 0;
+      if (bytes > 0 && p.stage_bytes > 0) {
+        const unsigned fit = ((unsigned)p.stage_bytes / row_bytes) & ~1u;
+        stage = min(bytes, fit * row_bytes);
+      }
+      if (stage && threadIdx.x == 0) stage_issue(&s.stage_bar, w, stage);  // into shared memory
+      if (bytes > stage && !(s.ins[W_PF_FLAGS] & 1)) prefetch_tile(w + stage, bytes - stage);  // the rest into L2
+      if (threadIdx.x == 0) s.staged = (int)stage;
+      // The host's prefetch plan: up to two weight ranges further down the stream (a byte window ahead).
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const unsigned word = (unsigned)s.ins[W_PF_A + 2 * r], len = (word & 0xfffffu) * 16u;
+        if (len) prefetch_tile(segment_base(p, (int)(word >> 20)) + (size_t)(unsigned)s.ins[W_PF_A_OFF + 2 * r] * 16u, len);
+      }
       const unsigned ahead = t + (unsigned)p.prefetch_ahead;
       if (p.prefetch_ahead > 0 && ahead < end) {
-        tile_weights(p, p.instructions + (size_t)(ahead % n_instr) * INSTR_WORDS, &w, &bytes);  // read from global
+        tile_weights(p, p.instructions + (size_t)(ahead % n_instr) * INSTR_WORDS, &w, &bytes, &row_bytes);  // read from global
         if (bytes) prefetch_tile(w, bytes);
       }
     }
@@ -344,7 +375,11 @@ __device__ void worker(const Params& p, Smem& s) {
       raise_error(p, op == OP_EMBED ? ERROR_BAD_TOKEN : ERROR_BAD_OPCODE, (int)t, step, index, op);
     __syncthreads();  // every thread's writes of this tile are done ...
     if (threadIdx.x == 0) {
+#ifndef MK_NO_FENCE
       __threadfence();
+#endif
+      // MK_NO_FENCE: the release add alone orders the CTA's writes (ordered before it by the barrier
+      // above; release is cumulative) before the counter update, without a full fence.
       red_release_add(p.counters + s.ins[W_SIGNAL], 1u);  // ... before the counter says so
       s.ticket = s.next_ticket;
       if (s.staged) s.stage_phase ^= 1u;

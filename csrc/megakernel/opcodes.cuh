@@ -25,7 +25,16 @@ enum InstrWord : int {
   W_A1 = 7,
   W_A2 = 8,
   W_A3 = 9,
+  // Prefetch plan, written by the host (megakernel/runtime.py: prefetch_plan), not by the op:
+  W_PF_FLAGS = 10,  // bit 0: do not L2-prefetch this tile's own weights
+  W_PF_A = 11,      // a weight range to L2-prefetch when this ticket is taken: segment << 20 | 16-byte units
+  W_PF_A_OFF = 12,  // its start inside the segment, in 16-byte units
+  W_PF_B = 13,      // a second range (a window that crosses a segment end)
+  W_PF_B_OFF = 14,
 };
+
+// Weight segments of the prefetch plan (segment = kind * 256 + layer).
+enum PfSegment : int { SEG_WQKV = 0, SEG_WO = 1, SEG_WGU = 2, SEG_WD = 3, SEG_LM_HEAD = 4 };
 
 #define INSTR_WORDS 16
 #define NO_COUNTER (-1)

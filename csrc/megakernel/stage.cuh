@@ -1,8 +1,9 @@
 // Weight staging: the whole weight tile of the instruction a worker just took is copied into
 // shared memory by bulk copies (cp.async.bulk, completing on an mbarrier) *before* the worker waits
 // on the instruction's dependency, so the bytes stream while the dependency resolves; the GEMV then
-// reads shared memory. One buffer per CTA (p.stage_bytes of dynamic shared memory; 0 = off); a tile
-// larger than the buffer takes the register-load path (gemv_tile).
+// reads shared memory. One buffer per CTA (p.stage_bytes of dynamic shared memory; 0 = off); of a tile
+// larger than the buffer only the leading whole rows that fit are staged (an even number), the rest
+// take the register-load path (gemv_tile).
 #pragma once
 #include <cuda_bf16.h>
 #include "config.cuh"
