@@ -27,6 +27,7 @@ import json
 import re
 import subprocess
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -100,10 +101,13 @@ class ProgramVersion:
             raise ProgramError(f"unknown program kind {self.kind!r}; valid: {', '.join(PROGRAM_KINDS)}")
         if (self.variant == "base") != (self.base is None):
             raise ProgramError("a base version has no 'base'; a variant must name its base version")
+        self.regions.freeze()  # part of the id: the version's content cannot change under it
 
     # ---- identity -------------------------------------------------------------------------
-    @property
+    @cached_property
     def id(self) -> str:
+        """``pv-`` + 16 hex digits of SHA-256 over the version's content. Computed once: every field is
+        frozen, and so is the region tree (:meth:`RegionTree.freeze`, in ``__post_init__``)."""
         ident = {
             "kind": self.kind, "sources": self.sources_sha256, "flags": list(self.flags),
             "compiler": self.compiler, "launch": self.launch_json, "variant": self.variant,

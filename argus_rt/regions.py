@@ -95,6 +95,16 @@ class RegionTree:
         self.program = program
         self._by_name: dict[str, Region] = {}
         self._by_id: dict[int, Region] = {}
+        self._frozen = False
+
+    def freeze(self) -> None:
+        """Refuse :meth:`add` from now on. A ProgramVersion freezes its tree: the regions are part of
+        its content-derived id, which it computes once."""
+        self._frozen = True
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen
 
     # ---- building -------------------------------------------------------------------------
     def add(self, name: str, parent: str | None = None) -> Region:
@@ -106,6 +116,10 @@ class RegionTree:
         _check_name(qualified)
         if qualified in self._by_name:
             return self._by_name[qualified]
+        if self._frozen:
+            raise RegionError(f"cannot add region {qualified!r} to the regions of program {self.program!r}: a program "
+                              "version holds them and its id depends on them; build a new RegionTree and make a new "
+                              "version (ProgramVersion.derive(..., regions=tree))")
         parent_name = None
         if _SEPARATOR in qualified:
             parent_name = qualified.rsplit(_SEPARATOR, 1)[0]
