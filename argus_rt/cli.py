@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"argus {installed_version()}")
     add_global_workspace(parser)
+    # a command that runs other command lines (`argus demo`) calls this entry point through its args,
+    # so that it need not import the CLI above it
+    parser.set_defaults(argus_main=main)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:

@@ -473,7 +473,7 @@ def runner_argv(program, variant: str, outdir: Path) -> list[str]:
 def runner_env() -> dict:
     """Environment for :func:`runner_argv`: the same as a worker child's (this copy of argus_rt
     importable, multicast off)."""
-    from ..runtime.worker_process import child_env
+    from ..gpu_env import child_env
 
     return child_env()
 

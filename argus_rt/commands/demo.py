@@ -63,7 +63,6 @@ def _gpu_name() -> str | None:
 def run(args) -> int:
     from rich.table import Table
 
-    from ..cli import main as argus_main
     from ..query import default_workspace
 
     console = make_console()
@@ -85,7 +84,7 @@ def run(args) -> int:
         console.print(f"$ argus {' '.join(step.argv)}")
         start = time.perf_counter()
         try:
-            code = argus_main(step.argv)
+            code = args.argus_main(step.argv)  # the CLI's main, set by argus_rt.cli.build_parser
         except Exception as exc:  # a step's crash is reported; the rest of the demo still runs
             console.print(f"[red]{type(exc).__name__}: {exc}[/]")
             code = 1

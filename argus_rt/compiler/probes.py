@@ -424,33 +424,6 @@ def no_tma_wait_note(discovery: Discovery) -> str:
             f"{', '.join(kinds) or 'none'}), so no iteration wait is traced and no forced-wait probe is built")
 
 
-# ---- the runtime's Transform handler -------------------------------------------------------------------
-def forced_wait_probe_task(ctx) -> dict:
-    """Transform handler ``forced_wait_probe`` (Triton): probe TTGIR + cubin for one (op, iteration)."""
-    import json
-
-    from .async_sites import discover
-    from .triton_program import program_ttgir
-
-    op_id, iteration = ctx.config["op_id"], ctx.config["iteration"]
-    ttgir, iterations = program_ttgir(ctx.program)
-    d = discover(ttgir, None, iterations=iterations)
-    probe = make_forced_wait_probe(ttgir, d, op_id, iteration)
-    pv = ctx.program.variant_of("probe", op_id=op_id, iteration=iteration)
-    expected = ctx.config.get("expect_program")
-    if expected and pv.id != expected:
-        raise ProbeError(f"probe variant of {ctx.program.id} hashes to {pv.id}, the plan expected {expected}")
-    compiled = compile_ttgir(probe.ttgir, ctx.outdir, "probe", capability=int(ctx.program.launch.get("capability", 90)))
-    cubin = ctx.outdir / "probe.cubin"
-    cubin.write_bytes(compiled.asm["cubin"])
-    desc = probe.descriptor()
-    desc.update(program=pv.id, base_program=ctx.program.id, shared_bytes=compiled.metadata.shared,
-                global_scratch_bytes=compiled.metadata.global_scratch_size)
-    (ctx.outdir / "probe_descriptor.json").write_text(json.dumps(desc, sort_keys=True), encoding="utf-8")
-    return {"program": ctx.write_program(pv), "ttgir": ctx.outdir / "probe.ttgir", "cubin": cubin,
-            "probe": ctx.outdir / "probe_descriptor.json"}
-
-
 def _triton_probe_adapter_class():
     from ..backends.base import BackendAdapter, BackendUnavailableError
 
@@ -533,14 +506,11 @@ def _triton_probe_adapter_class():
     return TritonProbeTrace
 
 
-def _register_handlers() -> None:
-    try:
-        from ..backends.base import register_backend
-        from ..runtime.handlers import register_transform
-    except ImportError:
-        return
-    register_transform("forced_wait_probe", forced_wait_probe_task, kind="triton")
+def _register_backend() -> None:
+    # the Transform handler that builds the probes is argus_rt.triton_handlers (above the runtime)
+    from ..backends.base import register_backend
+
     register_backend(_triton_probe_adapter_class()(), kind="triton", replace=True)
 
 
-_register_handlers()
+_register_backend()

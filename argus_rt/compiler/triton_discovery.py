@@ -1,4 +1,5 @@
-"""Discovery (a Control task) for Triton programs: the ``async_discovery`` handler and its JSON document.
+"""Discovery for Triton programs: its JSON document (the ``async_discovery`` Control handler that
+writes it is :mod:`argus_rt.triton_handlers`, above the runtime).
 
 The work is split by job:
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 # (argus_rt.cli looks DiscoveryError and TtgirError up in this module)
 from .async_sites import Discovery, DiscoveryError, UnsupportedOpError, discover  # noqa: F401
 from .loop_trips import simulate_loop  # noqa: F401
-from .triton_program import program_ttgir
+from .triton_program import program_ttgir  # noqa: F401
 from .ttgir_module import Module, TtgirError  # noqa: F401
 
 ASYNC_SITES_FORMAT = "argus.async_sites/1"
@@ -39,24 +40,3 @@ def async_sites_document(d: Discovery, program_id: str) -> dict:
     return {"format": ASYNC_SITES_FORMAT, "program": program_id, "kernel": d.kernel, "region": d.region,
             "iterations": d.iterations, "sites": sites, "unsupported": d.unsupported,
             "helper_regions": d.helper_regions, "regions": [s.to_json() for s in d.spans]}
-
-
-def async_discovery_task(ctx) -> dict:
-    """Control handler ``async_discovery`` for Triton programs: TTGIR + async_sites JSON."""
-    ttgir, iterations = program_ttgir(ctx.program)
-    d = discover(ttgir, ctx.region, iterations=iterations)
-    ttgir_path = ctx.outdir / "reference.ttgir"
-    ttgir_path.write_text(ttgir, encoding="utf-8")
-    return {"async_sites": ctx.write_json("async_sites", async_sites_document(d, ctx.program.id)),
-            "ttgir": ttgir_path}
-
-
-def _register_handlers() -> None:
-    try:
-        from ..runtime.handlers import register_control
-    except ImportError:  # the runtime is optional for standalone discovery
-        return
-    register_control("async_discovery", async_discovery_task, kind="triton")
-
-
-_register_handlers()

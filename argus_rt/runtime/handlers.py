@@ -40,8 +40,8 @@ from typing import Any, Callable
 HANDLER_KINDS = ("transform", "control", "expander", "synthesize")
 BUILTIN_HANDLER_MODULES = {
     ("transform", "variant"): "argus_rt.runtime.builtin",
-    ("transform", "forced_wait_probe"): "argus_rt.compiler.probes",
-    ("control", "async_discovery"): "argus_rt.compiler.triton_discovery",
+    ("transform", "forced_wait_probe"): "argus_rt.triton_handlers",
+    ("control", "async_discovery"): "argus_rt.triton_handlers",
     ("expander", "forced_wait_probes"): "argus_rt.probe_expander",
     ("synthesize", "*"): "argus_rt.synthesis",
 }

@@ -35,9 +35,8 @@ import threading
 import time
 import traceback
 import weakref
-from pathlib import Path
 
-from ..gpu_env import multicast_off_env
+from ..gpu_env import child_env
 
 MODULE = "argus_rt.runtime.worker_process"  # what ``python -m`` runs; __name__ is "__main__" there
 ROLES = {"collect": ("argus_rt.runtime.workers", "run_collect_job"),
@@ -60,13 +59,6 @@ class WorkerDied(RuntimeError):
 
 class WorkerTimeout(RuntimeError):
     """No answer within the request's timeout; the child has been killed."""
-
-
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The parent's environment, this checkout importable first, ``extra``, and multicast forced off."""
-    root = str(Path(__file__).resolve().parents[2])  # the directory that holds the argus_rt package
-    path = os.environ.get("PYTHONPATH")
-    return multicast_off_env({**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else ""), **(extra or {})})
 
 
 def describe_exit(code: int | None) -> str:
