@@ -220,15 +220,24 @@ def main() -> int:
         "mk_spin400": {"build_flags": ("-DMK_SPIN_NS=400",)},
         "mk_rows4": {"build_flags": ("-DMK_GEMV_ROWS=4",)},
         # weight prefetch (megakernel/runtime.py: prefetch_plan) and L2/fence build knobs
-        "mk_nopf": {"prefetch_own": False},  # no L2 prefetch of a ticket's own tile before its wait
-        "mk_win8": {"prefetch_window": 8 << 20},  # each ticket also prefetches the bytes 8 MiB further on
+        # the default before 2026-12-01 12:50: own-tile L2 prefetch before the wait, __threadfence hand-off,
+        # 4 logit loads in flight per Sample thread
+        "mk_old": {"prefetch_own": True, "build_flags": ("-DMK_THREADFENCE=1", "-DMK_SAMPLE_BATCH=4")},
+        "mk_pfown": {"prefetch_own": True},  # L2 prefetch of a ticket's own tile before its wait
+        "mk_pfsmall": {"prefetch_own": ("qkv", "oproj")},  # ... only for the small QKV and O-proj tiles
+        "mk_pfffn": {"prefetch_own": ("gateup", "down")},
+        "mk_fence": {"build_flags": ("-DMK_THREADFENCE=1",)},  # __threadfence before each release add
+        "mk_sample4": {"build_flags": ("-DMK_SAMPLE_BATCH=4",)},
+        "mk_relax": {"build_flags": ("-DMK_RELAXED_POLL=1",)},  # relaxed polls, one acquire fence
+        "mk_win8": {"prefetch_window": 8 << 20},  # each ticket prefetches the bytes 8 MiB further on
         "mk_win24": {"prefetch_window": 24 << 20},
-        "mk_win24only": {"prefetch_window": 24 << 20, "prefetch_own": False},
-        "mk_nofence": {"build_flags": ("-DMK_NO_FENCE=1",)},  # release add without __threadfence
         "mk_hint1": {"build_flags": ("-DMK_L2_HINTS=1",)},  # weight loads evict_first
-        "mk_hint2": {"build_flags": ("-DMK_L2_HINTS=2",)},  # + prefetches evict_last
+        "mk_hint2": {"build_flags": ("-DMK_L2_HINTS=2",), "prefetch_own": True},  # + prefetches evict_last
         "mk_stage72": {"stage_bytes": 72 * 1024},  # leading rows of each tile bulk-copied to shared memory
         "mk_stage48": {"stage_bytes": 48 * 1024},
+        "mk_r4u4": {"build_flags": ("-DMK_GEMV_ROWS=4", "-DMK_GEMV_UNROLL=4")},
+        "mk_r1u16": {"build_flags": ("-DMK_GEMV_ROWS=1", "-DMK_GEMV_UNROLL=16")},
+        "mk_down8_relax": {"tiles": TileShape(down_rows=8), "build_flags": ("-DMK_RELAXED_POLL=1",)},
     }
     for name in filter(None, a.variants.split(",")):
         variants[name] = more[name]

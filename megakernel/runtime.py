@@ -74,18 +74,28 @@ def tile_weight_ranges(program: Program) -> list[tuple[int, int, int]]:
     return out
 
 
-def prefetch_plan(program: Program, window_bytes: int | None, own: bool = True) -> np.ndarray:
+OWN_PREFETCH_OPS = {"qkv": QkvHead, "oproj": OProj, "gateup": GateUp, "down": Down, "logits": Logits}
+
+
+def prefetch_plan(program: Program, window_bytes: int | None, own: bool | tuple[str, ...] = False) -> np.ndarray:
     """Instruction words [n, WORDS] with the prefetch plan in words W_PF_* (instructions.py).
 
-    ``own``: each GEMV ticket L2-prefetches its own tile's weights before its dependency wait (the
-    default since 6e5cdf1). ``window_bytes``: ticket i also prefetches the weight bytes that lie
+    ``own``: each GEMV ticket L2-prefetches its own tile's weights before its dependency wait (True),
+    or only the ops named (keys of OWN_PREFETCH_OPS). On from 6e5cdf1 to 2026-12-01 12:38, when
+    turning it off measured 4.7% faster (megakernel/NOTES.md). ``window_bytes``: ticket i also prefetches the weight bytes that lie
     ``window_bytes`` further down the step's weight stream (tiles in ticket order, wrapping into the
     next step) than its own, as many bytes as its own tile has, so the prefetch front runs a fixed
     number of bytes ahead of consumption and every weight byte is prefetched once."""
     words = program.words().copy()
     ranges = tile_weight_ranges(program)
-    if not own:
-        words[:, I.W_PF_FLAGS] |= I.PF_SKIP_OWN
+    if own is not True:
+        ops = tuple(own or ())
+        unknown = sorted(set(ops) - set(OWN_PREFETCH_OPS))
+        if unknown:
+            raise ValueError(f"prefetch_own names unknown ops {unknown}; valid: {sorted(OWN_PREFETCH_OPS)}")
+        keep = {OWN_PREFETCH_OPS[name].OPCODE for name in ops}
+        skip = np.array([w not in keep for w in words[:, I.W_OPCODE]])
+        words[skip, I.W_PF_FLAGS] |= I.PF_SKIP_OWN
     if window_bytes is None:
         return words
     if window_bytes < 0 or window_bytes % 16:
@@ -201,7 +211,8 @@ class MegakernelDecoder:
     def __init__(self, weights: LlamaWeights, tiles: TileShape | None = None, workers: int | None = None,
                  prefetch_ahead: int = 0, timeout_s: float = 2.0, argus_mode: int = 0,
                  sampling: SamplingParams | None = None, device: int = 0, stage_bytes: int = 0,
-                 build_flags: tuple[str, ...] = (), prefetch_window: int | None = None, prefetch_own: bool = True):
+                 build_flags: tuple[str, ...] = (), prefetch_window: int | None = None,
+                 prefetch_own: bool | tuple[str, ...] = False):
         from argus_rt.launch import CubinModule
 
         self.config = weights.config

@@ -19,5 +19,20 @@ if [ "${NCU:-0}" = 1 ]; then
   echo "ncu rc $? wall $(( $(date +%s) - t0 )) s, $(wc -l < $OUT/ncu_source.csv) lines" | tee -a $OUT/bench.log
   tail -3 $OUT/ncu.err
 fi
+if [ -n "${NCU_PROBES:-}" ]; then  # ';'-separated JSON decoder keywords: DRAM/L2 counters of one launch each
+  M=dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,gpu__time_duration.sum
+  IFS=';' read -ra probes <<< "$NCU_PROBES"
+  for kw in "${probes[@]}"; do
+    t0=$(date +%s)
+    timeout 150 ncu --clock-control none --replay-mode kernel --kernel-name regex:megakernel --launch-skip 1 --launch-count 1 \
+      --metrics $M --csv python3 -m megakernel.probe "$kw" --steps ${NCU_STEPS:-8} > $OUT/ncu_probe.csv 2>> $OUT/ncu.err
+    echo "ncu probe $kw: rc $? wall $(( $(date +%s) - t0 )) s" | tee -a $OUT/bench.log
+    grep -E '^probe|dram__|lts__|gpu__time' $OUT/ncu_probe.csv | awk -F'","' '{print ($0 ~ /^probe/) ? $0 : $(NF-2) " " $(NF-1) " " $NF}' | tee -a $OUT/bench.log
+  done
+fi
+if [ "${SASS:-0}" = 1 ]; then  # SASS of the default build (cuobjdump on the device)
+  cubin=$(python3 -m megakernel.build | sed -n 's/^cubin: \([^ ]*\) .*/\1/p')
+  cuobjdump -sass "$cubin" > $OUT/megakernel.sass 2>&1; echo "sass: $(wc -l < $OUT/megakernel.sass) lines" | tee -a $OUT/bench.log
+fi
 # at most 8 files come back: everything but the logs in one archive
 (cd $OUT && tar czf extras.tgz --remove-files $(ls | grep -v -E '^(bench.log|gpu_tests.log|build.log)$'))

@@ -17,6 +17,12 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_SPIN_NS
 #define MK_SPIN_NS 0  // nanosleep between dependency polls (0: spin)
 #endif
+#ifndef MK_THREADFENCE
+#define MK_THREADFENCE 0  // 1: __threadfence() before each counter's release add (the old hand-off)
+#endif
+#ifndef MK_SAMPLE_BATCH
+#define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the Sample op
+#endif
 #ifndef MK_BLOCKS_PER_SM
 #define MK_BLOCKS_PER_SM 2  // CTAs co-resident per SM (__launch_bounds__ min blocks: caps registers at 128)
 #endif

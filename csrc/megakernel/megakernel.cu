@@ -248,18 +248,26 @@ __device__ void op_sample(const Params& p, Smem& s, int step) {
   float best = -INFINITY;
   int best_i = 0x7fffffff;
   const float4* l4 = reinterpret_cast<const float4*>(p.logits);
-#pragma unroll 4
-  for (int c = threadIdx.x; c < (int)(p.vocab >> 2); c += THREADS) {  // 16-byte loads, several in flight
-    const float4 q = __ldcg(l4 + c);
-    const float vals[4] = {q.x, q.y, q.z, q.w};
+  const int n4 = (int)(p.vocab >> 2);
+  // MK_SAMPLE_BATCH 16-byte loads per thread issued before any is used (clamped indices, branch-free),
+  // so the 128 KB of logits take a couple of L2 round trips instead of one per 4 loads.
+  for (int c0 = threadIdx.x; c0 < n4; c0 += MK_SAMPLE_BATCH * THREADS) {
+    float4 q[MK_SAMPLE_BATCH];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int i = 4 * c + k;
-      float v = vals[k];
-      if (temp > 0.f) v = v / temp - logf(-logf(uniform_noise((unsigned)p.seed, (unsigned)step, (unsigned)i)));
-      if (v > best || (v == best && i < best_i)) {
-        best = v;
-        best_i = i;
+    for (int u = 0; u < MK_SAMPLE_BATCH; ++u) q[u] = __ldcg(l4 + min(c0 + u * THREADS, n4 - 1));
+#pragma unroll
+    for (int u = 0; u < MK_SAMPLE_BATCH; ++u) {
+      const int c = c0 + u * THREADS;
+      const float vals[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int i = 4 * c + k;
+        float v = vals[k];
+        if (temp > 0.f) v = v / temp - logf(-logf(uniform_noise((unsigned)p.seed, (unsigned)step, (unsigned)i)));
+        if (c < n4 && (v > best || (v == best && i < best_i))) {
+          best = v;
+          best_i = i;
+        }
       }
     }
   }
@@ -375,11 +383,11 @@ __device__ void worker(const Params& p, Smem& s) {
       raise_error(p, op == OP_EMBED ? ERROR_BAD_TOKEN : ERROR_BAD_OPCODE, (int)t, step, index, op);
     __syncthreads();  // every thread's writes of this tile are done ...
     if (threadIdx.x == 0) {
-#ifndef MK_NO_FENCE
-      __threadfence();
+#if MK_THREADFENCE
+      __threadfence();  // before 2026-12-01 12:50; measured 1.3% slower (megakernel/NOTES.md)
 #endif
-      // MK_NO_FENCE: the release add alone orders the CTA's writes (ordered before it by the barrier
-      // above; release is cumulative) before the counter update, without a full fence.
+      // The release add alone orders the CTA's writes (ordered before it by the barrier above;
+      // release is cumulative) before the counter update: no full fence needed.
       red_release_add(p.counters + s.ins[W_SIGNAL], 1u);  // ... before the counter says so
       s.ticket = s.next_ticket;
       if (s.staged) s.stage_phase ^= 1u;

@@ -23,6 +23,24 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   return v;
 }
 
+// MK_RELAXED_POLL (build flag): poll with relaxed loads (no acquire per poll) and make the one poll
+// that sees the value an acquire with a fence (ld.relaxed + fence.acq_rel is an acquire pattern).
+__device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
+#ifdef MK_RELAXED_POLL
+#define MK_POLL(p) ld_relaxed(p)
+#define MK_POLL_DONE() fence_acq_rel_gpu()
+#else
+#define MK_POLL(p) ld_acquire(p)
+#define MK_POLL_DONE() ((void)0)
+#endif
+
 __device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -53,12 +71,18 @@ __device__ __forceinline__ void record_stuck(const Params& p, const WaitSite& si
 // Called by thread 0 only. Returns false when the kernel must stop (deadline or another error).
 __device__ __noinline__ bool wait_counter(const Params& p, const unsigned* ctr, unsigned expected, const WaitSite& site,
                                           unsigned long long timeout_ns) {
-  if ((int)(ld_acquire(ctr) - expected) >= 0) return true;
+  if ((int)(MK_POLL(ctr) - expected) >= 0) {
+    MK_POLL_DONE();
+    return true;
+  }
   const unsigned long long start = globaltimer_ns();
   unsigned spins = 0;
   for (;;) {
-    const unsigned v = ld_acquire(ctr);
-    if ((int)(v - expected) >= 0) return true;
+    const unsigned v = MK_POLL(ctr);
+    if ((int)(v - expected) >= 0) {
+      MK_POLL_DONE();
+      return true;
+    }
 #if MK_SPIN_NS > 0
     __nanosleep(MK_SPIN_NS);  // back off: fewer polls of the hot counter lines in L2
 #endif
