@@ -199,8 +199,10 @@ _PROFILER = frozenset({"replays_kernel", "exclusive_profiler", "perturbs_timing"
 # PC-keyed counters keep no per-SM/CTA/iteration/launch coordinates and no adapter selects a launch
 # yet, so these signals take no scope (asking for one is a planning error, not a silent widening).
 _LAUNCH_SCOPE = frozenset()
-_NCU_COUNTERS = Evidence("ncu", outputs=("pc_counters",), variant="marker_only",
-                         config={"sections": ["SourceCounters"]}, effects=_PROFILER)
+# The mapping run is an Nsight Compute SourceCounters run of the marker-only build: its per-PC
+# counters are the ones the attributed signals read, so they come from that run (stall_reasons adds
+# a section to it): one ncu run per query, not one for the map and one for the counters.
+_MAP_RUN_COUNTERS = Evidence("pcmap", outputs=("pc_counters",), variant="marker_only", effects=_PROFILER)
 
 register_recipe(Recipe(
     signal="latency", unit="ns", qualification="observed", synthesis="latency",
@@ -220,21 +222,21 @@ register_recipe(Recipe(
     signal="instruction_mix", unit="instructions", qualification="attributed", synthesis="attributed_metric",
     synthesis_config={"metric": "inst_executed", "group_by": "opcode"},
     description="executed warp instructions per opcode family, attributed to regions through n(r,p)",
-    evidence=(_NCU_COUNTERS,), prerequisites=("pc_region_map",),
+    evidence=(_MAP_RUN_COUNTERS,), prerequisites=("pc_region_map",),
     scope_fields=_LAUNCH_SCOPE, collect_filters=_LAUNCH_SCOPE,
 ))
 register_recipe(Recipe(
     signal="barrier_count", unit="instructions", qualification="attributed", synthesis="attributed_metric",
     synthesis_config={"metric": "inst_executed", "opcodes": ["BAR"]},
     description="executed barrier instructions (BAR.*), attributed to regions through n(r,p)",
-    evidence=(_NCU_COUNTERS,), prerequisites=("pc_region_map",),
+    evidence=(_MAP_RUN_COUNTERS,), prerequisites=("pc_region_map",),
     scope_fields=_LAUNCH_SCOPE, collect_filters=_LAUNCH_SCOPE,
 ))
 register_recipe(Recipe(
     signal="stall_reasons", unit="samples", qualification="attributed", synthesis="attributed_metric",
     synthesis_config={"metric_prefix": "stall:"},
     description="warp-stall samples per reason, attributed to regions through n(r,p)",
-    evidence=(Evidence("ncu", outputs=("pc_counters",), variant="marker_only",
+    evidence=(Evidence("pcmap", outputs=("pc_counters",), variant="marker_only",
                        config={"sections": ["SourceCounters", "WarpStateStats"]}, effects=_PROFILER),),
     prerequisites=("pc_region_map",),
     scope_fields=_LAUNCH_SCOPE, collect_filters=_LAUNCH_SCOPE,

@@ -96,6 +96,14 @@ class _Facts:
         return {"facts": self.ctx.write_json("facts", doc)}
 
 
+def _one_dep_with_output(ctx, output: str, needed_by: str, what: str):
+    """The single dependency of this task that gave it ``output``, whichever collection made it."""
+    deps = [ctx.deps[dep] for dep, _path in ctx.input_list(output)]
+    if len(deps) != 1:
+        raise HandlerError(f"{needed_by} needs exactly one {what}, got {len(deps)}")
+    return deps[0]
+
+
 def _one_dep(ctx, op: str, needed_by: str, what: str):
     """The single dependency of this task that ran ``op``; :class:`HandlerError` unless exactly one did."""
     deps = ctx.deps_with_op(op)
@@ -270,7 +278,7 @@ def synth_attributed_metric(ctx) -> dict:
     """
     facts = _Facts(ctx)
     pmap, map_program, map_task, map_extra = _find_map(ctx)
-    src = _one_dep(ctx, "ncu", "attribution", "PC-counter collection")
+    src = _one_dep_with_output(ctx, "pc_counters", "attribution", "PC-counter collection")
     facts.cite(src)
     facts.cite(map_task)
     if src.program != map_program:

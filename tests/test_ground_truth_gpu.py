@@ -49,7 +49,7 @@ def test_ground_truth_attribution_on_gpu(tmp_path):
     checked = trace.run_once(program, "marker_only")
     assert checked["max_rel_err"] is not None and checked["max_rel_err"] < 1e-4
 
-    doc = pcmap.mapping_run(program, tmp_path)
+    doc, _profile = pcmap.mapping_run(program, tmp_path)
     pmap = pcmap.PcRegionMap.from_evidence(doc)
     cubin = trace.build_variant(program, "marker_only")
     function = sass.select_function(sass.parse_sass(sass.disassemble(cubin)), "ground_truth_kernel")

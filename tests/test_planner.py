@@ -36,15 +36,18 @@ def collects(plan):
 def test_builtin_query_has_expected_shape():
     plan = plan_query(demo_program(), "gemm", ["latency", "instruction_mix", "barrier_count"])
     kinds = {k: plan.count(k) for k in ("transform", "collect", "synthesize", "control")}
-    # traced + marker_only variants; trace, pcmap, ncu runs; latency, map, mix, barriers
-    assert kinds == {"transform": 2, "collect": 3, "synthesize": 4, "control": 0}
-    ncu = [t for t in collects(plan) if t.op == "ncu"]
-    assert len(ncu) == 1 and set(ncu[0].requests) == {"instruction_mix:ncu", "barrier_count:ncu"}
+    # traced + marker_only variants; a trace run and one Nsight Compute run (the mapping run, whose
+    # per-PC counters the attributed signals read); latency, map, mix, barriers
+    assert kinds == {"transform": 2, "collect": 2, "synthesize": 4, "control": 0}
+    profiled = [t for t in collects(plan) if t.op == "pcmap"]
+    assert len(profiled) == 1 and set(profiled[0].requests) == {
+        "pc_region_map:pcmap", "instruction_mix:pcmap", "barrier_count:pcmap"}
+    assert not [t for t in collects(plan) if t.op == "ncu"]
     # the map is a prerequisite of both attributed signals, planned once
     mix = plan.tasks[plan.targets["instruction_mix"]]
     bars = plan.tasks[plan.targets["barrier_count"]]
     shared = set(mix.deps) & set(bars.deps)
-    assert {plan.tasks[d].op for d in shared} == {"ncu", "pc_region_map"}
+    assert {plan.tasks[d].op for d in shared} == {"pcmap", "pc_region_map"}
     for t in plan.tasks.values():  # every task carries its bindings
         assert t.program in plan.programs and isinstance(t.scope, dict) and t.sampling["repeats"] >= 1
 
@@ -156,7 +159,7 @@ def test_internal_analysis_is_shared_between_regions():
     a = plan_query(pv, "main/gemm/load", ["instruction_mix"])
     b = plan_query(pv, "main/epilogue", ["instruction_mix"])
     shared = set(a.tasks) & set(b.tasks)
-    assert {a.tasks[t].op for t in shared} >= {"variant", "ncu", "pcmap", "pc_region_map"}
+    assert {a.tasks[t].op for t in shared} >= {"variant", "pcmap", "pc_region_map"}
     assert a.targets["instruction_mix"] != b.targets["instruction_mix"]
 
 

@@ -53,7 +53,7 @@ def test_plan_command_text_dot_json(tmp_path, capsys):
     prog = write_program_dir(tmp_path / "prog", demo_program())
     assert main(["plan", str(prog), "--region", "gemm", "--signals", "latency,instruction_mix"]) == 0
     text = capsys.readouterr().out
-    assert "collect:ncu" in text and "collection runs (partitioned by effects)" in text
+    assert "collect:pcmap" in text and "collection runs (partitioned by effects)" in text
     assert main(["plan", str(prog), "--region", "gemm", "--signals", "latency", "--format", "dot"]) == 0
     dot = capsys.readouterr().out
     assert dot.startswith("digraph argus_plan {") and "->" in dot and "shape=box3d" in dot
@@ -108,10 +108,10 @@ def test_a_narrower_follow_up_reuses_a_covering_merged_run(standins, tmp_path):
     pv = demo_program()
     ws = Workspace(tmp_path / "ws")
     broad = query(pv, "gemm", ["stall_reasons", "instruction_mix"], workspace=ws, devices=[""])
-    assert broad.execution["collect_runs"] == 2  # pcmap + one merged ncu run (two sections)
-    # alone, barrier_count would plan an ncu run with fewer sections (a different task id) ...
+    assert broad.execution["collect_runs"] == 1  # one mapping run: the map and both signals' counters (two sections)
+    # alone, barrier_count would plan a mapping run with fewer sections (a different task id) ...
     alone = make_plan(pv, "gemm", ["barrier_count"])
-    assert not set(alone.tasks) & {t["id"] for t in ws.tasks() if t["op"] == "ncu"}
+    assert not set(alone.tasks) & {t["id"] for t in ws.tasks() if t["op"] == "pcmap"}
     # ... but against the workspace the merged run covers it: nothing is collected again
     narrow = query(pv, "main/gemm/load", ["barrier_count"], workspace=ws, devices=[""])
     assert narrow.execution["collect_runs"] == 0 and narrow.unanswered == []
@@ -121,15 +121,15 @@ def test_a_narrower_follow_up_reuses_a_covering_merged_run(standins, tmp_path):
     from argus_rt.planner import Request, covers
     from argus_rt.recipes import get_recipe
 
-    ncu_run = next(t for t in ws.done_tasks("collect", "ncu", pv.variant_of("marker_only").id))
+    map_run = next(t for t in ws.done_tasks("collect", "pcmap", pv.variant_of("marker_only").id))
     from argus_rt.recipes import Evidence
 
     mix = get_recipe("instruction_mix").evidence[0]
-    assert covers(ncu_run, Request("instruction_mix", mix, ncu_run.program, (), Scope(), ncu_run.sampling))
-    touchy = Evidence("ncu", outputs=("pc_counters",), variant="marker_only", config={"sections": ["SourceCounters"]},
+    assert covers(map_run, Request("instruction_mix", mix, map_run.program, (), Scope(), map_run.sampling))
+    touchy = Evidence("pcmap", outputs=("pc_counters",), variant="marker_only", config={"sections": ["SourceCounters"]},
                       effects=mix.effects, sensitive_to={"perturbs_timing"})
-    assert not covers(ncu_run, Request("t", touchy, ncu_run.program, (), Scope(), ncu_run.sampling))
-    wider = Evidence("ncu", outputs=("pc_counters",), variant="marker_only", effects=mix.effects,
+    assert not covers(map_run, Request("t", touchy, map_run.program, (), Scope(), map_run.sampling))
+    wider = Evidence("pcmap", outputs=("pc_counters",), variant="marker_only", effects=mix.effects,
                      config={"sections": ["SourceCounters", "MemoryWorkloadAnalysis"]})
-    assert not covers(ncu_run, Request("t", wider, ncu_run.program, (), Scope(), ncu_run.sampling))
+    assert not covers(map_run, Request("t", wider, map_run.program, (), Scope(), map_run.sampling))
     ws.close()

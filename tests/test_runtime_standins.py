@@ -86,6 +86,16 @@ class StandinTrace(BackendAdapter):
         return out
 
 
+def _standin_pc_counters(ctx) -> dict:
+    pcs = _spec(ctx).get("pcs", [])
+    metrics: dict = {"inst_executed": [p[2] for p in pcs]}
+    for i, p in enumerate(pcs):
+        for k, v in (p[3] if len(p) > 3 else {}).items():
+            metrics.setdefault(k, [0] * len(pcs))[i] = v
+    return {"format": "argus.pc_counters/1", "method": "standin", "pcs": [p[0] for p in pcs],
+            "opcodes": [p[1] for p in pcs], "metrics": metrics, "sections": ctx.config.get("sections")}
+
+
 class StandinNcu(BackendAdapter):
     name = "ncu"
     effects = _PROFILER
@@ -94,27 +104,23 @@ class StandinNcu(BackendAdapter):
 
     def collect(self, ctx):
         _hooks(ctx, "pc_counters.json")
-        pcs = _spec(ctx).get("pcs", [])
-        metrics: dict = {"inst_executed": [p[2] for p in pcs]}
-        for i, p in enumerate(pcs):
-            for k, v in (p[3] if len(p) > 3 else {}).items():
-                metrics.setdefault(k, [0] * len(pcs))[i] = v
-        doc = {"format": "argus.pc_counters/1", "method": "standin", "pcs": [p[0] for p in pcs],
-               "opcodes": [p[1] for p in pcs], "metrics": metrics, "sections": ctx.config.get("sections")}
-        return {"pc_counters": ctx.write_json("pc_counters", doc)}
+        return {"pc_counters": ctx.write_json("pc_counters", _standin_pc_counters(ctx))}
 
 
 class StandinPcmap(BackendAdapter):
+    """The mapping run: n(r, p) and, as the real adapter, that run's per-PC counters."""
+
     name = "pcmap"
     effects = _PROFILER
-    outputs = ("pc_region_counts",)
+    outputs = ("pc_region_counts", "pc_counters")
     needs_gpu = False
 
     def collect(self, ctx):
         _hooks(ctx, "pc_region_counts.json")
         entries = [[pc, _rid(ctx, region), n] for pc, region, n in _spec(ctx).get("owners", [])]
         return {"pc_region_counts": ctx.write_json("map", {"format": "argus.pc_region_counts/1", "method": "standin",
-                                                           "entries": entries})}
+                                                           "entries": entries}),
+                "pc_counters": ctx.write_json("pc_counters", _standin_pc_counters(ctx))}
 
 
 class StandinSystrace(BackendAdapter):

@@ -261,11 +261,13 @@ def map_document(function: SassFunction, lined: SassFunction, profile) -> dict:
     return doc
 
 
-def mapping_run(program, outdir: Path, *, kernel: str | None = None) -> dict:
+def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: tuple[str, ...] = ("SourceCounters",)):
     """Build the marker-only variant, count per-PC executions with Nsight Compute, and map.
 
-    Returns the ``argus.pc_region_counts/1`` document, extended with ``source_file_attribution``
-    (plain ``-lineinfo`` attribution of the same counts, for side-by-side reports) and provenance.
+    Returns (the ``argus.pc_region_counts/1`` document, extended with ``source_file_attribution``
+    (plain ``-lineinfo`` attribution of the same counts, for side-by-side reports) and provenance;
+    the kernel's Nsight Compute profile, whose per-PC counters the attributed signals read).
+    ``sections``: the ncu sections of that one run; SourceCounters (the per-PC executions) is always in.
     """
     import torch
 
@@ -290,7 +292,9 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None) -> dict:
     jump_tables = indirect_branch_targets(cubin)  # BRX targets: the CFG through a switch's jump table
     function = select_function(parse_sass(listing), kernel_key(kernel))
     function = with_indirect_targets(function, jump_tables.get(function.name, {}))
-    raw, profiles = ncu.run_ncu(runner_argv(program, "marker_only", outdir), kernel, outdir=outdir, env=runner_env())
+    sections = ("SourceCounters",) + tuple(s for s in sections if s != "SourceCounters")
+    raw, profiles = ncu.run_ncu(runner_argv(program, "marker_only", outdir), kernel, outdir=outdir, env=runner_env(),
+                                sections=sections)
     profile = ncu.select_profile(profiles, kernel)
     check_same_binary(function, profile.function())
     lined = select_function(parse_sass(disassemble(cubin, tool="nvdisasm", line_info=True)), kernel_key(kernel))
@@ -298,15 +302,18 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None) -> dict:
     doc = map_document(function, lined, profile)
     doc["provenance"] = {"cubin": cubin.name, "kernel_symbol": function.name, "ncu_csv": raw.name,
                          "weights": "ncu 'Instructions Executed' (warp-level) of the same cubin"}
-    return doc
+    return doc, profile
 
 
 class PcMapAdapter(BackendAdapter):
-    """n(r, p) by the SASS-CFG + Nsight Compute method on a CUDA program's marker-only build.
-    Config: ``kernel`` (defaults to ``program.launch["kernel"]``)."""
+    """n(r, p) by the SASS-CFG + Nsight Compute method on a program's marker-only build, and that
+    run's per-PC counters (``argus.pc_counters/1``, as the ``ncu`` adapter writes them), so that a
+    query of the map and of per-PC signals profiles the kernel once.
+    Config: ``kernel`` (defaults to ``program.launch["kernel"]``), ``sections`` (extra ncu sections of
+    the run, e.g. ``["WarpStateStats"]`` for stall samples; SourceCounters is always collected)."""
 
     name = "pcmap"
-    outputs = ("pc_region_counts", "ncu_csv")
+    outputs = ("pc_region_counts", "pc_counters", "ncu_csv")
     effects = NCU_EFFECTS  # the mapping run is an Nsight Compute run
 
     def available(self) -> tuple[bool, str]:
@@ -315,15 +322,21 @@ class PcMapAdapter(BackendAdapter):
         return NcuAdapter().available()
 
     def validate_config(self, config: dict) -> None:
-        bad = sorted(set(config) - {"kernel"})
+        bad = sorted(set(config) - {"kernel", "sections"})
         if bad:
-            raise ValueError(f"unknown pcmap config key(s) {bad}; valid: kernel")
+            raise ValueError(f"unknown pcmap config key(s) {bad}; valid: kernel, sections")
+        sections = config.get("sections", ["SourceCounters"])
+        if not (isinstance(sections, (list, tuple)) and sections and all(isinstance(s, str) and s.isidentifier() for s in sections)):
+            raise ValueError(f"pcmap config 'sections' must be a non-empty list of ncu section names, got {sections!r}")
 
     def collect(self, ctx) -> dict[str, Path]:
         self.validate_config(ctx.config)
         outdir = Path(ctx.outdir)
-        doc = mapping_run(ctx.program, outdir, kernel=ctx.config.get("kernel"))
-        return {"pc_region_counts": ctx.write_json("pc_region_counts", doc), "ncu_csv": outdir / "ncu_source_sass.csv"}
+        doc, profile = mapping_run(ctx.program, outdir, kernel=ctx.config.get("kernel"),
+                                   sections=tuple(ctx.config.get("sections", ("SourceCounters",))))
+        return {"pc_region_counts": ctx.write_json("pc_region_counts", doc),
+                "pc_counters": ctx.write_json("pc_counters", profile.to_evidence()),
+                "ncu_csv": outdir / "ncu_source_sass.csv"}
 
 
 register_backend(PcMapAdapter())
