@@ -69,9 +69,14 @@ class Report:
             doc = res.outputs["facts"].read_json()
             values.extend(doc["values"])
         statuses = {s: result.count(s) for s in ("done", "reused", "failed", "blocked")}
+        # where the wall time went: each task that ran, slowest first (reused tasks took no time)
+        ran = sorted((r for r in result.results.values() if r.status in ("done", "failed")),
+                     key=lambda r: (-r.seconds, r.task_id))
+        task_seconds = [{"task": r.task_id, "kind": r.kind, "op": r.op, "status": r.status,
+                         "seconds": round(r.seconds, 4)} for r in ran]
         return cls(query=plan.query, values=values, unanswered=unanswered,
                    execution={"tasks": statuses, "collect_runs": result.executed.get("collect", 0),
-                              "wall_s": round(result.wall_s, 4)}, runs=plan.runs)
+                              "wall_s": round(result.wall_s, 4), "task_seconds": task_seconds}, runs=plan.runs)
 
     # ---- JSON -----------------------------------------------------------------------------
     def to_dict(self) -> dict:

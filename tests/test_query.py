@@ -80,6 +80,10 @@ def test_query_and_workspace_commands(standins, tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["query"]["scope"] == {"sms": [0]} and data["execution"]["collect_runs"] == 1
     assert {v["value"] for v in data["values"] if v["metric"] == "count"} == {4.0}  # SM 0 only: 4 of 8
+    spent = data["execution"]["task_seconds"]  # where the wall time went: every task that ran, slowest first
+    assert sorted(t["kind"] for t in spent) == ["collect", "synthesize", "transform"]
+    assert [t["seconds"] for t in spent] == sorted((t["seconds"] for t in spent), reverse=True)
+    assert all(t["status"] == "done" and t["seconds"] <= data["execution"]["wall_s"] for t in spent)
     assert "main/gemm" in (tmp_path / "r.md").read_text()
     capsys.readouterr()
     assert main(["workspace", "--workspace", str(ws), "verify"]) == 0

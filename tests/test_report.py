@@ -33,7 +33,7 @@ def test_report_round_trip_and_schema_fields(standins, tmp_path):
     assert Report.from_json(rep.to_json()).to_dict() == rep.to_dict()
     assert rep.value("latency", "main/gemm", "mean") == pytest.approx(515.0)  # (500+510+520+530)/4
     assert rep.value("instruction_mix", "main/gemm/mma", "FFMA") == pytest.approx(3000.0)
-    assert rep.execution["collect_runs"] == 4 and rep.unanswered == []
+    assert rep.execution["collect_runs"] == 3 and rep.unanswered == []  # trace, mapping run, systrace
 
 
 def test_views_show_qualification_and_entropy(standins, tmp_path):
@@ -51,9 +51,9 @@ def test_views_show_qualification_and_entropy(standins, tmp_path):
 
 
 def test_failed_signals_are_reported_unmeasured(standins, tmp_path):
-    rep = _report(tmp_path, fail="ncu missing", only="ncu")
+    rep = _report(tmp_path, fail="ncu missing", only="pcmap")
     assert [u["signal"] for u in rep.unanswered] == ["instruction_mix"]
-    assert "collect:ncu failed: RuntimeError: ncu missing" in rep.unanswered[0]["reason"]
+    assert "collect:pcmap failed: RuntimeError: ncu missing" in rep.unanswered[0]["reason"]
     assert rep.select("instruction_mix") == []
     assert "**unmeasured** `instruction_mix`" in rep.to_markdown()
 
