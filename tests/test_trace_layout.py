@@ -1,20 +1,15 @@
 """The Python mirror of the trace layout agrees with csrc/argus/argus_layout.h, byte for byte.
 
-A host C++ compiler builds a tiny program that includes the header and prints every size, offset
-and constant; the numbers must equal argus_rt.trace.layout's dtypes and constants.
+Each available compiler (a host C++ compiler, nvcc) builds a tiny program that includes the header and
+prints every size, offset, signedness and constant (tests/c_layout.py); the numbers must equal
+argus_rt.trace.layout's dtypes and constants.
 """
 from __future__ import annotations
-
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from argus_rt.trace import layout
-
-ROOT = Path(__file__).resolve().parents[1]
-HEADER_DIR = ROOT / "csrc" / "argus"
+from c_layout import check_no_gaps, check_structs, compiled_layout, compilers, require_compiler
 
 STRUCTS = {
     "ArgusRecord": layout.RECORD_DTYPE,
@@ -46,41 +41,15 @@ CONSTANTS = {
 }
 
 
-def _probe_source() -> str:
-    lines = ['#include <cstdio>', '#include "argus_layout.h"', "int main() {"]
-    for struct, dtype in STRUCTS.items():
-        lines.append(f'  std::printf("size {struct} %zu\\n", sizeof({struct}));')
-        for field in dtype.names:
-            lines.append(f'  std::printf("offset {struct}.{field} %zu\\n", ARGUS_OFFSETOF({struct}, {field}));')
-            lines.append(f'  std::printf("fsize {struct}.{field} %zu\\n", sizeof((({struct}*)0)->{field}));')
-    for name in CONSTANTS:
-        lines.append(f'  std::printf("const {name} %llu\\n", (unsigned long long)({name}));')
-    lines.append("  return 0;\n}")
-    return "\n".join(lines)
-
-
-@pytest.fixture(scope="module")
-def cxx_layout(tmp_path_factory) -> dict[str, int]:
-    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler (g++, c++ or clang++) on PATH")
-    tmp = tmp_path_factory.mktemp("layout")
-    src = tmp / "probe.cpp"
-    src.write_text(_probe_source())
-    exe = tmp / "probe"
-    subprocess.run([cxx, "-std=c++17", "-I", str(HEADER_DIR), "-o", str(exe), str(src)], check=True)
-    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
-    return {f"{kind} {name}": int(value) for kind, name, value in (line.split() for line in out.splitlines())}
+@pytest.fixture(scope="module", params=compilers() or [None], ids=lambda c: c and c.rsplit("/", 1)[-1] or "none")
+def cxx_layout(request, tmp_path_factory) -> dict[str, int]:
+    compiler = require_compiler(request.param)
+    return compiled_layout(tmp_path_factory.mktemp("layout"), compiler, ["argus_layout.h"], STRUCTS, list(CONSTANTS))
 
 
 @pytest.mark.parametrize("struct", list(STRUCTS))
 def test_struct_sizes_and_offsets_agree(cxx_layout, struct):
-    dtype = STRUCTS[struct]
-    assert cxx_layout[f"size {struct}"] == dtype.itemsize
-    for field in dtype.names:
-        offset = dtype.fields[field][1]
-        assert cxx_layout[f"offset {struct}.{field}"] == offset, field
-        assert cxx_layout[f"fsize {struct}.{field}"] == dtype.fields[field][0].itemsize, field
+    check_structs(cxx_layout, {struct: STRUCTS[struct]})
 
 
 def test_constants_agree(cxx_layout):
@@ -89,12 +58,4 @@ def test_constants_agree(cxx_layout):
 
 
 def test_probe_covers_every_field():
-    # A field added to the C++ struct but not to the dtype would change the size: caught above.
-    # Here: the dtypes have no padding-free gaps the C++ side could hide fields in.
-    for dtype in STRUCTS.values():
-        end = 0
-        for name in dtype.names:
-            sub, offset = dtype.fields[name][:2]
-            assert offset == end, f"gap before {name}"
-            end = offset + sub.itemsize
-        assert end == dtype.itemsize
+    check_no_gaps(STRUCTS)

@@ -11,7 +11,8 @@ So, in the selected iteration only, the probe:
 2. sends this load to a private one-shot mbarrier (``barrier_expect`` of its bytes);
 3. reads ``%globaltimer`` and ``%clock64`` just before the issue and just after
    ``wait_barrier`` on the private barrier (phase 0) returns, and stores the four values for the CTA
-   in an extra kernel argument ``argus_probe_out`` (int64, 5 per CTA: ns0, ns1, clk0, clk1, SM id).
+   in an extra kernel argument ``argus_probe_out`` (one ``ArgusProbeRecord`` per CTA:
+   ``csrc/argus/argus_probe_record.h``, mirrored in :mod:`argus_rt.compiler.triton_layout`).
 
 For a load peeled into the prologue the selection is static; for the in-loop copy the trip is
 selected with ``iv == lb + (iteration - trip_offset) * step`` and all edits are predicated on it.
@@ -35,6 +36,14 @@ from .triton_kernel_check import (  # noqa: F401
     program_variant,
     timed_variant_columns,
 )
+from .triton_layout import (
+    ITERATION_WAIT_DTYPE,
+    ITERATION_WAIT_WORDS,
+    PROBE_RECORD_DTYPE,
+    PROBE_RECORD_WORDS,
+    records,
+    word,
+)
 from .triton_region_trace import collect_triton_region_trace
 from .ttgir_edit import (
     SMID_ASM,
@@ -51,7 +60,10 @@ from .ttgir_edit import loc_suffix as _loc_suffix
 from .ttgir_module import parse_module, text_name
 
 PROBE_ARG = "%argus_probe_out"
-WORDS_PER_CTA = 5  # ns0, ns1, clk0, clk1, smid
+# the SSA value the probe stores into each ArgusProbeRecord field
+_PROBE_VALUES = {"issue_ns": "%argus_ns0", "complete_ns": "%argus_ns1", "issue_cycles": "%argus_clk0",
+                 "complete_cycles": "%argus_clk1", "sm": "%argus_sm"}
+WORDS_PER_CTA = PROBE_RECORD_WORDS  # one ArgusProbeRecord per CTA
 EFFECTS = ("forces_completion", "perturbs_timing")
 
 
@@ -191,12 +203,8 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
         timer("%argus_ns1", "%globaltimer"),
         timer("%argus_clk1", "%clock64"),
         i64_asm_line(ind, "%argus_sm", SMID_ASM, loc),
-        f"{ind}tt.store %argus_p0, %argus_ns0, {store_mask} : {out_ty}{loc}",
-        f"{ind}tt.store %argus_p1, %argus_ns1, {store_mask} : {out_ty}{loc}",
-        f"{ind}tt.store %argus_p2, %argus_clk0, {store_mask} : {out_ty}{loc}",
-        f"{ind}tt.store %argus_p3, %argus_clk1, {store_mask} : {out_ty}{loc}",
-        f"{ind}tt.store %argus_p4, %argus_sm, {store_mask} : {out_ty}{loc}",
-    ]
+    ] + [f"{ind}tt.store %argus_p{word(PROBE_RECORD_DTYPE, f)}, {_PROBE_VALUES[f]}, {store_mask} : {out_ty}{loc}"
+         for f in PROBE_RECORD_DTYPE.names]
     if replaced_copy is None:
         edits[copy.line_no - 1] = (probe_block, "", [])
     else:
@@ -224,8 +232,8 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
 # ---- traced reference: per-iteration consumer wait, for the join ------------------------------------
 def make_iteration_trace(ttgir: str, discovery: Discovery) -> str:
     """The traced reference variant: around the consumer's ``wait_barrier`` of every loop trip,
-    read ``%globaltimer`` before and after and store them (int64, ``2 * iterations`` words per CTA,
-    ``[wait_begin_ns, wait_end_ns]`` per trip) in the extra argument ``argus_probe_out``.
+    read ``%globaltimer`` before and after and store them (``iterations`` ``ArgusIterationWait``
+    records per CTA: ``csrc/argus/argus_iteration_wait.h``) in the extra argument ``argus_probe_out``.
 
     This is the reference side of the join: for iteration i it says how long the consumer waited
     for iteration i's tiles in an unprobed run (observed), next to the probe's issue-to-completion
@@ -237,13 +245,14 @@ def make_iteration_trace(ttgir: str, discovery: Discovery) -> str:
         raise ProbeError(f"kernel {discovery.kernel!r} has no pipelined TMA load with a consumer wait to trace")
     wait = module.op_at_line(tma[0].completion.consumer_wait_line)
     loop = module.loop_of(wait)
-    words = 2 * discovery.iterations
+    words = ITERATION_WAIT_WORDS * discovery.iterations
+    begin_w, end_w = word(ITERATION_WAIT_DTYPE, "begin_ns"), word(ITERATION_WAIT_DTYPE, "end_ns")
     lines = lines_with_pointer_arg(module, PROBE_ARG)
     first = module.ops[0]
     fi = _indent(first.text)
     setup = cta_slice_lines(fi, "argus", PROBE_ARG, words) + [
-        f"{fi}%argus_two = arith.constant 2 : i32",
-        f"{fi}%argus_one = arith.constant 1 : i32",
+        f"{fi}%argus_two = arith.constant {ITERATION_WAIT_WORDS} : i32",
+        f"{fi}%argus_one = arith.constant {end_w - begin_w} : i32",
         f"{fi}%argus_niter = arith.constant {discovery.iterations} : i32",
     ]
     ind, loc = _indent(wait.text), _loc_suffix(wait.text)
@@ -252,9 +261,13 @@ def make_iteration_trace(ttgir: str, discovery: Discovery) -> str:
         return special_reg_line(ind, name, "%globaltimer", loc)
 
     trip_lines, trip = trip_index_lines(ind, "argus", loop, loc)
-    before = trip_lines + [
-        f"{ind}%argus_in = arith.cmpi slt, {trip}, %argus_niter : i32{loc}",
-        f"{ind}%argus_off0 = arith.muli {trip}, %argus_two : i32{loc}",
+    # off0: the trip's begin_ns word (its record's first word, plus begin's position in the record)
+    off0_lines = [f"{ind}%argus_off0 = arith.muli {trip}, %argus_two : i32{loc}"]
+    if begin_w:
+        off0_lines = [f"{ind}%argus_offr = arith.muli {trip}, %argus_two : i32{loc}",
+                      f"{ind}%argus_offb = arith.constant {begin_w} : i32{loc}",
+                      f"{ind}%argus_off0 = arith.addi %argus_offr, %argus_offb : i32{loc}"]
+    before = trip_lines + [f"{ind}%argus_in = arith.cmpi slt, {trip}, %argus_niter : i32{loc}"] + off0_lines + [
         f"{ind}%argus_off1 = arith.addi %argus_off0, %argus_one : i32{loc}",
         f"{ind}%argus_q0 = tt.addptr %argus_p0, %argus_off0 : !tt.ptr<i64>, i32{loc}",
         f"{ind}%argus_q1 = tt.addptr %argus_p0, %argus_off1 : !tt.ptr<i64>, i32{loc}",
@@ -276,42 +289,40 @@ def make_iteration_trace(ttgir: str, discovery: Discovery) -> str:
 
 # ---- synthesis: join probes with the traced reference by (op ID, iteration) ---------------------------
 def probe_latencies(buffer, n_ctas: int) -> dict:
-    """Issue-to-completion latency of one probe from its ``argus_probe_out`` buffer (int64 array of
-    ``4 * n_ctas``): median / min / max over CTAs, in ns (``%globaltimer``) and cycles (``%clock64``)."""
+    """Issue-to-completion latency of one probe from its ``argus_probe_out`` buffer (``n_ctas``
+    ``ArgusProbeRecord``): median / min / max over CTAs, in ns (``%globaltimer``) and cycles (``%clock64``)."""
     import numpy as np
 
-    words = np.asarray(buffer, dtype=np.int64).reshape(n_ctas, WORDS_PER_CTA)
-    written = (words[:, 0] != 0) & (words[:, 1] >= words[:, 0])
+    rec = records(buffer, PROBE_RECORD_DTYPE, n_ctas)[:, 0]
+    written = (rec["issue_ns"] != 0) & (rec["complete_ns"] >= rec["issue_ns"])
     if not written.all():
         raise ProbeError(f"{int((~written).sum())} of {n_ctas} CTAs did not record the probe "
                          "(the selected instance never ran, or timestamps went backwards)")
-    ns = words[:, 1] - words[:, 0]
-    cyc = words[:, 3] - words[:, 2]
+    ns = rec["complete_ns"] - rec["issue_ns"]
+    cyc = rec["complete_cycles"] - rec["issue_cycles"]
     return {"ctas": n_ctas, "latency_ns_median": float(np.median(ns)), "latency_ns_min": int(ns.min()),
             "latency_ns_max": int(ns.max()), "latency_cycles_median": float(np.median(cyc))}
 
 
 def op_events_document(buffer, n_ctas: int, op_id: int, iteration: int) -> dict:
     """``argus.op_events/1`` evidence of one probe run: one row per CTA (issue and completion in ns)."""
-    import numpy as np
-
-    words = np.asarray(buffer, dtype=np.int64).reshape(n_ctas, WORDS_PER_CTA)
+    rec = records(buffer, PROBE_RECORD_DTYPE, n_ctas)[:, 0]
     probe_latencies(buffer, n_ctas)  # raises if a CTA did not record
     return {"format": "argus.op_events/1", "clock": "ns", "columns": {
         "op_id": [f"0x{op_id:08x}"] * n_ctas, "iteration": [iteration] * n_ctas,
-        "issue": words[:, 0].tolist(), "complete": words[:, 1].tolist(),
-        "issue_cycles": words[:, 2].tolist(), "complete_cycles": words[:, 3].tolist(),
-        "sm": words[:, 4].tolist(), "cta": list(range(n_ctas))}}
+        "issue": rec["issue_ns"].tolist(), "complete": rec["complete_ns"].tolist(),
+        "issue_cycles": rec["issue_cycles"].tolist(), "complete_cycles": rec["complete_cycles"].tolist(),
+        "sm": rec["sm"].tolist(), "cta": list(range(n_ctas))}}
 
 
 def iteration_waits(buffer, n_ctas: int, iterations: int) -> dict[int, float]:
     """Median over CTAs of the consumer's wait (ns) per iteration, from the traced reference buffer."""
     import numpy as np
 
-    words = np.asarray(buffer, dtype=np.int64).reshape(n_ctas, iterations, 2)
-    if (words[:, :, 0] == 0).any():
+    rec = records(buffer, ITERATION_WAIT_DTYPE, n_ctas, iterations)
+    if (rec["begin_ns"] == 0).any():
         raise ProbeError("the traced reference did not record every (CTA, iteration) wait")
-    waits = words[:, :, 1] - words[:, :, 0]
+    waits = rec["end_ns"] - rec["begin_ns"]
     return {i: float(np.median(waits[:, i])) for i in range(iterations)}
 
 
@@ -320,8 +331,8 @@ def iteration_waits_document(buffer, n_ctas: int, iterations: int, *, wait: str 
     begin and end of the consumer's wait in ns (``%globaltimer``, one clock within the run)."""
     import numpy as np
 
-    words = np.asarray(buffer, dtype=np.int64).reshape(n_ctas, iterations, 2)
-    missing = words[:, :, 0] == 0
+    rec = records(buffer, ITERATION_WAIT_DTYPE, n_ctas, iterations)
+    missing = rec["begin_ns"] == 0
     if missing.any():
         cta, it = (int(x[0]) for x in np.nonzero(missing))
         raise ProbeError(f"the traced reference did not record {int(missing.sum())} of {missing.size} "
@@ -329,7 +340,7 @@ def iteration_waits_document(buffer, n_ctas: int, iterations: int, *, wait: str 
     cta, it = np.meshgrid(np.arange(n_ctas), np.arange(iterations), indexing="ij")
     return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": wait, "columns": {
         "cta": cta.ravel().tolist(), "iteration": it.ravel().tolist(),
-        "begin": words[:, :, 0].ravel().tolist(), "end": words[:, :, 1].ravel().tolist(),
+        "begin": rec["begin_ns"].ravel().tolist(), "end": rec["end_ns"].ravel().tolist(),
         "launch": [launch] * (n_ctas * iterations)}}
 
 

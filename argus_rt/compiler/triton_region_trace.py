@@ -11,11 +11,11 @@ from one thread of the CTA, so each record is that one thread's (warp 0's) timer
 record would need a per-warp tensor store, which this transform does not build. The ``warp`` column of
 the published intervals is therefore always 0.
 
-Buffer layout, per CTA (``words_per_cta`` int64 words, CTA index linearised as x + nx * (y + ny * z))::
+Buffer layout, per CTA (``words_per_cta`` int64 words, CTA index linearised as x + nx * (y + ny * z)),
+defined in ``csrc/argus/argus_region_trace.h`` and mirrored in :mod:`argus_rt.compiler.triton_layout`::
 
-    word 0                 SM id + 1 (0 means the CTA recorded nothing)
-    words 1 + 2*slot + 0   tag of the record (0: slot not reached)
-    words 1 + 2*slot + 1   %globaltimer, ns
+    ArgusRegionTraceHeader   sm_plus_one: SM id + 1 (0 means the CTA recorded nothing)
+    ArgusRegionTraceSlot[n]  tag (0: slot not reached), ns (%globaltimer)
 
 Slots are static: every marker site outside a loop owns one slot, every marker site inside an
 ``scf.for`` owns ``iterations`` slots indexed by the trip ``(iv - lb) / step``, computed at run time
@@ -33,6 +33,16 @@ import hashlib
 from dataclasses import dataclass, field
 
 from ..trace.layout import COORD_NONE  # same "no coordinate" value as the CUDA trace
+from .triton_layout import (
+    REGION_TRACE_HEADER_DTYPE,
+    REGION_TRACE_HEADER_WORDS,
+    REGION_TRACE_KIND_SHIFT,
+    REGION_TRACE_KINDS,
+    REGION_TRACE_SLOT_DTYPE,
+    REGION_TRACE_SLOT_WORDS,
+    records,
+    word,
+)
 from .ttgir_edit import (
     SMID_ASM,
     checked_edit,
@@ -48,9 +58,10 @@ from .ttgir_module import Module, parse_module
 from .ttgir_regions import markers
 
 REGION_ARG = "%argus_region_out"
-KIND_CODES = {"begin": 1, "end": 2}
-HEADER_WORDS = 1
-WORDS_PER_RECORD = 2
+KIND_CODES = REGION_TRACE_KINDS
+HEADER_WORDS = REGION_TRACE_HEADER_WORDS
+WORDS_PER_RECORD = REGION_TRACE_SLOT_WORDS
+_TAG_WORD, _NS_WORD = word(REGION_TRACE_SLOT_DTYPE, "tag"), word(REGION_TRACE_SLOT_DTYPE, "ns")
 
 
 class RegionTraceError(ValueError):
@@ -72,7 +83,7 @@ class MarkerSite:
 
     @property
     def tag(self) -> int:
-        return (KIND_CODES[self.kind] << 32) | self.region_id
+        return (KIND_CODES[self.kind] << REGION_TRACE_KIND_SHIFT) | self.region_id
 
     def order_key(self, trip: int) -> tuple[int, int, int]:
         """Program order of (site, trip): a loop body's sites run trip by trip at the loop's position."""
@@ -154,7 +165,7 @@ def make_region_trace(ttgir: str, iterations: int) -> TracedRegionVariant:
         f"{fi}%argus_rt_one64 = arith.constant 1 : i64",
         i64_asm_line(fi, "%argus_rt_sm", SMID_ASM),
         f"{fi}%argus_rt_sm1 = arith.addi %argus_rt_sm, %argus_rt_one64 : i64",
-        f"{fi}tt.store %argus_rt_p0, %argus_rt_sm1 : !tt.ptr<i64>",
+        f"{fi}tt.store %argus_rt_p0, %argus_rt_sm1 : !tt.ptr<i64>",  # the header's one word: sm_plus_one
         f"{fi}%argus_rt_niter = arith.constant {iterations} : i32",
     ]
     after: dict[int, list[str]] = {}
@@ -166,18 +177,18 @@ def make_region_trace(ttgir: str, iterations: int) -> TracedRegionVariant:
                  special_reg_line(ind, f"{v}_ns", "%globaltimer", loc)]
         word0 = HEADER_WORDS + WORDS_PER_RECORD * s.first_slot
         if s.loop_line is None:
-            block += [f"{ind}{v}_o0 = arith.constant {word0} : i32{loc}",
-                      f"{ind}{v}_o1 = arith.constant {word0 + 1} : i32{loc}"]
+            block += [f"{ind}{v}_o0 = arith.constant {word0 + _TAG_WORD} : i32{loc}",
+                      f"{ind}{v}_o1 = arith.constant {word0 + _NS_WORD} : i32{loc}"]
             mask = ""
         else:
             trip_lines, trip = trip_index_lines(ind, f"argus_rt_s{k}", module.loop_of(op), loc)
             block += trip_lines + [
                       f"{ind}{v}_in = arith.cmpi slt, {trip}, %argus_rt_niter : i32{loc}",
                       f"{ind}{v}_two = arith.constant {WORDS_PER_RECORD} : i32{loc}",
-                      f"{ind}{v}_w0 = arith.constant {word0} : i32{loc}",
+                      f"{ind}{v}_w0 = arith.constant {word0 + _TAG_WORD} : i32{loc}",
                       f"{ind}{v}_tw = arith.muli {trip}, {v}_two : i32{loc}",
                       f"{ind}{v}_o0 = arith.addi {v}_w0, {v}_tw : i32{loc}",
-                      f"{ind}{v}_c1 = arith.constant 1 : i32{loc}",
+                      f"{ind}{v}_c1 = arith.constant {_NS_WORD - _TAG_WORD} : i32{loc}",
                       f"{ind}{v}_o1 = arith.addi {v}_o0, {v}_c1 : i32{loc}"]
             mask = f", {v}_in"
         block += [f"{ind}{v}_q0 = tt.addptr %argus_rt_p0, {v}_o0 : !tt.ptr<i64>, i32{loc}",
@@ -213,18 +224,19 @@ def decode_region_buffer(buffer, n_ctas: int, sites: list[MarkerSite], *, launch
     if words.size != n_ctas * per_cta:
         raise RegionTraceError(f"buffer has {words.size} words; {n_ctas} CTAs x {per_cta} words expected")
     words = words.reshape(n_ctas, per_cta)
+    headers = records(words[:, :HEADER_WORDS], REGION_TRACE_HEADER_DTYPE, n_ctas)[:, 0]
+    slots = records(words[:, HEADER_WORDS:], REGION_TRACE_SLOT_DTYPE, n_ctas, n_slots)
     order = sorted(((s.order_key(t), s, t) for s in sites for t in range(s.slots)), key=lambda x: x[0])
     cols: dict[str, list] = {k: [] for k in ("region_id", "start", "end", "sm", "cta", "warp", "coord", "launch")}
     for cta in range(n_ctas):
-        row = words[cta]
-        if row[0] == 0:
+        if headers["sm_plus_one"][cta] == 0:
             raise RegionTraceError(f"CTA {cta} recorded nothing (its header word is 0): the traced kernel did not run "
                                    "it, or the buffer is not this variant's")
-        sm = int(row[0]) - 1
+        sm = int(headers["sm_plus_one"][cta]) - 1
         stack: list[tuple[MarkerSite, int, int]] = []
         for _key, s, trip in order:
-            w = HEADER_WORDS + WORDS_PER_RECORD * (s.first_slot + trip)
-            tag, ns = int(row[w]), int(row[w + 1])
+            slot = slots[cta, s.first_slot + trip]
+            tag, ns = int(slot["tag"]), int(slot["ns"])
             if tag == 0:
                 continue  # a loop trip beyond the trips this launch ran
             if tag != s.tag:

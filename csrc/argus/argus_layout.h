@@ -22,6 +22,7 @@
 
 typedef unsigned int argus_u32;
 typedef unsigned long long argus_u64;
+typedef long long argus_i64; /* the int64 words of the Triton buffers (argus_region_trace.h, ...) */
 
 #define ARGUS_LAYOUT_VERSION 1u
 
@@ -106,7 +107,8 @@ struct ArgusCtl {
 #define ARGUS_ANCHOR_FIRST_OFFSET 32     /* from the ring header start */
 #define ARGUS_ANCHOR_LAST_OFFSET 48
 
-static_assert(sizeof(argus_u32) == 4 && sizeof(argus_u64) == 8, "argus: unexpected integer sizes");
+static_assert(sizeof(argus_u32) == 4 && sizeof(argus_u64) == 8 && sizeof(argus_i64) == 8,
+              "argus: unexpected integer sizes");
 static_assert(sizeof(ArgusRecord) == 16, "ArgusRecord must be one 16-byte store");
 static_assert(sizeof(ArgusRingHeader) == 32, "ArgusRingHeader is 32 bytes (keeps records 16-byte aligned)");
 static_assert(sizeof(ArgusCtl) == 64 + 4 * ARGUS_SM_MASK_WORDS, "ArgusCtl size");
