@@ -221,8 +221,11 @@ def main() -> int:
         "mk_rows4": {"build_flags": ("-DMK_GEMV_ROWS=4",)},
         # weight prefetch (megakernel/runtime.py: prefetch_plan) and L2/fence build knobs
         # the default before 2026-12-01 12:50: own-tile L2 prefetch before the wait, __threadfence hand-off,
-        # 4 logit loads in flight per Sample thread
-        "mk_old": {"prefetch_own": True, "build_flags": ("-DMK_THREADFENCE=1", "-DMK_SAMPLE_BATCH=4")},
+        # 4 logit loads in flight per Sample thread, the GEMV loop that kept 2 loads in flight per warp
+        "mk_old": {"prefetch_own": True,
+                   "build_flags": ("-DMK_THREADFENCE=1", "-DMK_SAMPLE_BATCH=4", "-DMK_GEMV_BATCH=0")},
+        "mk_gemv_old": {"build_flags": ("-DMK_GEMV_BATCH=0",)},  # the GEMV loop before 13:00 (2 loads in flight)
+        "mk_gate16": {"tiles": TileShape(gate_features=16)},
         "mk_pfown": {"prefetch_own": True},  # L2 prefetch of a ticket's own tile before its wait
         "mk_pfsmall": {"prefetch_own": ("qkv", "oproj")},  # ... only for the small QKV and O-proj tiles
         "mk_pfffn": {"prefetch_own": ("gateup", "down")},

@@ -14,6 +14,9 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_GEMV_UNROLL
 #define MK_GEMV_UNROLL 8
 #endif
+#ifndef MK_GEMV_BATCH
+#define MK_GEMV_BATCH 1  // 0: the plain unrolled GEMV loop (before 2026-12-01 13:00)
+#endif
 #ifndef MK_SPIN_NS
 #define MK_SPIN_NS 0  // nanosleep between dependency polls (0: spin)
 #endif

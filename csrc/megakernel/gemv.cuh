@@ -25,6 +25,30 @@ __device__ __noinline__ void gemv_tile(const __nv_bfloat16* __restrict__ W, int 
       acc[i] = 0.f;
       row_ptr[i] = reinterpret_cast<const char*>(W + (size_t)(r + i) * K);
     }
+#if MK_GEMV_BATCH
+    // All GEMV_ROWS x GEMV_UNROLL loads of a block are issued before any is used: chunk indices past
+    // the row are clamped (a repeated load of the last chunk, not used), so no branch separates the
+    // loads. The plain unrolled loop below compiled to 2 loads in flight per warp (SASS of
+    // 2026-12-01 12:47: an exit test between unrolled trips), which made every GEMV latency-bound.
+    for (int c0 = lane; c0 < chunks; c0 += 32 * GEMV_UNROLL) {
+      uint4 w[GEMV_UNROLL][GEMV_ROWS];
+#pragma unroll
+      for (int u = 0; u < GEMV_UNROLL; ++u) {
+        const int c = min(c0 + 32 * u, chunks - 1);
+#pragma unroll
+        for (int i = 0; i < GEMV_ROWS; ++i) w[u][i] = ld_weights(row_ptr[i] + (size_t)c * 16);
+      }
+#pragma unroll
+      for (int u = 0; u < GEMV_UNROLL; ++u) {
+        const int c = c0 + 32 * u;
+        if (c < chunks) {
+          const float4 a = x4[2 * c], b = x4[2 * c + 1];
+#pragma unroll
+          for (int i = 0; i < GEMV_ROWS; ++i) acc[i] += dot8(w[u][i], a, b);
+        }
+      }
+    }
+#else
 #pragma unroll GEMV_UNROLL
     for (int c = lane; c < chunks; c += 32) {
       uint4 w[GEMV_ROWS];
@@ -34,6 +58,7 @@ __device__ __noinline__ void gemv_tile(const __nv_bfloat16* __restrict__ W, int 
 #pragma unroll
       for (int i = 0; i < GEMV_ROWS; ++i) acc[i] += dot8(w[i], a, b);
     }
+#endif
 #pragma unroll
     for (int i = 0; i < GEMV_ROWS; ++i) {
       const float s = warp_sum(acc[i]);
