@@ -140,6 +140,19 @@ def _sha256_of(fh) -> str:
     return h.hexdigest()
 
 
+def _sha256_fd(fd: int) -> str:
+    """SHA-256 of what is left to read from the descriptor ``fd``."""
+    h = hashlib.sha256()
+    while chunk := os.read(fd, 1 << 20):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _stat_key(st: os.stat_result) -> tuple:
+    """What identifies one version of a blob file: any write to it changes its ctime."""
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 class Workspace:
     """An embedded versioned store. Thread-safe for one process; several processes may share it
     (SQLite WAL with a busy timeout)."""
@@ -165,6 +178,7 @@ class Workspace:
             except OSError as exc:
                 raise WorkspaceError(f"cannot create workspace directory {self.root}: {exc.strerror or exc}") from None
         self._staging_prefix = os.path.abspath(self.staging) + os.sep
+        self._blobs_dir = os.path.join(self.blobs, "")  # blob paths as strings: see _blob_file
         self._shards: set[str] = set()  # blob shard directories known to exist
         self._verified: dict[str, tuple] = {}  # sha -> stat key of the blob file when it last hashed right
         self._lock = threading.RLock()
@@ -288,9 +302,7 @@ class Workspace:
         self.close()
 
     def blob_path(self, sha: str) -> Path:
-        if not isinstance(sha, str) or not _SHA.match(sha):
-            raise WorkspaceError(f"invalid blob hash {sha!r}")
-        return self.blobs / sha[:2] / sha
+        return Path(self._blob_file(sha))
 
     # ---- programs -------------------------------------------------------------------------
     def put_program(self, pv: ProgramVersion | dict) -> str:
@@ -409,18 +421,18 @@ class Workspace:
 
         A blob already hashed by this process is trusted while its inode, size, mtime and ctime are
         unchanged (any write to the file changes its ctime, which no user call can set back)."""
-        path = self.blob_path(sha)
+        path = self._blob_file(sha)
         try:
-            st = path.stat()
+            st = os.stat(path)
         except FileNotFoundError:
             return f"blob {sha[:12]} missing"
         except OSError as exc:
             return f"blob {sha[:12]} unreadable ({exc.strerror or exc})"
-        if not path.is_file():
+        if not stat.S_ISREG(st.st_mode):
             return f"blob {sha[:12]} is not a file"
         if size is not None and st.st_size != size:
             return f"blob {sha[:12]} does not match its hash (size {st.st_size}, recorded {size})"
-        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        key = _stat_key(st)
         if self._verified.get(sha) == key:
             return None
         try:
@@ -433,9 +445,11 @@ class Workspace:
         self._verified[sha] = key
         return None
 
-    def _remember_verified(self, sha: str, path: Path) -> None:
-        st = path.stat()
-        self._verified[sha] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    def _blob_file(self, sha: str) -> str:
+        """:meth:`blob_path` as a string, without building a Path (the commit path makes many)."""
+        if not isinstance(sha, str) or not _SHA.match(sha):
+            raise WorkspaceError(f"invalid blob hash {sha!r}")
+        return f"{self._blobs_dir}{sha[:2]}{os.sep}{sha}"
 
     def commit(self, task, files: dict[str, Path], inputs: list[tuple[str, str, str]],
                meta: dict | None = None) -> dict[str, OutputRecord]:
@@ -443,24 +457,33 @@ class Workspace:
 
         ``inputs``: the exact (dep task id, output name, sha256) the task read. A blob already in place
         is kept only when it matches its hash; a damaged one is replaced by the new, checked bytes.
+        With ``durable=True`` every staged file is fsynced before its rename and every blob directory
+        that received one is fsynced once, all before the index transaction that records them.
         Raises :class:`WorkspaceError` when the disk is full (nothing of this task is recorded then).
         """
         _check_task_id(task.id)
+        checked: set[str] = set()  # staging directories of this commit found not to be symlinks
+        renamed_into: set[str] = set()  # blob directories that got a new entry (durable: fsync each once)
         try:
-            placed = {name: self._place_blob(task, name, Path(path)) for name, path in sorted(files.items())}
+            placed = {name: self._place_blob(task, name, path, checked, renamed_into)
+                      for name, path in sorted(files.items())}
+            for directory in sorted(renamed_into) if self.durable else ():
+                _fsync_dir(directory)
         except OSError as exc:
             if is_out_of_space(exc):
                 raise self._space_error(exc) from None
             raise
         now = time.time()
-        inputs_json = json.dumps(sorted(list(i) for i in inputs))
-        declared_json = sorted(n for n, path in files.items() if str(path).endswith(".json"))
+        recorded = tuple(sorted(tuple(i) for i in inputs))
+        inputs_json = json.dumps(recorded)  # tuples encode as JSON lists, as outputs() decodes them
+        declared_json = sorted(n for n, path in files.items() if os.fspath(path).endswith(".json"))
         if declared_json:  # what verify decodes as JSON: only what its writer named *.json
             meta = {**(meta or {}), "json": declared_json}
         with self._tx() as db:
             db.execute("DELETE FROM outputs WHERE task_id=?", (task.id,))
             db.executemany("INSERT INTO outputs VALUES (?,?,?,?,?,?,?)",
-                           [(task.id, n, sha, size, task.program, inputs_json, now) for n, (sha, size) in placed.items()])
+                           [(task.id, n, sha, size, task.program, inputs_json, now)
+                            for n, (sha, size, _) in placed.items()])
             db.execute("INSERT INTO tasks (id, kind, op, program, status, error, attempts, record, meta, updated) "
                        "VALUES (?,?,?,?,'done',NULL,1,?,?,?) ON CONFLICT(id) DO UPDATE SET status='done', "
                        "error=NULL, attempts=attempts+1, record=excluded.record, meta=excluded.meta, "
@@ -468,47 +491,77 @@ class Workspace:
                        (task.id, task.kind, task.op, task.program, json.dumps(task.to_dict(), sort_keys=True),
                         json.dumps(meta or {}, sort_keys=True), now))
         # what was just written, even if a concurrent writer replaced an input meanwhile
-        recorded = tuple(tuple(i) for i in json.loads(inputs_json))
-        return {n: OutputRecord(task.id, n, sha, size, self.blob_path(sha), task.program, recorded)
-                for n, (sha, size) in placed.items()}
+        return {n: OutputRecord(task.id, n, sha, size, Path(target), task.program, recorded)
+                for n, (sha, size, target) in placed.items()}
 
-    def _place_blob(self, task, name: str, path: Path) -> tuple[str, int]:
-        """Move one staged file to its blob path (unless an intact copy is there); (sha256, bytes)."""
-        # string check (no syscalls per path component); a symlink would smuggle in foreign bytes
-        if not os.path.abspath(path).startswith(self._staging_prefix) or ".." in path.parts:
+    def _place_blob(self, task, name: str, path, checked: set[str], renamed_into: set[str]) -> tuple[str, int, str]:
+        """Move one staged file to its blob path (unless an intact copy is there); (sha256, bytes, blob path).
+
+        ``checked``: staging directories already found to be real directories in this commit;
+        ``renamed_into``: gets the blob directory when a file was renamed into it."""
+        path = os.fspath(path)
+        full = os.path.abspath(path)
+        # string checks (no syscalls); a symlink would smuggle in foreign bytes
+        if not full.startswith(self._staging_prefix) or ".." in path.split(os.sep):
             raise WorkspaceError(f"task {task.id} output {name!r} at {path} is not a file under the staging area")
-        symlink = _symlink_below(path, self.staging)
+        symlink = self._symlinked_dir(full, checked)
         if symlink is not None:
             raise WorkspaceError(f"task {task.id} output {name!r}: {symlink} is a symbolic link; outputs must be "
                                  "regular files written under the staging directory")
-        try:  # one open for the type, size, fsync and hash; O_NONBLOCK: a FIFO must not block it
-            with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as fh:
-                st = os.fstat(fh.fileno())
-                if stat.S_ISREG(st.st_mode):
-                    if self.durable:
-                        os.fsync(fh.fileno())
-                    sha = _sha256_of(fh)
-        except OSError:  # missing, a directory, unreadable
-            st = None
-        if st is None or not stat.S_ISREG(st.st_mode):
-            raise WorkspaceError(f"task {task.id} output {name!r} at {path} is not a regular file")
-        size = st.st_size
-        target = self.blob_path(sha)
-        if self._blob_problem(sha, size) is None:
-            return sha, size  # identical content is already there, intact
-        shard = sha[:2]
-        if shard not in self._shards:
-            target.parent.mkdir(exist_ok=True)
-            self._shards.add(shard)
-        try:
-            os.replace(path, target)  # atomic, also over a damaged blob
-        except IsADirectoryError:  # damage: os.replace cannot put a file over a directory
-            shutil.rmtree(target)
-            os.replace(path, target)
-        if self.durable:
-            _fsync_dir(target.parent)
-        self._remember_verified(sha, target)
-        return sha, size
+        try:  # O_NOFOLLOW: the file itself must not be a link; O_NONBLOCK: a FIFO must not block the open
+            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise WorkspaceError(f"task {task.id} output {name!r}: {path} is a symbolic link; outputs must be "
+                                     "regular files written under the staging directory") from None
+            raise WorkspaceError(f"task {task.id} output {name!r} at {path} is not a regular file") from None
+        try:  # one open for the type, size, fsync, hash and the verified-blob key
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise WorkspaceError(f"task {task.id} output {name!r} at {path} is not a regular file")
+            if self.durable:
+                os.fsync(fd)
+            sha = _sha256_fd(fd)
+            size = st.st_size
+            target = self._blob_file(sha)
+            if self._blob_problem(sha, size) is None:
+                return sha, size, target  # identical content is already there, intact
+            shard = sha[:2]
+            if shard not in self._shards:
+                try:
+                    os.mkdir(os.path.dirname(target))
+                except FileExistsError:
+                    pass  # made by an earlier run or another writer (a file there fails the rename below)
+                self._shards.add(shard)
+            try:
+                os.replace(full, target)  # atomic, also over a damaged blob
+            except IsADirectoryError:  # damage: os.replace cannot put a file over a directory
+                shutil.rmtree(target)
+                os.replace(full, target)
+            renamed_into.add(os.path.dirname(target))
+            # the key of the inode just hashed, after its rename (which changes its ctime): if another
+            # file took its place in staging meanwhile, the blob will not match the key and is hashed again
+            self._verified[sha] = _stat_key(os.fstat(fd))
+            return sha, size, target
+        finally:
+            os.close(fd)
+
+    def _symlinked_dir(self, full: str, checked: set[str]) -> str | None:
+        """The first directory between the staging area and the file ``full`` that is a symbolic link
+        (None: there is none). Each directory is looked at once per commit (``checked``)."""
+        parts = full[len(self._staging_prefix):].split(os.sep)[:-1]
+        current = self._staging_prefix.rstrip(os.sep)
+        for part in parts:
+            current = current + os.sep + part
+            if current in checked:
+                continue
+            try:
+                if stat.S_ISLNK(os.lstat(current).st_mode):
+                    return current
+            except OSError:
+                return None  # missing: the open reports it
+            checked.add(current)
+        return None
 
     def record_failure(self, task, error: str) -> None:
         with self._tx() as db:
@@ -571,17 +624,6 @@ def _task_record_problem(task_id: str, text) -> str | None:
         return f"damaged record ({type(exc).__name__}: {str(exc)[:80]})"
     if task.id != task_id:
         return f"record describes task {task.id}"
-    return None
-
-
-def _symlink_below(path: Path, top: Path) -> Path | None:
-    """The first symbolic link among ``path`` and its parents up to ``top`` (None: there is none)."""
-    top = Path(os.path.abspath(top))
-    current = Path(os.path.abspath(path))
-    while current != top and top in current.parents:
-        if current.is_symlink():
-            return current
-        current = current.parent
     return None
 
 

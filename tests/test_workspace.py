@@ -1,6 +1,7 @@
 """Versioned workspace: content addressing, atomic commits, binding to inputs, forks, refused joins."""
 from __future__ import annotations
 
+import itertools
 import sqlite3
 
 import pytest
@@ -205,3 +206,56 @@ def test_a_damaged_task_record_counts_as_absent(tmp_path):
     assert any("damaged record" in p for p in verify(ws))
     commit_text(ws, t, region_intervals="x")  # the rerun writes the record again
     assert ws.outputs(t.id) is not None and verify(ws) == []
+
+
+def test_staging_refuses_a_symlinked_directory_below_a_real_one(tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("not the task's")
+    t = Task(kind="synthesize", op="x", program="pv")
+    staged = ws.new_staging(t.id)
+    (staged / "real").mkdir()
+    (staged / "real" / "ok").write_text("the task's")
+    (staged / "real" / "sub").symlink_to(outside, target_is_directory=True)
+    # the good output shares the checked directories with the bad one: the link is still found
+    with pytest.raises(WorkspaceError, match="sub is a symbolic link"):
+        ws.commit(t, {"a": staged / "real" / "ok", "b": staged / "real" / "sub" / "secret"}, inputs=[])
+    assert ws.outputs(t.id) is None and (outside / "secret").read_text() == "not the task's"
+
+
+def test_durable_commit_fsyncs_files_and_each_blob_directory_once_before_the_index(tmp_path, monkeypatch):
+    import os
+
+    ws = Workspace(tmp_path, durable=True)
+    t = Task(kind="synthesize", op="x", program="pv")
+    staged = ws.new_staging(t.id)
+    import hashlib
+
+    by_shard = {}  # two different contents whose blobs share a shard directory
+    for i in itertools.count():
+        text = f"content {i}"
+        pair = by_shard.setdefault(hashlib.sha256(text.encode()).hexdigest()[:2], [])
+        pair.append(text)
+        if len(pair) == 2:
+            break
+    files = {}
+    for i, text in enumerate([*pair, "other", pair[0]]):  # the last is a duplicate of the first
+        files[f"o{i}"] = staged / f"o{i}"
+        files[f"o{i}"].write_text(text)
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        assert ws.task_status(t.id) is None  # everything is on disk before the task is recorded
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    out = ws.commit(t, files, inputs=[])
+    monkeypatch.undo()
+    assert sorted(p for p in synced if "staging" in p) == sorted(str(p.resolve()) for p in files.values())
+    dirs = [p for p in synced if "staging" not in p]
+    blob_dirs = {str(rec.path.parent.resolve()) for rec in out.values()}
+    assert len(blob_dirs) == 2 and sorted(dirs) == sorted(blob_dirs)  # once each: o0 and o1 share one
+    assert ws.task_status(t.id)["status"] == "done" and verify(ws) == []
