@@ -66,7 +66,7 @@ def test_full_query_runs_and_second_identical_query_runs_zero_collects(standins,
     with Runtime(ws, devices=[""]) as rt:
         first = rt.run(plan)
         assert first.ok, [r.error for r in first.failed()]
-        assert first.executed["collect"] == 4  # trace, ncu, pcmap, systrace
+        assert first.executed["collect"] == 3  # trace, the mapping run (map + every per-PC counter), systrace
         second = rt.run(plan)
     assert second.ok and second.executed.get("collect", 0) == 0 and sum(second.executed.values()) == 0
     assert second.count("reused") == len(plan.tasks)
@@ -114,27 +114,27 @@ def test_control_branches_respect_the_iteration_window(standins, ws):
 
 def test_sigkilled_worker_fails_only_dependents_and_branch_reruns(standins, tmp_path):
     marker = tmp_path / "killed-once"
-    pv = demo_program(kill_once=str(marker), only="ncu")
+    pv = demo_program(kill_once=str(marker), only="pcmap")
     plan = plan_query(pv, "gemm", ["latency", "instruction_mix", "system_timeline"])
-    ncu = next(t.id for t in plan.tasks.values() if t.op == "ncu")
+    mapping = next(t.id for t in plan.tasks.values() if t.op == "pcmap")
     with Workspace(tmp_path / "ws") as ws, Runtime(ws, devices=[""]) as rt:
         res = rt.run(plan)
         assert marker.exists()
-        assert res.results[ncu].status == "failed" and "killed" in res.results[ncu].error
+        assert res.results[mapping].status == "failed" and "killed" in res.results[mapping].error
         assert res.results[plan.targets["instruction_mix"]].status == "blocked"
         assert res.results[plan.targets["latency"]].status == "done"  # independent branches finish
         assert res.results[plan.targets["system_timeline"]].status == "done"
         # nothing of the half-written file is visible: index consistent, no blob holds it
         assert verify(ws) == []
-        assert ws.outputs(ncu) is None and ws.task_status(ncu)["status"] == "failed"
+        assert ws.outputs(mapping) is None and ws.task_status(mapping)["status"] == "failed"
         for blob in ws.blobs.rglob("*"):
             if blob.is_file():
                 assert b'"region_id": [1, 2' not in blob.read_bytes()
         assert ws.stats()["staging_dirs"] >= 1  # the leftover is only in staging
         again = rt.rerun_failed(res)
         assert again.ok
-        # only the failed collect and its blocked dependents ran again
-        assert again.executed == {"collect": 1, "synthesize": 1}
+        # only the failed collect and its blocked dependents (the map and instruction_mix) ran again
+        assert again.executed == {"collect": 1, "synthesize": 2}
         assert verify(ws) == []
         ws.clean_staging()
         assert ws.stats()["staging_dirs"] == 0
@@ -164,7 +164,7 @@ def test_collect_timeout_kills_the_worker_and_the_next_task_runs(standins, ws):
         assert res.results[plan.targets["latency"]].status == "done"
         # the killed worker is replaced: a later collection on the same device still runs
         later = rt.run(plan_query(pv, "gemm", ["instruction_mix"]))
-        assert later.ok and later.executed["collect"] == 2
+        assert later.ok and later.executed["collect"] == 1  # the mapping run
         assert rt.workers[0].started_processes == 2
 
 
