@@ -224,7 +224,8 @@ def main() -> int:
         # 4 logit loads in flight per Sample thread, the GEMV loop that kept 2 loads in flight per warp
         "mk_old": {"prefetch_own": True,
                    "build_flags": ("-DMK_THREADFENCE=1", "-DMK_SAMPLE_BATCH=4", "-DMK_GEMV_BATCH=0")},
-        "mk_gemv_old": {"build_flags": ("-DMK_GEMV_BATCH=0",)},  # the GEMV loop before 13:00 (2 loads in flight)
+        "mk_gemv_old": {"build_flags": ("-DMK_GEMV_BATCH=0",)},  # the plain GEMV loop (2 loads in flight per warp)
+        "mk_gemv_batch": {"build_flags": ("-DMK_GEMV_BATCH=1",)},  # 16 loads in flight per warp
         "mk_gate16": {"tiles": TileShape(gate_features=16)},
         "mk_pfown": {"prefetch_own": True},  # L2 prefetch of a ticket's own tile before its wait
         "mk_pfsmall": {"prefetch_own": ("qkv", "oproj")},  # ... only for the small QKV and O-proj tiles

@@ -15,7 +15,7 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #define MK_GEMV_UNROLL 8
 #endif
 #ifndef MK_GEMV_BATCH
-#define MK_GEMV_BATCH 1  // 0: the plain unrolled GEMV loop (before 2026-12-01 13:00)
+#define MK_GEMV_BATCH 0  // 1: all 16 loads of a block in flight per warp; measured 11% slower (NOTES.md, 12:54)
 #endif
 #ifndef MK_SPIN_NS
 #define MK_SPIN_NS 0  // nanosleep between dependency polls (0: spin)
