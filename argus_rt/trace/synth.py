@@ -1,6 +1,6 @@
 """A pure-Python writer with the device's ring semantics, for tests and for crafting traces by hand.
 
-It follows ``argus_detail::claim_ring`` / ``emit`` in csrc/argus/argus.cuh step for step, so a
+It follows ``argus_detail::claim_ring`` / ``emit`` in csrc/argus/argus_cursors.cuh step for step, so a
 decoder test can state what the device would have written without a GPU.
 """
 from __future__ import annotations

@@ -1,0 +1,478 @@
+/* argus_cursors.cuh: the trace build's device side (ARGUS_MODE=2): the control block and scratch
+ * globals, ring claim, and the two per-warp ring cursors (shared memory, or registers with
+ * ARGUS_WARP_STATE). Included by argus.cuh in device compilation of mode 2 only; the marker macros
+ * over it are in argus_markers.cuh.
+ *
+ * Mode 2 defines `argus_ctl` and `argus_scratch` (1 MiB of device memory, where register-cursor
+ * warps that record nothing write) and uses 1 KiB of static shared memory (per-warp ring cursors):
+ * include argus.cuh in one translation unit per module, or define ARGUS_CTL_EXTERN in the others
+ * (relocatable device code).
+ */
+#ifndef ARGUS_CURSORS_CUH_
+#define ARGUS_CURSORS_CUH_
+
+#include "argus_host.h"
+
+/* Bytes in front of a ring's records: the default expression is kept verbatim (same SASS). */
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+#define ARGUS_RING_HEAD_BYTES_ ((argus_u64)ARGUS_ANCHORED_HEADER_BYTES)
+#else
+#define ARGUS_RING_HEAD_BYTES_ sizeof(ArgusRingHeader)
+#endif
+
+#ifdef ARGUS_CTL_EXTERN
+extern __device__ ArgusCtl argus_ctl;
+#else
+/* Zero-initialised: tracing is off until the host arms it. */
+__device__ ArgusCtl argus_ctl;
+#endif
+
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+/* Tells the host (TraceSession) that this module writes anchored rings (64-byte headers). */
+#ifdef ARGUS_CTL_EXTERN
+extern __device__ argus_u32 argus_ts_anchored;
+#else
+__device__ argus_u32 argus_ts_anchored = 1u;
+#endif
+#endif
+
+/* Where register-cursor markers of a warp that records nothing write (every marker stores; see RegCursor):
+ * a 64-record slot per warp, indexed by the warp's place in the launch (CTA, then warp in the CTA; not by the
+ * control block, which is all zeros in a module nobody armed) and written round like a ring, so up to 1024
+ * warps of a launch write different sectors and no warp stores to one address again and again. Measured on H200 (memory
+ * reference kernel, tracing disarmed, inner 8): a sector shared by warps of several SMs cost ~15%; one
+ * 2-record sector per warp still cost +5 us, with every store going to the same address; a 64-record
+ * slot costs +1.9 us, the same as recording. */
+#define ARGUS_SCRATCH_SLOTS 1024u
+#define ARGUS_SCRATCH_SLOT_RECORDS 64u
+#define ARGUS_SCRATCH_RECORDS (ARGUS_SCRATCH_SLOT_RECORDS * ARGUS_SCRATCH_SLOTS)
+#ifdef ARGUS_CTL_EXTERN
+extern __device__ ArgusRecord argus_scratch[ARGUS_SCRATCH_RECORDS];
+#else
+__device__ ArgusRecord argus_scratch[ARGUS_SCRATCH_RECORDS];
+#endif
+
+namespace argus_detail {
+
+/* Per-warp cursor in shared memory. It belongs to one CTA instance of one launch: (grid, cta)
+ * identify that instance, so no kernel prologue is needed; a stale cursor (left by an earlier CTA
+ * or launch on this SM) fails the check and the warp claims its ring again. Loaded with two
+ * 16-byte shared loads issued back to back, so the fast path waits for one shared-memory latency. */
+struct __align__(16) WarpCursor {
+  argus_u32 grid;        /* low 32 bits of %gridid of the launch that owns this cursor */
+  argus_u32 cta;         /* linear CTA index of the owner */
+  argus_u32 count;       /* records produced so far (the next slot is count & cap_mask) */
+  argus_u32 cap_mask;    /* capacity - 1 */
+  argus_u64 ring;        /* global address of the ring header | clock_mode in bit 0; 0 = no recording */
+  argus_u32 coord_begin; /* iteration window copied from argus_ctl at claim */
+  argus_u32 coord_end;
+};
+static_assert(sizeof(WarpCursor) == 32, "WarpCursor is two 16-byte shared loads");
+
+__device__ __forceinline__ WarpCursor* warp_cursors() {
+  __shared__ WarpCursor cursors[ARGUS_MAX_WARPS_PER_CTA];
+  return cursors;
+}
+
+/* 32-bit shared-window address of a generic pointer (inline PTX: NVRTC and nvcc alike). */
+__device__ __forceinline__ argus_u32 shared_address(const void* p) {
+  argus_u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+__device__ __forceinline__ argus_u32 grid_id_lo() {
+  argus_u64 g;
+  asm("mov.u64 %0, %%gridid;" : "=l"(g));
+  return (argus_u32)g;
+}
+
+__device__ __forceinline__ argus_u32 lane_id() {
+  argus_u32 l;
+  asm("mov.u32 %0, %%laneid;" : "=r"(l));
+  return l;
+}
+
+__device__ __forceinline__ argus_u32 sm_id() {
+  argus_u32 s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+
+__device__ __forceinline__ argus_u64 global_timer() {
+  argus_u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ argus_u64 cycle_counter() {
+  argus_u64 t;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ argus_u32 cta_linear() {
+  return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+}
+
+__device__ __forceinline__ argus_u32 warps_in_block() {
+  return (blockDim.x * blockDim.y * blockDim.z + 31u) >> 5;
+}
+
+__device__ __forceinline__ argus_u32 warp_in_cta() {
+  return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) >> 5;
+}
+
+/* Write a whole cursor with two 16-byte shared stores (explicit, like load_cursor). */
+__device__ __forceinline__ void store_cursor(argus_u32 addr, const WarpCursor& c) {
+  asm volatile(
+      "st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
+      "st.shared.v4.u32 [%0+16], {%5, %6, %7, %8};" ::"r"(addr),
+      "r"(c.grid), "r"(c.cta), "r"(c.count), "r"(c.cap_mask), "r"((argus_u32)c.ring), "r"((argus_u32)(c.ring >> 32)),
+      "r"(c.coord_begin), "r"(c.coord_end)
+      : "memory");
+}
+
+/* The control block as a claiming warp sees it. Read with plain (L1-cached) loads, all issued before
+ * any test: every warp of the grid reads the same line here, and uncached loads of one line from ~1000
+ * warps queue at one L2 slice (measured on H200: ~3.5 us added to a 128-CTA launch). Plain loads are
+ * safe because the host rewrites the block only between launches, and L1 keeps no global data across
+ * a launch boundary. `pass`: tracing is on and the SM, CTA and warp filters select this warp;
+ * `buffered`: it also has a ring under this geometry. */
+struct CtlView {
+  argus_u64 buffers, ring_index;
+  argus_u32 seq, capacity, clock_mode, coord_begin, coord_end;
+  bool pass, buffered;
+};
+
+__device__ __forceinline__ CtlView read_ctl(argus_u32 sm, argus_u32 cta, argus_u32 warp) {
+  const ArgusCtl* ctl = &argus_ctl;
+  CtlView v;
+  v.buffers = ctl->buffers;
+  const argus_u32 enabled = ctl->enabled, num_rings = ctl->num_rings, wpc = ctl->warps_per_cta;
+  v.seq = ctl->seq;
+  v.capacity = ctl->capacity;
+  v.clock_mode = ctl->clock_mode;
+  const argus_u32 cta_begin = ctl->cta_begin, cta_end = ctl->cta_end, warp_mask = ctl->warp_mask;
+  v.coord_begin = ctl->coord_begin;
+  v.coord_end = ctl->coord_end;
+  const argus_u32 sm_bits = ctl->sm_mask[(sm >> 5) & (ARGUS_SM_MASK_WORDS - 1)];
+  bool pass = enabled != 0 && v.buffers != 0 && v.capacity != 0 && (v.capacity & (v.capacity - 1)) == 0;
+  pass = pass && sm < ARGUS_MAX_SMS && ((sm_bits >> (sm & 31)) & 1u);
+  pass = pass && cta >= cta_begin && cta < cta_end;
+  v.pass = pass && warp < 32 && ((warp_mask >> warp) & 1u);
+  v.ring_index = (argus_u64)(cta - cta_begin) * wpc + warp;
+  v.buffered = warp < wpc && v.ring_index < num_rings;
+  return v;
+}
+
+/* Address of this warp's ring header (valid when the view is `pass && buffered`): generic, and global. */
+__device__ __forceinline__ argus_u64 ring_header_generic(const CtlView& v) {
+  return v.buffers + v.ring_index * (ARGUS_RING_HEAD_BYTES_ + (argus_u64)v.capacity * sizeof(ArgusRecord));
+}
+
+__device__ __forceinline__ argus_u64 ring_header(const CtlView& v) {
+  argus_u64 gaddr;
+  asm("cvta.to.global.u64 %0, %1;" : "=l"(gaddr) : "l"(ring_header_generic(v)));
+  return gaddr;
+}
+
+/* First marker of a warp in a CTA instance: apply the filters, find the ring, (re)start it.
+ * Runs once per warp per launch, on one lane. Inlined (no call ABI on this path).
+ * The ring header is this warp's alone: read as two 16-byte loads, written as two 16-byte stores. */
+__device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 grid, argus_u32 cta, argus_u32 warp) {
+  WarpCursor c;
+  c.grid = grid;
+  c.cta = cta;
+  c.count = 0;
+  c.cap_mask = 0;
+  c.ring = 0;
+  c.coord_begin = 0;
+  c.coord_end = 0;
+  const argus_u32 sm = sm_id();
+  const CtlView v = read_ctl(sm, cta, warp);
+  const argus_u32 seq = v.seq;
+  if (v.pass) {
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+    /* Another clock means the host expects 32-byte headers: count the warp, write nothing. */
+    if (!v.buffered || v.clock_mode != ARGUS_CLOCK_ANCHORED) {
+#else
+    if (!v.buffered) {
+#endif
+      atomicAdd(&argus_ctl.unbuffered, 1u);  // counted, never silent
+    } else {
+      const argus_u64 gaddr = ring_header(v);
+      argus_u32 magic, hseq, written, claims;  // the header's other fields are only written here
+      asm volatile(
+          "{\n\t.reg .u32 x;\n\t"
+          "ld.volatile.global.v4.u32 {%0, %1, x, x}, [%4];\n\t"
+          "ld.volatile.global.v4.u32 {x, %2, x, %3}, [%4+16];\n\t}"
+          : "=r"(magic), "=r"(hseq), "=r"(written), "=r"(claims)
+          : "l"(gaddr)
+          : "memory");
+      argus_u32 count = 0;
+      if (magic == ARGUS_RING_MAGIC && hseq == seq) {
+        count = written;  // a later launch under the same arm appends
+        asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(gaddr + ARGUS_RING_CLAIMS_OFFSET),
+                     "r"(claims + 1) : "memory");
+      } else {
+        asm volatile(
+            "st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
+            "st.volatile.global.v4.u32 [%0+16], {%5, %6, %7, %8};"
+            ::"l"(gaddr), "r"(ARGUS_RING_MAGIC), "r"(seq), "r"(sm), "r"(cta), "r"(warp), "r"(0u), "r"(0u), "r"(1u)
+            : "memory");
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+        {
+          const argus_u64 clk = cycle_counter();  // clock first, then timer: same order as emit
+          const argus_u64 now = global_timer();
+          volatile ArgusRingAnchors* anc =
+              (volatile ArgusRingAnchors*)(ring_header_generic(v) + ARGUS_ANCHOR_FIRST_OFFSET);
+          anc->first_timer = now;
+          anc->first_clock = clk;
+          anc->last_timer = now;
+          anc->last_clock = clk;
+        }
+#endif
+      }
+      c.count = count;
+      c.cap_mask = v.capacity - 1;
+      c.ring = gaddr | (v.clock_mode == ARGUS_CLOCK_CLOCK64 ? 1ull : 0ull);
+      c.coord_begin = v.coord_begin;
+      c.coord_end = v.coord_end;
+    }
+  }
+  store_cursor(cur_addr, c);
+  return c;
+}
+
+/* Both halves of the cursor in one statement, so the fast path waits for one shared latency. */
+__device__ __forceinline__ WarpCursor load_cursor(const WarpCursor* cur) {
+  WarpCursor c;
+  argus_u32 ring_lo, ring_hi;
+  const argus_u32 addr = shared_address(cur);
+  asm volatile(
+      "ld.shared.v4.u32 {%0, %1, %2, %3}, [%8];\n\t"
+      "ld.shared.v4.u32 {%4, %5, %6, %7}, [%8+16];"
+      : "=r"(c.grid), "=r"(c.cta), "=r"(c.count), "=r"(c.cap_mask), "=r"(ring_lo), "=r"(ring_hi),
+        "=r"(c.coord_begin), "=r"(c.coord_end)
+      : "r"(addr)
+      : "memory");
+  c.ring = ((argus_u64)ring_hi << 32) | ring_lo;
+  return c;
+}
+
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+/* Anchored build: records 1, 2, 4, ... (so short rings get a span too; record 0 too) and every
+ * ARGUS_ANCHOR_PERIOD-th record (and so every wrap: capacity and period are powers of two) pair
+ * their clock64 stamp with a %globaltimer read as the latest anchor, one 16-byte store. */
+__device__ __forceinline__ void store_anchor(argus_u64 hdr, argus_u32 n, argus_u32 cap_mask, argus_u64 clk,
+                                             bool first_at_zero = false) {
+  if ((n & (cap_mask & (ARGUS_ANCHOR_PERIOD - 1u))) == 0u || (n & (n - 1u)) == 0u) {
+    const argus_u64 now = global_timer();
+    asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(hdr + ARGUS_ANCHOR_LAST_OFFSET), "l"(now), "l"(clk));
+    /* The register cursor writes nothing at claim: record 0 of its fresh ring sets the first anchor too. */
+    if (first_at_zero && n == 0u) asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(hdr + ARGUS_ANCHOR_FIRST_OFFSET), "l"(now), "l"(clk));
+  }
+}
+#endif
+
+/* High word of a record's stamp: time bits 32..61 and the kind in bits 62..63. No mask: %globaltimer
+ * (ns since 1970) and clock64 stay below 2^62 for decades, so one OR keeps the clock read two
+ * instructions away from the store. */
+__device__ __forceinline__ argus_u32 stamp_hi(argus_u64 t, argus_u32 kind) {
+  return (argus_u32)(t >> 32) | (kind << (ARGUS_KIND_SHIFT - 32));
+}
+
+/* Is a marker's coordinate recorded? Uncoordinated markers always are; others when
+ * coord - begin < span (one unsigned compare; span 0 records none). */
+__device__ __forceinline__ bool in_window(argus_u32 coord, argus_u32 begin, argus_u32 span) {
+  return coord == ARGUS_COORD_NONE || coord - begin < span;
+}
+
+/* One marker. Every active lane reads the warp's cursor (one broadcast shared load) and computes
+ * the record; only the lowest active lane stores, under a predicate, so the common path has no
+ * divergent branch. Only the storing lane's values matter: it alone claims the ring (once per warp
+ * per launch) and reads back its own writes, so no lane waits for another (no __syncwarp, which
+ * would also keep the compiler from hoisting the warp's index math out of the caller's loops). */
+__device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coord) {
+  const argus_u32 active = __activemask();
+  const argus_u32 lead = (argus_u32)(lane_id() == (argus_u32)(__ffs(active) - 1));
+  const argus_u32 warp = warp_in_cta();
+  WarpCursor* cur = warp_cursors() + warp;
+  const argus_u32 grid = grid_id_lo();
+  const argus_u32 cta = cta_linear();
+  const argus_u32 cur_addr = shared_address(cur);
+  WarpCursor c = load_cursor(cur);
+  if (lead && (c.grid != grid || c.cta != cta)) c = claim_ring(cur_addr, grid, cta, warp);
+  const argus_u32 take = (argus_u32)(c.ring != 0) & (argus_u32)in_window(coord, c.coord_begin, c.coord_end - c.coord_begin);
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  const argus_u64 t = cycle_counter();
+#else
+  const argus_u64 t = (c.ring & 1ull) ? cycle_counter() : global_timer();
+#endif
+  const argus_u32 n = c.count;
+  const argus_u64 hdr = c.ring & ~1ull;
+  const argus_u64 rec = hdr + ARGUS_RING_HEAD_BYTES_ + (argus_u64)(n & c.cap_mask) * sizeof(ArgusRecord);
+  const argus_u32 hi = stamp_hi(t, kind);
+  /* Only the storing lane's view of the count matters, and it reads back its own write. */
+  asm volatile(
+      "{\n\t.reg .pred p, q;\n\t"
+      "setp.ne.u32 p, %0, 0;\n\t"
+      "@p st.shared.u32 [%1+8], %2;\n\t"
+      "@p st.global.v4.b32 [%3], {%4, %5, %6, %7};\n\t"
+      "@p st.global.b32 [%8], %2;\n\t"
+      "setp.gt.and.u32 q, %2, %9, p;\n\t"
+      "@q st.global.b32 [%10], %11;\n\t}"
+      ::"r"(lead & take), "r"(cur_addr), "r"(n + 1), "l"(rec), "r"(id), "r"(coord), "r"((argus_u32)t), "r"(hi),
+        "l"(hdr + ARGUS_RING_WRITTEN_OFFSET), "r"(c.cap_mask + 1), "l"(hdr + ARGUS_RING_DROPPED_OFFSET),
+        "r"(n - c.cap_mask)
+      : "memory");
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  if (lead & take) store_anchor(hdr, n, c.cap_mask, t);
+#endif
+}
+
+/* Opt-in register cursor (ARGUS_WARP_STATE): the warp's ring cursor lives in registers of the
+ * declaring function (every lane holds the same cursor) and a marker is straight-line code with no
+ * predicate: a %globaltimer read and one 16-byte store that every lane makes to the same slot with
+ * the same bytes (one transaction). A record outside the coordinate window is written and then
+ * overwritten (the count does not advance); a warp that records nothing writes round its own 64-record
+ * scratch slot (`argus_scratch`) the same way. So nothing on the marker's path waits for memory, and no predicate register is
+ * held across the caller's loops (which kept ptxas from hoisting their loop-control tests).
+ * The declaration only loads (the control block, then the ring header, to continue a ring that an
+ * earlier launch under the same arm wrote): no store, atomic or branch follows those loads, so the
+ * compiler can issue the kernel's own first loads alongside and the warp's first marker is the first
+ * thing to wait for them. The ring header is written once, by one lane, when the cursor goes out of
+ * scope (the function returns): magic, seq, SM, CTA, warp, written, dropped, claims (a ring
+ * continued under the same arm gets its counts and one more claim). Six live registers, plus 4 bytes
+ * of shared memory.
+ * Timestamps: %globaltimer (ns) in the default build, clock64 in the anchored build. A module armed
+ * with clock="clock64" gets no records from register-cursor warps: they count as `unbuffered`
+ * (reported by the decoder) rather than writing stamps the host would misread; build with
+ * -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED for cycle stamps.
+ * Restrictions: every marker executed while it is alive must be in that function's own body, executed
+ * by the whole warp together, with the same coordinate on every lane (lanes that disagree would
+ * disagree on the count and write different slots); the lane that was lowest-active at the
+ * declaration must reach the end of the function. Markers in called functions use the shared cursor;
+ * mixing the two overwrites records (the decoder then reports the ring as corrupt: its timestamps go
+ * backwards). A kernel that traps before returning leaves its ring unclaimed. */
+#define ARGUS_REG_CAP_BITS_ 0x3FFFFFFFu
+__device__ __forceinline__ argus_u32* reg_cursor_seq() {
+  __shared__ argus_u32 seq;
+  return &seq;
+}
+/* Bit 30 of mask_flags: on a recording warp, "appending" (the ring was claimed earlier under this arm);
+ * on a warp that records nothing, "count me as unbuffered" (set on one lane). */
+#define ARGUS_REG_FLAG30_ (1u << 30)
+#define ARGUS_REG_LEAD_ (1u << 31)
+struct RegCursor {
+  argus_u64 records; /* global address of the ring's record 0, or of a scratch slot when not recording */
+  argus_u32 count;   /* records produced, with those of earlier launches under this arm */
+  argus_u32 mask_flags; /* bits 0..29: capacity - 1 (host caps capacity at 2^26), or the scratch slot's 63 when not recording;
+                           30: see ARGUS_REG_FLAG30_ below; 31: this lane writes the header at scope exit */
+  argus_u32 coord_begin, coord_span; /* window [begin, begin + span) */
+  __device__ __forceinline__ RegCursor() {
+    const argus_u32 warp = warp_in_cta();
+    const argus_u32 cta = cta_linear();
+    const argus_u32 sm = sm_id();
+    const argus_u32 is_lead = (argus_u32)(lane_id() == (argus_u32)(__ffs(__activemask()) - 1));
+    /* Every lane reads the same control-block line (one request). */
+    const CtlView v = read_ctl(sm, cta, warp);
+    /* Needed again only at scope exit: kept in shared memory, not in a register across the caller's
+     * loops (every warp of the CTA writes the same value). */
+    *reg_cursor_seq() = v.seq;
+    coord_begin = v.coord_begin;
+    coord_span = v.coord_end - v.coord_begin;
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+    const bool clock_ok = v.clock_mode == ARGUS_CLOCK_ANCHORED;
+#else
+    const bool clock_ok = v.clock_mode == ARGUS_CLOCK_GLOBALTIMER;
+#endif
+    const bool rec = v.pass && v.buffered && clock_ok;
+    const argus_u64 hdr = ring_header_generic(v);
+    /* The header is read whether or not the warp records (no branch): a warp that does not record
+     * reads the control block instead, and ignores what it got. */
+    argus_u64 at;
+    asm("cvta.to.global.u64 %0, %1;" : "=l"(at) : "l"(rec ? hdr : (argus_u64)&argus_ctl));
+    argus_u32 magic, hseq, written;
+    asm("{\n\t.reg .u32 x;\n\t"
+        "ld.global.v2.u32 {%0, %1}, [%3];\n\t"
+        "ld.global.u32 %2, [%3+20];\n\t}"
+        : "=r"(magic), "=r"(hseq), "=r"(written)
+        : "l"(at));
+    const bool append = rec && magic == ARGUS_RING_MAGIC && hseq == v.seq;
+    count = append ? written : 0u;
+    records = rec ? hdr + ARGUS_RING_HEAD_BYTES_
+                  : (argus_u64)&argus_scratch[ARGUS_SCRATCH_SLOT_RECORDS * ((cta * warps_in_block() + warp) % ARGUS_SCRATCH_SLOTS)];
+    /* Bit 30: appending (a recording warp) or count this warp as unbuffered (one lane of a warp that
+     * passed the filters but has no ring). */
+    const bool flag30 = rec ? append : (v.pass && is_lead);
+    mask_flags = (rec ? (v.capacity - 1u) & ARGUS_REG_CAP_BITS_ : ARGUS_SCRATCH_SLOT_RECORDS - 1u) | (flag30 ? ARGUS_REG_FLAG30_ : 0u) |
+                 (rec && is_lead ? ARGUS_REG_LEAD_ : 0u);
+  }
+  __device__ __forceinline__ ~RegCursor() {
+    if (mask_flags & ARGUS_REG_LEAD_) {
+      const argus_u64 hdr = records - ARGUS_RING_HEAD_BYTES_;
+      const argus_u32 capacity = (mask_flags & ARGUS_REG_CAP_BITS_) + 1u;
+      const argus_u32 dropped = count > capacity ? count - capacity : 0u;
+      if (mask_flags & ARGUS_REG_FLAG30_) {  // appending: the header is this arm's already: counts and one more claim
+        asm volatile(
+            "st.global.u32 [%0+20], %1;\n\t"
+            "st.global.u32 [%0+24], %2;\n\t"
+            "red.global.add.u32 [%0+28], 1;"
+            ::"l"(hdr), "r"(count), "r"(dropped)
+            : "memory");
+      } else {
+        asm volatile(
+            "st.global.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
+            "st.global.v4.u32 [%0+16], {%5, %6, %7, %8};"
+            ::"l"(hdr), "r"(ARGUS_RING_MAGIC), "r"(*reg_cursor_seq()), "r"(sm_id()), "r"(cta_linear()),
+              "r"(warp_in_cta()), "r"(count), "r"(dropped), "r"(1u)
+            : "memory");
+      }
+    } else if (mask_flags & ARGUS_REG_FLAG30_) {
+      atomicAdd(&argus_ctl.unbuffered, 1u);  // passed the filters but had no ring: counted, never silent
+    }
+  }
+};
+
+struct NoRegCursor {};
+
+__device__ __forceinline__ void emit_with(NoRegCursor&, argus_u32 kind, argus_u32 id, argus_u32 coord) {
+  emit(kind, id, coord);
+}
+
+__device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
+  const argus_u32 take = (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  const argus_u64 t = cycle_counter();
+  if ((rc.mask_flags >> 31) & take) store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, rc.count, rc.mask_flags & ARGUS_REG_CAP_BITS_, t, true);
+#else
+  const argus_u64 t = global_timer();
+#endif
+  /* Every lane stores the same 16 bytes to the same slot (one transaction): no predicate. A record outside
+   * the window is overwritten by the next one (the count does not advance). */
+  const argus_u64 at = rc.records + (argus_u64)(rc.count & rc.mask_flags & ARGUS_REG_CAP_BITS_) * sizeof(ArgusRecord);
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(at), "r"(id), "r"(coord), "r"((argus_u32)t),
+               "r"(stamp_hi(t, kind)));
+  rc.count += take;
+}
+
+
+template <class Cursor>
+struct TraceScope {
+  Cursor& cursor;
+  argus_u32 id, coord;
+  __device__ __forceinline__ TraceScope(Cursor& cur, argus_u32 i, argus_u32 c) : cursor(cur), id(i), coord(c) {
+    emit_with(cursor, ARGUS_KIND_BEGIN, id, coord);
+  }
+  __device__ __forceinline__ ~TraceScope() { emit_with(cursor, ARGUS_KIND_END, id, coord); }
+};
+
+
+}  // namespace argus_detail
+
+/* Found by name lookup wherever no ARGUS_WARP_STATE() is in scope: selects the shared cursor. */
+static __device__ argus_detail::NoRegCursor argus_warp_state_;
+
+#endif /* ARGUS_CURSORS_CUH_ */

@@ -1,0 +1,74 @@
+/* argus_markers.cuh: the marker macros (ARGUS_BEGIN / END / BEGIN_AT / END_AT / SCOPE / SCOPE_AT /
+ * WARP_STATE) for the build mode (argus_host.h): nothing (0), PMTRIG immediates (1), or records
+ * through the cursors of argus_cursors.cuh (2). Included by argus.cuh in device compilation only.
+ *
+ * Markers are warp-level: the lowest active lane of the warp records. Put them where the warp is
+ * converged (or accept that each divergent path records separately). BEGIN and END of one
+ * occurrence must carry the same coordinate. ARGUS_WARP_STATE(); as a function's first statement
+ * keeps the ring cursor in registers of that function (cheapest markers; restrictions at
+ * argus_detail::RegCursor); without it the cursor lives in shared memory (any function).
+ */
+#ifndef ARGUS_MARKERS_CUH_
+#define ARGUS_MARKERS_CUH_
+
+#include "argus_host.h"
+
+#define ARGUS_CAT_INNER_(a, b) a##b
+#define ARGUS_CAT_(a, b) ARGUS_CAT_INNER_(a, b)
+
+/* ------------------------------------------------------------------------------------------ */
+#if ARGUS_MODE == 0
+
+#define ARGUS_BEGIN(id) ((void)0)
+#define ARGUS_END(id) ((void)0)
+#define ARGUS_BEGIN_AT(id, coord) ((void)0)
+#define ARGUS_END_AT(id, coord) ((void)0)
+#define ARGUS_SCOPE(id) ((void)0)
+#define ARGUS_SCOPE_AT(id, coord) ((void)0)
+#define ARGUS_WARP_STATE() ((void)0)
+
+/* ------------------------------------------------------------------------------------------ */
+#elif ARGUS_MODE == 1
+
+/* No "memory" clobber: the marker must not change how the surrounding code touches memory. */
+#define ARGUS_PMTRIG_(imm) asm volatile("pmevent.mask %0;" ::"n"((imm)&0xFFFFu))
+#define ARGUS_MARK_(kind, id)                         \
+  do {                                                \
+    ARGUS_PMTRIG_(ARGUS_MARKER_TAG | (kind));         \
+    ARGUS_PMTRIG_(((unsigned)(id)) & 0xFFFFu);        \
+    ARGUS_PMTRIG_((((unsigned)(id)) >> 16) & 0xFFFFu); \
+  } while (0)
+
+namespace argus_detail {
+template <argus_u32 ID>
+struct MarkerScope {
+  __device__ __forceinline__ MarkerScope() { ARGUS_MARK_(ARGUS_MARKER_BEGIN, ID); }
+  __device__ __forceinline__ ~MarkerScope() { ARGUS_MARK_(ARGUS_MARKER_END, ID); }
+};
+}  // namespace argus_detail
+
+#define ARGUS_BEGIN(id) ARGUS_MARK_(ARGUS_MARKER_BEGIN, id)
+#define ARGUS_END(id) ARGUS_MARK_(ARGUS_MARKER_END, id)
+/* The marker footprint carries no coordinate: scopes are told apart in the trace build. */
+#define ARGUS_BEGIN_AT(id, coord) ARGUS_MARK_(ARGUS_MARKER_BEGIN, id)
+#define ARGUS_END_AT(id, coord) ARGUS_MARK_(ARGUS_MARKER_END, id)
+#define ARGUS_SCOPE(id) argus_detail::MarkerScope<(id)> ARGUS_CAT_(argus_scope_, __LINE__)
+#define ARGUS_SCOPE_AT(id, coord) argus_detail::MarkerScope<(id)> ARGUS_CAT_(argus_scope_, __LINE__)
+#define ARGUS_WARP_STATE() ((void)0)
+
+/* ------------------------------------------------------------------------------------------ */
+#else /* ARGUS_MODE == 2: trace */
+
+#define ARGUS_WARP_STATE() argus_detail::RegCursor argus_warp_state_
+#define ARGUS_BEGIN(id) argus_detail::emit_with(argus_warp_state_, ARGUS_KIND_BEGIN, (id), ARGUS_COORD_NONE)
+#define ARGUS_END(id) argus_detail::emit_with(argus_warp_state_, ARGUS_KIND_END, (id), ARGUS_COORD_NONE)
+#define ARGUS_BEGIN_AT(id, coord) argus_detail::emit_with(argus_warp_state_, ARGUS_KIND_BEGIN, (id), (coord))
+#define ARGUS_END_AT(id, coord) argus_detail::emit_with(argus_warp_state_, ARGUS_KIND_END, (id), (coord))
+#define ARGUS_SCOPE(id) \
+  argus_detail::TraceScope<decltype(argus_warp_state_)> ARGUS_CAT_(argus_scope_, __LINE__)(argus_warp_state_, (id), ARGUS_COORD_NONE)
+#define ARGUS_SCOPE_AT(id, coord) \
+  argus_detail::TraceScope<decltype(argus_warp_state_)> ARGUS_CAT_(argus_scope_, __LINE__)(argus_warp_state_, (id), (coord))
+
+#endif /* ARGUS_MODE */
+
+#endif /* ARGUS_MARKERS_CUH_ */
