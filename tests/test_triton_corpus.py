@@ -279,3 +279,22 @@ def test_causal_region_trace_decodes_one_occurrence_per_call_site_and_trip(compi
     assert by_region[ids["attention/kv_loop"]] == 2  # one per call site
     assert by_region[ids["attention/kv_loop/softmax"]] == 3 + 2  # one per trip of each call's loop
     assert by_region[ids["attention"]] == 1 and by_region[ids["attention/epilogue"]] == 1
+
+
+def test_every_combination_of_signals_plans_in_one_query(compiled):
+    """Any subset of the five signals plans as one query on every corpus program: one target per
+    signal, one Nsight Compute run however many PC-keyed signals are asked, one region trace at most."""
+    from itertools import combinations
+
+    from argus_rt.query import make_plan
+
+    signals = ("latency", "async_completion_latency", "instruction_mix", "barrier_count", "stall_reasons")
+    subsets = [c for n in range(1, len(signals) + 1) for c in combinations(signals, n)]
+    for name, (program, _, _) in compiled.items():
+        for subset in subsets:
+            plan = make_plan(program, None, list(subset))
+            assert set(plan.targets) == set(subset), (name, subset)
+            ops = [t.op for t in plan.tasks.values() if t.kind == "collect"]
+            assert ops.count("pcmap") == (1 if {"instruction_mix", "barrier_count", "stall_reasons"} & set(subset)
+                                          else 0), (name, subset, ops)
+            assert "ncu" not in ops, (name, subset, ops)
