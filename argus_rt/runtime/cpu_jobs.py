@@ -14,6 +14,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from .queues import drain
+from .staging import StagingRecycler, claim_staging
 from .worker_process import WorkerSlot, import_job_modules
 
 _STOP = None
@@ -36,7 +37,7 @@ def run_cpu_job(job: dict) -> dict:
         return cache[pid]
 
     outdir = Path(job["outdir"])
-    outdir.mkdir()
+    claim_staging(outdir, job.get("recycle"))  # a fresh, empty directory either way
     ctx = TaskContext(task=task, program=program(task.program), programs=program,
                       inputs={k: Path(v) for k, v in job["inputs"].items()}, outdir=outdir,
                       deps={d: Task.from_dict(t) for d, t in job["deps"].items()})
@@ -60,9 +61,10 @@ class CpuProcessPool:
     Future itself never holds an exception.
     """
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, staging: StagingRecycler | None = None) -> None:
         if workers < 1:
             raise ValueError(f"a CPU process pool needs at least 1 worker, got {workers}")
+        self._staging = staging  # emptied staging directories: a job's child renames one instead of mkdir
         self._jobs: "queue.Queue" = queue.Queue()
         self._slots = [WorkerSlot("cpu", name=f"CPU pool process {i}") for i in range(workers)]
         self._busy: set[int] = set()  # indices of slots running a job
@@ -109,6 +111,8 @@ class CpuProcessPool:
                 return
             job, future = item
             if future.set_running_or_notify_cancel():
+                if self._staging is not None:
+                    job["recycle"] = self._staging.take()
                 self._busy.add(index)
                 try:
                     reply = slot.run(job, job["task"].get("timeout_s"))

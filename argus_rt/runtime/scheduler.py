@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import queue
-import shutil
 import threading
 import time
 import traceback
@@ -34,6 +33,7 @@ from .cpu_jobs import CpuProcessPool, run_cpu_job
 from .handlers import HandlerError, TaskContext, get_handler, handler_module
 from .progress import Progress
 from .queues import drain
+from .staging import StagingRecycler, claim_staging
 from .thread_pool import CpuThreadPool
 from .workers import DeviceWorker, detect_devices
 
@@ -108,6 +108,7 @@ class Runtime:
         if cpu_pool not in ("thread", "process"):
             raise ValueError(f"unknown cpu_pool {cpu_pool!r}; valid: 'thread', 'process'")
         self.cpu_pool = cpu_pool
+        self._staging = StagingRecycler()  # emptied staging dirs of committed tasks, reused by the next ones
         self._pool = self._new_pool()
         self._janitor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="argus-janitor")
         self._workers: list[DeviceWorker] | None = None
@@ -116,13 +117,14 @@ class Runtime:
     # ---- lifecycle ------------------------------------------------------------------------
     def _new_pool(self):
         if self.cpu_pool == "process":  # fresh interpreters: handlers may initialise CUDA-using libraries
-            return CpuProcessPool(self.cpu_workers)
+            return CpuProcessPool(self.cpu_workers, staging=self._staging)
         return CpuThreadPool(self.cpu_workers)
 
     @property
     def workers(self) -> list[DeviceWorker]:
         if self._workers is None:  # started on first collect: plans without one never spawn
-            self._workers = [DeviceWorker(d, self._jobs, self._report_collect) for d in self.devices]
+            self._workers = [DeviceWorker(d, self._jobs, self._report_collect, staging=self._staging)
+                             for d in self.devices]
         return self._workers
 
     def start_workers(self, timeout: float = 60.0) -> None:
@@ -146,6 +148,7 @@ class Runtime:
             self._workers = None
         self._pool.shutdown(wait=True)
         self._janitor.shutdown(wait=True)
+        self._staging.close()  # the emptied staging directories kept for reuse
 
     def __enter__(self) -> "Runtime":
         return self
@@ -301,7 +304,7 @@ class _Execution:
     def _run_cpu(self, task: Task, inputs: dict[str, Path], staging: Path) -> None:
         started = time.monotonic()
         try:
-            staging.mkdir()
+            claim_staging(staging, self.rt._staging.take())
             handler = get_handler(task.kind, task.op, self.program(task.program).kind)
             ctx = TaskContext(task=task, program=self.program(task.program), programs=self.program,
                               inputs=inputs, outdir=staging,
@@ -348,8 +351,10 @@ class _Execution:
             except Exception as exc:
                 reply = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
             else:
-                # off the scheduler thread: directory syscalls are slow on some filesystems
-                self.rt._janitor.submit(shutil.rmtree, staging, True)  # undeclared leftovers go with it
+                # off the scheduler thread: directory syscalls are slow on some filesystems. An emptied
+                # directory is kept for the next task (renaming it is cheaper than rmdir + mkdir), one
+                # with undeclared leftovers is removed with them
+                self.rt._janitor.submit(self.rt._staging.release, staging)
                 self.results[tid] = TaskResult(tid, task.kind, task.op, "done", seconds, outputs=outputs)
                 self.bar.advance(task, "done")
                 self._after_success(task, branches)

@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from .staging import StagingRecycler, claim_staging
 from .worker_process import WorkerSlot, import_job_modules
 
 _STOP = None
@@ -71,16 +72,17 @@ def _run_collect(job: dict) -> dict[str, str]:
         raise BackendUnavailableError(f"backend {task.op!r} cannot run here: {why}")
     adapter.validate_config(task.config)
     outdir = Path(job["outdir"])
-    outdir.mkdir(exist_ok=True)
+    claim_staging(outdir, job.get("recycle"), exist_ok=True)
     ctx = CollectContext(task=task, program=program, config=task.config,
                          scope=Scope.from_dict(task.scope), sampling=task.sampling,
                          inputs={k: Path(v) for k, v in job["inputs"].items()}, outdir=outdir,
                          device=os.environ.get("CUDA_VISIBLE_DEVICES"))
     files = adapter.collect(ctx) or {}
     out = {}
+    real_outdir = outdir.resolve()  # once per job, not per output
     for name, path in files.items():
         path = Path(path).resolve()
-        if not path.is_relative_to(outdir.resolve()) or not path.is_file():
+        if not path.is_relative_to(real_outdir) or not path.is_file():
             raise ValueError(f"backend {task.op!r} output {name!r} = {path} is not a file under its outdir {outdir}")
         out[name] = str(path)
     return out
@@ -89,8 +91,10 @@ def _run_collect(job: dict) -> dict[str, str]:
 class DeviceWorker:
     """A parent-side thread that owns one device's child process and feeds it jobs."""
 
-    def __init__(self, device: str, jobs: "queue.Queue", report: Callable[[str, dict], None]) -> None:
+    def __init__(self, device: str, jobs: "queue.Queue", report: Callable[[str, dict], None],
+                 staging: StagingRecycler | None = None) -> None:
         self.device = device
+        self.staging = staging  # emptied staging directories: the child renames one instead of mkdir
         self.jobs = jobs
         self.report = report  # report(task_id, reply) from this thread
         self._slot = WorkerSlot("collect", name=f"worker process for device {device!r}",
@@ -120,6 +124,8 @@ class DeviceWorker:
                 self._slot.close()
                 return
             task_id = job["task"]["id"]
+            if self.staging is not None:
+                job["recycle"] = self.staging.take()
             self.current = task_id
             reply = self._slot.run(job, job["task"].get("timeout_s"))
             self.current = None
