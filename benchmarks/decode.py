@@ -226,7 +226,6 @@ def main() -> int:
                    "build_flags": ("-DMK_THREADFENCE=1", "-DMK_SAMPLE_BATCH=4", "-DMK_GEMV_BATCH=0")},
         "mk_gemv_old": {"build_flags": ("-DMK_GEMV_BATCH=0",)},  # the plain GEMV loop (2 loads in flight per warp)
         "mk_gemv_batch": {"build_flags": ("-DMK_GEMV_BATCH=1",)},  # 16 loads in flight per warp
-        "mk_gate16": {"tiles": TileShape(gate_features=16)},
         "mk_pfown": {"prefetch_own": True},  # L2 prefetch of a ticket's own tile before its wait
         "mk_pfsmall": {"prefetch_own": ("qkv", "oproj")},  # ... only for the small QKV and O-proj tiles
         "mk_pfffn": {"prefetch_own": ("gateup", "down")},

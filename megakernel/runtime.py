@@ -22,9 +22,9 @@ import torch
 from tinyllama.config import LlamaConfig
 from tinyllama.weights import LlamaWeights
 
+from . import instructions as I
 from .build import CSRC, KERNEL_NAME, build
 from .dag import Program, TileShape, build_decode_program
-from . import instructions as I
 from .instructions import Down, GateUp, Logits, OProj, QkvHead, deserialize
 from .interpreter import SamplingParams
 from .params import (

@@ -1,8 +1,10 @@
 // Persistent TinyLlama decode megakernel: one scheduler CTA (block 0) + N worker CTAs.
 //
 // Workers take instruction tickets from a global counter in stream order (ticket t = step
-// t / n_instr, instruction t % n_instr), prefetch the tile's weights (and a look-ahead tile's)
-// into L2, wait on the instruction's dependency counter, run it, and signal its counter. The
+// t / n_instr, instruction t % n_instr), optionally prefetch weights into L2 or shared memory
+// (the host's prefetch plan, stage_bytes: all off by default, measured slower on H200 on
+// 2026-12-01, megakernel/NOTES.md rows 10-12), wait on the instruction's dependency counter, run
+// it, and signal its counter. The
 // stream is topologically ordered, so the lowest unfinished ticket can always run: no deadlock,
 // and no grid-wide barrier anywhere. The scheduler CTA timestamps step boundaries (device-side
 // ms/token) and watches for steps that never finish.
