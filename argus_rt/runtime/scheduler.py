@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import queue
+import shutil
 import threading
 import time
 import traceback
@@ -351,10 +352,11 @@ class _Execution:
             except Exception as exc:
                 reply = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
             else:
-                # off the scheduler thread: directory syscalls are slow on some filesystems. An emptied
-                # directory is kept for the next task (renaming it is cheaper than rmdir + mkdir), one
-                # with undeclared leftovers is removed with them
-                self.rt._janitor.submit(self.rt._staging.release, staging)
+                # an emptied directory is kept for the next task (renaming it is cheaper than rmdir + mkdir;
+                # looking costs two syscalls); one with undeclared leftovers is removed with them, off the
+                # scheduler thread: directory syscalls are slow on some filesystems
+                if not self.rt._staging.keep(staging):
+                    self.rt._janitor.submit(shutil.rmtree, staging, True)
                 self.results[tid] = TaskResult(tid, task.kind, task.op, "done", seconds, outputs=outputs)
                 self.bar.advance(task, "done")
                 self._after_success(task, branches)

@@ -67,19 +67,25 @@ def claim_staging(path, recycled: str | None = None, *, exist_ok: bool = False) 
 class StagingRecycler:
     """Emptied staging directories of committed attempts, for the next attempts of one runtime.
 
-    Thread-safe: :meth:`release` runs on the runtime's janitor thread, :meth:`take` on the threads
-    that hand jobs to workers."""
+    Thread-safe: :meth:`keep` runs on the scheduler thread, :meth:`take` on the threads that hand
+    jobs to workers."""
 
     def __init__(self, limit: int = SPARE_LIMIT) -> None:
         self.limit = limit
         self._spare: collections.deque[str] = collections.deque()
 
-    def release(self, path) -> None:
-        """``path``'s attempt was committed: keep the directory for reuse when it is empty, else remove it."""
+    def keep(self, path) -> bool:
+        """``path``'s attempt was committed: keep the directory for reuse when it is empty (True);
+        False when it is not kept (not empty, not a directory, or enough are kept): remove it then."""
         path = os.fspath(path)
         if len(self._spare) < self.limit and _empty_real_dir(path):
             self._spare.append(path)
-        else:
+            return True
+        return False
+
+    def release(self, path) -> None:
+        """:meth:`keep` ``path``, or remove it (with what is left in it)."""
+        if not self.keep(path):
             shutil.rmtree(path, ignore_errors=True)
 
     def take(self) -> str | None:
