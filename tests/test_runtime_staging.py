@@ -15,6 +15,7 @@ from argus_rt.runtime.scheduler import Runtime
 from argus_rt.runtime.staging import StagingRecycler, claim_staging
 from argus_rt.tasks import Plan, Task
 from argus_rt.workspace import Workspace
+from argus_rt.workspace_check import verify
 from test_runtime_standins import demo_program
 
 
@@ -112,3 +113,70 @@ def test_recycler_keeps_only_empty_directories_up_to_its_limit(tmp_path):
     recycler.close()
     assert not dirs[2].exists() and recycler.take() is None
     assert Path(dirs[1]).exists()  # taken: its new owner's business
+
+
+@register_synthesis("standin_crash_once")
+def _crash_once(ctx):
+    """Writes half of its output, then (the first time: ``marker`` absent) dies the way ``mode`` says."""
+    half = ctx.outdir / "facts.json"
+    half.write_bytes(b'{"format": "argus.facts/1", "PARTIAL' + b"x" * 5000)  # half-written, never valid
+    marker = Path(ctx.config["marker"])
+    if not marker.exists():
+        marker.write_text("crashed once")
+        mode = ctx.config["mode"]
+        if mode == "abort":
+            os.abort()
+        if mode == "segfault":
+            import ctypes
+
+            ctypes.string_at(0)
+        if mode == "exit":
+            os._exit(3)
+        raise RuntimeError("handler failed mid-write")
+    return {"facts": ctx.write_json("facts", {"format": "argus.facts/1", "signal": "crash", "values": [],
+                                              "extra": {"mode": ctx.config["mode"]}})}
+
+
+def test_crashing_tasks_corrupt_nothing_and_their_half_written_files_reach_no_blob_and_no_task(tmp_path):
+    pv = demo_program()
+
+    def task(op, n, deps=(), **config):
+        return Task(kind="synthesize", op=op, program=pv.id, deps=deps, config={"n": n, **config},
+                    outputs=("facts",), timeout_s=120, label=f"{op} {n}")
+
+    crashers = {mode: task("standin_crash_once", i, mode=mode, marker=str(tmp_path / f"{mode}.marker"))
+                for i, mode in enumerate(("abort", "segfault", "exit", "raise"))}
+    dependents = [task("standin_staging_probe", 100 + i, deps=(t.id,)) for i, t in enumerate(crashers.values())]
+    siblings = [task("standin_staging_probe", 200 + i) for i in range(12)]
+    tasks = [*crashers.values(), *dependents, *siblings]
+    plan = Plan(query={}, programs={pv.id: pv.to_dict()}, tasks={t.id: t for t in tasks}, targets={})
+    with Workspace(tmp_path / "ws") as ws, Runtime(ws, devices=[""], cpu_workers=2) as rt:
+        first = rt.run(plan)
+        errors = {mode: first.results[t.id].error or "" for mode, t in crashers.items()}
+        assert all(first.results[t.id].status == "failed" for t in crashers.values()), errors
+        assert "SIGABRT" in errors["abort"] and "SIGSEGV" in errors["segfault"] and "exit code 3" in errors["exit"]
+        assert "RuntimeError: handler failed mid-write" in errors["raise"]
+        assert all(first.results[t.id].status == "blocked" for t in dependents)
+        assert all(first.results[t.id].status == "done" for t in siblings)  # each crash failed alone
+        for t in siblings:  # no sibling's staging directory held a crasher's half-written file
+            assert res_extra(first, t)["seen"] == []
+        assert verify(ws) == []  # the index and every blob are consistent
+        for t in crashers.values():
+            assert ws.outputs(t.id) is None and ws.task_status(t.id)["status"] == "failed"
+        assert not [p for p in ws.blobs.rglob("*") if p.is_file() and b"PARTIAL" in p.read_bytes()]
+        leftovers = [p for p in ws.staging.rglob("facts.json") if b"PARTIAL" in p.read_bytes()]
+        assert len(leftovers) == 4  # the half-written files stay in their own staging directories only
+
+        again = rt.run(plan)  # the markers exist now: the crashers succeed
+        assert again.ok, [r.error for r in again.failed()]
+        assert {res_extra(again, t)["mode"] for t in crashers.values()} == set(crashers)
+        assert all(res_extra(again, t)["seen"] == [] for t in dependents)  # fresh directories, not the crashed ones
+        assert again.count("reused") == len(siblings) and verify(ws) == []
+        assert not [p for p in ws.blobs.rglob("*") if p.is_file() and b"PARTIAL" in p.read_bytes()]
+    with Workspace(tmp_path / "ws") as ws:
+        assert ws.clean_staging() == 4  # only the crashed attempts' directories were left; close removed the rest
+        assert list(ws.staging.iterdir()) == [] and verify(ws) == []
+
+
+def res_extra(res, task) -> dict:
+    return res.outputs(task.id)["facts"].read_json()["extra"]
