@@ -14,7 +14,8 @@ compile cache is left as a user's machine has it after the first run (the first 
 program warms it; its time is kept, labelled `first`). `wall_s` is the process's wall time over the
 other repeats. Where the time goes comes from the report's `execution.task_seconds`: `by_op` sums
 the seconds of the tasks that ran, per operation (variant builds, the mapping run under Nsight
-Compute, the region trace, syntheses). A query that leaves a signal unanswered fails the run.
+Compute, the region trace, syntheses); `mapping_run` splits the mapping run by step (the pcmap
+output's `provenance.seconds`). A query that leaves a signal unanswered fails the run.
 
 Usage: python benchmarks/query_wall.py [--repeats N] [--only NAME[,NAME]]
 Exit code 2 without a CUDA GPU (nothing is measured).
@@ -66,7 +67,24 @@ def one_query(path: Path, signals: str, scratch: Path) -> tuple[float, dict]:
     doc = json.loads(report.read_text())
     if doc["unanswered"]:
         raise SystemExit(f"query of {path} left {doc['unanswered']} unanswered")
+    doc["mapping_run_seconds"] = mapping_run_seconds(ws)
     return wall, doc
+
+
+def mapping_run_seconds(ws_dir: Path) -> str:
+    """``"build 1.2, disassemble 0.3, ncu 9.8 (ncu_to_main 3.1, ...), map 0.4"``: the mapping run's
+    steps (its ``provenance.seconds``), read from the query's workspace."""
+    from argus_rt.workspace import Workspace
+
+    with Workspace(ws_dir) as ws:
+        for task in ws.tasks():
+            if task["op"] == "pcmap" and task["status"] == "done":
+                seconds = ws.outputs(task["id"])["pc_region_counts"].read_json()["provenance"].get("seconds", {})
+                inner = ("ncu_to_main", "runner_setup", "runner_run", "ncu_after_exit")
+                split = ", ".join(f"{k} {seconds[k]:.1f}" for k in inner if k in seconds)
+                return ", ".join(f"{k} {v:.1f}" + (f" ({split})" if k == "ncu" and split else "")
+                                 for k, v in seconds.items() if k not in inner)
+    return ""
 
 
 def by_op(report: dict) -> str:
@@ -108,15 +126,19 @@ def main() -> int:
                      "spread": {"wall_s": timed},
                      "first_s": round(walls[0], 2), "target_s": target, "met": timed["median"] <= target,
                      "query_wall_s": reports[-1]["execution"]["wall_s"],
-                     "collect_runs": reports[-1]["execution"]["collect_runs"], "by_op": by_op(reports[-1])})
+                     "collect_runs": reports[-1]["execution"]["collect_runs"], "by_op": by_op(reports[-1]),
+                     "mapping_run": reports[-1]["mapping_run_seconds"]})
     met = sum(r["met"] for r in rows)
     notes = (f"{met} of {len(rows)} queries within target. `wall_s`: median CLI process wall over repeats 2..N "
              "(empty workspace and Argus build cache each time; Triton's compile cache warm after repeat 1, "
              "`first_s`). `query_wall_s`: the runtime's own wall for plan execution (the rest is process start, "
-             "imports, planning and report output). `by_op`: task seconds per kind:op in the last repeat.")
+             "imports, planning and report output). `by_op`: task seconds per kind:op in the last repeat; "
+             "`mapping_run`: that repeat's mapping run by step, its Nsight Compute step split into ncu and "
+             "interpreter start to the runner's main, runner setup, the runner's run (torch, CUDA context, the "
+             "launch under replay, checks) and ncu after the runner exits.")
     record("query_wall", rows, title="Query wall time per example program", notes=notes, gpu=gpu_name(),
            columns=["program", "signals", "wall_s", "first_s", "target_s", "met", "query_wall_s", "collect_runs",
-                    "by_op"])
+                    "by_op", "mapping_run"])
     return 0 if met == len(rows) else 1
 
 

@@ -21,7 +21,9 @@ H(p) = -sum_r alpha(r, p) log alpha(r, p) (nats) over leaf owners: ambiguity met
 """
 from __future__ import annotations
 
+import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -261,6 +263,34 @@ def map_document(function: SassFunction, lined: SassFunction, profile) -> dict:
     return doc
 
 
+class StepClock:
+    """Wall seconds of the mapping run's steps (``provenance.seconds``), the profiled process split
+    by the phase stamps it writes (:data:`argus_rt.backends.run_variant.TIMINGS_ENV`):
+    ``ncu_to_main`` (ncu and interpreter start, imports), ``runner_setup``, ``runner_run`` (torch,
+    CUDA context, the launch under replay, checks), ``ncu_after_exit`` (ncu's report and CSV)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.time()
+
+    def lap(self, step: str) -> None:
+        now = time.time()
+        self.seconds[step] = round(now - self._last, 3)
+        self._last = now
+
+    def profiled_run(self, stamps_path: Path) -> None:
+        start, end = self._last, time.time()
+        self.lap("ncu")
+        try:
+            stamps = json.loads(stamps_path.read_text(encoding="utf-8"))
+            main, run, ran = (float(stamps[k]) for k in ("main", "run", "ran"))
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # the runner wrote no stamps (it failed, or ran elsewhere): the total stands alone
+        if start <= main <= run <= ran <= end:
+            self.seconds.update(ncu_to_main=round(main - start, 3), runner_setup=round(run - main, 3),
+                                runner_run=round(ran - run, 3), ncu_after_exit=round(end - ran, 3))
+
+
 def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: tuple[str, ...] = ("SourceCounters",)):
     """Build the marker-only variant, count per-PC executions with Nsight Compute, and map.
 
@@ -280,28 +310,37 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
         with_indirect_targets,
     )
     from . import ncu
+    from .run_variant import TIMINGS_ENV
     from .trace import CudaLaunch, runner_argv, runner_env, variant_cubin
 
     if kernel is None:
         kernel = program.launch.get("kernel") if program.kind == "triton" else CudaLaunch.from_program(program).kernel
     if not kernel:
         raise PcMapError(f"program {program.name!r}: no kernel named (launch['kernel'])")
+    clock = StepClock()
     cubin = variant_cubin(program, "marker_only")
+    clock.lap("build")
     listing = disassemble(cubin)
     ncu.check_arch(sass_arch(listing), torch.cuda.get_device_capability())
     jump_tables = indirect_branch_targets(cubin)  # BRX targets: the CFG through a switch's jump table
     function = select_function(parse_sass(listing), kernel_key(kernel))
     function = with_indirect_targets(function, jump_tables.get(function.name, {}))
     sections = ("SourceCounters",) + tuple(s for s in sections if s != "SourceCounters")
-    raw, profiles = ncu.run_ncu(runner_argv(program, "marker_only", outdir), kernel, outdir=outdir, env=runner_env(),
+    env, stamps_path = runner_env(), Path(outdir) / "run_timings.json"
+    env[TIMINGS_ENV] = str(stamps_path)
+    clock.lap("disassemble")
+    raw, profiles = ncu.run_ncu(runner_argv(program, "marker_only", outdir), kernel, outdir=outdir, env=env,
                                 sections=sections)
+    clock.profiled_run(stamps_path)
     profile = ncu.select_profile(profiles, kernel)
     check_same_binary(function, profile.function())
     lined = select_function(parse_sass(disassemble(cubin, tool="nvdisasm", line_info=True)), kernel_key(kernel))
     lined = with_indirect_targets(lined, jump_tables.get(lined.name, {}))
     doc = map_document(function, lined, profile)
+    clock.lap("map")
     doc["provenance"] = {"cubin": cubin.name, "kernel_symbol": function.name, "ncu_csv": raw.name,
-                         "weights": "ncu 'Instructions Executed' (warp-level) of the same cubin"}
+                         "weights": "ncu 'Instructions Executed' (warp-level) of the same cubin",
+                         "seconds": clock.seconds}
     return doc, profile
 
 
