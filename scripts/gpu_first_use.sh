@@ -6,25 +6,8 @@
 # 3. the README's example queries, JSON reports and a Chrome trace kept under $OUT;
 # 4. (run third) the GPU test suite. One line per step in $OUT/summary.txt, printed last.
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-OUT="${OUT:-/tmp/argus-first-use}"
-mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then  # jsonschema and its needs: not in the GPU image
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD:${PYTHONPATH:-}"
-export ARGUS_CACHE_DIR=/tmp/argus-cache ARGUS_COMMIT="${ARGUS_COMMIT:-}"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(0))" | tee "$OUT/summary.txt"
-step() {  # step NAME LIMIT_S COMMAND...: log to $OUT/NAME.log, one summary line
-  local name=$1 limit=$2; shift 2
-  local t0=$(date +%s)
-  timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  local tail_line
-  tail_line=$(grep -hE "[0-9]+ (passed|failed)|rc=|unanswered|Argus demo summary" "$OUT/$name.log" | tail -1)
-  echo "$name: rc=$rc in $(( $(date +%s) - t0 )) s  $tail_line" | tee -a "$OUT/summary.txt"
-}
+OUT_DEFAULT=/tmp/argus-first-use
+source "$(dirname "$0")/gpu_env.sh"
 step ttgir_tests_triton36 120 python3 -m pytest -q -p no:cacheprovider tests/test_discovery_triton.py \
   tests/test_discovery_cli.py tests/test_triton_region_trace.py tests/test_triton_regions.py \
   tests/test_probe_transform.py tests/test_triton_async_e2e.py tests/test_ttgir_mlir.py tests/test_triton_corpus.py
