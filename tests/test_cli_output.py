@@ -361,6 +361,64 @@ def test_query_chrome_decodes_the_kept_raw_trace(standins, program_dir, tmp_path
     assert "Chrome/Perfetto trace" in out and "24 region occurrences" in out
 
 
+def test_query_chrome_is_a_valid_nested_timeline_with_the_region_s_attributed_metrics(standins, program_dir,
+                                                                                      tmp_path, capsys):
+    """The file validates against the trace-event schema Argus writes, every track's slices nest, and
+    each slice carries its region's attributed values from the same query."""
+    from argus_rt.schema_check import validator
+    from argus_rt.trace.chrome import nesting_problems
+
+    chrome, report = tmp_path / "c.json", tmp_path / "r.json"
+    argv = ["query", str(program_dir), "--region", "gemm", "--signals", "latency,instruction_mix,barrier_count",
+            "--workspace", str(tmp_path / "ws"), "--devices", "", "--no-progress", "--chrome", str(chrome),
+            "--json", str(report)]
+    with raw_trace_standin():
+        rc, _, err = run_cli(capsys, argv)
+    assert rc == 0, err
+    doc, events = _chrome_events(chrome)
+    assert [e.message for e in validator("chrome_trace").iter_errors(doc)] == []
+    assert nesting_problems(doc) == []
+    values = json.loads(report.read_text())["values"]
+    mma_ffma = next(v["value"] for v in values if v["signal"] == "instruction_mix" and v["region"] == "main/gemm/mma"
+                    and v["metric"] == "FFMA")
+    mma = [e for e in events if e["name"] == "main/gemm/mma"]
+    assert mma and all(e["args"]["metrics"]["instruction_mix:FFMA"] == mma_ffma for e in mma)
+    sorted_threads = {(e["pid"], e["tid"]) for e in doc["traceEvents"] if e["name"] == "thread_sort_index"}
+    assert sorted_threads == {(e["pid"], e["tid"]) for e in events}
+
+
+def test_slices_show_named_coordinates():
+    """A packed coordinate shows as its fields (layer, step), a loop coordinate as the iteration."""
+    import numpy as np
+
+    from argus_rt.commands.query_chrome import scope_columns, slice_coordinates
+    from argus_rt.trace import INTERVAL_DTYPE, Intervals, chrome_trace
+
+    rows = np.zeros(2, dtype=INTERVAL_DTYPE)
+    rows["coord"] = [(7 << 8) | 3, (9 << 8) | 21]
+    rows["start"], rows["end"], rows["duration"] = [0, 50], [40, 90], [40, 40]
+    packed = {"coord_kind": "packed", "coord_fields": {"step": [8, 8], "layer": [0, 8]}}
+    args = [e["args"] for e in chrome_trace(Intervals(rows, "ns"), coordinates=slice_coordinates(
+        scope_columns(rows, packed), packed))["traceEvents"] if e["ph"] == "X"]
+    assert [(a["step"], a["layer"]) for a in args] == [(7, 3), (9, 21)] and "coord" not in args[0]
+    loop = {"coord_kind": "iteration"}
+    args = [e["args"] for e in chrome_trace(Intervals(rows, "ns"), coordinates=slice_coordinates(
+        scope_columns(rows, loop), loop))["traceEvents"] if e["ph"] == "X"]
+    assert [a["iteration"] for a in args] == [(7 << 8) | 3, (9 << 8) | 21]
+
+
+def test_nesting_problems_names_slices_that_cross():
+    from argus_rt.trace.chrome import nesting_problems
+
+    def x(name, ts, dur, tid=0):
+        return {"ph": "X", "name": name, "pid": 0, "tid": tid, "ts": ts, "dur": dur, "args": {}}
+
+    good = {"traceEvents": [x("a", 0, 10), x("a/b", 2, 3), x("a/c", 5, 5), x("d", 10, 1), x("a", 1, 20, tid=1)]}
+    assert nesting_problems(good) == []
+    bad = {"traceEvents": [x("a", 0, 10), x("a/b", 8, 5)]}
+    assert nesting_problems(bad) == ["track (0, 0): 'a/b' [8, 13] crosses the end of 'a' at 10"]
+
+
 def test_query_chrome_applies_the_scope_and_reads_intervals_without_raw_rings(standins, program_dir, tmp_path,
                                                                                capsys):
     chrome = tmp_path / "c.json"

@@ -15,9 +15,11 @@ def register(sub) -> None:
     p.add_argument("--devices", default=None, help="comma-separated CUDA device indices for collection workers")
     json_add_argument(p, "the report (argus_report_version 1, schema argus_rt/schemas/report.schema.json)")
     p.add_argument("--markdown", default=None, metavar="FILE", help="also write a markdown report to FILE ('-': stdout)")
-    p.add_argument("--chrome", default=None, metavar="FILE",
+    p.add_argument("--chrome", "--perfetto", dest="chrome", default=None, metavar="FILE",
                    help="also write the region occurrences behind the latency values as a Chrome/Perfetto "
-                        "trace JSON to FILE ('-': stdout); needs the latency signal")
+                        "trace JSON to FILE ('-': stdout): a track per SM, CTA and warp, nested slices with "
+                        "their coordinates and their region's attributed metrics from this query (schema "
+                        "argus_rt/schemas/chrome_trace.schema.json); needs the latency signal")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--cpu-pool", choices=("process", "thread"), default="process",
                    help="run Transform/Synthesize/Control in worker processes (default: killed past their timeout, "

@@ -81,8 +81,41 @@ def scope_columns(rows, doc: dict) -> dict:
     return arrays
 
 
+ATTRIBUTED_SIGNALS = ("instruction_mix", "barrier_count", "stall_reasons")
+METRICS_PER_SIGNAL = 8  # per region and signal, the largest values go on its slices
+
+
+def region_metrics(report) -> dict[str, dict[str, float]]:
+    """{region: {"<signal>:<metric>": value}} of the report's attributed per-PC signals, each
+    region's own values (not its subtree's) and its largest :data:`METRICS_PER_SIGNAL` per signal."""
+    per: dict = {}
+    for value in report.values:
+        metric = str(value.get("metric", ""))
+        if value.get("signal") in ATTRIBUTED_SIGNALS and value.get("region") and value.get("value") is not None \
+                and "(inclusive)" not in metric:
+            per.setdefault(value["region"], {}).setdefault(value["signal"], []).append((float(value["value"]), metric))
+    out = {}
+    for region, signals in per.items():
+        out[region] = {f"{signal}:{metric}": round(v, 3) for signal, pairs in sorted(signals.items())
+                       for v, metric in sorted(pairs, key=lambda p: (-p[0], p[1]))[:METRICS_PER_SIGNAL] if v}
+    return out
+
+
+def slice_coordinates(arrays: dict, doc: dict) -> dict:
+    """The named coordinates each slice shows: the packed coordinate's fields (``layer``, ``step``),
+    or the loop ``iteration`` when the markers count iterations; empty otherwise."""
+    fields = doc.get("coord_fields") or {}
+    if fields:
+        return {name: arrays[name] for name in fields}
+    if doc.get("coord_kind") in ("iteration", "layer", "step"):
+        return {doc["coord_kind"]: arrays["coord"]}
+    return {}
+
+
 def query_chrome_trace(report, workspace) -> dict:
-    """The Chrome/Perfetto ``traceEvents`` document of ``report``'s region occurrences."""
+    """The Chrome/Perfetto ``traceEvents`` document of ``report``'s region occurrences: one process per
+    SM, one thread per (CTA, warp), each occurrence a slice nested as it ran, with its coordinates and
+    its region's attributed metrics from the same report as arguments."""
     from ..scope import Scope
     from ..synthesis import scope_mask
     from ..trace import Intervals, chrome_trace
@@ -99,7 +132,9 @@ def query_chrome_trace(report, workspace) -> dict:
     arrays = scope_columns(rows, doc)
     keep = np.isin(arrays["region_id"], ids) & scope_mask(arrays, doc, Scope.from_dict(report.query.get("scope") or {}),
                                                          "--chrome")
-    out = chrome_trace(Intervals(rows[keep], intervals.unit, intervals.problems), names=tree)
+    coords = {k: np.asarray(v)[keep] for k, v in slice_coordinates(arrays, doc).items()}
+    out = chrome_trace(Intervals(rows[keep], intervals.unit, intervals.problems), names=tree, coordinates=coords,
+                       region_metrics=region_metrics(report))
     out["otherData"].update({"argus_query": report.query, "trace_task": ev["task"], "source": source,
                              "occurrences": int(keep.sum())})
     return out

@@ -17,25 +17,39 @@ from .intervals import Intervals
 from .stats import _name
 
 
-def chrome_trace(intervals: Intervals, names=None) -> dict:
-    """The trace as a dict ready for json.dump (open in ui.perfetto.dev or chrome://tracing)."""
+def chrome_trace(intervals: Intervals, names=None, *, coordinates: dict | None = None,
+                 region_metrics: dict | None = None) -> dict:
+    """The trace as a dict ready for json.dump (open in ui.perfetto.dev or chrome://tracing).
+
+    ``coordinates``: {arg name: one value per interval row} shown on each slice (a packed
+    coordinate's fields, ``layer``/``step``; the loop ``iteration``); without them the raw ``coord``
+    is shown. ``region_metrics``: {region name: {metric: value}} put on every slice of that region
+    under ``args.metrics`` (the query's attributed instruction mix, barriers and stalls)."""
     rows = intervals.rows
     scale = 1e-3 if intervals.unit == "ns" else 1.0  # ns -> us; cycles stay cycles
     t0 = int(rows["start"].min()) if len(rows) else 0
     events = []
     seen_threads = set()
-    for r in rows:
+    coordinates = coordinates or {}
+    region_metrics = region_metrics or {}
+    for i, r in enumerate(rows):
         pid, tid = int(r["sm"]), int(r["cta"]) * 64 + int(r["warp"])
         if (pid, tid) not in seen_threads:
             seen_threads.add((pid, tid))
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                            "args": {"name": f"CTA {int(r['cta'])} warp {int(r['warp'])}"}})
+            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+        name = _name(names, int(r["region_id"]))
         args = {"region_id": f"0x{int(r['region_id']):08x}", "depth": int(r["depth"])}
-        if int(r["coord"]) != 0xFFFFFFFF:
+        if coordinates:
+            args.update({k: int(v[i]) for k, v in coordinates.items()})
+        elif int(r["coord"]) != 0xFFFFFFFF:
             args["coord"] = int(r["coord"])
+        if name in region_metrics:
+            args["metrics"] = region_metrics[name]
         events.append({
             "ph": "X",
-            "name": _name(names, int(r["region_id"])),
+            "name": name,
             "pid": pid,
             "tid": tid,
             "ts": (int(r["start"]) - t0) * scale,
@@ -44,12 +58,35 @@ def chrome_trace(intervals: Intervals, names=None) -> dict:
         })
     for pid in sorted({int(s) for s in np.unique(rows["sm"])} if len(rows) else []):
         events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"SM {pid}"}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",
         "otherData": {"unit": "us" if intervals.unit == "ns" else "cycles", "incomplete": intervals.incomplete,
                       "problems": intervals.problems[:50]},
     }
+
+
+def nesting_problems(doc: dict, limit: int = 20) -> list[str]:
+    """Slices of one track (pid, tid) that overlap without one containing the other: a timeline
+    viewer would draw them wrongly. Empty for a well-formed trace."""
+    tracks: dict = {}
+    for ev in doc.get("traceEvents", []):
+        if ev.get("ph") == "X":
+            tracks.setdefault((ev["pid"], ev["tid"]), []).append((ev["ts"], ev["ts"] + ev["dur"], ev["name"]))
+    problems = []
+    for track, slices in sorted(tracks.items()):
+        open_ends: list[tuple[float, str]] = []
+        for start, end, name in sorted(slices, key=lambda s: (s[0], -s[1])):
+            while open_ends and open_ends[-1][0] <= start:
+                open_ends.pop()
+            if open_ends and end > open_ends[-1][0] + 1e-6:  # 1e-6 us: float rounding of ns times
+                problems.append(f"track {track}: {name!r} [{start}, {end}] crosses the end of "
+                                f"{open_ends[-1][1]!r} at {open_ends[-1][0]}")
+                if len(problems) >= limit:
+                    return problems
+            open_ends.append((end, name))
+    return problems
 
 
 def write_chrome_trace(intervals: Intervals, path: str | os.PathLike, names=None) -> Path:
