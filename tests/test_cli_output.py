@@ -20,9 +20,9 @@ from argus_rt.fsutil import atomic_write_text
 from argus_rt.regions import RegionTree
 from argus_rt.report import REPORT_SCHEMA, REPORT_VERSION, Report, ReportError, validate_report
 from argus_rt.trace import TraceConfig, save_raw
-from argus_rt.trace.synth import RingWriter
 from test_query import write_program_dir
 from test_runtime_standins import StandinTrace, demo_program, standins  # noqa: F401
+from tests.ring_writer import RingWriter
 
 LONG_A = "example/stage_with_a_long_descriptive_name_that_overflows_eighty_columns_alpha"
 LONG_B = "example/stage_with_a_long_descriptive_name_that_overflows_eighty_columns_beta"

@@ -26,9 +26,9 @@ from argus_rt.regions import RegionTree
 from argus_rt.schema_check import load_schema
 from argus_rt.scope import Scope, ScopeError
 from argus_rt.trace import TraceConfig, TraceError, layout, load_raw, save_raw
-from argus_rt.trace.synth import RingWriter
 from argus_rt.workspace import Workspace, WorkspaceError
 from argus_rt.workspace_check import verify
+from tests.ring_writer import RingWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 GT = ROOT / "examples" / "ground_truth"

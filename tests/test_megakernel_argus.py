@@ -240,7 +240,7 @@ def test_jump_table_parser_on_a_listing():
 
 RECORDING_RUNNER = '''
 import torch
-from argus_rt.trace.synth import RingWriter
+from tests.ring_writer import RingWriter
 from test_trace_session import FakeModule
 
 GEMM = {gemm}

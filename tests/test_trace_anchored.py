@@ -12,7 +12,7 @@ from argus_rt.trace import TraceConfig, decode, layout, pair_intervals
 from argus_rt.trace.anchors import MIN_SPAN_NS, MIN_USABLE_SPAN_NS, TIMER_STEP_NS, RingAnchors, fit_rates
 from argus_rt.trace.errors import ClockConversionError, TraceConfigError
 from argus_rt.trace.session import TraceSession
-from argus_rt.trace.synth import RingWriter
+from tests.ring_writer import RingWriter
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 RID = 0x1234ABCD

@@ -10,7 +10,7 @@ import pytest
 from argus_rt.cli import main
 from argus_rt.regions import RegionTree
 from argus_rt.trace import TraceConfig, save_raw
-from argus_rt.trace.synth import RingWriter
+from tests.ring_writer import RingWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,7 +21,7 @@ from argus_rt.trace import (
     region_stats,
     write_chrome_trace,
 )
-from argus_rt.trace.synth import RingWriter
+from tests.ring_writer import RingWriter
 
 OUTER, INNER, OTHER = 0x11111111, 0x22222222, 0x33333333
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from argus_rt.trace import TraceConfig, TraceError, decode, layout, pair_intervals, region_stats
 from argus_rt.trace.decode import MAX_PLAUSIBLE_SPAN
-from argus_rt.trace.synth import RingWriter
+from tests.ring_writer import RingWriter
 
 PROFILES = {"ci": None, "thorough": 10_000}  # None: each property's own CI count
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from argus_rt.trace import TraceConfig, TraceConfigError, TraceError, TraceSession, layout, load_raw
-from argus_rt.trace.synth import RingWriter
+from tests.ring_writer import RingWriter
 
 
 class FakeModule:

@@ -1,14 +1,17 @@
-"""A pure-Python writer with the device's ring semantics, for tests and for crafting traces by hand.
+"""A pure-Python writer with the device's ring semantics, for tests (no GPU).
 
 It follows ``argus_detail::claim_ring`` / ``emit`` in csrc/argus/argus_cursors.cuh step for step, so a
-decoder test can state what the device would have written without a GPU.
+decoder test can state what the device would have written without a GPU. It lays the bytes out with
+argus_rt.trace.layout, the module the decoder reads them with, so a layout bug they share cannot show
+in tests built on it: tests/test_trace_literal_bytes.py decodes bytes written out by hand from
+csrc/argus/argus_layout.h for that (and checks this writer against them).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import layout
-from .config import TraceConfig
+from argus_rt.trace import layout
+from argus_rt.trace.config import TraceConfig
 
 
 class RingWriter:
