@@ -241,6 +241,17 @@ def main() -> int:
         "mk_r4u4": {"build_flags": ("-DMK_GEMV_ROWS=4", "-DMK_GEMV_UNROLL=4")},
         "mk_r1u16": {"build_flags": ("-DMK_GEMV_ROWS=1", "-DMK_GEMV_UNROLL=16")},
         "mk_down8_relax": {"tiles": TileShape(down_rows=8), "build_flags": ("-DMK_RELAXED_POLL=1",)},
+        # Fewer dependent round trips per tile (megakernel/NOTES.md "Ready for the next device run"; not yet
+        # GPU-tested). early: each GEMV tile's first weight block (2 rows x 8 chunks per lane, 64 registers)
+        # is loaded before its norm / vector load; O-proj too only with the one-trip combine (onepass).
+        "mk_early": {"build_flags": ("-DMK_EARLY_WEIGHTS=1",)},
+        "mk_early4": {"build_flags": ("-DMK_EARLY_WEIGHTS=1", "-DMK_EARLY_CHUNKS=4", "-DMK_COMBINE_ONEPASS=1")},
+        "mk_onepass": {"build_flags": ("-DMK_COMBINE_ONEPASS=1",)},  # O-proj combine in one L2 trip
+        "mk_early_onepass": {"build_flags": ("-DMK_EARLY_WEIGHTS=1", "-DMK_COMBINE_ONEPASS=1")},
+        "mk_ssq": {"tiles": TileShape(publish_ssq=True)},  # Down/O-proj publish sums of squares for the norms
+        "mk_fsample": {"tiles": TileShape(fused_sample=True)},  # per-Logits-tile argmax, Sample reduces 500 pairs
+        "mk_fused_all": {"tiles": TileShape(publish_ssq=True, fused_sample=True),
+                         "build_flags": ("-DMK_EARLY_WEIGHTS=1", "-DMK_COMBINE_ONEPASS=1")},
     }
     for name in filter(None, a.variants.split(",")):
         variants[name] = more[name]

@@ -139,6 +139,16 @@ def prefetch_plan(program: Program, window_bytes: int | None, own: bool | tuple[
     return words
 
 
+# TileShape op options and the build flag that compiles each one's kernel code (csrc/megakernel/megakernel.cu).
+OPTION_FLAGS = {"publish_ssq": "-DMK_PUBLISH_SSQ=1", "fused_sample": "-DMK_FUSED_SAMPLE=1"}
+
+
+def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Build flags the tile options need that ``given`` does not already have. (A flag without its option
+    is harmless: the kernel also checks the parameter block, where the option's part count is 0.)"""
+    return tuple(flag for name, flag in OPTION_FLAGS.items() if getattr(tiles, name) and flag not in given)
+
+
 class MegakernelError(RuntimeError):
     """The kernel stopped itself: a dependency deadline passed, a bad token, or a bad opcode."""
 
@@ -240,7 +250,10 @@ class MegakernelDecoder:
         self.sampling = sampling or SamplingParams()
         self.n_forced = 1
         self.argus_mode = argus_mode
-        self.build_flags = tuple(build_flags)  # e.g. ("-DMK_BLOCKS_PER_SM=2",): csrc/megakernel/config.cuh knobs
+        # e.g. ("-DMK_BLOCKS_PER_SM=2",): csrc/megakernel/config.cuh knobs; plus the flags of the tile options
+        self.build_flags = tuple(build_flags) + option_flags(self.tiles, build_flags)
+        if stage_bytes and any(f.startswith("-DMK_EARLY_WEIGHTS") and not f.endswith("=0") for f in self.build_flags):
+            raise ValueError("MK_EARLY_WEIGHTS builds have no shared-memory staging path: use stage_bytes=0")
         self.build = build(argus_mode, extra_flags=self.build_flags)
         self.module = CubinModule.load(self.build.cubin, device=device)
         if stage_bytes:  # static (~35 KiB) + dynamic shared memory above 48 KiB needs the opt-in
@@ -313,6 +326,11 @@ class MegakernelDecoder:
             "sample_counter": self.program.counters.index("sample"), "seed": self.sampling.seed & 0xFFFFFFFF,
             "timeout_ns": self.timeout_ns, "prefetch_ahead": self.prefetch_ahead, "stage_bytes": self.stage_bytes,
             "eps": c.eps, "temperature": self.sampling.temperature,
+            "ssq_x": ptr["ssq_x"], "ssq_mid": ptr["ssq_mid"],
+            "ssq_x_parts": c.hidden // self.tiles.down_rows if self.tiles.publish_ssq else 0,
+            "ssq_mid_parts": c.hidden // self.tiles.o_rows if self.tiles.publish_ssq else 0,
+            "sample_val": ptr["sample_val"], "sample_idx": ptr["sample_idx"],
+            "sample_parts": c.vocab // self.tiles.logits_rows if self.tiles.fused_sample else 0,
         }
 
     def launch(self, step_begin: int, n_steps: int, stream=None) -> None:

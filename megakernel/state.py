@@ -18,7 +18,7 @@ from .dag import Program
 
 WEIGHT_NAMES = ("embed", "wqkv", "wo", "wgu", "wd", "attn_norm", "ffn_norm", "final_norm", "lm_head")
 BUFFER_NAMES = ("x", "x_mid", "q", "attn_part", "h", "logits", "k_cache", "v_cache", "rope_cos", "rope_sin",
-                "tokens", "counters")
+                "tokens", "counters", "ssq_x", "ssq_mid", "sample_val", "sample_idx")
 
 
 def interleave_gate_up(w_gate: torch.Tensor, w_up: torch.Tensor, features: int) -> torch.Tensor:
@@ -97,6 +97,12 @@ class DecodeState:
             "rope_sin": sin[:, :half].contiguous().to(device),
             "tokens": torch.zeros(c.max_seq + 1, device=device, dtype=torch.int32),
             "counters": torch.zeros(len(program.counters), device=device, dtype=torch.int32),
+            # TileShape.publish_ssq: sum of squares of x[l] / x_mid[l] per producing tile (Embed: all in slot 0)
+            "ssq_x": torch.full((c.n_layers + 1, c.hidden // tiles.down_rows), nan, **f32),
+            "ssq_mid": torch.full((c.n_layers, c.hidden // tiles.o_rows), nan, **f32),
+            # TileShape.fused_sample: per Logits tile, the best (value, vocabulary index) of its rows
+            "sample_val": torch.full((c.vocab // tiles.logits_rows,), nan, **f32),
+            "sample_idx": torch.full((c.vocab // tiles.logits_rows,), -1, device=device, dtype=torch.int32),
         })
         return cls(program, t)
 

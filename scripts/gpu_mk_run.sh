@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call for megakernel tuning: build, GPU tests of the default path, decode benchmark
-# (extra rows from $VARIANTS, args from $BENCH_ARGS), phase timeline of the fastest row, and with
+# (extra rows from $VARIANTS, args from $BENCH_ARGS), phase timeline of the fastest row, with
+# FUSION_TESTS=1 the opt-in fusion variants' GPU tests (tests/test_megakernel_fusions_gpu.py), and with
 # NCU=1 Nsight Compute per-PC source counters of one generation launch. Logs under $OUT.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -11,6 +12,9 @@ if [ "${TESTS:-1}" = 1 ]; then
   timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_megakernel_gpu.py ${TEST_EXTRA:-} -k "${TEST_K:-not staged}" 2>&1 | tail -15 | tee $OUT/gpu_tests.log
 fi
 timeout ${BENCH_S:-300} python3 benchmarks/decode.py ${BENCH_ARGS:---no-compile} --variants "${VARIANTS:-}" 2>&1 | tee $OUT/bench.log
+if [ "${FUSION_TESTS:-0}" = 1 ]; then  # opt-in fusion variants vs the interpreter (after the bench: cubins cached)
+  timeout ${FUSION_S:-240} python3 -m pytest -q -p no:cacheprovider tests/test_megakernel_fusions_gpu.py ${FUSION_K:+-k "$FUSION_K"} 2>&1 | tail -20 | tee -a $OUT/gpu_tests.log
+fi
 if [ "${NCU:-0}" = 1 ]; then
   t0=$(date +%s)
   timeout 240 ncu --clock-control none --replay-mode kernel --kernel-name regex:megakernel --launch-skip 1 --launch-count 1 \

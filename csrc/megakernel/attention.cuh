@@ -245,4 +245,68 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
   __syncthreads();
 }
 
+
+// Opt-in (MK_COMBINE_ONEPASS=1): the combine in one L2 trip. Thread t owns 8 consecutive outputs
+// (dims 8t' .. 8t'+7 of one head, t' = t clamped to the hidden size) and loads, for MK_COMBINE_SPLITS
+// splits at a time, their values and the head's (max, sum) pair together (8-byte loads: a partial row
+// is Dh + 2 floats), keeping an online max M, denominator and rescaled sums: no weights pass, no
+// barrier between passes, no weights in shared memory. Same math as load_attention_combined:
+// out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
+#ifndef MK_COMBINE_ONEPASS
+#define MK_COMBINE_ONEPASS 0
+#endif
+#ifndef MK_COMBINE_SPLITS
+#if MK_EARLY_WEIGHTS  // the O-proj tile holds 64 weight registers across the combine: 4 splits spilled 48 bytes
+#define MK_COMBINE_SPLITS 2
+#else
+#define MK_COMBINE_SPLITS 4  // splits whose loads are in flight at once (10 registers each)
+#endif
+#endif
+__device__ __forceinline__ void load_attention_combined_1trip(const Params& p, int layer, int pos, float* xs) {
+  const int Dh = (int)p.head_dim, H = (int)p.n_heads, NS = (int)p.n_splits, D = (int)p.hidden;
+  const int used = (pos + (int)p.attn_split) / (int)p.attn_split;  // ceil((pos + 1) / S)
+  const int i0 = 8 * (int)threadIdx.x, ic = min(i0, D - 8);  // host-checked: D <= 8 * THREADS, Dh % 8 == 0
+  const int h = ic / Dh, d0 = ic - h * Dh;
+  const float* ph = p.attn_part + ((size_t)layer * H + h) * NS * (Dh + 2);
+  float acc[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc[e] = 0.f;
+  float M = -INFINITY, den = 0.f;
+  for (int s0 = 0; s0 < used; s0 += MK_COMBINE_SPLITS) {
+    float2 v[MK_COMBINE_SPLITS][4], ml[MK_COMBINE_SPLITS];
+#pragma unroll
+    for (int u = 0; u < MK_COMBINE_SPLITS; ++u) {  // branch-free: clamped splits reload the last one
+      const float* row = ph + (size_t)min(s0 + u, used - 1) * (Dh + 2);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) v[u][q] = __ldcg(reinterpret_cast<const float2*>(row + d0) + q);
+      ml[u] = __ldcg(reinterpret_cast<const float2*>(row + Dh));
+    }
+    float Mn = M;
+#pragma unroll
+    for (int u = 0; u < MK_COMBINE_SPLITS; ++u) Mn = fmaxf(Mn, ml[u].x);  // repeats do not change the max
+    const float r = __expf(M - Mn);  // first trip: exp(-inf) = 0, and den, acc are 0
+    den *= r;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] *= r;
+#pragma unroll
+    for (int u = 0; u < MK_COMBINE_SPLITS; ++u) {
+      const float w = s0 + u < used ? __expf(ml[u].x - Mn) : 0.f;
+      den = fmaf(w, ml[u].y, den);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        acc[2 * q] = fmaf(w, v[u][q].x, acc[2 * q]);
+        acc[2 * q + 1] = fmaf(w, v[u][q].y, acc[2 * q + 1]);
+      }
+    }
+    M = Mn;
+  }
+  if (i0 < D) {
+    const float inv = __fdividef(1.f, den);  // no IEEE-division slow-path call (registers held across it spill)
+    float4* x4 = reinterpret_cast<float4*>(xs + i0);
+    x4[0] = make_float4(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv);
+    x4[1] = make_float4(acc[4] * inv, acc[5] * inv, acc[6] * inv, acc[7] * inv);
+  }
+  __syncthreads();
+}
+
 }  // namespace mk

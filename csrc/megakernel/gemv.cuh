@@ -99,4 +99,152 @@ __device__ __noinline__ void load_vector(const float* x, int n, float* xs) {
   __syncthreads();
 }
 
+
+// ---- Opt-in (MK_EARLY_WEIGHTS=1, megakernel/NOTES.md "Ready for the next device run"): a GEMV tile
+// issues its first block of weight loads (GEMV_ROWS rows x MK_EARLY_CHUNKS 16-byte chunks per lane,
+// GEMV_ROWS * MK_EARLY_CHUNKS * 4 registers) right after its dependency is met and *before* its
+// activation work (RMSNorm, O-proj combine, the down tile's vector load), so those loads are in
+// flight while the activation loads are; no weight byte moves before the dependency is satisfied.
+// The dot products then run in the same order as gemv_tile. The activation
+// helpers below are inlined (and less unrolled) so the held weights do not spill at 128 registers.
+#ifndef MK_EARLY_WEIGHTS
+#define MK_EARLY_WEIGHTS 0
+#endif
+#ifndef MK_EARLY_CHUNKS
+#define MK_EARLY_CHUNKS 8  // chunks per row held across the activation work (8: a 2048-wide row per warp)
+#endif
+
+struct EarlyBlock {
+  uint4 w[MK_EARLY_CHUNKS][GEMV_ROWS];
+};
+
+// Warp w's first row block (rows w * GEMV_ROWS ..): its first MK_EARLY_CHUNKS chunks per lane, clamped
+// to the row (a repeated load of the last chunk is issued but never used), no branch between loads.
+__device__ __forceinline__ void early_issue(const __nv_bfloat16* __restrict__ W, int K, int rows, EarlyBlock& b) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, chunks = K >> 3;
+  // Unconditional (a warp without a block, rows < NWARPS * GEMV_ROWS, reloads the last row): values
+  // defined under a branch and used after the CTA barriers of the activation work were spilled.
+  const int r0 = max(0, min(warp * GEMV_ROWS, rows - GEMV_ROWS));
+#pragma unroll
+  for (int u = 0; u < MK_EARLY_CHUNKS; ++u) {
+    const int c = min(lane + 32 * u, chunks - 1);
+#pragma unroll
+    for (int i = 0; i < GEMV_ROWS; ++i)
+      b.w[u][i] = ld_weights(reinterpret_cast<const char*>(W + (size_t)(r0 + i) * K) + (size_t)c * 16);
+  }
+}
+
+// The plain unrolled loop of gemv_tile over chunks [c_first, chunks) of one row block (lane stride 32).
+__device__ __forceinline__ void gemv_block_plain(const char* const* row_ptr, int c_first, int chunks,
+                                                 const float4* __restrict__ x4, float* acc) {
+#pragma unroll GEMV_UNROLL
+  for (int c = c_first; c < chunks; c += 32) {
+    uint4 w[GEMV_ROWS];
+#pragma unroll
+    for (int i = 0; i < GEMV_ROWS; ++i) w[i] = ld_weights(row_ptr[i] + (size_t)c * 16);
+    const float4 a = x4[2 * c], b = x4[2 * c + 1];
+#pragma unroll
+    for (int i = 0; i < GEMV_ROWS; ++i) acc[i] += dot8(w[i], a, b);
+  }
+}
+
+// out[r] = W[r, :] . xs for r < rows of one row block, chunks from c_first on (plain loop).
+__device__ __forceinline__ void gemv_rows_from(const __nv_bfloat16* __restrict__ W, int K, int r, int c_first,
+                                               const float4* __restrict__ x4, float* __restrict__ out, float* acc) {
+  const char* row_ptr[GEMV_ROWS];
+#pragma unroll
+  for (int i = 0; i < GEMV_ROWS; ++i) row_ptr[i] = reinterpret_cast<const char*>(W + (size_t)(r + i) * K);
+  gemv_block_plain(row_ptr, c_first, K >> 3, x4, acc);
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < GEMV_ROWS; ++i) {
+    const float s = warp_sum(acc[i]);
+    if (lane == 0) out[r + i] = s;
+  }
+}
+
+// out[r] = W[r, :] . xs for r < rows, using the registers early_issue filled (xs must be published).
+// The first row block is peeled off, so the held registers are dead before the plain loops run.
+__device__ __forceinline__ void early_finish(const __nv_bfloat16* __restrict__ W, int K, int rows,
+                                             const float* __restrict__ xs, float* __restrict__ out, const EarlyBlock& b) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, chunks = K >> 3, r0 = warp * GEMV_ROWS;
+  const float4* x4 = reinterpret_cast<const float4*>(xs);
+  if (r0 < rows) {
+    float acc[GEMV_ROWS];
+#pragma unroll
+    for (int i = 0; i < GEMV_ROWS; ++i) acc[i] = 0.f;
+#pragma unroll
+    for (int u = 0; u < MK_EARLY_CHUNKS; ++u) {
+      const int c = lane + 32 * u;
+      if (c < chunks) {
+        const float4 a = x4[2 * c], bb = x4[2 * c + 1];
+#pragma unroll
+        for (int i = 0; i < GEMV_ROWS; ++i) acc[i] += dot8(b.w[u][i], a, bb);
+      }
+    }
+    gemv_rows_from(W, K, r0, lane + 32 * MK_EARLY_CHUNKS, x4, out, acc);
+  }
+  for (int r = r0 + NWARPS * GEMV_ROWS; r < rows; r += NWARPS * GEMV_ROWS) {
+    float acc[GEMV_ROWS];
+#pragma unroll
+    for (int i = 0; i < GEMV_ROWS; ++i) acc[i] = 0.f;
+    gemv_rows_from(W, K, r, lane, x4, out, acc);
+  }
+}
+
+// load_rmsnorm, inlined and not unrolled (TinyLlama: one trip per thread), for the early-weights tiles.
+__device__ __forceinline__ float load_rmsnorm_inl(const float* x, const __nv_bfloat16* __restrict__ g, int n, float eps,
+                                                  float* xs, float* scratch) {
+  float ss = 0.f;
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  const uint4* g8 = reinterpret_cast<const uint4*>(g);
+  float4* xs4 = reinterpret_cast<float4*>(xs);
+#pragma unroll 1
+  for (int c = threadIdx.x; c < (n >> 3); c += THREADS) {
+    const float4 a = __ldcg(x4 + 2 * c), b = __ldcg(x4 + 2 * c + 1);
+    const uint4 w = __ldg(g8 + c);
+    ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
+    xs4[2 * c] = make_float4(a.x * bf_lo(w.x), a.y * bf_hi(w.x), a.z * bf_lo(w.y), a.w * bf_hi(w.y));
+    xs4[2 * c + 1] = make_float4(b.x * bf_lo(w.z), b.y * bf_hi(w.z), b.z * bf_lo(w.w), b.w * bf_hi(w.w));
+  }
+  const float total = block_sum(ss, scratch);
+  // __fdividef, not '/': an IEEE division has a slow-path subroutine call, around which ptxas spilled
+  // every held weight register right after its load (SASS, 2026-12-01), which waits for the load.
+  return rsqrtf(__fdividef(total, (float)n) + eps);
+}
+
+// Opt-in (TileShape.publish_ssq, build flag MK_PUBLISH_SSQ): the producers of x / x_mid (Embed, Down,
+// O-proj tiles) publish the sum of squares of the rows they wrote, one float per tile in `ssq`
+// (`parts` of them); the norm reads those in the same L2 trip as x and g, and each warp sums them
+// itself: no CTA-wide reduction, one barrier (which publishes xs) instead of block_sum's two.
+__device__ __forceinline__ float load_norm_published(const float* x, const __nv_bfloat16* __restrict__ g, int n, float eps,
+                                                     float* xs, const float* ssq, int parts) {
+  const int lane = threadIdx.x & 31;
+  float ss = 0.f;
+#pragma unroll 4
+  for (int i = lane; i < parts; i += 32) ss += __ldcg(ssq + i);
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  const uint4* g8 = reinterpret_cast<const uint4*>(g);
+  float4* xs4 = reinterpret_cast<float4*>(xs);
+#pragma unroll 1
+  for (int c = threadIdx.x; c < (n >> 3); c += THREADS) {
+    const float4 a = __ldcg(x4 + 2 * c), b = __ldcg(x4 + 2 * c + 1);
+    const uint4 w = __ldg(g8 + c);
+    xs4[2 * c] = make_float4(a.x * bf_lo(w.x), a.y * bf_hi(w.x), a.z * bf_lo(w.y), a.w * bf_hi(w.y));
+    xs4[2 * c + 1] = make_float4(b.x * bf_lo(w.z), b.y * bf_hi(w.z), b.z * bf_lo(w.w), b.w * bf_hi(w.w));
+  }
+  ss = warp_sum(ss);
+  __syncthreads();  // publishes xs
+  return rsqrtf(__fdividef(ss, (float)n) + eps);  // no division slow-path call (see load_rmsnorm_inl)
+}
+
+// load_vector, inlined with 4 loads per thread in flight (the early-weights down tile holds its weights).
+__device__ __forceinline__ void load_vector_inl(const float* x, int n, float* xs) {
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  float4* xs4 = reinterpret_cast<float4*>(xs);
+#pragma unroll 4
+  for (int c = threadIdx.x; c < (n >> 2); c += THREADS) xs4[c] = __ldcg(x4 + c);
+  __syncthreads();
+}
+
 }  // namespace mk

@@ -41,6 +41,25 @@ struct WarpSyncOnExit {
 #define MK_REGION(id, c) ((void)0)
 #endif
 
+// Opt-in fusions, each off by default (not yet GPU-tested; megakernel/NOTES.md "Ready for the next
+// device run"). The runtime adds MK_PUBLISH_SSQ / MK_FUSED_SAMPLE when TileShape asks for them, and
+// the kernel still checks the parameter block (ssq_x_parts, sample_parts > 0) at run time.
+#ifndef MK_PUBLISH_SSQ
+#define MK_PUBLISH_SSQ 0  // producers of x / x_mid publish per-tile sums of squares; norms read them
+#endif
+#ifndef MK_FUSED_SAMPLE
+#define MK_FUSED_SAMPLE 0  // Logits tiles write per-tile (value, index) argmax partials; Sample reduces them
+#endif
+#ifndef MK_OP_NOINLINE  // default: on with MK_EARLY_WEIGHTS (inlined into the worker loop, that build spilled 196 bytes)
+#define MK_OP_NOINLINE MK_EARLY_WEIGHTS
+#endif
+#if MK_OP_NOINLINE
+// Each GEMV op as its own function (ABI call): its registers are allocated apart from the worker loop.
+#define MK_OP __device__ __noinline__
+#else
+#define MK_OP __device__
+#endif
+
 struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
   float xs[SMEM_FLOATS];
   float out[MAX_TILE_ROWS];
@@ -123,7 +142,7 @@ __device__ __forceinline__ void tile_gemv(const Params& p, Smem& s, const __nv_b
   }
 }
 
-__device__ void op_embed(const Params& p, int step, bool* bad) {
+__device__ void op_embed(const Params& p, Smem& s, int step, bool* bad) {
   const int tok = __ldcg(p.tokens + step);  // written by the previous step's Sample on another CTA
   if (tok < 0 || tok >= p.vocab) {
     *bad = true;
@@ -131,28 +150,81 @@ __device__ void op_embed(const Params& p, int step, bool* bad) {
   }
   const uint4* row = reinterpret_cast<const uint4*>(p.embed + (size_t)tok * p.hidden);
   float4* x4 = reinterpret_cast<float4*>(p.x);
+  float ss = 0.f;
 #pragma unroll 4
   for (int c = threadIdx.x; c < (int)(p.hidden >> 3); c += THREADS) {
     const uint4 w = __ldg(row + c);
-    x4[2 * c] = make_float4(bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y));
-    x4[2 * c + 1] = make_float4(bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w));
+    const float4 a = make_float4(bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y));
+    const float4 b = make_float4(bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w));
+    x4[2 * c] = a;
+    x4[2 * c + 1] = b;
+    ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
+  }
+#if MK_PUBLISH_SSQ
+  if (p.ssq_x_parts > 0) {  // x[0]'s sum of squares: all of it in slot 0, the other slots 0
+    const float total = block_sum(ss, s.scratch);
+    for (int i = threadIdx.x; i < (int)p.ssq_x_parts; i += THREADS) p.ssq_x[i] = i == 0 ? total : 0.f;
+  }
+#endif
+  (void)s;
+  (void)ss;
+}
+
+// Rows [row0, row0 + rows) were just written with values whose squares this thread summed in `ss`
+// (rows <= 32, host-checked, so they all belong to warp 0): slot `slot` of `ssq` gets their sum.
+__device__ __forceinline__ void publish_ssq(float ss, float* ssq, int slot) {
+  if (threadIdx.x < 32) {
+    ss = warp_sum(ss);
+    if (threadIdx.x == 0) ssq[slot] = ss;
   }
 }
 
+// rstd of x (n floats) and xs = x * g: from the published sums of squares when there are any
+// (MK_PUBLISH_SSQ, parts > 0), else by a CTA-wide reduction.
+__device__ __forceinline__ float tile_norm(const float* x, const __nv_bfloat16* g, int n, float eps, Smem& s,
+                                           const float* ssq, int parts) {
+#if MK_PUBLISH_SSQ
+  if (parts > 0) return load_norm_published(x, g, n, eps, s.xs, ssq, parts);
+#endif
+  (void)ssq;
+  (void)parts;
+#if MK_EARLY_WEIGHTS
+  return load_rmsnorm_inl(x, g, n, eps, s.xs, s.scratch);
+#else
+  return load_rmsnorm(x, g, n, eps, s.xs, s.scratch);
+#endif
+}
+
+// The GEMV of a tile whose first weight block early_issue put in registers (MK_EARLY_WEIGHTS, not
+// staged), else tile_gemv.
+#if MK_EARLY_WEIGHTS
+// Not combined with shared-memory staging: the runtime refuses stage_bytes > 0 with this flag.
+#define MK_EARLY_BEGIN(W, K, rows) \
+  EarlyBlock eb;                   \
+  early_issue(W, K, rows, eb)
+#define MK_TILE_GEMV(W, K, rows) early_finish(W, K, rows, s.xs, s.out, eb)
+#else
+#define MK_EARLY_BEGIN(W, K, rows) ((void)0)
+#define MK_TILE_GEMV(W, K, rows) tile_gemv(p, s, W, K, rows)
+#endif
+
 // Part `part` of a q/k/v head (TileShape.qkv_parts parts per head). A q/k part's packed weight rows
 // are its RoPE pairs: outputs [0, h) are dims part*h + j, outputs [h, 2h) dims Dh/2 + part*h + j.
-__device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, int part, int step) {
+MK_OP void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, int part, int step) {
   const int D = (int)p.hidden, Dh = (int)p.head_dim, KV = (int)(p.n_kv_heads * p.head_dim), half = Dh / 2;
   const int rows = Dh / (int)p.qkv_parts, h = rows / 2;
+  const size_t base = (kind == HEAD_Q ? 0 : kind == HEAD_K ? D : D + KV) + (size_t)head * Dh + (size_t)part * rows;
+  const __nv_bfloat16* W = p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D;
+  MK_EARLY_BEGIN(W, D, rows);
   float rstd;
   {
     MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
-    rstd = load_rmsnorm(p.x + (size_t)layer * D, p.attn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch);
+    rstd = tile_norm(p.x + (size_t)layer * D, p.attn_norm + (size_t)layer * D, D, (float)p.eps, s,
+                     p.ssq_x + (size_t)layer * p.ssq_x_parts, (int)p.ssq_x_parts);
   }
   {
     MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
-    const size_t base = (kind == HEAD_Q ? 0 : kind == HEAD_K ? D : D + KV) + (size_t)head * Dh + (size_t)part * rows;
-    tile_gemv(p, s, p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D, D, rows);
+    MK_TILE_GEMV(W, D, rows);
     __syncthreads();
   }
   MK_REGION(ARGUS_REGION_DECODE_KV_UPDATE, coord(step, layer));
@@ -180,28 +252,54 @@ __device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, 
   }
 }
 
-__device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
+MK_OP void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
   const int D = (int)p.hidden;
+  const __nv_bfloat16* W = p.wo + ((size_t)layer * D + row0) * D;
+  // Early weights here only with the one-trip combine: with the two-pass combine ptxas spilled the held
+  // weight registers (128 bytes at 128 registers, 2026-12-01), so that build keeps the plain O-proj GEMV.
+#define MK_EARLY_OPROJ (MK_EARLY_WEIGHTS && MK_COMBINE_ONEPASS)
+#if MK_EARLY_OPROJ
+  MK_EARLY_BEGIN(W, D, rows);
+#endif
   {
     MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
+#if MK_COMBINE_ONEPASS
+    load_attention_combined_1trip(p, layer, step, s.xs);
+#else
     load_attention_combined(p, layer, step, s.xs);
+#endif
   }
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
-  tile_gemv(p, s, p.wo + ((size_t)layer * D + row0) * D, D, rows);
+#if MK_EARLY_OPROJ
+  MK_TILE_GEMV(W, D, rows);
+#else
+  tile_gemv(p, s, W, D, rows);
+#endif
   __syncthreads();
-  for (int r = threadIdx.x; r < rows; r += THREADS)
-    p.x_mid[(size_t)layer * D + row0 + r] = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
+  float ss = 0.f;
+  for (int r = threadIdx.x; r < rows; r += THREADS) {
+    const float y = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
+    p.x_mid[(size_t)layer * D + row0 + r] = y;
+    ss += y * y;
+  }
+#if MK_PUBLISH_SSQ
+  if (p.ssq_mid_parts > 0) publish_ssq(ss, p.ssq_mid + (size_t)layer * p.ssq_mid_parts, row0 / rows);
+#endif
+  (void)ss;
 }
 
-__device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, int step) {
+MK_OP void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, int step) {
   const int D = (int)p.hidden;
+  const __nv_bfloat16* W = p.wgu + ((size_t)layer * 2 * p.ffn + 2 * (size_t)f0) * D;
+  MK_EARLY_BEGIN(W, D, 2 * nf);
   float rstd;
   {
     MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
-    rstd = load_rmsnorm(p.x_mid + (size_t)layer * D, p.ffn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch);
+    rstd = tile_norm(p.x_mid + (size_t)layer * D, p.ffn_norm + (size_t)layer * D, D, (float)p.eps, s,
+                     p.ssq_mid + (size_t)layer * p.ssq_mid_parts, (int)p.ssq_mid_parts);
   }
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
-  tile_gemv(p, s, p.wgu + ((size_t)layer * 2 * p.ffn + 2 * (size_t)f0) * D, D, 2 * nf);
+  MK_TILE_GEMV(W, D, 2 * nf);
   __syncthreads();
   for (int f = threadIdx.x; f < nf; f += THREADS) {  // SiLU(gate) * up, fused into the GEMV tile
     const float g = s.out[f] * rstd, u = s.out[nf + f] * rstd;
@@ -209,27 +307,28 @@ __device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, 
   }
 }
 
-__device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
+MK_OP void op_down(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
   const int D = (int)p.hidden, F = (int)p.ffn;
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+  const __nv_bfloat16* W = p.wd + ((size_t)layer * D + row0) * F;
+  MK_EARLY_BEGIN(W, F, rows);
+#if MK_EARLY_WEIGHTS
+  load_vector_inl(p.h + (size_t)layer * F, F, s.xs);
+#else
   load_vector(p.h + (size_t)layer * F, F, s.xs);
-  tile_gemv(p, s, p.wd + ((size_t)layer * D + row0) * F, F, rows);
+#endif
+  MK_TILE_GEMV(W, F, rows);
   __syncthreads();
-  for (int r = threadIdx.x; r < rows; r += THREADS)
-    p.x[(size_t)(layer + 1) * D + row0 + r] = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
-}
-
-__device__ void op_logits(const Params& p, Smem& s, int row0, int rows, int step) {
-  const int D = (int)p.hidden, L = (int)p.n_layers;
-  float rstd;
-  {
-    MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, L));
-    rstd = load_rmsnorm(p.x + (size_t)L * D, p.final_norm, D, (float)p.eps, s.xs, s.scratch);
+  float ss = 0.f;
+  for (int r = threadIdx.x; r < rows; r += THREADS) {
+    const float y = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
+    p.x[(size_t)(layer + 1) * D + row0 + r] = y;
+    ss += y * y;
   }
-  MK_REGION(ARGUS_REGION_DECODE_LOGITS, coord(step, L));
-  tile_gemv(p, s, p.lm_head + (size_t)row0 * D, D, rows);
-  __syncthreads();
-  for (int r = threadIdx.x; r < rows; r += THREADS) p.logits[row0 + r] = s.out[r] * rstd;
+#if MK_PUBLISH_SSQ
+  if (p.ssq_x_parts > 0) publish_ssq(ss, p.ssq_x + (size_t)(layer + 1) * p.ssq_x_parts, row0 / rows);
+#endif
+  (void)ss;
 }
 
 // Uniform (0, 1) noise for Gumbel-max sampling; megakernel/interpreter.py: gumbel_uniform.
@@ -243,9 +342,98 @@ __device__ __forceinline__ float uniform_noise(unsigned seed, unsigned step, uns
   return ((float)(x >> 8) + 0.5f) * (1.0f / 16777216.0f);
 }
 
+#if MK_FUSED_SAMPLE
+// (best, best_i) over the CTA, the highest value and the lowest index on ties (NaNs never win); thread 0
+// gets the result. Uses s.scratch and s.argmax_idx (the caller's earlier readers are behind a barrier).
+__device__ __forceinline__ void block_argmax(Smem& s, float* best, int* best_i) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float b = *best;
+  int bi = *best_i;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, b, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (ob > b || (ob == b && oi < bi)) {
+      b = ob;
+      bi = oi;
+    }
+  }
+  if (lane == 0) {
+    s.scratch[warp] = b;
+    s.argmax_idx[warp] = bi;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < NWARPS; ++w)
+      if (s.scratch[w] > b || (s.scratch[w] == b && s.argmax_idx[w] < bi)) {
+        b = s.scratch[w];
+        bi = s.argmax_idx[w];
+      }
+  }
+  *best = b;
+  *best_i = bi;
+}
+#endif
+
+MK_OP void op_logits(const Params& p, Smem& s, int row0, int rows, int step) {
+  const int D = (int)p.hidden, L = (int)p.n_layers;
+  const __nv_bfloat16* W = p.lm_head + (size_t)row0 * D;
+  MK_EARLY_BEGIN(W, D, rows);
+  float rstd;
+  {
+    MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, L));
+    rstd = tile_norm(p.x + (size_t)L * D, p.final_norm, D, (float)p.eps, s, p.ssq_x + (size_t)L * p.ssq_x_parts,
+                     (int)p.ssq_x_parts);
+  }
+  MK_REGION(ARGUS_REGION_DECODE_LOGITS, coord(step, L));
+  MK_TILE_GEMV(W, D, rows);
+  __syncthreads();
+  for (int r = threadIdx.x; r < rows; r += THREADS) p.logits[row0 + r] = s.out[r] * rstd;
+#if MK_FUSED_SAMPLE
+  if (p.sample_parts > 0) {  // this tile's argmax partial, exactly the values op_sample would compare
+    const float temp = (float)p.temperature;
+    float best = -INFINITY;
+    int best_i = 0x7fffffff;
+    for (int r = threadIdx.x; r < rows; r += THREADS) {
+      const int i = row0 + r;
+      float v = s.out[r] * rstd;
+      if (temp > 0.f) v = v / temp - logf(-logf(uniform_noise((unsigned)p.seed, (unsigned)step, (unsigned)i)));
+      if (v > best || (v == best && i < best_i)) {
+        best = v;
+        best_i = i;
+      }
+    }
+    block_argmax(s, &best, &best_i);
+    if (threadIdx.x == 0) {
+      p.sample_val[row0 / rows] = best;
+      p.sample_idx[row0 / rows] = best_i;
+    }
+  }
+#endif
+}
+
 __device__ void op_sample(const Params& p, Smem& s, int step) {
   if (step + 1 < p.n_forced || step + 1 > p.max_seq) return;  // the next token is given (prompt)
   MK_REGION(ARGUS_REGION_DECODE_SAMPLING, coord(step, (int)p.n_layers));
+#if MK_FUSED_SAMPLE
+  if (p.sample_parts > 0) {  // reduce the Logits tiles' (value, index) partials: 2 loads per thread in flight
+    float best = -INFINITY;
+    int best_i = 0x7fffffff;
+    const int n = (int)p.sample_parts;
+#pragma unroll 2
+    for (int j = threadIdx.x; j < n; j += THREADS) {
+      const float v = __ldcg(p.sample_val + j);
+      const int i = __ldcg(p.sample_idx + j);
+      if (v > best || (v == best && i < best_i)) {
+        best = v;
+        best_i = i;
+      }
+    }
+    block_argmax(s, &best, &best_i);
+    if (threadIdx.x == 0) p.tokens[step + 1] = best_i == 0x7fffffff ? -1 : best_i;
+    return;
+  }
+#endif
   const float temp = (float)p.temperature;
   float best = -INFINITY;
   int best_i = 0x7fffffff;
@@ -367,7 +555,7 @@ __device__ void worker(const Params& p, Smem& s) {
     }
     bool bad = false;
     switch (op) {
-      case OP_EMBED: op_embed(p, step, &bad); break;
+      case OP_EMBED: op_embed(p, s, step, &bad); break;
       case OP_QKV_HEAD: op_qkv(p, s, layer, s.ins[W_A0], s.ins[W_A1], s.ins[W_A2], step); break;
       case OP_ATTN_PARTIAL: {
         MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
