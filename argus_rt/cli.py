@@ -26,8 +26,8 @@ COMMAND_MODULES = ["demo", "build", "trace", "plan", "query", "workspace", "disc
 # commands used to catch one by one. Looked up only in modules already imported: an error of a
 # module nobody imported cannot have been raised.
 _INPUT_ERRORS = {
-    "argus_rt.compiler.triton_discovery": ("DiscoveryError", "TtgirError"),
-    "argus_rt.compiler.triton_kernel_check": ("ProbeError",),  # imported by compiler.probes too
+    "argus_rt.kinds.triton.discovery": ("DiscoveryError", "TtgirError"),
+    "argus_rt.kinds.triton.kernel_check": ("ProbeError",),  # imported by kinds.triton.probes too
 }
 # A file the user named that is missing or unreadable is bad input too.
 _FILE_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)

@@ -2,17 +2,21 @@
 Transform (both ``kind="triton"``).
 
 Runtime handlers, so they sit above :mod:`argus_rt.runtime` (as :mod:`argus_rt.probe_expander` does);
-the work they wrap stays in :mod:`argus_rt.compiler.triton_discovery` and
-:mod:`argus_rt.compiler.probes`, which import no runtime.
+the work they wrap is the Triton kind's (:mod:`argus_rt.kinds.triton`), which imports no runtime. This
+module stays outside the kind's folder because it registers itself with the runtime at import: the
+kind sits below the tool adapters, which sit below the runtime, and a layer contract cannot put one
+module of a package above a layer its package is below. It can move into the kind once the runtime's
+handler table holds references to handler functions (issue 18, item 3) instead of modules that
+register themselves.
 """
 from __future__ import annotations
 
 import json
 
-from .compiler.async_sites import discover
-from .compiler.probes import ProbeError, compile_ttgir, make_forced_wait_probe
-from .compiler.triton_discovery import async_sites_document
-from .compiler.triton_program import program_ttgir
+from .kinds.triton.async_sites import discover
+from .kinds.triton.discovery import async_sites_document
+from .kinds.triton.probes import ProbeError, compile_ttgir, make_forced_wait_probe
+from .kinds.triton.program import program_ttgir
 from .runtime.handlers import register_control, register_transform
 
 

@@ -43,7 +43,7 @@ PUBLISHED_MIB_PER_PROBE = 2.08
 def _compile_worker(path: str, cache_dir: str) -> str:
     """CPU-pool task: compile one TTGIR file into the batch's Triton cache; returns its path."""
     os.environ["TRITON_CACHE_DIR"] = cache_dir
-    from argus_rt.compiler.probes import compile_ttgir
+    from argus_rt.kinds.triton.probes import compile_ttgir
 
     p = Path(path)
     compile_ttgir(p.read_text(encoding="utf-8"), p.parent, p.stem)
@@ -86,8 +86,8 @@ def run_batch(selections, a, b, pool, workdir: Path, repeats: int = 3) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from argus_rt.compiler import probes as P
-    from argus_rt.compiler.triton_discovery import discover
+    from argus_rt.kinds.triton import probes as P
+    from argus_rt.kinds.triton.discovery import discover
 
     cache = workdir / "triton_cache"
     os.environ["TRITON_CACHE_DIR"] = str(cache)
@@ -180,7 +180,7 @@ def reference_check(a, b, workdir: Path | None = None) -> float:
     import tma_matmul as tm
     import torch
 
-    from argus_rt.compiler.probes import compile_ttgir
+    from argus_rt.kinds.triton.probes import compile_ttgir
 
     ref = compile_ttgir(tm.compile_reference().asm["ttgir"], workdir or Path(tempfile.mkdtemp()), "reference_check")
     c = torch.full((a.shape[0], b.shape[0]), float("nan"), dtype=torch.float16, device="cuda")
@@ -222,7 +222,7 @@ def main(argv=None) -> int:
         print("reference check FAILED; not timing", file=sys.stderr)
         return 1
     pool = make_pool(args.workers)
-    from argus_rt.compiler.triton_discovery import discover
+    from argus_rt.kinds.triton.discovery import discover
 
     d = discover(tm.compile_reference().asm["ttgir"], "tma_matmul/kloop", iterations=tm.ITERATIONS)
     candidates = [(f"0x{s.op_id:08x}", i) for s, i in d.candidates("tma_load")]

@@ -9,7 +9,7 @@ their inner phases cannot be timed. This module holds a Triton GEMM for the same
     overlap_gemm/epilogue      convert the accumulator and store the tile of Y
 
 and :func:`measure_gemm_regions`, which runs it once checked against ``torch.mm`` and then in its
-region-traced variant (:mod:`argus_rt.compiler.triton_region_trace`: one ``%globaltimer`` read per
+region-traced variant (:mod:`argus_rt.kinds.triton.region_trace`: one ``%globaltimer`` read per
 marker per CTA), returning per-region statistics (observed, per CTA) next to the kernel's CUDA-event
 time, traced and plain, so the trace's own cost is visible. These are the *Triton* GEMM's regions:
 they stand in for cuBLAS's phases, they are not cuBLAS's.
@@ -113,11 +113,11 @@ class GemmBuild:
 def build(capability: int = 90, workdir: str | Path | None = None) -> GemmBuild:
     """Compile the plain kernel and its traced variant (works without a GPU).
 
-    The traced variant is made by :func:`argus_rt.compiler.triton_region_trace.make_region_trace` from
+    The traced variant is made by :func:`argus_rt.kinds.triton.region_trace.make_region_trace` from
     the plain kernel's TTGIR; no marker sits inside a loop, so one slot per marker (iterations=1).
     """
-    from argus_rt.compiler.probes import compile_ttgir
-    from argus_rt.compiler.triton_region_trace import make_region_trace
+    from argus_rt.kinds.triton.probes import compile_ttgir
+    from argus_rt.kinds.triton.region_trace import make_region_trace
 
     ttgir = compile_plain(capability).asm["ttgir"]
     variant = make_region_trace(ttgir, 1)
@@ -274,7 +274,7 @@ def measure_gemm_regions(a, b, *, repeats: int = 5, plain_iters: int = 20, concu
     2. one untimed traced + plain pair (module load), then ``repeats`` traced and ``plain_iters``
        plain launches taken in turn, each timed by CUDA events behind a GPU busy-wait; every traced
        output equal to the plain output bit for bit (the trace adds stores, no math), every traced
-       buffer decoded by :func:`argus_rt.compiler.triton_region_trace.decode_region_buffer`.
+       buffer decoded by :func:`argus_rt.kinds.triton.region_trace.decode_region_buffer`.
 
     ``concurrent``: optional callable that enqueues other work (e.g. an all-gather) on its own
     stream and returns at once; it is called right before every timed traced and plain launch (the
@@ -284,7 +284,7 @@ def measure_gemm_regions(a, b, *, repeats: int = 5, plain_iters: int = 20, concu
     """
     import torch
 
-    from argus_rt.compiler.triton_region_trace import decode_region_buffer
+    from argus_rt.kinds.triton.region_trace import decode_region_buffer
 
     if not isinstance(repeats, int) or repeats < 1:
         raise GemmRegionError(f"repeats must be an int >= 1, got {repeats!r}")

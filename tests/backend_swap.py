@@ -14,7 +14,7 @@ from argus_rt.backends.base import BackendAdapter, get_backend, register_backend
 
 
 def _real_triton_trace():
-    from argus_rt.compiler import probes
+    from argus_rt.kinds.triton import probes
 
     return probes._triton_probe_adapter_class()()
 

@@ -27,7 +27,7 @@ def test_discover_program_json_and_probe(tmp_path, capsys):
 def test_discover_ttgir_file_needs_iterations(tmp_path, capsys):
     assert main(["discover", str(EXAMPLE), "--json"]) == 0
     capsys.readouterr()
-    from argus_rt.compiler.triton_discovery import program_ttgir
+    from argus_rt.kinds.triton.discovery import program_ttgir
     from argus_rt.program import load_program
 
     ttgir, _ = program_ttgir(load_program(EXAMPLE))

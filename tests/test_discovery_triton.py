@@ -11,7 +11,7 @@ import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
 from argus_rt import triton_regions as argus  # noqa: E402
-from argus_rt.compiler.triton_discovery import (  # noqa: E402
+from argus_rt.kinds.triton.discovery import (  # noqa: E402
     DiscoveryError,
     Module,
     TtgirError,

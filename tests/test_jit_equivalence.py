@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from argus_rt.compiler.jit_equivalence import JitLaunch, argument_differences, first_difference, within_noise
+from argus_rt.kinds.triton.jit_equivalence import JitLaunch, argument_differences, first_difference, within_noise
 
 
 def test_within_noise_allows_the_floor_and_the_spread_and_no_more():
@@ -41,7 +41,7 @@ def test_jit_launch_passes_the_launch_kwargs_and_keeps_the_kernel():
 
 
 def test_argument_differences_name_what_the_run_passes_that_the_launch_does_not_say():
-    from argus_rt.compiler.triton_specialization import TensorArg, TorchDtypeName, tensor_arg
+    from argus_rt.kinds.triton.specialization import TensorArg, TorchDtypeName, tensor_arg
 
     class Param:
         def __init__(self, name, is_constexpr=False):

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("triton")
 import torch  # noqa: E402
 
-from argus_rt.compiler import triton_region_trace as RT  # noqa: E402
-from argus_rt.compiler.triton_discovery import discover  # noqa: E402
+from argus_rt.kinds.triton import region_trace as RT  # noqa: E402
+from argus_rt.kinds.triton.discovery import discover  # noqa: E402
 from argus_rt.regions import region_id  # noqa: E402
 from argus_rt.triton_regions import kernel_regions  # noqa: E402
 from overlap import gemm_regions as G  # noqa: E402

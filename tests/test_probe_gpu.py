@@ -39,7 +39,7 @@ def test_ttgir_roundtrip_is_bit_identical(inputs, tmp_path):
     import tma_matmul as tm
     import torch
 
-    from argus_rt.compiler.probes import compile_ttgir
+    from argus_rt.kinds.triton.probes import compile_ttgir
 
     a, b = inputs
     ref = tm.compile_reference()
@@ -56,7 +56,7 @@ def test_ttgir_roundtrip_is_bit_identical(inputs, tmp_path):
 def test_all_16_probes_identical_outputs_and_latencies(inputs, tmp_path):
     import tma_matmul as tm
 
-    from argus_rt.compiler.triton_discovery import discover
+    from argus_rt.kinds.triton.discovery import discover
     from benchmarks.probe_batching import make_pool, run_batch
 
     a, b = inputs
@@ -82,8 +82,8 @@ def test_collect_triton_probe_publishes_op_events(tmp_path):
     """The Collect-side entry point: one probe program -> argus.op_events/1, output bit-identical."""
     import tma_matmul as tm
 
-    from argus_rt.compiler.probes import collect_triton_probe, make_forced_wait_probe
-    from argus_rt.compiler.triton_discovery import discover, program_ttgir
+    from argus_rt.kinds.triton.discovery import discover, program_ttgir
+    from argus_rt.kinds.triton.probes import collect_triton_probe, make_forced_wait_probe
     from argus_rt.program import load_program
 
     base = load_program(ROOT / "examples" / "triton")

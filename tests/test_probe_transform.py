@@ -10,7 +10,8 @@ import pytest
 
 triton = pytest.importorskip("triton")
 
-from argus_rt.compiler.probes import (  # noqa: E402
+from argus_rt.kinds.triton.discovery import TtgirError, UnsupportedOpError, discover  # noqa: E402
+from argus_rt.kinds.triton.probes import (  # noqa: E402
     PROBE_ARG,
     WORDS_PER_CTA,
     ProbeError,
@@ -21,7 +22,6 @@ from argus_rt.compiler.probes import (  # noqa: E402
     make_iteration_trace,
     probe_latencies,
 )
-from argus_rt.compiler.triton_discovery import TtgirError, UnsupportedOpError, discover  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples" / "triton"))

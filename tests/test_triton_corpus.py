@@ -15,12 +15,12 @@ import pytest
 triton = pytest.importorskip("triton")
 
 from argus_rt.cli import main  # noqa: E402
-from argus_rt.compiler.async_sites import discover  # noqa: E402
-from argus_rt.compiler.probes import make_forced_wait_probe, make_iteration_trace  # noqa: E402
-from argus_rt.compiler.triton_program import KernelConfigError, program_ttgir, unwrap_kernel  # noqa: E402
-from argus_rt.compiler.triton_region_trace import make_region_trace  # noqa: E402
-from argus_rt.compiler.ttgir_module import parse_module, text_name  # noqa: E402
-from argus_rt.compiler.ttgir_regions import region_ops, region_spans  # noqa: E402
+from argus_rt.kinds.triton.async_sites import discover  # noqa: E402
+from argus_rt.kinds.triton.probes import make_forced_wait_probe, make_iteration_trace  # noqa: E402
+from argus_rt.kinds.triton.program import KernelConfigError, program_ttgir, unwrap_kernel  # noqa: E402
+from argus_rt.kinds.triton.region_trace import make_region_trace  # noqa: E402
+from argus_rt.kinds.triton.ttgir_module import parse_module, text_name  # noqa: E402
+from argus_rt.kinds.triton.ttgir_regions import region_ops, region_spans  # noqa: E402
 from argus_rt.program import load_program  # noqa: E402
 from argus_rt.regions import RegionTree  # noqa: E402
 
@@ -148,7 +148,7 @@ def test_causal_loop_with_a_run_time_lower_bound_is_traced_and_probed(compiled, 
     probe = make_forced_wait_probe(ttgir, d, second.op_id, 5)  # a loop instance: the trip is selected at run time
     assert f"arith.addi {text_name(loop.lower)}, %argus_trip_toff" in probe.ttgir
     assert "%globaltimer" in make_iteration_trace(ttgir, d)
-    from argus_rt.compiler.probes import compile_ttgir
+    from argus_rt.kinds.triton.probes import compile_ttgir
 
     k = compile_ttgir(traced.ttgir, tmp_path, "causal_traced")  # the GPU compile path, on the CPU
     assert len(k.asm["cubin"]) > 0
@@ -257,7 +257,7 @@ def test_causal_region_trace_decodes_one_occurrence_per_call_site_and_trip(compi
     site, and its loop regions once per trip of each call's loop."""
     import numpy as np
 
-    from argus_rt.compiler import triton_region_trace as RT
+    from argus_rt.kinds.triton import region_trace as RT
 
     program, _, ttgir = compiled["attention_causal"]
     variant = make_region_trace(ttgir, program.launch["iterations"])

@@ -16,8 +16,8 @@ import pytest
 
 triton = pytest.importorskip("triton")
 
-from argus_rt.compiler.async_sites import discover  # noqa: E402
-from argus_rt.compiler.triton_program import program_ttgir  # noqa: E402
+from argus_rt.kinds.triton.async_sites import discover  # noqa: E402
+from argus_rt.kinds.triton.program import program_ttgir  # noqa: E402
 from argus_rt.program import load_program  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

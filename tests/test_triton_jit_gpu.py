@@ -22,9 +22,9 @@ PROGRAM_FILES = (sorted(ROOT.glob("triton_corpus/*/argus_program*.json")) + [ROO
 
 @pytest.mark.parametrize("path", PROGRAM_FILES, ids=[f"{p.parent.name}/{p.name}" for p in PROGRAM_FILES])
 def test_argus_kernel_is_the_jit_s_in_ttgir_and_time(path):
-    from argus_rt.compiler.jit_equivalence import check_against_jit
-    from argus_rt.compiler.probes import _kernel_module
-    from argus_rt.compiler.triton_program import program_ttgir
+    from argus_rt.kinds.triton.jit_equivalence import check_against_jit
+    from argus_rt.kinds.triton.probes import _kernel_module
+    from argus_rt.kinds.triton.program import program_ttgir
     from argus_rt.program import load_program
 
     program = load_program(path)
@@ -37,9 +37,9 @@ def test_argus_kernel_is_the_jit_s_in_ttgir_and_time(path):
 
 
 def test_each_autotune_config_is_the_jit_s():
-    from argus_rt.compiler.jit_equivalence import check_against_jit
-    from argus_rt.compiler.probes import _kernel_module
-    from argus_rt.compiler.triton_program import config_programs
+    from argus_rt.kinds.triton.jit_equivalence import check_against_jit
+    from argus_rt.kinds.triton.probes import _kernel_module
+    from argus_rt.kinds.triton.program import config_programs
     from argus_rt.program import load_program
 
     base = load_program(ROOT / "triton_corpus" / "matmul_autotuned" / "argus_program.json")
@@ -48,8 +48,8 @@ def test_each_autotune_config_is_the_jit_s():
 
 
 def test_a_launch_description_that_is_not_the_real_launch_is_refused():
-    from argus_rt.compiler.jit_equivalence import JitMismatchError, check_against_jit
-    from argus_rt.compiler.probes import _kernel_module
+    from argus_rt.kinds.triton.jit_equivalence import JitMismatchError, check_against_jit
+    from argus_rt.kinds.triton.probes import _kernel_module
     from argus_rt.program import load_program
 
     base = load_program(ROOT / "triton_corpus" / "matmul_autotuned" / "argus_program.json")

@@ -1,5 +1,5 @@
 """The Triton device-buffer layouts are defined once: each C header under csrc/argus/ agrees with its
-Python mirror (argus_rt.compiler.triton_layout), and the decoders read the words where the header
+Python mirror (argus_rt.kinds.triton.layout), and the decoders read the words where the header
 puts them.
 
 - Agreement: each available compiler (a host C++ compiler, nvcc) builds a tiny program that includes
@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from argus_rt.compiler import probes
-from argus_rt.compiler import triton_layout as L
-from argus_rt.compiler.triton_region_trace import MarkerSite, decode_region_buffer
+from argus_rt.kinds.triton import layout as L
+from argus_rt.kinds.triton import probes
+from argus_rt.kinds.triton.region_trace import MarkerSite, decode_region_buffer
 from c_layout import check_no_gaps, check_structs, compiled_layout, compilers, require_compiler
 
 HEADERS = {

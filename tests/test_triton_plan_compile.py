@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("triton")
 
 from argus_rt.cli import main  # noqa: E402
-from argus_rt.compiler import triton_program  # noqa: E402
+from argus_rt.kinds.triton import program as triton_program  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent / "examples"
 

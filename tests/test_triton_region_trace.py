@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("triton")
 
 from argus_rt.backends.base import register_backend  # noqa: E402
-from argus_rt.compiler import probes as P  # noqa: E402
-from argus_rt.compiler import triton_region_trace as RT  # noqa: E402
+from argus_rt.kinds.triton import probes as P  # noqa: E402
+from argus_rt.kinds.triton import region_trace as RT  # noqa: E402
 from argus_rt.program import load_program  # noqa: E402
 from tests.backend_swap import StandinTritonTraceBase, standin_triton_trace  # noqa: E402
 
@@ -30,7 +30,7 @@ def program():
 
 @pytest.fixture(scope="module")
 def variant(program):
-    from argus_rt.compiler.triton_discovery import program_ttgir
+    from argus_rt.kinds.triton.discovery import program_ttgir
 
     ttgir, iterations = program_ttgir(program)
     return RT.make_region_trace(ttgir, iterations)
@@ -186,7 +186,7 @@ class StandinRegionTrace(StandinTritonTraceBase):
     with the real decoder."""
 
     def collect(self, ctx):
-        from argus_rt.compiler.triton_discovery import program_ttgir
+        from argus_rt.kinds.triton.discovery import program_ttgir
 
         assert ctx.config == {}, ctx.config
         ttgir, iterations = program_ttgir(ctx.program)

@@ -111,3 +111,14 @@ def test_non_string_region_name_is_a_clear_compile_error():
     src = triton.compiler.ASTSource(fn=_non_string_name, signature={"x_ptr": "*fp32"}, constexprs={})
     with pytest.raises(Exception, match=r"takes a region name as a string literal, got 3"):
         triton.compile(src, target=GPUTarget("cuda", 90, 32))
+
+
+def test_public_path_is_the_kinds_module():
+    """``argus_rt.triton_regions`` (the documented import path) re-exports the Triton kind's markers, object
+    for object: one home, two names for it."""
+    from argus_rt import triton_regions
+    from argus_rt.kinds.triton import regions
+
+    assert sorted(triton_regions.__all__) == ["MARKER_ASM_PATTERN", "begin", "end", "kernel_regions", "marker_asm"]
+    for name in triton_regions.__all__:
+        assert getattr(triton_regions, name) is getattr(regions, name), name

@@ -95,7 +95,7 @@ def test_the_triton_trace_adapter_refuses_a_merged_run_before_running():
 def test_a_kernel_without_tma_loads_gets_an_empty_explained_reference(monkeypatch, tmp_path):
     """async_completion_latency on the cp.async matmul: the traced reference has nothing to time and
     says so, instead of failing the run (and, merged, the query's latency with it)."""
-    from argus_rt.compiler import jit_equivalence, probes
+    from argus_rt.kinds.triton import jit_equivalence, probes
 
     monkeypatch.setattr(jit_equivalence, "check_against_jit", lambda program, mod, **kw: {"ttgir_sha256": "stand-in"})
     program = load_program(ROOT / "triton_corpus" / "matmul_autotuned" / "argus_program.json")

@@ -16,9 +16,9 @@ import pytest
 pytest.importorskip("triton")
 
 from argus_rt.backends.base import register_backend  # noqa: E402
-from argus_rt.compiler import probes as P  # noqa: E402
-from argus_rt.compiler import triton_region_trace as RT  # noqa: E402
-from argus_rt.compiler.triton_program import program_ttgir  # noqa: E402
+from argus_rt.kinds.triton import probes as P  # noqa: E402
+from argus_rt.kinds.triton import region_trace as RT  # noqa: E402
+from argus_rt.kinds.triton.program import program_ttgir  # noqa: E402
 from argus_rt.program import load_program  # noqa: E402
 from argus_rt.scope import Scope  # noqa: E402
 from tests.backend_swap import StandinTritonTraceBase, standin_triton_trace  # noqa: E402

@@ -15,8 +15,8 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
-from argus_rt.compiler.async_sites import discover  # noqa: E402
-from argus_rt.compiler.triton_program import (  # noqa: E402
+from argus_rt.kinds.triton.async_sites import discover  # noqa: E402
+from argus_rt.kinds.triton.program import (  # noqa: E402
     KernelConfigError,
     TritonProgramError,
     autotune_configs,
@@ -24,7 +24,7 @@ from argus_rt.compiler.triton_program import (  # noqa: E402
     load_kernel,
     program_ttgir,
 )
-from argus_rt.compiler.triton_specialization import (  # noqa: E402
+from argus_rt.kinds.triton.specialization import (  # noqa: E402
     LaunchArgumentError,
     RuntimeArgsKernel,
     describe_specialization,

@@ -13,12 +13,12 @@ import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
 from argus_rt import triton_regions as argus  # noqa: E402
-from argus_rt.compiler import mlir_ir, ttgir_text  # noqa: E402
-from argus_rt.compiler.loop_trips import simulate_loop  # noqa: E402
-from argus_rt.compiler.ttgir_edit import checked_edit  # noqa: E402
-from argus_rt.compiler.ttgir_locations import LocationError, SourceLoc, read_location  # noqa: E402
-from argus_rt.compiler.ttgir_module import Module, TtgirError, text_name  # noqa: E402
-from argus_rt.compiler.ttgir_regions import region_ops, region_spans  # noqa: E402
+from argus_rt.kinds.triton import mlir_ir, ttgir_text  # noqa: E402
+from argus_rt.kinds.triton.loop_trips import simulate_loop  # noqa: E402
+from argus_rt.kinds.triton.ttgir_edit import checked_edit  # noqa: E402
+from argus_rt.kinds.triton.ttgir_locations import LocationError, SourceLoc, read_location  # noqa: E402
+from argus_rt.kinds.triton.ttgir_module import Module, TtgirError, text_name  # noqa: E402
+from argus_rt.kinds.triton.ttgir_regions import region_ops, region_spans  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TRITON_MINOR = tuple(int(x) for x in triton.__version__.split(".")[:2])
@@ -255,7 +255,7 @@ def test_text_locations_are_checked_against_the_bindings(mix_ttgir, monkeypatch)
 
 
 def test_discovery_without_get_int_attr_reads_the_same_from_the_text(tma_ttgir, monkeypatch):
-    from argus_rt.compiler.async_sites import discover
+    from argus_rt.kinds.triton.async_sites import discover
 
     with_bindings = discover(Module(tma_ttgir), "tma_matmul/kloop", iterations=8)
     monkeypatch.setattr(mlir_ir, "has_int_attr", lambda: False)  # as on Triton 3.6

@@ -316,17 +316,17 @@ def _decoded(program, session, raw_trace: Path | None) -> dict:
 # of docs/programs.md: make_inputs(seed) -> {name: tensor} (fresh random, outputs poisoned),
 # run(compiled, inputs, probe_out=None) -> output tensor (launches ``compiled[grid](*args)``),
 # reference(**inputs it names) -> expected output (plain PyTorch). Argus compiles the
-# kernel itself, as the JIT would for the launch (argus_rt.compiler.triton_program.program_compiled);
+# kernel itself, as the JIT would for the launch (argus_rt.kinds.triton.program.program_compiled);
 # the module's own compile_reference, if any, is not called. Its markers are always the PMTRIG words
 # (argus_rt.triton_regions), so the compiled kernel is its marker-only variant; region tracing of
-# Triton kernels is a TTGIR transform (argus_rt.compiler.triton_region_trace), not a variant built here.
+# Triton kernels is a TTGIR transform (argus_rt.kinds.triton.region_trace), not a variant built here.
 TRITON_PROTOCOL = ("make_inputs", "run", "reference")
 TRITON_VARIANTS = ("base", "marker_only", "trace_free")
 
 
 def triton_module(program):
     """The example module of a Triton program, checked for :data:`TRITON_PROTOCOL`."""
-    from ..compiler.triton_program import import_module
+    from ..kinds.triton.program import import_module
 
     if program.kind != "triton":
         raise ProgramRunError(f"program {program.name!r} is of kind {program.kind!r}, not 'triton'")
@@ -340,12 +340,12 @@ def triton_module(program):
 
 def triton_compile(program, variant: str):
     """(kernel module, the CompiledKernel the JIT would run for the program's launch)."""
-    from ..compiler.triton_program import program_compiled
+    from ..kinds.triton.program import program_compiled
 
     if variant not in TRITON_VARIANTS:
         raise ProgramRunError(f"variant {variant!r} of a Triton program is not supported here; valid: "
                               f"{', '.join(TRITON_VARIANTS)} (the region-traced variant is built from TTGIR by "
-                              "argus_rt.compiler.triton_region_trace)")
+                              "argus_rt.kinds.triton.region_trace)")
     return triton_module(program), program_compiled(program)
 
 
@@ -373,14 +373,14 @@ def variant_cubin(program, variant: str) -> Path:
 
 def run_triton_once(program, variant: str, *, rtol: float | None = None, check_jit: bool = True) -> dict:
     """Compile, launch once on fresh inputs, compare with the module's plain reference, then check the
-    kernel's TTGIR equals the JIT's (:mod:`argus_rt.compiler.jit_equivalence`)."""
+    kernel's TTGIR equals the JIT's (:mod:`argus_rt.kinds.triton.jit_equivalence`)."""
     import inspect
 
     import torch
 
     if not torch.cuda.is_available():
         raise BackendUnavailableError(f"no CUDA GPU visible to torch {torch.__version__}")
-    from ..compiler.jit_equivalence import check_against_jit
+    from ..kinds.triton.jit_equivalence import check_against_jit
 
     mod, compiled = triton_compile(program, variant)
     inputs = mod.make_inputs()
@@ -442,7 +442,7 @@ class TraceAdapter(BackendAdapter):
         if ctx.program.kind != "cuda":
             raise ProgramRunError(
                 f"region tracing of {ctx.program.kind} programs is not implemented in this adapter; Triton "
-                "programs are traced by the kind-specific 'trace' adapter (argus_rt.compiler.probes)")
+                "programs are traced by the kind-specific 'trace' adapter (argus_rt.kinds.triton.probes)")
         cfg = {"capacity": int(ctx.config.get("capacity", 256)), "clock": ctx.config.get("clock", "globaltimer")}
         raw = Path(ctx.outdir) / "raw_trace.npz"
         res = run_once(ctx.program, "traced", trace_config=cfg, raw_trace=raw)

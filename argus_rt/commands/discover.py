@@ -28,7 +28,7 @@ def register(sub) -> None:
 
 
 def _load(args) -> tuple[str, int, str]:
-    from ..compiler.triton_discovery import DiscoveryError, program_ttgir
+    from ..kinds.triton.discovery import DiscoveryError, program_ttgir
 
     path = Path(args.kernel)
     if path.suffix == ".ttgir":
@@ -53,8 +53,8 @@ def run(args) -> int:
         raise ArgusInputError(f"--iterations must be >= 1 (logical K-loop iterations), got {args.iterations}")
     from rich.table import Table
 
-    from ..compiler.probes import ProbeError, make_forced_wait_probe
-    from ..compiler.triton_discovery import async_sites_document, discover
+    from ..kinds.triton.discovery import async_sites_document, discover
+    from ..kinds.triton.probes import ProbeError, make_forced_wait_probe
 
     console = human_console(args)
     ttgir, iterations, ident = _load(args)

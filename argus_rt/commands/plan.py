@@ -78,9 +78,9 @@ def plan_from_args(args):
 def check_compiles(program) -> None:
     """A Triton program is compiled on the CPU (as the JIT would build it for its launch) and its
     TTGIR parsed, so compile and parse errors show as one-line errors before any task runs; a CUDA
-    program is not built (planning stays fast); see argus_rt.compiler.triton_program.check_program."""
+    program is not built (planning stays fast); see argus_rt.kinds.triton.program.check_program."""
     if program.kind == "triton":
-        from ..compiler.triton_program import check_program
+        from ..kinds.triton.program import check_program
 
         check_program(program)
 

@@ -1,2 +1,1 @@
-"""Program transforms and builds: CUDA builds with a content-hash cache (``cuda``), Triton
-compilation and TTGIR discovery (``triton_discovery``, ``ttgir``). Import the submodule you need."""
+"""CUDA builds with a content-hash cache (``cuda``). Import the submodule you need."""

@@ -3,8 +3,8 @@
  * its layout.
  *
  * Plain C++ (no CUDA, no standard headers): nvcc, NVRTC and host compilers accept it. Python mirrors it
- * in argus_rt/compiler/triton_layout.py, which the transform (make_iteration_trace) and the decoders
- * (iteration_waits, iteration_waits_document) in argus_rt/compiler/probes.py use;
+ * in argus_rt/kinds/triton/layout.py, which the transform (make_iteration_trace) and the decoders
+ * (iteration_waits, iteration_waits_document) in argus_rt/kinds/triton/probes.py use;
  * tests/test_triton_layouts.py compiles this file and compares.
  *
  * Buffer: ArgusIterationWait[n_ctas][iterations] (CTA index linearised as x + nx * (y + ny * z));

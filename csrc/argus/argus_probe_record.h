@@ -2,8 +2,8 @@
  * `argus_probe_out`, int64), one record per CTA. The ONE definition of its layout.
  *
  * Plain C++ (no CUDA, no standard headers): nvcc, NVRTC and host compilers accept it. Python mirrors it
- * in argus_rt/compiler/triton_layout.py, which the probe transform and its decoders use
- * (argus_rt/compiler/probes.py); tests/test_triton_layouts.py compiles this file and compares.
+ * in argus_rt/kinds/triton/layout.py, which the probe transform and its decoders use
+ * (argus_rt/kinds/triton/probes.py); tests/test_triton_layouts.py compiles this file and compares.
  *
  * Buffer: ArgusProbeRecord[n_ctas] (CTA index linearised as x + nx * (y + ny * z)). The probe reads
  * both clocks just before it issues the selected TMA load and just after its private barrier wait

@@ -2,8 +2,8 @@
  * `argus_region_out`, int64). The ONE definition of its layout.
  *
  * Plain C++ (no CUDA, no standard headers): nvcc, NVRTC and host compilers accept it. Python mirrors it
- * in argus_rt/compiler/triton_layout.py, which the TTGIR transform that writes the buffer and the
- * decoder that reads it both use (argus_rt/compiler/triton_region_trace.py);
+ * in argus_rt/kinds/triton/layout.py, which the TTGIR transform that writes the buffer and the
+ * decoder that reads it both use (argus_rt/kinds/triton/region_trace.py);
  * tests/test_triton_layouts.py compiles this file, prints every size, offset and constant, and
  * compares them with the mirror.
  *

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from argus_rt import triton_regions as argus
-from argus_rt.compiler.triton_program import module_compiler
+from argus_rt.kinds.triton.program import module_compiler
 
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 64
 NUM_STAGES, NUM_WARPS = 3, 4

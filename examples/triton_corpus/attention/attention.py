@@ -96,7 +96,7 @@ def compile_reference(capability: int = 90, num_stages: int = NUM_STAGES, causal
     ``argus_program.causal.json`` with ``causal``), for ``sm_<capability>``, without a GPU."""
     from pathlib import Path
 
-    from argus_rt.compiler.triton_program import compile_program_file
+    from argus_rt.kinds.triton.program import compile_program_file
 
     name = "argus_program.causal.json" if causal else "argus_program.json"
     return compile_program_file(Path(__file__).with_name(name), capability=capability, num_stages=num_stages)

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from argus_rt import triton_regions as argus
-from argus_rt.compiler.triton_program import module_compiler
+from argus_rt.kinds.triton.program import module_compiler
 
 M, N, K = 2048, 1024, 1024
 BM, BN, BK = 64, 64, 32

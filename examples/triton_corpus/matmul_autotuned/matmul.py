@@ -81,7 +81,7 @@ def compile_reference(capability: int = 90, config: triton.Config = CHOSEN):
     (``argus_program.json`` with ``launch.config`` = that config's index), without a GPU."""
     from pathlib import Path
 
-    from argus_rt.compiler.triton_program import compile_program_file
+    from argus_rt.kinds.triton.program import compile_program_file
 
     return compile_program_file(Path(__file__).with_name("argus_program.json"), capability=capability,
                                 config=CONFIGS.index(config))

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from argus_rt import triton_regions as argus
-from argus_rt.compiler.triton_program import module_compiler
+from argus_rt.kinds.triton.program import module_compiler
 
 N_ROWS, N_COLS = 4096, 1000
 BLOCK = 1024

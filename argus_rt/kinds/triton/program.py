@@ -11,7 +11,7 @@ The program's ``launch`` names the kernel and describes one launch of it::
 
 ``args`` gives every non-constexpr parameter, as the user's call passes it: the JIT specialises on
 those values (a pointer or integer divisible by 16 gets ``tt.divisibility``, an integer 1 becomes a
-constexpr), and :mod:`argus_rt.compiler.triton_specialization` runs Triton's own rules on them. A
+constexpr), and :mod:`argus_rt.kinds.triton.specialization` runs Triton's own rules on them. A
 tensor's ``align`` (bytes, default 256: a torch allocation) says how its address is aligned.
 
 ``@triton.autotune`` and ``@triton.heuristics`` wrappers are applied as Triton applies them, outermost
@@ -28,7 +28,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from ..errors import ArgusInputError
+from ...errors import ArgusInputError
 
 _LAUNCH_KEYS = ("module", "kernel", "args", "config", "signature", "constexprs", "num_stages", "num_warps",
                 "iterations", "capability", "shapes", "rtol", "atol", "argv", "python")
@@ -150,7 +150,7 @@ def import_module(program):
 def launch_arguments(program, fn) -> dict:
     """launch.args as the JIT sees them: :class:`TensorArg` stand-ins and Python scalars, checked
     against ``fn``'s non-constexpr parameters."""
-    from .triton_specialization import LaunchArgumentError, tensor_arg
+    from .specialization import LaunchArgumentError, tensor_arg
 
     launch = program.launch
     described = launch.get("args")
@@ -227,7 +227,7 @@ def _check_signature(program, fn, args: dict, kwargs: dict) -> None:
     declared = program.launch.get("signature")
     if not declared:
         return
-    from .triton_specialization import specialize
+    from .specialization import specialize
 
     _o, signature, _c, _a = specialize(fn, args, kwargs, target_of(program))
     diff = {k: (v, signature.get(k)) for k, v in declared.items() if signature.get(k) not in (v, "constexpr")}
@@ -239,7 +239,7 @@ def _check_signature(program, fn, args: dict, kwargs: dict) -> None:
 def program_compiled(program):
     """The ``CompiledKernel`` Triton's JIT builds for the program's launch, for ``cuda:<capability>``,
     built on the CPU; once per program id and process (and in Triton's on-disk cache)."""
-    from .triton_specialization import jit_compile
+    from .specialization import jit_compile
 
     if program.kind != "triton":
         raise TritonProgramError(f"program {program.label()} has kind {program.kind!r}; "
@@ -285,8 +285,8 @@ def check_program(program, *, use_cache: bool = True) -> str:
     Returns the TTGIR hash; raises :class:`TritonProgramError` (or another one-line
     :class:`ArgusInputError`) on any failure. A passed check is remembered under the Argus cache by
     program id (sources, launch and Triton version), so planning the same program again compiles nothing."""
-    from ..fsutil import atomic_write_text
-    from .cuda import cache_dir
+    from ...compiler.cuda import cache_dir
+    from ...fsutil import atomic_write_text
     from .ttgir_module import parse_module
 
     marker = cache_dir() / "triton_checks" / f"{program.id}.json"
@@ -334,7 +334,7 @@ def compile_program_file(path, **launch_overrides):
     own ``compile_reference`` calls, so the module and its program describe one kernel."""
     import dataclasses
 
-    from ..program import load_program
+    from ...program import load_program
 
     program = load_program(path)
     if launch_overrides:

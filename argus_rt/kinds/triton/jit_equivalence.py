@@ -1,7 +1,7 @@
 """The check every Triton query makes on the GPU: Argus's kernel is the one the JIT runs.
 
 Argus builds a Triton program's kernel on the CPU from its launch description
-(:func:`argus_rt.compiler.triton_program.program_compiled`). On the GPU this module launches the
+(:func:`argus_rt.kinds.triton.program.program_compiled`). On the GPU this module launches the
 user's ``@triton.jit`` function *through the JIT* on the module's real inputs (``run(compiled,
 inputs)`` with a :class:`JitLaunch` where the compiled kernel would go, so the JIT specialises on
 the real tensors and integers) and requires
@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ..errors import ArgusInputError
+from ...errors import ArgusInputError
 
 NOISE_FLOOR = 0.05  # relative: two medians of one kernel on one GPU differ by less than this
 TIMED_ROUNDS = 15
@@ -144,7 +144,7 @@ def check_against_jit(program, mod, *, timing: bool = True, seed: int | None = N
     """Launch ``program``'s kernel through the JIT on ``mod.make_inputs()`` and compare (see the module
     docstring). Returns ``{"ttgir_sha256", "argus_ms", "jit_ms", "ratio", "tolerance"}`` (no times
     with ``timing=False``); raises :class:`JitMismatchError` with the difference."""
-    from .triton_program import load_kernel, program_compiled, ttgir_hash
+    from .program import load_kernel, program_compiled, ttgir_hash
 
     compiled = program_compiled(program)
     ttgir = compiled.asm["ttgir"]

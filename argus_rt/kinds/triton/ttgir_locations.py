@@ -9,7 +9,7 @@ text (``loc(#loc60)`` with ``#loc60 = loc(callsite(#loc16 at #loc17))`` at the e
 :func:`read_location` reads both into a :class:`Location`: the **call stack**, outermost caller
 first. An op of the kernel's own body has one frame; an op inlined from a helper has the call
 site in the kernel, then the position in the helper (then deeper frames for nested helpers).
-Region membership compares these stacks frame by frame (:mod:`argus_rt.compiler.ttgir_regions`).
+Region membership compares these stacks frame by frame (:mod:`argus_rt.kinds.triton.ttgir_regions`).
 """
 from __future__ import annotations
 

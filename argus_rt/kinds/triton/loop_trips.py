@@ -5,7 +5,7 @@ their value in each trip (:func:`simulate_loop`). They depend only on constants 
 on the induction variable, so a loop whose lower bound is a run-time value (causal attention starts
 its key loop at the query block) is interpreted too: its induction variable is simply unknown, and
 so is everything computed from it. What needs a trip index at run time (region traces, probes)
-computes it on the GPU from the loop's own SSA bounds (:func:`argus_rt.compiler.ttgir_edit.trip_index_lines`).
+computes it on the GPU from the loop's own SSA bounds (:func:`argus_rt.kinds.triton.ttgir_edit.trip_index_lines`).
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import ArgusInputError
+from ...errors import ArgusInputError
 
 # torch's caching allocator hands out 512-byte aligned blocks; 256 is what CUDA guarantees and all
 # the JIT can see is "multiple of 16 or not", so any multiple of 16 gives the same kernel.

@@ -20,15 +20,15 @@ class ProbeError(ValueError):
 
 def compile_ttgir(ttgir: str, workdir: str | Path, name: str, *, capability: int = 90):
     """Compile TTGIR text with Triton (works without a GPU); returns the ``CompiledKernel`` wrapped to
-    launch like the JIT's kernel (:class:`argus_rt.compiler.triton_specialization.RuntimeArgsKernel`).
+    launch like the JIT's kernel (:class:`argus_rt.kinds.triton.specialization.RuntimeArgsKernel`).
 
     The text is written atomically to ``workdir/name.ttgir`` because Triton compiles from a path.
     """
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from ..fsutil import atomic_write_text
-    from .triton_specialization import RuntimeArgsKernel
+    from ...fsutil import atomic_write_text
+    from .specialization import RuntimeArgsKernel
 
     path = Path(workdir) / f"{name}.ttgir"
     atomic_write_text(path, ttgir)
@@ -51,7 +51,7 @@ def compile_ttgir(ttgir: str, workdir: str | Path, name: str, *, capability: int
 def program_variant(program, ttgir: str, workdir, name: str):
     """A variant of the program's kernel compiled from ``ttgir`` (its TTGIR, edited: markers, probes),
     launched as the JIT's kernel is (same grid meta-parameters; constexprs are compiled in)."""
-    from .triton_program import program_compiled
+    from .program import program_compiled
 
     reference = program_compiled(program)
     return reference.variant(compile_ttgir(ttgir, workdir, name, capability=int(program.launch.get("capability", 90))))
@@ -59,7 +59,7 @@ def program_variant(program, ttgir: str, workdir, name: str):
 
 def _kernel_module(program):
     """The program's kernel module, checked for the protocol the GPU collectors call (docs/programs.md)."""
-    from .triton_program import import_module
+    from .program import import_module
 
     mod = import_module(program)
     missing = [f for f in ("make_inputs", "run", "reference") if not callable(getattr(mod, f, None))]

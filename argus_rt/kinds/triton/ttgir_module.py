@@ -2,9 +2,9 @@
 SSA names, TTGIR line numbers, source call stacks, loops and def-use.
 
 Structure (which ops exist, their nesting in regions and blocks, operands and results by identity,
-types) comes from MLIR itself through :mod:`argus_rt.compiler.mlir_ir`, so any TTGIR Triton can
+types) comes from MLIR itself through :mod:`argus_rt.kinds.triton.mlir_ir`, so any TTGIR Triton can
 print parses: generic-form ops (``tt.reduce``, ``tt.scan``), ``scf.while``, ``scf.if`` with
-results. The text adds what the bindings cannot give (:mod:`argus_rt.compiler.ttgir_text`): SSA
+results. The text adds what the bindings cannot give (:mod:`argus_rt.kinds.triton.ttgir_text`): SSA
 names and line numbers (the transforms edit text), locations of ops without results, and integer
 attributes on Triton 3.6. Where an op has results, the location the bindings give and the one the
 text gives must agree (:class:`TtgirError` otherwise), which also checks the alias table reader.
@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..errors import ArgusInputError
+from ...errors import ArgusInputError
 from . import mlir_ir, ttgir_text
 from .ttgir_locations import UNKNOWN, Location, LocationError, SourceLoc, read_location
 

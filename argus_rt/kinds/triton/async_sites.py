@@ -14,18 +14,18 @@ Output: every supported async site in the region's subtree, each with
 * its **logical iterations**: software pipelining with ``num_stages=S`` peels the first S-1
   iterations' loads into the prologue, and the in-loop load of trip t fetches iteration t+S-1.
   Discovery does not assume this: it *interprets* the loop's scalar integer ops trip by trip
-  (:mod:`argus_rt.compiler.loop_trips`) and checks that the slot each producer instance signals
+  (:mod:`argus_rt.kinds.triton.loop_trips`) and checks that the slot each producer instance signals
   is the slot the consumer waits on for the iteration it is mapped to. A mismatch is an error.
 
-Region membership is decided by source call stack (:mod:`argus_rt.compiler.ttgir_regions`).
+Region membership is decided by source call stack (:mod:`argus_rt.kinds.triton.ttgir_regions`).
 """
 from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict, dataclass, field
 
-from ..errors import ArgusInputError
-from ..regions import RegionError, RegionTree
+from ...errors import ArgusInputError
+from ...regions import RegionError, RegionTree
 from .loop_trips import simulate_loop
 from .ttgir_locations import Location, SourceLoc
 from .ttgir_module import ForLoop, Module, Op, element_bytes, memdesc_shape, parse_module

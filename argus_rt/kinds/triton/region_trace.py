@@ -12,7 +12,7 @@ record would need a per-warp tensor store, which this transform does not build. 
 the published intervals is therefore always 0.
 
 Buffer layout, per CTA (``words_per_cta`` int64 words, CTA index linearised as x + nx * (y + ny * z)),
-defined in ``csrc/argus/argus_region_trace.h`` and mirrored in :mod:`argus_rt.compiler.triton_layout`::
+defined in ``csrc/argus/argus_region_trace.h`` and mirrored in :mod:`argus_rt.kinds.triton.layout`::
 
     ArgusRegionTraceHeader   sm_plus_one: SM id + 1 (0 means the CTA recorded nothing)
     ArgusRegionTraceSlot[n]  tag (0: slot not reached), ns (%globaltimer)
@@ -32,8 +32,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from ..trace.layout import COORD_NONE  # same "no coordinate" value as the CUDA trace
-from .triton_layout import (
+from ...trace.layout import COORD_NONE  # same "no coordinate" value as the CUDA trace
+from .layout import (
     REGION_TRACE_HEADER_DTYPE,
     REGION_TRACE_HEADER_WORDS,
     REGION_TRACE_KIND_SHIFT,
@@ -274,16 +274,16 @@ def collect_triton_region_trace(program, workdir, *, repeats: int = 1, seed: int
     is not evidence).
 
     The plain reference TTGIR runs first on fresh random inputs and is checked against the module's
-    PyTorch ``reference`` (relative error <= :data:`argus_rt.compiler.triton_kernel_check.REFERENCE_REL_TOL`);
+    PyTorch ``reference`` (relative error <= :data:`argus_rt.kinds.triton.kernel_check.REFERENCE_REL_TOL`);
     every traced launch must then reproduce that output bit for bit (timer reads and stores change
     timing, not arithmetic), else :class:`RegionTraceError`. Before that, the kernel is checked to be
-    the JIT's (:func:`argus_rt.compiler.jit_equivalence.check_against_jit`; ``doc["jit_check"]``).
+    the JIT's (:func:`argus_rt.kinds.triton.jit_equivalence.check_against_jit`; ``doc["jit_check"]``).
     """
     from pathlib import Path
 
     from .jit_equivalence import check_against_jit
-    from .triton_kernel_check import _kernel_module, program_variant, timed_variant_columns
-    from .triton_program import program_compiled, program_ttgir
+    from .kernel_check import _kernel_module, program_variant, timed_variant_columns
+    from .program import program_compiled, program_ttgir
 
     if repeats < 1:
         raise RegionTraceError(f"repeats must be >= 1, got {repeats!r}")

@@ -22,8 +22,8 @@ What they do not give:
   drops them); text edits need both;
 * integer attributes in 3.6: ``op.get_int_attr`` exists from 3.7 on (:func:`has_int_attr`).
 
-:mod:`argus_rt.compiler.ttgir_text` reads exactly those three from the text, and
-:mod:`argus_rt.compiler.ttgir_module` checks text and IR against each other.
+:mod:`argus_rt.kinds.triton.ttgir_text` reads exactly those three from the text, and
+:mod:`argus_rt.kinds.triton.ttgir_module` checks text and IR against each other.
 """
 from __future__ import annotations
 

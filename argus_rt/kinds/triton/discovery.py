@@ -3,13 +3,13 @@ writes it is :mod:`argus_rt.triton_handlers`, above the runtime).
 
 The work is split by job:
 
-* :mod:`argus_rt.compiler.mlir_ir` parses TTGIR with Triton's MLIR bindings (the only module that
-  imports them); :mod:`argus_rt.compiler.ttgir_text` reads what only the text holds;
-  :mod:`argus_rt.compiler.ttgir_module` joins both into the :class:`Module` everyone reads;
-* :mod:`argus_rt.compiler.ttgir_regions`: Argus markers and region membership by call stack;
-* :mod:`argus_rt.compiler.loop_trips`: per-trip interpretation of loop-carried scalars;
-* :mod:`argus_rt.compiler.async_sites`: the async sites and their completion conditions;
-* :mod:`argus_rt.compiler.triton_program`: a program's TTGIR (kernel import, autotune unwrap).
+* :mod:`argus_rt.kinds.triton.mlir_ir` parses TTGIR with Triton's MLIR bindings (the only module that
+  imports them); :mod:`argus_rt.kinds.triton.ttgir_text` reads what only the text holds;
+  :mod:`argus_rt.kinds.triton.ttgir_module` joins both into the :class:`Module` everyone reads;
+* :mod:`argus_rt.kinds.triton.ttgir_regions`: Argus markers and region membership by call stack;
+* :mod:`argus_rt.kinds.triton.loop_trips`: per-trip interpretation of loop-carried scalars;
+* :mod:`argus_rt.kinds.triton.async_sites`: the async sites and their completion conditions;
+* :mod:`argus_rt.kinds.triton.program`: a program's TTGIR (kernel import, autotune unwrap).
 
 This module keeps the names callers import from it (``discover``, ``program_ttgir``, ``DiscoveryError``,
 ``TtgirError``, ``UnsupportedOpError``, ``Module``, ``simulate_loop``); the rest live in the modules above.
@@ -20,7 +20,7 @@ from __future__ import annotations
 # (argus_rt.cli looks DiscoveryError and TtgirError up in this module)
 from .async_sites import Discovery, DiscoveryError, UnsupportedOpError, discover  # noqa: F401
 from .loop_trips import simulate_loop  # noqa: F401
-from .triton_program import program_ttgir  # noqa: F401
+from .program import program_ttgir  # noqa: F401
 from .ttgir_module import Module, TtgirError  # noqa: F401
 
 ASYNC_SITES_FORMAT = "argus.async_sites/1"

@@ -12,7 +12,7 @@ So, in the selected iteration only, the probe:
 3. reads ``%globaltimer`` and ``%clock64`` just before the issue and just after
    ``wait_barrier`` on the private barrier (phase 0) returns, and stores the four values for the CTA
    in an extra kernel argument ``argus_probe_out`` (one ``ArgusProbeRecord`` per CTA:
-   ``csrc/argus/argus_probe_record.h``, mirrored in :mod:`argus_rt.compiler.triton_layout`).
+   ``csrc/argus/argus_probe_record.h``, mirrored in :mod:`argus_rt.kinds.triton.layout`).
 
 For a load peeled into the prologue the selection is static; for the in-loop copy the trip is
 selected with ``iv == lb + (iteration - trip_offset) * step`` and all edits are predicated on it.
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .async_sites import TMA_LOAD, Discovery, UnsupportedOpError, barrier_index, tma_parts
-from .triton_kernel_check import (  # noqa: F401
+from .kernel_check import (  # noqa: F401
     ProbeError,
     _kernel_module,
     check_module_reference,
@@ -36,7 +36,7 @@ from .triton_kernel_check import (  # noqa: F401
     program_variant,
     timed_variant_columns,
 )
-from .triton_layout import (
+from .layout import (
     ITERATION_WAIT_DTYPE,
     ITERATION_WAIT_WORDS,
     PROBE_RECORD_DTYPE,
@@ -44,7 +44,7 @@ from .triton_layout import (
     records,
     word,
 )
-from .triton_region_trace import collect_triton_region_trace
+from .region_trace import collect_triton_region_trace
 from .ttgir_edit import (
     SMID_ASM,
     checked_edit,
@@ -375,7 +375,7 @@ def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: 
     Returns ``{"op_events": doc}`` with all timed launches' rows.
     """
     from .jit_equivalence import check_against_jit
-    from .triton_program import program_compiled
+    from .program import program_compiled
 
     mod = _kernel_module(program)
     params = program.params
@@ -402,7 +402,7 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
     """
     from .async_sites import discover
     from .jit_equivalence import check_against_jit
-    from .triton_program import program_compiled, program_ttgir
+    from .program import program_compiled, program_ttgir
 
     mod = _kernel_module(program)
     ttgir, iterations = program_ttgir(program)
@@ -436,7 +436,7 @@ def no_tma_wait_note(discovery: Discovery) -> str:
 
 
 def _triton_probe_adapter_class():
-    from ..backends.base import BackendAdapter, BackendUnavailableError
+    from ...backends.base import BackendAdapter, BackendUnavailableError
 
     class TritonProbeTrace(BackendAdapter):
         """Backend ``trace`` for Triton programs, two configurations:
@@ -447,7 +447,7 @@ def _triton_probe_adapter_class():
         * ``{"reference": "iteration_waits"}``: runs the traced reference (consumer wait timed per
           iteration) and publishes ``argus.iteration_waits/1`` (effect: perturbs timing);
         * ``{}`` (the latency recipe): runs the region-traced variant
-          (:mod:`argus_rt.compiler.triton_region_trace`, one %globaltimer record per marker per CTA)
+          (:mod:`argus_rt.kinds.triton.region_trace`, one %globaltimer record per marker per CTA)
           and publishes ``argus.region_intervals/1`` (effect: perturbs timing)."""
 
         name = "trace"
@@ -519,7 +519,7 @@ def _triton_probe_adapter_class():
 
 def _register_backend() -> None:
     # the Transform handler that builds the probes is argus_rt.triton_handlers (above the runtime)
-    from ..backends.base import register_backend
+    from ...backends.base import register_backend
 
     register_backend(_triton_probe_adapter_class()(), kind="triton", replace=True)
 

@@ -1,5 +1,5 @@
 """What only the TTGIR *text* holds: op lines, SSA names, locations of ops without results, and
-(for Triton 3.6) integer attributes. See :mod:`argus_rt.compiler.mlir_ir` for why each is needed.
+(for Triton 3.6) integer attributes. See :mod:`argus_rt.kinds.triton.mlir_ir` for why each is needed.
 
 Nothing here decides the IR's structure: MLIR parsed it. These readers attach text facts to the
 ops MLIR found, and every attachment is checked (:class:`TextMismatch` otherwise):

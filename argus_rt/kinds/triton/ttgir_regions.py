@@ -1,7 +1,7 @@
 """Argus regions in TTGIR: read the markers, and decide which ops a region holds by source call stack.
 
 Pipelining moves ops away from their markers, so membership is decided by source position, not by
-TTGIR order. Positions are call stacks (:class:`~argus_rt.compiler.ttgir_locations.Location`):
+TTGIR order. Positions are call stacks (:class:`~argus_rt.kinds.triton.ttgir_locations.Location`):
 inlining a ``@triton.jit`` helper gives its ops (and its markers) the stack ``[call site in the
 kernel, position in the helper]``.
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..regions import RegionTree, region_id
-from ..triton_regions import MARKER_ASM_PATTERN
+from ...regions import RegionTree, region_id
+from .regions import MARKER_ASM_PATTERN
 from .ttgir_locations import Location, SourceLoc
 from .ttgir_module import Module, Op, TtgirError
 
