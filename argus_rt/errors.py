@@ -7,6 +7,36 @@ traceback; the Python API raises it as is.
 """
 from __future__ import annotations
 
+import sys
+
 
 class ArgusInputError(ValueError):
     """A user-supplied value is wrong; the message names it and the valid choices."""
+
+
+# Bad-input errors of library modules that do not (yet) derive from ArgusInputError, which the
+# commands used to catch one by one. Looked up only in modules already imported: an error of a
+# module nobody imported cannot have been raised.
+_INPUT_ERRORS = {
+    "argus_rt.kinds.triton.discovery": ("DiscoveryError", "TtgirError"),
+    "argus_rt.kinds.triton.kernel_check": ("ProbeError",),  # imported by kinds.triton.probes too
+}
+# A file the user named that is missing or unreadable is bad input too.
+_FILE_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+
+
+def input_error_classes(extra: tuple = ()) -> tuple[type[BaseException], ...]:
+    """Exception classes that mean "a value the user gave is wrong" (the CLI's exit 2, one line; the
+    MCP server's tool error)."""
+    found: list[type[BaseException]] = [ArgusInputError, *_FILE_ERRORS, *extra]
+    for module_name, names in _INPUT_ERRORS.items():
+        module = sys.modules.get(module_name)
+        found += [getattr(module, n) for n in names if module is not None and hasattr(module, n)]
+    return tuple(found)
+
+
+def one_line(exc: BaseException) -> str:
+    """The error's message on one line (KeyError's repr quotes dropped)."""
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    parts = [p.strip() for p in str(text).splitlines() if p.strip()]
+    return "; ".join(parts) or type(exc).__name__

@@ -1,0 +1,130 @@
+"""`argus mcp`: the SDK's own client drives the server, in process and over stdio, with stand-in
+collections (no GPU): every tool, its errors, the resources, and the size of a summary answer."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+mcp = pytest.importorskip("mcp")
+anyio = pytest.importorskip("anyio")
+
+from mcp import Client  # noqa: E402
+from mcp.client.stdio import StdioServerParameters  # noqa: E402
+
+from argus_rt.mcp_server import SUMMARY_CHARS, build_server, summarise_report  # noqa: E402
+from test_query import write_program_dir  # noqa: E402
+from test_runtime_standins import demo_program, standins  # noqa: E402,F401
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+TOOLS = {"list_programs", "list_regions", "plan", "query", "discover", "history"}
+
+
+def _json(result) -> dict:
+    assert not result.is_error, result.content
+    return json.loads(result.content[0].text)
+
+
+def _error(result) -> str:
+    assert result.is_error
+    return result.content[0].text
+
+
+def test_every_tool_in_process(standins, tmp_path):  # noqa: F811
+    program = write_program_dir(tmp_path / "prog", demo_program())
+    server = build_server(tmp_path / "ws")
+
+    async def session():
+        async with Client(server) as client:
+            assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+            examples = _json(await client.call_tool("list_programs", {}))["examples"]
+            assert {"cuda", "triton"} <= {e["program"] for e in examples}
+            regions = _json(await client.call_tool("list_regions", {"program": str(program)}))
+            assert {r["name"] for r in regions["regions"]} == {"main", "main/gemm", "main/gemm/load", "main/gemm/mma",
+                                                              "main/epilogue"}
+            assert regions["signal_scopes"]["latency"] and regions["signal_scopes"]["instruction_mix"] == []
+            plan = _json(await client.call_tool("plan", {"program": str(program), "region": "gemm",
+                                                         "signals": ["latency", "instruction_mix"]}))
+            assert plan["tasks"]["collect"] == 2 and set(plan["targets"]) == {"latency", "instruction_mix"}
+            args = {"program": str(program), "region": "gemm", "signals": ["latency", "instruction_mix"]}
+            summary = _json(await client.call_tool("query", args))
+            full = _json(await client.call_tool("query", {**args, "detail": "full"}))
+            assert summary["detail"] == "summary" and summary["unanswered"] == [] and full["unanswered"] == []
+            assert full["execution"]["collect_runs"] == 0  # the second query reused the first one's runs
+            assert len(json.dumps(summary)) <= SUMMARY_CHARS
+            assert {(v["signal"], v["region"], v["metric"]) for v in summary["values"]} <= {
+                (v["signal"], v["region"], v["metric"]) for v in full["values"]}
+            assert all(v["qualification"] in ("observed", "attributed", "derived") for v in summary["values"])
+            history = _json(await client.call_tool("history", {"program": str(program)}))
+            assert [v["answered"] for v in history["versions"]] == [["instruction_mix", "latency", "pc_region_map"]]
+            listed = _json(await client.call_tool("list_programs", {}))["versions"]
+            assert [v["id"] for v in listed] == [history["versions"][0]["id"]]
+            # bad arguments: the value and what is valid, as a tool error
+            assert "valid regions: main" in _error(await client.call_tool("query", {**args, "region": "nope"}))
+            assert "valid: summary, full" in _error(await client.call_tool("query", {**args, "detail": "all"}))
+            assert "not a path, a shipped example (" in _error(await client.call_tool("list_regions",
+                                                                                       {"program": "nope"}))
+            resources = {str(r.uri) for r in (await client.list_resources()).resources}
+            assert resources == {"argus://schemas/report", "argus://recipes"}
+            schema = json.loads((await client.read_resource("argus://schemas/report")).contents[0].text)
+            assert "values" in schema["properties"]
+            catalogue = json.loads((await client.read_resource("argus://recipes")).contents[0].text)
+            assert "pc_region_map" not in catalogue and catalogue["instruction_mix"]["qualification"] == "attributed"
+
+    anyio.run(session)
+
+
+def test_discover_names_the_async_sites_of_a_triton_region(tmp_path):
+    pytest.importorskip("triton")
+    server = build_server(tmp_path / "ws")
+
+    async def session():
+        async with Client(server) as client:
+            doc = _json(await client.call_tool("discover", {"program": "triton", "region": "tma_matmul/kloop"}))
+            assert doc["format"] == "argus.async_sites/1" and {s["kind"] for s in doc["sites"]} >= {"tma_load"}
+            assert "valid" in _error(await client.call_tool("discover", {"program": "triton", "region": "nope"}))
+
+    anyio.run(session)
+
+
+def test_summary_keeps_the_largest_values_and_counts_the_rest():
+    values = [{"signal": "instruction_mix", "region": "r", "metric": f"OP{i}", "value": float(i), "unit": "i",
+               "qualification": "attributed"} for i in range(400)]
+    doc = {"argus_report_version": 1, "query": {}, "unanswered": [], "values": values, "execution": {}}
+    small = summarise_report(doc, budget_chars=4000)
+    assert len(json.dumps(small)) <= 4000 and small["omitted"] == 400 - len(small["values"]) > 0
+    assert [v["value"] for v in small["values"]] == sorted((v["value"] for v in small["values"]), reverse=True)
+    assert small["values"][0]["value"] == 399.0
+
+
+def test_over_stdio_with_the_sdk_client(tmp_path):
+    """What an MCP client does: launch `argus mcp` and talk JSON-RPC over its stdin/stdout. The
+    server imports the stand-in backends (--import), so a query runs without a GPU."""
+    program = write_program_dir(tmp_path / "prog", demo_program())
+    env = {**os.environ, "ARGUS_STANDIN_WORKER": "1",
+           "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    params = StdioServerParameters(command=sys.executable, env=env, cwd=str(tmp_path),
+                                   args=["-m", "argus_rt.cli", "mcp", "--workspace", str(tmp_path / "ws"),
+                                         "--import", "test_runtime_standins"])
+
+    async def session():
+        async with Client(params, read_timeout_seconds=120) as client:
+            assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+            report = _json(await client.call_tool("query", {"program": str(program), "region": "gemm",
+                                                            "signals": ["latency"]}))
+            assert report["unanswered"] == [] and report["values"]
+            assert "valid regions" in _error(await client.call_tool("plan", {"program": str(program),
+                                                                             "region": "nope"}))
+
+    anyio.run(session)
+
+
+def test_a_module_that_does_not_import_is_a_one_line_error(tmp_path, capsys):
+    from argus_rt.cli import main
+
+    assert main(["mcp", "--workspace", str(tmp_path / "ws"), "--import", "no_such_module_here"]) == 2
+    assert "cannot import module 'no_such_module_here'" in capsys.readouterr().err
