@@ -11,6 +11,8 @@ Built on the official ``mcp`` SDK (``pip install "argus-rt[mcp]"``). Tools:
   ``detail="summary"`` (default) keeps the answer small for a context window (see
   :func:`summarise_report`); ``"full"`` returns the whole versioned report;
 * ``discover(program, region)``: the async operation sites of a Triton kernel region;
+* ``fork(program, edits, launch)``: a new version from file edits and launch changes, linked to its
+  parent (:mod:`argus_rt.program_fork`);
 * ``history(program)``: the versions of that program in the workspace and the signals already
   answered for each (a repeated query is served from the workspace).
 
@@ -245,6 +247,19 @@ def build_server(workspace_dir: str | Path | None = None, imports=()):
         pv = resolve_program(program, workspace_dir)
         ttgir, iterations = await in_thread(program_ttgir, pv)
         return async_sites_document(find_sites(ttgir, region, iterations=iterations), pv.id)
+
+    @tool
+    async def fork(program: str, edits: dict[str, str] | None = None, launch: dict | None = None) -> dict:
+        """A new version of the program: files replaced ({relative path: new text}, e.g. the kernel
+        source or Triton module) and/or launch keys set (num_warps, num_stages, constexprs, config).
+        It is linked to its parent and can be queried by its id at once."""
+        from .program_fork import fork_program
+
+        pv = resolve_program(program, workspace_dir)
+        spec = Path(program).name if Path(program).is_file() else None
+        child = await in_thread(lambda: fork_program(pv, workspace_dir, edits=edits, launch=launch, spec_name=spec))
+        return {"id": child.id, "parent": child.parent, "name": child.name, "root": child.root,
+                "launch": child.launch}
 
     @tool
     async def history(program: str) -> dict:

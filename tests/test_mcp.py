@@ -21,7 +21,7 @@ from test_runtime_standins import demo_program, standins  # noqa: E402,F401
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-TOOLS = {"list_programs", "list_regions", "plan", "query", "discover", "history"}
+TOOLS = {"list_programs", "list_regions", "plan", "query", "discover", "fork", "history"}
 
 
 def _json(result) -> dict:
@@ -87,6 +87,36 @@ def test_discover_names_the_async_sites_of_a_triton_region(tmp_path):
             doc = _json(await client.call_tool("discover", {"program": "triton", "region": "tma_matmul/kloop"}))
             assert doc["format"] == "argus.async_sites/1" and {s["kind"] for s in doc["sites"]} >= {"tma_load"}
             assert "valid" in _error(await client.call_tool("discover", {"program": "triton", "region": "nope"}))
+
+    anyio.run(session)
+
+
+def test_fork_makes_a_linked_version_that_answers_queries(standins, tmp_path):  # noqa: F811
+    program = write_program_dir(tmp_path / "prog", demo_program())
+    ws = tmp_path / "ws"
+    server = build_server(ws)
+
+    async def session():
+        async with Client(server) as client:
+            parent = _json(await client.call_tool("list_regions", {"program": str(program)}))["id"]
+            child = _json(await client.call_tool("fork", {"program": str(program),
+                                                          "edits": {"demo.cu": "// synthetic, edited"},
+                                                          "launch": {"note": "trial 2"}}))
+            assert child["parent"] == parent and child["id"] != parent and child["launch"]["note"] == "trial 2"
+            assert (Path(child["root"]) / "demo.cu").read_text() == "// synthetic, edited"
+            assert (program / "demo.cu").read_text() == "// synthetic"  # the parent's files are untouched
+            again = _json(await client.call_tool("fork", {"program": str(program), "edits": {"demo.cu": "// synthetic, edited"},
+                                                          "launch": {"note": "trial 2"}}))
+            assert again["id"] == child["id"]  # the same edit is the same version
+            report = _json(await client.call_tool("query", {"program": child["id"], "region": "gemm"}))
+            assert report["unanswered"] == []
+            history = _json(await client.call_tool("history", {"program": str(program)}))
+            assert [v["id"] for v in history["versions"]] == [child["id"]]
+            assert history["versions"][0]["parent"] == parent and history["versions"][0]["answered"] == ["latency"]
+            for bad, why in (({"../escape.cu": "x"}, "leaves the program directory"),
+                             ({"/etc/passwd": "x"}, "must be a relative path"), ({}, "needs edits")):
+                assert why in _error(await client.call_tool("fork", {"program": str(program), "edits": bad}))
+            assert sorted(p.name for p in (ws / "forks").iterdir()) == [child["id"]]  # no half-made fork
 
     anyio.run(session)
 
