@@ -1,4 +1,7 @@
-"""Decoder, pairing, statistics and export on hand-crafted ring buffers (no GPU)."""
+"""Decoder, pairing, statistics and export on rings built with tests/ring_writer.py (no GPU).
+
+RingWriter shares argus_rt/trace/layout.py with the decoder; tests/test_trace_literal_bytes.py decodes
+bytes written out by hand from csrc/argus/argus_layout.h instead, and checks RingWriter against them."""
 from __future__ import annotations
 
 import json
@@ -438,40 +441,3 @@ def test_anchored_rate_outside_plausible_clocks_is_an_error():
     with pytest.raises(ClockConversionError, match="outside the plausible 0.1-10 GHz"):
         decode(w.bytes(), c)
 
-
-def test_decoder_reads_bytes_spelled_out_from_argus_layout_h():
-    """A buffer written byte by byte from csrc/argus/argus_layout.h, not through layout.py (which
-    RingWriter and the decoder share), so a layout bug common to both is caught here.
-
-    ArgusRingHeader (32 B): u32 magic, seq, sm, cta, warp, written, dropped, claims.
-    ArgusRecord (16 B): u32 region_id, u32 coord, u64 stamp = kind << 62 | time (BEGIN 1, END 2).
-    Ring stride = 32 + 16 * capacity; ARGUS_RING_MAGIC = 0x52475241 ("ARGR"); ARGUS_COORD_NONE = 0xFFFFFFFF.
-    """
-    import struct
-
-    magic, coord_none, seq, capacity = 0x52475241, 0xFFFFFFFF, 7, 4
-    c = cfg(ctas=1, threads_per_cta=64, capacity=capacity, seq=seq)  # two warps: two rings
-    ring0 = struct.pack("<8I", magic, seq, 3, 0, 0, 4, 0, 1)  # SM 3, CTA 0, warp 0: 4 records, none lost
-    ring0 += struct.pack("<IIQ", OUTER, coord_none, 1 << 62 | 100)
-    ring0 += struct.pack("<IIQ", INNER, 5, 1 << 62 | 120)
-    ring0 += struct.pack("<IIQ", INNER, 5, 2 << 62 | 180)
-    ring0 += struct.pack("<IIQ", OUTER, coord_none, 2 << 62 | 250)
-    ring1 = bytes(32 + 16 * capacity)  # warp 1 never claimed its ring
-    buf = ring0 + ring1
-    assert len(buf) == c.buffer_bytes == 2 * (32 + 16 * capacity)
-
-    t = decode(buf, c)
-    assert list(t.rings["ring"]) == [0] and list(t.rings["sm"]) == [3] and list(t.rings["written"]) == [4]
-    assert list(t.events["region_id"]) == [OUTER, INNER, INNER, OUTER]
-    assert list(t.events["coord"]) == [coord_none, 5, 5, coord_none]
-    assert list(t.events["kind"]) == [1, 1, 2, 2] and list(t.events["time"]) == [100, 120, 180, 250]
-    assert not t.incomplete and t.dropped == 0
-    rows = pair_intervals(t).rows
-    assert [(int(r["region_id"]), int(r["duration"]), int(r["depth"])) for r in rows] == [(OUTER, 150, 0), (INNER, 60, 1)]
-    # RingWriter, which the other decoder tests use, writes these very bytes.
-    w = RingWriter(c)
-    w.emit(0, 0, 3, "begin", OUTER, 100)
-    w.emit(0, 0, 3, "begin", INNER, 120, coord=5)
-    w.emit(0, 0, 3, "end", INNER, 180, coord=5)
-    w.emit(0, 0, 3, "end", OUTER, 250)
-    assert bytes(w.bytes()) == buf
