@@ -35,10 +35,11 @@ class InterpreterError(RuntimeError):
     """The instruction stream cannot make progress (a dependency that is never satisfied)."""
 
 
-def gumbel_uniform(seed: int, step: int, n: int) -> np.ndarray:
-    """Uniform (0, 1) noise of the on-device sampler: murmur3 finaliser of (index, step, seed)."""
+def gumbel_uniform(seed: int, step: int, n: int, first: int = 0) -> np.ndarray:
+    """Uniform (0, 1) noise of the on-device sampler for indices [first, first + n): murmur3 finaliser
+    of (index, step, seed)."""
     with np.errstate(over="ignore"):
-        x = (np.arange(n, dtype=np.uint32) * np.uint32(0x9E3779B1) + np.uint32((step * 0x85EBCA77) & 0xFFFFFFFF)
+        x = (np.arange(first, first + n, dtype=np.uint32) * np.uint32(0x9E3779B1) + np.uint32((step * 0x85EBCA77) & 0xFFFFFFFF)
              + np.uint32(seed & 0xFFFFFFFF))
         x ^= x >> np.uint32(16)
         x *= np.uint32(0x85EBCA6B)
@@ -213,7 +214,7 @@ class Interpreter:
         """What the sampler maximises over vocabulary rows [first, first + len): the logit (greedy), or
         logit / temperature + Gumbel noise of (seed, step, row)."""
         if self.sampling.temperature > 0:
-            u = torch.from_numpy(gumbel_uniform(self.sampling.seed, step, first + logits.numel())[first:])
+            u = torch.from_numpy(gumbel_uniform(self.sampling.seed, step, logits.numel(), first))
             logits = logits / self.sampling.temperature - torch.log(-torch.log(u))
         return logits
 

@@ -26,10 +26,6 @@ PARAM_FIELDS: tuple[tuple[str, str], ...] = (
     ("n_forced", I64),
     ("sample_counter", I64), ("seed", I64), ("timeout_ns", I64), ("prefetch_ahead", I64), ("stage_bytes", I64),
     ("eps", "double"), ("temperature", "double"),
-    # Opt-in fusions (TileShape.publish_ssq / fused_sample; 0 parts = off): per-tile sums of squares of
-    # x [n_layers + 1][ssq_x_parts] and x_mid [n_layers][ssq_mid_parts], per-Logits-tile argmax partials.
-    ("ssq_x", F32), ("ssq_mid", F32), ("ssq_x_parts", I64), ("ssq_mid_parts", I64),
-    ("sample_val", F32), ("sample_idx", "int*"), ("sample_parts", I64),
 )
 PARAM_BYTES = 8 * len(PARAM_FIELDS)
 

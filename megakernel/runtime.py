@@ -39,7 +39,7 @@ from .params import (
     pack_params,
 )
 from .regions import coordinate, region_tree
-from .state import DecodeState
+from .state import DecodeState, fusion_layout
 
 CONFIG_CUH = CSRC / "megakernel" / "config.cuh"
 # Dynamic shared memory for weight staging: H200 allows 227 KiB per CTA, the static part is ~35 KiB.
@@ -141,12 +141,22 @@ def prefetch_plan(program: Program, window_bytes: int | None, own: bool | tuple[
 
 # TileShape op options and the build flag that compiles each one's kernel code (csrc/megakernel/megakernel.cu).
 OPTION_FLAGS = {"publish_ssq": "-DMK_PUBLISH_SSQ=1", "fused_sample": "-DMK_FUSED_SAMPLE=1"}
+# Macros only option_flags may set: they must agree with the tile shape the state was laid out for.
+OPTION_MACROS = ("MK_PUBLISH_SSQ", "MK_FUSED_SAMPLE", "MK_SSQ_X_PARTS", "MK_SSQ_MID_PARTS", "MK_SAMPLE_PARTS")
 
 
-def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Build flags the tile options need that ``given`` does not already have. (A flag without its option
-    is harmless: the kernel also checks the parameter block, where the option's part count is 0.)"""
-    return tuple(flag for name, flag in OPTION_FLAGS.items() if getattr(tiles, name) and flag not in given)
+def option_flags(tiles: TileShape, config: LlamaConfig, given: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Build flags of the tile options: each option's flag, and with any option the part counts of the
+    fusion buffers (megakernel/state.py: fusion_layout), which the kernel finds after the attention
+    partials, so the parameter block is unchanged. ``given`` (the caller's build flags) must not set them."""
+    clash = [f for f in given if any(f.startswith(f"-D{m}") for m in OPTION_MACROS)]
+    if clash:
+        raise ValueError(f"build flags {clash} are set by TileShape options (publish_ssq, fused_sample), not by hand")
+    flags = tuple(flag for name, flag in OPTION_FLAGS.items() if getattr(tiles, name))
+    if not flags:
+        return ()
+    parts = fusion_layout(config, tiles)["parts"]
+    return flags + tuple(f"-DMK_{name.upper()}_PARTS={n}" for name, n in parts.items())
 
 
 class MegakernelError(RuntimeError):
@@ -251,7 +261,7 @@ class MegakernelDecoder:
         self.n_forced = 1
         self.argus_mode = argus_mode
         # e.g. ("-DMK_BLOCKS_PER_SM=2",): csrc/megakernel/config.cuh knobs; plus the flags of the tile options
-        self.build_flags = tuple(build_flags) + option_flags(self.tiles, build_flags)
+        self.build_flags = tuple(build_flags) + option_flags(self.tiles, self.config, tuple(build_flags))
         if stage_bytes and any(f.startswith("-DMK_EARLY_WEIGHTS") and not f.endswith("=0") for f in self.build_flags):
             raise ValueError("MK_EARLY_WEIGHTS builds have no shared-memory staging path: use stage_bytes=0")
         self.build = build(argus_mode, extra_flags=self.build_flags)
@@ -326,11 +336,6 @@ class MegakernelDecoder:
             "sample_counter": self.program.counters.index("sample"), "seed": self.sampling.seed & 0xFFFFFFFF,
             "timeout_ns": self.timeout_ns, "prefetch_ahead": self.prefetch_ahead, "stage_bytes": self.stage_bytes,
             "eps": c.eps, "temperature": self.sampling.temperature,
-            "ssq_x": ptr["ssq_x"], "ssq_mid": ptr["ssq_mid"],
-            "ssq_x_parts": c.hidden // self.tiles.down_rows if self.tiles.publish_ssq else 0,
-            "ssq_mid_parts": c.hidden // self.tiles.o_rows if self.tiles.publish_ssq else 0,
-            "sample_val": ptr["sample_val"], "sample_idx": ptr["sample_idx"],
-            "sample_parts": c.vocab // self.tiles.logits_rows if self.tiles.fused_sample else 0,
         }
 
     def launch(self, step_begin: int, n_steps: int, stream=None) -> None:

@@ -50,6 +50,22 @@ def pack_wqkv(wqkv: torch.Tensor, config, parts: int) -> torch.Tensor:
     return wqkv[torch.cat(rows).to(wqkv.device)]
 
 
+def fusion_layout(config, tiles) -> dict:
+    """Where the opt-in fusion buffers lie in the allocation that starts with the attention partials
+    (float offsets; the kernel computes the same from its parameters and the MK_*_PARTS build flags,
+    so the parameter block needs no new fields): per-tile sums of squares of x [n_layers + 1][ssq_x]
+    and x_mid [n_layers][ssq_mid] (TileShape.publish_ssq), then the Logits tiles' best values
+    [sample] and their indices [sample] (int32, TileShape.fused_sample). Always allocated (small)."""
+    c = config
+    parts = {"ssq_x": c.hidden // tiles.down_rows, "ssq_mid": c.hidden // tiles.o_rows,
+             "sample": c.vocab // tiles.logits_rows}
+    attn = c.n_layers * c.n_heads * tiles.n_splits(c) * (c.head_dim + 2)
+    ssq_mid = attn + (c.n_layers + 1) * parts["ssq_x"]
+    sample_val = ssq_mid + c.n_layers * parts["ssq_mid"]
+    return {"parts": parts, "attn_part": 0, "ssq_x": attn, "ssq_mid": ssq_mid, "sample_val": sample_val,
+            "sample_idx": sample_val + parts["sample"], "total": sample_val + 2 * parts["sample"]}
+
+
 @dataclass
 class DecodeState:
     """All tensors one decode needs; ``t[name]`` for any of WEIGHT_NAMES and BUFFER_NAMES."""
@@ -86,7 +102,6 @@ class DecodeState:
             "x": torch.full((c.n_layers + 1, c.hidden), nan, **f32),
             "x_mid": torch.full((c.n_layers, c.hidden), nan, **f32),
             "q": torch.full((c.n_layers, c.hidden), nan, **f32),
-            "attn_part": torch.full((c.n_layers, c.n_heads, tiles.n_splits(c), c.head_dim + 2), nan, **f32),
             "h": torch.full((c.n_layers, c.ffn), nan, **f32),
             "logits": torch.full((c.vocab,), nan, **f32),
             "k_cache": torch.zeros(c.n_layers, c.n_kv_heads, c.max_seq, c.head_dim, device=device,
@@ -97,13 +112,18 @@ class DecodeState:
             "rope_sin": sin[:, :half].contiguous().to(device),
             "tokens": torch.zeros(c.max_seq + 1, device=device, dtype=torch.int32),
             "counters": torch.zeros(len(program.counters), device=device, dtype=torch.int32),
-            # TileShape.publish_ssq: sum of squares of x[l] / x_mid[l] per producing tile (Embed: all in slot 0)
-            "ssq_x": torch.full((c.n_layers + 1, c.hidden // tiles.down_rows), nan, **f32),
-            "ssq_mid": torch.full((c.n_layers, c.hidden // tiles.o_rows), nan, **f32),
-            # TileShape.fused_sample: per Logits tile, the best (value, vocabulary index) of its rows
-            "sample_val": torch.full((c.vocab // tiles.logits_rows,), nan, **f32),
-            "sample_idx": torch.full((c.vocab // tiles.logits_rows,), -1, device=device, dtype=torch.int32),
         })
+        # The attention partials and, after them in the same allocation, the opt-in fusion buffers:
+        # TileShape.publish_ssq's per-tile sums of squares of x[l] / x_mid[l] (Embed: all in slot 0) and
+        # TileShape.fused_sample's per-Logits-tile best (value, vocabulary index).
+        lay = fusion_layout(c, tiles)
+        flat = torch.full((lay["total"],), nan, **f32)
+        t["attn_part"] = flat[: lay["ssq_x"]].view(c.n_layers, c.n_heads, tiles.n_splits(c), c.head_dim + 2)
+        t["ssq_x"] = flat[lay["ssq_x"]: lay["ssq_mid"]].view(c.n_layers + 1, lay["parts"]["ssq_x"])
+        t["ssq_mid"] = flat[lay["ssq_mid"]: lay["sample_val"]].view(c.n_layers, lay["parts"]["ssq_mid"])
+        t["sample_val"] = flat[lay["sample_val"]: lay["sample_idx"]]
+        t["sample_idx"] = flat[lay["sample_idx"]:].view(torch.int32)
+        t["sample_idx"].fill_(-1)
         return cls(program, t)
 
     def clone(self, device=None) -> "DecodeState":

@@ -13,7 +13,7 @@ from megakernel.dag import DagError, TileShape, build_decode_program
 from megakernel.instructions import Down, Embed, OProj
 from megakernel.interpreter import Interpreter, SamplingParams, relative_error
 from megakernel.runtime import OPTION_FLAGS, option_flags
-from megakernel.state import DecodeState
+from megakernel.state import DecodeState, fusion_layout
 from tinyllama.config import get_config
 from tinyllama.model import Transformer
 from tinyllama.weights import random_weights
@@ -123,15 +123,32 @@ def test_fused_sample_ties_go_to_the_lowest_index(tiny):
     assert int(t["tokens"][1]) == 3
 
 
+def test_fusion_buffers_follow_the_attention_partials(tiny):
+    c, w = tiny
+    tiles = dataclasses.replace(TILES, publish_ssq=True, fused_sample=True)
+    t = DecodeState.create(build_decode_program(c, tiles), w).t
+    lay = fusion_layout(c, tiles)
+    base = t["attn_part"].data_ptr()
+    for name in ("ssq_x", "ssq_mid", "sample_val", "sample_idx"):  # where the kernel computes them
+        assert t[name].data_ptr() == base + 4 * lay[name], name
+    assert t["attn_part"].numel() == lay["ssq_x"] and t["sample_idx"].dtype == torch.int32
+    assert t["sample_idx"].numel() == lay["parts"]["sample"] == c.vocab // tiles.logits_rows
+    assert (t["sample_idx"] == -1).all() and torch.isnan(t["ssq_x"]).all()
+
+
 def test_options_are_checked_and_compiled_in(tiny):
     c, _ = tiny
     with pytest.raises(DagError, match="publish_ssq needs o_rows and down_rows <= 32"):
         TileShape(publish_ssq=True, down_rows=64).check(c)
     with pytest.raises(DagError, match="fused_sample must be a bool"):
         TileShape(fused_sample=1).check(c)
-    assert option_flags(TileShape()) == ()
-    assert option_flags(TileShape(publish_ssq=True, fused_sample=True)) == tuple(OPTION_FLAGS.values())
-    assert option_flags(TileShape(fused_sample=True), ("-DMK_FUSED_SAMPLE=1",)) == ()
+    big = get_config("tinyllama-1.1b")
+    assert option_flags(TileShape(), big) == ()
+    assert option_flags(TileShape(publish_ssq=True, fused_sample=True), big) == tuple(OPTION_FLAGS.values()) + (
+        "-DMK_SSQ_X_PARTS=128", "-DMK_SSQ_MID_PARTS=128", "-DMK_SAMPLE_PARTS=500")
+    assert option_flags(TileShape(fused_sample=True), big)[0] == "-DMK_FUSED_SAMPLE=1"
+    with pytest.raises(ValueError, match="set by TileShape options"):
+        option_flags(TileShape(fused_sample=True), big, ("-DMK_SAMPLE_PARTS=7",))
     prog = build_decode_program(c, TileShape(publish_ssq=True, fused_sample=True))
     assert [type(i) for i in prog.instructions] == [type(i) for i in build_decode_program(c).instructions]
     assert any(isinstance(i, (Embed, OProj, Down)) for i in prog.instructions)
@@ -139,12 +156,11 @@ def test_options_are_checked_and_compiled_in(tiny):
 
 # ---- every variant row of benchmarks/decode.py that changes kernel code compiles without spills ----
 VARIANT_FLAGS = {
-    "mk_early": ("-DMK_EARLY_WEIGHTS=1", "-DMK_OP_NOINLINE=1"),
-    "mk_early_inl": ("-DMK_EARLY_WEIGHTS=1",),
+    "mk_early": ("-DMK_EARLY_WEIGHTS=1",),
     "mk_onepass": ("-DMK_COMBINE_ONEPASS=1",),
-    "mk_early_onepass": ("-DMK_EARLY_WEIGHTS=1", "-DMK_OP_NOINLINE=1", "-DMK_COMBINE_ONEPASS=1"),
-    "mk_fused_all": ("-DMK_EARLY_WEIGHTS=1", "-DMK_OP_NOINLINE=1", "-DMK_COMBINE_ONEPASS=1", "-DMK_PUBLISH_SSQ=1",
-                     "-DMK_FUSED_SAMPLE=1"),
+    "mk_early_onepass": ("-DMK_EARLY_WEIGHTS=1", "-DMK_COMBINE_ONEPASS=1"),
+    "mk_fused_all": ("-DMK_EARLY_WEIGHTS=1", "-DMK_COMBINE_ONEPASS=1") + option_flags(
+        TileShape(publish_ssq=True, fused_sample=True), get_config("tinyllama-1.1b")),
 }
 
 

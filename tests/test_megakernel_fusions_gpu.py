@@ -19,6 +19,7 @@ TINY_TILES = TileShape(o_rows=16, gate_features=16, down_rows=16, logits_rows=64
 SEED = int(os.environ.get("MEGAKERNEL_TEST_SEED", time.time_ns() % 2**31))
 EARLY, ONEPASS = "-DMK_EARLY_WEIGHTS=1", "-DMK_COMBINE_ONEPASS=1"
 VARIANTS = {  # name: (tile options, build flags), as in benchmarks/decode.py
+    "default": ({}, ()),  # the default binary changed too (parameter block, Embed's signature)
     "early": ({}, (EARLY,)),
     "early4": ({}, (EARLY, "-DMK_EARLY_CHUNKS=4", ONEPASS)),
     "onepass": ({}, (ONEPASS,)),

@@ -256,11 +256,7 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
 #define MK_COMBINE_ONEPASS 0
 #endif
 #ifndef MK_COMBINE_SPLITS
-#if MK_EARLY_WEIGHTS  // the O-proj tile holds 64 weight registers across the combine: 4 splits spilled 48 bytes
-#define MK_COMBINE_SPLITS 2
-#else
 #define MK_COMBINE_SPLITS 4  // splits whose loads are in flight at once (10 registers each)
-#endif
 #endif
 __device__ __forceinline__ void load_attention_combined_1trip(const Params& p, int layer, int pos, float* xs) {
   const int Dh = (int)p.head_dim, H = (int)p.n_heads, NS = (int)p.n_splits, D = (int)p.hidden;

@@ -113,20 +113,25 @@ __device__ __noinline__ void load_vector(const float* x, int n, float* xs) {
 #ifndef MK_EARLY_CHUNKS
 #define MK_EARLY_CHUNKS 8  // chunks per row held across the activation work (8: a 2048-wide row per warp)
 #endif
+#ifndef MK_EARLY_CHUNKS_O
+#define MK_EARLY_CHUNKS_O 4  // the O-proj tile's (its one-trip combine needs registers too)
+#endif
 
+template <int U>  // chunks per row held
 struct EarlyBlock {
-  uint4 w[MK_EARLY_CHUNKS][GEMV_ROWS];
+  uint4 w[U][GEMV_ROWS];
 };
 
 // Warp w's first row block (rows w * GEMV_ROWS ..): its first MK_EARLY_CHUNKS chunks per lane, clamped
 // to the row (a repeated load of the last chunk is issued but never used), no branch between loads.
-__device__ __forceinline__ void early_issue(const __nv_bfloat16* __restrict__ W, int K, int rows, EarlyBlock& b) {
+template <int U>
+__device__ __forceinline__ void early_issue(const __nv_bfloat16* __restrict__ W, int K, int rows, EarlyBlock<U>& b) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, chunks = K >> 3;
   // Unconditional (a warp without a block, rows < NWARPS * GEMV_ROWS, reloads the last row): values
   // defined under a branch and used after the CTA barriers of the activation work were spilled.
   const int r0 = max(0, min(warp * GEMV_ROWS, rows - GEMV_ROWS));
 #pragma unroll
-  for (int u = 0; u < MK_EARLY_CHUNKS; ++u) {
+  for (int u = 0; u < U; ++u) {
     const int c = min(lane + 32 * u, chunks - 1);
 #pragma unroll
     for (int i = 0; i < GEMV_ROWS; ++i)
@@ -165,8 +170,9 @@ __device__ __forceinline__ void gemv_rows_from(const __nv_bfloat16* __restrict__
 
 // out[r] = W[r, :] . xs for r < rows, using the registers early_issue filled (xs must be published).
 // The first row block is peeled off, so the held registers are dead before the plain loops run.
+template <int U>
 __device__ __forceinline__ void early_finish(const __nv_bfloat16* __restrict__ W, int K, int rows,
-                                             const float* __restrict__ xs, float* __restrict__ out, const EarlyBlock& b) {
+                                             const float* __restrict__ xs, float* __restrict__ out, const EarlyBlock<U>& b) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, chunks = K >> 3, r0 = warp * GEMV_ROWS;
   const float4* x4 = reinterpret_cast<const float4*>(xs);
   if (r0 < rows) {
@@ -174,7 +180,7 @@ __device__ __forceinline__ void early_finish(const __nv_bfloat16* __restrict__ W
 #pragma unroll
     for (int i = 0; i < GEMV_ROWS; ++i) acc[i] = 0.f;
 #pragma unroll
-    for (int u = 0; u < MK_EARLY_CHUNKS; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int c = lane + 32 * u;
       if (c < chunks) {
         const float4 a = x4[2 * c], bb = x4[2 * c + 1];
@@ -182,7 +188,7 @@ __device__ __forceinline__ void early_finish(const __nv_bfloat16* __restrict__ W
         for (int i = 0; i < GEMV_ROWS; ++i) acc[i] += dot8(b.w[u][i], a, bb);
       }
     }
-    gemv_rows_from(W, K, r0, lane + 32 * MK_EARLY_CHUNKS, x4, out, acc);
+    gemv_rows_from(W, K, r0, lane + 32 * U, x4, out, acc);
   }
   for (int r = r0 + NWARPS * GEMV_ROWS; r < rows; r += NWARPS * GEMV_ROWS) {
     float acc[GEMV_ROWS];

@@ -42,13 +42,43 @@ struct WarpSyncOnExit {
 #endif
 
 // Opt-in fusions, each off by default (not yet GPU-tested; megakernel/NOTES.md "Ready for the next
-// device run"). The runtime adds MK_PUBLISH_SSQ / MK_FUSED_SAMPLE when TileShape asks for them, and
-// the kernel still checks the parameter block (ssq_x_parts, sample_parts > 0) at run time.
+// device run"). Only the runtime sets these (megakernel/runtime.py: option_flags, from TileShape.
+// publish_ssq / fused_sample), with the part counts of the buffers, which lie after the attention
+// partials in the same allocation (megakernel/state.py: fusion_layout): no new parameter fields.
 #ifndef MK_PUBLISH_SSQ
 #define MK_PUBLISH_SSQ 0  // producers of x / x_mid publish per-tile sums of squares; norms read them
 #endif
 #ifndef MK_FUSED_SAMPLE
 #define MK_FUSED_SAMPLE 0  // Logits tiles write per-tile (value, index) argmax partials; Sample reduces them
+#endif
+#if MK_PUBLISH_SSQ || MK_FUSED_SAMPLE
+#if !defined(MK_SSQ_X_PARTS) || !defined(MK_SSQ_MID_PARTS) || !defined(MK_SAMPLE_PARTS)
+#error "MK_PUBLISH_SSQ / MK_FUSED_SAMPLE need MK_SSQ_X_PARTS, MK_SSQ_MID_PARTS, MK_SAMPLE_PARTS (runtime.py: option_flags)"
+#endif
+// Sums of squares of x[layer] ([n_layers + 1][MK_SSQ_X_PARTS]), of x_mid[layer] ([n_layers][MK_SSQ_MID_PARTS]),
+// the Logits tiles' best values and indices ([MK_SAMPLE_PARTS] each), after the attention partials.
+__device__ __forceinline__ float* fusion_area(const Params& p) {
+  return p.attn_part + (size_t)p.n_layers * p.n_heads * p.n_splits * (p.head_dim + 2);
+}
+__device__ __forceinline__ float* ssq_x_of(const Params& p, int layer) {
+  return fusion_area(p) + (size_t)layer * MK_SSQ_X_PARTS;
+}
+__device__ __forceinline__ float* ssq_mid_of(const Params& p, int layer) {
+  return fusion_area(p) + (size_t)(p.n_layers + 1) * MK_SSQ_X_PARTS + (size_t)layer * MK_SSQ_MID_PARTS;
+}
+__device__ __forceinline__ float* sample_val_of(const Params& p) {
+  return fusion_area(p) + (size_t)(p.n_layers + 1) * MK_SSQ_X_PARTS + (size_t)p.n_layers * MK_SSQ_MID_PARTS;
+}
+__device__ __forceinline__ int* sample_idx_of(const Params& p) {
+  return reinterpret_cast<int*>(sample_val_of(p) + MK_SAMPLE_PARTS);
+}
+#endif
+#if MK_PUBLISH_SSQ
+#define MK_SSQ_X(layer) ssq_x_of(p, layer), MK_SSQ_X_PARTS
+#define MK_SSQ_MID(layer) ssq_mid_of(p, layer), MK_SSQ_MID_PARTS
+#else
+#define MK_SSQ_X(layer) nullptr, 0
+#define MK_SSQ_MID(layer) nullptr, 0
 #endif
 #ifndef MK_OP_NOINLINE  // default: on with MK_EARLY_WEIGHTS (inlined into the worker loop, that build spilled 196 bytes)
 #define MK_OP_NOINLINE MK_EARLY_WEIGHTS
@@ -142,6 +172,19 @@ __device__ __forceinline__ void tile_gemv(const Params& p, Smem& s, const __nv_b
   }
 }
 
+// Uniform (0, 1) noise for Gumbel-max sampling; megakernel/interpreter.py: gumbel_uniform.
+__device__ __forceinline__ float uniform_noise(unsigned seed, unsigned step, unsigned i) {
+  unsigned x = i * 0x9E3779B1u + step * 0x85EBCA77u + seed;
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  x ^= x >> 13;
+  x *= 0xC2B2AE35u;
+  x ^= x >> 16;
+  return ((float)(x >> 8) + 0.5f) * (1.0f / 16777216.0f);
+}
+
+#define MK_FUSIONS (MK_EARLY_WEIGHTS || MK_COMBINE_ONEPASS || MK_PUBLISH_SSQ || MK_FUSED_SAMPLE)
+#if MK_FUSIONS  // the ops with the opt-in fusions (the #else branch: the default ops, as measured on H200)
 __device__ void op_embed(const Params& p, Smem& s, int step, bool* bad) {
   const int tok = __ldcg(p.tokens + step);  // written by the previous step's Sample on another CTA
   if (tok < 0 || tok >= p.vocab) {
@@ -161,9 +204,9 @@ __device__ void op_embed(const Params& p, Smem& s, int step, bool* bad) {
     ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
   }
 #if MK_PUBLISH_SSQ
-  if (p.ssq_x_parts > 0) {  // x[0]'s sum of squares: all of it in slot 0, the other slots 0
+  {  // x[0]'s sum of squares: all of it in slot 0, the other slots 0
     const float total = block_sum(ss, s.scratch);
-    for (int i = threadIdx.x; i < (int)p.ssq_x_parts; i += THREADS) p.ssq_x[i] = i == 0 ? total : 0.f;
+    for (int i = threadIdx.x; i < MK_SSQ_X_PARTS; i += THREADS) ssq_x_of(p, 0)[i] = i == 0 ? total : 0.f;
   }
 #endif
   (void)s;
@@ -179,12 +222,12 @@ __device__ __forceinline__ void publish_ssq(float ss, float* ssq, int slot) {
   }
 }
 
-// rstd of x (n floats) and xs = x * g: from the published sums of squares when there are any
-// (MK_PUBLISH_SSQ, parts > 0), else by a CTA-wide reduction.
+// rstd of x (n floats) and xs = x * g: from the `parts` published sums of squares `ssq`
+// (MK_PUBLISH_SSQ), else by a CTA-wide reduction.
 __device__ __forceinline__ float tile_norm(const float* x, const __nv_bfloat16* g, int n, float eps, Smem& s,
                                            const float* ssq, int parts) {
 #if MK_PUBLISH_SSQ
-  if (parts > 0) return load_norm_published(x, g, n, eps, s.xs, ssq, parts);
+  return load_norm_published(x, g, n, eps, s.xs, ssq, parts);
 #endif
   (void)ssq;
   (void)parts;
@@ -199,9 +242,10 @@ __device__ __forceinline__ float tile_norm(const float* x, const __nv_bfloat16* 
 // staged), else tile_gemv.
 #if MK_EARLY_WEIGHTS
 // Not combined with shared-memory staging: the runtime refuses stage_bytes > 0 with this flag.
-#define MK_EARLY_BEGIN(W, K, rows) \
-  EarlyBlock eb;                   \
+#define MK_EARLY_BEGIN_U(W, K, rows, U) \
+  EarlyBlock<U> eb;                     \
   early_issue(W, K, rows, eb)
+#define MK_EARLY_BEGIN(W, K, rows) MK_EARLY_BEGIN_U(W, K, rows, MK_EARLY_CHUNKS)
 #define MK_TILE_GEMV(W, K, rows) early_finish(W, K, rows, s.xs, s.out, eb)
 #else
 #define MK_EARLY_BEGIN(W, K, rows) ((void)0)
@@ -219,8 +263,7 @@ MK_OP void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, int p
   float rstd;
   {
     MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
-    rstd = tile_norm(p.x + (size_t)layer * D, p.attn_norm + (size_t)layer * D, D, (float)p.eps, s,
-                     p.ssq_x + (size_t)layer * p.ssq_x_parts, (int)p.ssq_x_parts);
+    rstd = tile_norm(p.x + (size_t)layer * D, p.attn_norm + (size_t)layer * D, D, (float)p.eps, s, MK_SSQ_X(layer));
   }
   {
     MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
@@ -259,7 +302,7 @@ MK_OP void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows, int
   // weight registers (128 bytes at 128 registers, 2026-12-01), so that build keeps the plain O-proj GEMV.
 #define MK_EARLY_OPROJ (MK_EARLY_WEIGHTS && MK_COMBINE_ONEPASS)
 #if MK_EARLY_OPROJ
-  MK_EARLY_BEGIN(W, D, rows);
+  MK_EARLY_BEGIN_U(W, D, rows, MK_EARLY_CHUNKS_O);
 #endif
   {
     MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
@@ -283,7 +326,7 @@ MK_OP void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows, int
     ss += y * y;
   }
 #if MK_PUBLISH_SSQ
-  if (p.ssq_mid_parts > 0) publish_ssq(ss, p.ssq_mid + (size_t)layer * p.ssq_mid_parts, row0 / rows);
+  publish_ssq(ss, ssq_mid_of(p, layer), row0 / rows);
 #endif
   (void)ss;
 }
@@ -295,8 +338,7 @@ MK_OP void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, int s
   float rstd;
   {
     MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
-    rstd = tile_norm(p.x_mid + (size_t)layer * D, p.ffn_norm + (size_t)layer * D, D, (float)p.eps, s,
-                     p.ssq_mid + (size_t)layer * p.ssq_mid_parts, (int)p.ssq_mid_parts);
+    rstd = tile_norm(p.x_mid + (size_t)layer * D, p.ffn_norm + (size_t)layer * D, D, (float)p.eps, s, MK_SSQ_MID(layer));
   }
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
   MK_TILE_GEMV(W, D, 2 * nf);
@@ -326,20 +368,9 @@ MK_OP void op_down(const Params& p, Smem& s, int layer, int row0, int rows, int 
     ss += y * y;
   }
 #if MK_PUBLISH_SSQ
-  if (p.ssq_x_parts > 0) publish_ssq(ss, p.ssq_x + (size_t)(layer + 1) * p.ssq_x_parts, row0 / rows);
+  publish_ssq(ss, ssq_x_of(p, layer + 1), row0 / rows);
 #endif
   (void)ss;
-}
-
-// Uniform (0, 1) noise for Gumbel-max sampling; megakernel/interpreter.py: gumbel_uniform.
-__device__ __forceinline__ float uniform_noise(unsigned seed, unsigned step, unsigned i) {
-  unsigned x = i * 0x9E3779B1u + step * 0x85EBCA77u + seed;
-  x ^= x >> 16;
-  x *= 0x85EBCA6Bu;
-  x ^= x >> 13;
-  x *= 0xC2B2AE35u;
-  x ^= x >> 16;
-  return ((float)(x >> 8) + 0.5f) * (1.0f / 16777216.0f);
 }
 
 #if MK_FUSED_SAMPLE
@@ -382,15 +413,14 @@ MK_OP void op_logits(const Params& p, Smem& s, int row0, int rows, int step) {
   float rstd;
   {
     MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, L));
-    rstd = tile_norm(p.x + (size_t)L * D, p.final_norm, D, (float)p.eps, s, p.ssq_x + (size_t)L * p.ssq_x_parts,
-                     (int)p.ssq_x_parts);
+    rstd = tile_norm(p.x + (size_t)L * D, p.final_norm, D, (float)p.eps, s, MK_SSQ_X(L));
   }
   MK_REGION(ARGUS_REGION_DECODE_LOGITS, coord(step, L));
   MK_TILE_GEMV(W, D, rows);
   __syncthreads();
   for (int r = threadIdx.x; r < rows; r += THREADS) p.logits[row0 + r] = s.out[r] * rstd;
 #if MK_FUSED_SAMPLE
-  if (p.sample_parts > 0) {  // this tile's argmax partial, exactly the values op_sample would compare
+  {  // this tile's argmax partial, exactly the values op_sample would compare
     const float temp = (float)p.temperature;
     float best = -INFINITY;
     int best_i = 0x7fffffff;
@@ -405,25 +435,139 @@ MK_OP void op_logits(const Params& p, Smem& s, int row0, int rows, int step) {
     }
     block_argmax(s, &best, &best_i);
     if (threadIdx.x == 0) {
-      p.sample_val[row0 / rows] = best;
-      p.sample_idx[row0 / rows] = best_i;
+      sample_val_of(p)[row0 / rows] = best;
+      sample_idx_of(p)[row0 / rows] = best_i;
     }
   }
 #endif
 }
 
+#else  // the default ops, unchanged since the 13:02 H200 run (same SASS)
+__device__ void op_embed(const Params& p, Smem& s, int step, bool* bad) {
+  (void)s;
+  const int tok = __ldcg(p.tokens + step);  // written by the previous step's Sample on another CTA
+  if (tok < 0 || tok >= p.vocab) {
+    *bad = true;
+    return;
+  }
+  const uint4* row = reinterpret_cast<const uint4*>(p.embed + (size_t)tok * p.hidden);
+  float4* x4 = reinterpret_cast<float4*>(p.x);
+#pragma unroll 4
+  for (int c = threadIdx.x; c < (int)(p.hidden >> 3); c += THREADS) {
+    const uint4 w = __ldg(row + c);
+    x4[2 * c] = make_float4(bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y));
+    x4[2 * c + 1] = make_float4(bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w));
+  }
+}
+
+// Part `part` of a q/k/v head (TileShape.qkv_parts parts per head). A q/k part's packed weight rows
+// are its RoPE pairs: outputs [0, h) are dims part*h + j, outputs [h, 2h) dims Dh/2 + part*h + j.
+__device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, int part, int step) {
+  const int D = (int)p.hidden, Dh = (int)p.head_dim, KV = (int)(p.n_kv_heads * p.head_dim), half = Dh / 2;
+  const int rows = Dh / (int)p.qkv_parts, h = rows / 2;
+  float rstd;
+  {
+    MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
+    rstd = load_rmsnorm(p.x + (size_t)layer * D, p.attn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch);
+  }
+  {
+    MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+    const size_t base = (kind == HEAD_Q ? 0 : kind == HEAD_K ? D : D + KV) + (size_t)head * Dh + (size_t)part * rows;
+    tile_gemv(p, s, p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D, D, rows);
+    __syncthreads();
+  }
+  MK_REGION(ARGUS_REGION_DECODE_KV_UPDATE, coord(step, layer));
+  const int t = threadIdx.x;
+  if (kind == HEAD_V) {
+    if (t < rows)
+      p.v_cache[(((size_t)layer * p.n_kv_heads + head) * p.max_seq + step) * Dh + part * rows + t] =
+          __float2bfloat16(s.out[t] * rstd);
+    return;
+  }
+  if (t < h) {  // RoPE, "rotate half" pairs (d, d + Dh/2) share the angle of position `step`
+    const int d = part * h + t;
+    const float c = p.rope_cos[(size_t)step * half + d], sn = p.rope_sin[(size_t)step * half + d];
+    const float a = s.out[t] * rstd, b = s.out[h + t] * rstd;
+    const float y0 = a * c - b * sn, y1 = b * c + a * sn;
+    if (kind == HEAD_Q) {
+      float* q = p.q + (size_t)layer * D + (size_t)head * Dh;
+      q[d] = y0;
+      q[d + half] = y1;
+    } else {
+      __nv_bfloat16* k = p.k_cache + (((size_t)layer * p.n_kv_heads + head) * p.max_seq + step) * Dh;
+      k[d] = __float2bfloat16(y0);
+      k[d + half] = __float2bfloat16(y1);
+    }
+  }
+}
+
+__device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
+  const int D = (int)p.hidden;
+  {
+    MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
+    load_attention_combined(p, layer, step, s.xs);
+  }
+  MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+  tile_gemv(p, s, p.wo + ((size_t)layer * D + row0) * D, D, rows);
+  __syncthreads();
+  for (int r = threadIdx.x; r < rows; r += THREADS)
+    p.x_mid[(size_t)layer * D + row0 + r] = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
+}
+
+__device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, int step) {
+  const int D = (int)p.hidden;
+  float rstd;
+  {
+    MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
+    rstd = load_rmsnorm(p.x_mid + (size_t)layer * D, p.ffn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch);
+  }
+  MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+  tile_gemv(p, s, p.wgu + ((size_t)layer * 2 * p.ffn + 2 * (size_t)f0) * D, D, 2 * nf);
+  __syncthreads();
+  for (int f = threadIdx.x; f < nf; f += THREADS) {  // SiLU(gate) * up, fused into the GEMV tile
+    const float g = s.out[f] * rstd, u = s.out[nf + f] * rstd;
+    p.h[(size_t)layer * p.ffn + f0 + f] = g / (1.f + expf(-g)) * u;
+  }
+}
+
+__device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
+  const int D = (int)p.hidden, F = (int)p.ffn;
+  MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+  load_vector(p.h + (size_t)layer * F, F, s.xs);
+  tile_gemv(p, s, p.wd + ((size_t)layer * D + row0) * F, F, rows);
+  __syncthreads();
+  for (int r = threadIdx.x; r < rows; r += THREADS)
+    p.x[(size_t)(layer + 1) * D + row0 + r] = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
+}
+
+__device__ void op_logits(const Params& p, Smem& s, int row0, int rows, int step) {
+  const int D = (int)p.hidden, L = (int)p.n_layers;
+  float rstd;
+  {
+    MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, L));
+    rstd = load_rmsnorm(p.x + (size_t)L * D, p.final_norm, D, (float)p.eps, s.xs, s.scratch);
+  }
+  MK_REGION(ARGUS_REGION_DECODE_LOGITS, coord(step, L));
+  tile_gemv(p, s, p.lm_head + (size_t)row0 * D, D, rows);
+  __syncthreads();
+  for (int r = threadIdx.x; r < rows; r += THREADS) p.logits[row0 + r] = s.out[r] * rstd;
+}
+
+#endif  // MK_FUSIONS
+
 __device__ void op_sample(const Params& p, Smem& s, int step) {
   if (step + 1 < p.n_forced || step + 1 > p.max_seq) return;  // the next token is given (prompt)
   MK_REGION(ARGUS_REGION_DECODE_SAMPLING, coord(step, (int)p.n_layers));
 #if MK_FUSED_SAMPLE
-  if (p.sample_parts > 0) {  // reduce the Logits tiles' (value, index) partials: 2 loads per thread in flight
+  {  // reduce the Logits tiles' (value, index) partials: 2 loads per thread in flight
     float best = -INFINITY;
     int best_i = 0x7fffffff;
-    const int n = (int)p.sample_parts;
+    const float* vals = sample_val_of(p);
+    const int* idx = sample_idx_of(p);
 #pragma unroll 2
-    for (int j = threadIdx.x; j < n; j += THREADS) {
-      const float v = __ldcg(p.sample_val + j);
-      const int i = __ldcg(p.sample_idx + j);
+    for (int j = threadIdx.x; j < MK_SAMPLE_PARTS; j += THREADS) {
+      const float v = __ldcg(vals + j);
+      const int i = __ldcg(idx + j);
       if (v > best || (v == best && i < best_i)) {
         best = v;
         best_i = i;
