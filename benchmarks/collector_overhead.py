@@ -82,7 +82,7 @@ def study_program():
 # ---- kernel latency -----------------------------------------------------------------------
 
 def load_variants(program) -> tuple[dict, str]:
-    from argus_rt.backends.trace import build_variant, kernel_symbol
+    from argus_rt.kinds.cuda.run import build_variant, kernel_symbol
     from argus_rt.launch import CubinModule
 
     mods, symbol = {}, None
@@ -95,7 +95,7 @@ def load_variants(program) -> tuple[dict, str]:
 
 def check_outputs(torch, program, mods, symbol) -> tuple[list, float]:
     """Fresh random inputs; both builds match the float64 reference and each other bit for bit."""
-    from argus_rt.backends.trace import CudaLaunch, check_reference, make_arguments
+    from argus_rt.kinds.cuda.run import CudaLaunch, check_reference, make_arguments
 
     launch = CudaLaunch.from_program(program)
     args = make_arguments(launch)
@@ -165,7 +165,7 @@ def collect_context(program, outdir: Path, config: dict | None = None):
 
 def plain_run_wall(program, variant: str, workdir: Path) -> float:
     """Seconds for the runner process Nsight Compute wraps (build cached, launch, reference check)."""
-    from argus_rt.backends.trace import runner_argv, runner_env
+    from argus_rt.kinds.run_variant import runner_argv, runner_env
 
     argv = runner_argv(program, variant, workdir)
     t0 = time.perf_counter()
@@ -185,7 +185,7 @@ def ffma_count_pcmap(doc: dict, region_id: int) -> float:
 
 def pcmap_collections(program, n: int, workdir: Path) -> dict:
     from argus_rt.backends.pcmap import PcMapAdapter, static_ownership
-    from argus_rt.backends.trace import variant_cubin
+    from argus_rt.kinds.run_variant import variant_cubin
     from argus_rt.sass import disassemble, kernel_key, parse_sass, select_function
 
     region_id = program.regions["collector/occurrence"].id
@@ -230,7 +230,7 @@ def ncu_gpu_time_us(program, workdir: Path) -> tuple[float, float]:
     import io
 
     from argus_rt.backends.ncu import NcuError, find_ncu, parse_details_csv
-    from argus_rt.backends.trace import runner_argv, runner_env
+    from argus_rt.kinds.run_variant import runner_argv, runner_env
 
     workdir.mkdir(parents=True, exist_ok=True)
     cmd = [str(find_ncu()), "--metrics", "gpu__time_duration.sum", "--print-units", "base", "--csv",

@@ -43,8 +43,8 @@ def inner_for(occ: int) -> int:
 
 
 def build(mode: int, occ: int, defines: dict):
-    from argus_rt.compiler.cuda import CudaBuildSpec
-    from argus_rt.compiler.cuda import build as cuda_build
+    from argus_rt.kinds.cuda.build import CudaBuildSpec
+    from argus_rt.kinds.cuda.build import build as cuda_build
     from argus_rt.launch import CubinModule
 
     name = f"markercost.m{mode}.o{occ}." + ("reg" if defines else "shared")

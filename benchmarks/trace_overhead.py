@@ -96,7 +96,7 @@ CONST_RUNS = {name: RUNS[name] for name in CONST_VARIANTS}
 
 
 def build_modules(variants=VARIANTS, inner_const: int | None = None):
-    from argus_rt.compiler.cuda import CudaBuildSpec, build
+    from argus_rt.kinds.cuda.build import CudaBuildSpec, build
     from argus_rt.launch import CubinModule
 
     mods = {}

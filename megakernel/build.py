@@ -12,9 +12,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from argus_rt.compiler.cuda import CompilerNotFoundError, cache_dir
-from argus_rt.compiler.cuda import find_nvcc as argus_find_nvcc
 from argus_rt.fsutil import atomic_write_text
+from argus_rt.kinds.cuda.build import CompilerNotFoundError, cache_dir
+from argus_rt.kinds.cuda.build import find_nvcc as argus_find_nvcc
 from argus_rt.resources import csrc_dir
 
 from .params import params_header

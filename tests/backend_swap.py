@@ -14,9 +14,9 @@ from argus_rt.backends.base import BackendAdapter, get_backend, register_backend
 
 
 def _real_triton_trace():
-    from argus_rt.kinds.triton import probes
+    from argus_rt.backends.trace import TritonProbeTrace
 
-    return probes._triton_probe_adapter_class()()
+    return TritonProbeTrace()
 
 
 class StandinTritonTraceBase(BackendAdapter):

@@ -51,7 +51,7 @@ def test_region_header_is_current():
 
 
 def test_program_description_is_valid(bench):
-    from argus_rt.backends.trace import CudaLaunch
+    from argus_rt.kinds.cuda.run import CudaLaunch
 
     launch = CudaLaunch.from_program(bench.study_program())
     assert (launch.ctas, launch.threads_per_cta, launch.arch) == (128, 256, "sm_90a")
@@ -76,8 +76,8 @@ def test_builds_in_all_modes_with_marker_footprint(bench):
     """Modes 0/1/2 build for sm_90a; mode 1 adds exactly the two markers' six PMTRIG words (one begin
     and one end site, the occurrence loop stays rolled) and nothing that touches memory; all three
     keep the 256 FFMAs of one occurrence."""
-    from argus_rt.backends.trace import build_variant
-    from argus_rt.compiler.cuda import CudaBuildSpec, build
+    from argus_rt.kinds.cuda.build import CudaBuildSpec, build
+    from argus_rt.kinds.cuda.run import build_variant
     from argus_rt.markers import decode_marker
     from argus_rt.sass import disassemble, sass_arch
 
@@ -110,7 +110,7 @@ def test_static_map_puts_every_ffma_in_the_region(bench):
     collector/occurrence; with per-PC counts shaped like the real run (8 trips of the loop body per
     warp) the benchmark's check sees exactly warps x 2048 FFMA in the region."""
     from argus_rt.backends.pcmap import build_pc_region_map, static_ownership
-    from argus_rt.backends.trace import build_variant
+    from argus_rt.kinds.cuda.run import build_variant
 
     program = bench.study_program()
     rid = program.regions["collector/occurrence"].id

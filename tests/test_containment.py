@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from argus_rt.compiler.cuda import CudaBuildError, CudaBuildSpec
+from argus_rt.kinds.cuda.build import CudaBuildError, CudaBuildSpec
 from argus_rt.nvcc_flags import unsafe_flag
 from argus_rt.program import ProgramError, ProgramVersion, UnsafeFlagError, load_program, safe_program_name
 from test_input_errors import GT, assert_one_line, run_cli

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from argus_rt import tools
-from argus_rt.compiler.cuda import (
+from argus_rt.kinds.cuda.build import (
     CompileError,
     CompilerNotFoundError,
     CudaBuildError,

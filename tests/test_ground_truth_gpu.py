@@ -38,7 +38,8 @@ def _program_with_trips(trips):
 @pytest.mark.gpu
 def test_ground_truth_attribution_on_gpu(tmp_path):
     from argus_rt import sass
-    from argus_rt.backends import ncu, pcmap, trace
+    from argus_rt.backends import ncu, pcmap
+    from argus_rt.kinds.cuda import run as cuda_run
     from argus_rt.regions import RegionTree
 
     rng = random.Random()
@@ -46,14 +47,14 @@ def test_ground_truth_attribution_on_gpu(tmp_path):
              "trips_inner": rng.randrange(400, 1500), "trips_helper": rng.randrange(200, 700)}
     program = _program_with_trips(trips)
     # Plain reference first: the kernel computes the documented fmaf chain on fresh random inputs.
-    checked = trace.run_once(program, "marker_only")
+    checked = cuda_run.run_once(program, "marker_only")
     assert checked["max_rel_err"] is not None and checked["max_rel_err"] < 1e-4
 
     doc, _profile = pcmap.mapping_run(program, tmp_path)
     pmap = pcmap.PcRegionMap.from_evidence(doc)
-    cubin = trace.build_variant(program, "marker_only")
+    cubin = cuda_run.build_variant(program, "marker_only")
     function = sass.select_function(sass.parse_sass(sass.disassemble(cubin)), "ground_truth_kernel")
-    launch = trace.CudaLaunch.from_program(program)
+    launch = cuda_run.CudaLaunch.from_program(program)
     shape = {"ctas": launch.ctas, "threads": launch.threads_per_cta}
     truth = _truth_module().expected_counts(function, **shape, **trips)
     tree = RegionTree.load(GT / "regions.json")

@@ -321,17 +321,17 @@ def test_standin_program_file_loads(tmp_path):
 def test_schema_is_valid_and_matches_the_backend_constants():
     from jsonschema import Draft202012Validator
 
-    from argus_rt.backends import trace
+    from argus_rt.kinds.cuda import run as cuda_run
 
     schema = load_schema("program")
     Draft202012Validator.check_schema(schema)
     assert schema["properties"]["kind"]["enum"] == list(PROGRAM_KINDS)
     defs = schema["$defs"]
-    assert list(defs["cudaLaunch"]["properties"]) == list(trace.LAUNCH_KEYS)
-    assert defs["tensorArg"]["properties"]["tensor"]["enum"] == list(trace.TENSOR_DTYPES)
-    assert defs["tensorArg"]["properties"]["init"]["enum"] == list(trace.INITS)
-    assert list(defs["scalarArg"]["properties"]) == list(trace.SCALAR_TYPES)
-    assert defs["cudaLaunch"]["properties"]["coord_kind"]["enum"] == list(trace.COORD_KINDS)
+    assert list(defs["cudaLaunch"]["properties"]) == list(cuda_run.LAUNCH_KEYS)
+    assert defs["tensorArg"]["properties"]["tensor"]["enum"] == list(cuda_run.TENSOR_DTYPES)
+    assert defs["tensorArg"]["properties"]["init"]["enum"] == list(cuda_run.INITS)
+    assert list(defs["scalarArg"]["properties"]) == list(cuda_run.SCALAR_TYPES)
+    assert defs["cudaLaunch"]["properties"]["coord_kind"]["enum"] == list(cuda_run.COORD_KINDS)
 
 
 # ---- 6. scope values ------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from argus_rt import markers
-from argus_rt.compiler.cuda import disassemble, sass_instructions
+from argus_rt.kinds.cuda.build import disassemble, sass_instructions
 from argus_rt.regions import RegionTree
 
 ROOT = Path(__file__).resolve().parents[1]

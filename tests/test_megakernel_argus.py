@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from argus_rt.backends.cuda_runner import RunnerContext, run_with_runner
-from argus_rt.backends.trace import (
+from argus_rt.kinds.cuda.run import (
     CudaLaunch,
     ProgramRunError,
     ReferenceMismatchError,
     coordinate_columns,
     intervals_document,
 )
+from argus_rt.kinds.cuda.runner import RunnerContext, run_with_runner
 from argus_rt.program import ProgramError, load_program
 from argus_rt.query import make_plan
 from argus_rt.resources import csrc_dir
@@ -196,7 +196,7 @@ def test_runner_context_makes_one_session():
 @needs_nvcc
 @pytest.mark.parametrize("variant", ["trace_free", "marker_only", "traced"])
 def test_variants_build_for_sm_90a(program, variant):
-    from argus_rt.backends.trace import build_variant, kernel_symbol
+    from argus_rt.kinds.cuda.run import build_variant, kernel_symbol
     from argus_rt.sass import disassemble, sass_arch
 
     cubin = build_variant(program, variant)
@@ -209,7 +209,7 @@ def test_variants_build_for_sm_90a(program, variant):
 @needs_nvcc
 def test_marker_only_sass_maps_every_region_through_the_opcode_switch(program):
     from argus_rt.backends.pcmap import PcMapError, build_pc_region_map, static_ownership
-    from argus_rt.backends.trace import build_variant
+    from argus_rt.kinds.cuda.run import build_variant
     from argus_rt.sass import disassemble, indirect_branch_targets, parse_sass, select_function, with_indirect_targets
 
     cubin = build_variant(program, "marker_only")

@@ -88,8 +88,8 @@ def test_instruction_mix_and_barriers_are_attributed_through_the_pc_map(report):
 @pytest.mark.gpu
 @pytest.mark.hopper
 def test_runner_launches_the_trace_free_build_within_the_reference_tolerance(tmp_path):
-    """What ncu profiles: ``python -m argus_rt.backends.run_variant run`` on one variant, checked against fp32."""
-    from argus_rt.backends.trace import runner_argv, runner_env
+    """What ncu profiles: ``python -m argus_rt.kinds.run_variant run`` on one variant, checked against fp32."""
+    from argus_rt.kinds.run_variant import runner_argv, runner_env
     from argus_rt.program import load_program
 
     argv = runner_argv(load_program(PROGRAM), "trace_free", tmp_path)

@@ -88,7 +88,7 @@ def test_worker_and_cpu_pool_processes(unsafe_env, tmp_path):
 
 
 def test_trace_runner_process(unsafe_env):
-    from argus_rt.backends.trace import runner_env
+    from argus_rt.kinds.run_variant import runner_env
 
     subprocess.run([sys.executable, "-c", REPORT_ENV], env=runner_env(), check=True, timeout=60)
     assert seen(unsafe_env) == MULTICAST_OFF

@@ -22,7 +22,7 @@ STAND_IN = r'''#!{python}
 import json, re, sys
 from argus_rt import sass
 from argus_rt.backends.pcmap import static_ownership
-from argus_rt.backends.trace import variant_cubin
+from argus_rt.kinds.run_variant import variant_cubin
 from argus_rt.program import ProgramVersion
 args = sys.argv[1:]
 assert "--page" in args and "source" in args and "--csv" in args, args

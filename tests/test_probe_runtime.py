@@ -72,7 +72,7 @@ def test_expander_and_transform_make_sixteen_linked_probes(discovery_outputs, pr
 
 
 def test_triton_probe_collect_adapter_is_registered(program):
-    import argus_rt.kinds.triton.probes  # noqa: F401  (registers the adapter)
+    import argus_rt.backends.trace  # noqa: F401  (registers the adapter)
     from argus_rt.backends.base import get_backend
 
     adapter = get_backend("trace", "triton")

@@ -6,8 +6,8 @@ import json
 import time
 from pathlib import Path
 
-from argus_rt.backends import run_variant
 from argus_rt.backends.pcmap import StepClock
+from argus_rt.kinds import run_variant
 from argus_rt.program import load_program
 
 GT = Path(__file__).resolve().parent.parent / "examples" / "ground_truth"

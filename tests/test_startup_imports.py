@@ -39,7 +39,7 @@ def test_command_does_not_import_torch(argv, tmp_path):
 
 
 def test_build_does_not_import_torch(tmp_path):
-    from argus_rt.compiler.cuda import find_nvcc
+    from argus_rt.kinds.cuda.build import find_nvcc
 
     try:
         find_nvcc()

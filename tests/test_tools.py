@@ -96,7 +96,7 @@ def test_unknown_tool_lists_the_valid_ones():
 
 def test_both_disassemble_functions_agree(tmp_path, monkeypatch):
     from argus_rt import sass
-    from argus_rt.compiler import cuda
+    from argus_rt.kinds.cuda import build as cuda
     from argus_rt.resources import examples_dir
 
     if tools.tool_or_none("nvcc") is None or tools.tool_or_none("cuobjdump") is None:

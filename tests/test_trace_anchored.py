@@ -161,7 +161,7 @@ def _anchors(w: RingWriter, cfg: TraceConfig, ring: int) -> tuple[int, int, int,
 @needs_nvcc
 @pytest.mark.parametrize("warp_state", ["0", "1"])
 def test_anchored_variant_builds_with_predicated_timer_reads(warp_state):
-    from argus_rt.compiler.cuda import CudaBuildSpec, build, disassemble, sass_lines
+    from argus_rt.kinds.cuda.build import CudaBuildSpec, build, disassemble, sass_lines
     from tests.test_cuda_build import SOURCES
 
     res = build(CudaBuildSpec(f"refexec.anchored{warp_state}", [SOURCES["reference_execution"]], argus_mode=2,
@@ -183,7 +183,7 @@ def test_anchored_variant_builds_with_predicated_timer_reads(warp_state):
 
 @needs_nvcc
 def test_default_build_is_unchanged_by_explicit_default_timestamp():
-    from argus_rt.compiler.cuda import CudaBuildSpec, build, disassemble
+    from argus_rt.kinds.cuda.build import CudaBuildSpec, build, disassemble
     from tests.test_cuda_build import SOURCES
 
     src = [SOURCES["reference_execution"]]
@@ -199,7 +199,7 @@ def test_default_build_is_unchanged_by_explicit_default_timestamp():
 
 @needs_nvcc
 def test_bad_timestamp_macro_is_rejected():
-    from argus_rt.compiler.cuda import CompileError, CudaBuildError, CudaBuildSpec, build
+    from argus_rt.kinds.cuda.build import CompileError, CudaBuildError, CudaBuildSpec, build
     from tests.test_cuda_build import SOURCES
 
     with pytest.raises((CompileError, CudaBuildError), match="ARGUS_TIMESTAMP must be"):

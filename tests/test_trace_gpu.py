@@ -58,7 +58,7 @@ def torch_cuda():
 def modules(tmp_path_factory):
     import os
 
-    from argus_rt.compiler.cuda import CudaBuildSpec, build
+    from argus_rt.kinds.cuda.build import CudaBuildSpec, build
     from argus_rt.launch import CubinModule
 
     os.environ.setdefault("ARGUS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
@@ -213,7 +213,7 @@ def test_nvrtc_build_traces_the_same(torch_cuda):
         import cuda.bindings.nvrtc  # noqa: F401
     except ImportError:
         pytest.skip("cuda-python NVRTC bindings not installed")
-    from argus_rt.compiler.cuda import CudaBuildSpec, build
+    from argus_rt.kinds.cuda.build import CudaBuildSpec, build
     from argus_rt.launch import CubinModule
 
     mod = CubinModule.load(build(CudaBuildSpec("nested.nvrtc", [EXAMPLE], argus_mode=2), backend="nvrtc").cubin)

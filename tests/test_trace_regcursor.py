@@ -13,7 +13,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is no
 
 
 def _sass(name: str, defines: dict) -> list[str]:
-    from argus_rt.compiler.cuda import CudaBuildSpec, build, disassemble, sass_lines
+    from argus_rt.kinds.cuda.build import CudaBuildSpec, build, disassemble, sass_lines
     from tests.test_cuda_build import SOURCES
 
     res = build(CudaBuildSpec(name, [SOURCES["reference_execution"]], argus_mode=2, defines=defines))
@@ -63,7 +63,7 @@ def _outer_loop_non_ffma(lines: list[str]) -> int:
 def test_register_cursor_markers_add_few_instructions_per_occurrence():
     # Measured on H200 (benchmarks/marker_cost.py) a marker costs about 1.5-2 ns per SASS instruction on the
     # warp's path; the two markers of one occurrence add 21 instructions today. Guard against growth.
-    from argus_rt.compiler.cuda import CudaBuildSpec, build, disassemble
+    from argus_rt.kinds.cuda.build import CudaBuildSpec, build, disassemble
     from tests.test_cuda_build import SOURCES
 
     plain = build(CudaBuildSpec("refexec.loop.m0", [SOURCES["reference_execution"]], argus_mode=0))

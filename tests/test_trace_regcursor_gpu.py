@@ -19,7 +19,7 @@ WARPS = CTAS * THREADS // 32
 def mods(tmp_path_factory):
     import os
 
-    from argus_rt.compiler.cuda import CudaBuildSpec, build
+    from argus_rt.kinds.cuda.build import CudaBuildSpec, build
     from argus_rt.launch import CubinModule
     from tests.test_cuda_build import SOURCES
 

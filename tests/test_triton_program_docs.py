@@ -11,9 +11,9 @@ import pytest
 
 pytest.importorskip("triton")
 
-from argus_rt.backends.trace import TRITON_PROTOCOL  # noqa: E402
 from argus_rt.cli import main  # noqa: E402
 from argus_rt.kinds.triton.program import import_module, load_kernel  # noqa: E402
+from argus_rt.kinds.triton.run import TRITON_PROTOCOL  # noqa: E402
 from argus_rt.program import load_program  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("triton")
 
 from argus_rt.backends.base import register_backend  # noqa: E402
+from argus_rt.backends.trace import TritonProbeTrace  # noqa: E402
 from argus_rt.kinds.triton import probes as P  # noqa: E402
 from argus_rt.kinds.triton import region_trace as RT  # noqa: E402
 from argus_rt.kinds.triton.program import program_ttgir  # noqa: E402
@@ -32,7 +33,7 @@ class ModeDispatchingTrace(StandinTritonTraceBase):
     """Stand-in with the real adapter's one-mode-per-run dispatch (``outputs_for`` and its refusal)."""
 
     def outputs_for(self, config):
-        return P._triton_probe_adapter_class()().outputs_for(config)
+        return TritonProbeTrace().outputs_for(config)
 
     def collect(self, ctx):
         publishes = self.outputs_for(ctx.config)

@@ -119,7 +119,7 @@ BUILTIN_BACKEND_MODULES = {
 # Built-in adapters for one program kind: (name, kind) -> module (imported before the generic one
 # would be used, so that a fresh worker process finds e.g. the Triton 'trace' adapter).
 BUILTIN_KIND_BACKEND_MODULES = {
-    ("trace", "triton"): "argus_rt.kinds.triton.probes",
+    ("trace", "triton"): "argus_rt.backends.trace",
 }
 
 

@@ -299,7 +299,7 @@ class NcuAdapter(BackendAdapter):
     Config: ``kernel`` (name or key; default ``program.launch["kernel"]``), ``sections`` (ncu
     sections, default ``["SourceCounters"]``), ``launches`` (int, default 1), ``args`` (extra program
     arguments). The program run is ``program.launch["argv"]`` when given, else (CUDA programs) the
-    runner of :mod:`argus_rt.backends.trace` on this task's variant, so PCs match that very cubin.
+    runner of :mod:`argus_rt.kinds.run_variant` on this task's variant, so PCs match that very cubin.
     """
 
     name = "ncu"
@@ -347,7 +347,8 @@ def program_argv(ctx) -> tuple[list[str], dict | None]:
     if exe:
         return [str(exe)], None
     if getattr(ctx.program, "kind", None) in ("cuda", "triton"):
-        from .trace import VARIANT_MODES, runner_argv, runner_env
+        from ..kinds.cuda.run import VARIANT_MODES
+        from ..kinds.run_variant import runner_argv, runner_env
 
         variant = ctx.program.variant if ctx.program.variant in VARIANT_MODES else "marker_only"
         if ctx.program.kind == "triton":

@@ -265,7 +265,7 @@ def map_document(function: SassFunction, lined: SassFunction, profile) -> dict:
 
 class StepClock:
     """Wall seconds of the mapping run's steps (``provenance.seconds``), the profiled process split
-    by the phase stamps it writes (:data:`argus_rt.backends.run_variant.TIMINGS_ENV`):
+    by the phase stamps it writes (:data:`argus_rt.kinds.run_variant.TIMINGS_ENV`):
     ``ncu_to_main`` (ncu and interpreter start, imports), ``runner_setup``, ``runner_run`` (torch,
     CUDA context, the launch under replay, checks), ``ncu_after_exit`` (ncu's report and CSV)."""
 
@@ -301,6 +301,8 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
     """
     import torch
 
+    from ..kinds.cuda.run import CudaLaunch
+    from ..kinds.run_variant import TIMINGS_ENV, runner_argv, runner_env, variant_cubin
     from ..sass import (
         disassemble,
         indirect_branch_targets,
@@ -310,8 +312,6 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
         with_indirect_targets,
     )
     from . import ncu
-    from .run_variant import TIMINGS_ENV
-    from .trace import CudaLaunch, runner_argv, runner_env, variant_cubin
 
     if kernel is None:
         kernel = program.launch.get("kernel") if program.kind == "triton" else CudaLaunch.from_program(program).kernel

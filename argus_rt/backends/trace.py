@@ -1,414 +1,27 @@
-"""Region tracing adapter, and the runner that builds and launches a CUDA program variant once.
+"""The ``trace`` tool adapter, for every program kind: each kind's run does the work.
 
-Region tracing (backend ``trace``, evidence ``argus.region_intervals/1``, qualification *observed*):
-build the program's ``traced`` variant (``ARGUS_MODE=2``), launch it once under a
-:class:`argus_rt.trace.TraceSession`, check its outputs against the program's plain PyTorch
-reference, decode the rings, pair begin/end per warp and publish one row per region occurrence.
+Region tracing (backend ``trace``, evidence ``argus.region_intervals/1``, qualification *observed*).
+For a CUDA program (:class:`TraceAdapter`): build its ``traced`` variant (``ARGUS_MODE=2``), launch
+it once under a :class:`argus_rt.trace.TraceSession`, check its outputs against the program's plain
+PyTorch reference, decode the rings, pair begin/end per warp and publish one row per region
+occurrence (:func:`argus_rt.kinds.cuda.run.run_once`, :func:`~argus_rt.kinds.cuda.run.intervals_document`;
+the program's ``launch`` is described in :mod:`argus_rt.kinds.cuda.run`). For a Triton program
+(:class:`TritonProbeTrace`, registered for ``kind="triton"``): the region-traced TTGIR variant, the
+traced reference or one forced-wait probe (:mod:`argus_rt.kinds.triton.region_trace`,
+:mod:`argus_rt.kinds.triton.probes`).
 
-The same runner serves the other GPU adapters: Nsight Compute profiles a separate process,
-``python -m argus_rt.backends.run_variant run --program <program.json> --variant marker_only``, so
-that the PCs it reports are those of the very cubin this module built.
-
-A CUDA program's ``launch`` (in ``argus_program.json``) as this runner reads it::
-
-    "launch": {
-      "source": "kernel.cu",                 # the translation unit (default: first .cu source)
-      "kernel": "my_kernel",                 # name or kernel key; the mangled symbol is looked up
-      "grid": [128], "block": [256],
-      "args": [                              # in kernel-parameter order
-        {"tensor": "float32", "shape": [32768], "init": "uniform", "low": -1, "high": 1},
-        {"tensor": "float32", "shape": [32768], "init": "poison"},      # an output: NaN-filled
-        {"int32": 2000}, {"float32": 0.5}
-      ],
-      "reference": "reference.py:expected",  # fn(*CPU args) -> {arg index: expected tensor}
-      "rtol": 1e-4, "atol": 1e-5,            # tolerance of that check
-      "defines": {"NAME": "value"},          # optional, added to every variant's build
-      "arch": "sm_90",                       # optional GPU code (default sm_90; sm_90a for wgmma/setmaxnreg)
-      "coord_kind": "iteration"              # optional: what *_AT marker coordinates count (iteration|layer|step)
-    }
-
-A kernel whose arguments no JSON can describe names a Python runner instead of ``args``/``reference``
-(``"runner": "run.py:run"``; :mod:`argus_rt.backends.cuda_runner`): Argus builds the variant, the
-runner launches it and checks it against its own reference. ``"coord_fields": {"step": [8, 24],
-"layer": [0, 8]}`` unpacks a packed marker coordinate into named columns (name: [lowest bit, width]).
-
-Inputs are drawn fresh on every run (``init``: ``randn``, ``uniform`` [low, high), ``randint``
-[low, high), ``poison`` (NaN, or -1 for integers), ``zeros`` only where a kernel needs it).
+This module knows the adapter contract (config keys, effects, outputs); how a variant is built and
+run is the kind's. Kind modules are imported when a run needs them, so importing the adapter loads
+neither torch nor Triton.
 """
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
 import json
-import os
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..fsutil import atomic_write_text
-from ..sass import disassemble, kernel_key, parse_sass
-from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend
-
-VARIANT_MODES = {"base": 0, "trace_free": 0, "marker_only": 1, "traced": 2}
-LAUNCH_KEYS = ("source", "kernel", "grid", "block", "args", "reference", "rtol", "atol", "defines", "arch",
-               "coord_kind", "argv", "python", "runner", "coord_fields")
-COORD_KINDS = ("iteration", "layer", "step")
-TENSOR_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8")
-SCALAR_TYPES = ("int32", "int64", "uint32", "uint64", "float32", "float64")
-INITS = ("randn", "uniform", "randint", "poison", "zeros")
-
-
-class ProgramRunError(BackendError):
-    """The program variant could not be built or launched, or its launch description is wrong."""
-
-
-class ReferenceMismatchError(ProgramRunError):
-    """The kernel's outputs differ from the plain PyTorch reference beyond the stated tolerance."""
-
-
-@dataclass(frozen=True)
-class CudaLaunch:
-    """A validated ``launch`` description of a CUDA program (see the module docstring)."""
-
-    root: Path
-    source: str
-    kernel: str
-    grid: tuple[int, ...]
-    block: tuple[int, ...]
-    args: tuple[dict, ...]
-    reference: str | None
-    rtol: float
-    atol: float
-    defines: dict
-    arch: str = "sm_90"
-    coord_kind: str | None = None
-    runner: str | None = None  # "<file>:<function>" that launches the cubin itself (cuda_runner)
-    coord_fields: tuple[tuple[str, int, int], ...] = ()  # (name, lowest bit, width) of a packed coordinate
-
-    @property
-    def ctas(self) -> int:
-        return int(np.prod(self.grid))
-
-    @property
-    def threads_per_cta(self) -> int:
-        return int(np.prod(self.block))
-
-    @classmethod
-    def from_program(cls, program) -> "CudaLaunch":
-        if program.kind != "cuda":
-            raise ProgramRunError(f"program {program.name!r} is of kind {program.kind!r}; this runner runs kind 'cuda'")
-        launch = program.launch
-        bad = sorted(set(launch) - set(LAUNCH_KEYS))
-        if bad:
-            raise ProgramRunError(f"launch of {program.name!r}: unknown key(s) {bad}; valid: {', '.join(LAUNCH_KEYS)}")
-        runner = launch.get("runner")
-        for key in ("kernel",) if runner else ("kernel", "grid", "block", "args"):
-            if key not in launch:
-                raise ProgramRunError(f"launch of {program.name!r} lacks {key!r} (needs kernel, grid, block, args; "
-                                      "or kernel and runner)")
-        if runner and ("args" in launch or "reference" in launch):
-            raise ProgramRunError(f"launch of {program.name!r} has a runner and args/reference; a runner makes its "
-                                  "own inputs and checks them: drop args and reference")
-        if not program.root:
-            raise ProgramRunError(f"program {program.name!r} has no source directory (root)")
-        root = Path(program.root).resolve()
-        source = launch.get("source") or next((s for s in _sources(root) if s.endswith(".cu")), None)
-        if not source or not _source_path(root, source).is_file():
-            raise ProgramRunError(f"launch of {program.name!r}: CUDA source {source!r} not found under {root}")
-        for dims, what in ((launch.get("grid", [1]), "grid"), (launch.get("block", [1]), "block")):
-            if not (isinstance(dims, list) and 1 <= len(dims) <= 3 and all(isinstance(d, int) and d > 0 for d in dims)):
-                raise ProgramRunError(f"launch {what} must be a list of 1-3 positive ints, got {dims!r}")
-        for i, spec in enumerate(launch.get("args", ())):
-            _check_arg(i, spec)
-        if launch.get("coord_kind") not in (None,) + COORD_KINDS:
-            raise ProgramRunError(f"launch coord_kind {launch['coord_kind']!r} unknown; valid: {', '.join(COORD_KINDS)}")
-        return cls(root, source, str(launch["kernel"]), tuple(launch.get("grid", ())), tuple(launch.get("block", ())),
-                   tuple(launch.get("args", ())), launch.get("reference"), float(launch.get("rtol", 1e-5)),
-                   float(launch.get("atol", 1e-6)), dict(launch.get("defines", {})), str(launch.get("arch", "sm_90")),
-                   launch.get("coord_kind"), runner, _coord_fields(launch.get("coord_fields", {})))
-
-
-def _source_path(root: Path, source: str) -> Path:
-    from ..program import program_file
-
-    return program_file(root, source)[1]
-
-
-def _coord_fields(fields: dict) -> tuple[tuple[str, int, int], ...]:
-    out = []
-    for name, spec in fields.items():
-        if name not in COORD_KINDS:
-            raise ProgramRunError(f"launch coord_fields: {name!r} unknown; valid: {', '.join(COORD_KINDS)}")
-        if not (isinstance(spec, list) and len(spec) == 2 and all(isinstance(v, int) for v in spec)
-                and 0 <= spec[0] < 32 and 1 <= spec[1] <= 32 - spec[0]):
-            raise ProgramRunError(f"launch coord_fields[{name!r}] = {spec!r}: needs [lowest bit, width] inside 32 bits")
-        out.append((name, spec[0], spec[1]))
-    return tuple(sorted(out, key=lambda f: f[1]))  # lowest field first
-
-
-def coordinate_columns(coord: np.ndarray, fields) -> dict[str, np.ndarray]:
-    """{name: that bit field of each packed coordinate} for ``fields`` = ((name, lowest bit, width), ...)."""
-    coord = np.asarray(coord, dtype=np.int64)
-    return {name: (coord >> low) & ((1 << width) - 1) for name, low, width in fields}
-
-
-def _sources(root: Path) -> list[str]:
-    return sorted(p.name for p in root.iterdir() if p.is_file())
-
-
-def _check_arg(i: int, spec) -> None:
-    if not isinstance(spec, dict) or len([k for k in spec if k in ("tensor",) + SCALAR_TYPES]) != 1:
-        raise ProgramRunError(f"launch arg {i}: {spec!r} must be one of {{'tensor': dtype, ...}} or "
-                              f"{{<scalar type>: value}} with scalar types {', '.join(SCALAR_TYPES)}")
-    if "tensor" in spec:
-        if spec["tensor"] not in TENSOR_DTYPES:
-            raise ProgramRunError(f"launch arg {i}: tensor dtype {spec['tensor']!r} unknown; valid: {', '.join(TENSOR_DTYPES)}")
-        if spec.get("init", "randn") not in INITS:
-            raise ProgramRunError(f"launch arg {i}: init {spec.get('init')!r} unknown; valid: {', '.join(INITS)}")
-        shape = spec.get("shape")
-        if not (isinstance(shape, list) and shape and all(isinstance(d, int) and d > 0 for d in shape)):
-            raise ProgramRunError(f"launch arg {i}: shape must be a non-empty list of positive ints, got {shape!r}")
-
-
-def build_variant(program, variant: str, *, extra_flags: tuple[str, ...] = ()) -> Path:
-    """Compile ``variant`` of a CUDA program to a cubin (content-hash cached) and return its path."""
-    from ..compiler.cuda import CudaBuildSpec, build
-
-    if variant not in VARIANT_MODES:
-        raise ProgramRunError(f"cannot build variant {variant!r}; valid: {', '.join(VARIANT_MODES)}")
-    launch = CudaLaunch.from_program(program)
-    flags = tuple(dict.fromkeys(tuple(program.flags or ("-O3",)) + ("-lineinfo",) + tuple(extra_flags)))
-    spec = CudaBuildSpec(name=f"{program.name}_{variant}", sources=[str(_source_path(launch.root, launch.source))],
-                         argus_mode=VARIANT_MODES[variant], include_dirs=[str(launch.root)],
-                         defines=launch.defines, flags=flags, arch=launch.arch)
-    result = build(spec)
-    return Path(getattr(result, "cubin", result))
-
-
-def kernel_symbol(cubin: Path, kernel: str) -> str:
-    """The (mangled) symbol of ``kernel`` in ``cubin``, matched by :func:`kernel_key`."""
-    names = list(parse_sass(disassemble(cubin)))
-    if kernel in names:
-        return kernel
-    hits = [n for n in names if kernel_key(n) == kernel_key(kernel)]
-    if len(hits) != 1:
-        raise ProgramRunError(f"kernel {kernel!r} {'is ambiguous' if hits else 'not found'} in {cubin.name}; "
-                              f"functions: {', '.join(names)}")
-    return hits[0]
-
-
-def make_arguments(launch: CudaLaunch, seed: int | None = None) -> list:
-    """Fresh kernel arguments: CUDA tensors drawn per ``init``, numpy scalars for scalars."""
-    import torch
-
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(6), "little"))
-    out = []
-    for spec in launch.args:
-        if "tensor" in spec:
-            dtype = getattr(torch, spec["tensor"])
-            shape = spec["shape"]
-            init = spec.get("init", "randn")
-            if init == "randn":
-                t = torch.randn(shape, generator=gen, device="cuda").to(dtype)
-            elif init == "uniform":
-                lo, hi = float(spec.get("low", 0.0)), float(spec.get("high", 1.0))
-                t = (torch.rand(shape, generator=gen, device="cuda", dtype=torch.float64) * (hi - lo) + lo).to(dtype)
-            elif init == "randint":
-                t = torch.randint(int(spec.get("low", 0)), int(spec["high"]), shape, generator=gen, device="cuda").to(dtype)
-            elif init == "poison":
-                t = torch.full(shape, float("nan") if dtype.is_floating_point else -1, device="cuda", dtype=dtype)
-            else:
-                t = torch.zeros(shape, device="cuda", dtype=dtype)
-            out.append(t)
-        else:
-            (kind, value), = ((k, v) for k, v in spec.items() if k in SCALAR_TYPES)
-            out.append(getattr(np, kind)(value))
-    return out
-
-
-def check_reference(launch: CudaLaunch, before: list, after: list) -> float | None:
-    """Compare outputs with the program's reference; return the worst relative error (None: no reference)."""
-    import torch
-
-    if not launch.reference:
-        return None
-    file, _, func = launch.reference.partition(":")
-    path = (launch.root / file).resolve()
-    if launch.root not in path.parents or not path.is_file() or not func:
-        raise ProgramRunError(f"reference {launch.reference!r} must be '<file in {launch.root}>:<function>'")
-    spec = importlib.util.spec_from_file_location(f"argus_reference_{path.stem}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    expected = getattr(mod, func)(*[a.cpu() if hasattr(a, "cpu") else a.item() for a in before])
-    worst = 0.0
-    for idx, want in expected.items():
-        got = after[idx].detach().cpu()
-        if got.shape != want.shape:
-            raise ReferenceMismatchError(f"output arg {idx}: shape {tuple(got.shape)} vs reference {tuple(want.shape)}")
-        if torch.isnan(got).any():
-            raise ReferenceMismatchError(f"output arg {idx}: {int(torch.isnan(got).sum())} elements unwritten (NaN)")
-        if not torch.allclose(got.double(), want.double(), rtol=launch.rtol, atol=launch.atol):
-            err = ((got.double() - want.double()).abs() / (want.double().abs() + launch.atol)).max().item()
-            raise ReferenceMismatchError(f"output arg {idx} differs from the reference: max rel err {err:.3g} "
-                                         f"> rtol {launch.rtol} (atol {launch.atol})")
-        denom = want.double().abs().clamp_min(launch.atol)
-        worst = max(worst, ((got.double() - want.double()).abs() / denom).max().item())
-    return worst
-
-
-def run_once(program, variant: str, *, trace_config: dict | None = None, check: bool = True,
-             raw_trace: Path | None = None) -> dict:
-    """Build ``variant``, launch it once, check it against the reference; with ``trace_config``
-    (traced variant) also decode the trace, and with ``raw_trace`` save its rings there (.npz,
-    :func:`argus_rt.trace.save_raw`). Returns {"cubin", "symbol", "max_rel_err", "intervals"?}."""
-    import torch
-
-    from ..launch import CubinModule
-
-    if not torch.cuda.is_available():
-        raise BackendUnavailableError(f"no CUDA GPU visible to torch {torch.__version__}")
-    launch = CudaLaunch.from_program(program)
-    cubin = build_variant(program, variant)
-    symbol = kernel_symbol(cubin, launch.kernel)
-    if launch.runner:
-        from .cuda_runner import run_with_runner
-
-        out, session = run_with_runner(program, variant, launch, cubin, symbol, trace_config=trace_config, check=check)
-        result = {**out, "cubin": str(cubin), "symbol": symbol}
-        if session is not None:
-            result.update(_decoded(program, session, raw_trace))
-        return result
-    module = CubinModule.load(cubin)
-    args = make_arguments(launch)
-    before = [a.clone() if hasattr(a, "clone") else a for a in args] if check and launch.reference else []
-    session = None
-    if trace_config is not None:
-        from ..trace import TraceConfig, TraceSession
-
-        session = TraceSession(module, TraceConfig(ctas=launch.ctas, threads_per_cta=launch.threads_per_cta,
-                                                   **trace_config))
-        session.arm()
-    module.launch(symbol, launch.grid, launch.block, args)
-    torch.cuda.synchronize()
-    result = {"cubin": str(cubin), "symbol": symbol, "max_rel_err": None}
-    if check and launch.reference:
-        result["max_rel_err"] = check_reference(launch, before, args)
-    if session is not None:
-        result.update(_decoded(program, session, raw_trace))
-    return result
-
-
-def _decoded(program, session, raw_trace: Path | None) -> dict:
-    """{"trace", "intervals"} of an armed and launched session (its rings saved to ``raw_trace`` if given)."""
-    from ..trace import pair_intervals
-
-    trace = session.decode(known_ids=[r.id for r in program.regions])
-    if raw_trace is not None:
-        session.save(raw_trace)
-    return {"trace": trace, "intervals": pair_intervals(trace)}
-
-
-# ---- Triton programs -------------------------------------------------------------------------
-# A Triton program's launch names a module (``"module": "tma_matmul.py"``) that provides the protocol
-# of docs/programs.md: make_inputs(seed) -> {name: tensor} (fresh random, outputs poisoned),
-# run(compiled, inputs, probe_out=None) -> output tensor (launches ``compiled[grid](*args)``),
-# reference(**inputs it names) -> expected output (plain PyTorch). Argus compiles the
-# kernel itself, as the JIT would for the launch (argus_rt.kinds.triton.program.program_compiled);
-# the module's own compile_reference, if any, is not called. Its markers are always the PMTRIG words
-# (argus_rt.triton_regions), so the compiled kernel is its marker-only variant; region tracing of
-# Triton kernels is a TTGIR transform (argus_rt.kinds.triton.region_trace), not a variant built here.
-TRITON_PROTOCOL = ("make_inputs", "run", "reference")
-TRITON_VARIANTS = ("base", "marker_only", "trace_free")
-
-
-def triton_module(program):
-    """The example module of a Triton program, checked for :data:`TRITON_PROTOCOL`."""
-    from ..kinds.triton.program import import_module
-
-    if program.kind != "triton":
-        raise ProgramRunError(f"program {program.name!r} is of kind {program.kind!r}, not 'triton'")
-    mod = import_module(program)
-    missing = [f for f in TRITON_PROTOCOL if not callable(getattr(mod, f, None))]
-    if missing:
-        raise ProgramRunError(f"{program.launch['module']} lacks {missing}; a Triton program module provides "
-                              f"{', '.join(TRITON_PROTOCOL)} (docs/programs.md)")
-    return mod
-
-
-def triton_compile(program, variant: str):
-    """(kernel module, the CompiledKernel the JIT would run for the program's launch)."""
-    from ..kinds.triton.program import program_compiled
-
-    if variant not in TRITON_VARIANTS:
-        raise ProgramRunError(f"variant {variant!r} of a Triton program is not supported here; valid: "
-                              f"{', '.join(TRITON_VARIANTS)} (the region-traced variant is built from TTGIR by "
-                              "argus_rt.kinds.triton.region_trace)")
-    return triton_module(program), program_compiled(program)
-
-
-def triton_cubin(program, variant: str) -> Path:
-    """The cubin Triton builds for ``program`` (no GPU needed), saved under the build cache by content."""
-    import hashlib
-
-    from ..compiler.cuda import cache_dir
-    from ..fsutil import atomic_write_bytes
-
-    _, compiled = triton_compile(program, variant)
-    data = compiled.asm["cubin"]
-    path = cache_dir() / "triton" / hashlib.sha256(data).hexdigest()[:24] / f"{program.name}.cubin"
-    if not path.is_file():
-        atomic_write_bytes(path, data)
-    return path
-
-
-def variant_cubin(program, variant: str) -> Path:
-    """The cubin of ``variant`` for a CUDA or Triton program."""
-    if program.kind == "triton":
-        return triton_cubin(program, variant)
-    return build_variant(program, variant)
-
-
-def run_triton_once(program, variant: str, *, rtol: float | None = None, check_jit: bool = True) -> dict:
-    """Compile, launch once on fresh inputs, compare with the module's plain reference, then check the
-    kernel's TTGIR equals the JIT's (:mod:`argus_rt.kinds.triton.jit_equivalence`)."""
-    import inspect
-
-    import torch
-
-    if not torch.cuda.is_available():
-        raise BackendUnavailableError(f"no CUDA GPU visible to torch {torch.__version__}")
-    from ..kinds.triton.jit_equivalence import check_against_jit
-
-    mod, compiled = triton_compile(program, variant)
-    inputs = mod.make_inputs()
-    out = mod.run(compiled, inputs)  # the launch a profiler (ncu -c 1) records: Argus's kernel, first
-    params = inspect.signature(mod.reference).parameters
-    want = mod.reference(**{k: v for k, v in inputs.items() if k in params})
-    rtol = float(program.launch.get("rtol", 1e-2)) if rtol is None else rtol
-    err = ((out.double() - want.double()).norm() / want.double().norm()).item()
-    if not err <= rtol:  # NaN fails too
-        raise ReferenceMismatchError(f"Triton output differs from the reference: relative error {err:.3g} > {rtol}")
-    # after the recorded launch, and untimed (a profiler perturbs times): the JIT builds the same TTGIR
-    jit = check_against_jit(program, mod, timing=False) if check_jit else None
-    return {"symbol": program.launch.get("kernel"), "max_rel_err": err, "jit_check": jit}
-
-
-def intervals_document(intervals, trace, coord_kind: str | None = None, coord_fields=()) -> dict:
-    """``argus.region_intervals/1`` from paired intervals (one row per occurrence). ``coord_fields``
-    ((name, lowest bit, width), ...) adds one column per field of the packed coordinate."""
-    rows = intervals.rows
-    cols = {k: rows[k].astype(np.int64).tolist() for k in ("region_id", "start", "end", "sm", "cta", "warp", "coord")}
-    cols.update({name: col.tolist() for name, col in coordinate_columns(rows["coord"], coord_fields).items()})
-    dropped = int(trace.dropped) if trace is not None else 0
-    doc = {"format": "argus.region_intervals/1", "clock": intervals.unit, "columns": cols, "coord_kind": coord_kind,
-           "launches": 1, "dropped": dropped, "incomplete": bool(intervals.incomplete),
-           "problems": [str(p) for p in getattr(intervals, "problems", [])][:20]}
-    if coord_fields:
-        doc["coord_fields"] = {name: [low, width] for name, low, width in coord_fields}
-    return doc
+from ..kinds.cuda.run import CudaLaunch, ProgramRunError, intervals_document, run_once, runner_facts
+from .base import BackendAdapter, BackendUnavailableError, register_backend
 
 
 class TraceAdapter(BackendAdapter):
@@ -442,7 +55,7 @@ class TraceAdapter(BackendAdapter):
         if ctx.program.kind != "cuda":
             raise ProgramRunError(
                 f"region tracing of {ctx.program.kind} programs is not implemented in this adapter; Triton "
-                "programs are traced by the kind-specific 'trace' adapter (argus_rt.kinds.triton.probes)")
+                "programs are traced by the kind-specific 'trace' adapter (TritonProbeTrace, below)")
         cfg = {"capacity": int(ctx.config.get("capacity", 256)), "clock": ctx.config.get("clock", "globaltimer")}
         raw = Path(ctx.outdir) / "raw_trace.npz"
         res = run_once(ctx.program, "traced", trace_config=cfg, raw_trace=raw)
@@ -456,26 +69,89 @@ class TraceAdapter(BackendAdapter):
         return {"region_intervals": out, "raw_trace": raw}
 
 
-def runner_facts(result: dict) -> dict:
-    """The JSON-able extras a CUDA runner returned besides what :func:`run_once` itself fills in."""
-    own = ("trace", "intervals", "cubin", "symbol", "max_rel_err")
-    return {k: v for k, v in result.items() if k not in own and isinstance(v, (str, int, float, bool, list, type(None)))}
+class TritonProbeTrace(BackendAdapter):
+    """Backend ``trace`` for Triton programs, three configurations:
 
+    * ``{"probe": {...}}``: runs the probe built by the ``forced_wait_probe`` Transform (its
+      ``ttgir`` output) and publishes ``argus.op_events/1`` (effects: forces completion, changes
+      overlap, perturbs timing);
+    * ``{"reference": "iteration_waits"}``: runs the traced reference (consumer wait timed per
+      iteration) and publishes ``argus.iteration_waits/1`` (effect: perturbs timing);
+    * ``{}`` (the latency recipe): runs the region-traced variant
+      (:mod:`argus_rt.kinds.triton.region_trace`, one %globaltimer record per marker per CTA)
+      and publishes ``argus.region_intervals/1`` (effect: perturbs timing)."""
 
-def runner_argv(program, variant: str, outdir: Path) -> list[str]:
-    """argv of a separate process that runs ``variant`` once (what Nsight Compute profiles)."""
-    path = Path(outdir) / "program.json"
-    prog = dataclasses.replace(program, root=str(Path(program.root).resolve())) if program.root else program
-    atomic_write_text(path, json.dumps(prog.to_dict()))
-    return [sys.executable, "-m", "argus_rt.backends.run_variant", "run", "--program", str(path), "--variant", variant]
+    name = "trace"
+    effects = frozenset({"forces_completion", "changes_overlap", "perturbs_timing"})
+    # The region-tracing config also publishes "region_intervals"; it is not listed here because
+    # the planner (probe_outputs) reads this tuple as what a *probe* run publishes besides op_events.
+    outputs = ("op_events", "iteration_waits")
+    REFERENCES = ("iteration_waits",)
 
+    def available(self) -> tuple[bool, str]:
+        try:
+            import torch
+        except ImportError:
+            return False, "torch is not installed"
+        if not torch.cuda.is_available():
+            return False, f"no CUDA GPU visible to torch {torch.__version__}"
+        if torch.cuda.get_device_capability(0)[0] != 9:
+            return False, f"TMA probes need a Hopper GPU, found {torch.cuda.get_device_name(0)}"
+        return True, ""
 
-def runner_env() -> dict:
-    """Environment for :func:`runner_argv`: the same as a worker child's (this copy of argus_rt
-    importable, multicast off)."""
-    from ..gpu_env import child_env
+    def validate_config(self, config: dict) -> None:
+        if set(config) == {"probe"}:
+            return
+        if set(config) == {"reference"} and config["reference"] in self.REFERENCES:
+            return
+        if not config:  # region tracing
+            return
+        raise ValueError(f"trace for Triton programs takes config {{}} (region tracing), {{'probe': {{...}}}} "
+                         f"(a forced-wait probe) or {{'reference': one of {list(self.REFERENCES)}}}; got {config!r}")
 
-    return child_env()
+    def outputs_for(self, config: dict) -> tuple[str, ...]:
+        """What a run with ``config`` publishes: one mode per run, so one output."""
+        self.validate_config(config)
+        if "probe" in config:
+            return ("op_events",)
+        return ("iteration_waits",) if "reference" in config else ("region_intervals",)
+
+    def effects_for(self, config: dict) -> frozenset:
+        # only a probe forces completion; anything else is refused by validate_config with its
+        # reason, so the worker's effect check must not pre-empt that message
+        return frozenset(self.effects) if "probe" in config else frozenset({"perturbs_timing"})
+
+    def collect(self, ctx):
+        publishes = self.outputs_for(ctx.config)
+        asked = tuple(getattr(ctx.task, "outputs", ()) or ())
+        if set(asked) - set(publishes):
+            raise ValueError(f"Triton trace run {ctx.task.id} declares outputs {sorted(asked)}, but its config "
+                             f"{ctx.config!r} publishes only {list(publishes)}: two trace modes were merged into "
+                             "one run (each mode is its own kernel variant and needs its own run)")
+        if not ctx.config:
+            from ..kinds.triton.region_trace import collect_triton_region_trace
+
+            doc = collect_triton_region_trace(ctx.program, ctx.outdir / "build",
+                                              repeats=int(ctx.sampling.get("repeats", 1)))
+            return {"region_intervals": ctx.write_json("region_intervals", doc)}
+        if "reference" in ctx.config:
+            from ..kinds.triton.probes import collect_triton_reference
+
+            doc = collect_triton_reference(ctx.program, ctx.outdir / "build",
+                                           repeats=int(ctx.sampling.get("repeats", 1)))
+            return {"iteration_waits": ctx.write_json("iteration_waits", doc)}
+
+        ttgir = ctx.inputs.get("ttgir")
+        if ttgir is None:
+            raise BackendUnavailableError(f"probe run {ctx.task.id} has no 'ttgir' input from its Transform; "
+                                          f"inputs: {sorted(ctx.inputs)}")
+        from ..kinds.triton.probes import collect_triton_probe
+
+        doc = collect_triton_probe(ctx.program, Path(ttgir), ctx.outdir / "build",
+                                   repeats=int(ctx.sampling.get("repeats", 1)))["op_events"]
+        return {"op_events": ctx.write_json("op_events", doc)}
 
 
 register_backend(TraceAdapter())
+# the Transform handler that builds the probes is argus_rt.triton_handlers (above the runtime)
+register_backend(TritonProbeTrace(), kind="triton", replace=True)

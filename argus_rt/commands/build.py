@@ -20,7 +20,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from ..compiler.cuda import CudaBuildError, CudaBuildSpec, build, disassemble, sass_instructions
+    from ..kinds.cuda.build import CudaBuildError, CudaBuildSpec, build, disassemble, sass_instructions
     from ..markers import MarkerDecodeError, decode_marker
 
     modes = [0, 1, 2] if args.mode == "all" else [int(args.mode)]

@@ -13,7 +13,7 @@
 //   it = 0..iters-1, E example   ->   4 + 4 * iters records.
 //
 // Build: nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -I csrc -DARGUS_MODE={0,1,2} nested_regions.cu
-// (or argus_rt.compiler.cuda.build; NVRTC works too). Reference: tests/test_trace_gpu.py.
+// (or argus_rt.kinds.cuda.build.build; NVRTC works too). Reference: tests/test_trace_gpu.py.
 #include "argus/argus.cuh"
 #include "regions.h"
 

@@ -44,7 +44,6 @@ from .layout import (
     records,
     word,
 )
-from .region_trace import collect_triton_region_trace
 from .ttgir_edit import (
     SMID_ASM,
     checked_edit,
@@ -433,95 +432,3 @@ def no_tma_wait_note(discovery: Discovery) -> str:
     kinds = sorted({s.kind for s in discovery.sites})
     return (f"none: kernel {discovery.kernel!r} has no pipelined TMA load with a consumer wait (its async sites: "
             f"{', '.join(kinds) or 'none'}), so no iteration wait is traced and no forced-wait probe is built")
-
-
-def _triton_probe_adapter_class():
-    from ...backends.base import BackendAdapter, BackendUnavailableError
-
-    class TritonProbeTrace(BackendAdapter):
-        """Backend ``trace`` for Triton programs, two configurations:
-
-        * ``{"probe": {...}}``: runs the probe built by the ``forced_wait_probe`` Transform (its
-          ``ttgir`` output) and publishes ``argus.op_events/1`` (effects: forces completion, changes
-          overlap, perturbs timing);
-        * ``{"reference": "iteration_waits"}``: runs the traced reference (consumer wait timed per
-          iteration) and publishes ``argus.iteration_waits/1`` (effect: perturbs timing);
-        * ``{}`` (the latency recipe): runs the region-traced variant
-          (:mod:`argus_rt.kinds.triton.region_trace`, one %globaltimer record per marker per CTA)
-          and publishes ``argus.region_intervals/1`` (effect: perturbs timing)."""
-
-        name = "trace"
-        effects = frozenset({"forces_completion", "changes_overlap", "perturbs_timing"})
-        # The region-tracing config also publishes "region_intervals"; it is not listed here because
-        # the planner (probe_outputs) reads this tuple as what a *probe* run publishes besides op_events.
-        outputs = ("op_events", "iteration_waits")
-        REFERENCES = ("iteration_waits",)
-
-        def available(self) -> tuple[bool, str]:
-            try:
-                import torch
-            except ImportError:
-                return False, "torch is not installed"
-            if not torch.cuda.is_available():
-                return False, f"no CUDA GPU visible to torch {torch.__version__}"
-            if torch.cuda.get_device_capability(0)[0] != 9:
-                return False, f"TMA probes need a Hopper GPU, found {torch.cuda.get_device_name(0)}"
-            return True, ""
-
-        def validate_config(self, config: dict) -> None:
-            if set(config) == {"probe"}:
-                return
-            if set(config) == {"reference"} and config["reference"] in self.REFERENCES:
-                return
-            if not config:  # region tracing
-                return
-            raise ValueError(f"trace for Triton programs takes config {{}} (region tracing), {{'probe': {{...}}}} "
-                             f"(a forced-wait probe) or {{'reference': one of {list(self.REFERENCES)}}}; got {config!r}")
-
-        def outputs_for(self, config: dict) -> tuple[str, ...]:
-            """What a run with ``config`` publishes: one mode per run, so one output."""
-            self.validate_config(config)
-            if "probe" in config:
-                return ("op_events",)
-            return ("iteration_waits",) if "reference" in config else ("region_intervals",)
-
-        def effects_for(self, config: dict) -> frozenset:
-            # only a probe forces completion; anything else is refused by validate_config with its
-            # reason, so the worker's effect check must not pre-empt that message
-            return frozenset(self.effects) if "probe" in config else frozenset({"perturbs_timing"})
-
-        def collect(self, ctx):
-            publishes = self.outputs_for(ctx.config)
-            asked = tuple(getattr(ctx.task, "outputs", ()) or ())
-            if set(asked) - set(publishes):
-                raise ValueError(f"Triton trace run {ctx.task.id} declares outputs {sorted(asked)}, but its config "
-                                 f"{ctx.config!r} publishes only {list(publishes)}: two trace modes were merged into "
-                                 "one run (each mode is its own kernel variant and needs its own run)")
-            if not ctx.config:
-                doc = collect_triton_region_trace(ctx.program, ctx.outdir / "build",
-                                                  repeats=int(ctx.sampling.get("repeats", 1)))
-                return {"region_intervals": ctx.write_json("region_intervals", doc)}
-            if "reference" in ctx.config:
-                doc = collect_triton_reference(ctx.program, ctx.outdir / "build",
-                                               repeats=int(ctx.sampling.get("repeats", 1)))
-                return {"iteration_waits": ctx.write_json("iteration_waits", doc)}
-
-            ttgir = ctx.inputs.get("ttgir")
-            if ttgir is None:
-                raise BackendUnavailableError(f"probe run {ctx.task.id} has no 'ttgir' input from its Transform; "
-                                              f"inputs: {sorted(ctx.inputs)}")
-            doc = collect_triton_probe(ctx.program, Path(ttgir), ctx.outdir / "build",
-                                       repeats=int(ctx.sampling.get("repeats", 1)))["op_events"]
-            return {"op_events": ctx.write_json("op_events", doc)}
-
-    return TritonProbeTrace
-
-
-def _register_backend() -> None:
-    # the Transform handler that builds the probes is argus_rt.triton_handlers (above the runtime)
-    from ...backends.base import register_backend
-
-    register_backend(_triton_probe_adapter_class()(), kind="triton", replace=True)
-
-
-_register_backend()

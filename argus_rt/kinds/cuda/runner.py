@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .trace import ProgramRunError, ReferenceMismatchError
+from ..errors import ProgramRunError, ReferenceMismatchError
 
 
 @dataclass
@@ -57,7 +57,7 @@ class RunnerContext:
             return None
         if self.sessions:
             raise ProgramRunError(f"runner of {self.program.name!r} asked for a second trace session; Argus decodes one")
-        from ..trace import TraceConfig, TraceSession
+        from ...trace import TraceConfig, TraceSession
 
         cfg = dict(self.trace_config)
         if capacity is not None:
@@ -70,7 +70,7 @@ class RunnerContext:
 
 def load_runner(program, spec: str):
     """The function ``spec`` (``"<file>:<function>"``) names, imported from the program directory."""
-    from ..program import program_file
+    from ...program import program_file
 
     file, _, func = spec.partition(":")
     root, path = program_file(program.root, file)

@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from ..fsutil import atomic_write_bytes, atomic_write_text
-from ..resources import csrc_dir
-from ..tools import ToolNotFoundError, find_tool
+from ...fsutil import atomic_write_bytes, atomic_write_text
+from ...resources import csrc_dir
+from ...tools import ToolNotFoundError, find_tool
 
 ARGUS_INCLUDE = csrc_dir()  # holds argus/argus.cuh
 ARGUS_MODES = {0: "off", 1: "marker-only", 2: "trace"}
@@ -286,8 +286,8 @@ _SASS_LINE = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;?\s*/\*\s*0x[0-9a-f]
 def disassemble(cubin: str | os.PathLike, function: str | None = None) -> str:
     """SASS text of a cubin (``cuobjdump -sass``), optionally of one function: :func:`argus_rt.sass.disassemble`
     with its failure reported as a build error, as this module's callers expect."""
-    from ..sass import SassParseError
-    from ..sass import disassemble as sass_disassemble
+    from ...sass import SassParseError
+    from ...sass import disassemble as sass_disassemble
 
     try:
         return sass_disassemble(cubin, function=function)

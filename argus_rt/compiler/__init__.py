@@ -1,1 +1,0 @@
-"""CUDA builds with a content-hash cache (``cuda``). Import the submodule you need."""

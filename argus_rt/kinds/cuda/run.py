@@ -1,0 +1,321 @@
+"""The CUDA kind's checked run: build a variant of a CUDA program and launch it once.
+
+:func:`run_once` builds the program's variant (``trace_free``/``base``: ``ARGUS_MODE=0``,
+``marker_only``: 1, ``traced``: 2; content-hash cached, :mod:`argus_rt.kinds.cuda.build`), launches it
+once (under a :class:`argus_rt.trace.TraceSession` when traced), checks its outputs against the
+program's plain PyTorch reference and decodes the rings; :func:`intervals_document` turns the paired
+intervals into ``argus.region_intervals/1``. The ``trace`` tool adapter
+(:mod:`argus_rt.backends.trace`) calls it in a device worker; Nsight Compute profiles the same run in a
+process of its own (:mod:`argus_rt.kinds.run_variant`), so the PCs it reports are those of the very
+cubin this module built.
+
+A CUDA program's ``launch`` (in ``argus_program.json``) as this runner reads it::
+
+    "launch": {
+      "source": "kernel.cu",                 # the translation unit (default: first .cu source)
+      "kernel": "my_kernel",                 # name or kernel key; the mangled symbol is looked up
+      "grid": [128], "block": [256],
+      "args": [                              # in kernel-parameter order
+        {"tensor": "float32", "shape": [32768], "init": "uniform", "low": -1, "high": 1},
+        {"tensor": "float32", "shape": [32768], "init": "poison"},      # an output: NaN-filled
+        {"int32": 2000}, {"float32": 0.5}
+      ],
+      "reference": "reference.py:expected",  # fn(*CPU args) -> {arg index: expected tensor}
+      "rtol": 1e-4, "atol": 1e-5,            # tolerance of that check
+      "defines": {"NAME": "value"},          # optional, added to every variant's build
+      "arch": "sm_90",                       # optional GPU code (default sm_90; sm_90a for wgmma/setmaxnreg)
+      "coord_kind": "iteration"              # optional: what *_AT marker coordinates count (iteration|layer|step)
+    }
+
+A kernel whose arguments no JSON can describe names a Python runner instead of ``args``/``reference``
+(``"runner": "run.py:run"``; :mod:`argus_rt.kinds.cuda.runner`): Argus builds the variant, the
+runner launches it and checks it against its own reference. ``"coord_fields": {"step": [8, 24],
+"layer": [0, 8]}`` unpacks a packed marker coordinate into named columns (name: [lowest bit, width]).
+
+Inputs are drawn fresh on every run (``init``: ``randn``, ``uniform`` [low, high), ``randint``
+[low, high), ``poison`` (NaN, or -1 for integers), ``zeros`` only where a kernel needs it).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...backends.base import BackendUnavailableError
+from ...sass import disassemble, kernel_key, parse_sass
+from ..errors import ProgramRunError, ReferenceMismatchError
+
+VARIANT_MODES = {"base": 0, "trace_free": 0, "marker_only": 1, "traced": 2}
+LAUNCH_KEYS = ("source", "kernel", "grid", "block", "args", "reference", "rtol", "atol", "defines", "arch",
+               "coord_kind", "argv", "python", "runner", "coord_fields")
+COORD_KINDS = ("iteration", "layer", "step")
+TENSOR_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8")
+SCALAR_TYPES = ("int32", "int64", "uint32", "uint64", "float32", "float64")
+INITS = ("randn", "uniform", "randint", "poison", "zeros")
+
+
+@dataclass(frozen=True)
+class CudaLaunch:
+    """A validated ``launch`` description of a CUDA program (see the module docstring)."""
+
+    root: Path
+    source: str
+    kernel: str
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    args: tuple[dict, ...]
+    reference: str | None
+    rtol: float
+    atol: float
+    defines: dict
+    arch: str = "sm_90"
+    coord_kind: str | None = None
+    runner: str | None = None  # "<file>:<function>" that launches the cubin itself (cuda_runner)
+    coord_fields: tuple[tuple[str, int, int], ...] = ()  # (name, lowest bit, width) of a packed coordinate
+
+    @property
+    def ctas(self) -> int:
+        return int(np.prod(self.grid))
+
+    @property
+    def threads_per_cta(self) -> int:
+        return int(np.prod(self.block))
+
+    @classmethod
+    def from_program(cls, program) -> "CudaLaunch":
+        if program.kind != "cuda":
+            raise ProgramRunError(f"program {program.name!r} is of kind {program.kind!r}; this runner runs kind 'cuda'")
+        launch = program.launch
+        bad = sorted(set(launch) - set(LAUNCH_KEYS))
+        if bad:
+            raise ProgramRunError(f"launch of {program.name!r}: unknown key(s) {bad}; valid: {', '.join(LAUNCH_KEYS)}")
+        runner = launch.get("runner")
+        for key in ("kernel",) if runner else ("kernel", "grid", "block", "args"):
+            if key not in launch:
+                raise ProgramRunError(f"launch of {program.name!r} lacks {key!r} (needs kernel, grid, block, args; "
+                                      "or kernel and runner)")
+        if runner and ("args" in launch or "reference" in launch):
+            raise ProgramRunError(f"launch of {program.name!r} has a runner and args/reference; a runner makes its "
+                                  "own inputs and checks them: drop args and reference")
+        if not program.root:
+            raise ProgramRunError(f"program {program.name!r} has no source directory (root)")
+        root = Path(program.root).resolve()
+        source = launch.get("source") or next((s for s in _sources(root) if s.endswith(".cu")), None)
+        if not source or not _source_path(root, source).is_file():
+            raise ProgramRunError(f"launch of {program.name!r}: CUDA source {source!r} not found under {root}")
+        for dims, what in ((launch.get("grid", [1]), "grid"), (launch.get("block", [1]), "block")):
+            if not (isinstance(dims, list) and 1 <= len(dims) <= 3 and all(isinstance(d, int) and d > 0 for d in dims)):
+                raise ProgramRunError(f"launch {what} must be a list of 1-3 positive ints, got {dims!r}")
+        for i, spec in enumerate(launch.get("args", ())):
+            _check_arg(i, spec)
+        if launch.get("coord_kind") not in (None,) + COORD_KINDS:
+            raise ProgramRunError(f"launch coord_kind {launch['coord_kind']!r} unknown; valid: {', '.join(COORD_KINDS)}")
+        return cls(root, source, str(launch["kernel"]), tuple(launch.get("grid", ())), tuple(launch.get("block", ())),
+                   tuple(launch.get("args", ())), launch.get("reference"), float(launch.get("rtol", 1e-5)),
+                   float(launch.get("atol", 1e-6)), dict(launch.get("defines", {})), str(launch.get("arch", "sm_90")),
+                   launch.get("coord_kind"), runner, _coord_fields(launch.get("coord_fields", {})))
+
+
+def _source_path(root: Path, source: str) -> Path:
+    from ...program import program_file
+
+    return program_file(root, source)[1]
+
+
+def _coord_fields(fields: dict) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for name, spec in fields.items():
+        if name not in COORD_KINDS:
+            raise ProgramRunError(f"launch coord_fields: {name!r} unknown; valid: {', '.join(COORD_KINDS)}")
+        if not (isinstance(spec, list) and len(spec) == 2 and all(isinstance(v, int) for v in spec)
+                and 0 <= spec[0] < 32 and 1 <= spec[1] <= 32 - spec[0]):
+            raise ProgramRunError(f"launch coord_fields[{name!r}] = {spec!r}: needs [lowest bit, width] inside 32 bits")
+        out.append((name, spec[0], spec[1]))
+    return tuple(sorted(out, key=lambda f: f[1]))  # lowest field first
+
+
+def coordinate_columns(coord: np.ndarray, fields) -> dict[str, np.ndarray]:
+    """{name: that bit field of each packed coordinate} for ``fields`` = ((name, lowest bit, width), ...)."""
+    coord = np.asarray(coord, dtype=np.int64)
+    return {name: (coord >> low) & ((1 << width) - 1) for name, low, width in fields}
+
+
+def _sources(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.is_file())
+
+
+def _check_arg(i: int, spec) -> None:
+    if not isinstance(spec, dict) or len([k for k in spec if k in ("tensor",) + SCALAR_TYPES]) != 1:
+        raise ProgramRunError(f"launch arg {i}: {spec!r} must be one of {{'tensor': dtype, ...}} or "
+                              f"{{<scalar type>: value}} with scalar types {', '.join(SCALAR_TYPES)}")
+    if "tensor" in spec:
+        if spec["tensor"] not in TENSOR_DTYPES:
+            raise ProgramRunError(f"launch arg {i}: tensor dtype {spec['tensor']!r} unknown; valid: {', '.join(TENSOR_DTYPES)}")
+        if spec.get("init", "randn") not in INITS:
+            raise ProgramRunError(f"launch arg {i}: init {spec.get('init')!r} unknown; valid: {', '.join(INITS)}")
+        shape = spec.get("shape")
+        if not (isinstance(shape, list) and shape and all(isinstance(d, int) and d > 0 for d in shape)):
+            raise ProgramRunError(f"launch arg {i}: shape must be a non-empty list of positive ints, got {shape!r}")
+
+
+def build_variant(program, variant: str, *, extra_flags: tuple[str, ...] = ()) -> Path:
+    """Compile ``variant`` of a CUDA program to a cubin (content-hash cached) and return its path."""
+    from .build import CudaBuildSpec, build
+
+    if variant not in VARIANT_MODES:
+        raise ProgramRunError(f"cannot build variant {variant!r}; valid: {', '.join(VARIANT_MODES)}")
+    launch = CudaLaunch.from_program(program)
+    flags = tuple(dict.fromkeys(tuple(program.flags or ("-O3",)) + ("-lineinfo",) + tuple(extra_flags)))
+    spec = CudaBuildSpec(name=f"{program.name}_{variant}", sources=[str(_source_path(launch.root, launch.source))],
+                         argus_mode=VARIANT_MODES[variant], include_dirs=[str(launch.root)],
+                         defines=launch.defines, flags=flags, arch=launch.arch)
+    result = build(spec)
+    return Path(getattr(result, "cubin", result))
+
+
+def kernel_symbol(cubin: Path, kernel: str) -> str:
+    """The (mangled) symbol of ``kernel`` in ``cubin``, matched by :func:`kernel_key`."""
+    names = list(parse_sass(disassemble(cubin)))
+    if kernel in names:
+        return kernel
+    hits = [n for n in names if kernel_key(n) == kernel_key(kernel)]
+    if len(hits) != 1:
+        raise ProgramRunError(f"kernel {kernel!r} {'is ambiguous' if hits else 'not found'} in {cubin.name}; "
+                              f"functions: {', '.join(names)}")
+    return hits[0]
+
+
+def make_arguments(launch: CudaLaunch, seed: int | None = None) -> list:
+    """Fresh kernel arguments: CUDA tensors drawn per ``init``, numpy scalars for scalars."""
+    import torch
+
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(6), "little"))
+    out = []
+    for spec in launch.args:
+        if "tensor" in spec:
+            dtype = getattr(torch, spec["tensor"])
+            shape = spec["shape"]
+            init = spec.get("init", "randn")
+            if init == "randn":
+                t = torch.randn(shape, generator=gen, device="cuda").to(dtype)
+            elif init == "uniform":
+                lo, hi = float(spec.get("low", 0.0)), float(spec.get("high", 1.0))
+                t = (torch.rand(shape, generator=gen, device="cuda", dtype=torch.float64) * (hi - lo) + lo).to(dtype)
+            elif init == "randint":
+                t = torch.randint(int(spec.get("low", 0)), int(spec["high"]), shape, generator=gen, device="cuda").to(dtype)
+            elif init == "poison":
+                t = torch.full(shape, float("nan") if dtype.is_floating_point else -1, device="cuda", dtype=dtype)
+            else:
+                t = torch.zeros(shape, device="cuda", dtype=dtype)
+            out.append(t)
+        else:
+            (kind, value), = ((k, v) for k, v in spec.items() if k in SCALAR_TYPES)
+            out.append(getattr(np, kind)(value))
+    return out
+
+
+def check_reference(launch: CudaLaunch, before: list, after: list) -> float | None:
+    """Compare outputs with the program's reference; return the worst relative error (None: no reference)."""
+    import torch
+
+    if not launch.reference:
+        return None
+    file, _, func = launch.reference.partition(":")
+    path = (launch.root / file).resolve()
+    if launch.root not in path.parents or not path.is_file() or not func:
+        raise ProgramRunError(f"reference {launch.reference!r} must be '<file in {launch.root}>:<function>'")
+    spec = importlib.util.spec_from_file_location(f"argus_reference_{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    expected = getattr(mod, func)(*[a.cpu() if hasattr(a, "cpu") else a.item() for a in before])
+    worst = 0.0
+    for idx, want in expected.items():
+        got = after[idx].detach().cpu()
+        if got.shape != want.shape:
+            raise ReferenceMismatchError(f"output arg {idx}: shape {tuple(got.shape)} vs reference {tuple(want.shape)}")
+        if torch.isnan(got).any():
+            raise ReferenceMismatchError(f"output arg {idx}: {int(torch.isnan(got).sum())} elements unwritten (NaN)")
+        if not torch.allclose(got.double(), want.double(), rtol=launch.rtol, atol=launch.atol):
+            err = ((got.double() - want.double()).abs() / (want.double().abs() + launch.atol)).max().item()
+            raise ReferenceMismatchError(f"output arg {idx} differs from the reference: max rel err {err:.3g} "
+                                         f"> rtol {launch.rtol} (atol {launch.atol})")
+        denom = want.double().abs().clamp_min(launch.atol)
+        worst = max(worst, ((got.double() - want.double()).abs() / denom).max().item())
+    return worst
+
+
+def run_once(program, variant: str, *, trace_config: dict | None = None, check: bool = True,
+             raw_trace: Path | None = None) -> dict:
+    """Build ``variant``, launch it once, check it against the reference; with ``trace_config``
+    (traced variant) also decode the trace, and with ``raw_trace`` save its rings there (.npz,
+    :func:`argus_rt.trace.save_raw`). Returns {"cubin", "symbol", "max_rel_err", "intervals"?}."""
+    import torch
+
+    from ...launch import CubinModule
+
+    if not torch.cuda.is_available():
+        raise BackendUnavailableError(f"no CUDA GPU visible to torch {torch.__version__}")
+    launch = CudaLaunch.from_program(program)
+    cubin = build_variant(program, variant)
+    symbol = kernel_symbol(cubin, launch.kernel)
+    if launch.runner:
+        from .runner import run_with_runner
+
+        out, session = run_with_runner(program, variant, launch, cubin, symbol, trace_config=trace_config, check=check)
+        result = {**out, "cubin": str(cubin), "symbol": symbol}
+        if session is not None:
+            result.update(_decoded(program, session, raw_trace))
+        return result
+    module = CubinModule.load(cubin)
+    args = make_arguments(launch)
+    before = [a.clone() if hasattr(a, "clone") else a for a in args] if check and launch.reference else []
+    session = None
+    if trace_config is not None:
+        from ...trace import TraceConfig, TraceSession
+
+        session = TraceSession(module, TraceConfig(ctas=launch.ctas, threads_per_cta=launch.threads_per_cta,
+                                                   **trace_config))
+        session.arm()
+    module.launch(symbol, launch.grid, launch.block, args)
+    torch.cuda.synchronize()
+    result = {"cubin": str(cubin), "symbol": symbol, "max_rel_err": None}
+    if check and launch.reference:
+        result["max_rel_err"] = check_reference(launch, before, args)
+    if session is not None:
+        result.update(_decoded(program, session, raw_trace))
+    return result
+
+
+def _decoded(program, session, raw_trace: Path | None) -> dict:
+    """{"trace", "intervals"} of an armed and launched session (its rings saved to ``raw_trace`` if given)."""
+    from ...trace import pair_intervals
+
+    trace = session.decode(known_ids=[r.id for r in program.regions])
+    if raw_trace is not None:
+        session.save(raw_trace)
+    return {"trace": trace, "intervals": pair_intervals(trace)}
+
+
+def intervals_document(intervals, trace, coord_kind: str | None = None, coord_fields=()) -> dict:
+    """``argus.region_intervals/1`` from paired intervals (one row per occurrence). ``coord_fields``
+    ((name, lowest bit, width), ...) adds one column per field of the packed coordinate."""
+    rows = intervals.rows
+    cols = {k: rows[k].astype(np.int64).tolist() for k in ("region_id", "start", "end", "sm", "cta", "warp", "coord")}
+    cols.update({name: col.tolist() for name, col in coordinate_columns(rows["coord"], coord_fields).items()})
+    dropped = int(trace.dropped) if trace is not None else 0
+    doc = {"format": "argus.region_intervals/1", "clock": intervals.unit, "columns": cols, "coord_kind": coord_kind,
+           "launches": 1, "dropped": dropped, "incomplete": bool(intervals.incomplete),
+           "problems": [str(p) for p in getattr(intervals, "problems", [])][:20]}
+    if coord_fields:
+        doc["coord_fields"] = {name: [low, width] for name, low, width in coord_fields}
+    return doc
+
+
+def runner_facts(result: dict) -> dict:
+    """The JSON-able extras a CUDA runner returned besides what :func:`run_once` itself fills in."""
+    own = ("trace", "intervals", "cubin", "symbol", "max_rel_err")
+    return {k: v for k, v in result.items() if k not in own and isinstance(v, (str, int, float, bool, list, type(None)))}
