@@ -9,6 +9,11 @@
 // and no grid-wide barrier anywhere. The scheduler CTA timestamps step boundaries (device-side
 // ms/token) and watches for steps that never finish.
 //
+// Opt-in fusions (build flags, not yet GPU-tested; megakernel/NOTES.md "Ready for the next device
+// run"): MK_EARLY_WEIGHTS (a GEMV tile's first weight block loaded before its activation work),
+// MK_COMBINE_ONEPASS (O-proj combine in one L2 trip), MK_PUBLISH_SSQ / MK_FUSED_SAMPLE (set by the
+// runtime from TileShape.publish_ssq / fused_sample). Without them the ops are the measured default.
+//
 // Build (megakernel/build.py does this, with generated headers in the build directory):
 //   nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -Icsrc -I<build> -DARGUS_MODE=0 megakernel.cu
 #include "argus/argus.cuh"
