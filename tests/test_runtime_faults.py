@@ -24,6 +24,7 @@ from argus_rt.runtime.scheduler import Runtime
 from argus_rt.tasks import Plan, Task
 from argus_rt.workspace import Workspace
 from argus_rt.workspace_check import verify
+from test_runtime_cpu_tasks import alive, children_of
 from test_runtime_standins import demo_program
 
 TESTS = Path(__file__).resolve().parent
@@ -119,17 +120,26 @@ print("finished", flush=True)
 
 
 def kill_scheduler_mid_run(root: Path, round_: int, rng: random.Random) -> bool:
-    """Run ``round_`` in a scheduler process and SIGKILL it at a random moment; whether it was still running."""
+    """Run ``round_`` in a scheduler process and SIGKILL it at a random moment; whether it was still running.
+    Asserts that its worker processes die with it (no orphans)."""
     proc = subprocess.Popen([sys.executable, "-c", DRIVER.format(tests=str(TESTS), ws=str(root)), str(round_)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=root.parent)
+    workers: list[int] = []
     try:
         assert proc.stdout.readline().strip() == "running", "the scheduler process did not start"
         time.sleep(rng.uniform(0.0, 0.6))
         was_running = proc.poll() is None
+        workers = children_of(proc.pid)  # the device worker and the CPU pool processes started so far
     finally:
         proc.kill()  # SIGKILL
         proc.wait()
         proc.stdout.close()
+    assert not was_running or workers, "a running scheduler without worker processes"
+    deadline = time.monotonic() + 20
+    while any(alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    orphans = [p for p in workers if alive(p)]
+    assert not orphans, f"round {round_}: worker processes {orphans} outlived their SIGKILLed scheduler"
     return was_running
 
 
