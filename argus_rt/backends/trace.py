@@ -20,7 +20,8 @@ import json
 from pathlib import Path
 
 from ..fsutil import atomic_write_text
-from ..kinds.cuda.run import CudaLaunch, ProgramRunError, intervals_document, run_once, runner_facts
+from ..kinds.cuda.run import CudaLaunch, intervals_document, run_once, runner_facts
+from ..kinds.errors import ProgramRunError
 from .base import BackendAdapter, BackendUnavailableError, register_backend
 
 

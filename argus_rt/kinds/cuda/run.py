@@ -73,7 +73,7 @@ class CudaLaunch:
     defines: dict
     arch: str = "sm_90"
     coord_kind: str | None = None
-    runner: str | None = None  # "<file>:<function>" that launches the cubin itself (cuda_runner)
+    runner: str | None = None  # "<file>:<function>" that launches the cubin itself (kinds/cuda/runner.py)
     coord_fields: tuple[tuple[str, int, int], ...] = ()  # (name, lowest bit, width) of a packed coordinate
 
     @property
