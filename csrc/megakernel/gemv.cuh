@@ -139,9 +139,19 @@ __device__ __forceinline__ void early_issue(const __nv_bfloat16* __restrict__ W,
   }
 }
 
-// The plain unrolled loop of gemv_tile over chunks [c_first, chunks) of one row block (lane stride 32).
-__device__ __forceinline__ void gemv_block_plain(const char* const* row_ptr, int c_first, int chunks,
-                                                 const float4* __restrict__ x4, float* acc) {
+struct GemvAcc {  // a row block's partial dot products (by value: no stack copy)
+  float v[GEMV_ROWS];
+};
+
+// One row block of gemv_tile from chunk c_first on, starting from the partial sums `acc`: the same
+// loop as gemv_tile's (a function of its own, so ptxas compiles it like gemv_tile), then the warp sums.
+__device__ __noinline__ void gemv_rows_tail(const __nv_bfloat16* __restrict__ W, int K, int r, int c_first,
+                                            const float* __restrict__ xs, float* __restrict__ out, GemvAcc acc) {
+  const int lane = threadIdx.x & 31, chunks = K >> 3;
+  const float4* x4 = reinterpret_cast<const float4*>(xs);
+  const char* row_ptr[GEMV_ROWS];
+#pragma unroll
+  for (int i = 0; i < GEMV_ROWS; ++i) row_ptr[i] = reinterpret_cast<const char*>(W + (size_t)(r + i) * K);
 #pragma unroll GEMV_UNROLL
   for (int c = c_first; c < chunks; c += 32) {
     uint4 w[GEMV_ROWS];
@@ -149,53 +159,40 @@ __device__ __forceinline__ void gemv_block_plain(const char* const* row_ptr, int
     for (int i = 0; i < GEMV_ROWS; ++i) w[i] = ld_weights(row_ptr[i] + (size_t)c * 16);
     const float4 a = x4[2 * c], b = x4[2 * c + 1];
 #pragma unroll
-    for (int i = 0; i < GEMV_ROWS; ++i) acc[i] += dot8(w[i], a, b);
+    for (int i = 0; i < GEMV_ROWS; ++i) acc.v[i] += dot8(w[i], a, b);
   }
-}
-
-// out[r] = W[r, :] . xs for r < rows of one row block, chunks from c_first on (plain loop).
-__device__ __forceinline__ void gemv_rows_from(const __nv_bfloat16* __restrict__ W, int K, int r, int c_first,
-                                               const float4* __restrict__ x4, float* __restrict__ out, float* acc) {
-  const char* row_ptr[GEMV_ROWS];
-#pragma unroll
-  for (int i = 0; i < GEMV_ROWS; ++i) row_ptr[i] = reinterpret_cast<const char*>(W + (size_t)(r + i) * K);
-  gemv_block_plain(row_ptr, c_first, K >> 3, x4, acc);
-  const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < GEMV_ROWS; ++i) {
-    const float s = warp_sum(acc[i]);
+    const float s = warp_sum(acc.v[i]);
     if (lane == 0) out[r + i] = s;
   }
 }
 
-// out[r] = W[r, :] . xs for r < rows, using the registers early_issue filled (xs must be published).
-// The first row block is peeled off, so the held registers are dead before the plain loops run.
+// out[r] = W[r, :] . xs for r < rows, using the registers early_issue filled (xs must be published):
+// the first row block's held chunks, its remaining chunks (gemv_rows_tail), then the other row blocks
+// with gemv_tile itself (the same rows per warp as one gemv_tile call over the whole tile).
 template <int U>
 __device__ __forceinline__ void early_finish(const __nv_bfloat16* __restrict__ W, int K, int rows,
                                              const float* __restrict__ xs, float* __restrict__ out, const EarlyBlock<U>& b) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, chunks = K >> 3, r0 = warp * GEMV_ROWS;
   const float4* x4 = reinterpret_cast<const float4*>(xs);
   if (r0 < rows) {
-    float acc[GEMV_ROWS];
+    GemvAcc acc;
 #pragma unroll
-    for (int i = 0; i < GEMV_ROWS; ++i) acc[i] = 0.f;
+    for (int i = 0; i < GEMV_ROWS; ++i) acc.v[i] = 0.f;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = lane + 32 * u;
       if (c < chunks) {
         const float4 a = x4[2 * c], bb = x4[2 * c + 1];
 #pragma unroll
-        for (int i = 0; i < GEMV_ROWS; ++i) acc[i] += dot8(b.w[u][i], a, bb);
+        for (int i = 0; i < GEMV_ROWS; ++i) acc.v[i] += dot8(b.w[u][i], a, bb);
       }
     }
-    gemv_rows_from(W, K, r0, lane + 32 * U, x4, out, acc);
+    gemv_rows_tail(W, K, r0, lane + 32 * U, xs, out, acc);
   }
-  for (int r = r0 + NWARPS * GEMV_ROWS; r < rows; r += NWARPS * GEMV_ROWS) {
-    float acc[GEMV_ROWS];
-#pragma unroll
-    for (int i = 0; i < GEMV_ROWS; ++i) acc[i] = 0.f;
-    gemv_rows_from(W, K, r, lane, x4, out, acc);
-  }
+  constexpr int BLOCK = NWARPS * GEMV_ROWS;
+  if (rows > BLOCK) gemv_tile(W + (size_t)BLOCK * K, K, rows - BLOCK, xs, out + BLOCK);
 }
 
 // load_rmsnorm, inlined and not unrolled (TinyLlama: one trip per thread), for the early-weights tiles.
