@@ -6,6 +6,7 @@
 # 3. the README's example queries, JSON reports and a Chrome trace kept under $OUT;
 # 4. (run third) the GPU test suite. One line per step in $OUT/summary.txt, printed last.
 set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # before anything runs
 OUT_DEFAULT=/tmp/argus-first-use
 source "$(dirname "$0")/gpu_env.sh"
 step ttgir_tests_triton36 120 python3 -m pytest -q -p no:cacheprovider tests/test_discovery_triton.py \

@@ -4,6 +4,7 @@
 # Logs and the benchmark record under $OUT; one line per step in $OUT/summary.txt, printed last. The suite
 # runs -v: a step killed at its limit still shows which tests passed.
 set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # before anything runs
 OUT_DEFAULT=/tmp/argus-triton-check
 source "$(dirname "$0")/gpu_env.sh"
 step gpu_suite "${SUITE_S:-320}" python3 -m pytest -v -p no:cacheprovider -m "gpu or gpu2" -rs ${SUITE_ARGS:-}
