@@ -14,22 +14,9 @@ from megakernel.instructions import Down, Embed, OProj
 from megakernel.interpreter import Interpreter, SamplingParams, relative_error
 from megakernel.runtime import OPTION_FLAGS, option_flags
 from megakernel.state import DecodeState, fusion_layout
+from test_megakernel_interpreter import TILES, _prompt, tiny  # noqa: F401  (the tiny model fixture)
 from tinyllama.config import get_config
 from tinyllama.model import Transformer
-from tinyllama.weights import random_weights
-
-TILES = TileShape(o_rows=16, gate_features=16, down_rows=16, logits_rows=64, attn_split=16)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    c = get_config("tiny")
-    return c, random_weights(c, seed=3)
-
-
-def _prompt(c, n, seed):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, c.vocab, (n,), generator=g).tolist()
 
 
 @pytest.mark.parametrize("options", [dict(publish_ssq=True), dict(fused_sample=True),
