@@ -119,12 +119,11 @@ def program_history(workspace_dir: Path, name: str) -> dict:
         versions = [r for r in programs if r["name"] == name and r["variant"] in (None, "base")]
         base_of = {r["id"]: (r["base"] or r["id"]) for r in programs}
         answered: dict[str, set] = {}
-        for t in ws.tasks():
-            if t["kind"] == "collect" and t["status"] == "done" and base_of.get(t["program"]) is not None:
-                for task in ws.done_tasks("collect", t["op"], t["program"]):
-                    if task.id == t["id"]:
-                        answered.setdefault(base_of[t["program"]], set()).update(
-                            r.split(":")[0] for r in task.requests)
+        collected = {(t["op"], t["program"]) for t in ws.tasks()
+                     if t["kind"] == "collect" and t["status"] == "done" and t["program"] in base_of}
+        for op, program in collected:  # one look-up per (op, variant), each giving all its finished runs
+            for task in ws.done_tasks("collect", op, program):
+                answered.setdefault(base_of[program], set()).update(r.split(":")[0] for r in task.requests)
     return {"program": name, "versions": [{"id": v["id"], "parent": v["parent"], "created": v["created"],
                                            "answered": sorted(answered.get(v["id"], ()))} for v in versions]}
 
@@ -193,7 +192,7 @@ def build_server(workspace_dir: str | Path | None = None, imports=()):
                 p = load_program(d)
                 examples.append({"program": d.name, "name": p.name, "kind": p.kind, "id": p.id})
         versions = []
-        if (workspace_dir / "index.sqlite").exists() or workspace_dir.is_dir():
+        if workspace_dir.is_dir():  # listing never creates a workspace
             from .workspace import Workspace
 
             with Workspace(workspace_dir) as ws:

@@ -69,14 +69,12 @@ def fork_program(program, workspace_dir: Path, *, edits: dict | None = None, lau
             spec = json.loads(spec_path.read_text(encoding="utf-8"))
             spec["launch"] = {**spec.get("launch", {}), **launch}
             spec_path.write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
-        child = dataclasses.replace(load_program(copy / spec_name), parent=program.base_id)
+        child = load_program(copy / spec_name)
         final = forks / child.id
-        if final.exists():  # the same edit again: that version exists already
-            shutil.rmtree(staging)
-        else:
+        if not final.exists():  # else the same edit again: that version's directory is there already
             copy.rename(final)
-            shutil.rmtree(staging)
-        child = dataclasses.replace(load_program(final / spec_name), parent=program.base_id)
+        shutil.rmtree(staging)
+        child = dataclasses.replace(child, parent=program.base_id, root=str(final))
         with Workspace(workspace_dir) as ws:
             ws.put_program(child)
         return child
