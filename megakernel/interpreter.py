@@ -214,7 +214,7 @@ class Interpreter:
         """What the sampler maximises over vocabulary rows [first, first + len): the logit (greedy), or
         logit / temperature + Gumbel noise of (seed, step, row)."""
         if self.sampling.temperature > 0:
-            u = torch.from_numpy(gumbel_uniform(self.sampling.seed, step, logits.numel(), first))
+            u = torch.from_numpy(gumbel_uniform(self.sampling.seed, step, logits.numel(), first)).to(logits.device)
             logits = logits / self.sampling.temperature - torch.log(-torch.log(u))
         return logits
 
