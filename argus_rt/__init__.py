@@ -10,11 +10,14 @@
 report lists each signal as unanswered, with the reason.
 
 ``argus_rt.query`` is both the module and the callable (``argus_rt.query.make_plan`` plans without
-running). See README.md and docs/architecture.md.
+running). ``argus_rt.compare(version_a, version_b, region=..., signals=[...], repeats=5)`` queries two
+program versions with repeats and says, per region and metric, whether the difference exceeds
+run-to-run noise (the rule: :mod:`argus_rt.compare`). See README.md and docs/architecture.md.
 """
 __version__ = "0.1.0"
 
-from . import query  # noqa: F401,E402  (a callable module: argus_rt.query(program, ...))
+# callable modules: argus_rt.query(program, ...), argus_rt.compare(version_a, version_b, ...)
+from . import compare, query  # noqa: F401,E402
 from .regions import Region, RegionError, RegionIdCollisionError, RegionTree, UnknownRegionError, region_id  # noqa: F401
 from .resources import example  # noqa: F401,E402
 from .scope import Scope  # noqa: F401

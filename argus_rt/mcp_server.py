@@ -15,6 +15,10 @@ Built on the official ``mcp`` SDK (``pip install "argus-rt[mcp]"``). Tools:
   parent (:mod:`argus_rt.program_fork`);
 * ``history(program)``: the versions of that program in the workspace and the signals already
   answered for each (a repeated query is served from the workspace).
+* ``compare(version_a, version_b, region, signals, repeats, scope, detail)``: both versions queried
+  ``repeats`` times (separate collections, reused from the workspace), per region and metric each
+  one's median and spread, the difference, and whether it exceeds run-to-run noise
+  (:mod:`argus_rt.compare` states the rule); rows of incompatible versions say why instead.
 
 Resources: ``argus://schemas/report`` (the report's JSON Schema) and ``argus://recipes`` (how each
 signal is obtained). A ``program`` argument is a program directory or ``argus_program.json`` path,
@@ -266,6 +270,25 @@ def build_server(workspace_dir: str | Path | None = None, imports=()):
         workspace already holds (asking again reuses it)."""
         pv = resolve_program(program, workspace_dir)
         return program_history(workspace_dir, pv.name)
+
+    from .compare import DEFAULT_REPEATS
+
+    @tool
+    async def compare(version_a: str, version_b: str, region: str | None = None, signals: list[str] | None = None,
+                      repeats: int = DEFAULT_REPEATS, scope: dict | None = None, detail: str = "summary") -> dict:
+        """Compare two program versions (paths, example names or pv- ids), each queried `repeats` times
+        as separate collections: per region and metric, each version's median [min, max], the
+        difference B - A and ratio, and a verdict. "differs" only if the 95% percentile-bootstrap
+        interval of median(B) - median(A) over per-repeat values excludes 0, else "within noise";
+        under 3 repeats "insufficient repeats"; "incompatible: <why>" where the versions' regions or
+        qualifications differ. detail: "summary" (small) or "full" (per-repeat values, collections)."""
+        from .compare import compare as run_compare
+
+        if detail not in DETAILS:
+            raise ArgusInputError(f"detail {detail!r} unknown; valid: {', '.join(DETAILS)}")
+        result = await in_thread(lambda: run_compare(version_a, version_b, region, signals or ["latency"], scope,
+                                                     repeats=repeats, workspace=workspace_dir))
+        return result.to_dict() if detail == "full" else result.summary()
 
     @server.resource("argus://schemas/report", mime_type="application/json")
     def report_schema() -> str:

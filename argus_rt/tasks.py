@@ -33,7 +33,7 @@ TASK_KINDS = ("transform", "collect", "synthesize", "control")
 DEFAULT_SAMPLING = {"warmup": 1, "repeats": 1}
 # per task kind; the planner and the run-time expanders both set them
 DEFAULT_TIMEOUTS_S = {"transform": 900.0, "collect": 600.0, "synthesize": 300.0, "control": 900.0}
-_SAMPLING_KEYS = ("warmup", "repeats", "launches")
+_SAMPLING_KEYS = ("warmup", "repeats", "launches", "trial")
 _ID_PREFIX = {"transform": "t", "collect": "c", "synthesize": "s", "control": "x"}
 
 
@@ -47,7 +47,10 @@ def canonical_json(obj: Any) -> str:
 
 def check_sampling(sampling: dict) -> dict:
     """Validate a sampling policy: ``warmup`` launches (int >= 0), ``repeats`` (int >= 1),
-    optional ``launches`` (list of launch indices to record)."""
+    optional ``launches`` (list of launch indices to record), optional ``trial`` (int >= 0): the
+    index of a separate collection of otherwise identical content (``argus compare``'s repeats).
+    ``trial`` is part of every task's id, so trial 3 never reuses trial 2's evidence; trial 0 is
+    the default and is dropped, so a plain query's runs are trial 0."""
     unknown = set(sampling) - set(_SAMPLING_KEYS)
     if unknown:
         raise PlanError(f"unknown sampling key(s) {sorted(unknown)}; valid: {', '.join(_SAMPLING_KEYS)}")
@@ -57,6 +60,11 @@ def check_sampling(sampling: dict) -> dict:
         raise PlanError(f"sampling 'warmup' must be an int >= 0, got {out['warmup']!r}")
     if not isinstance(out["repeats"], int) or out["repeats"] < 1:
         raise PlanError(f"sampling 'repeats' must be an int >= 1, got {out['repeats']!r}")
+    if "trial" in out:
+        if not isinstance(out["trial"], int) or isinstance(out["trial"], bool) or out["trial"] < 0:
+            raise PlanError(f"sampling 'trial' must be an int >= 0, got {out['trial']!r}")
+        if out["trial"] == 0:
+            del out["trial"]
     return out
 
 

@@ -21,7 +21,7 @@ from test_runtime_standins import demo_program, standins  # noqa: E402,F401
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-TOOLS = {"list_programs", "list_regions", "plan", "query", "discover", "fork", "history"}
+TOOLS = {"list_programs", "list_regions", "plan", "query", "discover", "fork", "history", "compare"}
 
 
 def _json(result) -> dict:
