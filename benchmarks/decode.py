@@ -221,8 +221,8 @@ def main() -> int:
         "mk_rows4": {"build_flags": ("-DMK_GEMV_ROWS=4",)},
         # weight prefetch (megakernel/runtime.py: prefetch_plan) and L2/fence build knobs
         # the default before 2026-12-01 12:50: own-tile L2 prefetch before the wait, __threadfence hand-off,
-        # 4 logit loads in flight per Sample thread, the GEMV loop that kept 2 loads in flight per warp
-        "mk_old": {"prefetch_own": True,
+        # Sample over all logits with 4 loads in flight per thread, the GEMV loop that kept 2 loads in flight
+        "mk_old": {"prefetch_own": True, "tiles": TileShape(fused_sample=False),
                    "build_flags": ("-DMK_THREADFENCE=1", "-DMK_SAMPLE_BATCH=4", "-DMK_GEMV_BATCH=0")},
         "mk_gemv_old": {"build_flags": ("-DMK_GEMV_BATCH=0",)},  # the plain GEMV loop (2 loads in flight per warp)
         "mk_gemv_batch": {"build_flags": ("-DMK_GEMV_BATCH=1",)},  # 16 loads in flight per warp
@@ -230,7 +230,7 @@ def main() -> int:
         "mk_pfsmall": {"prefetch_own": ("qkv", "oproj")},  # ... only for the small QKV and O-proj tiles
         "mk_pfffn": {"prefetch_own": ("gateup", "down")},
         "mk_fence": {"build_flags": ("-DMK_THREADFENCE=1",)},  # __threadfence before each release add
-        "mk_sample4": {"build_flags": ("-DMK_SAMPLE_BATCH=4",)},
+        "mk_sample4": {"tiles": TileShape(fused_sample=False), "build_flags": ("-DMK_SAMPLE_BATCH=4",)},  # unfused only
         "mk_relax": {"build_flags": ("-DMK_RELAXED_POLL=1",)},  # relaxed polls, one acquire fence
         "mk_win8": {"prefetch_window": 8 << 20},  # each ticket prefetches the bytes 8 MiB further on
         "mk_win24": {"prefetch_window": 24 << 20},
@@ -241,17 +241,9 @@ def main() -> int:
         "mk_r4u4": {"build_flags": ("-DMK_GEMV_ROWS=4", "-DMK_GEMV_UNROLL=4")},
         "mk_r1u16": {"build_flags": ("-DMK_GEMV_ROWS=1", "-DMK_GEMV_UNROLL=16")},
         "mk_down8_relax": {"tiles": TileShape(down_rows=8), "build_flags": ("-DMK_RELAXED_POLL=1",)},
-        # Fewer dependent round trips per tile (megakernel/NOTES.md "Ready for the next device run"; not yet
-        # GPU-tested). early: each GEMV tile's first weight block (2 rows x 8 chunks per lane, 64 registers)
-        # is loaded before its norm / vector load; O-proj too only with the one-trip combine (onepass).
-        "mk_early": {"build_flags": ("-DMK_EARLY_WEIGHTS=1",)},
-        "mk_early4": {"build_flags": ("-DMK_EARLY_WEIGHTS=1", "-DMK_EARLY_CHUNKS=4", "-DMK_COMBINE_ONEPASS=1")},
-        "mk_onepass": {"build_flags": ("-DMK_COMBINE_ONEPASS=1",)},  # O-proj combine in one L2 trip
-        "mk_early_onepass": {"build_flags": ("-DMK_EARLY_WEIGHTS=1", "-DMK_COMBINE_ONEPASS=1")},
-        "mk_ssq": {"tiles": TileShape(publish_ssq=True)},  # Down/O-proj publish sums of squares for the norms
-        "mk_fsample": {"tiles": TileShape(fused_sample=True)},  # per-Logits-tile argmax, Sample reduces 500 pairs
-        "mk_fused_all": {"tiles": TileShape(publish_ssq=True, fused_sample=True),
-                         "build_flags": ("-DMK_EARLY_WEIGHTS=1", "-DMK_COMBINE_ONEPASS=1")},
+        # The Sample over all vocab logits: the default until fused sampling (per-Logits-tile argmax, Sample
+        # reduces 500 pairs) measured 1.4% faster (megakernel/NOTES.md row 14); kept to re-check that.
+        "mk_nofsample": {"tiles": TileShape(fused_sample=False)},
     }
     for name in filter(None, a.variants.split(",")):
         variants[name] = more[name]

@@ -49,15 +49,11 @@ class TileShape:
     # AttnPartial tiles per (KV head, split), each with group / parts query heads; 0 = 2 heads per tile
     # (group / 2 parts; 1 part for groups of <= 2), measured fastest on H200 (4 parts for TinyLlama).
     attn_head_parts: int = 0
-    # Op options (not shapes), off by default, not yet GPU-tested (megakernel/NOTES.md "Ready for the
-    # next device run"); the runtime compiles the kernel with the matching build flag:
-    # publish_ssq: Embed, OProj and Down tiles also write the sum of squares of the rows they produce
-    # (one float per tile), and the RMSNorm of QkvHead, GateUp and Logits tiles sums those instead of
-    # re-reducing x (MK_PUBLISH_SSQ). Needs o_rows and down_rows <= 32 (one warp holds a tile's rows).
-    publish_ssq: bool = False
     # fused_sample: each Logits tile also writes the argmax (greedy) or Gumbel-max of its rows as a
-    # (value, index) pair, and Sample reduces those vocab / logits_rows pairs (MK_FUSED_SAMPLE).
-    fused_sample: bool = False
+    # (value, index) pair, and Sample reduces those vocab / logits_rows pairs instead of all vocab logits.
+    # On by default since 2026-12-01 (H200 15:08: 1.078 vs 1.093 ms/token, megakernel/NOTES.md row 14);
+    # False compiles the Sample over all logits (the runtime's build flag MK_FUSED_SAMPLE=0).
+    fused_sample: bool = True
 
     def check(self, c: LlamaConfig) -> None:
         for name, value, total in (("o_rows", self.o_rows, c.hidden), ("gate_features", self.gate_features, c.ffn),
@@ -70,12 +66,8 @@ class TileShape:
         if not isinstance(self.attn_head_parts, int) or self.attn_head_parts < 0 or c.group % self.head_parts(c):
             raise DagError(f"TileShape.attn_head_parts={self.attn_head_parts!r} must be a positive int dividing the "
                            f"query group ({c.group} heads per KV head)")
-        for name in ("publish_ssq", "fused_sample"):
-            if not isinstance(getattr(self, name), bool):
-                raise DagError(f"TileShape.{name} must be a bool, got {getattr(self, name)!r}")
-        if self.publish_ssq and max(self.o_rows, self.down_rows) > 32:
-            raise DagError(f"TileShape.publish_ssq needs o_rows and down_rows <= 32 (one warp sums a tile's rows), "
-                           f"got o_rows={self.o_rows}, down_rows={self.down_rows}")
+        if not isinstance(self.fused_sample, bool):
+            raise DagError(f"TileShape.fused_sample must be a bool, got {self.fused_sample!r}")
         if not isinstance(self.qkv_parts, int) or self.qkv_parts < 1 or c.head_dim % (4 * self.qkv_parts):
             raise DagError(f"TileShape.qkv_parts={self.qkv_parts!r} must be a positive int with head_dim "
                            f"({c.head_dim}) divisible by 4 * qkv_parts (whole, even RoPE pair blocks)")
@@ -172,6 +164,8 @@ def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) ->
     for row0 in range(0, c.vocab, tiles.logits_rows):
         emit(Logits(c.n_layers, prev, prev_count, 0, logits, row0, tiles.logits_rows))
     sample_ctr_index = prog.counter("sample")
+    # Its wait count (one signal per Logits tile) is also how many (value, index) partials the fused
+    # Sample reduces: the kernel reads that word, so no build flag carries the count.
     emit(Sample(c.n_layers, logits, c.vocab // tiles.logits_rows, 0, sample_ctr_index))
     # Step s embeds tokens[s], written by step s-1's Sample (step 0's token comes from the host).
     prog.instructions[embed_pos] = Embed(0, sample_ctr_index, 1, -1, embed_ctr)

@@ -111,18 +111,12 @@ class Interpreter:
         handler(ins, step)
         self.s.t["counters"][ins.signal] += 1
 
-    def _norm(self, x: torch.Tensor, w: torch.Tensor, ssq: torch.Tensor | None = None) -> torch.Tensor:
-        """RMSNorm; with TileShape.publish_ssq the mean square comes from the producers' published
-        per-tile sums of squares ``ssq`` (the kernel never re-reduces x then)."""
-        ms = ssq.sum() / x.numel() if self.tiles.publish_ssq and ssq is not None else x.pow(2).mean()
-        return x * torch.rsqrt(ms + self.c.eps) * w.float()
+    def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean() + self.c.eps) * w.float()
 
     def _embed(self, ins: Embed, step: int) -> None:
         t = self.s.t
         t["x"][0] = t["embed"][int(t["tokens"][step])].float()
-        if self.tiles.publish_ssq:  # all of x[0]'s sum of squares in slot 0 (one CTA wrote it), the rest 0
-            t["ssq_x"][0] = 0.0
-            t["ssq_x"][0, 0] = t["x"][0].pow(2).sum()
 
     def _qkv_dims(self, ins: QkvHead) -> tuple[int, torch.Tensor]:
         """(first packed Wqkv row, head dims written) of a QkvHead tile."""
@@ -138,7 +132,7 @@ class Interpreter:
     def _qkv(self, ins: QkvHead, step: int) -> None:
         t, c, L = self.s.t, self.c, ins.layer
         base, dims = self._qkv_dims(ins)
-        xn = self._norm(t["x"][L], t["attn_norm"][L], t["ssq_x"][L])
+        xn = self._norm(t["x"][L], t["attn_norm"][L])
         y = t["wqkv"][L, base: base + len(dims)].float() @ xn  # [rows]
         if ins.kind in (HEAD_Q, HEAD_K):
             h = len(dims) // 2
@@ -184,12 +178,10 @@ class Interpreter:
     def _oproj(self, ins: OProj, step: int) -> None:
         t, L, r = self.s.t, ins.layer, slice(ins.row0, ins.row0 + ins.rows)
         t["x_mid"][L, r] = t["x"][L, r] + t["wo"][L, r].float() @ self._combine(L, step)
-        if self.tiles.publish_ssq:
-            t["ssq_mid"][L, ins.row0 // ins.rows] = t["x_mid"][L, r].pow(2).sum()
 
     def _gateup(self, ins: GateUp, step: int) -> None:
         t, L, n = self.s.t, ins.layer, ins.features
-        xn = self._norm(t["x_mid"][L], t["ffn_norm"][L], t["ssq_mid"][L])
+        xn = self._norm(t["x_mid"][L], t["ffn_norm"][L])
         rows = t["wgu"][L, 2 * ins.f0: 2 * ins.f0 + 2 * n].float()  # tile: n gate rows, then n up rows
         y = rows @ xn
         t["h"][L, ins.f0: ins.f0 + n] = torch.nn.functional.silu(y[:n]) * y[n:]
@@ -197,13 +189,11 @@ class Interpreter:
     def _down(self, ins: Down, step: int) -> None:
         t, L, r = self.s.t, ins.layer, slice(ins.row0, ins.row0 + ins.rows)
         t["x"][L + 1, r] = t["x_mid"][L, r] + t["wd"][L, r].float() @ t["h"][L]
-        if self.tiles.publish_ssq:
-            t["ssq_x"][L + 1, ins.row0 // ins.rows] = t["x"][L + 1, r].pow(2).sum()
 
     def _logits(self, ins: Logits, step: int) -> None:
         t, r = self.s.t, slice(ins.row0, ins.row0 + ins.rows)
         L = self.c.n_layers
-        t["logits"][r] = t["lm_head"][r].float() @ self._norm(t["x"][L], t["final_norm"], t["ssq_x"][L])
+        t["logits"][r] = t["lm_head"][r].float() @ self._norm(t["x"][L], t["final_norm"])
         if self.tiles.fused_sample:  # this tile's best (value, index): what the fused Sample reduces
             vals = self._sample_values(t["logits"][r].double(), step, ins.row0)
             k = int(torch.argmax(vals))  # first of equal maxima: the lowest index
@@ -222,8 +212,9 @@ class Interpreter:
         t = self.s.t
         if step + 1 < self.n_forced or step + 1 >= t["tokens"].numel():
             return
-        if self.tiles.fused_sample:  # reduce the Logits tiles' partials; ties: the lowest tile, so the lowest index
-            t["tokens"][step + 1] = int(t["sample_idx"][int(torch.argmax(t["sample_val"]))])
+        if self.tiles.fused_sample:  # the partials of the wait_count Logits tiles, as the kernel reduces them;
+            # ties go to the first tile, so to the lowest index
+            t["tokens"][step + 1] = int(t["sample_idx"][int(torch.argmax(t["sample_val"][: ins.wait_count]))])
             return
         t["tokens"][step + 1] = int(torch.argmax(self._sample_values(t["logits"].double(), step)))
 

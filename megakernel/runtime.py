@@ -39,7 +39,7 @@ from .params import (
     pack_params,
 )
 from .regions import coordinate, region_tree
-from .state import DecodeState, fusion_layout
+from .state import DecodeState
 
 CONFIG_CUH = CSRC / "megakernel" / "config.cuh"
 # Dynamic shared memory for weight staging: H200 allows 227 KiB per CTA, the static part is ~35 KiB.
@@ -139,24 +139,18 @@ def prefetch_plan(program: Program, window_bytes: int | None, own: bool | tuple[
     return words
 
 
-# TileShape op options and the build flag that compiles each one's kernel code (csrc/megakernel/megakernel.cu).
-OPTION_FLAGS = {"publish_ssq": "-DMK_PUBLISH_SSQ=1", "fused_sample": "-DMK_FUSED_SAMPLE=1"}
-# Macros only option_flags may set: they must agree with the tile shape the state was laid out for.
-OPTION_MACROS = ("MK_PUBLISH_SSQ", "MK_FUSED_SAMPLE", "MK_SSQ_X_PARTS", "MK_SSQ_MID_PARTS", "MK_SAMPLE_PARTS")
+# Macro only option_flags may set: it must agree with the tile shape the state was laid out for.
+OPTION_MACROS = ("MK_FUSED_SAMPLE",)
 
 
-def option_flags(tiles: TileShape, config: LlamaConfig, given: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Build flags of the tile options: each option's flag, and with any option the part counts of the
-    fusion buffers (megakernel/state.py: fusion_layout), which the kernel finds after the attention
-    partials, so the parameter block is unchanged. ``given`` (the caller's build flags) must not set them."""
+def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Build flags of the tile options. Fused sampling is the kernel's default (no flag, so the runtime's
+    default cubin is the plain ``python -m megakernel.build`` one); TileShape(fused_sample=False) compiles
+    the Sample over all logits. ``given`` (the caller's build flags) must not set the option's macro."""
     clash = [f for f in given if any(f.startswith(f"-D{m}") for m in OPTION_MACROS)]
     if clash:
-        raise ValueError(f"build flags {clash} are set by TileShape options (publish_ssq, fused_sample), not by hand")
-    flags = tuple(flag for name, flag in OPTION_FLAGS.items() if getattr(tiles, name))
-    if not flags:
-        return ()
-    parts = fusion_layout(config, tiles)["parts"]
-    return flags + tuple(f"-DMK_{name.upper()}_PARTS={n}" for name, n in parts.items())
+        raise ValueError(f"build flags {clash} are set by TileShape.fused_sample, not by hand")
+    return () if tiles.fused_sample else ("-DMK_FUSED_SAMPLE=0",)
 
 
 class MegakernelError(RuntimeError):
@@ -261,9 +255,7 @@ class MegakernelDecoder:
         self.n_forced = 1
         self.argus_mode = argus_mode
         # e.g. ("-DMK_BLOCKS_PER_SM=2",): csrc/megakernel/config.cuh knobs; plus the flags of the tile options
-        self.build_flags = tuple(build_flags) + option_flags(self.tiles, self.config, tuple(build_flags))
-        if stage_bytes and any(f.startswith("-DMK_EARLY_WEIGHTS") and not f.endswith("=0") for f in self.build_flags):
-            raise ValueError("MK_EARLY_WEIGHTS builds have no shared-memory staging path: use stage_bytes=0")
+        self.build_flags = tuple(build_flags) + option_flags(self.tiles, tuple(build_flags))
         self.build = build(argus_mode, extra_flags=self.build_flags)
         self.module = CubinModule.load(self.build.cubin, device=device)
         if stage_bytes:  # static (~35 KiB) + dynamic shared memory above 48 KiB needs the opt-in

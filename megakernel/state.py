@@ -18,7 +18,7 @@ from .dag import Program
 
 WEIGHT_NAMES = ("embed", "wqkv", "wo", "wgu", "wd", "attn_norm", "ffn_norm", "final_norm", "lm_head")
 BUFFER_NAMES = ("x", "x_mid", "q", "attn_part", "h", "logits", "k_cache", "v_cache", "rope_cos", "rope_sin",
-                "tokens", "counters", "ssq_x", "ssq_mid", "sample_val", "sample_idx")
+                "tokens", "counters", "sample_val", "sample_idx")
 
 
 def interleave_gate_up(w_gate: torch.Tensor, w_up: torch.Tensor, features: int) -> torch.Tensor:
@@ -51,19 +51,15 @@ def pack_wqkv(wqkv: torch.Tensor, config, parts: int) -> torch.Tensor:
 
 
 def fusion_layout(config, tiles) -> dict:
-    """Where the opt-in fusion buffers lie in the allocation that starts with the attention partials
-    (float offsets; the kernel computes the same from its parameters and the MK_*_PARTS build flags,
-    so the parameter block needs no new fields): per-tile sums of squares of x [n_layers + 1][ssq_x]
-    and x_mid [n_layers][ssq_mid] (TileShape.publish_ssq), then the Logits tiles' best values
-    [sample] and their indices [sample] (int32, TileShape.fused_sample). Always allocated (small)."""
+    """Where the fused-sampling buffers lie in the allocation that starts with the attention partials
+    (float offsets; the kernel computes the same from its parameters and the Sample instruction's wait
+    count, so neither the parameter block nor a build flag carries them): the Logits tiles' best values
+    [sample] and their indices [sample] (int32), one per Logits tile. Always allocated (small)."""
     c = config
-    parts = {"ssq_x": c.hidden // tiles.down_rows, "ssq_mid": c.hidden // tiles.o_rows,
-             "sample": c.vocab // tiles.logits_rows}
+    parts = {"sample": c.vocab // tiles.logits_rows}
     attn = c.n_layers * c.n_heads * tiles.n_splits(c) * (c.head_dim + 2)
-    ssq_mid = attn + (c.n_layers + 1) * parts["ssq_x"]
-    sample_val = ssq_mid + c.n_layers * parts["ssq_mid"]
-    return {"parts": parts, "attn_part": 0, "ssq_x": attn, "ssq_mid": ssq_mid, "sample_val": sample_val,
-            "sample_idx": sample_val + parts["sample"], "total": sample_val + 2 * parts["sample"]}
+    return {"parts": parts, "attn_part": 0, "sample_val": attn, "sample_idx": attn + parts["sample"],
+            "total": attn + 2 * parts["sample"]}
 
 
 @dataclass
@@ -113,14 +109,11 @@ class DecodeState:
             "tokens": torch.zeros(c.max_seq + 1, device=device, dtype=torch.int32),
             "counters": torch.zeros(len(program.counters), device=device, dtype=torch.int32),
         })
-        # The attention partials and, after them in the same allocation, the opt-in fusion buffers:
-        # TileShape.publish_ssq's per-tile sums of squares of x[l] / x_mid[l] (Embed: all in slot 0) and
-        # TileShape.fused_sample's per-Logits-tile best (value, vocabulary index).
+        # The attention partials and, after them in the same allocation, the fused sampling's
+        # per-Logits-tile best (value, vocabulary index) (TileShape.fused_sample).
         lay = fusion_layout(c, tiles)
         flat = torch.full((lay["total"],), nan, **f32)
-        t["attn_part"] = flat[: lay["ssq_x"]].view(c.n_layers, c.n_heads, tiles.n_splits(c), c.head_dim + 2)
-        t["ssq_x"] = flat[lay["ssq_x"]: lay["ssq_mid"]].view(c.n_layers + 1, lay["parts"]["ssq_x"])
-        t["ssq_mid"] = flat[lay["ssq_mid"]: lay["sample_val"]].view(c.n_layers, lay["parts"]["ssq_mid"])
+        t["attn_part"] = flat[: lay["sample_val"]].view(c.n_layers, c.n_heads, tiles.n_splits(c), c.head_dim + 2)
         t["sample_val"] = flat[lay["sample_val"]: lay["sample_idx"]]
         t["sample_idx"] = flat[lay["sample_idx"]:].view(torch.int32)
         t["sample_idx"].fill_(-1)

@@ -1,7 +1,8 @@
-"""Opt-in fusions of the megakernel (TileShape.publish_ssq / fused_sample; build flags MK_EARLY_WEIGHTS,
-MK_COMBINE_ONEPASS): the interpreter's model of their semantics against the fp32 model, the DAG and
-runtime checks, and (with nvcc) that every variant row of benchmarks/decode.py compiles for sm_90a
-with no spills in the op functions. Not GPU-tested yet: megakernel/NOTES.md "Ready for the next device run"."""
+"""Fused sampling, the megakernel's default (TileShape.fused_sample; megakernel/NOTES.md row 14): each
+Logits tile writes its best (value, index) and Sample reduces those. On the CPU: the interpreter's fused
+Sample against the unfused one and the fp32 model, the buffer layout the kernel computes, the runtime's
+build flag, and (with nvcc) that the unfused build (benchmarks/decode.py mk_nofsample) compiles without
+op spills. GPU: tests/test_megakernel_fusions_gpu.py."""
 import dataclasses
 import re
 import shutil
@@ -10,163 +11,143 @@ import pytest
 import torch
 
 from megakernel.dag import DagError, TileShape, build_decode_program
-from megakernel.instructions import Down, Embed, OProj
-from megakernel.interpreter import Interpreter, SamplingParams, relative_error
-from megakernel.runtime import OPTION_FLAGS, option_flags
-from megakernel.state import DecodeState, fusion_layout
+from megakernel.instructions import Logits, Sample
+from megakernel.interpreter import Interpreter, SamplingParams
+from megakernel.runtime import option_flags
+from megakernel.state import DecodeState
 from test_megakernel_interpreter import TILES, _prompt, tiny  # noqa: F401  (the tiny model fixture)
-from tinyllama.config import get_config
 from tinyllama.model import Transformer
 
-
-@pytest.mark.parametrize("options", [dict(publish_ssq=True), dict(fused_sample=True),
-                                     dict(publish_ssq=True, fused_sample=True, down_rows=8, o_rows=32)])
-def test_fused_options_match_fp32_model(tiny, options):
-    c, w = tiny
-    ref = Transformer(w, dtype=torch.float32)
-    prog = build_decode_program(c, dataclasses.replace(TILES, **options))
-    state = DecodeState.create(prog, w)
-    prompt = _prompt(c, 36, seed=11)
-    state.set_prompt(prompt)
-    interp = Interpreter(state, n_forced=len(prompt))
-    for step in range(36):  # 3 attention splits; random order catches a dependency the options need
-        interp.run_steps(step, 1, order="random" if step % 2 else "list", seed=step)
-        with torch.no_grad():
-            want = ref(torch.tensor([[prompt[step]]]), torch.tensor([step]))[0, -1]
-        assert relative_error(state.t["logits"], want) < 2e-3, step
+UNFUSED = dataclasses.replace(TILES, fused_sample=False)
 
 
-def test_published_sums_of_squares_are_the_rows_of_x(tiny):
-    c, w = tiny
-    tiles = dataclasses.replace(TILES, publish_ssq=True)
-    state = DecodeState.create(build_decode_program(c, tiles), w)
-    state.set_prompt(_prompt(c, 3, seed=1))
-    Interpreter(state, n_forced=3).run_steps(0, 3)
-    t = state.t
-    for layer in range(c.n_layers + 1):  # Embed (layer 0: all in slot 0) and Down tiles
-        assert torch.allclose(t["ssq_x"][layer].sum(), t["x"][layer].pow(2).sum(), rtol=1e-5)
-        if layer:
-            want = t["x"][layer].view(-1, tiles.down_rows).pow(2).sum(1)
-            assert torch.allclose(t["ssq_x"][layer], want, rtol=1e-5)
-    assert torch.equal(t["ssq_x"][0, 1:], torch.zeros(c.hidden // tiles.down_rows - 1))
-    want = t["x_mid"].view(c.n_layers, -1, tiles.o_rows).pow(2).sum(2)  # OProj tiles
-    assert torch.allclose(t["ssq_mid"], want, rtol=1e-5)
+def test_fused_sample_is_the_default():
+    assert TileShape().fused_sample and TILES.fused_sample
+    assert option_flags(TileShape()) == ()  # the runtime's default cubin is the plain build's
+    assert option_flags(TileShape(fused_sample=False)) == ("-DMK_FUSED_SAMPLE=0",)
+    with pytest.raises(ValueError, match="set by TileShape.fused_sample"):
+        option_flags(TileShape(), ("-DMK_FUSED_SAMPLE=1",))
 
 
-def test_published_sums_are_what_the_norm_uses(tiny):
-    """A wrong published sum changes the next layer's output: the norm really reads the partials."""
-    c, w = tiny
-    tiles = dataclasses.replace(TILES, publish_ssq=True)
-    prog = build_decode_program(c, tiles)
-
-    class WrongSsq(Interpreter):
-        def _down(self, ins, step):
-            super()._down(ins, step)
-            if ins.layer == 0 and ins.row0 == 0:
-                self.s.t["ssq_x"][1, 0] *= 4.0
-
-    a, b = DecodeState.create(prog, w), DecodeState.create(prog, w)
-    for s in (a, b):
-        s.set_prompt([5])
-    Interpreter(a).run_steps(0, 1)
-    WrongSsq(b).run_steps(0, 1)
-    assert torch.equal(a.t["x"][1], b.t["x"][1])  # x itself is unchanged ...
-    assert relative_error(b.t["logits"], a.t["logits"]) > 1e-3  # ... but what reads its norm is
+def test_fused_sample_must_be_a_bool(tiny):
+    c, _ = tiny
+    with pytest.raises(DagError, match="fused_sample must be a bool"):
+        TileShape(fused_sample=1).check(c)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
-def test_fused_sample_draws_the_same_tokens(tiny, temperature):
+@pytest.mark.parametrize("logits_rows", [64, 2])  # 8 partials; 256 partials (one per kernel thread)
+def test_fused_sample_draws_the_unfused_tokens(tiny, temperature, logits_rows):
     c, w = tiny
     prompt = _prompt(c, 5, seed=4)
+    sampling = SamplingParams(temperature, seed=99)
     out = {}
     for fused in (False, True):
-        state = DecodeState.create(build_decode_program(c, dataclasses.replace(TILES, fused_sample=fused)), w)
+        tiles = dataclasses.replace(TILES, fused_sample=fused, logits_rows=logits_rows)
+        state = DecodeState.create(build_decode_program(c, tiles), w)
         state.set_prompt(prompt)
-        Interpreter(state, n_forced=len(prompt), sampling=SamplingParams(temperature, seed=99)).run_steps(0, 24)
+        Interpreter(state, n_forced=len(prompt), sampling=sampling).run_steps(0, 24)
         out[fused] = state.t["tokens"][:25].tolist()
-        if fused:  # the partials are each tile's best (value, index)
-            vals = Interpreter(state, sampling=SamplingParams(temperature, seed=99))._sample_values(
-                state.t["logits"].double(), 23)
-            tiles = state.program.tiles
-            best = vals.view(-1, tiles.logits_rows).max(1)
-            assert torch.equal(state.t["sample_idx"].long(),
-                               best.indices + torch.arange(0, c.vocab, tiles.logits_rows))
+        if fused:  # the partials of the last step are each tile's best (value, index) of what Sample compares
+            vals = Interpreter(state, sampling=sampling)._sample_values(state.t["logits"].double(), 23)
+            best = vals.view(-1, logits_rows).max(1)
+            assert torch.equal(state.t["sample_idx"].long(), best.indices + torch.arange(0, c.vocab, logits_rows))
+            assert torch.equal(state.t["sample_val"], best.values.float())
     assert out[True] == out[False]
-    assert len(set(out[True][5:])) > 1 or temperature == 0.0
+    assert len(set(out[True][5:])) > 1 or temperature == 0.0  # sampling really draws different tokens
+
+
+def test_fused_greedy_tokens_are_the_fp32_models_argmax(tiny):
+    """Each token the fused Sample picks is the fp32 model's argmax given the same context (where the
+    top two logits are not a near tie, which bf16 weights and KV cache may legitimately flip)."""
+    c, w = tiny
+    ref = Transformer(w, dtype=torch.float32)
+    prompt = _prompt(c, 4, seed=8)
+    state = DecodeState.create(build_decode_program(c, TILES), w)
+    state.set_prompt(prompt)
+    Interpreter(state, n_forced=len(prompt)).run_steps(0, 20)
+    tokens = state.t["tokens"][:21].tolist()
+    checked = 0
+    with torch.no_grad():
+        logits = ref(torch.tensor([tokens[:20]]), torch.arange(20))[0]  # [20, vocab]: position s predicts s + 1
+    for s in range(len(prompt) - 1, 20):
+        top2 = torch.topk(logits[s], 2).values
+        if (top2[0] - top2[1]).item() > 1e-2 * logits[s].abs().max().item():
+            assert tokens[s + 1] == int(torch.argmax(logits[s])), s
+            checked += 1
+    assert checked >= 8
+
+
+def test_fused_sample_reads_the_partials(tiny):
+    """A wrong partial changes the token: Sample really reduces the Logits tiles' pairs, not the logits."""
+    c, w = tiny
+    prog = build_decode_program(c, TILES)
+    state = DecodeState.create(prog, w)
+    state.set_prompt([1])
+    interp = Interpreter(state, n_forced=1)
+    interp.run_steps(0, 1)
+    t = state.t
+    k = int(torch.argmin(t["sample_val"]))  # the worst tile's best becomes the best of all
+    t["sample_val"][k] = t["sample_val"].max() + 1.0
+    interp._sample(prog.instructions[-1], 0)
+    assert int(t["tokens"][1]) == int(t["sample_idx"][k]) != int(torch.argmax(t["logits"]))
 
 
 def test_fused_sample_ties_go_to_the_lowest_index(tiny):
     c, w = tiny
-    tiles = dataclasses.replace(TILES, fused_sample=True)
-    prog = build_decode_program(c, tiles)
+    prog = build_decode_program(c, TILES)
     state = DecodeState.create(prog, w)
     state.set_prompt([1])
     interp = Interpreter(state, n_forced=1)
     interp.run_steps(0, 1)
     t = state.t
     t["sample_val"][:] = 1.0  # every tile's best equal: the first tile's index wins
-    t["sample_idx"][:] = torch.arange(0, c.vocab, tiles.logits_rows, dtype=torch.int32) + 3
+    t["sample_idx"][:] = torch.arange(0, c.vocab, TILES.logits_rows, dtype=torch.int32) + 3
     interp._sample(prog.instructions[-1], 0)
     assert int(t["tokens"][1]) == 3
 
 
-def test_fusion_buffers_follow_the_attention_partials(tiny):
+def test_partials_lie_where_the_kernel_computes_them(tiny):
+    """csrc/megakernel/megakernel.cu: values at attn_part + n_layers * n_heads * n_splits * (head_dim + 2)
+    floats, indices right after them, one per Logits tile; the kernel's part count is the Sample
+    instruction's wait count (one signal per Logits tile)."""
     c, w = tiny
-    tiles = dataclasses.replace(TILES, publish_ssq=True, fused_sample=True)
-    t = DecodeState.create(build_decode_program(c, tiles), w).t
-    lay = fusion_layout(c, tiles)
-    base = t["attn_part"].data_ptr()
-    for name in ("ssq_x", "ssq_mid", "sample_val", "sample_idx"):  # where the kernel computes them
-        assert t[name].data_ptr() == base + 4 * lay[name], name
-    assert t["attn_part"].numel() == lay["ssq_x"] and t["sample_idx"].dtype == torch.int32
-    assert t["sample_idx"].numel() == lay["parts"]["sample"] == c.vocab // tiles.logits_rows
-    assert (t["sample_idx"] == -1).all() and torch.isnan(t["ssq_x"]).all()
+    prog = build_decode_program(c, TILES)
+    t = DecodeState.create(prog, w).t
+    n_logits = sum(isinstance(i, Logits) for i in prog.instructions)
+    sample = prog.instructions[-1]
+    assert isinstance(sample, Sample) and sample.wait_count == n_logits == c.vocab // TILES.logits_rows
+    attn = c.n_layers * c.n_heads * TILES.n_splits(c) * (c.head_dim + 2)
+    assert t["attn_part"].numel() == attn
+    assert t["sample_val"].data_ptr() == t["attn_part"].data_ptr() + 4 * attn
+    assert t["sample_idx"].data_ptr() == t["sample_val"].data_ptr() + 4 * n_logits
+    assert t["sample_val"].numel() == t["sample_idx"].numel() == n_logits and t["sample_idx"].dtype == torch.int32
+    assert (t["sample_idx"] == -1).all() and torch.isnan(t["sample_val"]).all()  # poisoned until written
 
 
-def test_options_are_checked_and_compiled_in(tiny):
-    c, _ = tiny
-    with pytest.raises(DagError, match="publish_ssq needs o_rows and down_rows <= 32"):
-        TileShape(publish_ssq=True, down_rows=64).check(c)
-    with pytest.raises(DagError, match="fused_sample must be a bool"):
-        TileShape(fused_sample=1).check(c)
-    big = get_config("tinyllama-1.1b")
-    assert option_flags(TileShape(), big) == ()
-    assert option_flags(TileShape(publish_ssq=True, fused_sample=True), big) == tuple(OPTION_FLAGS.values()) + (
-        "-DMK_SSQ_X_PARTS=128", "-DMK_SSQ_MID_PARTS=128", "-DMK_SAMPLE_PARTS=500")
-    assert option_flags(TileShape(fused_sample=True), big)[0] == "-DMK_FUSED_SAMPLE=1"
-    with pytest.raises(ValueError, match="set by TileShape options"):
-        option_flags(TileShape(fused_sample=True), big, ("-DMK_SAMPLE_PARTS=7",))
-    prog = build_decode_program(c, TileShape(publish_ssq=True, fused_sample=True))
-    assert [type(i) for i in prog.instructions] == [type(i) for i in build_decode_program(c).instructions]
-    assert any(isinstance(i, (Embed, OProj, Down)) for i in prog.instructions)
+def test_unfused_sample_ignores_the_partials(tiny):
+    c, w = tiny
+    prog = build_decode_program(c, UNFUSED)
+    state = DecodeState.create(prog, w)
+    state.set_prompt([1])
+    Interpreter(state, n_forced=1).run_steps(0, 1)
+    assert int(state.t["tokens"][1]) == int(torch.argmax(state.t["logits"]))
+    assert (state.t["sample_idx"] == -1).all()  # the unfused Logits tiles write no partials
 
 
-# ---- every variant row of benchmarks/decode.py that changes kernel code compiles without spills ----
-VARIANT_FLAGS = {
-    "mk_early": ("-DMK_EARLY_WEIGHTS=1",),
-    "mk_onepass": ("-DMK_COMBINE_ONEPASS=1",),
-    "mk_early_onepass": ("-DMK_EARLY_WEIGHTS=1", "-DMK_COMBINE_ONEPASS=1"),
-    "mk_fused_all": ("-DMK_EARLY_WEIGHTS=1", "-DMK_COMBINE_ONEPASS=1") + option_flags(
-        TileShape(publish_ssq=True, fused_sample=True), get_config("tinyllama-1.1b")),
-}
-
-
-def _spills(log: str) -> dict[str, tuple[int, int]]:
-    return {m.group(1): (int(m.group(2)), int(m.group(3))) for m in re.finditer(
-        r"Function properties for (\S+)\n\s+\d+ bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
-        log)}
+def _spills(log: str) -> dict[str, int]:
+    return {m.group(1): int(m.group(2)) for m in re.finditer(
+        r"Function properties for (\S+)\n\s+\d+ bytes stack frame, (\d+) bytes spill stores", log)}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-@pytest.mark.parametrize("name", ["mk_early", "mk_fused_all"])
-def test_variant_builds_without_op_spills(name, tmp_path_factory):
+def test_unfused_build_compiles_without_op_spills(tmp_path):
+    """benchmarks/decode.py mk_nofsample (the default build: tests/test_megakernel_build.py)."""
     from megakernel.build import build
 
-    r = build(0, build_dir=tmp_path_factory.mktemp(name), extra_flags=VARIANT_FLAGS[name])
+    r = build(0, build_dir=tmp_path, extra_flags=option_flags(UNFUSED))
     spills = _spills(r.ptxas_log)
-    assert r.registers() is not None and r.registers() <= 128
-    # No function but the worker entry and the (unused by default) 8-head attention instance may spill,
-    # and those only the few bytes they spill in the default build.
-    assert all(st == 0 for fn, (st, _) in spills.items() if "argus_megakernel" not in fn and "ILi8E" not in fn), \
-        r.ptxas_log
-    assert sum(st for st, _ in spills.values()) <= 96, r.ptxas_log
+    assert spills and r.registers() is not None and r.registers() <= 128
+    # Only the worker entry and the (unused at 2 heads per tile) 8-head attention instance may spill.
+    assert all(n == 0 for fn, n in spills.items() if "argus_megakernel" not in fn and "ILi8E" not in fn), r.ptxas_log
+    assert sum(spills.values()) <= 96, r.ptxas_log

@@ -24,7 +24,7 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #define MK_THREADFENCE 0  // 1: __threadfence() before each counter's release add (the old hand-off)
 #endif
 #ifndef MK_SAMPLE_BATCH
-#define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the Sample op
+#define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)
 #endif
 #ifndef MK_BLOCKS_PER_SM
 #define MK_BLOCKS_PER_SM 2  // CTAs co-resident per SM (__launch_bounds__ min blocks: caps registers at 128)

@@ -9,10 +9,9 @@
 // and no grid-wide barrier anywhere. The scheduler CTA timestamps step boundaries (device-side
 // ms/token) and watches for steps that never finish.
 //
-// Opt-in fusions (build flags, not yet GPU-tested; megakernel/NOTES.md "Ready for the next device
-// run"): MK_EARLY_WEIGHTS (a GEMV tile's first weight block loaded before its activation work),
-// MK_COMBINE_ONEPASS (O-proj combine in one L2 trip), MK_PUBLISH_SSQ / MK_FUSED_SAMPLE (set by the
-// runtime from TileShape.publish_ssq / fused_sample). Without them the ops are the measured default.
+// Sampling is fused into the Logits tiles by default (MK_FUSED_SAMPLE=1, megakernel/NOTES.md row 14):
+// each tile writes its best (value, index) and Sample reduces those; MK_FUSED_SAMPLE=0 (the runtime
+// sets it from TileShape(fused_sample=False)) is the earlier Sample over all vocab logits.
 //
 // Build (megakernel/build.py does this, with generated headers in the build directory):
 //   nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -Icsrc -I<build> -DARGUS_MODE=0 megakernel.cu
@@ -46,53 +45,22 @@ struct WarpSyncOnExit {
 #define MK_REGION(id, c) ((void)0)
 #endif
 
-// Opt-in fusions, each off by default (not yet GPU-tested; megakernel/NOTES.md "Ready for the next
-// device run"). Only the runtime sets these (megakernel/runtime.py: option_flags, from TileShape.
-// publish_ssq / fused_sample), with the part counts of the buffers, which lie after the attention
-// partials in the same allocation (megakernel/state.py: fusion_layout): no new parameter fields.
-#ifndef MK_PUBLISH_SSQ
-#define MK_PUBLISH_SSQ 0  // producers of x / x_mid publish per-tile sums of squares; norms read them
-#endif
+// Fused sampling: the default since 2026-12-01 (H200 at 15:08: 1.4% / 1.9% faster at kv 128 / 1024 than
+// the Sample over all logits, NOTES.md row 14). The runtime sets MK_FUSED_SAMPLE=0 only for
+// TileShape(fused_sample=False).
 #ifndef MK_FUSED_SAMPLE
-#define MK_FUSED_SAMPLE 0  // Logits tiles write per-tile (value, index) argmax partials; Sample reduces them
+#define MK_FUSED_SAMPLE 1  // Logits tiles write per-tile (value, index) argmax partials; Sample reduces them
 #endif
-#if MK_PUBLISH_SSQ || MK_FUSED_SAMPLE
-#if !defined(MK_SSQ_X_PARTS) || !defined(MK_SSQ_MID_PARTS) || !defined(MK_SAMPLE_PARTS)
-#error "MK_PUBLISH_SSQ / MK_FUSED_SAMPLE need MK_SSQ_X_PARTS, MK_SSQ_MID_PARTS, MK_SAMPLE_PARTS (runtime.py: option_flags)"
-#endif
-// Sums of squares of x[layer] ([n_layers + 1][MK_SSQ_X_PARTS]), of x_mid[layer] ([n_layers][MK_SSQ_MID_PARTS]),
-// the Logits tiles' best values and indices ([MK_SAMPLE_PARTS] each), after the attention partials.
-__device__ __forceinline__ float* fusion_area(const Params& p) {
+#if MK_FUSED_SAMPLE
+// The Logits tiles' best values, then their indices ([parts] each, parts = vocab / logits rows), after
+// the attention partials in the same allocation (megakernel/state.py: fusion_layout): no parameter
+// field and no build flag, the part count comes from the instructions.
+__device__ __forceinline__ float* sample_val_of(const Params& p) {
   return p.attn_part + (size_t)p.n_layers * p.n_heads * p.n_splits * (p.head_dim + 2);
 }
-__device__ __forceinline__ float* ssq_x_of(const Params& p, int layer) {
-  return fusion_area(p) + (size_t)layer * MK_SSQ_X_PARTS;
+__device__ __forceinline__ int* sample_idx_of(const Params& p, int parts) {
+  return reinterpret_cast<int*>(sample_val_of(p) + parts);
 }
-__device__ __forceinline__ float* ssq_mid_of(const Params& p, int layer) {
-  return fusion_area(p) + (size_t)(p.n_layers + 1) * MK_SSQ_X_PARTS + (size_t)layer * MK_SSQ_MID_PARTS;
-}
-__device__ __forceinline__ float* sample_val_of(const Params& p) {
-  return fusion_area(p) + (size_t)(p.n_layers + 1) * MK_SSQ_X_PARTS + (size_t)p.n_layers * MK_SSQ_MID_PARTS;
-}
-__device__ __forceinline__ int* sample_idx_of(const Params& p) {
-  return reinterpret_cast<int*>(sample_val_of(p) + MK_SAMPLE_PARTS);
-}
-#endif
-#if MK_PUBLISH_SSQ
-#define MK_SSQ_X(layer) ssq_x_of(p, layer), MK_SSQ_X_PARTS
-#define MK_SSQ_MID(layer) ssq_mid_of(p, layer), MK_SSQ_MID_PARTS
-#else
-#define MK_SSQ_X(layer) nullptr, 0
-#define MK_SSQ_MID(layer) nullptr, 0
-#endif
-#ifndef MK_OP_NOINLINE  // default: on with MK_EARLY_WEIGHTS (inlined into the worker loop, that build spilled 196 bytes)
-#define MK_OP_NOINLINE MK_EARLY_WEIGHTS
-#endif
-#if MK_OP_NOINLINE
-// Each GEMV op as its own function (ABI call): its registers are allocated apart from the worker loop.
-#define MK_OP __device__ __noinline__
-#else
-#define MK_OP __device__
 #endif
 
 struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
@@ -188,197 +156,6 @@ __device__ __forceinline__ float uniform_noise(unsigned seed, unsigned step, uns
   return ((float)(x >> 8) + 0.5f) * (1.0f / 16777216.0f);
 }
 
-#define MK_FUSIONS (MK_EARLY_WEIGHTS || MK_COMBINE_ONEPASS || MK_PUBLISH_SSQ || MK_FUSED_SAMPLE)
-#if MK_FUSIONS  // the ops with the opt-in fusions (the #else branch: the default ops, as measured on H200)
-__device__ void op_embed(const Params& p, Smem& s, int step, bool* bad) {
-  const int tok = __ldcg(p.tokens + step);  // written by the previous step's Sample on another CTA
-  if (tok < 0 || tok >= p.vocab) {
-    *bad = true;
-    return;
-  }
-  const uint4* row = reinterpret_cast<const uint4*>(p.embed + (size_t)tok * p.hidden);
-  float4* x4 = reinterpret_cast<float4*>(p.x);
-  float ss = 0.f;
-#pragma unroll 4
-  for (int c = threadIdx.x; c < (int)(p.hidden >> 3); c += THREADS) {
-    const uint4 w = __ldg(row + c);
-    const float4 a = make_float4(bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y));
-    const float4 b = make_float4(bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w));
-    x4[2 * c] = a;
-    x4[2 * c + 1] = b;
-    ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
-  }
-#if MK_PUBLISH_SSQ
-  {  // x[0]'s sum of squares: all of it in slot 0, the other slots 0
-    const float total = block_sum(ss, s.scratch);
-    for (int i = threadIdx.x; i < MK_SSQ_X_PARTS; i += THREADS) ssq_x_of(p, 0)[i] = i == 0 ? total : 0.f;
-  }
-#endif
-  (void)s;
-  (void)ss;
-}
-
-// Rows [row0, row0 + rows) were just written with values whose squares this thread summed in `ss`
-// (rows <= 32, host-checked, so they all belong to warp 0): slot `slot` of `ssq` gets their sum.
-__device__ __forceinline__ void publish_ssq(float ss, float* ssq, int slot) {
-  if (threadIdx.x < 32) {
-    ss = warp_sum(ss);
-    if (threadIdx.x == 0) ssq[slot] = ss;
-  }
-}
-
-// rstd of x (n floats) and xs = x * g: from the `parts` published sums of squares `ssq`
-// (MK_PUBLISH_SSQ), else by a CTA-wide reduction.
-__device__ __forceinline__ float tile_norm(const float* x, const __nv_bfloat16* g, int n, float eps, Smem& s,
-                                           const float* ssq, int parts) {
-#if MK_PUBLISH_SSQ
-  return load_norm_published(x, g, n, eps, s.xs, ssq, parts);
-#endif
-  (void)ssq;
-  (void)parts;
-#if MK_EARLY_WEIGHTS
-  return load_rmsnorm_inl(x, g, n, eps, s.xs, s.scratch);
-#else
-  return load_rmsnorm(x, g, n, eps, s.xs, s.scratch);
-#endif
-}
-
-// The GEMV of a tile whose first weight block early_issue put in registers (MK_EARLY_WEIGHTS, not
-// staged), else tile_gemv.
-#if MK_EARLY_WEIGHTS
-// Not combined with shared-memory staging: the runtime refuses stage_bytes > 0 with this flag.
-#define MK_EARLY_BEGIN_U(W, K, rows, U) \
-  EarlyBlock<U> eb;                     \
-  early_issue(W, K, rows, eb)
-#define MK_EARLY_BEGIN(W, K, rows) MK_EARLY_BEGIN_U(W, K, rows, MK_EARLY_CHUNKS)
-#define MK_TILE_GEMV(W, K, rows) early_finish(W, K, rows, s.xs, s.out, eb)
-#else
-#define MK_EARLY_BEGIN(W, K, rows) ((void)0)
-#define MK_TILE_GEMV(W, K, rows) tile_gemv(p, s, W, K, rows)
-#endif
-
-// Part `part` of a q/k/v head (TileShape.qkv_parts parts per head). A q/k part's packed weight rows
-// are its RoPE pairs: outputs [0, h) are dims part*h + j, outputs [h, 2h) dims Dh/2 + part*h + j.
-MK_OP void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, int part, int step) {
-  const int D = (int)p.hidden, Dh = (int)p.head_dim, KV = (int)(p.n_kv_heads * p.head_dim), half = Dh / 2;
-  const int rows = Dh / (int)p.qkv_parts, h = rows / 2;
-  const size_t base = (kind == HEAD_Q ? 0 : kind == HEAD_K ? D : D + KV) + (size_t)head * Dh + (size_t)part * rows;
-  const __nv_bfloat16* W = p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D;
-  MK_EARLY_BEGIN(W, D, rows);
-  float rstd;
-  {
-    MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
-    rstd = tile_norm(p.x + (size_t)layer * D, p.attn_norm + (size_t)layer * D, D, (float)p.eps, s, MK_SSQ_X(layer));
-  }
-  {
-    MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
-    MK_TILE_GEMV(W, D, rows);
-    __syncthreads();
-  }
-  MK_REGION(ARGUS_REGION_DECODE_KV_UPDATE, coord(step, layer));
-  const int t = threadIdx.x;
-  if (kind == HEAD_V) {
-    if (t < rows)
-      p.v_cache[(((size_t)layer * p.n_kv_heads + head) * p.max_seq + step) * Dh + part * rows + t] =
-          __float2bfloat16(s.out[t] * rstd);
-    return;
-  }
-  if (t < h) {  // RoPE, "rotate half" pairs (d, d + Dh/2) share the angle of position `step`
-    const int d = part * h + t;
-    const float c = p.rope_cos[(size_t)step * half + d], sn = p.rope_sin[(size_t)step * half + d];
-    const float a = s.out[t] * rstd, b = s.out[h + t] * rstd;
-    const float y0 = a * c - b * sn, y1 = b * c + a * sn;
-    if (kind == HEAD_Q) {
-      float* q = p.q + (size_t)layer * D + (size_t)head * Dh;
-      q[d] = y0;
-      q[d + half] = y1;
-    } else {
-      __nv_bfloat16* k = p.k_cache + (((size_t)layer * p.n_kv_heads + head) * p.max_seq + step) * Dh;
-      k[d] = __float2bfloat16(y0);
-      k[d + half] = __float2bfloat16(y1);
-    }
-  }
-}
-
-MK_OP void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
-  const int D = (int)p.hidden;
-  const __nv_bfloat16* W = p.wo + ((size_t)layer * D + row0) * D;
-  // Early weights here only with the one-trip combine: with the two-pass combine ptxas spilled the held
-  // weight registers (128 bytes at 128 registers, 2026-12-01), so that build keeps the plain O-proj GEMV.
-#define MK_EARLY_OPROJ (MK_EARLY_WEIGHTS && MK_COMBINE_ONEPASS)
-#if MK_EARLY_OPROJ
-  MK_EARLY_BEGIN_U(W, D, rows, MK_EARLY_CHUNKS_O);
-#endif
-  {
-    MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
-#if MK_COMBINE_ONEPASS
-    load_attention_combined_1trip(p, layer, step, s.xs);
-#else
-    load_attention_combined(p, layer, step, s.xs);
-#endif
-  }
-  MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
-#if MK_EARLY_OPROJ
-  MK_TILE_GEMV(W, D, rows);
-#else
-  tile_gemv(p, s, W, D, rows);
-#endif
-  __syncthreads();
-  float ss = 0.f;
-  for (int r = threadIdx.x; r < rows; r += THREADS) {
-    const float y = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
-    p.x_mid[(size_t)layer * D + row0 + r] = y;
-    ss += y * y;
-  }
-#if MK_PUBLISH_SSQ
-  publish_ssq(ss, ssq_mid_of(p, layer), row0 / rows);
-#endif
-  (void)ss;
-}
-
-MK_OP void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, int step) {
-  const int D = (int)p.hidden;
-  const __nv_bfloat16* W = p.wgu + ((size_t)layer * 2 * p.ffn + 2 * (size_t)f0) * D;
-  MK_EARLY_BEGIN(W, D, 2 * nf);
-  float rstd;
-  {
-    MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
-    rstd = tile_norm(p.x_mid + (size_t)layer * D, p.ffn_norm + (size_t)layer * D, D, (float)p.eps, s, MK_SSQ_MID(layer));
-  }
-  MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
-  MK_TILE_GEMV(W, D, 2 * nf);
-  __syncthreads();
-  for (int f = threadIdx.x; f < nf; f += THREADS) {  // SiLU(gate) * up, fused into the GEMV tile
-    const float g = s.out[f] * rstd, u = s.out[nf + f] * rstd;
-    p.h[(size_t)layer * p.ffn + f0 + f] = g / (1.f + expf(-g)) * u;
-  }
-}
-
-MK_OP void op_down(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
-  const int D = (int)p.hidden, F = (int)p.ffn;
-  MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
-  const __nv_bfloat16* W = p.wd + ((size_t)layer * D + row0) * F;
-  MK_EARLY_BEGIN(W, F, rows);
-#if MK_EARLY_WEIGHTS
-  load_vector_inl(p.h + (size_t)layer * F, F, s.xs);
-#else
-  load_vector(p.h + (size_t)layer * F, F, s.xs);
-#endif
-  MK_TILE_GEMV(W, F, rows);
-  __syncthreads();
-  float ss = 0.f;
-  for (int r = threadIdx.x; r < rows; r += THREADS) {
-    const float y = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
-    p.x[(size_t)(layer + 1) * D + row0 + r] = y;
-    ss += y * y;
-  }
-#if MK_PUBLISH_SSQ
-  publish_ssq(ss, ssq_x_of(p, layer + 1), row0 / rows);
-#endif
-  (void)ss;
-}
-
-#if MK_FUSED_SAMPLE
 // (best, best_i) over the CTA, the highest value and the lowest index on ties (NaNs never win); thread 0
 // gets the result. Uses s.scratch and s.argmax_idx (the caller's earlier readers are behind a barrier).
 __device__ __forceinline__ void block_argmax(Smem& s, float* best, int* best_i) {
@@ -409,45 +186,7 @@ __device__ __forceinline__ void block_argmax(Smem& s, float* best, int* best_i) 
   *best = b;
   *best_i = bi;
 }
-#endif
 
-MK_OP void op_logits(const Params& p, Smem& s, int row0, int rows, int step) {
-  const int D = (int)p.hidden, L = (int)p.n_layers;
-  const __nv_bfloat16* W = p.lm_head + (size_t)row0 * D;
-  MK_EARLY_BEGIN(W, D, rows);
-  float rstd;
-  {
-    MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, L));
-    rstd = tile_norm(p.x + (size_t)L * D, p.final_norm, D, (float)p.eps, s, MK_SSQ_X(L));
-  }
-  MK_REGION(ARGUS_REGION_DECODE_LOGITS, coord(step, L));
-  MK_TILE_GEMV(W, D, rows);
-  __syncthreads();
-  for (int r = threadIdx.x; r < rows; r += THREADS) p.logits[row0 + r] = s.out[r] * rstd;
-#if MK_FUSED_SAMPLE
-  {  // this tile's argmax partial, exactly the values op_sample would compare
-    const float temp = (float)p.temperature;
-    float best = -INFINITY;
-    int best_i = 0x7fffffff;
-    for (int r = threadIdx.x; r < rows; r += THREADS) {
-      const int i = row0 + r;
-      float v = s.out[r] * rstd;
-      if (temp > 0.f) v = v / temp - logf(-logf(uniform_noise((unsigned)p.seed, (unsigned)step, (unsigned)i)));
-      if (v > best || (v == best && i < best_i)) {
-        best = v;
-        best_i = i;
-      }
-    }
-    block_argmax(s, &best, &best_i);
-    if (threadIdx.x == 0) {
-      sample_val_of(p)[row0 / rows] = best;
-      sample_idx_of(p)[row0 / rows] = best_i;
-    }
-  }
-#endif
-}
-
-#else  // the default ops, unchanged since the 13:02 H200 run (same SASS)
 __device__ void op_embed(const Params& p, Smem& s, int step, bool* bad) {
   (void)s;
   const int tok = __ldcg(p.tokens + step);  // written by the previous step's Sample on another CTA
@@ -556,21 +295,42 @@ __device__ void op_logits(const Params& p, Smem& s, int row0, int rows, int step
   tile_gemv(p, s, p.lm_head + (size_t)row0 * D, D, rows);
   __syncthreads();
   for (int r = threadIdx.x; r < rows; r += THREADS) p.logits[row0 + r] = s.out[r] * rstd;
+#if MK_FUSED_SAMPLE
+  {  // this tile's argmax partial, exactly the values op_sample would compare
+    const float temp = (float)p.temperature;
+    float best = -INFINITY;
+    int best_i = 0x7fffffff;
+    for (int r = threadIdx.x; r < rows; r += THREADS) {
+      const int i = row0 + r;
+      float v = s.out[r] * rstd;
+      if (temp > 0.f) v = v / temp - logf(-logf(uniform_noise((unsigned)p.seed, (unsigned)step, (unsigned)i)));
+      if (v > best || (v == best && i < best_i)) {
+        best = v;
+        best_i = i;
+      }
+    }
+    block_argmax(s, &best, &best_i);
+    if (threadIdx.x == 0) {
+      sample_val_of(p)[row0 / rows] = best;
+      sample_idx_of(p, (int)p.vocab / rows)[row0 / rows] = best_i;
+    }
+  }
+#endif
 }
-
-#endif  // MK_FUSIONS
 
 __device__ void op_sample(const Params& p, Smem& s, int step) {
   if (step + 1 < p.n_forced || step + 1 > p.max_seq) return;  // the next token is given (prompt)
   MK_REGION(ARGUS_REGION_DECODE_SAMPLING, coord(step, (int)p.n_layers));
 #if MK_FUSED_SAMPLE
-  {  // reduce the Logits tiles' (value, index) partials: 2 loads per thread in flight
+  {  // reduce the Logits tiles' (value, index) partials, one per Logits tile Sample waited for: 2 loads per
+     // thread in flight
     float best = -INFINITY;
     int best_i = 0x7fffffff;
+    const int parts = s.ins[W_WAIT_COUNT];
     const float* vals = sample_val_of(p);
-    const int* idx = sample_idx_of(p);
+    const int* idx = sample_idx_of(p, parts);
 #pragma unroll 2
-    for (int j = threadIdx.x; j < MK_SAMPLE_PARTS; j += THREADS) {
+    for (int j = threadIdx.x; j < parts; j += THREADS) {
       const float v = __ldcg(vals + j);
       const int i = __ldcg(idx + j);
       if (v > best || (v == best && i < best_i)) {
@@ -580,9 +340,10 @@ __device__ void op_sample(const Params& p, Smem& s, int step) {
     }
     block_argmax(s, &best, &best_i);
     if (threadIdx.x == 0) p.tokens[step + 1] = best_i == 0x7fffffff ? -1 : best_i;
-    return;
   }
-#endif
+#else
+  // The Sample over all vocab logits (TileShape(fused_sample=False)): kept token for token as the default
+  // build measured up to 2026-12-01 15:08 (same SASS), so benchmarks/decode.py mk_nofsample re-measures it.
   const float temp = (float)p.temperature;
   float best = -INFINITY;
   int best_i = 0x7fffffff;
@@ -633,6 +394,7 @@ __device__ void op_sample(const Params& p, Smem& s, int step) {
     // All-NaN logits leave best_i out of range: the next Embed reports ERROR_BAD_TOKEN.
     p.tokens[step + 1] = best_i == 0x7fffffff ? -1 : best_i;
   }
+#endif
 }
 
 __device__ __forceinline__ unsigned take_ticket(const Params& p, unsigned end) {
