@@ -5,9 +5,14 @@ the runner (examples/megakernel/argus_runner.py) makes fresh random TinyLlama-1.
 the Argus-built variant once (cooperative, every co-resident worker, 8 decode steps) and checks the
 last step's logits against the fp32 PyTorch reference before anything is published. The query's wall
 time is printed and bounded: a report on the whole kernel must finish in minutes.
+
+The query's output (every step's progress line: builds, the runner's phases, ncu) streams into
+``query_megakernel.log`` (in $ARGUS_TEST_ARTIFACTS when set), so a query stopped at the limit still
+says where it was; the log's last lines are in the failure message.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,7 +23,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "examples" / "megakernel"
 SIGNALS = "latency,instruction_mix,barrier_count"
-WALL_LIMIT_S = 1200  # three collections (trace, PC map under ncu, counters under ncu) plus three builds
+# Two collections (the traced run; one ncu run of the marker-only build for the map, instruction_mix and
+# barrier_count) and two builds: about 2-3 minutes by the estimate in examples/megakernel/README.md.
+WALL_LIMIT_S = 420
 LEAVES = ("core_loop", "gemm", "attention", "norm", "kv_update", "logits", "sampling")
 
 
@@ -35,12 +42,21 @@ def report(tmp_path_factory):
     cmd = [sys.executable, "-m", "argus_rt.cli", "query", str(PROGRAM), "--region", "decode", "--signals", SIGNALS,
            "--workspace", str(tmp / "ws"), "--json", str(out), "--markdown", str(keep / "report_megakernel.md"),
            "--no-progress"]
+    log = keep / "query_megakernel.log"
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=WALL_LIMIT_S)
+    with open(log, "w") as fh:  # streamed, so a stopped query leaves its progress lines
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=WALL_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the group this test started: the query, its workers, ncu, runner
+            proc.wait()
+            rc = None
     wall = time.perf_counter() - start
-    print(f"argus query examples/megakernel --signals {SIGNALS}: wall {wall:.1f} s (exit {proc.returncode})")
-    print(proc.stdout[-4000:], proc.stderr[-4000:])
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
+    print(f"argus query examples/megakernel --signals {SIGNALS}: wall {wall:.1f} s (exit {rc}); log {log}\n{tail}")
+    assert rc is not None, f"the query did not finish within {WALL_LIMIT_S} s; last lines of {log}:\n{tail}"
+    assert rc == 0, tail
     doc = json.loads(out.read_text())
     doc["_wall_s"] = wall
     return doc
@@ -93,7 +109,7 @@ def test_runner_launches_the_trace_free_build_within_the_reference_tolerance(tmp
     from argus_rt.program import load_program
 
     argv = runner_argv(load_program(PROGRAM), "trace_free", tmp_path)
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=runner_env(), timeout=600)
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=runner_env(), timeout=300)
     print(proc.stdout[-2000:], proc.stderr[-2000:])
     assert proc.returncode == 0, proc.stderr[-2000:]
     err = float(proc.stdout.split("max_rel_err=")[1].split()[0])

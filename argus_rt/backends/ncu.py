@@ -3,7 +3,12 @@
 The command (seen working on our H200s, ncu 2025.3.1)::
 
     ncu --section SourceCounters --page source --print-source sass --csv --clock-control none \
-        -k regex:<kernel> -c <launches> <program> <args...>
+        --replay-mode kernel -k regex:<kernel> -c <launches> <program> <args...>
+
+The kernel filter and the launch count are what keep a run short: without them ncu profiles every
+kernel the program launches (a PyTorch runner launches thousands: weight init, reference), each
+replayed pass by pass. ``--replay-mode kernel`` (ncu's default, named so that no config file changes
+it) replays the one launch in place; application replay would rerun the whole program per pass.
 
 prints, per profiled launch, a ``"Kernel Name","<demangled name>",`` line, a header row and one row
 per SASS instruction: ``"Address"`` (absolute, the function's base plus the PC offset), ``"Source"``
@@ -33,15 +38,19 @@ launch, not per replay pass. Instrumented times must never be used as region dur
 """
 from __future__ import annotations
 
+import collections
 import csv
 import io
 import os
 import re
+import signal
 import subprocess
+import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fsutil import atomic_write_text
 from ..gpu_env import multicast_off_env
 from ..sass import SassFunction, function_from_rows, kernel_key, pc_key
 from ..tools import ToolNotFoundError, find_tool
@@ -86,6 +95,7 @@ class NcuKernelProfile:
     pcs: list[int]
     sass: list[str]
     metrics: dict[str, list[float]] = field(default_factory=dict)
+    _function: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def kernel(self) -> str:
@@ -97,11 +107,21 @@ class NcuKernelProfile:
         return dict(zip(self.pcs, self.metrics[name]))
 
     def function(self) -> SassFunction:
-        """The SASS of the profiled kernel as ncu lists it (for a CFG when no binary is at hand)."""
-        return function_from_rows(self.kernel_name, [(self.base_address + pc, t) for pc, t in zip(self.pcs, self.sass)])
+        """The SASS of the profiled kernel as ncu lists it (for a CFG when no binary is at hand).
+
+        Parsed once per profile (blocks and CFG of the whole kernel: ~0.1 s for the megakernel's
+        17k instructions) and kept; the rows are not meant to change after parsing."""
+        key = (self.kernel_name, self.base_address, len(self.pcs))
+        if self._function is None or self._function[0] != key:
+            rows = [(self.base_address + pc, t) for pc, t in zip(self.pcs, self.sass)]
+            self._function = (key, function_from_rows(self.kernel_name, rows))
+        return self._function[1]
 
     def opcodes(self) -> list[str]:
-        return [self.function()[pc].base for pc in self.pcs]
+        """Opcode family of each PC, in ``pcs`` order. One parse of the listing for all PCs: a parse per
+        PC made this quadratic (17,440 PCs x 0.1 s = ~30 min per call on the megakernel, issue 16)."""
+        function = self.function()
+        return [function[pc].base for pc in self.pcs]
 
     def to_evidence(self, method: str = "ncu_source_sass") -> dict:
         """The ``argus.pc_counters/1`` document."""
@@ -249,7 +269,7 @@ def ncu_command(program: list[str], kernel: str | None = None, *, launches: int 
     for s in sections:
         cmd += ["--section", s]
     cmd += ["--page", "source", "--print-source", "sass", "--csv", "--clock-control", "none",
-            "--target-processes", "all", "-c", str(launches)]
+            "--replay-mode", "kernel", "--target-processes", "all", "-c", str(launches)]
     if launch_skip:
         cmd += ["-s", str(launch_skip)]
     if kernel:
@@ -262,16 +282,113 @@ def run_ncu(program: list[str], kernel: str | None = None, *, outdir: str | os.P
             sections: tuple[str, ...] = DEFAULT_SECTIONS) -> tuple[Path, list[NcuKernelProfile]]:
     """Run ncu on ``program``; save the raw CSV as ``outdir/ncu_source_sass.csv``; return it and the profiles."""
     cmd = ncu_command(program, kernel, launches=launches, sections=sections)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=multicast_off_env(env))
+    return run_ncu_command(cmd, outdir=outdir, timeout_s=timeout_s, env=env)
+
+
+PROGRESS_PREFIX = "argus ncu:"
+
+
+def _say(msg: str) -> None:
+    """One progress line on stderr (a device worker relays its stderr to the query's)."""
+    print(f"{PROGRESS_PREFIX} {msg}", file=sys.stderr, flush=True)
+
+
+def _relay(stream, sink, tail: collections.deque, echo, notes: list | None = None) -> None:
+    for line in stream:
+        if sink is not None:
+            sink.write(line)
+        tail.append(line.rstrip("\n"))
+        if notes is not None and line.startswith("=="):
+            notes.append(line.rstrip("\n"))  # ncu's own ==PROF==/==WARNING==/==ERROR== lines, all kept
+        if echo(line):
+            try:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass  # our stderr is gone: keep draining the pipe
+
+
+def _descendants(pid: int) -> list[int]:
+    """Process ids below ``pid`` (Linux /proc; [] elsewhere), children first."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = [int(c) for t in os.listdir(f"/proc/{p}/task")
+                    for c in Path(f"/proc/{p}/task/{t}/children").read_text().split()]
+        except (OSError, ValueError):
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End ncu and the program it started (by their ids), SIGTERM first."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in [proc.pid] + _descendants(proc.pid):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_ncu_command(cmd: list[str], *, outdir: str | os.PathLike, timeout_s: float = 600.0,
+                    env: dict | None = None) -> tuple[Path, list[NcuKernelProfile]]:
+    """Run a built ncu command line (:func:`ncu_command`); stdout (the CSV) goes to
+    ``outdir/ncu_source_sass.csv``. ncu's own messages and the program's stderr are relayed to stderr
+    as they come (the profiled program's progress lines, ``==PROF==`` pass counts), so a long run
+    shows what it is doing; a run past ``timeout_s`` is stopped and raises :class:`NcuError` with its
+    last lines."""
     raw = Path(outdir) / "ncu_source_sass.csv"
-    atomic_write_text(raw, proc.stdout)
-    if proc.returncode != 0:
-        raise NcuError(f"ncu exited with {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-800:]}")
-    if "LibraryNotLoaded" in proc.stdout + proc.stderr or "ERR_NVGPUCTRPERM" in proc.stdout + proc.stderr:
+    tmp = raw.with_name(f".{raw.name}.{os.getpid()}.part")
+    start = time.time()
+    out_tail: collections.deque = collections.deque(maxlen=40)
+    err_tail: collections.deque = collections.deque(maxlen=40)
+    notes: list[str] = []  # ncu's messages on stderr
+    timed_out = False
+    try:
+        with open(tmp, "w", encoding="utf-8") as sink:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, errors="replace", env=multicast_off_env(env))
+            readers = [threading.Thread(target=_relay, args=(proc.stdout, sink, out_tail,
+                                                             lambda line: not line.startswith('"')), daemon=True),
+                       threading.Thread(target=_relay, args=(proc.stderr, None, err_tail, lambda line: True, notes),
+                                        daemon=True)]
+            for r in readers:
+                r.start()
+            try:
+                rc = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _stop(proc)
+                rc = proc.returncode
+            for r in readers:
+                r.join(timeout=10 if timed_out else None)
+        tmp.replace(raw)
+    finally:
+        tmp.unlink(missing_ok=True)
+    if timed_out:
+        last = " | ".join(list(err_tail)[-8:] + list(out_tail)[-4:])
+        raise NcuError(f"ncu did not finish within {timeout_s:g} s and was stopped; its output so far is in {raw}; "
+                       f"last lines: {last[-1500:]}")
+    text = raw.read_text(encoding="utf-8")
+    if rc != 0:
+        last = "\n".join(err_tail) or "\n".join(out_tail)
+        raise NcuError(f"ncu exited with {rc}: {last.strip()[-800:]}")
+    said = "\n".join(notes + list(err_tail))
+    if any(word in said + text for word in ("LibraryNotLoaded", "ERR_NVGPUCTRPERM")):
         raise BackendUnavailableError(
             "ncu cannot read the GPU's hardware counters here (profiler library not loaded or no permission)"
         )
-    return raw, parse_source_csv(proc.stdout)
+    _say(f"ncu finished in {time.time() - start:.1f} s ({len(text) // 1024} KiB of CSV); parsing the source page")
+    # ncu's ==ERROR== and "No kernels were profiled" lines may come on either stream
+    return raw, parse_source_csv("\n".join(notes) + "\n" + text if notes else text)
 
 
 def check_arch(sass_arch: str | None, device_capability: tuple[int, int]) -> None:
@@ -324,16 +441,23 @@ class NcuAdapter(BackendAdapter):
         if not (isinstance(sections, (list, tuple)) and sections and all(isinstance(s, str) and s.isidentifier() for s in sections)):
             raise ValueError(f"ncu config 'sections' must be a non-empty list of section names, got {sections!r}")
 
-    def collect(self, ctx) -> dict[str, Path]:
+    def command(self, ctx) -> tuple[list[str], dict | None, str]:
+        """(ncu argv, the program's environment, kernel) of this collection, without running it: the
+        kernel filter and launch count are always on the command line."""
         self.validate_config(ctx.config)
-        outdir = Path(ctx.outdir)
         argv, env = program_argv(ctx)
         argv += [str(a) for a in ctx.config.get("args", [])]
         kernel = ctx.config.get("kernel") or (getattr(ctx.program, "launch", {}) or {}).get("kernel")
         if not kernel:
             raise ValueError("ncu collection needs config 'kernel' (or program.launch['kernel'])")
-        raw, profiles = run_ncu(argv, kernel, outdir=outdir, launches=int(ctx.config.get("launches", 1)), env=env,
-                                sections=tuple(ctx.config.get("sections", DEFAULT_SECTIONS)))
+        cmd = ncu_command(argv, kernel, launches=int(ctx.config.get("launches", 1)),
+                          sections=tuple(ctx.config.get("sections", DEFAULT_SECTIONS)))
+        return cmd, env, kernel
+
+    def collect(self, ctx) -> dict[str, Path]:
+        cmd, env, kernel = self.command(ctx)
+        _say(f"profiling kernel {kernel_key(kernel)} only: {' '.join(cmd)}")
+        raw, profiles = run_ncu_command(cmd, outdir=Path(ctx.outdir), env=env)
         prof = select_profile(profiles, kernel)
         return {"pc_counters": ctx.write_json("pc_counters", prof.to_evidence()), "ncu_csv": raw}
 

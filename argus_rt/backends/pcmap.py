@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,16 +268,27 @@ class StepClock:
     """Wall seconds of the mapping run's steps (``provenance.seconds``), the profiled process split
     by the phase stamps it writes (:data:`argus_rt.kinds.run_variant.TIMINGS_ENV`):
     ``ncu_to_main`` (ncu and interpreter start, imports), ``runner_setup``, ``runner_run`` (torch,
-    CUDA context, the launch under replay, checks), ``ncu_after_exit`` (ncu's report and CSV)."""
+    CUDA context, the launch under replay, checks), ``ncu_after_exit`` (ncu's report and CSV). A
+    program runner that stamps its own phases (``ctx.phase``, :mod:`argus_rt.kinds.cuda.runner`)
+    splits ``runner_run`` further: ``runner_run.<phase>`` is the time up to that phase's stamp.
 
-    def __init__(self) -> None:
+    ``say`` (default: a line on stderr) announces each step as it starts and ends, so a long query
+    shows what it is doing."""
+
+    def __init__(self, say=None) -> None:
         self.seconds: dict[str, float] = {}
-        self._last = time.time()
+        self._last = self._start = time.time()
+        self._say = say or progress
+
+    def step(self, what: str) -> None:
+        """Announce the step that starts now."""
+        self._say(f"{what} (at {time.time() - self._start:.1f} s)")
 
     def lap(self, step: str) -> None:
         now = time.time()
         self.seconds[step] = round(now - self._last, 3)
         self._last = now
+        self._say(f"{step}: {self.seconds[step]:.1f} s")
 
     def profiled_run(self, stamps_path: Path) -> None:
         start, end = self._last, time.time()
@@ -289,6 +301,34 @@ class StepClock:
         if start <= main <= run <= ran <= end:
             self.seconds.update(ncu_to_main=round(main - start, 3), runner_setup=round(run - main, 3),
                                 runner_run=round(ran - run, 3), ncu_after_exit=round(end - ran, 3))
+            last = run
+            for name, stamp in sorted((stamps.get("phases") or {}).items(), key=lambda kv: kv[1]):
+                if isinstance(stamp, (int, float)) and last <= stamp <= ran:
+                    self.seconds[f"runner_run.{name}"] = round(stamp - last, 3)
+                    last = stamp
+            self._say("profiled run: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items()
+                                                    if k.startswith(("ncu_", "runner_"))))
+
+
+def progress(msg: str) -> None:
+    """One progress line of the mapping run on stderr (a device worker relays it to the query's stderr)."""
+    print(f"argus pcmap: {msg}", file=sys.stderr, flush=True)
+
+
+def mapping_command(program, outdir: Path, *, kernel: str,
+                    sections: tuple[str, ...] = ("SourceCounters",)) -> tuple[list[str], dict, Path]:
+    """The Nsight Compute run of the mapping (nothing is run): (ncu argv, its environment, the path
+    the profiled runner writes its phase stamps to). The argv profiles ``kernel`` only
+    (``-k regex:<kernel>``), its first launch only (``-c 1``), by kernel replay, in the runner of
+    the program's marker-only variant (:mod:`argus_rt.kinds.run_variant`)."""
+    from ..kinds.run_variant import TIMINGS_ENV, runner_argv, runner_env
+    from . import ncu
+
+    sections = ("SourceCounters",) + tuple(s for s in sections if s != "SourceCounters")
+    env, stamps_path = runner_env(), Path(outdir) / "run_timings.json"
+    env[TIMINGS_ENV] = str(stamps_path)
+    cmd = ncu.ncu_command(runner_argv(program, "marker_only", Path(outdir)), kernel, launches=1, sections=sections)
+    return cmd, env, stamps_path
 
 
 def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: tuple[str, ...] = ("SourceCounters",)):
@@ -302,7 +342,7 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
     import torch
 
     from ..kinds.cuda.run import CudaLaunch
-    from ..kinds.run_variant import TIMINGS_ENV, runner_argv, runner_env, variant_cubin
+    from ..kinds.run_variant import variant_cubin
     from ..sass import (
         disassemble,
         indirect_branch_targets,
@@ -318,20 +358,24 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
     if not kernel:
         raise PcMapError(f"program {program.name!r}: no kernel named (launch['kernel'])")
     clock = StepClock()
+    clock.step(f"{program.name}: building the marker-only variant (nvcc; cached by content hash)")
     cubin = variant_cubin(program, "marker_only")
     clock.lap("build")
+    clock.step(f"disassembling {cubin.name} (cuobjdump) and reading its CFG")
     listing = disassemble(cubin)
     ncu.check_arch(sass_arch(listing), torch.cuda.get_device_capability())
     jump_tables = indirect_branch_targets(cubin)  # BRX targets: the CFG through a switch's jump table
     function = select_function(parse_sass(listing), kernel_key(kernel))
     function = with_indirect_targets(function, jump_tables.get(function.name, {}))
-    sections = ("SourceCounters",) + tuple(s for s in sections if s != "SourceCounters")
-    env, stamps_path = runner_env(), Path(outdir) / "run_timings.json"
-    env[TIMINGS_ENV] = str(stamps_path)
+    cmd, env, stamps_path = mapping_command(program, outdir, kernel=kernel, sections=sections)
     clock.lap("disassemble")
-    raw, profiles = ncu.run_ncu(runner_argv(program, "marker_only", outdir), kernel, outdir=outdir, env=env,
-                                sections=sections)
+    sections_run = [cmd[k + 1] for k, word in enumerate(cmd) if word == "--section"]
+    clock.step(f"Nsight Compute on kernel {kernel_key(kernel)} only, its first launch, kernel replay "
+               f"({len(function.instructions)} SASS instructions; sections {', '.join(sections_run)}); "
+               f"the runner's own lines follow. Command: {' '.join(cmd)}")
+    raw, profiles = ncu.run_ncu_command(cmd, outdir=outdir, env=env)
     clock.profiled_run(stamps_path)
+    clock.step(f"mapping {len(function.instructions)} PCs to regions (CFG, -lineinfo view)")
     profile = ncu.select_profile(profiles, kernel)
     check_same_binary(function, profile.function())
     lined = select_function(parse_sass(disassemble(cubin, tool="nvdisasm", line_info=True)), kernel_key(kernel))
@@ -340,6 +384,7 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
     clock.lap("map")
     doc["provenance"] = {"cubin": cubin.name, "kernel_symbol": function.name, "ncu_csv": raw.name,
                          "weights": "ncu 'Instructions Executed' (warp-level) of the same cubin",
+                         "ncu_command": cmd[1:cmd.index(sys.executable)] if sys.executable in cmd else cmd[1:],
                          "seconds": clock.seconds}
     return doc, profile
 

@@ -22,7 +22,9 @@ from .cuda.run import VARIANT_MODES, build_variant, run_once, runner_facts
 from .triton.run import run_triton_once, triton_cubin
 
 # Where the process writes its phase times (``time.time()`` stamps), when the parent asks: how long a
-# profiled run spends before, in and after the launch is what makes a query slow or fast.
+# profiled run spends before, in and after the launch is what makes a query slow or fast. The file
+# holds {"main", "run", "ran"} and, for a CUDA program with a runner that stamps its phases
+# (``ctx.phase``), {"phases": {name: stamp at that phase's end}}.
 TIMINGS_ENV = "ARGUS_RUN_TIMINGS"
 
 
@@ -68,9 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     program = ProgramVersion.from_dict(json.loads(Path(args.program).read_text()))
     stamps["run"] = time.time()
+    print(f"argus-run {program.name}:{args.variant}: running (build unless cached, torch, CUDA context, launch, "
+          "reference check)", file=sys.stderr, flush=True)
     res = run_triton_once(program, args.variant) if program.kind == "triton" else run_once(program, args.variant)
     stamps["ran"] = time.time()  # torch import, CUDA context, build (cached), the launch under replay, checks
+    if isinstance(res.get("phase_stamps"), dict):
+        stamps["phases"] = res.pop("phase_stamps")
     _write_timings(stamps)
+    print(f"argus-run {program.name}:{args.variant}: done in {stamps['ran'] - stamps['run']:.1f} s",
+          file=sys.stderr, flush=True)
     jit = res.get("jit_check") or {}
     print(f"argus-run {program.name}:{args.variant} kernel={res['symbol']} max_rel_err={res['max_rel_err']}"
           + (f" jit_ttgir_sha256={jit['ttgir_sha256']}" if jit else "")

@@ -12,8 +12,11 @@ rings small.
 
 Weights: TinyLlama-1.1B with fresh seeded random weights, or the local Hugging Face safetensors
 checkpoint that ``$ARGUS_MEGAKERNEL_CHECKPOINT`` names. Check: the last step's logits against the
-fp32 PyTorch reference (tinyllama.model.Transformer on the same tokens), relative error at most
-``launch.rtol`` (1e-2, as in tests/test_megakernel_gpu.py).
+fp32 PyTorch reference (tinyllama.model.Transformer on the same tokens, on the GPU that holds the
+weights), relative error at most ``launch.rtol`` (1e-2, as in tests/test_megakernel_gpu.py).
+
+Progress: each phase (weights, decoder, launch, reference) ends with ``ctx.phase``, one line on
+stderr with its wall seconds; under ``ncu`` the launch is the phase that is replayed per pass.
 """
 from __future__ import annotations
 
@@ -67,10 +70,13 @@ def reference_logits(weights, tokens: list[int]) -> torch.Tensor:
     """fp32 PyTorch logits [vocab] of the last of ``tokens`` (positions 0..len-1)."""
     from tinyllama.model import Transformer
 
+    device = weights.embed.device
+    if device.type != "cuda":  # 1.1B parameters in fp32 on the CPU take minutes, not a second
+        raise RuntimeError(f"the fp32 reference would run on {device}: the weights must be on the GPU")
     torch.backends.cuda.matmul.allow_tf32 = False  # a true fp32 reference
     ref = Transformer(weights, dtype=torch.float32)
     with torch.no_grad():
-        logits = ref(torch.tensor([tokens], device="cuda"), torch.arange(len(tokens), device="cuda"))[0, -1]
+        logits = ref(torch.tensor([tokens], device=device), torch.arange(len(tokens), device=device))[0, -1]
     del ref
     return logits
 
@@ -82,6 +88,8 @@ def run(ctx) -> dict:
 
     seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
     weights, source = load_weights(seed)
+    phase = getattr(ctx, "phase", None) or (lambda name, then=None: None)
+    phase("weights", then="decoder setup (instruction list, state, cubin load, grid)")
     dec = decoder_on(ctx.cubin, weights, ARGUS_MODES[ctx.variant])
     prompt = torch.randint(0, weights.config.vocab, (PROMPT_LEN,), generator=torch.Generator().manual_seed(seed)).tolist()
     dec.set_prompt(prompt)
@@ -90,10 +98,13 @@ def run(ctx) -> dict:
                                 device=dec.device)
     if session is not None:
         session.arm(coord_window=(coordinate(PROMPT_LEN, 0), coordinate(STEPS, 0)))
+    phase("decoder", then=f"one cooperative launch of {STEPS} steps on {info.grid} CTAs (under ncu: replayed per pass)")
     step_ns = dec.run(0, STEPS)  # the one launch of the kernel; raises MegakernelError on a kernel fault
     got = dec.state.t["logits"].clone()
     tokens = dec.tokens(STEPS)  # the step that produced the logits read token STEPS-1
+    phase("launch", then="fp32 PyTorch reference of the last step's logits (GPU)")
     err = relative_error(got, reference_logits(weights, tokens))
+    phase("reference")
     return {"max_rel_err": err, "weights": source, "grid": info.grid, "workers": info.workers,
             "steps": STEPS, "traced_steps": [PROMPT_LEN, STEPS] if session is not None else None,
             "median_step_ns": float(sorted(step_ns)[len(step_ns) // 2])}

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -260,15 +262,21 @@ def run_once(program, variant: str, *, trace_config: dict | None = None, check: 
     if not torch.cuda.is_available():
         raise BackendUnavailableError(f"no CUDA GPU visible to torch {torch.__version__}")
     launch = CudaLaunch.from_program(program)
+    start = time.time()
     cubin = build_variant(program, variant)
     symbol = kernel_symbol(cubin, launch.kernel)
     if launch.runner:
         from .runner import run_with_runner
 
+        _say(program, variant, f"built in {time.time() - start:.1f} s (nvcc unless cached); its runner "
+                               f"{launch.runner} runs it")
         out, session = run_with_runner(program, variant, launch, cubin, symbol, trace_config=trace_config, check=check)
         result = {**out, "cubin": str(cubin), "symbol": symbol}
         if session is not None:
+            start = time.time()
             result.update(_decoded(program, session, raw_trace))
+            _say(program, variant, f"trace decoded and paired in {time.time() - start:.1f} s "
+                                   f"({len(result['intervals'].rows)} region occurrences)")
         return result
     module = CubinModule.load(cubin)
     args = make_arguments(launch)
@@ -288,6 +296,11 @@ def run_once(program, variant: str, *, trace_config: dict | None = None, check: 
     if session is not None:
         result.update(_decoded(program, session, raw_trace))
     return result
+
+
+def _say(program, variant: str, msg: str) -> None:
+    """One progress line on stderr (a device worker relays it to the query's stderr)."""
+    print(f"argus-run {program.name}:{variant}: {msg}", file=sys.stderr, flush=True)
 
 
 def _decoded(program, session, raw_trace: Path | None) -> dict:
@@ -316,6 +329,9 @@ def intervals_document(intervals, trace, coord_kind: str | None = None, coord_fi
 
 
 def runner_facts(result: dict) -> dict:
-    """The JSON-able extras a CUDA runner returned besides what :func:`run_once` itself fills in."""
-    own = ("trace", "intervals", "cubin", "symbol", "max_rel_err")
-    return {k: v for k, v in result.items() if k not in own and isinstance(v, (str, int, float, bool, list, type(None)))}
+    """The JSON-able extras a CUDA runner returned besides what :func:`run_once` itself fills in
+    (``phase_seconds``, {phase: wall seconds}, included; the absolute ``phase_stamps`` are not)."""
+    own = ("trace", "intervals", "cubin", "symbol", "max_rel_err", "phase_stamps")
+    return {k: v for k, v in result.items() if k not in own
+            and (isinstance(v, (str, int, float, bool, list, type(None)))
+                 or (k == "phase_seconds" and isinstance(v, dict)))}

@@ -14,6 +14,11 @@ only launches the cubin it is handed::
         module.launch(ctx.symbol, grid, 256, args, cooperative=True)     # the launch ncu -c 1 records
         return {"max_rel_err": err}                 # after checking its outputs against its reference
 
+Long runners say what they do: ``ctx.phase("weights", then="decoder setup")`` stamps the end of a
+phase, prints one progress line on stderr (which a device worker and ``ncu`` relay to the query's
+stderr) and records its wall seconds (the run's ``phase_seconds`` fact; the mapping run's
+``provenance.seconds`` splits the profiled run by them).
+
 Rules: launch the program's kernel first (a profiler records the first matching launch); compare the
 outputs with the program's own plain reference and return the relative error as ``max_rel_err``
 (Argus refuses the run with :class:`ReferenceMismatchError` past ``launch.rtol``, or when it is not
@@ -24,6 +29,8 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,10 +49,29 @@ class RunnerContext:
     check: bool = True  # False: the caller does not need the reference check (the runner may still do it)
     trace_config: dict | None = None  # TraceConfig fields the adapter asks for (capacity, clock); None: untraced
     sessions: list = field(default_factory=list)
+    phase_stamps: dict = field(default_factory=dict)  # phase name -> time.time() at its end (ctx.phase)
+    started: float = field(default_factory=time.time)
 
     @property
     def traced(self) -> bool:
         return self.trace_config is not None
+
+    def phase(self, name: str, then: str | None = None) -> None:
+        """Stamp the end of phase ``name`` and print one progress line on stderr (``then``: what starts
+        now, so that a run that stalls there is seen to)."""
+        now = time.time()
+        last = max(self.phase_stamps.values(), default=self.started)
+        self.phase_stamps[name] = now
+        print(f"argus-run {self.program.name}:{self.variant}: {name} {now - last:.1f} s"
+              + (f"; next: {then}" if then else ""), file=sys.stderr, flush=True)
+
+    def phase_seconds(self) -> dict[str, float]:
+        """Wall seconds of each stamped phase, in order."""
+        out, last = {}, self.started
+        for name, stamp in sorted(self.phase_stamps.items(), key=lambda kv: kv[1]):
+            out[name] = round(stamp - last, 3)
+            last = stamp
+        return out
 
     def trace_session(self, module, *, ctas: int, threads_per_cta: int, capacity: int | None = None,
                       device="cuda"):
@@ -93,6 +119,8 @@ def run_with_runner(program, variant: str, launch, cubin: Path, symbol: str, *, 
     out = load_runner(program, launch.runner)(ctx)
     if not isinstance(out, dict) or "max_rel_err" not in out:
         raise ProgramRunError(f"runner {launch.runner!r} returned {type(out).__name__}, not a dict with 'max_rel_err'")
+    if ctx.phase_stamps:
+        out = {**out, "phase_seconds": ctx.phase_seconds(), "phase_stamps": dict(ctx.phase_stamps)}
     err = out["max_rel_err"]
     if check and err is None:
         raise ProgramRunError(f"runner {launch.runner!r} did not check its outputs (max_rel_err None)")
