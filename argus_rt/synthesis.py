@@ -340,15 +340,34 @@ def synth_attributed_metric(ctx) -> dict:
 
 @register_synthesis("iteration_waits")
 def synth_iteration_waits(ctx) -> dict:
-    """Per loop iteration: median over CTAs (and launches) of the consumer's wait in the traced
-    reference run (observed). ``extra.median_by_iteration`` {str(iteration): ns} feeds probe joins."""
+    """Per traced loop and iteration: median, over the CTAs that ran the iteration (and launches), of
+    the consumer's wait in the traced reference run (observed). A loop's trip count may differ per CTA
+    (causal attention), so each value says over how many of the grid's CTAs it is; an iteration no CTA
+    ran has no value.
+
+    ``extra.loops``: per traced loop ``{"loop", "wait_line", "median_by_iteration" {str(it): ns},
+    "ctas_by_iteration" {str(it): n}, "trips_by_cta" {str(cta): trips}}`` (trips of every CTA, zeros
+    included, whatever the scope: the probe join checks its CTAs against them); ``extra.ctas``: the
+    grid; ``extra.median_by_iteration``: the one loop's medians when one loop is traced."""
     facts = _Facts(ctx)
     src = _one_dep(ctx, "trace", "iteration_waits synthesis", "trace collection")
     facts.cite(src)
     path = ctx.input_of(src.id, "iteration_waits")
     doc = _load(path, "argus.iteration_waits/1")
     cols = _columns(doc, ("cta", "iteration", "begin", "end"), str(path))
-    sel = np.ones(len(cols["cta"]), dtype=bool)
+    n = len(cols["cta"])
+    loop_col = cols["loop"].astype(np.int64) if "loop" in cols else np.zeros(n, dtype=np.int64)
+    launch_col = cols["launch"].astype(np.int64) if "launch" in cols else np.zeros(n, dtype=np.int64)
+    loops = doc.get("loops") or [{"loop": 0, "wait_line": None}]  # a document without "loops": one loop
+    known = {int(lp["loop"]) for lp in loops}
+    if n and not set(np.unique(loop_col).tolist()) <= known:
+        raise EvidenceError(f"{path}: rows of loop(s) {sorted(set(np.unique(loop_col).tolist()) - known)}, "
+                            f"which 'loops' does not list ({sorted(known)})")
+    trips = _trips_by_cta(doc, cols, loop_col, launch_col, str(path))
+    n_ctas = doc.get("ctas")
+    if n_ctas is None:
+        n_ctas = int(cols["cta"].max()) + 1 if n else 0
+    sel = np.ones(n, dtype=bool)
     window, ctas = ctx.task.scope.get("iterations"), ctx.task.scope.get("ctas")
     if window:
         sel &= (cols["iteration"] >= window[0]) & (cols["iteration"] < window[1])
@@ -358,39 +377,102 @@ def synth_iteration_waits(ctx) -> dict:
     if (waits[sel] < 0).any():
         raise EvidenceError(f"{path}: a wait ends before it begins (iteration "
                             f"{int(cols['iteration'][sel][waits[sel] < 0][0])})")
-    medians = {}
-    for it in np.unique(cols["iteration"][sel]):
-        w = waits[sel & (cols["iteration"] == it)]
-        medians[str(int(it))] = float(np.median(w))
-        facts.add(None, f"wait@{int(it)}", medians[str(int(it))], samples=w.size, unit=doc.get("clock", "ns"),
-                  method="traced reference (median over CTAs and launches)", notes=[doc.get("wait", "")])
-    facts.extra = {"median_by_iteration": medians, "wait": doc.get("wait", ""), "clock": doc.get("clock", "ns")}
+    out_loops = []
+    for lp in loops:
+        j, line = int(lp["loop"]), lp.get("wait_line")
+        medians, counts = {}, {}
+        here = sel & (loop_col == j)
+        for it in np.unique(cols["iteration"][here]):
+            rows = here & (cols["iteration"] == it)
+            w = waits[rows]
+            ran = int(np.unique(cols["cta"][rows]).size)
+            medians[str(int(it))] = float(np.median(w))
+            counts[str(int(it))] = ran
+            metric = f"wait@{int(it)}" if len(loops) == 1 else f"line{line}:wait@{int(it)}"
+            facts.add(None, metric, medians[str(int(it))], samples=w.size, unit=doc.get("clock", "ns"),
+                      method="traced reference (median over the CTAs that ran the iteration, and launches)",
+                      notes=[doc.get("wait", ""), f"over {ran} of {n_ctas} CTAs"
+                             + ("" if ran == n_ctas else " (the others do not run this iteration)")],
+                      extra={"loop": j, "wait_line": line, "iteration": int(it), "ctas": ran, "of_ctas": n_ctas})
+        out_loops.append({"loop": j, "wait_line": line, "loop_trips": lp.get("loop_trips"),
+                          "median_by_iteration": medians, "ctas_by_iteration": counts,
+                          "trips_by_cta": {str(c): t for c, t in sorted(trips.get(j, {}).items())}})
+    facts.extra = {"loops": out_loops, "ctas": n_ctas, "wait": doc.get("wait", ""), "clock": doc.get("clock", "ns")}
+    if len(out_loops) == 1:
+        facts.extra["median_by_iteration"] = out_loops[0]["median_by_iteration"]
     return facts.write()
 
 
+def _trips_by_cta(doc: dict, cols: dict, loop_col, launch_col, where: str) -> dict[int, dict[int, int]]:
+    """{loop: {cta: trips}} of a traced reference: its ``trips`` table (every (CTA, loop), zeros too),
+    or, in a document without one, the rows each (CTA, loop) has. Trips are fixed by the kernel, not by
+    timing: a (CTA, loop) with different trips in two launches is refused."""
+    table = doc.get("trips")
+    if table:
+        t = {k: np.asarray(table[k], dtype=np.int64) for k in ("cta", "loop", "trips")}
+        launches = np.asarray(table.get("launch", [0] * len(t["cta"])), dtype=np.int64)
+    else:
+        keys = np.stack([launch_col, loop_col, cols["cta"].astype(np.int64)], axis=1) if len(loop_col) else \
+            np.zeros((0, 3), dtype=np.int64)
+        uniq, count = np.unique(keys, axis=0, return_counts=True)
+        launches, t = uniq[:, 0], {"loop": uniq[:, 1], "cta": uniq[:, 2], "trips": count}
+    out: dict[int, dict[int, int]] = {}
+    for launch, lp, c, n in zip(launches.tolist(), t["loop"].tolist(), t["cta"].tolist(), t["trips"].tolist()):
+        seen = out.setdefault(lp, {}).setdefault(c, n)
+        if seen != n:
+            raise EvidenceError(f"{where}: CTA {c} ran {seen} trip(s) of loop {lp} in one launch and {n} in "
+                                f"launch {launch}")
+    return out
+
+
 def _probe_reference(ctx):
-    """(reference task, per-iteration lookup(region, iteration) -> number, join key name).
+    """(reference task, per-iteration lookup(region, iteration) -> number, join key name, loops).
 
     The reference is either region latency facts (mean occurrence duration of the site's region in
-    iteration i) or a Triton kernel's traced iteration waits (median consumer wait in iteration i)."""
+    iteration i) or a Triton kernel's traced iteration waits (median consumer wait in iteration i of
+    the site's own loop: ``loops`` is the iteration_waits facts' ``extra``, None for latency)."""
     refs = ctx.deps_with_op("latency") + ctx.deps_with_op("iteration_waits")
     if len(refs) != 1:
         raise HandlerError("async completion latency needs one reference (latency or iteration_waits facts), "
                            f"got {len(refs)}: {[t.op for t in refs]}")
     extra = json.loads(ctx.input_of(refs[0].id, "facts").read_text(encoding="utf-8")).get("extra", {})
     if refs[0].op == "iteration_waits":
-        waits = extra.get("median_by_iteration", {})
-        return refs[0], lambda region, it: waits.get(str(it)), "reference_wait_ns"
+        if "loops" not in extra:  # facts written before per-loop waits: one loop, every CTA ran every trip
+            extra = {"loops": [{"loop": 0, "wait_line": None,
+                                "median_by_iteration": extra.get("median_by_iteration", {})}], "ctas": None}
+        return refs[0], None, "reference_wait_ns", extra
     by_iter = extra.get("mean_by_iteration", {})
-    return refs[0], lambda region, it: by_iter.get(region or "", {}).get(str(it)), "reference_region_mean"
+    return refs[0], lambda region, it: by_iter.get(region or "", {}).get(str(it)), "reference_region_mean", None
+
+
+def _site_loop(reference: dict, site: dict, op_id: str) -> dict | None:
+    """The traced loop a probed site belongs to (by its consumer wait line), None for a site outside
+    every traced loop (a load before the loop). A reference of one unnamed loop serves every site with
+    a consumer wait."""
+    line = (site.get("completion") or {}).get("consumer_wait_line")
+    if not line:
+        return None
+    loops = reference["loops"]
+    for lp in loops:
+        if lp.get("wait_line") == line:
+            return lp
+    if len(loops) == 1 and loops[0].get("wait_line") is None:
+        return loops[0]
+    raise EvidenceError(f"probe site {op_id} waits at TTGIR line {line}, a loop the traced reference did not trace "
+                        f"(traced: {[lp.get('wait_line') for lp in loops]})")
 
 
 @register_synthesis("async_completion_latency")
 def synth_async_completion(ctx) -> dict:
     """Per (op, iteration): issue-to-completion latency from its forced-wait probe (derived), joined
-    to the reference run's same iteration by (op ID, iteration) — never by timestamps."""
+    to the reference run's same iteration by (op ID, iteration) — never by timestamps.
+
+    With a Triton traced reference the join is on the site's own loop (its consumer wait), and the
+    CTAs that recorded the probe must be exactly the CTAs whose loop runs the iteration (trip count >
+    iteration) in every probe launch, else :class:`EvidenceError`. An iteration no CTA runs (and no
+    CTA recorded) is reported as not reached: no value, ``join.reached`` false."""
     facts = _Facts(ctx)
-    ref_task, reference, ref_key = _probe_reference(ctx)
+    ref_task, reference, ref_key, loops_ref = _probe_reference(ctx)
     refs = [ref_task]
     sites_task = [t for t in ctx.deps.values() if t.kind == "control"]
     sites = {}
@@ -410,20 +492,86 @@ def synth_async_completion(ctx) -> dict:
         doc = _load(path, "argus.op_events/1")
         cols = _columns(doc, ("op_id", "iteration", "issue", "complete"), str(path))
         sel = (cols["op_id"] == op_id) & (cols["iteration"] == it)
-        for name, col in (("sms", "sm"), ("ctas", "cta")):
+        in_ctas = sel  # the CTA-set check looks at the chosen CTAs, on whichever SM they ran
+        for name, col in (("ctas", "cta"), ("sms", "sm")):
             chosen = ctx.task.scope.get(name)
             if chosen is not None:
                 if col not in cols:
                     raise ScopeError(f"{path}: scope {name} needs column {col!r}, which the probe events lack")
-                sel &= np.isin(cols[col], chosen)
+                sel = sel & np.isin(cols[col], chosen)
+            if name == "ctas":
+                in_ctas = sel
         d = (cols["complete"][sel] - cols["issue"][sel]).astype(np.float64)
         region = sites.get(op_id, {}).get("region", ctx.region)
-        notes = [] if d.size else [f"the probe run recorded no event for {op_id} at iteration {it}"]
+        extra = {"op_id": op_id, "iteration": it, "reference_task": refs[0].id, "probe_program": t.program}
+        notes = []
+        if loops_ref is None:
+            extra[ref_key] = reference(region, it)
+            if not d.size:
+                notes = [f"the probe run recorded no event for {op_id} at iteration {it}"]
+        else:
+            reached, ref_wait, join_notes, join_extra = _join_traced_loop(
+                ctx, loops_ref, sites.get(op_id, {}), op_id, it, doc, cols, in_ctas, str(path))
+            extra.update(join_extra)
+            extra[ref_key] = ref_wait
+            notes = join_notes
+            if not reached:
+                facts.add(region, f"{op_id}@{it}", None, samples=0, method="forced-wait probe", notes=notes,
+                          unit=doc.get("clock", "ns"), extra=extra)
+                continue
         facts.add(region, f"{op_id}@{it}", float(d.mean()) if d.size else None, samples=d.size,
-                  method="forced-wait probe", notes=notes, unit=doc.get("clock", "ns"),
-                  extra={"op_id": op_id, "iteration": it, ref_key: reference(region, it),
-                         "reference_task": refs[0].id, "probe_program": t.program})
+                  method="forced-wait probe", notes=notes, unit=doc.get("clock", "ns"), extra=extra)
     return facts.write()
+
+
+def _join_traced_loop(ctx, reference: dict, site: dict, op_id: str, it: int, doc: dict, cols: dict, sel, where: str):
+    """(reached, reference wait ns, notes, join extra) of one probe against a Triton traced reference.
+    ``sel``: the probe's rows in the scope's CTAs (not narrowed to SMs: which SM a CTA ran on is per run).
+
+    Checks that each probe launch was recorded by exactly the CTAs (within the scope's ``ctas``) whose
+    loop runs iteration ``it`` in the reference. A site outside every traced loop has no reference and
+    no CTA set to check against: it must be recorded by the same, non-empty set of CTAs in every launch."""
+    from .kinds.triton.probes import ProbeError, check_probe_ctas
+
+    chosen = ctx.task.scope.get("ctas")
+    n_ctas = doc.get("ctas") or reference.get("ctas")
+    launches = doc.get("launches")
+    launch_col = cols["launch"] if "launch" in cols else np.zeros(len(cols["op_id"]), dtype=np.int64)
+    cta_col = cols["cta"] if "cta" in cols else None
+    if cta_col is None:
+        raise EvidenceError(f"{where}: the probe events have no 'cta' column, so the CTAs that recorded probe "
+                            f"{op_id}@{it} cannot be checked against the traced reference")
+    launch_ids = range(int(launches)) if launches else sorted(set(launch_col[sel].tolist())) or [0]
+    recorded = {int(la): set(cta_col[sel & (launch_col == la)].astype(int).tolist()) for la in launch_ids}
+    loop = _site_loop(reference, site, op_id)
+    if loop is None:
+        sets = list(recorded.values())
+        if not sets or not sets[0] or any(s != sets[0] for s in sets):
+            raise EvidenceError(f"probe {op_id}@{it} (outside every traced loop) was recorded by "
+                                f"{[len(s) for s in sets]} CTAs per launch: with no traced loop to say which CTAs "
+                                "run it, it must be recorded by the same CTAs, at least one, in every launch")
+        n = len(sets[0])
+        notes = [f"over {n} of {n_ctas} CTAs; outside the traced loops: no reference wait"]
+        return True, None, notes, {"ctas": n, "of_ctas": n_ctas, "reached": True}
+    trips = {int(c): int(v) for c, v in (loop.get("trips_by_cta") or {}).items()}
+    if not trips:  # facts written before per-CTA trips: every CTA of the probe ran every trip
+        trips = {c: it + 1 for s in recorded.values() for c in s}
+    expected = {c for c in trips if trips[c] > it and (chosen is None or c in chosen)}
+    try:
+        reached = check_probe_ctas(op_id, it, expected, recorded, n_ctas)
+    except ProbeError as exc:
+        raise EvidenceError(f"{where}: {exc}") from None
+    line = loop.get("wait_line")
+    where_loop = f"the loop waiting at TTGIR line {line}" if line else "the traced loop"
+    if not reached:
+        of = f"{len(trips)} CTAs" if chosen is None else f"the {len(chosen)} CTAs in scope"
+        notes = [f"not reached: no CTA runs iteration {it} of {where_loop} (traced reference: 0 of {of}; probe: "
+                 f"none recorded in {len(recorded)} launch(es))"]
+        return False, None, notes, {"ctas": 0, "of_ctas": n_ctas, "reached": False, "wait_line": line}
+    wait = loop.get("median_by_iteration", {}).get(str(it))
+    n = len(expected)
+    note = f"over {n} of {n_ctas} CTAs" + ("" if n == n_ctas else f" (the CTAs whose loop runs iteration {it})")
+    return True, wait, [note], {"ctas": n, "of_ctas": n_ctas, "reached": True, "wait_line": line}
 
 
 @register_synthesis("system_timeline")

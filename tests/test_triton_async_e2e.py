@@ -145,8 +145,8 @@ def test_iteration_waits_document_agrees_with_the_benchmark_helper():
         sel = cols["iteration"] == it
         assert np.median(cols["end"][sel] - cols["begin"][sel]) == ref[it]
     buf2 = buf.copy()
-    buf2[2 * (iters * 1 + 3)] = 0  # CTA 1, iteration 3 never recorded
-    with pytest.raises(P.ProbeError, match="first: CTA 1, iteration 3"):
+    buf2[2 * (iters * 1 + 3)] = buf2[2 * (iters * 1 + 3) + 1] = 0  # CTA 1, iteration 3 never recorded, 4.. were
+    with pytest.raises(P.ProbeError, match="CTA 1 did not record iteration 3 of loop 0 but recorded iteration 4"):
         P.iteration_waits_document(buf2, n, iters)
 
 

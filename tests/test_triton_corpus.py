@@ -16,7 +16,7 @@ triton = pytest.importorskip("triton")
 
 from argus_rt.cli import main  # noqa: E402
 from argus_rt.kinds.triton.async_sites import discover  # noqa: E402
-from argus_rt.kinds.triton.probes import make_forced_wait_probe, make_iteration_trace  # noqa: E402
+from argus_rt.kinds.triton.probes import ProbeError, make_forced_wait_probe, make_iteration_trace  # noqa: E402
 from argus_rt.kinds.triton.program import KernelConfigError, program_ttgir, unwrap_kernel  # noqa: E402
 from argus_rt.kinds.triton.region_trace import make_region_trace  # noqa: E402
 from argus_rt.kinds.triton.ttgir_module import parse_module, text_name  # noqa: E402
@@ -145,9 +145,18 @@ def test_causal_loop_with_a_run_time_lower_bound_is_traced_and_probed(compiled, 
     assert f"arith.subi {text_name(loop.iv)}, {text_name(loop.lower)} : i32" in traced.ttgir
     d = discover(ttgir, None, iterations=iterations)
     second = [s for s in d.sites if s.kind == "tma_load" and s.label == "k"][-1]
-    probe = make_forced_wait_probe(ttgir, d, second.op_id, 5)  # a loop instance: the trip is selected at run time
-    assert f"arith.addi {text_name(loop.lower)}, %argus_trip_toff" in probe.ttgir
-    assert "%globaltimer" in make_iteration_trace(ttgir, d)
+    # the diagonal loop runs [m * BLOCK_M, (m + 1) * BLOCK_M) step BLOCK_N: 2 trips in every CTA, both
+    # served by prologue copies (num_stages=3), so no probe is planned for a trip no CTA runs
+    assert second.iterations == [0, 1] and second.completion.loop_trips == 2
+    with pytest.raises(ProbeError, match=r"iteration 5 is not served .* valid iterations: \[0, 1\]"):
+        make_forced_wait_probe(ttgir, d, second.op_id, 5)
+    assert "%argus_pbar" in make_forced_wait_probe(ttgir, d, second.op_id, 1).ttgir
+    # a trip of this loop, were one selected, is found at run time from its SSA lower bound
+    from argus_rt.kinds.triton.ttgir_edit import iv_for_trip_lines
+
+    lines, _ = iv_for_trip_lines("", "argus_trip", module, loop, 5)
+    assert f"arith.addi {text_name(loop.lower)}, %argus_trip_toff" in "\n".join(lines)
+    assert make_iteration_trace(ttgir, d).count("%globaltimer") == 4  # both loops' consumer waits
     from argus_rt.kinds.triton.probes import compile_ttgir
 
     k = compile_ttgir(traced.ttgir, tmp_path, "causal_traced")  # the GPU compile path, on the CPU
@@ -233,7 +242,10 @@ def test_runtime_discovery_expander_and_probe_transform_on_causal_attention(comp
     assert len(transforms) == sum(len(s["iterations"]) for s in tma)
     assert tma[2]["label"] == "k" and tma[2]["call_site"] != tma[0]["call_site"]
     second_loop_k = tma[2]["op_id"]  # the diagonal block's call: its loop has the run-time lower bound
-    task = next(t for t in transforms if t.config["op_id"] == second_loop_k and t.config["iteration"] == 3)
+    # below the diagonal the trip count depends on the CTA: every iteration up to launch.iterations is
+    # probed; the diagonal loop runs 2 trips in every CTA: only those are probed
+    assert [len(s["iterations"]) for s in tma] == [16, 16, 2, 2] and len(transforms) == 36
+    task = next(t for t in transforms if t.config["op_id"] == second_loop_k and t.config["iteration"] == 1)
     out = get_handler("transform", "forced_wait_probe", "triton")(ctx(task))
     assert Path(out["cubin"]).stat().st_size > 0 and "%argus_pbar" in Path(out["ttgir"]).read_text()
 
@@ -246,7 +258,8 @@ def test_tma_probes_build_and_verify(compiled, name):
     program, _, ttgir = compiled[name]
     d = discover(ttgir, None, iterations=program.launch["iterations"])
     picked = [(s, i) for s in d.sites if s.kind == "tma_load" for i in s.iterations if i in (0, 1, 2, s.iterations[-1])]
-    assert len(picked) == 1 + 4 * 2 * (2 if name == "attention_causal" else 1)
+    # the causal kernel's diagonal loop runs 2 trips in every CTA: its K and V loads serve iterations 0, 1
+    assert len(picked) == 1 + 4 * 2 + (2 * 2 if name == "attention_causal" else 0)
     probes = {make_forced_wait_probe(ttgir, d, s.op_id, i).variant_hash for s, i in picked}
     assert len(probes) == len(picked)
 

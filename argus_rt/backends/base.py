@@ -66,11 +66,15 @@ may be published too and are kept for provenance):
     ``{"format", "method": "sass_cfg+ncu"|"nvbit"|..., "entries": [[pc_key, region_id, n], ...]}``: n(r,p).
 ``argus.op_events/1`` (trace backend on a probe variant)
     ``{"format", "clock", "columns": {"op_id": [...], "iteration": [...], "issue": [...], "complete": [...],
-    "sm": [...], "cta": [...]}}``: issue and completion time of probed async operations.
+    "sm": [...], "cta": [...], "launch": [...]}, "ctas": grid size, "recorded": CTAs with a row}``: issue
+    and completion time of probed async operations, one row per CTA that ran the probed iteration.
 ``argus.iteration_waits/1`` (trace backend on a Triton program's traced reference)
-    ``{"format", "clock": "ns", "wait": str (what was timed), "columns": {"cta": [...], "iteration": [...],
-    "begin": [...], "end": [...], "launch": [...]}}``: per CTA and loop iteration, how long the consumer
-    waited for that iteration's async loads in an unprobed run (the reference side of probe joins).
+    ``{"format", "clock": "ns", "wait": str (what was timed), "ctas": grid size,
+    "loops": [{"loop", "wait_line"}], "columns": {"cta": [...], "loop": [...], "iteration": [...],
+    "begin": [...], "end": [...], "trips": [...], "launch": [...]},
+    "trips": {"cta", "loop", "trips", "launch"}}``: per CTA, traced loop and iteration the CTA ran, how long
+    the consumer waited for that iteration's async loads in an unprobed run (the reference side of probe
+    joins); ``trips``: each (CTA, loop)'s trip count, zeros included (a loop's trips may differ per CTA).
 ``argus.async_sites/1`` (a discovery Control task)
     ``{"format", "sites": [{"op_id": str, "kind": "tma_load"|"wgmma"|"cp_async", "region": qualified name,
     "iterations": [int, ...], "completion": {...}}]}``.

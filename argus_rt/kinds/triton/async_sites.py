@@ -16,6 +16,12 @@ Output: every supported async site in the region's subtree, each with
   Discovery does not assume this: it *interprets* the loop's scalar integer ops trip by trip
   (:mod:`argus_rt.kinds.triton.loop_trips`) and checks that the slot each producer instance signals
   is the slot the consumer waits on for the iteration it is mapped to. A mismatch is an error.
+  A loop's trips may differ between CTAs (causal attention: the key loop below the diagonal runs
+  ``2 * program_id`` trips). ``iterations`` (the program's ``launch.iterations``) bounds every loop;
+  a loop whose trip count is the same in every CTA (:func:`.loop_trips.static_trip_count`, e.g. the
+  diagonal loop's 2) serves only its own trips, so no probe is planned for a trip no CTA runs. Where
+  the count depends on the CTA, discovery cannot know it on the CPU: the traced reference records
+  each CTA's trips, and synthesis reports an iteration no CTA runs as not reached.
 
 Region membership is decided by source call stack (:mod:`argus_rt.kinds.triton.ttgir_regions`).
 """
@@ -26,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 
 from ...errors import ArgusInputError
 from ...regions import RegionError, RegionTree
-from .loop_trips import simulate_loop
+from .loop_trips import simulate_loop, static_trip_count
 from .ttgir_locations import Location, SourceLoc
 from .ttgir_module import ForLoop, Module, Op, element_bytes, memdesc_shape, parse_module
 from .ttgir_regions import HELPER_REGIONS, RegionSpan, innermost, region_spans
@@ -87,6 +93,9 @@ class Completion:
     wait_line: int | None = None
     wait_count: int | None = None
     commit_line: int | None = None
+    # the trip count of the op's loop when it is the same in every CTA (None: varies per CTA or not
+    # known on the CPU; the program's ``iterations`` bounds it); not set for ops outside loops
+    loop_trips: int | None = None
 
     def describe(self, iteration: int | None = None) -> str:
         if self.kind == "mbarrier":
@@ -235,6 +244,13 @@ def _consumer_wait(module: Module, loop: ForLoop, alloc: str) -> tuple[Op, str |
                              "cannot recover the phase that signals completion")
 
 
+def loop_iterations(module: Module, loop: ForLoop, iterations: int) -> tuple[int, int | None]:
+    """(logical iterations ``loop`` can serve, its static trip count or None): the program's
+    ``iterations``, lowered to the loop's own trip count when that is the same in every CTA."""
+    static = static_trip_count(module, loop)
+    return (iterations if static is None else min(iterations, static)), static
+
+
 def _analyse_tma(module: Module, ops: list[Op], iterations: int) -> tuple[list[Instance], Completion]:
     first = ops[0]
     bar, _pred, nbytes = tma_parts(module, first)
@@ -262,6 +278,7 @@ def _analyse_tma(module: Module, ops: list[Op], iterations: int) -> tuple[list[I
         raise UnsupportedOpError(f"{first}: one in-loop copy per logical op is supported; found {len(in_loop)} "
                                  f"copies in {len(loop_ids)} loop(s)")
     loop = module.loops[in_loop[0].loop]
+    iterations, completion.loop_trips = loop_iterations(module, loop, iterations)
     prologue = [o for o in outside if o.index < loop.op.index]
     distance = len(prologue)
     wait_op, wait_slot, wait_phase = _consumer_wait(module, loop, alloc)
@@ -317,8 +334,12 @@ def _analyse_wgmma(module: Module, ops: list[Op], iterations: int) -> tuple[list
         raise UnsupportedOpError(f"{op}: no {WGMMA_WAIT} after it; its completion is unknown")
     pend = module.int_attr(wait, "pendings")
     placement = "loop" if op.loop is not None else "straight"
+    trips = None
+    if op.loop is not None:
+        iterations, trips = loop_iterations(module, module.loops[op.loop], iterations)
     its = list(range(iterations)) if op.loop is not None else [0]
-    return [Instance(op.line_no, placement, its)], Completion("wgmma_wait", wait_line=wait.line_no, wait_count=pend)
+    return [Instance(op.line_no, placement, its)], Completion("wgmma_wait", wait_line=wait.line_no, wait_count=pend,
+                                                             loop_trips=trips)
 
 
 def _carried_aliases(module: Module, start: set[str]) -> set[str]:
@@ -353,12 +374,15 @@ def _analyse_cp_async(module: Module, ops: list[Op], iterations: int) -> tuple[l
                                  "its completion is unknown")
     in_loop = [o for o in ops if o.loop is not None]
     prologue = [o for o in ops if o.loop is None]
+    trips = None
+    if in_loop:
+        iterations, trips = loop_iterations(module, module.loops[in_loop[0].loop], iterations)
     instances = [Instance(o.line_no, "prologue", [k]) for k, o in enumerate(prologue) if k < iterations]
     if in_loop:
         instances.append(Instance(in_loop[0].line_no, "loop", list(range(len(prologue), iterations)),
                                   trip_offset=len(prologue)))
     return instances, Completion("cp_async_group", commit_line=commit.line_no, wait_line=wait.line_no,
-                                 wait_count=module.int_attr(wait, "num"))
+                                 wait_count=module.int_attr(wait, "num"), loop_trips=trips)
 
 
 def _label(op: Op) -> str:

@@ -79,3 +79,54 @@ def simulate_loop(module: Module, loop: ForLoop, trips: int) -> list[dict[str, i
         if loop.yield_op is not None:  # a loop without iter_args prints no yield
             carried = [env.get(y, module.constant_int(y)) for y in loop.yield_op.operands]
     return out
+
+
+# ---- trip counts the same in every CTA --------------------------------------------------------------
+_AFFINE_OPS = ("arith.addi", "arith.subi", "arith.muli")
+
+
+def _affine(module: Module, ssa: str, depth: int = 0) -> dict[str, int]:
+    """``ssa`` as an exact affine form ``{symbol: coefficient, "": constant}`` over opaque values.
+
+    Only ``arith.addi`` / ``subi`` / ``muli`` (by a constant) are expanded; anything else (a kernel
+    argument, ``tt.get_program_id``, an induction variable, a cast, a division) is its own symbol, so
+    the form is exact in the integers modulo 2^width, the arithmetic the kernel does."""
+    c = module.constant_int(ssa)
+    if c is not None:
+        return {"": c}
+    op = module.defs.get(ssa)
+    if op is None or op.name not in _AFFINE_OPS or len(op.operands) != 2 or depth > 64:
+        return {ssa: 1}
+    a, b = (_affine(module, o, depth + 1) for o in op.operands)
+    if op.name == "arith.muli":
+        if set(a) == {""}:
+            a, b = b, a
+        if set(b) != {""}:
+            return {ssa: 1}  # a product of two run-time values: opaque
+        return {k: v * b[""] for k, v in a.items()}
+    sign = 1 if op.name == "arith.addi" else -1
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + sign * v
+    return {k: v for k, v in out.items() if v or k == ""}
+
+
+def static_trip_count(module: Module, loop: ForLoop) -> int | None:
+    """The loop's trip count when it is the same in every CTA and every launch, else None.
+
+    ``ceil((ub - lb) / step)`` when ``ub - lb`` reduces to a constant (:func:`_affine`: the run-time
+    terms cancel) and the step is a positive constant. Causal attention's diagonal loop runs
+    ``[m * BLOCK_M, (m + 1) * BLOCK_M)``: two trips of 64 in every CTA, whatever its program id;
+    its off-diagonal loop ``[0, m * BLOCK_M)`` runs a trip count that depends on the CTA (None).
+    None means "not known on the CPU", never "zero". (Assumes ``ub - lb`` does not overflow the
+    induction variable's type, as the loop itself does.)"""
+    step = module.constant_int(loop.step)
+    if step is None or step <= 0:
+        return None
+    diff = _affine(module, loop.upper)
+    for k, v in _affine(module, loop.lower).items():
+        diff[k] = diff.get(k, 0) - v
+    if any(v for k, v in diff.items() if k != ""):
+        return None
+    span = diff.get("", 0)
+    return max(0, -(-span // step))

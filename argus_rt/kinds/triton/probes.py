@@ -229,56 +229,78 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
 
 
 # ---- traced reference: per-iteration consumer wait, for the join ------------------------------------
+# A loop's trip count may differ between CTAs (causal attention: the key loop below the diagonal runs
+# 2 * program_id trips, the diagonal loop 2). Each CTA records the trips it runs, 0 .. t_c - 1, in the
+# first t_c records of its slice; the rest stay zero. So per CTA the recorded trips must be a prefix:
+# a missing trip followed by a recorded later one is a recording failure, never a short loop.
+
+
+def traced_wait_lines(discovery: Discovery) -> list[int]:
+    """TTGIR lines of the consumer ``wait_barrier`` s the traced reference times: one per loop that
+    holds a pipelined TMA load's consumer wait, in TTGIR order (its loop index in the buffer)."""
+    return sorted({s.completion.consumer_wait_line for s in discovery.sites
+                   if s.kind == "tma_load" and s.completion.consumer_wait_line})
+
+
 def make_iteration_trace(ttgir: str, discovery: Discovery) -> str:
     """The traced reference variant: around the consumer's ``wait_barrier`` of every loop trip,
-    read ``%globaltimer`` before and after and store them (``iterations`` ``ArgusIterationWait``
-    records per CTA: ``csrc/argus/argus_iteration_wait.h``) in the extra argument ``argus_probe_out``.
+    read ``%globaltimer`` before and after and store them in the extra argument ``argus_probe_out``.
 
-    This is the reference side of the join: for iteration i it says how long the consumer waited
-    for iteration i's tiles in an unprobed run (observed), next to the probe's issue-to-completion
-    latency of each load of iteration i (derived).
+    Every loop with a pipelined TMA load's consumer wait is traced (:func:`traced_wait_lines`; causal
+    attention has two: below the diagonal and on it). Per CTA the buffer holds, for each traced loop
+    in TTGIR order, ``iterations`` ``ArgusIterationWait`` records (``csrc/argus/argus_iteration_wait.h``):
+    record t is trip t of that loop; a CTA that runs t_c trips writes records 0 .. t_c - 1 (trips past
+    ``iterations`` are not stored).
+
+    This is the reference side of the join: for iteration i of a loop it says how long the consumer
+    waited for iteration i's tiles in an unprobed run (observed), next to the probe's issue-to-completion
+    latency of each load of that loop's iteration i (derived).
     """
     module = parse_module(ttgir)
-    tma = [s for s in discovery.sites if s.kind == "tma_load" and s.completion.consumer_wait_line]
-    if not tma:
+    lines_of_waits = traced_wait_lines(discovery)
+    if not lines_of_waits:
         raise ProbeError(f"kernel {discovery.kernel!r} has no pipelined TMA load with a consumer wait to trace")
-    wait = module.op_at_line(tma[0].completion.consumer_wait_line)
-    loop = module.loop_of(wait)
-    words = ITERATION_WAIT_WORDS * discovery.iterations
+    waits = [module.op_at_line(line) for line in lines_of_waits]
+    per_loop = ITERATION_WAIT_WORDS * discovery.iterations
     begin_w, end_w = word(ITERATION_WAIT_DTYPE, "begin_ns"), word(ITERATION_WAIT_DTYPE, "end_ns")
     lines = lines_with_pointer_arg(module, PROBE_ARG)
     first = module.ops[0]
     fi = _indent(first.text)
-    setup = cta_slice_lines(fi, "argus", PROBE_ARG, words) + [
+    setup = cta_slice_lines(fi, "argus", PROBE_ARG, per_loop * len(waits)) + [
         f"{fi}%argus_two = arith.constant {ITERATION_WAIT_WORDS} : i32",
         f"{fi}%argus_one = arith.constant {end_w - begin_w} : i32",
         f"{fi}%argus_niter = arith.constant {discovery.iterations} : i32",
     ]
-    ind, loc = _indent(wait.text), _loc_suffix(wait.text)
+    edits: dict[int, tuple[list[str], list[str]]] = {}
+    for j, wait in enumerate(waits):
+        loop = module.loop_of(wait)
+        ind, loc = _indent(wait.text), _loc_suffix(wait.text)
+        p = "%argus" if j == 0 else f"%argus_l{j}"  # loop 0 keeps the single-loop names
 
-    def timer(name: str) -> str:
-        return special_reg_line(ind, name, "%globaltimer", loc)
+        def timer(name: str, ind=ind, loc=loc) -> str:
+            return special_reg_line(ind, name, "%globaltimer", loc)
 
-    trip_lines, trip = trip_index_lines(ind, "argus", loop, loc)
-    # off0: the trip's begin_ns word (its record's first word, plus begin's position in the record)
-    off0_lines = [f"{ind}%argus_off0 = arith.muli {trip}, %argus_two : i32{loc}"]
-    if begin_w:
-        off0_lines = [f"{ind}%argus_offr = arith.muli {trip}, %argus_two : i32{loc}",
-                      f"{ind}%argus_offb = arith.constant {begin_w} : i32{loc}",
-                      f"{ind}%argus_off0 = arith.addi %argus_offr, %argus_offb : i32{loc}"]
-    before = trip_lines + [f"{ind}%argus_in = arith.cmpi slt, {trip}, %argus_niter : i32{loc}"] + off0_lines + [
-        f"{ind}%argus_off1 = arith.addi %argus_off0, %argus_one : i32{loc}",
-        f"{ind}%argus_q0 = tt.addptr %argus_p0, %argus_off0 : !tt.ptr<i64>, i32{loc}",
-        f"{ind}%argus_q1 = tt.addptr %argus_p0, %argus_off1 : !tt.ptr<i64>, i32{loc}",
-        timer("%argus_w0"),
-    ]
-    after = [timer("%argus_w1"),
-             f"{ind}tt.store %argus_q0, %argus_w0, %argus_in : !tt.ptr<i64>{loc}",
-             f"{ind}tt.store %argus_q1, %argus_w1, %argus_in : !tt.ptr<i64>{loc}"]
+        trip_lines, trip = trip_index_lines(ind, p.lstrip("%"), loop, loc)
+        first_word = j * per_loop + begin_w  # this loop's block, then begin_ns's position in the record
+        off0_lines = [f"{ind}{p}_off0 = arith.muli {trip}, %argus_two : i32{loc}"]
+        if first_word:
+            off0_lines = [f"{ind}{p}_offr = arith.muli {trip}, %argus_two : i32{loc}",
+                          f"{ind}{p}_offb = arith.constant {first_word} : i32{loc}",
+                          f"{ind}{p}_off0 = arith.addi {p}_offr, {p}_offb : i32{loc}"]
+        before = trip_lines + [f"{ind}{p}_in = arith.cmpi slt, {trip}, %argus_niter : i32{loc}"] + off0_lines + [
+            f"{ind}{p}_off1 = arith.addi {p}_off0, %argus_one : i32{loc}",
+            f"{ind}{p}_q0 = tt.addptr %argus_p0, {p}_off0 : !tt.ptr<i64>, i32{loc}",
+            f"{ind}{p}_q1 = tt.addptr %argus_p0, {p}_off1 : !tt.ptr<i64>, i32{loc}",
+            timer(f"{p}_w0"),
+        ]
+        after = [timer(f"{p}_w1"),
+                 f"{ind}tt.store {p}_q0, {p}_w0, {p}_in : !tt.ptr<i64>{loc}",
+                 f"{ind}tt.store {p}_q1, {p}_w1, {p}_in : !tt.ptr<i64>{loc}"]
+        edits[wait.line_no - 1] = (before, after)
     out = []
     for i, text in enumerate(lines):
-        if i == wait.line_no - 1:
-            out += before + [text] + after
+        if i in edits:
+            out += edits[i][0] + [text] + edits[i][1]
             continue
         if i == first.line_no - 1:
             out += setup
@@ -286,82 +308,208 @@ def make_iteration_trace(ttgir: str, discovery: Discovery) -> str:
     return checked_edit("\n".join(out) + "\n", module, "traced reference")
 
 
-# ---- synthesis: join probes with the traced reference by (op ID, iteration) ---------------------------
+def _wait_records(buffer, n_ctas: int, iterations: int, loops: int):
+    """The traced reference's buffer as (CTA, loop, trip) records, and each (CTA, loop)'s observed
+    trip count. :class:`ProbeError` naming the CTA, loop and trip if the recorded trips of a CTA are
+    not a prefix 0 .. t_c - 1 (a hole before a recorded trip), or a wait ends before it begins."""
+    import numpy as np
+
+    rec = records(buffer, ITERATION_WAIT_DTYPE, n_ctas, loops * iterations).reshape(n_ctas, loops, iterations)
+    written = rec["begin_ns"] != 0
+    partial = ~written & (rec["end_ns"] != 0)
+    if partial.any():  # begin and end are stored under one predicate: both or neither
+        cta, loop, it = (int(x[0]) for x in np.nonzero(partial))
+        raise ProbeError(f"the traced reference's CTA {cta}, loop {loop}, iteration {it} has an end but no begin "
+                         "timestamp: the buffer is not what the trace writes")
+    trips = np.where(written.all(axis=2), iterations, written.argmin(axis=2))  # the recorded prefix's length
+    hole = written & (np.arange(iterations) >= trips[:, :, None])  # recorded past the CTA's first gap
+    if hole.any():
+        cta, loop, it = (int(x[0]) for x in np.nonzero(hole))
+        gap = int(trips[cta, loop])
+        raise ProbeError(f"the traced reference's CTA {cta} did not record iteration {gap} of loop {loop} but "
+                         f"recorded iteration {it} after it: {int(hole.sum())} (CTA, loop, iteration) wait(s) "
+                         "past a gap (a CTA runs trips 0 .. t-1; a gap is a recording failure)")
+    bad = written & (rec["end_ns"] < rec["begin_ns"])
+    if bad.any():
+        cta, loop, it = (int(x[0]) for x in np.nonzero(bad))
+        raise ProbeError(f"the traced reference's CTA {cta}, loop {loop}, iteration {it}: the wait ends before "
+                         "it begins (end timestamp missing or the clock went backwards)")
+    return rec, trips
+
+
+def observed_trips(buffer, n_ctas: int, iterations: int, loops: int = 1):
+    """Each CTA's trip count per traced loop, ``(n_ctas, loops)``, from the traced reference's buffer
+    (at most ``iterations``: trips past it are not stored). Raises as :func:`_wait_records`."""
+    return _wait_records(buffer, n_ctas, iterations, loops)[1]
+
+
+def iteration_wait_stats(buffer, n_ctas: int, iterations: int, *, loops: int = 1, loop: int = 0) -> dict[int, dict]:
+    """Per iteration of traced loop ``loop``: median of the consumer's wait (ns) over the CTAs that ran
+    it, and how many did (``{"median_ns", "ctas", "of_ctas"}``). An iteration no CTA ran is absent."""
+    import numpy as np
+
+    rec, trips = _wait_records(buffer, n_ctas, iterations, loops)
+    waits = rec["end_ns"][:, loop] - rec["begin_ns"][:, loop]
+    out = {}
+    for i in range(iterations):
+        ran = trips[:, loop] > i
+        if ran.any():
+            out[i] = {"median_ns": float(np.median(waits[ran, i])), "ctas": int(ran.sum()), "of_ctas": n_ctas}
+    return out
+
+
+def iteration_waits(buffer, n_ctas: int, iterations: int, *, loops: int = 1, loop: int = 0) -> dict[int, float]:
+    """Median over the CTAs that ran it of the consumer's wait (ns) per iteration of traced loop
+    ``loop``, from the traced reference buffer; iterations no CTA ran are absent
+    (:func:`iteration_wait_stats` says over how many CTAs)."""
+    return {i: s["median_ns"] for i, s in iteration_wait_stats(buffer, n_ctas, iterations, loops=loops,
+                                                                loop=loop).items()}
+
+
+def iteration_waits_document(buffer, n_ctas: int, iterations: int, *, wait: str = "", launch: int = 0,
+                             wait_lines: tuple[int | None, ...] = (None,)) -> dict:
+    """``argus.iteration_waits/1`` evidence of one traced-reference launch: one row per (CTA, loop,
+    iteration) the CTA ran, begin and end of the consumer's wait in ns (``%globaltimer``, one clock
+    within the run), and the CTA's trip count of that loop (``trips``).
+
+    ``wait_lines``: the consumer wait's TTGIR line of each traced loop (:func:`traced_wait_lines`;
+    ``(None,)``: one loop, unnamed). ``loops`` maps the ``loop`` column to them; ``trips`` holds every
+    (CTA, loop)'s trip count, zeros included (a CTA that runs no trip has no row); ``ctas``: the grid."""
+    import numpy as np
+
+    loops = len(wait_lines)
+    rec, trips = _wait_records(buffer, n_ctas, iterations, loops)
+    cta, loop, it = np.meshgrid(np.arange(n_ctas), np.arange(loops), np.arange(iterations), indexing="ij")
+    ran = it < trips[:, :, None]
+    tc, tl = np.meshgrid(np.arange(n_ctas), np.arange(loops), indexing="ij")
+    return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": wait, "ctas": n_ctas,
+            "loops": [{"loop": j, "wait_line": line} for j, line in enumerate(wait_lines)],
+            "columns": {
+                "cta": cta[ran].tolist(), "loop": loop[ran].tolist(), "iteration": it[ran].tolist(),
+                "begin": rec["begin_ns"][ran].tolist(), "end": rec["end_ns"][ran].tolist(),
+                "trips": np.broadcast_to(trips[:, :, None], ran.shape)[ran].tolist(),
+                "launch": [launch] * int(ran.sum())},
+            "trips": {"cta": tc.ravel().tolist(), "loop": tl.ravel().tolist(), "trips": trips.ravel().tolist(),
+                      "launch": [launch] * (n_ctas * loops)}}
+
+
+# ---- synthesis helpers: probes joined with the traced reference by (loop, iteration) ----------------
+def _probe_rows(buffer, n_ctas: int):
+    """The probe buffer's records and which CTAs recorded the probe (``issue_ns`` written); a record
+    with an issue but no later completion is a recording failure (:class:`ProbeError`, naming the CTA)."""
+    import numpy as np
+
+    rec = records(buffer, PROBE_RECORD_DTYPE, n_ctas)[:, 0]
+    written = rec["issue_ns"] != 0
+    partial = ~written & np.any([rec[f] != 0 for f in PROBE_RECORD_DTYPE.names], axis=0)
+    if partial.any():  # the probe stores every field under one predicate: all or none
+        raise ProbeError(f"{int(partial.sum())} CTA(s) wrote part of a probe record without its issue timestamp "
+                         f"(first: CTA {int(np.nonzero(partial)[0][0])}): the buffer is not what the probe writes")
+    bad = written & (rec["complete_ns"] < rec["issue_ns"])
+    if bad.any():
+        raise ProbeError(f"{int(bad.sum())} of {int(written.sum())} recording CTAs have a completion before the "
+                         f"issue (first: CTA {int(np.nonzero(bad)[0][0])}): completion missing or timestamps "
+                         "went backwards")
+    return rec, written
+
+
 def probe_latencies(buffer, n_ctas: int) -> dict:
     """Issue-to-completion latency of one probe from its ``argus_probe_out`` buffer (``n_ctas``
-    ``ArgusProbeRecord``): median / min / max over CTAs, in ns (``%globaltimer``) and cycles (``%clock64``)."""
+    ``ArgusProbeRecord``): median / min / max over the CTAs that recorded it, in ns (``%globaltimer``)
+    and cycles (``%clock64``). Only the CTAs that run the probed iteration record it (a causal loop's
+    trip count differs per CTA); ``recorded`` says how many did. :class:`ProbeError` if none did."""
     import numpy as np
 
-    rec = records(buffer, PROBE_RECORD_DTYPE, n_ctas)[:, 0]
-    written = (rec["issue_ns"] != 0) & (rec["complete_ns"] >= rec["issue_ns"])
-    if not written.all():
-        raise ProbeError(f"{int((~written).sum())} of {n_ctas} CTAs did not record the probe "
-                         "(the selected instance never ran, or timestamps went backwards)")
+    rec, written = _probe_rows(buffer, n_ctas)
+    if not written.any():
+        raise ProbeError(f"none of {n_ctas} CTAs recorded the probe (the selected instance never ran)")
+    rec = rec[written]
     ns = rec["complete_ns"] - rec["issue_ns"]
     cyc = rec["complete_cycles"] - rec["issue_cycles"]
-    return {"ctas": n_ctas, "latency_ns_median": float(np.median(ns)), "latency_ns_min": int(ns.min()),
-            "latency_ns_max": int(ns.max()), "latency_cycles_median": float(np.median(cyc))}
+    return {"ctas": n_ctas, "recorded": int(written.sum()), "latency_ns_median": float(np.median(ns)),
+            "latency_ns_min": int(ns.min()), "latency_ns_max": int(ns.max()),
+            "latency_cycles_median": float(np.median(cyc))}
 
 
-def op_events_document(buffer, n_ctas: int, op_id: int, iteration: int) -> dict:
-    """``argus.op_events/1`` evidence of one probe run: one row per CTA (issue and completion in ns)."""
-    rec = records(buffer, PROBE_RECORD_DTYPE, n_ctas)[:, 0]
-    probe_latencies(buffer, n_ctas)  # raises if a CTA did not record
-    return {"format": "argus.op_events/1", "clock": "ns", "columns": {
-        "op_id": [f"0x{op_id:08x}"] * n_ctas, "iteration": [iteration] * n_ctas,
+def op_events_document(buffer, n_ctas: int, op_id: int, iteration: int, *, launch: int = 0) -> dict:
+    """``argus.op_events/1`` evidence of one probe launch: one row per CTA that recorded the probe
+    (issue and completion in ns). ``ctas`` is the grid, ``recorded`` how many CTAs have a row: the
+    CTAs that run the probed iteration. Zero rows is evidence too (no CTA ran the iteration, or the
+    probe failed): synthesis tells them apart against the traced reference."""
+    import numpy as np
+
+    rec, written = _probe_rows(buffer, n_ctas)
+    rec, ctas = rec[written], np.nonzero(written)[0]
+    n = int(written.sum())
+    return {"format": "argus.op_events/1", "clock": "ns", "ctas": n_ctas, "recorded": n, "columns": {
+        "op_id": [f"0x{op_id:08x}"] * n, "iteration": [iteration] * n,
         "issue": rec["issue_ns"].tolist(), "complete": rec["complete_ns"].tolist(),
         "issue_cycles": rec["issue_cycles"].tolist(), "complete_cycles": rec["complete_cycles"].tolist(),
-        "sm": rec["sm"].tolist(), "cta": list(range(n_ctas))}}
+        "sm": rec["sm"].tolist(), "cta": ctas.tolist(), "launch": [launch] * n}}
 
 
-def iteration_waits(buffer, n_ctas: int, iterations: int) -> dict[int, float]:
-    """Median over CTAs of the consumer's wait (ns) per iteration, from the traced reference buffer."""
-    import numpy as np
-
-    rec = records(buffer, ITERATION_WAIT_DTYPE, n_ctas, iterations)
-    if (rec["begin_ns"] == 0).any():
-        raise ProbeError("the traced reference did not record every (CTA, iteration) wait")
-    waits = rec["end_ns"] - rec["begin_ns"]
-    return {i: float(np.median(waits[:, i])) for i in range(iterations)}
+def reference_ctas(trips_by_cta: dict[int, int], iteration: int) -> set[int]:
+    """The CTAs whose loop runs ``iteration`` (trip count > iteration): exactly those must record a
+    probe of that loop's ``iteration``."""
+    return {c for c, t in trips_by_cta.items() if t > iteration}
 
 
-def iteration_waits_document(buffer, n_ctas: int, iterations: int, *, wait: str = "", launch: int = 0) -> dict:
-    """``argus.iteration_waits/1`` evidence of one traced-reference launch: one row per (CTA, iteration),
-    begin and end of the consumer's wait in ns (``%globaltimer``, one clock within the run)."""
-    import numpy as np
+def check_probe_ctas(label: str, iteration: int, expected: set[int], recorded_by_launch: dict[int, set[int]],
+                     n_ctas: int | None = None, error: type[Exception] = ProbeError) -> bool:
+    """Cross-check at join time: in every probe launch the CTAs that recorded the probe of
+    ``iteration`` are exactly ``expected`` (the traced reference's CTAs with trips > iteration).
+    Returns whether the iteration was reached (False: no CTA runs it, and none recorded it).
+    Raises ``error`` naming the probe, launch and first CTA that differs."""
+    of = f" of {n_ctas}" if n_ctas is not None else ""
+    for launch, got in sorted(recorded_by_launch.items()):
+        if got != expected:
+            extra, lost = sorted(got - expected), sorted(expected - got)
+            first = (f"CTA {extra[0]} recorded it but does not run iteration {iteration}" if extra else
+                     f"CTA {lost[0]} runs iteration {iteration} but did not record it")
+            raise error(f"probe {label}@{iteration}: launch {launch} was recorded by {len(got)}{of} CTAs, the traced "
+                        f"reference runs iteration {iteration} of that loop in {len(expected)} ({first})")
+    return bool(expected)
 
-    rec = records(buffer, ITERATION_WAIT_DTYPE, n_ctas, iterations)
-    missing = rec["begin_ns"] == 0
-    if missing.any():
-        cta, it = (int(x[0]) for x in np.nonzero(missing))
-        raise ProbeError(f"the traced reference did not record {int(missing.sum())} of {missing.size} "
-                         f"(CTA, iteration) waits (first: CTA {cta}, iteration {it})")
-    cta, it = np.meshgrid(np.arange(n_ctas), np.arange(iterations), indexing="ij")
-    return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": wait, "columns": {
-        "cta": cta.ravel().tolist(), "iteration": it.ravel().tolist(),
-        "begin": rec["begin_ns"].ravel().tolist(), "end": rec["end_ns"].ravel().tolist(),
-        "launch": [launch] * (n_ctas * iterations)}}
 
-
-def join_probes(discovery: Discovery, probes: dict[tuple[int, int], dict], reference_waits: dict[int, float] | None):
+def join_probes(discovery: Discovery, probes: dict[tuple[int, int], dict], reference_waits: dict[int, float] | None,
+                *, waits_by_line: dict[int, dict[int, float]] | None = None):
     """Rows keyed by (op ID, iteration): the probe's latency (derived) joined with the traced
-    reference's consumer wait for the *same* iteration (observed). No timestamps are compared across
-    runs: each number is a difference of two timestamps taken in one run."""
+    reference's consumer wait for the *same* iteration of the op's own loop (observed). No timestamps
+    are compared across runs: each number is a difference of two timestamps taken in one run.
+
+    ``reference_waits``: one traced loop's ``{iteration: ns}`` (:func:`iteration_waits`);
+    ``waits_by_line``: ``{consumer wait line: {iteration: ns}}`` when several loops are traced. An op
+    outside every traced loop (a load before the loop) gets no reference wait."""
     rows = []
     for (op_id, it), lat in sorted(probes.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         site = discovery.site(op_id)
+        line = site.completion.consumer_wait_line
+        if waits_by_line is not None:
+            waits = waits_by_line.get(line) if line else None
+        else:
+            waits = reference_waits if line else None
         rows.append({
             "op_id": f"0x{op_id:08x}", "label": site.label, "iteration": it,
             "slot": site.completion.slot_by_iteration.get(it), "phase": site.completion.phase_by_iteration.get(it),
             "latency_ns": lat["latency_ns_median"], "latency_cycles": lat["latency_cycles_median"],
-            "qualification": "derived",
-            "reference_wait_ns": None if reference_waits is None else reference_waits.get(it),
-            "reference_qualification": None if reference_waits is None else "observed",
+            "ctas": lat.get("recorded", lat.get("ctas")), "qualification": "derived",
+            "reference_wait_ns": None if waits is None else waits.get(it),
+            "reference_qualification": None if waits is None else "observed",
         })
     return rows
 
 
 # ---- collection on the GPU (for a Triton-aware Collect) -------------------------------------------------
+def _same_every_launch(label: str, by_launch: dict[int, object], what: str) -> None:
+    """Which CTAs ran / recorded what is fixed by the kernel and its inputs, not by timing: every
+    launch must agree, else a recording was lost (:class:`ProbeError`)."""
+    first = next(iter(by_launch.values()), None)
+    for launch, got in by_launch.items():
+        if got != first:
+            raise ProbeError(f"{label}: {what} differs between launch 0 and launch {launch} (a launch lost "
+                             "records: the CTAs that run an iteration do not change between launches)")
+
+
 def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: int = 3, seed: int | None = None) -> dict:
     """Run one probe variant of a Triton program on the current GPU and return its evidence.
 
@@ -371,7 +519,12 @@ def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: 
     on the same inputs and is checked against ``reference`` (:data:`.triton_kernel_check.REFERENCE_REL_TOL`);
     every probe launch must reproduce its output bit for bit (a forced wait changes timing, not
     results), else :class:`ProbeError`. The first probe launch loads the module and is not evidence.
-    Returns ``{"op_events": doc}`` with all timed launches' rows.
+
+    Only the CTAs that run the probed iteration record it (``recorded`` of ``ctas``); every launch must
+    be recorded by the same CTAs. Zero is accepted here (no CTA may run the iteration: a loop bound
+    that depends on the program id); synthesis checks the set against the traced reference, where a
+    zero that the reference contradicts is refused. Returns ``{"op_events": doc}`` with all timed
+    launches' rows.
     """
     from .jit_equivalence import check_against_jit
     from .program import program_compiled
@@ -383,10 +536,23 @@ def collect_triton_probe(program, probe_ttgir: Path, workdir: Path, *, repeats: 
     ref = program_compiled(program)
     probe = program_variant(program, Path(probe_ttgir).read_text(encoding="utf-8"), workdir, "probe")
     jit = check_against_jit(program, mod)
-    cols, rel = timed_variant_columns(
-        mod, ref, probe, WORDS_PER_CTA, f"probe 0x{op_id:08x}@{iteration}", seed, repeats,
-        lambda out, launch, n: op_events_document(out, n, op_id, iteration))
+    label = f"probe 0x{op_id:08x}@{iteration}"
+    recorded: dict[int, list[int]] = {}
+    n_ctas: list[int] = []
+
+    def document(out, launch, n):
+        doc = op_events_document(out, n, op_id, iteration, launch=launch)
+        recorded[launch] = doc["columns"]["cta"]
+        n_ctas[:] = [n]
+        return doc
+
+    cols, rel = timed_variant_columns(mod, ref, probe, WORDS_PER_CTA, label, seed, repeats, document)
+    _same_every_launch(label, recorded, "the set of CTAs that recorded the probe")
+    count = len(next(iter(recorded.values()), []))
+    notes = [] if count else [f"no CTA recorded {label}: either no CTA runs iteration {iteration} (not reached) "
+                              "or the probe failed; synthesis decides against the traced reference"]
     return {"op_events": {"format": "argus.op_events/1", "clock": "ns", "columns": cols, "launches": repeats,
+                          "ctas": n_ctas[0] if n_ctas else None, "recorded": count, "notes": notes,
                           "reference_rel_error": rel, "jit_check": jit}}
 
 
@@ -397,7 +563,10 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
     PyTorch ``reference`` (:data:`.triton_kernel_check.REFERENCE_REL_TOL`); every traced launch must reproduce
     its output bit for bit (the timer reads change timing, not results), else :class:`ProbeError`.
     The first traced launch loads the module and is not evidence. Returns the
-    ``argus.iteration_waits/1`` document of all timed launches.
+    ``argus.iteration_waits/1`` document of all timed launches: rows for the (CTA, loop, iteration)
+    waits each CTA ran, and ``trips``, each (CTA, loop)'s trip count. Every launch must show the same
+    trips, and a loop whose trip count is the same in every CTA (discovery's ``loop_trips``) must show
+    it in every CTA, else :class:`ProbeError`.
     """
     from .async_sites import discover
     from .jit_equivalence import check_against_jit
@@ -406,26 +575,63 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
     mod = _kernel_module(program)
     ttgir, iterations = program_ttgir(program)
     d = discover(ttgir, None, iterations=iterations)
-    if not any(s.kind == "tma_load" and s.completion.consumer_wait_line for s in d.sites):
+    wait_lines = tuple(traced_wait_lines(d))
+    if not wait_lines:
         # nothing to time (a kernel without pipelined TMA loads): an empty, explained answer, so that
         # the query's other signals are not lost with it
-        return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": no_tma_wait_note(d),
-                "columns": {k: [] for k in ("cta", "iteration", "begin", "end", "launch")}, "launches": 0,
+        return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": no_tma_wait_note(d), "ctas": None,
+                "loops": [], "columns": {k: [] for k in ("cta", "loop", "iteration", "begin", "end", "trips", "launch")},
+                "trips": {k: [] for k in ("cta", "loop", "trips", "launch")}, "launches": 0,
                 "reference_rel_error": None, "jit_check": check_against_jit(program, mod)}
     traced_text = make_iteration_trace(ttgir, d)
-    wait = next(s for s in d.sites if s.kind == "tma_load" and s.completion.consumer_wait_line)
-    what = (f"consumer wait_barrier (TTGIR line {wait.completion.consumer_wait_line}) of {d.kernel}'s "
-            f"pipelined TMA loads, per K-loop iteration")
+    what = (f"consumer wait_barrier (TTGIR line(s) {', '.join(map(str, wait_lines))}) of {d.kernel}'s "
+            f"pipelined TMA loads, per loop iteration")
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     ref = program_compiled(program)
     traced = program_variant(program, traced_text, workdir, "traced_reference")
     jit = check_against_jit(program, mod)
-    cols, rel = timed_variant_columns(
-        mod, ref, traced, 2 * iterations, "the traced reference", seed, repeats,
-        lambda out, launch, n: iteration_waits_document(out, n, iterations, wait=what, launch=launch))
-    return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": what, "columns": cols, "launches": repeats,
-            "reference_rel_error": rel, "jit_check": jit}
+    trips_docs: dict[int, dict] = {}
+    n_ctas: list[int] = []
+
+    def document(out, launch, n):
+        doc = iteration_waits_document(out, n, iterations, wait=what, launch=launch, wait_lines=wait_lines)
+        trips_docs[launch] = doc["trips"]
+        n_ctas[:] = [n]
+        return doc
+
+    cols, rel = timed_variant_columns(mod, ref, traced, ITERATION_WAIT_WORDS * iterations * len(wait_lines),
+                                      "the traced reference", seed, repeats, document)
+    _same_every_launch("the traced reference", {k: v["trips"] for k, v in trips_docs.items()},
+                       "the trip count of some (CTA, loop)")
+    trips = {k: [x for t in trips_docs.values() for x in t[k]] for k in ("cta", "loop", "trips", "launch")}
+    check_static_trips(d, wait_lines, trips, iterations)
+    if trips["trips"] and not any(trips["trips"]):
+        raise ProbeError(f"the traced reference recorded no wait in any CTA of any traced loop (TTGIR line(s) "
+                         f"{', '.join(map(str, wait_lines))}): the trace did not run")
+    return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": what, "ctas": n_ctas[0] if n_ctas else None,
+            "loops": [{"loop": j, "wait_line": line, "loop_trips": _static_trips_of(d, line)}
+                      for j, line in enumerate(wait_lines)],
+            "columns": cols, "trips": trips, "launches": repeats, "reference_rel_error": rel, "jit_check": jit}
+
+
+def _static_trips_of(discovery: Discovery, wait_line: int) -> int | None:
+    return next((s.completion.loop_trips for s in discovery.sites
+                 if s.kind == "tma_load" and s.completion.consumer_wait_line == wait_line), None)
+
+
+def check_static_trips(discovery: Discovery, wait_lines, trips: dict, iterations: int) -> None:
+    """A traced loop whose trip count discovery found to be the same in every CTA must show exactly
+    that count (at most ``iterations``) in every CTA; :class:`ProbeError` naming the CTA otherwise."""
+    for j, line in enumerate(wait_lines):
+        static = _static_trips_of(discovery, line)
+        if static is None:
+            continue
+        want = min(static, iterations)
+        for c, lp, t in zip(trips["cta"], trips["loop"], trips["trips"]):
+            if lp == j and t != want:
+                raise ProbeError(f"the traced reference's CTA {c} ran {t} trip(s) of loop {j} (wait at TTGIR line "
+                                 f"{line}), whose bounds give {want} in every CTA")
 
 
 def no_tma_wait_note(discovery: Discovery) -> str:
