@@ -7,8 +7,10 @@
  * (iteration_waits, iteration_waits_document) in argus_rt/kinds/triton/probes.py use;
  * tests/test_triton_layouts.py compiles this file and compares.
  *
- * Buffer: ArgusIterationWait[n_ctas][iterations] (CTA index linearised as x + nx * (y + ny * z));
- * trips at or past `iterations` are not recorded. A record whose begin_ns is 0 was not written.
+ * Buffer: ArgusIterationWait[n_ctas][loops][iterations] (CTA index linearised as x + nx * (y + ny * z);
+ * one block per traced loop, in the order of their consumer waits); trips at or past `iterations` are
+ * not recorded. A record whose begin_ns is 0 was not written: a CTA whose loop ran t trips writes
+ * iterations 0..t-1 only (causal loops run a different count per CTA).
  */
 #ifndef ARGUS_ITERATION_WAIT_H_
 #define ARGUS_ITERATION_WAIT_H_
