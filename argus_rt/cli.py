@@ -20,7 +20,7 @@ from .commands.options import add_global_workspace
 from .errors import input_error_classes, one_line
 
 # Subcommand modules, in the order `argus --help` lists them.
-COMMAND_MODULES = ["demo", "build", "trace", "plan", "query", "compare", "workspace", "discover", "mcp"]
+COMMAND_MODULES = ["demo", "build", "trace", "plan", "query", "compare", "campaign", "workspace", "discover", "mcp"]
 
 EPILOG = """\
 environment:

@@ -59,13 +59,18 @@ def make_plan(program, region: str | None = None, signals=("latency",), scope=No
 
 def query(program, region: str | None = None, signals=("latency",), scope=None, *, workspace=None,
           runtime=None, devices: list[str] | None = None, sampling: dict | None = None,
-          progress: bool = False, timeouts: dict | None = None, cpu_pool: str = "process") -> Report:
+          progress: bool = False, timeouts: dict | None = None, cpu_pool: str = "process",
+          engine: str = "embedded", address: str | None = None, engine_options: dict | None = None) -> Report:
     """Plan, run (reusing what the workspace has) and report. See the module docstring.
 
     ``timeouts``: seconds per task kind (``{"collect": 900}``), counted from each task's start: a task
     past it is killed and the report comes back with the rest answered. ``cpu_pool``: ``"process"``
-    or ``"thread"`` (see :class:`argus_rt.runtime.scheduler.Runtime`)."""
-    from .runtime.scheduler import Runtime
+    or ``"thread"`` (see :class:`argus_rt.runtime.scheduler.Runtime`). ``engine``: ``"embedded"``
+    (here) or ``"ray"`` (a Ray cluster at ``address``; ``engine_options`` as
+    :class:`argus_rt.engines.ray_engine.RayRuntime` takes them): the same plan, the same workspace
+    (see :mod:`argus_rt.engines`). ``runtime``: an open engine to run on (then ``workspace``,
+    ``devices``, ``engine`` and its options are the engine's own)."""
+    from .engines import open_engine
     from .workspace import Workspace
 
     if runtime is not None:
@@ -74,7 +79,8 @@ def query(program, region: str | None = None, signals=("latency",), scope=None, 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace or default_workspace())
     try:
         plan = make_plan(program, region, signals, scope, sampling=sampling, workspace=ws, timeouts=timeouts)
-        with Runtime(ws, devices=devices, progress=progress, cpu_pool=cpu_pool) as rt:
+        with open_engine(engine, ws, devices=devices, progress=progress, cpu_pool=cpu_pool, address=address,
+                         **(engine_options or {})) as rt:
             return Report.from_run(plan, rt.run(plan))
     finally:
         if ws is not workspace:

@@ -1,6 +1,7 @@
 """`argus query`: plan, run and report a region query (results reused from the workspace)."""
 from __future__ import annotations
 
+import json
 import sys
 
 from .options import add_workspace, workspace_path
@@ -24,7 +25,39 @@ def register(sub) -> None:
     p.add_argument("--cpu-pool", choices=("process", "thread"), default="process",
                    help="run Transform/Synthesize/Control in worker processes (default: killed past their timeout, "
                         "a crash fails only its task) or in threads of this process")
+    add_engine_arguments(p)
     p.set_defaults(func=run, input_errors=(ValueError, KeyError))  # unknown signal: KeyError listing the valid
+
+
+def add_engine_arguments(p) -> None:
+    """``--engine``, ``--address``, ``--collect-resources`` (query and campaign)."""
+    p.add_argument("--engine", choices=("embedded", "ray"), default=None,
+                   help="what executes the plan: embedded (default: here) or ray (a Ray cluster, docs/distributed.md; "
+                        "needs the [ray] extra)")
+    p.add_argument("--address", default=None, metavar="ADDR",
+                   help="the Ray cluster (--engine ray): host:port, auto (started by `ray start` here), "
+                        "default $RAY_ADDRESS or a new local instance")
+    p.add_argument("--collect-resources", default=None, metavar="JSON",
+                   help='the Ray resources of one device worker (--engine ray), default {"num_gpus": 1}; e.g. '
+                        '{"num_gpus": 0, "argus_device": 1} for CPU stand-ins')
+
+
+def engine_options(args, engine: str | None = None) -> dict:
+    """The Ray engine options of the command line (an input error unless the engine, ``engine`` or
+    ``--engine``, is ray)."""
+    from ..errors import ArgusInputError
+
+    if args.collect_resources is None:
+        return {}
+    if (engine or args.engine) != "ray":
+        raise ArgusInputError("--collect-resources is a Ray engine option: it needs --engine ray")
+    try:
+        value = json.loads(args.collect_resources)
+    except json.JSONDecodeError as exc:
+        raise ArgusInputError(f"--collect-resources {args.collect_resources!r} is not JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise ArgusInputError(f"--collect-resources must be a JSON object, got {args.collect_resources!r}")
+    return {"collect_resources": value}
 
 
 def run(args) -> int:
@@ -42,7 +75,8 @@ def run(args) -> int:
     report = query(program, args.region, args.signals, Scope.parse(args.scope),
                    workspace=workspace, progress=not args.no_progress and sys.stderr.isatty(),
                    devices=args.devices.split(",") if args.devices is not None else None,
-                   timeouts=parse_timeouts(args.timeout), cpu_pool=args.cpu_pool)
+                   timeouts=parse_timeouts(args.timeout), cpu_pool=args.cpu_pool,
+                   engine=args.engine or "embedded", address=args.address, engine_options=engine_options(args))
     report.print(console)
     if args.json_out:
         write_json(args.json_out, report.to_dict())
