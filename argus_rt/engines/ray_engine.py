@@ -197,8 +197,11 @@ class RayRuntime(Runtime):
     @property
     def workers(self):
         """The device actors (started on the first Collect, as the embedded workers are)."""
-        self._devices.start()
-        return self._devices
+        devices = getattr(self, "_devices", None)
+        if devices is None:  # Runtime.__init__ asking to warm its own workers: the Ray engine has none
+            return []
+        devices.start()
+        return devices
 
     def start_workers(self, timeout: float = 60.0) -> None:
         self._devices.start()
