@@ -267,3 +267,83 @@ def test_ray_campaign_of_20_queries_runs_and_resumes(cluster, standins, tmp_path
     for o in resumed.outcomes[:7]:  # finished before the interruption: nothing of them runs again
         assert o.status == "reused" and o.report["execution"]["tasks"]["done"] == 0, o.row()
     assert {o.status for o in resumed.outcomes} == {"ran", "reused"}
+
+
+@register_synthesis("ray_sleep_cpu")
+def _sleep_cpu(ctx):
+    time.sleep(float(ctx.task.config["sleep_s"]))
+    return {"facts": ctx.write_json("facts", {"format": "argus.facts/1", "signal": "sleep", "values": []})}
+
+
+def test_ray_timeouts_count_from_the_start_and_kill_the_task(cluster, standins, tmp_path):
+    from argus_rt.engines.ray_engine import RayRuntime
+
+    pv = demo_program()
+    (tmp_path / "never").write_text("{}")
+    slow_collect = Task(kind="collect", op="standin_sleep", program=pv.id, config={"sleep_s": 60}, outputs=("done",),
+                        timeout_s=2)
+    quick = Task(kind="collect", op="ray_victim", program=pv.id, outputs=("done",), timeout_s=60,
+                 config={"marker": str(tmp_path / "never")})
+    slow_cpu = Task(kind="synthesize", op="ray_sleep_cpu", program=pv.id, deps=(quick.id,), outputs=("facts",),
+                    config={"sleep_s": 60}, timeout_s=2)
+    fine_cpu = Task(kind="synthesize", op="ray_sleep_cpu", program=pv.id, deps=(quick.id,), outputs=("facts",),
+                    config={"sleep_s": 0.1}, timeout_s=30)
+    tasks = [slow_collect, quick, slow_cpu, fine_cpu]
+    plan = Plan(query={}, programs={pv.id: pv.to_dict()}, tasks={t.id: t for t in tasks}, targets={})
+    with Workspace(tmp_path / "ws") as ws, RayRuntime(ws, **OPTIONS) as rt:
+        start = time.monotonic()
+        res = rt.run(plan)
+        wall = time.monotonic() - start
+    assert wall < 40, wall  # nobody waited for the 60 s sleeps
+    assert res.results[quick.id].status == "done" and res.results[fine_cpu.id].status == "done"
+    assert res.results[slow_collect.id].status == "failed"
+    assert res.results[slow_collect.id].error.startswith("timeout: task exceeded its timeout of 2")
+    assert res.results[slow_cpu.id].status == "failed"
+    assert res.results[slow_cpu.id].error.startswith("timeout: task exceeded its timeout of 2")
+
+
+def test_query_command_runs_on_ray(cluster, standins, tmp_path, capsys):
+    from argus_rt.cli import main
+    from test_query import write_program_dir
+
+    prog = write_program_dir(tmp_path / "prog", demo_program())
+    out = tmp_path / "r.json"
+    args = ["query", str(prog), "--region", "gemm", "--signals", "latency", "--workspace", str(tmp_path / "ws"),
+            "--engine", "ray", "--collect-resources", json.dumps(COLLECT), "--json", str(out)]
+    assert main(args) == 0, capsys.readouterr()
+    doc = json.loads(out.read_text())
+    assert doc["unanswered"] == [] and doc["execution"]["collect_runs"] == 1
+    assert main(args) == 0  # again: all reused
+    assert json.loads(out.read_text())["execution"]["tasks"]["done"] == 0
+    assert main(args[:-4] + ["--collect-resources", "[1]"]) == 2
+    assert "--collect-resources must be a JSON object" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_lost_node_fails_its_collection_and_the_branch_reruns_on_another(cluster, standins, tmp_path):
+    """A third node is the only one with the device worker's resource; it is removed while its
+    collection hangs, and a fresh node with the resource joins: the rerun runs there. Last in the
+    module (the cluster keeps the fresh node)."""
+    from argus_rt.engines.ray_engine import RayRuntime
+
+    pv = demo_program()
+    hang = Task(kind="collect", op="ray_victim", program=pv.id, config={"marker": str(tmp_path / "collect.json")},
+                outputs=("done",), timeout_s=90)
+    plan = Plan(query={}, programs={pv.id: pv.to_dict()}, tasks={hang.id: hang}, targets={})
+    far = {"node_ip_address": "127.0.0.1", "num_cpus": 0, "resources": {"argus_far": 1},
+           "object_store_memory": 80 << 20}
+    doomed = cluster.add_node(**far)
+    with Workspace(tmp_path / "ws") as ws, RayRuntime(ws, collect_resources={"num_gpus": 0, "argus_far": 1}) as rt:
+        got = {}
+        runner = threading.Thread(target=lambda: got.setdefault("res", rt.run(plan)), daemon=True)
+        runner.start()  # Ray's node handling needs the main thread: the plan runs beside it
+        child = _wait_for(tmp_path / "collect.json")["pid"]
+        cluster.remove_node(doomed, allow_graceful=False)
+        fresh = cluster.add_node(**far).node_id
+        runner.join(60)
+        lost = got["res"].results[hang.id]
+        assert lost.status == "failed" and lost.error.startswith("killed: Ray worker lost"), lost.error
+        again = rt.rerun_failed(got["res"])  # the replacement device actor comes up on the fresh node
+        assert again.ok, [r.error for r in again.failed()]
+        assert {a["node"] for a in rt.device_info()} == {fresh}
+    assert not alive(child)
