@@ -4,6 +4,7 @@ positions 128 and 1024, in one run on one GPU, next to the weight-streaming floo
 
     python benchmarks/decode.py [--steps 64] [--reps 3] [--kv 128,1024] [--no-compile]
         [--compile-modes ...] [--compile-budget-s 240] [--variants mk_1cta,...] [--no-profile]
+        [--timeline-rows mk_1cta,...]
 
 What is measured: for each KV position P, the backend's logits at position P (prompt of P + 1
 random tokens) are checked against an fp32 PyTorch reference (relative L2 error), then `--steps`
@@ -12,7 +13,8 @@ successive positions (each row carries its spread). PyTorch backends produce log
 megakernel also samples the next token on the device (strictly more work) and reports its
 device-side median step time. Floor: weight bytes one step must stream / measured device-to-device
 copy bandwidth (bytes read + written). The anchor is the faster torch.compile mode. The Argus
-region profile and phase timeline (megakernel/timeline.py) of the fastest megakernel row follow.
+region profile and phase timeline (megakernel/timeline.py) of the fastest megakernel row follow (and of
+each row named in --timeline-rows).
 """
 from __future__ import annotations
 
@@ -78,6 +80,72 @@ class CompileBudgetExceeded(RuntimeError):
     pass
 
 
+BATCH_QKV = ("-DMK_BATCH_QKV=1",)  # build flags of the chain-batch rows (tests/test_megakernel_fusions_gpu.py
+BATCH_O = ("-DMK_BATCH_O=1",)      # builds the same binaries with these)
+POLL2 = ("-DMK_POLL2=1",)
+ONE_CTA = ("-DMK_BLOCKS_PER_SM=1",)
+
+
+def variant_rows() -> dict[str, dict]:
+    """The opt-in megakernel rows of --variants: name -> MegakernelDecoder keywords."""
+    from megakernel.dag import TileShape
+
+    one_cta = ONE_CTA
+    return {  # opt-in rows (--variants NAME,...): tuning experiments against the default
+        "mk_1cta": {"build_flags": one_cta},
+        "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
+        "mk_split256": {"tiles": TileShape(attn_split=256)},
+        "mk_split64": {"tiles": TileShape(attn_split=64)},
+        "mk_split32": {"tiles": TileShape(attn_split=32)},
+        "mk_qkv8": {"tiles": TileShape(qkv_parts=8)},
+        "mk_hp1": {"tiles": TileShape(attn_head_parts=1)},  # the whole group of 8 query heads per attention tile
+        "mk_hp2": {"tiles": TileShape(attn_head_parts=2)},
+        "mk_hp8": {"tiles": TileShape(attn_head_parts=8)},
+        "mk_gate16": {"tiles": TileShape(gate_features=16)},
+        "mk_down8": {"tiles": TileShape(down_rows=8)},
+        "mk_o8": {"tiles": TileShape(o_rows=8)},
+        "mk_logits32": {"tiles": TileShape(logits_rows=32)},
+        "mk_unroll4": {"build_flags": ("-DMK_GEMV_UNROLL=4",)},
+        "mk_spin100": {"build_flags": ("-DMK_SPIN_NS=100",)},
+        "mk_spin400": {"build_flags": ("-DMK_SPIN_NS=400",)},
+        "mk_rows4": {"build_flags": ("-DMK_GEMV_ROWS=4",)},
+        # weight prefetch (megakernel/runtime.py: prefetch_plan) and L2/fence build knobs
+        # the default before 2026-12-01 12:50: own-tile L2 prefetch before the wait, __threadfence hand-off,
+        # Sample over all logits with 4 loads in flight per thread, the GEMV loop that kept 2 loads in flight
+        "mk_old": {"prefetch_own": True, "tiles": TileShape(fused_sample=False),
+                   "build_flags": ("-DMK_THREADFENCE=1", "-DMK_SAMPLE_BATCH=4", "-DMK_GEMV_BATCH=0")},
+        "mk_gemv_old": {"build_flags": ("-DMK_GEMV_BATCH=0",)},  # the plain GEMV loop (2 loads in flight per warp)
+        "mk_gemv_batch": {"build_flags": ("-DMK_GEMV_BATCH=1",)},  # 16 loads in flight per warp
+        "mk_pfown": {"prefetch_own": True},  # L2 prefetch of a ticket's own tile before its wait
+        "mk_pfsmall": {"prefetch_own": ("qkv", "oproj")},  # ... only for the small QKV and O-proj tiles
+        "mk_pfffn": {"prefetch_own": ("gateup", "down")},
+        "mk_fence": {"build_flags": ("-DMK_THREADFENCE=1",)},  # __threadfence before each release add
+        "mk_sample4": {"tiles": TileShape(fused_sample=False), "build_flags": ("-DMK_SAMPLE_BATCH=4",)},  # unfused only
+        "mk_relax": {"build_flags": ("-DMK_RELAXED_POLL=1",)},  # relaxed polls, one acquire fence
+        "mk_win8": {"prefetch_window": 8 << 20},  # each ticket prefetches the bytes 8 MiB further on
+        "mk_win24": {"prefetch_window": 24 << 20},
+        "mk_hint1": {"build_flags": ("-DMK_L2_HINTS=1",)},  # weight loads evict_first
+        "mk_hint2": {"build_flags": ("-DMK_L2_HINTS=2",), "prefetch_own": True},  # + prefetches evict_last
+        "mk_stage72": {"stage_bytes": 72 * 1024},  # leading rows of each tile bulk-copied to shared memory
+        "mk_stage48": {"stage_bytes": 48 * 1024},
+        "mk_r4u4": {"build_flags": ("-DMK_GEMV_ROWS=4", "-DMK_GEMV_UNROLL=4")},
+        "mk_r1u16": {"build_flags": ("-DMK_GEMV_ROWS=1", "-DMK_GEMV_UNROLL=16")},
+        "mk_down8_relax": {"tiles": TileShape(down_rows=8), "build_flags": ("-DMK_RELAXED_POLL=1",)},
+        # The Sample over all vocab logits: the default until fused sampling (per-Logits-tile argmax, Sample
+        # reduces 500 pairs) measured 1.4% faster (megakernel/NOTES.md row 14); kept to re-check that.
+        "mk_nofsample": {"tiles": TileShape(fused_sample=False)},
+        # The batched GEMV (all GEMV_ROWS x GEMV_UNROLL loads of a block issued before use, 64 KB per CTA) only in
+        # the single-wave tiles alone on the latency chain, the plain loop (8 KB per CTA) in gate/up, down and
+        # logits (megakernel/NOTES.md "Ready for the next device run"; all ops batched = mk_gemv_batch, row 12)
+        "mk_batch_qkv": {"build_flags": BATCH_QKV},
+        "mk_batch_o": {"build_flags": BATCH_O},
+        "mk_batch_chain": {"build_flags": BATCH_QKV + BATCH_O},
+        # control: mk_batch_chain's call structure with the plain loop in gemv_tile_batch (its codegen change alone)
+        "mk_chain_ctl": {"build_flags": BATCH_QKV + BATCH_O + ("-DMK_BATCH_PLAIN=1",)},
+        "mk_poll2": {"build_flags": POLL2},  # each dependency polled by 2 warps, half a poll period apart
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=64)
@@ -92,8 +160,18 @@ def main() -> int:
     ap.add_argument("--staged", action="store_true",
                     help="also measure the shared-memory staging variants (stage_bytes > 0, QKV in parts)")
     ap.add_argument("--variants", default="", help="comma-separated extra megakernel rows (tuning experiments)")
+    ap.add_argument("--timeline-rows", default="", help="comma-separated megakernel rows that also get the trace-build "
+                    "region profile and phase timeline (the fastest row always does)")
     ap.add_argument("--seed", type=int, default=time.time_ns() % 2**31)
     a = ap.parse_args()
+    more = variant_rows()
+    unknown = [n for n in filter(None, a.variants.split(",")) if n not in more]
+    unknown += [n for n in filter(None, a.timeline_rows.split(","))
+                if n not in ("megakernel", "megakernel_staged") and n not in a.variants.split(",")]
+    if unknown:
+        print(f"unknown rows {unknown} (a --timeline-rows row must be measured: the default or in --variants); "
+              f"--variants knows: {', '.join(more)}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("decode benchmark needs a CUDA GPU; nothing measured", file=sys.stderr)
         return 2
@@ -196,55 +274,10 @@ def main() -> int:
         del model
         torch.cuda.empty_cache()
 
-    from megakernel.dag import TileShape
     from megakernel.runtime import STAGE_DOWN16, MegakernelDecoder
 
-    one_cta = ("-DMK_BLOCKS_PER_SM=1",)
+    one_cta = ONE_CTA
     variants = {"megakernel": {}}  # the default configuration; each other row names what it changes
-    more = {  # opt-in rows (--variants NAME,...): tuning experiments against the default
-        "mk_1cta": {"build_flags": one_cta},
-        "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
-        "mk_split256": {"tiles": TileShape(attn_split=256)},
-        "mk_split64": {"tiles": TileShape(attn_split=64)},
-        "mk_split32": {"tiles": TileShape(attn_split=32)},
-        "mk_qkv8": {"tiles": TileShape(qkv_parts=8)},
-        "mk_hp1": {"tiles": TileShape(attn_head_parts=1)},  # the whole group of 8 query heads per attention tile
-        "mk_hp2": {"tiles": TileShape(attn_head_parts=2)},
-        "mk_hp8": {"tiles": TileShape(attn_head_parts=8)},
-        "mk_gate16": {"tiles": TileShape(gate_features=16)},
-        "mk_down8": {"tiles": TileShape(down_rows=8)},
-        "mk_o8": {"tiles": TileShape(o_rows=8)},
-        "mk_logits32": {"tiles": TileShape(logits_rows=32)},
-        "mk_unroll4": {"build_flags": ("-DMK_GEMV_UNROLL=4",)},
-        "mk_spin100": {"build_flags": ("-DMK_SPIN_NS=100",)},
-        "mk_spin400": {"build_flags": ("-DMK_SPIN_NS=400",)},
-        "mk_rows4": {"build_flags": ("-DMK_GEMV_ROWS=4",)},
-        # weight prefetch (megakernel/runtime.py: prefetch_plan) and L2/fence build knobs
-        # the default before 2026-12-01 12:50: own-tile L2 prefetch before the wait, __threadfence hand-off,
-        # Sample over all logits with 4 loads in flight per thread, the GEMV loop that kept 2 loads in flight
-        "mk_old": {"prefetch_own": True, "tiles": TileShape(fused_sample=False),
-                   "build_flags": ("-DMK_THREADFENCE=1", "-DMK_SAMPLE_BATCH=4", "-DMK_GEMV_BATCH=0")},
-        "mk_gemv_old": {"build_flags": ("-DMK_GEMV_BATCH=0",)},  # the plain GEMV loop (2 loads in flight per warp)
-        "mk_gemv_batch": {"build_flags": ("-DMK_GEMV_BATCH=1",)},  # 16 loads in flight per warp
-        "mk_pfown": {"prefetch_own": True},  # L2 prefetch of a ticket's own tile before its wait
-        "mk_pfsmall": {"prefetch_own": ("qkv", "oproj")},  # ... only for the small QKV and O-proj tiles
-        "mk_pfffn": {"prefetch_own": ("gateup", "down")},
-        "mk_fence": {"build_flags": ("-DMK_THREADFENCE=1",)},  # __threadfence before each release add
-        "mk_sample4": {"tiles": TileShape(fused_sample=False), "build_flags": ("-DMK_SAMPLE_BATCH=4",)},  # unfused only
-        "mk_relax": {"build_flags": ("-DMK_RELAXED_POLL=1",)},  # relaxed polls, one acquire fence
-        "mk_win8": {"prefetch_window": 8 << 20},  # each ticket prefetches the bytes 8 MiB further on
-        "mk_win24": {"prefetch_window": 24 << 20},
-        "mk_hint1": {"build_flags": ("-DMK_L2_HINTS=1",)},  # weight loads evict_first
-        "mk_hint2": {"build_flags": ("-DMK_L2_HINTS=2",), "prefetch_own": True},  # + prefetches evict_last
-        "mk_stage72": {"stage_bytes": 72 * 1024},  # leading rows of each tile bulk-copied to shared memory
-        "mk_stage48": {"stage_bytes": 48 * 1024},
-        "mk_r4u4": {"build_flags": ("-DMK_GEMV_ROWS=4", "-DMK_GEMV_UNROLL=4")},
-        "mk_r1u16": {"build_flags": ("-DMK_GEMV_ROWS=1", "-DMK_GEMV_UNROLL=16")},
-        "mk_down8_relax": {"tiles": TileShape(down_rows=8), "build_flags": ("-DMK_RELAXED_POLL=1",)},
-        # The Sample over all vocab logits: the default until fused sampling (per-Logits-tile argmax, Sample
-        # reduces 500 pairs) measured 1.4% faster (megakernel/NOTES.md row 14); kept to re-check that.
-        "mk_nofsample": {"tiles": TileShape(fused_sample=False)},
-    }
     for name in filter(None, a.variants.split(",")):
         variants[name] = more[name]
     if a.staged:  # the optional path, measured last: weight tiles bulk-copied into shared memory
@@ -311,12 +344,15 @@ def main() -> int:
                  "(max-autotune, 2026-11-30) and 1.874 ms (2026-12-01).")
 
     if not a.no_profile:
-        try:
-            fastest = min(variants, key=lambda n: by.get((n, kvs[0])) or float("inf"))
-            notes.append(f"[{fastest}] " + profile_regions(weights, tokens, **variants[fastest]))
-        except Exception as exc:  # noqa: BLE001
-            notes.append(f"region profile unmeasured: {type(exc).__name__}: {exc}".splitlines()[0])
-            traceback.print_exc()
+        fastest = min(variants, key=lambda n: by.get((n, kvs[0])) or float("inf"))
+        extra_rows = [n for n in dict.fromkeys(filter(None, a.timeline_rows.split(","))) if n != fastest]
+        for name in [fastest, *extra_rows]:
+            try:  # the fastest row's files keep their names; each other row's carry its name
+                tag = "" if name == fastest else name
+                notes.append(f"[{name}] " + profile_regions(weights, tokens, tag=tag, **variants[name]))
+            except Exception as exc:  # noqa: BLE001
+                notes.append(f"[{name}] region profile unmeasured: {type(exc).__name__}: {exc}".splitlines()[0])
+                traceback.print_exc()
 
     order = ["floor", "eager", "cudagraph", *COMPILE_MODES]
     rows.sort(key=lambda r: (order.index(r["backend"]) if r["backend"] in order else len(order), r["kv_position"] or 0))
@@ -328,8 +364,9 @@ def main() -> int:
     return 0
 
 
-def profile_regions(weights, tokens, steps: range = range(PROMPT + 2, PROMPT + 4), **decoder_kw) -> str:
-    """Share of worker-CTA time per Argus region over a few steps (trace build, warp 0 of each CTA)."""
+def profile_regions(weights, tokens, steps: range = range(PROMPT + 2, PROMPT + 4), tag: str = "", **decoder_kw) -> str:
+    """Share of worker-CTA time per Argus region over a few steps (trace build, warp 0 of each CTA). ``tag``:
+    a row name for the printed lines and the files under $OUT (decode_regions_<tag>.json, ...)."""
     import numpy as np
 
     from argus_rt.trace import pair_intervals
@@ -352,17 +389,20 @@ def profile_regions(weights, tokens, steps: range = range(PROMPT + 2, PROMPT + 4
                      for k, v in sorted(share.items(), key=lambda kv: -kv[1]))
     out = os.environ.get("OUT")
     if out:
-        atomic_write_text(Path(out, "decode_regions.json"), json.dumps(
+        atomic_write_text(Path(out, f"decode_regions{'_' + tag if tag else ''}.json"), json.dumps(
             {"steps": [steps.start, steps.stop], "share": share, "mean_us": mean_us, "incomplete": iv.incomplete},
             indent=2))
-    print(f"region profile ({time.perf_counter() - start:.1f} s): {text}")
+    label = f"[{tag}] " if tag else ""
+    print(f"{label}region profile ({time.perf_counter() - start:.1f} s): {text}")
     from megakernel import timeline
 
     phases = timeline.phase_table(timeline.tickets(iv.rows, {r.id: r.name for r in tree}, dec.config.n_layers))
     summ = timeline.summary(phases)
-    print("phase timeline (trace build, per layer and step; megakernel/timeline.py):\n" + timeline.format_summary(summ))
+    print(f"{label}phase timeline (trace build, per layer and step; megakernel/timeline.py):\n"
+          + timeline.format_summary(summ))
     if out:
-        atomic_write_text(Path(out, "decode_timeline.json"), json.dumps({"summary": summ, "phases": phases}))
+        atomic_write_text(Path(out, f"decode_timeline{'_' + tag if tag else ''}.json"),
+                          json.dumps({"summary": summ, "phases": phases}))
     return (f"Argus region profile of the trace build, steps {steps.start}-{steps.stop - 1}, share of worker-CTA "
             f"time (warp 0, outermost regions; the rest is ticket fetch and idle): {text}")
 

@@ -1,8 +1,16 @@
-"""Fused sampling on a GPU: the default binary (fused Sample) and benchmarks/decode.py's mk_nofsample
+"""Megakernel variant binaries on a GPU (run by scripts/gpu_mk_run.sh with FUSION_TESTS=1, after the
+benchmark, whose cubins they reuse).
+
+Fused sampling: the default binary (fused Sample) and benchmarks/decode.py's mk_nofsample
 (TileShape(fused_sample=False): Sample over all logits), each against the reference interpreter
 instruction by instruction with on-device sampling at temperature 0 and 0.8 (tiny model: 8 partials),
 and the two binaries drawing the same tokens on the full model (500 partials: 2 per Sample thread).
-Run by scripts/gpu_mk_run.sh with FUSION_TESTS=1.
+
+Chain rows (megakernel/NOTES.md "Ready for the next device run"; FUSION_K=chain selects them): the
+batched GEMV in QKV and/or O-proj tiles (mk_batch_qkv, mk_batch_o, mk_batch_chain), its codegen control
+(mk_chain_ctl) and two pollers per dependency (mk_poll2), each built with decode.py's own flags: against
+the interpreter instruction by instruction (tiny model), and bit for bit equal to the default binary on the
+tiny and the full model (the batched loop sums each lane's chunks in the plain loop's order).
 """
 import dataclasses
 import os
@@ -64,3 +72,82 @@ def test_fused_and_unfused_binaries_draw_the_same_tokens(temperature):
     assert out["default"] == out["nofsample"]
     assert out["default"][:8] == prompt
     assert len(set(out["default"][8:])) > 1 or temperature == 0.0  # sampling really draws different tokens
+
+
+CHAIN_ROWS = ("mk_batch_qkv", "mk_batch_o", "mk_batch_chain", "mk_chain_ctl", "mk_poll2")
+
+
+def _row_flags(name: str) -> tuple[str, ...]:
+    """The row's build flags as benchmarks/decode.py passes them (same flags, same cached cubin)."""
+    from benchmarks.decode import variant_rows
+
+    row = variant_rows()[name]
+    assert set(row) == {"build_flags"}, f"{name} changes more than build flags: {row}"
+    return tuple(row["build_flags"])
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """Bit pattern of a tensor (NaN-poisoned buffers compare equal where both are unwritten)."""
+    return t.contiguous().view({4: torch.int32, 2: torch.int16, 8: torch.int64, 1: torch.uint8}[t.element_size()])
+
+
+def _buffers(dec) -> dict[str, torch.Tensor]:
+    """Every activation buffer of a decoder's state (not the weights), copied to the host."""
+    from megakernel.state import BUFFER_NAMES
+
+    return {n: dec.state.t[n].detach().cpu().clone() for n in BUFFER_NAMES}
+
+
+def _differing_buffers(a: dict, b: dict) -> list[str]:
+    return [n for n in a if not torch.equal(_bits(a[n]), _bits(b[n]))]
+
+
+@pytest.mark.parametrize("name", CHAIN_ROWS)
+def test_chain_row_matches_interpreter(name):
+    weights = random_weights(get_config("tiny"), seed=SEED + 3, device="cuda")
+    dec = _decoder(weights, tiles=TINY_TILES, build_flags=_row_flags(name))
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 4)).tolist()
+    dec.set_prompt(prompt)
+    for step in range(36):  # 3 attention splits; steps 9.. sample their next token on the device
+        before = dec.state.clone()
+        dec.run(step, 1)
+        wrong = localise(before, dec.state, step, n_forced=len(prompt), rtol=5e-3, device="cuda")
+        assert wrong is None, f"{name} step {step}: first instruction that differs from the interpreter: {wrong}"
+
+
+@pytest.mark.parametrize("name", CHAIN_ROWS)
+def test_chain_row_equals_the_default_bit_for_bit_tiny(name):
+    """36 steps in one launch (tiles of many steps in flight at once), every buffer equal to the default's."""
+    weights = random_weights(get_config("tiny"), seed=SEED + 5, device="cuda")
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 6)).tolist()
+    states = {}
+    for row, flags in (("default", ()), (name, _row_flags(name))):
+        dec = _decoder(weights, tiles=TINY_TILES, build_flags=flags)
+        dec.set_prompt(prompt)
+        dec.run(0, 36)
+        states[row] = _buffers(dec)
+        del dec
+    assert _differing_buffers(states["default"], states[name]) == []
+
+
+def test_chain_rows_equal_the_default_bit_for_bit_full_model():
+    """Full TinyLlama shapes (K = 2048: one whole 16-load block per lane in the batched loop), 40 steps in
+    launches of 8: tokens, logits and every other buffer equal to the default binary's."""
+    c = get_config("tinyllama-1.1b", max_seq=256)
+    weights = random_weights(c, seed=SEED + 7, device="cuda")
+    prompt = torch.randint(0, c.vocab, (8,), generator=torch.Generator().manual_seed(SEED + 8)).tolist()
+    ref = _decoder(weights)
+    want = ref.generate(prompt, n_new=32, chunk=8)
+    ref_state = _buffers(ref)
+    del ref
+    torch.cuda.empty_cache()
+    differs = {}
+    for name in CHAIN_ROWS:
+        dec = _decoder(weights, build_flags=_row_flags(name))
+        got = dec.generate(prompt, n_new=32, chunk=8)
+        bad = _differing_buffers(ref_state, _buffers(dec))
+        if got != want or bad:
+            differs[name] = (got == want, bad)
+        del dec
+        torch.cuda.empty_cache()
+    assert differs == {}, f"rows that differ from the default (tokens equal?, differing buffers): {differs}"

@@ -17,6 +17,21 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_GEMV_BATCH
 #define MK_GEMV_BATCH 0  // 1: all 16 loads of a block in flight per warp; measured 11% slower (NOTES.md, 12:54)
 #endif
+// The batched GEMV only in the ops alone on the latency chain, the plain loop in gate/up, down and
+// logits (opt-in, not yet GPU-measured: NOTES.md "Ready for the next device run"). Off: the default
+// build's SASS is the same as without these flags.
+#ifndef MK_BATCH_QKV
+#define MK_BATCH_QKV 0  // 1: QKV head tiles use gemv_tile_batch (benchmarks/decode.py mk_batch_qkv)
+#endif
+#ifndef MK_BATCH_O
+#define MK_BATCH_O 0  // 1: O-proj tiles use gemv_tile_batch (mk_batch_o; both: mk_batch_chain)
+#endif
+#ifndef MK_BATCH_PLAIN
+#define MK_BATCH_PLAIN 0  // 1 (control, with MK_BATCH_QKV/O): gemv_tile_batch runs the plain loop (mk_chain_ctl)
+#endif
+#ifndef MK_POLL2
+#define MK_POLL2 0  // 1: two pollers per dependency wait, staggered by half a poll period (sync.cuh; mk_poll2)
+#endif
 #ifndef MK_SPIN_NS
 #define MK_SPIN_NS 0  // nanosleep between dependency polls (0: spin)
 #endif

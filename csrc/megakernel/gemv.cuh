@@ -1,19 +1,27 @@
 // GEMV tiles: out[r] = W[row0 + r, :] . xs for r < rows, bf16 weights, fp32 accumulation.
 //
 // Each warp streams GEMV_ROWS rows at a time; each lane loads 16-byte chunks (8 bf16) strided by
-// the warp, so one warp-wide load covers 512 contiguous bytes (fully coalesced), and the
-// unrolled loop keeps GEMV_ROWS * GEMV_UNROLL loads in flight per lane. The activation vector xs
-// is fp32 in shared memory. Napkin math (H200): 2.07 GB of weights per token at ~4.2 TB/s is
-// 0.49 ms; each SM must keep ~30 KB in flight to cover ~1 us of DRAM latency: 256 threads x
-// 2 rows x 8 chunks x 16 B = 64 KB (the first H200 run with 32 KB pulled ~31 GB/s per SM), helped
-// by the L2 bulk prefetch issued before the dependency wait.
+// the warp, so one warp-wide load covers 512 contiguous bytes (fully coalesced). The activation
+// vector xs is fp32 in shared memory. Napkin math (H200): 2.07 GB of weights per token at ~4.2 TB/s
+// is 0.49 ms. Loads in flight: the plain loop (every op by default) keeps 2 per warp (8 KB per CTA);
+// the batched loop (gemv_rows<true>) issues a whole GEMV_ROWS x GEMV_UNROLL block (16 per lane,
+// 64 KB per CTA) before using any. Which op uses which: MK_GEMV_BATCH (all ops), MK_BATCH_QKV and
+// MK_BATCH_O (only the QKV / O-proj tiles), config.cuh; megakernel/NOTES.md rows 12 and "Ready".
 #pragma once
 #include "common.cuh"
 
 namespace mk {
 
-__device__ __noinline__ void gemv_tile(const __nv_bfloat16* __restrict__ W, int K, int rows,
-                                       const float* __restrict__ xs, float* __restrict__ out) {
+// The GEMV loop of one tile. kBatch = false: the plain unrolled loop (the default since 12:54), which
+// compiles to 2 loads in flight per warp (SASS of 2026-12-01 12:47: an exit test between unrolled
+// trips). kBatch = true: all GEMV_ROWS x GEMV_UNROLL loads of a block are issued before any is used
+// (chunk indices past the row are clamped: a repeated load of the last chunk, not used), so no branch
+// separates the loads; as every op's GEMV (MK_GEMV_BATCH=1) it measured 11% slower per token on H200
+// (12:54, NOTES.md row 12): more bytes in flight per SM is not what limits the whole step. Both sum
+// each lane's chunks in the same order, so their outputs are bit-identical.
+template <bool kBatch>
+__device__ __forceinline__ void gemv_rows(const __nv_bfloat16* __restrict__ W, int K, int rows,
+                                          const float* __restrict__ xs, float* __restrict__ out) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int chunks = K >> 3;  // 16-byte chunks per row
   const float4* x4 = reinterpret_cast<const float4*>(xs);
@@ -25,47 +33,75 @@ __device__ __noinline__ void gemv_tile(const __nv_bfloat16* __restrict__ W, int 
       acc[i] = 0.f;
       row_ptr[i] = reinterpret_cast<const char*>(W + (size_t)(r + i) * K);
     }
-#if MK_GEMV_BATCH
-    // All GEMV_ROWS x GEMV_UNROLL loads of a block are issued before any is used: chunk indices past
-    // the row are clamped (a repeated load of the last chunk, not used), so no branch separates the
-    // loads. The plain unrolled loop below compiles to 2 loads in flight per warp (SASS of
-    // 2026-12-01 12:47: an exit test between unrolled trips), yet measured 11% faster per token
-    // than this batch on H200 (12:54): more bytes in flight per SM is not what limits the step.
-    for (int c0 = lane; c0 < chunks; c0 += 32 * GEMV_UNROLL) {
-      uint4 w[GEMV_UNROLL][GEMV_ROWS];
+    if constexpr (kBatch) {
+      for (int c0 = lane; c0 < chunks; c0 += 32 * GEMV_UNROLL) {
+        uint4 w[GEMV_UNROLL][GEMV_ROWS];
 #pragma unroll
-      for (int u = 0; u < GEMV_UNROLL; ++u) {
-        const int c = min(c0 + 32 * u, chunks - 1);
+        for (int u = 0; u < GEMV_UNROLL; ++u) {
+          const int c = min(c0 + 32 * u, chunks - 1);
 #pragma unroll
-        for (int i = 0; i < GEMV_ROWS; ++i) w[u][i] = ld_weights(row_ptr[i] + (size_t)c * 16);
-      }
+          for (int i = 0; i < GEMV_ROWS; ++i) w[u][i] = ld_weights(row_ptr[i] + (size_t)c * 16);
+        }
 #pragma unroll
-      for (int u = 0; u < GEMV_UNROLL; ++u) {
-        const int c = c0 + 32 * u;
-        if (c < chunks) {
-          const float4 a = x4[2 * c], b = x4[2 * c + 1];
+        for (int u = 0; u < GEMV_UNROLL; ++u) {
+          const int c = c0 + 32 * u;
+          if (c < chunks) {
+            const float4 a = x4[2 * c], b = x4[2 * c + 1];
 #pragma unroll
-          for (int i = 0; i < GEMV_ROWS; ++i) acc[i] += dot8(w[u][i], a, b);
+            for (int i = 0; i < GEMV_ROWS; ++i) acc[i] += dot8(w[u][i], a, b);
+          }
         }
       }
-    }
-#else
+    } else {
 #pragma unroll GEMV_UNROLL
-    for (int c = lane; c < chunks; c += 32) {
-      uint4 w[GEMV_ROWS];
+      for (int c = lane; c < chunks; c += 32) {
+        uint4 w[GEMV_ROWS];
 #pragma unroll
-      for (int i = 0; i < GEMV_ROWS; ++i) w[i] = ld_weights(row_ptr[i] + (size_t)c * 16);
-      const float4 a = x4[2 * c], b = x4[2 * c + 1];
+        for (int i = 0; i < GEMV_ROWS; ++i) w[i] = ld_weights(row_ptr[i] + (size_t)c * 16);
+        const float4 a = x4[2 * c], b = x4[2 * c + 1];
 #pragma unroll
-      for (int i = 0; i < GEMV_ROWS; ++i) acc[i] += dot8(w[i], a, b);
+        for (int i = 0; i < GEMV_ROWS; ++i) acc[i] += dot8(w[i], a, b);
+      }
     }
-#endif
 #pragma unroll
     for (int i = 0; i < GEMV_ROWS; ++i) {
       const float s = warp_sum(acc[i]);
       if (lane == 0) out[r + i] = s;
     }
   }
+}
+
+// Every op's GEMV: the plain loop unless the build sets MK_GEMV_BATCH=1 (config.cuh).
+__device__ __noinline__ void gemv_tile(const __nv_bfloat16* __restrict__ W, int K, int rows,
+                                       const float* __restrict__ xs, float* __restrict__ out) {
+  gemv_rows<MK_GEMV_BATCH != 0>(W, K, rows, xs, out);
+}
+
+#if MK_BATCH_QKV || MK_BATCH_O
+// The batched loop for the ops alone on the latency chain (QKV with MK_BATCH_QKV=1, O-proj with
+// MK_BATCH_O=1; config.cuh), the other ops keep gemv_tile. Not compiled into the default build, whose
+// SASS is unchanged by its existence (NOTES.md, "Ready for the next device run"). MK_BATCH_PLAIN=1 is a
+// control: the same second function and call sites, with the plain loop in it (ptxas allocates
+// registers across calls, so adding a callee changes code everywhere: mk_chain_ctl measures that alone).
+__device__ __noinline__ void gemv_tile_batch(const __nv_bfloat16* __restrict__ W, int K, int rows,
+                                             const float* __restrict__ xs, float* __restrict__ out) {
+  gemv_rows<MK_BATCH_PLAIN == 0>(W, K, rows, xs, out);
+}
+#endif
+
+// gemv_tile (kBatch = false) or gemv_tile_batch (kBatch = true): the per-op choice of the call sites.
+template <bool kBatch>
+__device__ __forceinline__ void gemv_tile_as(const __nv_bfloat16* __restrict__ W, int K, int rows,
+                                             const float* __restrict__ xs, float* __restrict__ out) {
+#if MK_BATCH_QKV || MK_BATCH_O
+  if constexpr (kBatch) {
+    gemv_tile_batch(W, K, rows, xs, out);
+    return;
+  }
+#else
+  static_assert(!kBatch, "gemv_tile_batch is compiled only with MK_BATCH_QKV or MK_BATCH_O");
+#endif
+  gemv_tile(W, K, rows, xs, out);
 }
 
 // RMSNorm input of a GEMV tile: xs[i] = x[i] * g[i] (fp32, shared memory); returns

@@ -13,6 +13,10 @@
 // each tile writes its best (value, index) and Sample reduces those; MK_FUSED_SAMPLE=0 (the runtime
 // sets it from TileShape(fused_sample=False)) is the earlier Sample over all vocab logits.
 //
+// Opt-in build flags of the rows prepared next (config.cuh; megakernel/NOTES.md "Ready for the next device
+// run"): MK_BATCH_QKV / MK_BATCH_O (the batched GEMV loop only in the QKV / O-proj tiles), MK_BATCH_PLAIN
+// (their control) and MK_POLL2 (two pollers per dependency wait). Unset, the cubin is the default's.
+//
 // Build (megakernel/build.py does this, with generated headers in the build directory):
 //   nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -Icsrc -I<build> -DARGUS_MODE=0 megakernel.cu
 #include "argus/argus.cuh"
@@ -75,6 +79,9 @@ struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
   unsigned ticket;
   unsigned next_ticket;
   int ok;
+#if MK_POLL2
+  int poll_seen;  // the two pollers' flag (sync.cuh: wait_counter_pair, poll_helper): 0 polling, 1 helper saw it, 2 done
+#endif
 };
 
 // Region coordinate: step in the high bits, layer in the low 8 (Argus iteration windows select steps).
@@ -130,10 +137,13 @@ __device__ __forceinline__ void prefetch_tile(const char* ptr, unsigned bytes) {
 // GEMV of the current tile. s.staged = bytes of its leading rows bulk-copied into the stage buffer
 // (0: none): the rows past them stream from global first (their loads go out while the copy lands),
 // then the staged rows are read from shared memory.
+// kBatch: the global rows use the batched GEMV loop (gemv.cuh: gemv_tile_as; the QKV / O-proj call sites
+// with MK_BATCH_QKV / MK_BATCH_O), otherwise gemv_tile.
+template <bool kBatch = false>
 __device__ __forceinline__ void tile_gemv(const Params& p, Smem& s, const __nv_bfloat16* W, int K, int rows) {
   if (s.staged) {
     const int srows = (int)(s.staged / (2u * (unsigned)K));
-    if (srows < rows) gemv_tile(W + (size_t)srows * K, K, rows - srows, s.xs, s.out + srows);
+    if (srows < rows) gemv_tile_as<kBatch>(W + (size_t)srows * K, K, rows - srows, s.xs, s.out + srows);
     const bool landed = stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);
     if (__syncthreads_or(!landed)) {  // every thread takes the same branch, even at the deadline's edge
       if (threadIdx.x == 0) raise_error(p, ERROR_STAGE_TIMEOUT, -1, -1, -1, -1);
@@ -141,7 +151,7 @@ __device__ __forceinline__ void tile_gemv(const Params& p, Smem& s, const __nv_b
     }
     gemv_tile_staged(reinterpret_cast<const __nv_bfloat16*>(stage_buffer), K, srows, s.xs, s.out);
   } else {
-    gemv_tile(W, K, rows, s.xs, s.out);
+    gemv_tile_as<kBatch>(W, K, rows, s.xs, s.out);
   }
 }
 
@@ -217,7 +227,7 @@ __device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, 
   {
     MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
     const size_t base = (kind == HEAD_Q ? 0 : kind == HEAD_K ? D : D + KV) + (size_t)head * Dh + (size_t)part * rows;
-    tile_gemv(p, s, p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D, D, rows);
+    tile_gemv<MK_BATCH_QKV != 0>(p, s, p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D, D, rows);
     __syncthreads();
   }
   MK_REGION(ARGUS_REGION_DECODE_KV_UPDATE, coord(step, layer));
@@ -252,7 +262,7 @@ __device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows
     load_attention_combined(p, layer, step, s.xs);
   }
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
-  tile_gemv(p, s, p.wo + ((size_t)layer * D + row0) * D, D, rows);
+  tile_gemv<MK_BATCH_O != 0>(p, s, p.wo + ((size_t)layer * D + row0) * D, D, rows);
   __syncthreads();
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x_mid[(size_t)layer * D + row0 + r] = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
@@ -407,6 +417,9 @@ __device__ void worker(const Params& p, Smem& s) {
     s.ticket = take_ticket(p, end);
     s.stage_phase = 0;
     s.staged = 0;
+#if MK_POLL2
+    s.poll_seen = 0;
+#endif
     if (p.stage_bytes > 0) stage_init(&s.stage_bar);
   }
   __syncthreads();
@@ -450,7 +463,11 @@ __device__ void worker(const Params& p, Smem& s) {
         const int need = (step + 1 + s.ins[W_WAIT_DELTA]) * s.ins[W_WAIT_COUNT];
         if (need > 0) {
           const WaitSite site{(int)t, step, index, op, layer, wait};
+#if MK_POLL2
+          ok = wait_counter_pair(p, p.counters + wait, (unsigned)need, site, (unsigned long long)p.timeout_ns, &s.poll_seen);
+#else
           ok = wait_counter(p, p.counters + wait, (unsigned)need, site, (unsigned long long)p.timeout_ns);
+#endif
         }
       }
       s.ok = ok;
@@ -458,6 +475,13 @@ __device__ void worker(const Params& p, Smem& s) {
       // is deadlock-free: it is higher than the one we run, which needs only lower tickets.
       if (ok) s.next_ticket = take_ticket(p, end);
     }
+#if MK_POLL2
+    if (threadIdx.x == 32) {  // the second poller of the same counter (warp 1), half a poll period behind
+      const int wait = s.ins[W_WAIT];
+      const int need = (step + 1 + s.ins[W_WAIT_DELTA]) * s.ins[W_WAIT_COUNT];
+      if (wait != NO_COUNTER && need > 0) poll_helper(p.counters + wait, (unsigned)need, &s.poll_seen);
+    }
+#endif
     __syncthreads();
     ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
     if (!s.ok) {
@@ -492,6 +516,9 @@ __device__ void worker(const Params& p, Smem& s) {
       red_release_add(p.counters + s.ins[W_SIGNAL], 1u);  // ... before the counter says so
       s.ticket = s.next_ticket;
       if (s.staged) s.stage_phase ^= 1u;
+#if MK_POLL2
+      s.poll_seen = 0;  // both pollers left their loops before the barrier after the wait
+#endif
     }
     __syncthreads();
   }

@@ -68,9 +68,13 @@ __device__ __forceinline__ void record_stuck(const Params& p, const WaitSite& si
   row[STUCK_TICKET] = site.ticket;
 }
 
-// Called by thread 0 only. Returns false when the kernel must stop (deadline or another error).
-__device__ __noinline__ bool wait_counter(const Params& p, const unsigned* ctr, unsigned expected, const WaitSite& site,
-                                          unsigned long long timeout_ns) {
+// The wait loop. kPair (MK_POLL2 builds only): a second poller (poll_helper, another warp) may see the
+// value first and set *seen = 1; this loop then returns too, and on return sets *seen = 2 so the
+// helper stops. Without kPair `seen` is unused and the loop is the one measured since 2026-12-01.
+template <bool kPair>
+__device__ __forceinline__ bool wait_counter_impl(const Params& p, const unsigned* ctr, unsigned expected,
+                                                  const WaitSite& site, unsigned long long timeout_ns,
+                                                  volatile int* seen) {
   if ((int)(MK_POLL(ctr) - expected) >= 0) {
     MK_POLL_DONE();
     return true;
@@ -78,6 +82,9 @@ __device__ __noinline__ bool wait_counter(const Params& p, const unsigned* ctr, 
   const unsigned long long start = globaltimer_ns();
   unsigned spins = 0;
   for (;;) {
+    if constexpr (kPair) {
+      if (*seen == 1) return true;  // the helper's acquire load saw it (it and this thread meet at a barrier next)
+    }
     const unsigned v = MK_POLL(ctr);
     if ((int)(v - expected) >= 0) {
       MK_POLL_DONE();
@@ -112,6 +119,46 @@ __device__ __noinline__ bool wait_counter(const Params& p, const unsigned* ctr, 
     }
   }
 }
+
+// Called by thread 0 only. Returns false when the kernel must stop (deadline or another error).
+__device__ __noinline__ bool wait_counter(const Params& p, const unsigned* ctr, unsigned expected, const WaitSite& site,
+                                          unsigned long long timeout_ns) {
+  return wait_counter_impl<false>(p, ctr, expected, site, timeout_ns, nullptr);
+}
+
+#if MK_POLL2
+// MK_POLL2 (opt-in build flag, benchmarks/decode.py mk_poll2): the dependency is polled by two threads of
+// different warps, the second half a poll period behind the first, so a counter update is seen on
+// average after a quarter of a poll period instead of half of one. Thread 0 keeps the deadline and the
+// error reporting (wait_counter_pair); the helper (thread 32) only polls.
+__device__ __noinline__ bool wait_counter_pair(const Params& p, const unsigned* ctr, unsigned expected,
+                                               const WaitSite& site, unsigned long long timeout_ns, volatile int* seen) {
+  const bool ok = wait_counter_impl<true>(p, ctr, expected, site, timeout_ns, seen);
+  *seen = 2;  // the helper stops at its next check
+  return ok;
+}
+
+// The helper: one timed poll gives the poll period P (an acquire round trip, issued together with thread
+// 0's first poll), then it waits P/2 and polls until it sees the value (*seen = 1) or thread 0 is done.
+__device__ __noinline__ void poll_helper(const unsigned* ctr, unsigned expected, volatile int* seen) {
+  const long long t0 = clock64();
+  unsigned v = ld_acquire(ctr);
+  if ((int)(v - expected) >= 0) {
+    *seen = 1;
+    return;
+  }
+  const long long t1 = clock64(), half = (t1 - t0) / 2;  // clock64 after the load's use: its latency
+  while (clock64() - t1 < half && *seen == 0) {
+  }
+  while (*seen == 0) {
+    v = ld_acquire(ctr);
+    if ((int)(v - expected) >= 0) {
+      *seen = 1;
+      return;
+    }
+  }
+}
+#endif
 
 __device__ __forceinline__ void raise_error(const Params& p, int code, int ticket, int step, int index, int opcode) {
   if (atomicCAS(p.error, ERROR_NONE, -1) == ERROR_NONE) {

@@ -1,0 +1,100 @@
+"""Chain rows of benchmarks/decode.py (megakernel/NOTES.md "Ready for the next device run"): the batched GEMV
+only in the QKV and/or O-proj tiles (mk_batch_qkv, mk_batch_o, mk_batch_chain), the codegen control
+mk_chain_ctl, and two pollers per dependency wait (mk_poll2). On the CPU: each row is build flags only
+(the default instruction stream, so the interpreter's reference is the default one), and with nvcc that
+each compiles within the register cap without op spills, that the default build contains none of their
+code, and (with nvdisasm) that the batched function issues its whole block of weight loads before using
+any while the plain loop keeps 2 in flight. GPU: tests/test_megakernel_fusions_gpu.py (FUSION_K=chain)."""
+import re
+import shutil
+
+import pytest
+
+from benchmarks.decode import BATCH_O, BATCH_QKV, POLL2, variant_rows
+from megakernel.dag import TileShape, build_decode_program
+from megakernel.runtime import option_flags
+from tinyllama.config import get_config
+
+ROWS = {
+    "mk_batch_qkv": BATCH_QKV,
+    "mk_batch_o": BATCH_O,
+    "mk_batch_chain": BATCH_QKV + BATCH_O,
+    "mk_chain_ctl": BATCH_QKV + BATCH_O + ("-DMK_BATCH_PLAIN=1",),
+    "mk_poll2": POLL2,
+}
+# Calls of the two GEMV functions from the worker loop: (gemv_tile, gemv_tile_batch); each op calls its GEMV
+# twice (the staged remainder and the plain path). Ops: QKV, O-proj, gate/up, down, logits.
+CALLS = {"default": (10, 0), "mk_batch_qkv": (8, 2), "mk_batch_o": (8, 2), "mk_batch_chain": (6, 4),
+         "mk_chain_ctl": (6, 4), "mk_poll2": (10, 0)}
+VARIANT_FUNCTIONS = ("gemv_tile_batch", "wait_counter_pair", "poll_helper")
+
+
+def test_rows_are_build_flags_on_the_default_program():
+    rows = variant_rows()
+    for name, flags in ROWS.items():
+        assert rows[name] == {"build_flags": flags}, name
+        option_flags(TileShape(), flags)  # none of them is a flag the tile shape owns
+    c = get_config("tiny")
+    # no tile change: the kernel runs the default instruction stream, which the interpreter checks
+    assert build_decode_program(c, TileShape()).instructions == build_decode_program(c, TileShape()).instructions
+
+
+def _spills(log: str) -> dict[str, int]:
+    return {m.group(1): int(m.group(2)) for m in re.finditer(
+        r"Function properties for (\S+)\n\s+\d+ bytes stack frame, (\d+) bytes spill stores", log)}
+
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    from megakernel.build import build
+
+    out = {}
+
+    def get(name: str):
+        if name not in out:
+            out[name] = build(0, build_dir=tmp_path_factory.mktemp(name), extra_flags=ROWS.get(name, ()))
+        return out[name]
+
+    return get
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", ["default", *ROWS])
+def test_row_compiles_without_op_spills(builds, name):
+    r = builds(name)
+    spills = _spills(r.ptxas_log)
+    assert spills and r.registers() is not None and r.registers() <= 128
+    # Only the worker entry and the (unused at 2 heads per tile) 8-head attention instance may spill.
+    assert all(n == 0 for fn, n in spills.items() if "argus_megakernel" not in fn and "ILi8E" not in fn), r.ptxas_log
+    assert sum(spills.values()) <= 96, r.ptxas_log
+    present = {f for f in VARIANT_FUNCTIONS if any(f"{len(f)}{f}E" in fn for fn in spills)}
+    want = {"default": set(), "mk_poll2": {"wait_counter_pair", "poll_helper"}}.get(name, {"gemv_tile_batch"})
+    assert present == want, f"{name}: variant functions compiled in: {present}"
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", ["default", *ROWS])
+def test_gemv_loads_in_flight(builds, name):
+    """The property the rows test on the GPU: the batched function issues (nearly) all 16 weight loads of a
+    block before its first FP use, the plain loop 2 (SASS of 2026-12-01 12:47, NOTES.md row 12)."""
+    from argus_rt.tools import tool_or_none
+    from megakernel import sass_diff
+
+    if tool_or_none("nvdisasm") is None:
+        pytest.skip("needs nvdisasm")
+
+    fns = sass_diff.functions(sass_diff.disassembly(builds(name).cubin))
+    loop = fns["argus_megakernel"]
+    assert (sass_diff.calls(loop, "gemv_tile"), sass_diff.calls(loop, "gemv_tile_batch")) == CALLS[name]
+    _, plain = sass_diff.find_function(fns, "gemv_tile")
+    assert sass_diff.loads_before_first_use(plain)[0] <= 2
+    if CALLS[name][1]:
+        _, batch = sass_diff.find_function(fns, "gemv_tile_batch")
+        before, total = sass_diff.loads_before_first_use(batch)
+        if name == "mk_chain_ctl":  # the control: the plain loop in the second function
+            assert before <= 2
+        else:
+            assert before >= 14 and total == 16, (before, total)
