@@ -264,7 +264,7 @@ SCHEMA_CASES = [
     (_launch("block", [0]), "launch.block[0]: 0 is not a positive integer"),
     (lambda s: [1, 2], "[1, 2] is not a JSON object with keys name, kind"),
     (_drop("launch"), "missing required key(s) 'launch'"),
-    (_drop("kind"), "missing required key(s) 'kind' (a program kind: cuda, triton, python or standin)"),
+    (_drop("kind"), f"missing required key(s) 'kind' (a program kind: {', '.join(PROGRAM_KINDS[:-1])} or {PROGRAM_KINDS[-1]})"),
     (lambda s: {**s, "kind": "cpp"}, "kind: 'cpp' is not a program kind"),
     (lambda s: {**s, "colour": "red"}, "unknown key(s) 'colour'; valid keys: name, kind"),
     (_launch("gird", [1]), "launch: unknown key(s) 'gird'; valid keys: source, kernel, grid"),

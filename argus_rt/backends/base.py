@@ -124,6 +124,7 @@ BUILTIN_BACKEND_MODULES = {
 # would be used, so that a fresh worker process finds e.g. the Triton 'trace' adapter).
 BUILTIN_KIND_BACKEND_MODULES = {
     ("trace", "triton"): "argus_rt.backends.trace",
+    **{(name, "cupy"): "argus_rt.kinds.cupy.adapters" for name in ("trace", "pcmap")},
 }
 
 

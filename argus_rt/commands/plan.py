@@ -83,6 +83,9 @@ def check_compiles(program) -> None:
         from ..kinds.triton.program import check_program
 
         check_program(program)
+    elif program.kind == "cupy":
+        from ..kinds.cupy.build import check_program as check_cupy_program
+        check_cupy_program(program)
 
 
 def run(args) -> int:

@@ -1,0 +1,208 @@
+"""The variants of a CuPy program, compiled through NVRTC with the options CuPy passes.
+
+CuPy 14 compiles ``cupy.RawModule(code=src, options=opts)`` (and ``RawKernel(src, name, opts)``) by
+NVRTC with (``cupy/_core/core.pyx`` ``assemble_cupy_compiler_options``, ``cupy/cuda/compiler.py``
+``_compile_with_cache_cuda`` and ``_compile_using_nvrtc``, in this order)::
+
+    [-I<cupy>/_core/include/cupy/_cccl/{cub,thrust,libcudacxx}]  opts  [--std=c++17 unless opts set -std=]
+    [-I<cupy>/_core/include]  -I<CUDA headers (cuda.pathfinder, 'cudart')>  -ftz=true
+    [--device-debug --generate-line-info when CUPY_CUDA_COMPILE_WITH_DEBUG=1]
+    -arch=sm_<XY>  --device-as-default-execution-space  [--pch when CUPY_NVRTC_USE_PCH=1, NVRTC 12.8+]
+
+Argus compiles each variant the same way, with ``opts`` = the program's ``flags`` (the user's
+RawModule options) followed by Argus's three: ``-DARGUS_MODE=<0 trace-free | 1 marker-only |
+2 traced>``, ``-I<Argus csrc>`` (for ``argus/argus.cuh``) and ``-I<program directory>`` (its own
+headers; CuPy needs the same ``-I`` among the user's options for quote includes). Two things differ
+from what CuPy would do: ``-arch`` is the launch's ``arch`` (default ``sm_90a``; CuPy picks
+``sm_90`` on an H200), and the NVRTC program is named after the source file (CuPy names it
+``<hash>.cubin.cu``), which only the line table shows. CuPy's own include directories are on the
+list only where CuPy is installed (it is not imported for them), so a CPU without CuPy compiles the
+same code with two include directories fewer; neither names a header ``argus.cuh`` needs.
+
+Cubins are cached under ``<cache>/cupy/`` by a SHA-256 of the options, the NVRTC version, the
+source, and every header under Argus's ``csrc/argus`` and the program directory.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import re
+from pathlib import Path
+
+from ...fsutil import atomic_write_bytes, atomic_write_text
+from ...resources import csrc_dir
+from ..cuda.build import cache_dir
+from ..cuda.run import VARIANT_MODES
+from .launch import CupyLaunch, CupyProgramError
+
+HEADER_SUFFIXES = (".h", ".cuh", ".hpp", ".inc", ".inl")
+CCCL_PARTS = ("cub", "thrust", "libcudacxx")
+
+
+class CupyCompileError(CupyProgramError):
+    """NVRTC rejected a variant's source; the message is one line with NVRTC's first error."""
+
+
+class NvrtcNotFoundError(CupyProgramError):
+    """NVRTC (cuda-python's bindings and the libnvrtc they load) is not available here."""
+
+
+def cupy_include_dir() -> Path | None:
+    """CuPy's header directory (``cupy/_core/include``) where CuPy is installed, found without importing it."""
+    try:
+        spec = importlib.util.find_spec("cupy")
+    except (ImportError, ValueError):  # a module object without a spec (a test's stand-in)
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "_core" / "include"
+    return path if path.is_dir() else None
+
+
+def cuda_include_dir() -> str | None:
+    """The CUDA headers CuPy 14 adds (``cuda.pathfinder.find_nvidia_header_directory('cudart')``)."""
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+    except ImportError:
+        return None
+    return find_nvidia_header_directory("cudart")
+
+
+def nvrtc_options(program, variant: str) -> list[str]:
+    """The NVRTC options of ``variant``: CuPy's for the program's flags plus Argus's three (module docstring)."""
+    if variant not in VARIANT_MODES:
+        raise CupyProgramError(f"cannot build variant {variant!r} of a CuPy program; valid: {', '.join(VARIANT_MODES)}")
+    launch = CupyLaunch.from_program(program)
+    opts = [*program.flags, f"-DARGUS_MODE={VARIANT_MODES[variant]}", f"-I{csrc_dir()}", f"-I{launch.root}"]
+    if not any("-std=" in o for o in opts):
+        opts.append("--std=c++17")
+    cupy_dir = cupy_include_dir()
+    if cupy_dir is not None:
+        opts = [f"-I{cupy_dir}/cupy/_cccl/{part}" for part in CCCL_PARTS] + opts + [f"-I{cupy_dir}"]
+    cuda_dir = cuda_include_dir()
+    opts += [f"-I{cuda_dir}"] if cuda_dir else []
+    opts.append("-ftz=true")
+    if _env_flag("CUPY_CUDA_COMPILE_WITH_DEBUG"):
+        opts += ["--device-debug", "--generate-line-info"]
+    opts += [f"-arch={launch.arch}", "--device-as-default-execution-space"]
+    if _env_flag("CUPY_NVRTC_USE_PCH") and nvrtc().nvrtcVersion()[1:] >= (12, 8):
+        opts.append("--pch")
+    return opts
+
+
+def _env_flag(name: str) -> bool:
+    """CuPy's reading of a boolean environment variable: set and equal to 1."""
+    try:
+        return int(os.environ.get(name) or 0) == 1
+    except ValueError:
+        return False
+
+
+def nvrtc():
+    """cuda-python's NVRTC module, its library loaded; :class:`NvrtcNotFoundError` otherwise."""
+    try:
+        from cuda.bindings import nvrtc as module
+    except ImportError as exc:
+        raise NvrtcNotFoundError(f"CuPy programs compile with NVRTC through cuda-python, which is not installed "
+                                 f"({exc})") from None
+    try:
+        module.nvrtcVersion()
+    except Exception as exc:  # the shared library itself is missing
+        raise NvrtcNotFoundError(f"the NVRTC library cannot be loaded ({' '.join(str(exc).split())[:300]}); "
+                                 "install the CUDA toolkit or nvidia-cuda-nvrtc") from None
+    return module
+
+
+def nvrtc_version() -> str:
+    _, major, minor = nvrtc().nvrtcVersion()
+    return f"nvrtc {major}.{minor}"
+
+
+def _checked(result, what: str):
+    """The values of a cuda-python (result, *values) tuple; a failed call raises."""
+    status, *values = result
+    if int(status) != 0:
+        raise CupyCompileError(f"NVRTC {what} failed: {status!r}")
+    return values[0] if len(values) == 1 else values
+
+
+def compile_cubin(source: Path, options: list[str], *, label: str) -> bytes:
+    """One NVRTC compilation of ``source`` with exactly ``options``: the cubin, or one-line :class:`CupyCompileError`."""
+    api = nvrtc()
+    prog = _checked(api.nvrtcCreateProgram(source.read_bytes(), source.name.encode(), 0, [], []), "create")
+    try:
+        encoded = [o.encode() for o in options]
+        (status,) = api.nvrtcCompileProgram(prog, len(encoded), encoded)
+        size = _checked(api.nvrtcGetProgramLogSize(prog), "log size")
+        log = b" " * size
+        api.nvrtcGetProgramLog(prog, log)
+        if int(status) != 0:
+            raise CupyCompileError(f"{label}: NVRTC cannot compile {source.name}: {first_error(log.decode(errors='replace'))}")
+        cubin = b" " * _checked(api.nvrtcGetCUBINSize(prog), "cubin size")
+        api.nvrtcGetCUBIN(prog, cubin)
+        return cubin
+    finally:
+        api.nvrtcDestroyProgram(prog)
+
+
+def first_error(log: str) -> str:
+    """NVRTC's first error line (with the count of the rest), or the log's first line."""
+    lines = [" ".join(line.split()) for line in log.replace("\x00", "").splitlines() if line.strip()]
+    errors = [line for line in lines if re.search(r"\berror\b", line)]
+    if not errors:
+        return lines[0] if lines else "no log"
+    return errors[0] + (f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else "")
+
+
+def _cache_key(program, launch: CupyLaunch, options: list[str], version: str) -> str:
+    h = hashlib.sha256(json.dumps({"options": options, "nvrtc": version, "source": launch.source}).encode())
+    headers = {p for d in (csrc_dir() / "argus", launch.root) for p in d.rglob("*") if p.suffix in HEADER_SUFFIXES}
+    for path in [launch.source_path, *sorted(headers)]:
+        h.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def build_variant(program, variant: str) -> Path:
+    """The cubin of ``variant`` (trace_free/base, marker_only, traced), compiled once per content."""
+    launch = CupyLaunch.from_program(program)
+    options = nvrtc_options(program, variant)
+    key = _cache_key(program, launch, options, nvrtc_version())
+    out = cache_dir() / "cupy" / f"{program.name}_{variant}" / key[:24]
+    cubin = out / f"{program.name}.cubin"
+    if cubin.is_file():
+        return cubin
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per key; the others wait and take its cubin
+        if not cubin.is_file():
+            data = compile_cubin(launch.source_path, options, label=f"program {program.name!r} variant {variant}")
+            atomic_write_text(out / "build.json", json.dumps({"options": options, "nvrtc": nvrtc_version(),
+                                                              "source": launch.source, "key": key}, indent=2))
+            atomic_write_bytes(cubin, data)
+    return cubin
+
+
+def has_kernel(cubin: Path, kernel: str) -> bool:
+    """Whether ``cubin`` defines the unmangled kernel ``kernel`` (its ``.text.<kernel>`` section)."""
+    return f"\0.text.{kernel}\0".encode() in cubin.read_bytes()
+
+
+def check_program(program) -> str:
+    """The CPU check before any task runs (``argus plan``, ``argus query``): the launch against the
+    kernel's signature and, where NVRTC is available, every variant compiled (cached) and the kernel
+    found unmangled in it. Raises one-line :class:`CupyProgramError`; returns what was checked."""
+    launch = CupyLaunch.from_program(program)
+    try:
+        nvrtc()
+    except NvrtcNotFoundError as exc:
+        return f"launch checked; not compiled here: {exc}"
+    for variant in ("trace_free", "marker_only", "traced"):
+        cubin = build_variant(program, variant)
+        if not has_kernel(cubin, launch.kernel):
+            raise CupyProgramError(f"program {program.name!r}: kernel {launch.kernel!r} is not an unmangled symbol of "
+                                   f"its {variant} cubin: declare it extern \"C\" (cupy.RawModule.get_function looks "
+                                   "kernels up by their symbol name)")
+    return "launch checked; trace_free, marker_only and traced compiled"
