@@ -12,8 +12,8 @@ import pytest
 from benchmarks import provenance, record, results_doc
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ("collector_overhead", "decode", "marker_cost", "overlap", "planner_overhead", "probe_batching",
-           "trace_overhead")
+SCRIPTS = ("collector_overhead", "decode", "engine_overhead", "marker_cost", "overlap", "planner_overhead",
+           "probe_batching", "trace_overhead")
 FIELDS = {"date", "gpu", "command", "commit", "versions", "rows"}
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
