@@ -38,7 +38,7 @@ from .tools import tool_or_none
 
 PROGRAM_FILE = "argus_program.json"
 VARIANTS = ("base", "trace_free", "marker_only", "traced", "probe")
-PROGRAM_KINDS = ("cuda", "triton", "cupy", "python", "standin")
+PROGRAM_KINDS = ("cuda", "triton", "cupy", "numba", "python", "standin")
 # A program name becomes part of file names (build caches, cubins): no path syntax, ever. The schema
 # (program.schema.json, "name") states the same pattern.
 PROGRAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

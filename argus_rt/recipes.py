@@ -194,7 +194,7 @@ def signals_for(kind: str | None) -> list[str]:
 
 # ---- built-in catalog -------------------------------------------------------------------------
 # Region traces: the CUDA trace adapter (device markers) and the Triton one (TTGIR instrumentation).
-_TRACED_KINDS = frozenset({"cuda", "triton", "cupy"})
+_TRACED_KINDS = frozenset({"cuda", "triton", "cupy", "numba"})
 _PROFILER = frozenset({"replays_kernel", "exclusive_profiler", "perturbs_timing", "serialises_kernels"})
 # PC-keyed counters keep no per-SM/CTA/iteration/launch coordinates and no adapter selects a launch
 # yet, so these signals take no scope (asking for one is a planning error, not a silent widening).

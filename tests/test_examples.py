@@ -18,7 +18,8 @@ from argus_rt.resources import examples_dir
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(p.name for p in examples_dir().iterdir() if (p / "argus_program.json").is_file())
 SIGNALS_BY_KIND = {"cuda": ["latency", "instruction_mix", "barrier_count"], "triton": ["latency"],
-                   "cupy": ["latency", "instruction_mix", "barrier_count"]}
+                   "cupy": ["latency", "instruction_mix", "barrier_count"],
+                   "numba": ["latency", "instruction_mix", "barrier_count"]}
 
 
 def _root_region(name: str) -> str:

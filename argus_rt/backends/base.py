@@ -125,6 +125,7 @@ BUILTIN_BACKEND_MODULES = {
 BUILTIN_KIND_BACKEND_MODULES = {
     ("trace", "triton"): "argus_rt.backends.trace",
     **{(name, "cupy"): "argus_rt.kinds.cupy.adapters" for name in ("trace", "pcmap")},
+    **{(name, "numba"): "argus_rt.kinds.numba.adapters" for name in ("trace", "pcmap")},
 }
 
 

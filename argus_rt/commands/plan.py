@@ -86,6 +86,9 @@ def check_compiles(program) -> None:
     elif program.kind == "cupy":
         from ..kinds.cupy.build import check_program as check_cupy_program
         check_cupy_program(program)
+    elif program.kind == "numba":
+        from ..kinds.numba.build import check_program as check_numba_program
+        check_numba_program(program)
 
 
 def run(args) -> int:

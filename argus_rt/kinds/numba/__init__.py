@@ -1,0 +1,13 @@
+"""The numba program kind: a ``numba.cuda.jit`` kernel in a Python module, with a NumPy reference.
+
+* ``markers``: ``argus.begin`` / ``argus.end`` (and ``begin_at`` / ``end_at``) in a kernel: nothing,
+  inline-PTX ``pmevent.mask`` words, or a call of the linked trace marker, by build mode;
+* ``launch``: the program's ``launch`` (grid, block, args by parameter name, reference), its NumPy
+  inputs, numba's kernel-argument ABI and the reference check;
+* ``compile``: numba's PTX of the kernel for one marker mode, on the CPU, in a process of its own;
+* ``build``: that PTX to the sm_90 cubin that runs (the traced variant linked with argus.cuh's emit);
+* ``run``: the checked run of a variant's cubin (and the ``python -m`` process ncu profiles);
+* ``adapters``: the ``trace`` and ``pcmap`` adapters for ``kind="numba"``.
+
+Import the submodule you need (importing this package imports neither numba nor torch).
+"""
