@@ -458,14 +458,17 @@ def _site_loop(reference: dict, site: dict, op_id: str) -> dict | None:
             return lp
     if len(loops) == 1 and loops[0].get("wait_line") is None:
         return loops[0]
-    raise EvidenceError(f"probe site {op_id} waits at TTGIR line {line}, a loop the traced reference did not trace "
-                        f"(traced: {[lp.get('wait_line') for lp in loops]})")
+    raise EvidenceError(f"probe site {op_id} ({site.get('kind', '?')}) waits at TTGIR line {line}, a loop the traced "
+                        f"reference did not trace (traced: {[lp.get('wait_line') for lp in loops]}); a traced "
+                        "reference kept from an Argus that timed TMA waits only lacks the cp.async and WGMMA waits: "
+                        "collect it again (argus workspace clean)")
 
 
 @register_synthesis("async_completion_latency")
 def synth_async_completion(ctx) -> dict:
     """Per (op, iteration): issue-to-completion latency from its forced-wait probe (derived), joined
-    to the reference run's same iteration by (op ID, iteration) — never by timestamps.
+    to the reference run's same iteration by (op ID, iteration) — never by timestamps. Every probed
+    family (TMA load, cp.async, WGMMA) is joined the same way; ``join.kind`` names it.
 
     With a Triton traced reference the join is on the site's own loop (its consumer wait), and the
     CTAs that recorded the probe must be exactly the CTAs whose loop runs the iteration (trip count >
@@ -504,6 +507,8 @@ def synth_async_completion(ctx) -> dict:
         d = (cols["complete"][sel] - cols["issue"][sel]).astype(np.float64)
         region = sites.get(op_id, {}).get("region", ctx.region)
         extra = {"op_id": op_id, "iteration": it, "reference_task": refs[0].id, "probe_program": t.program}
+        if op_id in sites:  # the probed family: tma_load, cp_async or wgmma
+            extra["kind"] = sites[op_id].get("kind")
         notes = []
         if loops_ref is None:
             extra[ref_key] = reference(region, it)

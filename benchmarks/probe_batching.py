@@ -104,7 +104,7 @@ def run_batch(selections, a, b, pool, workdir: Path, repeats: int = 3) -> dict:
     t1 = time.perf_counter()
     paths = []
     trace_path = workdir / "traced_reference.ttgir"
-    trace_path.write_text(P.make_iteration_trace(ttgir, d), encoding="utf-8")
+    trace_path.write_text(P.make_iteration_trace(ttgir, d, kinds=("tma_load",)), encoding="utf-8")  # TMA waits only
     ref_path = workdir / "reference.ttgir"  # run through the same TTGIR -> cubin path as the variants
     ref_path.write_text(ttgir, encoding="utf-8")
     probes = []

@@ -36,8 +36,13 @@ def test_discover_ttgir_file_needs_iterations(tmp_path, capsys):
     assert main(["discover", str(f)]) == 2
     assert "needs --iterations" in capsys.readouterr().err
     assert main(["discover", str(f), "--iterations", "8", "--region", "tma_matmul/kloop"]) == 0
-    assert "probe candidates (TMA op x iteration): 16" in capsys.readouterr().out
+    assert "probe candidates (op x iteration): 24 (tma_load 16, wgmma 8)" in capsys.readouterr().out
     assert main(["discover", str(f), "--iterations", "8", "--region", "nope"]) == 2
     assert "valid regions: tma_matmul" in capsys.readouterr().err
-    assert main(["discover", str(f), "--iterations", "8", "--emit-probe", "acc@1", "--out", str(tmp_path / "x")]) == 2
-    assert "forced-wait probes support TMA loads" in capsys.readouterr().err
+    # every family is probed: the WGMMA dot too
+    assert main(["discover", str(f), "--iterations", "8", "--emit-probe", "acc@1", "--out", str(tmp_path / "x")]) == 0
+    assert "wrote probe 0x" in capsys.readouterr().out and "{pendings = 0 : i32}" in (tmp_path / "x").read_text()
+    sync = tmp_path / "sync.ttgir"
+    sync.write_text(ttgir.replace("isAsync = true", "isAsync = false"))
+    assert main(["discover", str(sync), "--iterations", "8", "--emit-probe", "acc@1", "--out", str(tmp_path / "y")]) == 2
+    assert "is not asynchronous" in capsys.readouterr().err

@@ -104,7 +104,7 @@ def test_query_triton_example(tmp_path):
 @pytest.mark.hopper
 def test_query_triton_async_completion_latency(tmp_path):
     """`argus query examples/triton --region tma_matmul/kloop --signals async_completion_latency`: discovery
-    expands 16 forced-wait probes (2 TMA loads x 8 K iterations); every probe launch must reproduce the
+    expands 24 forced-wait probes (2 TMA loads and the WGMMA dot x 8 K iterations); every probe launch must reproduce the
     reference kernel's output bit for bit (checked in the collect, after the reference is checked
     against PyTorch by the module's run()); each (op, iteration) gets a derived latency joined to the
     traced reference's consumer wait of the same iteration."""
@@ -113,6 +113,7 @@ def test_query_triton_async_completion_latency(tmp_path):
     assert report["unanswered"] == [], report["unanswered"]
     values = _values(report, "async_completion_latency")
     keys = {(v["join"]["op_id"], v["join"]["iteration"]) for v in values}
-    assert len(values) == 16 and len(keys) == 16 and {it for _, it in keys} == set(range(8))
+    assert len(values) == 24 and len(keys) == 24 and {it for _, it in keys} == set(range(8))
+    assert sorted({v["join"]["kind"] for v in values}) == ["tma_load", "wgmma"]
     assert all(v["qualification"] == "derived" and v["value"] > 0 for v in values)
     assert all(v["join"]["reference_wait_ns"] is not None and v["join"]["reference_wait_ns"] >= 0 for v in values)

@@ -225,7 +225,7 @@ def causal():
 def test_causal_discovery_plans_the_diagonal_loop_s_two_trips_only(causal):
     ttgir, d = causal
     loads = [s for s in d.sites if s.kind == "tma_load"]
-    lines = P.traced_wait_lines(d)
+    lines = P.traced_wait_lines(d, kinds=("tma_load",))
     assert len(lines) == 2  # both call sites of the helper: two loops, each traced
     below = [s for s in loads if s.completion.consumer_wait_line == lines[0]]
     diag = [s for s in loads if s.completion.consumer_wait_line == lines[1]]
@@ -236,7 +236,15 @@ def test_causal_discovery_plans_the_diagonal_loop_s_two_trips_only(causal):
     assert all(s.completion.loop_trips == 2 and s.iterations == [0, 1] for s in diag)
     with pytest.raises(P.ProbeError, match=r"iteration 2 is not served.*valid iterations: \[0, 1\]"):
         P.make_forced_wait_probe(ttgir, d, diag[0].op_id, 2)
-    traced = P.make_iteration_trace(ttgir, d)
+    # the dots of the diagonal loop are planned for its two trips too, and joined to its dot wait
+    dots = [s for s in d.sites if s.kind == "wgmma"]
+    assert len(dots) == 4 and sorted(len(s.iterations) for s in dots) == [2, 2, d.iterations, d.iterations]
+    assert all(s.completion.loop_trips == 2 for s in dots if len(s.iterations) == 2)
+    every = P.traced_wait_lines(d)  # every family: per loop the TMA consumer's wait and the dots' wait
+    assert len(every) == 4 and set(lines) < set(every)
+    assert {s.completion.consumer_wait_line for s in dots} == set(every) - set(lines)
+    assert P.make_iteration_trace(ttgir, d).count("%globaltimer") == 8
+    traced = P.make_iteration_trace(ttgir, d, kinds=("tma_load",))
     assert traced.count("%globaltimer") == 4  # before and after each loop's consumer wait
     per_loop = 2 * d.iterations
     assert f"%argus_words = arith.constant {2 * per_loop} : i32" in traced  # two loop blocks per CTA

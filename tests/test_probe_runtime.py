@@ -3,6 +3,7 @@ Transform handler work together on the TMA matmul example (CPU only: transforms 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,8 @@ def test_control_task_publishes_async_sites(discovery_outputs, program):
     assert doc["format"] == "argus.async_sites/1" and doc["program"] == program.id
     kinds = [(s["kind"], s["label"]) for s in doc["sites"]]
     assert kinds == [("tma_load", "a"), ("tma_load", "b"), ("wgmma", "acc")]
-    # probe candidates: TMA loads only; WGMMA lists its iterations separately
-    assert [len(s["iterations"]) for s in doc["sites"]] == [8, 8, 0]
+    # probe candidates: every family (the two TMA loads and the WGMMA dot), 8 iterations each
+    assert [len(s["iterations"]) for s in doc["sites"]] == [8, 8, 8]
     assert doc["sites"][2]["logical_iterations"] == list(range(8))
     assert "tma_matmul_kernel" in Path(outputs["ttgir"]).read_text()
 
@@ -58,17 +59,19 @@ def test_expander_and_transform_make_sixteen_linked_probes(discovery_outputs, pr
     expand(_ctx(control, program, tmp_path, {"async_sites": Path(outputs["async_sites"])}), builder)
     transforms = [t for t in builder.new_tasks.values() if t.kind == "transform"]
     collects = [t for t in builder.new_tasks.values() if t.kind == "collect"]
-    assert len(transforms) == 16 and len(collects) == 16
+    assert len(transforms) == 24 and len(collects) == 24  # 2 TMA loads and 1 WGMMA dot x 8 iterations
     assert all("forces_completion" in c.effects for c in collects)
-    # run one transform: its probe program is the variant the planner expected, linked to the base
-    task = next(t for t in transforms if t.config["iteration"] == 4)
+    kinds = {s["op_id"]: s["kind"] for s in json.loads(Path(outputs["async_sites"]).read_text())["sites"]}
+    # run one transform per family: its probe program is the variant the planner expected, linked to the base
     handler = get_handler("transform", "forced_wait_probe", "triton")
-    out = handler(_ctx(task, program, tmp_path))
-    pv = json.loads(Path(out["program"]).read_text())
-    assert pv["id"] == task.config["expect_program"] and pv["base"] == program.id and pv["variant"] == "probe"
-    desc = json.loads(Path(out["probe"]).read_text())
-    assert desc["op_id"] == task.config["op_id"] and desc["iteration"] == 4
-    assert Path(out["cubin"]).stat().st_size > 0 and "%argus_pbar" in Path(out["ttgir"]).read_text()
+    for kind, mark in (("tma_load", r"%argus_pbar"), ("wgmma", r"ttng.warp_group_dot_wait %acc_\d+ \{pendings = 0")):
+        task = next(t for t in transforms if t.config["iteration"] == 4 and kinds[t.config["op_id"]] == kind)
+        out = handler(_ctx(task, program, tmp_path / kind))
+        pv = json.loads(Path(out["program"]).read_text())
+        assert pv["id"] == task.config["expect_program"] and pv["base"] == program.id and pv["variant"] == "probe"
+        desc = json.loads(Path(out["probe"]).read_text())
+        assert desc["op_id"] == task.config["op_id"] and desc["iteration"] == 4 and desc["kind"] == kind
+        assert Path(out["cubin"]).stat().st_size > 0 and re.search(mark, Path(out["ttgir"]).read_text())
 
 
 def test_triton_probe_collect_adapter_is_registered(program):

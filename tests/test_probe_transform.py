@@ -74,8 +74,10 @@ def test_loop_probe_is_selected_by_trip(ttgir, disc):
 
 
 def test_every_candidate_makes_a_distinct_probe(ttgir, disc):
+    # every probed family: the two TMA loads and the WGMMA dot, 8 iterations each
+    assert len(disc.candidates("tma_load")) == 16 and len(disc.candidates("wgmma")) == 8
     variants = {make_forced_wait_probe(ttgir, disc, s.op_id, i).variant_hash for s, i in disc.candidates()}
-    assert len(variants) == 16
+    assert len(variants) == 24
 
 
 def test_probes_compile_to_runnable_variants(ttgir, disc, tmp_path):
@@ -89,14 +91,17 @@ def test_probes_compile_to_runnable_variants(ttgir, disc, tmp_path):
 
 def test_traced_reference_compiles(ttgir, disc, tmp_path):
     traced = make_iteration_trace(ttgir, disc)
-    assert traced.count("%globaltimer") == 2
+    assert traced.count("%globaltimer") == 4  # the TMA consumer's wait_barrier and the dot's wait
+    assert make_iteration_trace(ttgir, disc, kinds=("tma_load",)).count("%globaltimer") == 2
     k = compile_ttgir(traced, tmp_path, "traced")
     assert list(k.src.signature.values())[-1] == "*i64"
 
 
 def test_probe_errors_name_the_op_and_choices(ttgir, disc):
-    with pytest.raises(UnsupportedOpError, match=r"ttng.warp_group_dot \(wgmma\).*Valid probe sites: 0x"):
-        make_forced_wait_probe(ttgir, disc, "acc", 0)
+    sync = ttgir.replace("isAsync = true", "isAsync = false")  # a dot that completes before the next op
+    with pytest.raises(UnsupportedOpError, match=r"ttng.warp_group_dot \(TTGIR line \d+\) \(site 0x\w+, acc\) is "
+                                                 r"not asynchronous"):
+        make_forced_wait_probe(sync, discover(sync, "tma_matmul/kloop", iterations=tm.ITERATIONS), "acc", 0)
     with pytest.raises(ProbeError, match=r"iteration 8 is not served.*valid iterations: \[0, 1, 2, 3, 4, 5, 6, 7\]"):
         make_forced_wait_probe(ttgir, disc, "a", 8)
     with pytest.raises(Exception, match=r"no site 'zz'.*valid: 0x"):

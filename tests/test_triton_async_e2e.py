@@ -1,6 +1,6 @@
 """`argus query examples/triton --region tma_matmul/kloop --signals async_completion_latency` up to the
-GPU collect, on the CPU: the plan, the real discovery Control task and its 16 branches, probe
-transforms compiled to cubins, and a run through the runtime where only the two GPU collections
+GPU collect, on the CPU: the plan, the real discovery Control task and its 24 branches (two TMA loads
+and the WGMMA dot, 8 iterations each), probe transforms compiled to cubins, and a run through the runtime where only the two GPU collections
 (traced reference, probe) are CPU stand-ins that write the documented evidence formats."""
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class StandinTritonTrace(StandinTritonTraceBase):
             doc = P.iteration_waits_document(buf.ravel(), N_CTAS, iters, wait="stand-in")
             return {"iteration_waits": ctx.write_json("iteration_waits", doc)}
         # a probe: the Transform's probe TTGIR and cubin must have reached this collect
-        assert Path(ctx.inputs["ttgir"]).read_text().count("%argus_pbar") > 0
+        assert Path(ctx.inputs["ttgir"]).read_text().count("%argus_probe_out") > 0
         assert Path(ctx.inputs["cubin"]).stat().st_size > 0
         op_id, it = ctx.config["probe"]["op_id"], ctx.config["probe"]["iteration"]
         assert ctx.program.params["op_id"] == op_id and ctx.program.params["iteration"] == it
@@ -109,7 +109,7 @@ def test_plan_uses_the_traced_iteration_reference(program):
     assert get_recipe("async_completion_latency").prerequisites_for("cuda") == ("latency",)
 
 
-def test_discovery_expands_sixteen_probe_runs_that_produce_op_events(program, tmp_path):
+def test_discovery_expands_one_probe_run_per_site_and_iteration(program, tmp_path):
     from argus_rt.branches import BranchBuilder
     from argus_rt.probe_expander import PROBE_EFFECTS
     from argus_rt.runtime.handlers import TaskContext, get_handler
@@ -125,7 +125,7 @@ def test_discovery_expands_sixteen_probe_runs_that_produce_op_events(program, tm
         TaskContext(task=control, program=program, programs=lambda pid: program,
                     inputs={"async_sites": Path(outputs["async_sites"])}, outdir=out), builder)
     collects = [t for t in builder.new_tasks.values() if t.kind == "collect"]
-    assert len(collects) == 16 and len(builder.fed) == 16
+    assert len(collects) == 24 and len(builder.fed) == 24  # TMA loads a, b and the WGMMA dot, 8 iterations each
     assert {t.outputs for t in collects} == {("op_events",)}  # what the Triton adapter publishes
     adapter = get_backend("trace", "triton")
     for t in collects:
@@ -162,16 +162,17 @@ def test_query_runs_end_to_end_with_stand_in_collects(program, standin_trace, tm
         assert res.ok, [(r.op, r.error) for r in res.failed()]
         report = Report.from_run(plan, res)
     probes = [t for t in res.plan.tasks.values() if t.kind == "collect" and "probe" in t.config]
-    assert len(probes) == 4  # 2 TMA loads x iterations 2, 3: each its own run
+    assert len(probes) == 6  # 2 TMA loads and the WGMMA dot x iterations 2, 3: each its own run
     values = report.select("async_completion_latency")
     sites = json.loads(next(r for r in res.results.values() if r.op == "async_discovery")
                        .outputs["async_sites"].path.read_text())["sites"]
-    loads = [s for s in sites if s["kind"] == "tma_load"]
-    want = {(s["op_id"], it): (probe_ns(s["op_id"], it), wait_ns(it)) for s in loads for it in (2, 3)}
-    got = {(v["join"]["op_id"], v["join"]["iteration"]): (v["value"], v["join"]["reference_wait_ns"]) for v in values}
+    assert sorted(s["kind"] for s in sites) == ["tma_load", "tma_load", "wgmma"]
+    want = {(s["op_id"], it): (probe_ns(s["op_id"], it), wait_ns(it), s["kind"]) for s in sites for it in (2, 3)}
+    got = {(v["join"]["op_id"], v["join"]["iteration"]): (v["value"], v["join"]["reference_wait_ns"], v["join"]["kind"])
+           for v in values}
     assert got == want
     assert {v["qualification"] for v in values} == {"derived"}
-    assert {v["region"] for v in values} == {s["region"] for s in loads}
+    assert {v["region"] for v in values} == {s["region"] for s in sites}
     assert all(v["samples"] == N_CTAS for v in values)
 
 

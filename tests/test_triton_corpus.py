@@ -156,7 +156,8 @@ def test_causal_loop_with_a_run_time_lower_bound_is_traced_and_probed(compiled, 
 
     lines, _ = iv_for_trip_lines("", "argus_trip", module, loop, 5)
     assert f"arith.addi {text_name(loop.lower)}, %argus_trip_toff" in "\n".join(lines)
-    assert make_iteration_trace(ttgir, d).count("%globaltimer") == 4  # both loops' consumer waits
+    assert make_iteration_trace(ttgir, d, kinds=("tma_load",)).count("%globaltimer") == 4  # both loops' TMA waits
+    assert make_iteration_trace(ttgir, d).count("%globaltimer") == 8  # and both loops' dot waits
     from argus_rt.kinds.triton.probes import compile_ttgir
 
     k = compile_ttgir(traced.ttgir, tmp_path, "causal_traced")  # the GPU compile path, on the CPU
@@ -219,7 +220,8 @@ def test_heuristics_compute_from_the_launch_arguments(compiled):
 
 def test_runtime_discovery_expander_and_probe_transform_on_causal_attention(compiled, tmp_path):
     """The query path's CPU half on a helper-and-causal kernel: the Control handler publishes the sites,
-    the expander makes one probe per TMA (op, iteration), and a probe in the run-time-bounded loop builds."""
+    the expander makes one probe per (op, iteration) of every family, and a probe in the run-time-bounded
+    loop builds."""
     from argus_rt.branches import BranchBuilder
     from argus_rt.runtime.handlers import TaskContext, get_handler
     from argus_rt.tasks import Task
@@ -239,12 +241,14 @@ def test_runtime_discovery_expander_and_probe_transform_on_causal_attention(comp
     builder = BranchBuilder(control, {program.id: program.to_dict()})
     get_handler("expander", "forced_wait_probes")(ctx(control, {"async_sites": Path(outputs["async_sites"])}), builder)
     transforms = [t for t in builder.new_tasks.values() if t.kind == "transform"]
-    assert len(transforms) == sum(len(s["iterations"]) for s in tma)
+    dots = [s for s in doc["sites"] if s["kind"] == "wgmma"]
+    assert len(transforms) == sum(len(s["iterations"]) for s in tma + dots) and len(tma + dots) == len(doc["sites"])
     assert tma[2]["label"] == "k" and tma[2]["call_site"] != tma[0]["call_site"]
     second_loop_k = tma[2]["op_id"]  # the diagonal block's call: its loop has the run-time lower bound
     # below the diagonal the trip count depends on the CTA: every iteration up to launch.iterations is
     # probed; the diagonal loop runs 2 trips in every CTA: only those are probed
-    assert [len(s["iterations"]) for s in tma] == [16, 16, 2, 2] and len(transforms) == 36
+    assert [len(s["iterations"]) for s in tma] == [16, 16, 2, 2] and [len(s["iterations"]) for s in dots] == [16, 16, 2, 2]
+    assert len(transforms) == 72
     task = next(t for t in transforms if t.config["op_id"] == second_loop_k and t.config["iteration"] == 1)
     out = get_handler("transform", "forced_wait_probe", "triton")(ctx(task))
     assert Path(out["cubin"]).stat().st_size > 0 and "%argus_pbar" in Path(out["ttgir"]).read_text()

@@ -16,7 +16,7 @@ import pytest
 
 triton = pytest.importorskip("triton")
 
-from argus_rt.kinds.triton.async_sites import discover  # noqa: E402
+from argus_rt.kinds.triton.async_sites import PROBE_KINDS, discover  # noqa: E402
 from argus_rt.kinds.triton.program import program_ttgir  # noqa: E402
 from argus_rt.program import load_program  # noqa: E402
 
@@ -27,9 +27,11 @@ IDS = [f"{p.parent.name}{p.stem.removeprefix('argus_program')}" for p in PROGRAM
 ALL_SIGNALS = ("latency", "async_completion_latency", "instruction_mix", "barrier_count", "stall_reasons")
 
 
-def _has_tma_wait(program) -> bool:
+def _probed_kinds(program) -> set[str]:
+    """The families probed in ``program`` (TMA loads, cp.async copies, WGMMA dots with a wait in their loop)."""
     ttgir, iterations = program_ttgir(program)
-    return any(s.kind == "tma_load" and s.completion.consumer_wait_line for s in discover(ttgir, None, iterations=iterations).sites)
+    return {s.kind for s in discover(ttgir, None, iterations=iterations).sites
+            if s.kind in PROBE_KINDS and s.completion.consumer_wait_line}
 
 
 @pytest.mark.gpu
@@ -51,7 +53,9 @@ def test_every_signal_answers_in_one_query(path, tmp_path):
     assert sum(v["value"] or 0 for v in mix if v["region"] and "(inclusive)" not in v["metric"]) > 0
     assert by_signal["barrier_count"] and by_signal["stall_reasons"]
     probes = by_signal["async_completion_latency"]
-    if _has_tma_wait(program):  # one derived latency per (TMA load, iteration), joined to the reference wait
+    kinds = _probed_kinds(program)
+    if kinds:  # one derived latency per (async op, iteration) of every family, joined to the reference wait
+        assert {v["join"]["kind"] for v in probes} >= kinds, ({v["join"]["kind"] for v in probes}, kinds)
         reached = [v for v in probes if v["join"].get("reached", True)]
         assert reached and all(v["qualification"] == "derived" and v["value"] > 0 for v in reached)
         assert all(0 < v["join"]["ctas"] <= v["join"]["of_ctas"] for v in reached)

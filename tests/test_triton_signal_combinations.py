@@ -92,16 +92,17 @@ def test_the_triton_trace_adapter_refuses_a_merged_run_before_running():
         adapter.collect(Ctx())
 
 
-def test_a_kernel_without_tma_loads_gets_an_empty_explained_reference(monkeypatch, tmp_path):
-    """async_completion_latency on the cp.async matmul: the traced reference has nothing to time and
-    says so, instead of failing the run (and, merged, the query's latency with it)."""
+def test_a_kernel_without_pipelined_async_ops_gets_an_empty_explained_reference(monkeypatch, tmp_path):
+    """async_completion_latency on softmax (no async op at all): the traced reference has nothing to
+    time and says so, instead of failing the run (and, merged, the query's latency with it). The
+    cp.async matmul is traced now: its copies' and dot's waits (tests/test_probe_async_families.py)."""
     from argus_rt.kinds.triton import jit_equivalence, probes
 
     monkeypatch.setattr(jit_equivalence, "check_against_jit", lambda program, mod, **kw: {"ttgir_sha256": "stand-in"})
-    program = load_program(ROOT / "triton_corpus" / "matmul_autotuned" / "argus_program.json")
+    program = load_program(ROOT / "triton_corpus" / "softmax" / "argus_program.json")
     doc = probes.collect_triton_reference(program, tmp_path)
     assert doc["format"] == "argus.iteration_waits/1" and doc["launches"] == 0
     assert all(v == [] for v in doc["columns"].values())
-    assert doc["wait"].startswith("none: kernel 'matmul_kernel' has no pipelined TMA load with a consumer wait "
-                                  "(its async sites: cp_async, wgmma)")
+    assert doc["wait"].startswith("none: kernel 'softmax_kernel' has no pipelined async op with a consumer wait in "
+                                  "a loop (its async sites: none)")
     assert doc["jit_check"] == {"ttgir_sha256": "stand-in"}

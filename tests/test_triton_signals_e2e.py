@@ -87,5 +87,7 @@ def test_latency_and_async_completion_latency_answer_together(tmp_path):
     latency = report.select("latency")
     assert {v["region"] for v in latency} >= {"tma_matmul", "tma_matmul/kloop"}
     completion = report.select("async_completion_latency")
-    assert len(completion) == 2 and all(v["value"] == 402 for v in completion)  # 2 TMA loads at iteration 2
+    # 2 TMA loads and the WGMMA dot at iteration 2
+    assert len(completion) == 3 and all(v["value"] == 402 for v in completion)
+    assert sorted(v["join"]["kind"] for v in completion) == ["tma_load", "tma_load", "wgmma"]
     assert {v["join"]["reference_wait_ns"] for v in completion} == {1200}

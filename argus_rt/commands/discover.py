@@ -77,7 +77,8 @@ def run(args) -> int:
             console.print(f"0x{s.op_id:08x} ({s.label}) iteration:slot/phase  {per}")
     for u in d.unsupported:
         console.print(f"[yellow]unsupported:[/] {u}")
-    console.print(f"probe candidates (TMA op x iteration): {len(d.candidates('tma_load'))}")
+    per_kind = ", ".join(f"{k} {len(d.candidates(k))}" for k in sorted({s.kind for s in d.sites}))
+    console.print(f"probe candidates (op x iteration): {len(d.candidates())}" + (f" ({per_kind})" if per_kind else ""))
     if args.emit_probe:
         op, _, it = args.emit_probe.partition("@")
         if not it.isdigit() or not args.out:

@@ -6,8 +6,10 @@
  * (argus_rt/kinds/triton/probes.py); tests/test_triton_layouts.py compiles this file and compares.
  *
  * Buffer: ArgusProbeRecord[n_ctas] (CTA index linearised as x + nx * (y + ny * z)). The probe reads
- * both clocks just before it issues the selected TMA load and just after its private barrier wait
- * returns; a CTA that never ran the selected instance leaves its record 0.
+ * both clocks just before it issues the selected op and just after its forced wait returns: a TMA
+ * load's private mbarrier wait; for cp.async (ttg.async_wait num = 0 after its commit group) and WGMMA
+ * (warp_group_dot_wait pendings = 0 after the dot) a CTA barrier before the issue clocks and after the
+ * wait. A CTA that never ran the selected instance leaves its record 0.
  */
 #ifndef ARGUS_PROBE_RECORD_H_
 #define ARGUS_PROBE_RECORD_H_

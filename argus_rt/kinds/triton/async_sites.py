@@ -23,6 +23,14 @@ Output: every supported async site in the region's subtree, each with
   the count depends on the CTA, discovery cannot know it on the CPU: the traced reference records
   each CTA's trips, and synthesis reports an iteration no CTA runs as not reached.
 
+Every family found is a probe candidate (:data:`PROBE_KINDS`; the probes are
+:mod:`argus_rt.kinds.triton.probes`). Each in-loop site names the wait inside its loop that the traced
+reference times per trip (``Completion.consumer_wait_line``): the TMA consumer's ``wait_barrier``, the
+``async_wait`` of the cp.async group, the dot's ``warp_group_dot_wait``. For cp.async the pipeline
+mapping (prologue copy k fetches iteration k, the loop copy of trip t iteration t + prologue copies)
+is checked against the shared-memory ring: each copy must write the slot the loop reads in the trip
+that consumes its iteration.
+
 Region membership is decided by source call stack (:mod:`argus_rt.kinds.triton.ttgir_regions`).
 """
 from __future__ import annotations
@@ -34,7 +42,7 @@ from ...errors import ArgusInputError
 from ...regions import RegionError, RegionTree
 from .loop_trips import simulate_loop, static_trip_count
 from .ttgir_locations import Location, SourceLoc
-from .ttgir_module import ForLoop, Module, Op, element_bytes, memdesc_shape, parse_module
+from .ttgir_module import ForLoop, Module, Op, element_bytes, memdesc_shape, parse_module, text_name
 from .ttgir_regions import HELPER_REGIONS, RegionSpan, innermost, region_spans
 
 TMA_LOAD = "ttng.async_tma_copy_global_to_local"
@@ -46,6 +54,8 @@ CP_ASYNC_WAIT = "ttg.async_wait"
 BARRIER_ALLOC = "ttg.local_alloc"
 
 SITE_KINDS = {TMA_LOAD: "tma_load", WGMMA: "wgmma", CP_ASYNC: "cp_async"}
+# The families a forced-wait probe can be built for (:mod:`.probes`): every discovered family.
+PROBE_KINDS = ("tma_load", "cp_async", "wgmma")
 # Async ops Argus recognises but cannot yet give a completion condition for.
 UNSUPPORTED_ASYNC = {
     "ttng.async_tma_copy_local_to_global": "TMA store (completion is a bulk-group wait, not yet modelled)",
@@ -88,8 +98,12 @@ class Completion:
     group_ops: int | None = None  # how many copies signal the same barrier per stage
     slot_by_iteration: dict[int, int] = field(default_factory=dict)
     phase_by_iteration: dict[int, int] = field(default_factory=dict)
+    # the wait inside the op's loop that the traced reference times for each trip (the join's
+    # reference): the TMA consumer's wait_barrier, cp.async's async_wait, WGMMA's warp_group_dot_wait;
+    # None for an op whose completion is waited for outside any loop
     consumer_wait_line: int | None = None
-    # wgmma / cp.async: the waiting op and its count argument
+    # wgmma / cp.async: the waiting op and its count argument (pendings / num: how many groups may
+    # still be in flight when it returns; > 0 means the op stays in flight across a loop trip)
     wait_line: int | None = None
     wait_count: int | None = None
     commit_line: int | None = None
@@ -158,9 +172,11 @@ class Discovery:
         valid = ", ".join(f"0x{s.op_id:08x} ({s.kind} {s.label})" for s in self.sites) or "none"
         raise DiscoveryError(f"no site {key!r} in region {self.region!r}; valid: {valid}")
 
-    def candidates(self, kind: str = "tma_load") -> list[tuple[Site, int]]:
-        """All (site, logical iteration) pairs of one kind: the probe candidates."""
-        return [(s, i) for s in self.sites if s.kind == kind for i in s.iterations]
+    def candidates(self, kind: str | None = None) -> list[tuple[Site, int]]:
+        """All (site, logical iteration) pairs of one kind (None: every probed family,
+        :data:`PROBE_KINDS`): the probe candidates."""
+        kinds = PROBE_KINDS if kind is None else (kind,)
+        return [(s, i) for s in self.sites if s.kind in kinds for i in s.iterations]
 
 
 # ---- operands of the async ops, found by type (their operand order differs between releases) -------
@@ -338,8 +354,10 @@ def _analyse_wgmma(module: Module, ops: list[Op], iterations: int) -> tuple[list
     if op.loop is not None:
         iterations, trips = loop_iterations(module, module.loops[op.loop], iterations)
     its = list(range(iterations)) if op.loop is not None else [0]
-    return [Instance(op.line_no, placement, its)], Completion("wgmma_wait", wait_line=wait.line_no, wait_count=pend,
-                                                             loop_trips=trips)
+    in_loop_wait = op.loop is not None and wait.loop == op.loop
+    return [Instance(op.line_no, placement, its)], Completion(
+        "wgmma_wait", wait_line=wait.line_no, wait_count=pend, loop_trips=trips,
+        consumer_wait_line=wait.line_no if in_loop_wait else None)
 
 
 def _carried_aliases(module: Module, start: set[str]) -> set[str]:
@@ -360,6 +378,51 @@ def _carried_aliases(module: Module, start: set[str]) -> set[str]:
     return aliases
 
 
+def _copy_slot(module: Module, op: Op) -> tuple[str, str | None] | None:
+    """(buffer alloc SSA, slot index SSA) of a cp.async's destination ``ttg.memdesc_index %alloc[%i]``;
+    None when the destination is not an element of a ``ttg.local_alloc`` ring."""
+    dest = next((n for n, t in zip(op.operands, op.operand_types) if t.startswith("!ttg.memdesc<")), None)
+    d = module.defs.get(dest) if dest else None
+    if d is None or d.name != "ttg.memdesc_index" or len(d.operands) < 2:
+        return None
+    a = module.defs.get(d.operands[0])
+    return (d.operands[0], d.operands[1]) if a is not None and a.name == BARRIER_ALLOC else None
+
+
+def _check_cp_async_slots(module: Module, loop: ForLoop, prologue: list[Op], copy: Op, iterations: int) -> None:
+    """The pipeline mapping discovery assumes (prologue copy k fetches iteration k, the loop copy of
+    trip t iteration t + len(prologue)) checked against the shared-memory ring: the slot each copy
+    writes must be the slot the loop reads in the trip that consumes that iteration. Checked where the
+    ring's slots are computable (constants and iter_args); a mismatch is a :class:`DiscoveryError`."""
+    mine = _copy_slot(module, copy)
+    if mine is None:
+        return
+    alloc, write_idx = mine
+    reads = [module.ops[i] for i in loop.body if module.ops[i].name == "ttg.memdesc_index"
+             and module.ops[i].loop == loop.op.index and module.ops[i].operands[:1] == [alloc]
+             and module.ops[i].operands[1] != write_idx]
+    if len(reads) != 1:
+        return  # no single read of the ring in the loop: nothing to check against
+    read_idx = reads[0].operands[1]
+    trace = simulate_loop(module, loop, iterations)
+    read = [_slot_value(module, read_idx, env) for env in trace]
+    distance = len(prologue)
+    for k, o in enumerate(prologue[:iterations]):
+        got = _copy_slot(module, o)
+        slot = _slot_value(module, got[1]) if got and got[0] == alloc else None
+        if slot is not None and read[k] is not None and slot != read[k]:
+            raise DiscoveryError(f"{o}: prologue copy {k} writes slot {slot} of {text_name(alloc)} but the loop "
+                                 f"reads iteration {k} from slot {read[k]}; pipeline mapping unknown")
+    for t, env in enumerate(trace):
+        j = t + distance
+        if j >= iterations:
+            break
+        slot = _slot_value(module, write_idx, env)
+        if slot is not None and read[j] is not None and slot != read[j]:
+            raise DiscoveryError(f"{copy}: trip {t} writes slot {slot} of {text_name(alloc)} but iteration {j} is "
+                                 f"read from slot {read[j]}; pipeline mapping unknown")
+
+
 def _analyse_cp_async(module: Module, ops: list[Op], iterations: int) -> tuple[list[Instance], Completion]:
     first = ops[0]
     token = first.results[0] if first.results else None
@@ -374,15 +437,24 @@ def _analyse_cp_async(module: Module, ops: list[Op], iterations: int) -> tuple[l
                                  "its completion is unknown")
     in_loop = [o for o in ops if o.loop is not None]
     prologue = [o for o in ops if o.loop is None]
+    if len({o.loop for o in in_loop}) > 1 or len(in_loop) > 1:
+        raise UnsupportedOpError(f"{first}: one in-loop copy per logical op is supported; found {len(in_loop)} "
+                                 f"copies in {len({o.loop for o in in_loop})} loop(s)")
     trips = None
+    consumer = None
     if in_loop:
-        iterations, trips = loop_iterations(module, module.loops[in_loop[0].loop], iterations)
+        loop = module.loops[in_loop[0].loop]
+        iterations, trips = loop_iterations(module, loop, iterations)
+        prologue = [o for o in prologue if o.index < loop.op.index]
+        _check_cp_async_slots(module, loop, prologue, in_loop[0], iterations)
+        consumer = wait.line_no if wait.loop == loop.op.index else None
     instances = [Instance(o.line_no, "prologue", [k]) for k, o in enumerate(prologue) if k < iterations]
     if in_loop:
         instances.append(Instance(in_loop[0].line_no, "loop", list(range(len(prologue), iterations)),
                                   trip_offset=len(prologue)))
     return instances, Completion("cp_async_group", commit_line=commit.line_no, wait_line=wait.line_no,
-                                 wait_count=module.int_attr(wait, "num"), loop_trips=trips)
+                                 wait_count=module.int_attr(wait, "num"), loop_trips=trips,
+                                 consumer_wait_line=consumer)
 
 
 def _label(op: Op) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 # DiscoveryError, UnsupportedOpError, simulate_loop, Module, TtgirError: imported from here by callers
 # (argus_rt.cli looks DiscoveryError and TtgirError up in this module)
-from .async_sites import Discovery, DiscoveryError, UnsupportedOpError, discover  # noqa: F401
+from .async_sites import PROBE_KINDS, Discovery, DiscoveryError, UnsupportedOpError, discover  # noqa: F401
 from .loop_trips import simulate_loop  # noqa: F401
 from .program import program_ttgir  # noqa: F401
 from .ttgir_module import Module, TtgirError  # noqa: F401
@@ -28,13 +28,14 @@ ASYNC_SITES_FORMAT = "argus.async_sites/1"
 
 def async_sites_document(d: Discovery, program_id: str) -> dict:
     """The Control task's output: sites with op IDs; ``iterations`` lists the *probe* candidates
-    (TMA loads only), ``logical_iterations`` every iteration a site serves. ``regions`` lists each
-    region span (one per helper call site: ``helper_regions`` says so)."""
+    (every family of :data:`PROBE_KINDS`: TMA loads, cp.async copies, WGMMA dots; the expander plans
+    one probe run per site and iteration), ``logical_iterations`` every iteration a site serves.
+    ``regions`` lists each region span (one per helper call site: ``helper_regions`` says so)."""
     sites = []
     for s in d.sites:
         doc = s.to_json()
         doc["logical_iterations"] = s.iterations
-        doc["iterations"] = s.iterations if s.kind == "tma_load" else []
+        doc["iterations"] = s.iterations if s.kind in PROBE_KINDS else []
         doc["completion_text"] = s.completion.describe()
         sites.append(doc)
     return {"format": ASYNC_SITES_FORMAT, "program": program_id, "kernel": d.kernel, "region": d.region,

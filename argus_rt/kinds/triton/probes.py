@@ -1,7 +1,8 @@
-"""Forced-wait probes: a TTGIR variant that waits for one TMA load's completion right after issuing it,
-in one logical iteration only, and timestamps issue and completion.
+"""Forced-wait probes: a TTGIR variant that waits for one async op's completion right after issuing it,
+in one logical iteration only, and timestamps issue and completion. Every discovered family is
+probed (:data:`.async_sites.PROBE_KINDS`): TMA loads, cp.async copies and WGMMA dots.
 
-A TMA load signals an mbarrier shared with the other loads of its pipeline stage (one
+**TMA loads.** A TMA load signals an mbarrier shared with the other loads of its pipeline stage (one
 ``barrier_expect`` covers all their bytes). Waiting on that shared barrier right after the first
 load would deadlock (the second load is not issued yet) and would measure the group, not the op.
 So, in the selected iteration only, the probe:
@@ -16,9 +17,28 @@ So, in the selected iteration only, the probe:
 
 For a load peeled into the prologue the selection is static; for the in-loop copy the trip is
 selected with ``iv == lb + (iteration - trip_offset) * step`` and all edits are predicated on it.
-Every other iteration runs exactly the reference code. The variant is a new program version
-linked to its origin (``origin_hash``) and to the op ID; collection effects: ``forces_completion``,
-``perturbs_timing``.
+
+**cp.async and WGMMA** (:func:`_group_wait_probe`). Both complete through a count of pending groups
+(``ttg.async_wait {num = N}`` after ``ttg.async_commit_group``; ``ttng.warp_group_dot_wait
+{pendings = N}`` after an ``isAsync`` ``ttng.warp_group_dot``), so the forced wait is the same wait
+with zero pending, placed right after the selected op: after its commit group for cp.async, after
+the dot for WGMMA. Neither wait takes a predicate, so the probe's code sits in ``scf.if`` on the
+selection (``iv == lb + trip * step``; a constant true for a prologue or straight-line instance):
+
+1. before the op: ``gpu.barrier`` (the CTA's warps reach the issue together), then ``%globaltimer``
+   and ``%clock64`` (the issue timestamps; zero in the other trips, never stored);
+2. after it: the zero-pending wait, ``gpu.barrier`` (every warp's wait returned: a cp.async wait
+   covers its own thread's copies, a WGMMA wait its own warpgroup), both clocks, ``%smid``, and the
+   record stores. For WGMMA the ``scf.if`` yields the waited accumulator and the dot's later uses
+   take it (the registers of an in-flight dot are never read before its wait).
+
+Zero pending waits for every older group still in flight as well (cp.async groups and WGMMA groups
+retire in issue order); a chained WGMMA accumulator cannot complete before the previous dot anyway.
+The CTA's record is written by one thread, once, in the selected iteration.
+
+Every other iteration runs the reference code (for cp.async / WGMMA plus one compare and two
+untaken branches per trip). The variant is a new program version linked to its origin
+(``origin_hash``) and to the op ID; collection effects: ``forces_completion``, ``perturbs_timing``.
 """
 from __future__ import annotations
 
@@ -27,7 +47,18 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .async_sites import TMA_LOAD, Discovery, UnsupportedOpError, barrier_index, tma_parts
+from .async_sites import (
+    CP_ASYNC,
+    CP_ASYNC_COMMIT,
+    PROBE_KINDS,
+    TMA_LOAD,
+    WGMMA,
+    Discovery,
+    Site,
+    UnsupportedOpError,
+    barrier_index,
+    tma_parts,
+)
 from .kernel_check import (  # noqa: F401
     ProbeError,
     _kernel_module,
@@ -56,7 +87,7 @@ from .ttgir_edit import (
 )
 from .ttgir_edit import indent as _indent
 from .ttgir_edit import loc_suffix as _loc_suffix
-from .ttgir_module import parse_module, text_name
+from .ttgir_module import Module, Op, parse_module, text_name
 
 PROBE_ARG = "%argus_probe_out"
 # the SSA value the probe stores into each ArgusProbeRecord field
@@ -97,15 +128,17 @@ class ForcedWaitProbe:
 def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iteration: int) -> ForcedWaitProbe:
     """Build the forced-wait TTGIR for ``(op, iteration)`` from the reference ``ttgir``.
 
-    Raises :class:`ProbeError` naming the op for non-TMA sites, unknown iterations, or TTGIR whose
-    shape differs from what discovery saw.
+    Every family of :data:`.async_sites.PROBE_KINDS` is probed (TMA loads here, cp.async and WGMMA by
+    :func:`_group_wait_probe`). Raises :class:`UnsupportedOpError` for a site of another family or a
+    WGMMA that is not asynchronous, :class:`ProbeError` for unknown iterations or TTGIR whose shape
+    differs from what discovery saw.
     """
     site = discovery.site(op)
-    if site.kind != "tma_load":
+    if site.kind not in PROBE_KINDS:
         raise UnsupportedOpError(
-            f"forced-wait probes support TMA loads ({TMA_LOAD}); site 0x{site.op_id:08x} is {site.op_name} "
+            f"forced-wait probes support {', '.join(PROBE_KINDS)}; site 0x{site.op_id:08x} is {site.op_name} "
             f"({site.kind}) at {site.source}. Valid probe sites: "
-            + (", ".join(f"0x{s.op_id:08x} ({s.label})" for s in discovery.sites if s.kind == "tma_load") or "none"))
+            + (", ".join(f"0x{s.op_id:08x} ({s.label})" for s in discovery.sites if s.kind in PROBE_KINDS) or "none"))
     if iteration not in site.iterations:
         raise ProbeError(f"iteration {iteration!r} is not served by op 0x{site.op_id:08x} ({site.label}); "
                          f"valid iterations: {site.iterations}")
@@ -114,6 +147,8 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
         raise ProbeError(f"TTGIR is for kernel {module.func_name!r}, discovery was for {discovery.kernel!r}")
     inst = next(i for i in site.instances if iteration in i.iterations)
     by_line = {o.line_no: o for o in module.ops}
+    if site.kind != "tma_load":
+        return _group_wait_probe(ttgir, module, site, inst, iteration)
     copy = by_line.get(inst.ttgir_line)
     if copy is None or copy.name != TMA_LOAD:
         raise ProbeError(f"TTGIR line {inst.ttgir_line} is not {TMA_LOAD}: this TTGIR is not the one discovery read")
@@ -228,6 +263,121 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
                                   site.completion.describe(iteration)])
 
 
+def _inside_warp_specialize(module: Module, op: Op) -> bool:
+    p = op.parent
+    while p is not None:
+        if module.ops[p].name.startswith("ttg.warp_specialize"):
+            return True
+        p = module.ops[p].parent
+    return False
+
+
+def _rename_uses(lines: list[str], name: str, new: str, start: int, end: int) -> int:
+    """Replace every use of SSA value ``name`` by ``new`` in ``lines[start:end]`` (0-based, in place);
+    returns how many lines changed."""
+    pat = re.compile(re.escape(name) + r"(?![\w.$#-])")
+    changed = 0
+    for i in range(start, end):
+        repl = pat.sub(new, lines[i])
+        if repl != lines[i]:
+            lines[i] = repl
+            changed += 1
+    return changed
+
+
+def _group_wait_probe(ttgir: str, module: Module, site: Site, inst, iteration: int) -> ForcedWaitProbe:
+    """The forced-wait probe of a cp.async copy or a WGMMA dot (the module docstring says how)."""
+    want = CP_ASYNC if site.kind == "cp_async" else WGMMA
+    op = next((o for o in module.ops if o.line_no == inst.ttgir_line), None)
+    if op is None or op.name != want:
+        raise ProbeError(f"TTGIR line {inst.ttgir_line} is not {want}: this TTGIR is not the one discovery read")
+    if _inside_warp_specialize(module, op):
+        raise UnsupportedOpError(f"{op} (site 0x{site.op_id:08x}, {site.label}) runs in a warp-specialized partition: "
+                                 "the probe's CTA barriers would wait for warps that never reach them")
+    if site.kind == "wgmma" and not re.search(r"\bisAsync\s*=\s*true\b", op.text):
+        raise UnsupportedOpError(f"{op} (site 0x{site.op_id:08x}, {site.label}) is not asynchronous (no isAsync = "
+                                 "true): it completes before the next op, so there is no wait to force")
+    loc, ind = _loc_suffix(op.text), _indent(op.text)
+    inner = ind + "  "
+    if inst.placement == "loop":
+        loop = module.loop_of(op)
+        trip = iteration - inst.trip_offset
+        iv_lines, trip_iv = iv_for_trip_lines(ind, "argus_trip", module, loop, trip, loc)
+        select = iv_lines + [f"{ind}%argus_sel = arith.cmpi eq, {text_name(loop.iv)}, {trip_iv} : {loop.iv_type}{loc}"]
+        where = f"loop trip {trip} (iteration {iteration})"
+    else:
+        select = [f"{ind}%argus_sel = arith.constant true{loc}"]
+        where = f"{inst.placement} instance (iteration {iteration})"
+    issue = select + [
+        f"{ind}%argus_issue:2 = scf.if %argus_sel -> (i64, i64) {{",
+        f"{inner}gpu.barrier{loc}",
+        special_reg_line(inner, "%argus_ns0", "%globaltimer", loc),
+        special_reg_line(inner, "%argus_clk0", "%clock64", loc),
+        f"{inner}scf.yield %argus_ns0, %argus_clk0 : i64, i64{loc}",
+        f"{ind}}} else {{",
+        f"{inner}scf.yield %argus_z64, %argus_z64 : i64, i64{loc}",
+        f"{ind}}}{loc}",
+    ]
+    values = {"issue_ns": "%argus_issue#0", "complete_ns": "%argus_ns1", "issue_cycles": "%argus_issue#1",
+              "complete_cycles": "%argus_clk1", "sm": "%argus_sm"}
+    record = [
+        f"{inner}gpu.barrier{loc}",
+        special_reg_line(inner, "%argus_ns1", "%globaltimer", loc),
+        special_reg_line(inner, "%argus_clk1", "%clock64", loc),
+        i64_asm_line(inner, "%argus_sm", SMID_ASM, loc),
+    ] + [f"{inner}tt.store %argus_p{word(PROBE_RECORD_DTYPE, f)}, {values[f]} : !tt.ptr<i64>{loc}"
+         for f in PROBE_RECORD_DTYPE.names]
+    lines = lines_with_pointer_arg(module, PROBE_ARG)
+    notes = [f"{where}: TTGIR line {inst.ttgir_line}", site.completion.describe(iteration)]
+    if site.kind == "cp_async":
+        commit = next((o for o in module.ops[op.index + 1:] if o.name == CP_ASYNC_COMMIT
+                       and op.results and op.results[0] in o.operands), None)
+        if commit is None or commit.parent != op.parent:
+            raise ProbeError(f"{op}: no {CP_ASYNC_COMMIT} of its token in the same block")
+        copies = sum(1 for o in module.ops if o.name == CP_ASYNC and o.results and o.results[0] in commit.operands)
+        after_line = commit.end_line_no
+        done = [f"{ind}scf.if %argus_sel {{",
+                f"{inner}%argus_drained = ttg.async_wait {{num = 0 : i32}}{loc}"] + record + [
+                f"{inner}scf.yield{loc}",  # explicit: the text then maps one op per line, as the reader expects
+                f"{ind}}}{loc}"]
+        notes.append(f"forced wait: ttg.async_wait {{num = 0}} after the commit group (line {commit.line_no}, "
+                     f"{copies} cop{'y' if copies == 1 else 'ies'}); it also retires any older group still in flight")
+    else:
+        acc = text_name(op.results[0])
+        ty = op.result_types[0]
+        after_line = op.end_line_no
+        done = [f"{ind}%argus_acc = scf.if %argus_sel -> ({ty}) {{",
+                f"{inner}%argus_drained = ttng.warp_group_dot_wait {acc} {{pendings = 0 : i32}} : {ty}{loc}"] + record + [
+                f"{inner}scf.yield %argus_drained : {ty}{loc}",
+                f"{ind}}} else {{",
+                f"{inner}scf.yield {acc} : {ty}{loc}",
+                f"{ind}}}{loc}"]
+        # the dot's later uses take the waited value: in its own block (and the blocks nested in it)
+        end = module.ops[op.parent].end_line_no - 1 if op.parent is not None else len(lines)
+        if not _rename_uses(lines, acc, "%argus_acc", after_line, end):
+            raise ProbeError(f"{op}: its result {acc} is never used after it; nothing waits for the dot")
+        notes.append(f"forced wait: ttng.warp_group_dot_wait {{pendings = 0}} right after the dot (the reference "
+                     f"waits with pendings = {site.completion.wait_count} at line {site.completion.wait_line})")
+    first = module.ops[0]
+    fi = _indent(first.text)
+    setup = cta_slice_lines(fi, "argus", PROBE_ARG, WORDS_PER_CTA) + [f"{fi}%argus_z64 = arith.constant 0 : i64"]
+    for k in range(1, WORDS_PER_CTA):
+        setup += [f"{fi}%argus_c{k}w = arith.constant {k} : i32",
+                  f"{fi}%argus_p{k} = tt.addptr %argus_p0, %argus_c{k}w : !tt.ptr<i64>, i32"]
+    out = []
+    for i, text in enumerate(lines):
+        if i == first.line_no - 1:
+            out += setup
+        if i == op.line_no - 1:
+            out += issue
+        out.append(text)
+        if i == after_line - 1:
+            out += done
+    text = checked_edit("\n".join(out) + "\n", module, f"forced-wait probe {site.label}@{iteration}")
+    return ForcedWaitProbe(hashlib.sha256(ttgir.encode()).hexdigest(), site.op_id, iteration, site.kind, site.label,
+                           text, notes=notes)
+
+
 # ---- traced reference: per-iteration consumer wait, for the join ------------------------------------
 # A loop's trip count may differ between CTAs (causal attention: the key loop below the diagonal runs
 # 2 * program_id trips, the diagonal loop 2). Each CTA records the trips it runs, 0 .. t_c - 1, in the
@@ -235,31 +385,36 @@ def make_forced_wait_probe(ttgir: str, discovery: Discovery, op: int | str, iter
 # a missing trip followed by a recorded later one is a recording failure, never a short loop.
 
 
-def traced_wait_lines(discovery: Discovery) -> list[int]:
-    """TTGIR lines of the consumer ``wait_barrier`` s the traced reference times: one per loop that
-    holds a pipelined TMA load's consumer wait, in TTGIR order (its loop index in the buffer)."""
+def traced_wait_lines(discovery: Discovery, kinds: tuple[str, ...] = PROBE_KINDS) -> list[int]:
+    """TTGIR lines of the consumer waits the traced reference times, in TTGIR order (the index of
+    each one's block in the buffer, called its "loop"): every in-loop wait a probed site of ``kinds``
+    is joined to (``Completion.consumer_wait_line``): a TMA load's ``wait_barrier``, cp.async's
+    ``async_wait``, WGMMA's ``warp_group_dot_wait``. One loop may hold several (a TMA matmul's barrier
+    wait and its dot wait); sites that share one (a loop's K and V loads) share its block."""
     return sorted({s.completion.consumer_wait_line for s in discovery.sites
-                   if s.kind == "tma_load" and s.completion.consumer_wait_line})
+                   if s.kind in kinds and s.completion.consumer_wait_line})
 
 
-def make_iteration_trace(ttgir: str, discovery: Discovery) -> str:
-    """The traced reference variant: around the consumer's ``wait_barrier`` of every loop trip,
-    read ``%globaltimer`` before and after and store them in the extra argument ``argus_probe_out``.
+def make_iteration_trace(ttgir: str, discovery: Discovery, kinds: tuple[str, ...] = PROBE_KINDS) -> str:
+    """The traced reference variant: around each consumer wait of every loop trip, read
+    ``%globaltimer`` before and after and store them in the extra argument ``argus_probe_out``.
 
-    Every loop with a pipelined TMA load's consumer wait is traced (:func:`traced_wait_lines`; causal
-    attention has two: below the diagonal and on it). Per CTA the buffer holds, for each traced loop
-    in TTGIR order, ``iterations`` ``ArgusIterationWait`` records (``csrc/argus/argus_iteration_wait.h``):
-    record t is trip t of that loop; a CTA that runs t_c trips writes records 0 .. t_c - 1 (trips past
-    ``iterations`` are not stored).
+    Every wait of :func:`traced_wait_lines` (``kinds``: the families whose probes are joined to it) is
+    traced (causal attention's TMA waits: below the diagonal and on it). Per CTA the buffer holds, for
+    each traced wait in TTGIR order, ``iterations`` ``ArgusIterationWait`` records
+    (``csrc/argus/argus_iteration_wait.h``): record t is trip t of that wait's loop; a CTA that runs
+    t_c trips writes records 0 .. t_c - 1 (trips past ``iterations`` are not stored).
 
     This is the reference side of the join: for iteration i of a loop it says how long the consumer
-    waited for iteration i's tiles in an unprobed run (observed), next to the probe's issue-to-completion
-    latency of each load of that loop's iteration i (derived).
+    waited in trip i in an unprobed run (observed), next to the probe's issue-to-completion latency of
+    each op of that loop's iteration i (derived). For TMA and cp.async the trip-i wait is the one for
+    iteration i's tiles; a WGMMA wait with ``pendings = N`` in trip i retires the dot of trip i - N.
     """
     module = parse_module(ttgir)
-    lines_of_waits = traced_wait_lines(discovery)
+    lines_of_waits = traced_wait_lines(discovery, kinds)
     if not lines_of_waits:
-        raise ProbeError(f"kernel {discovery.kernel!r} has no pipelined TMA load with a consumer wait to trace")
+        raise ProbeError(f"kernel {discovery.kernel!r} has no probed async site ({', '.join(kinds)}) with a consumer "
+                         "wait in a loop to trace")
     waits = [module.op_at_line(line) for line in lines_of_waits]
     per_loop = ITERATION_WAIT_WORDS * discovery.iterations
     begin_w, end_w = word(ITERATION_WAIT_DTYPE, "begin_ns"), word(ITERATION_WAIT_DTYPE, "end_ns")
@@ -577,15 +732,16 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
     d = discover(ttgir, None, iterations=iterations)
     wait_lines = tuple(traced_wait_lines(d))
     if not wait_lines:
-        # nothing to time (a kernel without pipelined TMA loads): an empty, explained answer, so that
+        # nothing to time (a kernel without a pipelined async op): an empty, explained answer, so that
         # the query's other signals are not lost with it
-        return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": no_tma_wait_note(d), "ctas": None,
+        return {"format": "argus.iteration_waits/1", "clock": "ns", "wait": no_wait_note(d), "ctas": None,
                 "loops": [], "columns": {k: [] for k in ("cta", "loop", "iteration", "begin", "end", "trips", "launch")},
                 "trips": {k: [] for k in ("cta", "loop", "trips", "launch")}, "launches": 0,
                 "reference_rel_error": None, "jit_check": check_against_jit(program, mod)}
     traced_text = make_iteration_trace(ttgir, d)
-    what = (f"consumer wait_barrier (TTGIR line(s) {', '.join(map(str, wait_lines))}) of {d.kernel}'s "
-            f"pipelined TMA loads, per loop iteration")
+    module = parse_module(ttgir)
+    what = (f"consumer waits ({', '.join(f'{module.op_at_line(w).name} at TTGIR line {w}' for w in wait_lines)}) "
+            f"of {d.kernel}'s pipelined async ops, per loop iteration")
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     ref = program_compiled(program)
@@ -617,7 +773,7 @@ def collect_triton_reference(program, workdir: Path, *, repeats: int = 1, seed: 
 
 def _static_trips_of(discovery: Discovery, wait_line: int) -> int | None:
     return next((s.completion.loop_trips for s in discovery.sites
-                 if s.kind == "tma_load" and s.completion.consumer_wait_line == wait_line), None)
+                 if s.kind in PROBE_KINDS and s.completion.consumer_wait_line == wait_line), None)
 
 
 def check_static_trips(discovery: Discovery, wait_lines, trips: dict, iterations: int) -> None:
@@ -634,7 +790,7 @@ def check_static_trips(discovery: Discovery, wait_lines, trips: dict, iterations
                                  f"{line}), whose bounds give {want} in every CTA")
 
 
-def no_tma_wait_note(discovery: Discovery) -> str:
+def no_wait_note(discovery: Discovery) -> str:
     kinds = sorted({s.kind for s in discovery.sites})
-    return (f"none: kernel {discovery.kernel!r} has no pipelined TMA load with a consumer wait (its async sites: "
-            f"{', '.join(kinds) or 'none'}), so no iteration wait is traced and no forced-wait probe is built")
+    return (f"none: kernel {discovery.kernel!r} has no pipelined async op with a consumer wait in a loop (its async "
+            f"sites: {', '.join(kinds) or 'none'}), so no iteration wait is traced")
