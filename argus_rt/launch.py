@@ -1,18 +1,25 @@
 """A small kernel launcher for cubins over cuda-python's driver API (``cuda.bindings.driver``).
 
-    mod = CubinModule.load("kernel.cubin")            # in torch's current CUDA context
+    mod = CubinModule.load("kernel.cubin")            # in the device's primary context (torch's)
     mod.write_global("argus_ctl", ctl_bytes)          # set a __device__ global
     mod.launch("my_kernel", grid=(128,), block=(256,), args=[x_tensor, np.int32(n)])
 
-Arguments: torch tensors (CUDA) pass their data pointer; numpy scalars keep their type
-(np.int32, np.uint64, np.float32, ...); a Python int is an int32 (rejected when it does not fit)
-and a Python float a float32. cuda-python is optional for the rest of argus_rt; only this module
-needs it, and it says so when it is missing.
+Arguments: torch tensors (CUDA) and :class:`DeviceArray` buffers pass their data pointer; numpy
+scalars keep their type (np.int32, np.uint64, np.float32, ...); a Python int is an int32 (rejected
+when it does not fit) and a Python float a float32. cuda-python is optional for the rest of
+argus_rt; only this module needs it, and it says so when it is missing.
+
+torch is never imported here: where the process has imported it, the module is loaded in torch's
+context and launches go to torch's current stream; otherwise the driver's primary context (the one
+torch would use) and the legacy default stream. So a process that launches a cubin on
+:class:`DeviceArray` buffers (the profiled run of a CUDA program, :mod:`argus_rt.kinds.cuda.run`)
+pays neither torch's import nor its CUDA initialisation.
 """
 from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -89,19 +96,22 @@ def _dim3(dims, what: str) -> tuple[int, int, int]:
     return dims + (1,) * (3 - len(dims))
 
 
-def _ensure_context(device: int):
-    """Make torch's (primary) context of ``device`` current on this thread, creating it if needed."""
-    drv = _driver()
-    try:
-        import torch
+def _torch():
+    """torch, if this process has imported it (never imported here: it costs seconds)."""
+    return sys.modules.get("torch")
 
+
+def _ensure_context(device: int):
+    """Make ``device``'s primary context current on this thread (torch's, when torch is loaded),
+    creating it if needed."""
+    drv = _driver()
+    torch = _torch()
+    if torch is not None:
         torch.cuda.set_device(device)
         torch.zeros(1, device=f"cuda:{device}")  # forces the runtime to create and bind the primary context
-    except ImportError:
-        pass
+    _check(drv.cuInit(0), "cuInit")  # no-op once initialised; without torch nothing else initialises the driver
     ctx = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
     if ctx is None or int(ctx) == 0:
-        _check(drv.cuInit(0), "cuInit")
         dev = _check(drv.cuDeviceGet(device), "cuDeviceGet")
         ctx = _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
         _check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
@@ -110,15 +120,67 @@ def _ensure_context(device: int):
 
 def _stream_handle(stream) -> int:
     if stream is None:
-        try:
-            import torch
-
-            return int(torch.cuda.current_stream().cuda_stream)
-        except ImportError:
-            return 0
+        torch = _torch()
+        return int(torch.cuda.current_stream().cuda_stream) if torch is not None else 0
     if hasattr(stream, "cuda_stream"):
         return int(stream.cuda_stream)
     return int(stream)
+
+
+def device_capability(device: int = 0) -> tuple[int, int]:
+    """(major, minor) compute capability of ``device`` from the driver (no context, no torch)."""
+    drv = _driver()
+    _check(drv.cuInit(0), "cuInit")
+    dev = _check(drv.cuDeviceGet(device), "cuDeviceGet")
+    attr = drv.CUdevice_attribute
+    major = _check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+                   "cuDeviceGetAttribute")
+    minor = _check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+                   "cuDeviceGetAttribute")
+    return int(major), int(minor)
+
+
+def synchronize() -> None:
+    """Wait for all work of the current context (every stream, torch's included)."""
+    _check(_driver().cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+class DeviceArray:
+    """A device allocation holding one numpy array's bytes (``cuMemAlloc``), passed to a kernel as its
+    pointer like a CUDA tensor: ``DeviceArray.from_host(a)``, launch, ``.to_host()``. Needs a current
+    context (:meth:`CubinModule.load` makes one)."""
+
+    is_cuda = True
+
+    def __init__(self, shape, dtype) -> None:
+        self.shape, self.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self._ptr = int(_check(_driver().cuMemAlloc(max(self.nbytes, 1)), f"cuMemAlloc({self.nbytes})"))
+
+    @classmethod
+    def from_host(cls, array: np.ndarray) -> "DeviceArray":
+        host = np.ascontiguousarray(array)
+        out = cls(host.shape, host.dtype)
+        if out.nbytes:
+            _check(_driver().cuMemcpyHtoD(out._ptr, host.ctypes.data, out.nbytes), "cuMemcpyHtoD")
+        return out
+
+    def data_ptr(self) -> int:
+        if self._ptr is None:
+            raise LaunchError("DeviceArray used after free()")
+        return self._ptr
+
+    def to_host(self) -> np.ndarray:
+        """A host copy (synchronous: after the work queued before it on the legacy default stream)."""
+        out = np.empty(self.shape, dtype=self.dtype)
+        if self.nbytes:
+            _check(_driver().cuMemcpyDtoH(out.ctypes.data, self.data_ptr(), self.nbytes), "cuMemcpyDtoH")
+        return out
+
+    def free(self) -> None:
+        if self._ptr is not None:
+            _check(_driver().cuMemFree(self._ptr), "cuMemFree")
+            self._ptr = None
 
 
 class CubinModule:
@@ -132,7 +194,7 @@ class CubinModule:
 
     @classmethod
     def load(cls, image: str | os.PathLike | bytes, device: int = 0) -> "CubinModule":
-        """Load a cubin (path or bytes) into ``device``'s primary context (torch's context)."""
+        """Load a cubin (path or bytes) into ``device``'s primary context (torch's, when torch is loaded)."""
         drv = _driver()
         _ensure_context(device)
         if isinstance(image, (str, os.PathLike)):
@@ -163,7 +225,7 @@ class CubinModule:
 
     def write_global(self, name: str, data: bytes | np.ndarray, stream=None, blocking: bool = True) -> None:
         """Copy ``data`` into global ``name`` (its whole size). ``blocking=False`` enqueues the copy on
-        ``stream`` (torch's current stream by default) from host memory the caller keeps unchanged
+        ``stream`` (torch's current stream by default, when torch is loaded) from host memory the caller keeps unchanged
         until the stream reaches it."""
         drv = _driver()
         ptr, size = self.global_address(name)
@@ -190,7 +252,8 @@ class CubinModule:
 
     def launch(self, name: str, grid, block, args: Sequence = (), shared_mem: int = 0, stream=None,
                cooperative: bool = False) -> None:
-        """Launch kernel ``name`` asynchronously on ``stream`` (torch's current stream by default)."""
+        """Launch kernel ``name`` asynchronously on ``stream`` (default: torch's current stream when torch
+        is loaded, else the legacy default stream)."""
         drv = _driver()
         gx, gy, gz = _dim3(grid, "grid")
         bx, by, bz = _dim3(block, "block")

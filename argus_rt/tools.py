@@ -35,11 +35,15 @@ class ToolNotFoundError(ArgusInputError):
 
 
 def _triton_bin() -> Path | None:
-    try:
-        import triton
-    except ImportError:
+    import importlib.util
+
+    try:  # where the package is, without importing it (importing triton takes about half a second)
+        spec = importlib.util.find_spec("triton")
+    except (ImportError, ValueError):
         return None
-    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    if spec is None or not spec.origin:
+        return None
+    return Path(spec.origin).parent / "backends" / "nvidia" / "bin"
 
 
 def search_places(tool: str) -> list[tuple[str, str]]:

@@ -17,15 +17,20 @@ from argus_rt.program import load_program
 
 ROOT = Path(__file__).resolve().parent.parent
 GT = ROOT / "examples" / "ground_truth"
+STUB_DRIVER = ROOT / "tests" / "stub_driver"  # cuda.bindings.driver on NumPy: the runner runs without a GPU
 
 STAND_IN = r'''#!{python}
-import json, re, sys
+import json, os, re, subprocess, sys
 from argus_rt import sass
 from argus_rt.backends.pcmap import static_ownership
 from argus_rt.kinds.run_variant import variant_cubin
 from argus_rt.program import ProgramVersion
 args = sys.argv[1:]
 assert "--page" in args and "source" in args and "--csv" in args, args
+if "--outputs" in args:  # the runner leaves the reference check to its parent: run it, on the stand-in driver
+    program = args[args.index("-m") - 1:]
+    env = dict(os.environ, PYTHONPATH="{stub}" + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    subprocess.run(program, env=env, check=True)
 p = ProgramVersion.from_dict(json.load(open(args[args.index("--program") + 1])))
 cubin = variant_cubin(p, args[args.index("--variant") + 1])
 f = sass.select_function(sass.parse_sass(sass.disassemble(cubin)), p.launch["kernel"])
@@ -49,7 +54,7 @@ def stand_in_ncu(tmp_path, monkeypatch):
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
     script = tmp_path / "ncu"
-    script.write_text(STAND_IN.replace("{python}", sys.executable))
+    script.write_text(STAND_IN.replace("{python}", sys.executable).replace("{stub}", str(STUB_DRIVER)))
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("NCU", str(script))
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
@@ -88,6 +93,57 @@ def test_pcmap_adapter_writes_a_map_with_lineinfo_view(stand_in_ncu, tmp_path):
     pmap = PcRegionMap.from_evidence(doc)
     assert pmap.shared_pcs()  # the helper is shared by two call sites
     assert Path(files["ncu_csv"]).is_file()
+    # the profiled runner launched the cubin built here and left the reference check to this process
+    prov = doc["provenance"]
+    assert prov["reference_check"]["max_rel_err"] == 0.0  # the stand-in driver computes the reference exactly
+    assert {"build", "disassemble", "ncu", "reference", "map"} <= set(prov["seconds"])
+
+
+def test_the_mapping_run_disassembles_once_and_hands_the_cubin_over(stand_in_ncu, tmp_path, monkeypatch):
+    from argus_rt import sass
+    from argus_rt.backends import ncu, pcmap
+
+    calls, commands = [], []
+    real_disassemble, real_run = sass.disassemble, ncu.run_ncu_command
+    monkeypatch.setattr(sass, "disassemble", lambda *a, **kw: calls.append(kw) or real_disassemble(*a, **kw))
+    monkeypatch.setattr(ncu, "run_ncu_command", lambda cmd, **kw: commands.append(cmd) or real_run(cmd, **kw))
+    ctx = _ctx(tmp_path, {})
+    doc, _ = pcmap.mapping_run(ctx.program, ctx.outdir)
+    assert calls == [{"tool": "nvdisasm", "line_info": True}], "one disassembler run gives the CFG and the line info"
+    (cmd,) = commands
+    cubin = cmd[cmd.index("--cubin") + 1]
+    assert Path(cubin).name == doc["provenance"]["cubin"] and cmd[cmd.index("--symbol") + 1] == doc["provenance"]["kernel_symbol"]
+    assert cmd[cmd.index("--outputs") + 1] == str(ctx.outdir / "profiled_run.npz")
+
+
+def test_a_wrong_output_of_the_profiled_launch_fails_the_mapping_run(stand_in_ncu, tmp_path, monkeypatch):
+    """The parent's check reads what the profiled launch wrote (here: a kernel that writes zeros)."""
+    from argus_rt.backends.base import get_backend
+    from argus_rt.kinds.errors import ReferenceMismatchError
+
+    monkeypatch.setenv("STUB_KERNEL_MODE", "zeros")
+    with pytest.raises(ReferenceMismatchError, match=r"^output arg 2 differs from the reference: max rel err"):
+        get_backend("pcmap").collect(_ctx(tmp_path, {}))
+
+
+def test_nvdisasm_and_cuobjdump_give_the_same_cfg(stand_in_ncu, tmp_path):
+    """The mapping reads its CFG from ``nvdisasm -g`` alone: same PCs, opcodes, predicates, branch
+    targets, markers, blocks and call sites as ``cuobjdump -sass`` (ground truth: a helper called twice)."""
+    from argus_rt import sass
+    from argus_rt.backends.pcmap import read_cubin
+    from argus_rt.kinds.run_variant import variant_cubin
+
+    def key(f):
+        return ([(i.pc, i.predicate, i.opcode, i.targets, i.marker_immediate if i.is_marker_word else None)
+                 for i in f.instructions],
+                sorted((b.start, tuple(b.successors), b.indirect) for b in f.blocks.values()),
+                sorted(f.subroutine_entries), sorted(f.call_sites))
+
+    cubin = variant_cubin(load_program(GT).variant_of("marker_only"), "marker_only")
+    lined, arch = read_cubin(cubin, "ground_truth_kernel")
+    plain = sass.select_function(sass.parse_sass(sass.disassemble(cubin)), "ground_truth_kernel")
+    assert key(lined) == key(plain) and plain.call_sites and arch == sass.sass_arch(sass.disassemble(cubin)) == "sm_90"
+    assert all(i.source for i in lined.instructions[:4])
 
 
 def test_ncu_adapter_collects_pc_counters_of_the_same_cubin(stand_in_ncu, tmp_path):

@@ -18,7 +18,7 @@ def test_runner_stamps_its_phases_when_asked(tmp_path, monkeypatch):
     path = tmp_path / "program.json"
     path.write_text(json.dumps(program.to_dict()))
     stamps = tmp_path / "stamps.json"
-    monkeypatch.setattr(run_variant, "run_once", lambda p, v: {"symbol": "k", "max_rel_err": 0.0})
+    monkeypatch.setattr(run_variant, "run_once", lambda p, v, **kw: {"symbol": "k", "max_rel_err": 0.0})
     monkeypatch.delenv(run_variant.TIMINGS_ENV, raising=False)
     before = time.time()
     assert run_variant.main(["run", "--program", str(path), "--variant", "marker_only"]) == 0

@@ -267,10 +267,14 @@ def map_document(function: SassFunction, lined: SassFunction, profile) -> dict:
 class StepClock:
     """Wall seconds of the mapping run's steps (``provenance.seconds``), the profiled process split
     by the phase stamps it writes (:data:`argus_rt.kinds.run_variant.TIMINGS_ENV`):
-    ``ncu_to_main`` (ncu and interpreter start, imports), ``runner_setup``, ``runner_run`` (torch,
-    CUDA context, the launch under replay, checks), ``ncu_after_exit`` (ncu's report and CSV). A
-    program runner that stamps its own phases (``ctx.phase``, :mod:`argus_rt.kinds.cuda.runner`)
-    splits ``runner_run`` further: ``runner_run.<phase>`` is the time up to that phase's stamp.
+    ``ncu_to_main`` (ncu and interpreter start, imports), ``runner_setup``, ``runner_run`` (CUDA
+    context, the launch under replay and saving its arguments; a Triton program's run also imports
+    torch, compiles (cached) and checks), ``ncu_after_exit`` (the runner's exit, ncu's report and
+    CSV). A program runner that stamps its own phases (``ctx.phase``,
+    :mod:`argus_rt.kinds.cuda.runner`) splits ``runner_run`` further: ``runner_run.<phase>`` is the
+    time up to that phase's stamp. The mapping run's other steps: ``build``, ``disassemble`` (the
+    cubin read, :func:`read_cubin`), ``ncu``, ``reference`` (the parent's check of the profiled
+    launch's outputs, CUDA programs described in JSON) and ``map``.
 
     ``say`` (default: a line on stderr) announces each step as it starts and ends, so a long query
     shows what it is doing."""
@@ -315,20 +319,59 @@ def progress(msg: str) -> None:
     print(f"argus pcmap: {msg}", file=sys.stderr, flush=True)
 
 
-def mapping_command(program, outdir: Path, *, kernel: str,
-                    sections: tuple[str, ...] = ("SourceCounters",)) -> tuple[list[str], dict, Path]:
+def mapping_command(program, outdir: Path, *, kernel: str, sections: tuple[str, ...] = ("SourceCounters",),
+                    cubin: Path | None = None, symbol: str | None = None,
+                    outputs: Path | None = None) -> tuple[list[str], dict, Path]:
     """The Nsight Compute run of the mapping (nothing is run): (ncu argv, its environment, the path
     the profiled runner writes its phase stamps to). The argv profiles ``kernel`` only
     (``-k regex:<kernel>``), its first launch only (``-c 1``), by kernel replay, in the runner of
-    the program's marker-only variant (:mod:`argus_rt.kinds.run_variant`)."""
+    the program's marker-only variant (:mod:`argus_rt.kinds.run_variant`). ``cubin``/``symbol``: the
+    binary this process built and read, which the runner launches as is; ``outputs``: where the
+    runner saves the launch's arguments for this process's reference check instead of checking them."""
     from ..kinds.run_variant import TIMINGS_ENV, runner_argv, runner_env
     from . import ncu
 
     sections = ("SourceCounters",) + tuple(s for s in sections if s != "SourceCounters")
     env, stamps_path = runner_env(), Path(outdir) / "run_timings.json"
     env[TIMINGS_ENV] = str(stamps_path)
-    cmd = ncu.ncu_command(runner_argv(program, "marker_only", Path(outdir)), kernel, launches=1, sections=sections)
+    argv = runner_argv(program, "marker_only", Path(outdir), cubin=cubin, symbol=symbol, outputs=outputs)
+    cmd = ncu.ncu_command(argv, kernel, launches=1, sections=sections)
     return cmd, env, stamps_path
+
+
+def device_capability() -> tuple[int, int]:
+    """The visible GPU's compute capability: from the driver (cuda-python; no torch import, no
+    context), else from torch."""
+    from ..launch import device_capability as driver_capability
+
+    try:
+        return driver_capability(0)
+    except Exception:  # no cuda-python, or the driver refused: torch's answer (or its error)
+        import torch
+
+        return tuple(torch.cuda.get_device_capability())
+
+
+def read_cubin(cubin: Path, kernel: str):
+    """(the kernel's SASS function with line info and indirect-branch targets, the binary's SASS
+    architecture) from one ``cuobjdump -elf`` (milliseconds: architecture, jump tables) and one
+    ``nvdisasm -g`` run (the SASS; the same instructions, PCs, targets and markers as
+    ``cuobjdump -sass``, which would be a second disassembler start of about a second)."""
+    from ..kinds.cuda.elf import cubin_elf, elf_arch
+    from ..sass import (
+        disassemble,
+        parse_indirect_branch_targets,
+        parse_sass,
+        sass_arch,
+        select_function,
+        with_indirect_targets,
+    )
+
+    elf = cubin_elf(cubin)
+    listing = disassemble(cubin, tool="nvdisasm", line_info=True)
+    function = select_function(parse_sass(listing), kernel_key(kernel))
+    function = with_indirect_targets(function, parse_indirect_branch_targets(elf).get(function.name, {}))
+    return function, elf_arch(elf) or sass_arch(listing)
 
 
 def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: tuple[str, ...] = ("SourceCounters",)):
@@ -338,36 +381,34 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
     (plain ``-lineinfo`` attribution of the same counts, for side-by-side reports) and provenance;
     the kernel's Nsight Compute profile, whose per-PC counters the attributed signals read).
     ``sections``: the ncu sections of that one run; SourceCounters (the per-PC executions) is always in.
-    """
-    import torch
 
-    from ..kinds.cuda.run import CudaLaunch
+    For a CUDA program whose launch is described in JSON, the profiled process only launches the
+    cubin built here (no torch: :func:`argus_rt.kinds.cuda.run.run_once` with ``outputs``) and saves
+    its arguments; this process checks those outputs against the reference (step ``reference``).
+    """
+    from ..kinds.cuda.run import CudaLaunch, check_saved_run
     from ..kinds.run_variant import variant_cubin
-    from ..sass import (
-        disassemble,
-        indirect_branch_targets,
-        parse_sass,
-        sass_arch,
-        select_function,
-        with_indirect_targets,
-    )
     from . import ncu
 
+    launch = CudaLaunch.from_program(program) if program.kind == "cuda" else None
     if kernel is None:
-        kernel = program.launch.get("kernel") if program.kind == "triton" else CudaLaunch.from_program(program).kernel
+        kernel = program.launch.get("kernel") if launch is None else launch.kernel
     if not kernel:
         raise PcMapError(f"program {program.name!r}: no kernel named (launch['kernel'])")
     clock = StepClock()
     clock.step(f"{program.name}: building the marker-only variant (nvcc; cached by content hash)")
     cubin = variant_cubin(program, "marker_only")
     clock.lap("build")
-    clock.step(f"disassembling {cubin.name} (cuobjdump) and reading its CFG")
-    listing = disassemble(cubin)
-    ncu.check_arch(sass_arch(listing), torch.cuda.get_device_capability())
-    jump_tables = indirect_branch_targets(cubin)  # BRX targets: the CFG through a switch's jump table
-    function = select_function(parse_sass(listing), kernel_key(kernel))
-    function = with_indirect_targets(function, jump_tables.get(function.name, {}))
-    cmd, env, stamps_path = mapping_command(program, outdir, kernel=kernel, sections=sections)
+    clock.step(f"reading {cubin.name} (cuobjdump -elf, nvdisasm -g) and its CFG")
+    function, arch = read_cubin(cubin, kernel)
+    ncu.check_arch(arch, device_capability())
+    outputs = None
+    if launch is not None and not launch.runner and launch.reference:
+        outputs = Path(outdir) / "profiled_run.npz"
+        outputs.unlink(missing_ok=True)  # only this run's launch may be checked
+    cmd, env, stamps_path = mapping_command(program, outdir, kernel=kernel, sections=sections,
+                                            cubin=cubin if launch is not None else None,
+                                            symbol=function.name if launch is not None else None, outputs=outputs)
     clock.lap("disassemble")
     sections_run = [cmd[k + 1] for k, word in enumerate(cmd) if word == "--section"]
     clock.step(f"Nsight Compute on kernel {kernel_key(kernel)} only, its first launch, kernel replay "
@@ -375,17 +416,23 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
                f"the runner's own lines follow. Command: {' '.join(cmd)}")
     raw, profiles = ncu.run_ncu_command(cmd, outdir=outdir, env=env)
     clock.profiled_run(stamps_path)
+    reference = None
+    if outputs is not None:
+        clock.step(f"checking the profiled launch's outputs against {launch.reference}")
+        reference = check_saved_run(program, outputs)
+        clock.lap("reference")
     clock.step(f"mapping {len(function.instructions)} PCs to regions (CFG, -lineinfo view)")
     profile = ncu.select_profile(profiles, kernel)
     check_same_binary(function, profile.function())
-    lined = select_function(parse_sass(disassemble(cubin, tool="nvdisasm", line_info=True)), kernel_key(kernel))
-    lined = with_indirect_targets(lined, jump_tables.get(lined.name, {}))
-    doc = map_document(function, lined, profile)
+    doc = map_document(function, function, profile)  # one listing: the CFG's and the line info's
     clock.lap("map")
     doc["provenance"] = {"cubin": cubin.name, "kernel_symbol": function.name, "ncu_csv": raw.name,
                          "weights": "ncu 'Instructions Executed' (warp-level) of the same cubin",
                          "ncu_command": cmd[1:cmd.index(sys.executable)] if sys.executable in cmd else cmd[1:],
                          "seconds": clock.seconds}
+    if outputs is not None:
+        doc["provenance"]["reference_check"] = {"max_rel_err": reference, "where": "the mapping run's parent, on "
+                                                "the profiled launch's saved arguments"}
     return doc, profile
 
 

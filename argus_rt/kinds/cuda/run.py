@@ -38,6 +38,7 @@ Inputs are drawn fresh on every run (``init``: ``randn``, ``uniform`` [low, high
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import sys
 import time
@@ -178,9 +179,24 @@ def build_variant(program, variant: str, *, extra_flags: tuple[str, ...] = ()) -
     return Path(getattr(result, "cubin", result))
 
 
+def prebuild(program) -> Path | None:
+    """Build the variant ``program`` is (``program.variant``) into the build cache ahead of its
+    collection; None when it is no CUDA variant or the build fails (the collection builds it again
+    and reports the failure)."""
+    if program.kind != "cuda" or program.variant not in VARIANT_MODES:
+        return None
+    try:
+        return build_variant(program, program.variant)
+    except Exception:  # reported by the collection's own build
+        return None
+
+
 def kernel_symbol(cubin: Path, kernel: str) -> str:
-    """The (mangled) symbol of ``kernel`` in ``cubin``, matched by :func:`kernel_key`."""
-    names = list(parse_sass(disassemble(cubin)))
+    """The (mangled) symbol of ``kernel`` in ``cubin``, matched by :func:`kernel_key`: read from the
+    cubin's code sections (``cuobjdump -elf``, milliseconds) rather than from its SASS."""
+    from .elf import cubin_elf, elf_functions
+
+    names = elf_functions(cubin_elf(cubin)) or list(parse_sass(disassemble(cubin)))
     if kernel in names:
         return kernel
     hits = [n for n in names if kernel_key(n) == kernel_key(kernel)]
@@ -190,38 +206,79 @@ def kernel_symbol(cubin: Path, kernel: str) -> str:
     return hits[0]
 
 
-def make_arguments(launch: CudaLaunch, seed: int | None = None) -> list:
-    """Fresh kernel arguments: CUDA tensors drawn per ``init``, numpy scalars for scalars."""
-    import torch
+def _host_dtype(spec: dict) -> np.dtype:
+    """The numpy dtype of a tensor argument on the host (bfloat16: its uint16 bit pattern)."""
+    return np.dtype(np.uint16) if spec["tensor"] == "bfloat16" else np.dtype(spec["tensor"])
 
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(6), "little"))
+
+def _bfloat16_bits(values: np.ndarray) -> np.ndarray:
+    """float values rounded to bfloat16 (nearest even, as torch's ``.to(torch.bfloat16)``), as uint16 bits."""
+    x = np.asarray(values, dtype=np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    bits[np.isnan(x)] = 0x7FC0
+    return bits
+
+
+def _cast(values: np.ndarray, spec: dict) -> np.ndarray:
+    return _bfloat16_bits(values) if spec["tensor"] == "bfloat16" else np.asarray(values).astype(_host_dtype(spec))
+
+
+def _scalar(spec: dict):
+    (kind, value), = ((k, v) for k, v in spec.items() if k in SCALAR_TYPES)
+    return getattr(np, kind)(value)
+
+
+def host_arguments(launch: CudaLaunch, seed: int | None = None) -> list:
+    """Fresh kernel arguments on the host, no torch: a numpy array per tensor, drawn per ``init`` from
+    a generator seeded with ``seed`` (default: fresh random; bfloat16 as its uint16 bit pattern), a
+    numpy scalar per scalar."""
+    rng = np.random.default_rng(seed if seed is not None else int.from_bytes(os.urandom(6), "little"))
     out = []
     for spec in launch.args:
-        if "tensor" in spec:
-            dtype = getattr(torch, spec["tensor"])
-            shape = spec["shape"]
-            init = spec.get("init", "randn")
-            if init == "randn":
-                t = torch.randn(shape, generator=gen, device="cuda").to(dtype)
-            elif init == "uniform":
-                lo, hi = float(spec.get("low", 0.0)), float(spec.get("high", 1.0))
-                t = (torch.rand(shape, generator=gen, device="cuda", dtype=torch.float64) * (hi - lo) + lo).to(dtype)
-            elif init == "randint":
-                t = torch.randint(int(spec.get("low", 0)), int(spec["high"]), shape, generator=gen, device="cuda").to(dtype)
-            elif init == "poison":
-                t = torch.full(shape, float("nan") if dtype.is_floating_point else -1, device="cuda", dtype=dtype)
-            else:
-                t = torch.zeros(shape, device="cuda", dtype=dtype)
-            out.append(t)
+        if "tensor" not in spec:
+            out.append(_scalar(spec))
+            continue
+        shape, init = tuple(spec["shape"]), spec.get("init", "randn")
+        floating = spec["tensor"] in ("float32", "float16", "bfloat16", "float64")
+        if init == "randn":
+            t = _cast(rng.standard_normal(shape, dtype=np.float32), spec)
+        elif init == "uniform":
+            lo, hi = float(spec.get("low", 0.0)), float(spec.get("high", 1.0))
+            t = _cast(rng.random(shape) * (hi - lo) + lo, spec)
+        elif init == "randint":
+            t = _cast(rng.integers(int(spec.get("low", 0)), int(spec["high"]), shape), spec)
+        elif init == "poison":
+            t = _cast(np.full(shape, np.nan if floating else -1, dtype=np.float64 if floating else np.int64), spec)
         else:
-            (kind, value), = ((k, v) for k, v in spec.items() if k in SCALAR_TYPES)
-            out.append(getattr(np, kind)(value))
+            t = np.zeros(shape, dtype=_host_dtype(spec))
+        out.append(t)
     return out
 
 
+def _cpu_tensor(value, spec: dict):
+    """A CPU torch tensor of the argument's declared dtype from a host array (or a torch tensor)."""
+    import torch
+
+    if hasattr(value, "detach"):
+        return value.detach().cpu()
+    value = np.ascontiguousarray(value)
+    if spec["tensor"] == "bfloat16":
+        return torch.from_numpy(value.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(value.copy())
+
+
+def make_arguments(launch: CudaLaunch, seed: int | None = None) -> list:
+    """:func:`host_arguments` as CUDA torch tensors (for callers that launch with torch)."""
+    return [_cpu_tensor(a, spec).cuda() if "tensor" in spec else a
+            for a, spec in zip(host_arguments(launch, seed), launch.args)]
+
+
 def check_reference(launch: CudaLaunch, before: list, after: list) -> float | None:
-    """Compare outputs with the program's reference; return the worst relative error (None: no reference)."""
+    """Compare outputs with the program's reference; return the worst relative error (None: no reference).
+
+    ``before``/``after``: every launch argument before and after the launch, tensors as host arrays
+    (:func:`host_arguments`' layout) or torch tensors; the reference gets CPU tensors and plain scalars."""
     import torch
 
     if not launch.reference:
@@ -233,10 +290,10 @@ def check_reference(launch: CudaLaunch, before: list, after: list) -> float | No
     spec = importlib.util.spec_from_file_location(f"argus_reference_{path.stem}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    expected = getattr(mod, func)(*[a.cpu() if hasattr(a, "cpu") else a.item() for a in before])
+    expected = getattr(mod, func)(*[_cpu_tensor(a, s) if "tensor" in s else a.item() for a, s in zip(before, launch.args)])
     worst = 0.0
     for idx, want in expected.items():
-        got = after[idx].detach().cpu()
+        got = _cpu_tensor(after[idx], launch.args[idx])
         if got.shape != want.shape:
             raise ReferenceMismatchError(f"output arg {idx}: shape {tuple(got.shape)} vs reference {tuple(want.shape)}")
         if torch.isnan(got).any():
@@ -250,24 +307,85 @@ def check_reference(launch: CudaLaunch, before: list, after: list) -> float | No
     return worst
 
 
+def save_run(path: Path, launch: CudaLaunch, before: list, after: list) -> Path:
+    """Save a launch's tensor arguments before and after it (``before_<i>``, ``after_<i>`` in an
+    uncompressed .npz), for :func:`check_saved_run` in another process."""
+    from ...fsutil import atomic_write_bytes
+
+    arrays = {}
+    for i, spec in enumerate(launch.args):
+        if "tensor" in spec:
+            arrays[f"before_{i}"], arrays[f"after_{i}"] = np.asarray(before[i]), np.asarray(after[i])
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write_bytes(Path(path), buf.getvalue())
+    return Path(path)
+
+
+def check_saved_run(program, path: Path) -> float | None:
+    """:func:`check_reference` on the arguments a run saved with :func:`save_run` (the profiled run
+    saves them, its parent checks them: the very outputs of the profiled launch)."""
+    launch = CudaLaunch.from_program(program)
+    path = Path(path)
+    if not path.is_file():
+        raise ProgramRunError(f"the run of {program.name!r} saved no outputs at {path} (it failed before its check)")
+    before, after = [], []
+    with np.load(path, allow_pickle=False) as saved:
+        for i, spec in enumerate(launch.args):
+            if "tensor" not in spec:
+                before.append(_scalar(spec))
+                after.append(before[-1])
+                continue
+            pair = []
+            for when in ("before", "after"):
+                key = f"{when}_{i}"
+                arr = saved[key] if key in saved.files else None
+                if arr is None or arr.shape != tuple(spec["shape"]) or arr.dtype != _host_dtype(spec):
+                    raise ProgramRunError(f"{path.name}: arg {i} {when} the launch is "
+                                          f"{'missing' if arr is None else f'{arr.dtype}{list(arr.shape)}'}, the "
+                                          f"launch declares {spec['tensor']}{spec['shape']}")
+                pair.append(arr)
+            before.append(pair[0])
+            after.append(pair[1])
+    return check_reference(launch, before, after)
+
+
+def _require_gpu() -> None:
+    from ...launch import device_capability
+
+    try:
+        device_capability(0)
+    except Exception as exc:  # no driver, no device, no cuda-python: nothing can run here
+        raise BackendUnavailableError(f"no CUDA GPU usable through the driver API: {type(exc).__name__}: {exc}") from None
+
+
 def run_once(program, variant: str, *, trace_config: dict | None = None, check: bool = True,
-             raw_trace: Path | None = None) -> dict:
+             raw_trace: Path | None = None, cubin: Path | None = None, symbol: str | None = None,
+             outputs: Path | None = None) -> dict:
     """Build ``variant``, launch it once, check it against the reference; with ``trace_config``
     (traced variant) also decode the trace, and with ``raw_trace`` save its rings there (.npz,
-    :func:`argus_rt.trace.save_raw`). Returns {"cubin", "symbol", "max_rel_err", "intervals"?}."""
-    import torch
+    :func:`argus_rt.trace.save_raw`). Returns {"cubin", "symbol", "max_rel_err", "intervals"?}.
 
-    from ...launch import CubinModule
+    ``cubin``, ``symbol``: the variant's cubin and kernel symbol as the caller built and read them
+    (nothing is built or read again). ``outputs``: save the arguments before and after the launch
+    there (:func:`save_run`) instead of checking them; the caller checks them
+    (:func:`check_saved_run`), so this process never imports torch (``max_rel_err`` None,
+    ``outputs`` set). Inputs are numpy arrays copied to device buffers through the driver API
+    (:class:`argus_rt.launch.DeviceArray`); torch is imported only by the reference check and a trace
+    session."""
+    from ...launch import CubinModule, DeviceArray, synchronize
 
-    if not torch.cuda.is_available():
-        raise BackendUnavailableError(f"no CUDA GPU visible to torch {torch.__version__}")
+    _require_gpu()
     launch = CudaLaunch.from_program(program)
     start = time.time()
-    cubin = build_variant(program, variant)
-    symbol = kernel_symbol(cubin, launch.kernel)
+    cubin = Path(cubin) if cubin is not None else build_variant(program, variant)
+    symbol = symbol or kernel_symbol(cubin, launch.kernel)
     if launch.runner:
         from .runner import run_with_runner
 
+        if outputs is not None:
+            raise ProgramRunError(f"program {program.name!r} has a runner, which checks its own outputs; "
+                                  "there are no launch arguments to save")
         _say(program, variant, f"built in {time.time() - start:.1f} s (nvcc unless cached); its runner "
                                f"{launch.runner} runs it")
         out, session = run_with_runner(program, variant, launch, cubin, symbol, trace_config=trace_config, check=check)
@@ -279,8 +397,8 @@ def run_once(program, variant: str, *, trace_config: dict | None = None, check: 
                                    f"({len(result['intervals'].rows)} region occurrences)")
         return result
     module = CubinModule.load(cubin)
-    args = make_arguments(launch)
-    before = [a.clone() if hasattr(a, "clone") else a for a in args] if check and launch.reference else []
+    host = host_arguments(launch)
+    args = [DeviceArray.from_host(a) if "tensor" in spec else a for a, spec in zip(host, launch.args)]
     session = None
     if trace_config is not None:
         from ...trace import TraceConfig, TraceSession
@@ -289,10 +407,17 @@ def run_once(program, variant: str, *, trace_config: dict | None = None, check: 
                                                    **trace_config))
         session.arm()
     module.launch(symbol, launch.grid, launch.block, args)
-    torch.cuda.synchronize()
+    synchronize()
     result = {"cubin": str(cubin), "symbol": symbol, "max_rel_err": None}
     if check and launch.reference:
-        result["max_rel_err"] = check_reference(launch, before, args)
+        after = [a.to_host() if isinstance(a, DeviceArray) else a for a in args]
+        if outputs is not None:
+            result["outputs"] = str(save_run(outputs, launch, host, after))
+        else:
+            result["max_rel_err"] = check_reference(launch, host, after)
+    for a in args:
+        if isinstance(a, DeviceArray):
+            a.free()
     if session is not None:
         result.update(_decoded(program, session, raw_trace))
     return result
@@ -331,7 +456,7 @@ def intervals_document(intervals, trace, coord_kind: str | None = None, coord_fi
 def runner_facts(result: dict) -> dict:
     """The JSON-able extras a CUDA runner returned besides what :func:`run_once` itself fills in
     (``phase_seconds``, {phase: wall seconds}, included; the absolute ``phase_stamps`` are not)."""
-    own = ("trace", "intervals", "cubin", "symbol", "max_rel_err", "phase_stamps")
+    own = ("trace", "intervals", "cubin", "symbol", "max_rel_err", "phase_stamps", "outputs")
     return {k: v for k, v in result.items() if k not in own
             and (isinstance(v, (str, int, float, bool, list, type(None)))
                  or (k == "phase_seconds" and isinstance(v, dict)))}
