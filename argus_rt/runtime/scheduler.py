@@ -36,7 +36,7 @@ from .progress import Progress
 from .queues import drain
 from .staging import StagingRecycler, claim_staging
 from .thread_pool import CpuThreadPool
-from .workers import DeviceWorker, detect_devices
+from .workers import DeviceWorker, detect_devices, warm_workers_default
 
 FINAL = ("done", "reused", "failed", "blocked")
 
@@ -95,10 +95,18 @@ class Runtime:
     threads of this process (``cpu_pool="thread"``: handlers may live in the calling script, but a
     timed-out handler keeps running detached and a crash kills the caller; about as costly per task
     on the planner benchmark, whose handlers then share the scheduler's GIL).
+
+    ``warm_workers``: start the device workers now, with the Runtime, each importing torch and
+    opening its CUDA context in the background (:func:`.workers.warm_up`), so that their start-up
+    overlaps the CPU tasks and the first collection does not pay it; default: where this host has
+    an NVIDIA driver, or as ``$ARGUS_WARM_WORKERS`` says (:func:`.workers.warm_workers_default`),
+    and a device to run on. Otherwise the workers start on the first collection (a plan without one
+    never spawns them).
     """
 
     def __init__(self, workspace: Workspace, *, devices: list[str] | None = None, cpu_workers: int = 2,
-                 progress: bool = False, extra_modules: tuple[str, ...] = (), cpu_pool: str = "process") -> None:
+                 progress: bool = False, extra_modules: tuple[str, ...] = (), cpu_pool: str = "process",
+                 warm_workers: bool | None = None) -> None:
         self.ws = workspace
         self.devices = list(devices) if devices is not None else detect_devices()
         self.cpu_workers = cpu_workers
@@ -114,6 +122,11 @@ class Runtime:
         self._janitor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="argus-janitor")
         self._workers: list[DeviceWorker] | None = None
         self._lock = threading.Lock()
+        if warm_workers is None:
+            warm_workers = warm_workers_default() and any(self.devices)
+        self.warm_workers = bool(warm_workers)
+        if self.warm_workers:
+            self.workers  # noqa: B018  (starts them: their children come up while the caller plans)
 
     # ---- lifecycle ------------------------------------------------------------------------
     def _new_pool(self):
@@ -124,8 +137,8 @@ class Runtime:
     @property
     def workers(self) -> list[DeviceWorker]:
         if self._workers is None:  # started on first collect: plans without one never spawn
-            self._workers = [DeviceWorker(d, self._jobs, self._report_collect, staging=self._staging)
-                             for d in self.devices]
+            self._workers = [DeviceWorker(d, self._jobs, self._report_collect, staging=self._staging,
+                                          warm=self.warm_workers) for d in self.devices]
         return self._workers
 
     def start_workers(self, timeout: float = 60.0) -> None:

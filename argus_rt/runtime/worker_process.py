@@ -14,7 +14,9 @@ error messages, so whatever user or library code prints cannot corrupt a reply.
 
 Lifetime: each child leads its own process group, which the tools a backend starts inherit. The
 parent kills the whole group (timeout, close, exit), and a thread in the child kills it when the
-parent dies, even by SIGKILL mid-task, so a killed scheduler leaves no processes behind.
+parent dies, even by SIGKILL mid-task, so a killed scheduler leaves no processes behind. A child told
+to stop (or whose job pipe closes) leaves with ``os._exit(0)``: its replies are flushed and its
+outputs on disk, and finalising torch, CUDA and Triton would hold up ``Runtime.close`` for a second.
 
 Roles (:data:`ROLES`): ``collect`` runs :func:`argus_rt.runtime.workers.run_collect_job`, ``cpu``
 runs :func:`argus_rt.runtime.cpu_jobs.run_cpu_job`. Each takes the job dict and returns the reply.
@@ -41,6 +43,10 @@ from ..gpu_env import child_env
 MODULE = "argus_rt.runtime.worker_process"  # what ``python -m`` runs; __name__ is "__main__" there
 ROLES = {"collect": ("argus_rt.runtime.workers", "run_collect_job"),
          "cpu": ("argus_rt.runtime.cpu_jobs", "run_cpu_job")}
+# $ARGUS_WORKER_WARM=1: a child of this role calls this function in a background thread as it starts
+# (a device worker imports torch and opens its CUDA context while the scheduler is still planning)
+WARM = {"collect": ("argus_rt.runtime.workers", "warm_up")}
+WARM_ENV = "ARGUS_WORKER_WARM"
 OUTPUT_TAIL_LINES = 40  # lines of the child's stdout+stderr kept for the error of a dead child
 READY_TIMEOUT_S = 300.0  # importing argus_rt on a loaded host; a child that dies is noticed at once
 PARENT_PID_ENV = "ARGUS_WORKER_PARENT_PID"  # the child compares its parent with this to notice its death
@@ -358,19 +364,43 @@ def main(argv: list[str]) -> int:
         os.set_inheritable(fd, False)  # processes a backend starts must not hold our protocol pipes
     module, func = ROLES[role]
     run = getattr(importlib.import_module(module), func)
+    _warm_in_background(role)
     with os.fdopen(job_fd, "rb") as jobs, os.fdopen(reply_fd, "wb") as replies:
         _reply(replies, {"ready": True, "pid": os.getpid()})
         for line in jobs:  # ends when the parent closes the pipe (or dies)
             message = json.loads(line)
             if message.get("stop"):
-                return 0
+                break
             try:
                 _adopt(message)
                 doc = run(message["job"])
             except BaseException as exc:  # the task failed, not the worker
                 doc = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
             _reply(replies, doc)
-    return 0
+    # Every reply is written and flushed, every output is on disk: leave without finalising the
+    # interpreter. Finalising torch, its CUDA context and Triton took ~1.4 s of each Runtime.close
+    # (measured on the CPU), and under a warm-up thread halfway through importing torch it can crash.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _warm_in_background(role: str) -> threading.Thread | None:
+    """Start :data:`WARM`'s function of ``role`` in a daemon thread when ``$ARGUS_WORKER_WARM`` is 1."""
+    if os.environ.pop(WARM_ENV, "") != "1" or role not in WARM:  # popped: tools we start are not workers
+        return None
+    module, func = WARM[role]
+    warm = getattr(importlib.import_module(module), func)
+
+    def body() -> None:
+        try:
+            warm()
+        except Exception as exc:  # a failed warm-up only means the first task pays for it (and says why)
+            print(f"argus worker: warm-up failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=body, name="argus-worker-warm", daemon=True)
+    thread.start()
+    return thread
 
 
 if __name__ == "__main__":

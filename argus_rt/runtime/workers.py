@@ -14,12 +14,14 @@ import os
 import queue
 import shutil
 import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
 from .staging import StagingRecycler, claim_staging
-from .worker_process import WorkerSlot, import_job_modules
+from .worker_process import WARM_ENV, WorkerSlot, import_job_modules
 
 _STOP = None
 
@@ -41,6 +43,52 @@ def detect_devices() -> list[str]:
         if count:
             return [str(i) for i in range(count)]
     return [""]
+
+
+WARM_WORKERS_ENV = "ARGUS_WARM_WORKERS"  # "1" / "0": warm device workers (or not) whatever the host has
+
+
+def gpu_driver_present() -> bool:
+    """Whether this host has an NVIDIA driver loaded (``/proc/driver/nvidia/version``)."""
+    return os.path.exists("/proc/driver/nvidia/version")
+
+
+def warm_workers_default() -> bool:
+    """Whether device workers start with the :class:`~argus_rt.runtime.scheduler.Runtime` and warm
+    up: ``$ARGUS_WARM_WORKERS`` (1 or 0) if set, else where this host has an NVIDIA driver."""
+    value = os.environ.get(WARM_WORKERS_ENV, "").strip()
+    return value == "1" if value in ("0", "1") else gpu_driver_present()
+
+
+def warm_up() -> dict:
+    """In a device worker child, in a background thread as it starts (``$ARGUS_WORKER_WARM=1``,
+    :mod:`.worker_process`): import torch, open this device's CUDA context (torch's primary
+    context, which :mod:`argus_rt.launch` shares) and import Triton, so that the first collection
+    does not pay seconds for them (a task that needs torch meanwhile waits for the import to finish).
+    Prints one line with the seconds of each step; returns them."""
+    seconds, last = {}, time.perf_counter()
+
+    def lap(step: str) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        seconds[step] = round(now - last, 3)
+        last = now
+
+    import torch
+
+    lap("torch")
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "") not in ("", "-1") and torch.cuda.is_available():
+        torch.empty(1, device="cuda")  # creates and binds the primary context
+        lap("cuda_context")
+    try:
+        import triton  # noqa: F401  (a Triton program's build and run import it)
+    except ImportError:
+        pass
+    else:
+        lap("triton")
+    print("argus worker: warmed up (" + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()) + ")",
+          file=sys.stderr, flush=True)
+    return seconds
 
 
 def run_collect_job(job: dict) -> dict:
@@ -92,13 +140,15 @@ class DeviceWorker:
     """A parent-side thread that owns one device's child process and feeds it jobs."""
 
     def __init__(self, device: str, jobs: "queue.Queue", report: Callable[[str, dict], None],
-                 staging: StagingRecycler | None = None) -> None:
+                 staging: StagingRecycler | None = None, warm: bool = False) -> None:
         self.device = device
         self.staging = staging  # emptied staging directories: the child renames one instead of mkdir
         self.jobs = jobs
         self.report = report  # report(task_id, reply) from this thread
-        self._slot = WorkerSlot("collect", name=f"worker process for device {device!r}",
-                                env={"CUDA_VISIBLE_DEVICES": device})
+        env = {"CUDA_VISIBLE_DEVICES": device}
+        if warm:  # each child (a replacement too) imports torch and opens its context as it starts
+            env[WARM_ENV] = "1"
+        self._slot = WorkerSlot("collect", name=f"worker process for device {device!r}", env=env)
         self.current: str | None = None
         self.ready = threading.Event()  # set once the first child process is up
         self._thread = threading.Thread(target=self._loop, name=f"argus-device-{device or 'none'}", daemon=True)
