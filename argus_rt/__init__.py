@@ -16,8 +16,19 @@ run-to-run noise (the rule: :mod:`argus_rt.compare`). See README.md and docs/arc
 """
 __version__ = "0.1.0"
 
-# callable modules: argus_rt.query(program, ...), argus_rt.compare(version_a, version_b, ...)
-from . import compare, query  # noqa: F401,E402
 from .regions import Region, RegionError, RegionIdCollisionError, RegionTree, UnknownRegionError, region_id  # noqa: F401
-from .resources import example  # noqa: F401,E402
+from .resources import example  # noqa: F401
 from .scope import Scope  # noqa: F401
+
+# callable modules: argus_rt.query(program, ...), argus_rt.compare(version_a, version_b, ...). Imported on
+# first use: every process Argus starts (workers, the run Nsight Compute profiles) imports this package,
+# and most of them never plan a query.
+_LAZY_MODULES = ("compare", "query")
+
+
+def __getattr__(name: str):
+    if name in _LAZY_MODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
