@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ArgusInputError
+from .kinds.registry import kind_names
 from .nvcc_flags import allowed_flag_forms, unsafe_flag
 from .regions import RegionError, RegionTree
 from .tools import tool_or_none
 
 PROGRAM_FILE = "argus_program.json"
 VARIANTS = ("base", "trace_free", "marker_only", "traced", "probe")
-PROGRAM_KINDS = ("cuda", "triton", "cupy", "numba", "python", "standin")
 # A program name becomes part of file names (build caches, cubins): no path syntax, ever. The schema
 # (program.schema.json, "name") states the same pattern.
 PROGRAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -97,8 +97,8 @@ class ProgramVersion:
                                "starting with a letter or digit (it becomes part of cache file names)")
         if self.variant not in VARIANTS:
             raise ProgramError(f"unknown program variant {self.variant!r}; valid: {', '.join(VARIANTS)}")
-        if self.kind not in PROGRAM_KINDS:
-            raise ProgramError(f"unknown program kind {self.kind!r}; valid: {', '.join(PROGRAM_KINDS)}")
+        if self.kind not in kind_names():  # the kinds are argus_rt.kinds.registry's
+            raise ProgramError(f"unknown program kind {self.kind!r}; valid: {', '.join(kind_names())}")
         if (self.variant == "base") != (self.base is None):
             raise ProgramError("a base version has no 'base'; a variant must name its base version")
         self.regions.freeze()  # part of the id: the version's content cannot change under it
@@ -260,6 +260,8 @@ def load_program(path: str | Path, *, allow_unsafe_flags: bool = False) -> Progr
     problems = schema_problems("program", spec)
     if problems:
         raise ProgramError(f"{spec_path}: {summarize(problems)}")
+    if spec["kind"] not in kind_names():  # the schema says "a string"; the registry says which
+        raise ProgramError(f"{spec_path}: kind: {spec['kind']!r} is not a program kind; valid: {', '.join(kind_names())}")
     sources = {rel: _read_source(spec_path, f"sources[{i}]", rel).read_bytes()
                for i, rel in enumerate(spec["sources"])}
     regions_spec = spec["regions"]

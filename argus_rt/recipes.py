@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 
 from .backends.base import EFFECTS
 from .errors import ArgusInputError
-from .program import PROGRAM_KINDS, VARIANTS
+from .kinds.registry import kind_names, traced_kind_names
+from .program import VARIANTS
 from .scope import SCOPE_FIELDS
 
 QUALIFICATIONS = ("observed", "attributed", "derived")
@@ -93,6 +94,10 @@ class Evidence:
             raise RecipeError(f"evidence from backend {self.backend!r} names no outputs")
 
 
+# Recipe.kinds for "every kind that supports region-trace signals" (the kind registry's traced kinds)
+TRACED = "traced"
+
+
 @dataclass(frozen=True)
 class Recipe:
     signal: str
@@ -109,7 +114,9 @@ class Recipe:
     synthesis_config: dict = field(default_factory=dict)
     description: str = ""
     public: bool = True  # False: an internal analysis (still plannable as a prerequisite)
-    kinds: frozenset | None = None  # program kinds that can give this evidence; None: every kind
+    # program kinds that can give this evidence; None: every kind; TRACED: the registry's traced kinds
+    # (argus_rt.kinds.registry.Kind.traced), read when asked, so a kind registered later counts
+    kinds: frozenset | str | None = None
     kinds_reason: str = ""  # why only those kinds, e.g. "TTGIR discovery"
 
     def __post_init__(self) -> None:
@@ -125,12 +132,16 @@ class Recipe:
                                                             "collect filters (must be retained scope fields)"))
         if self.expander and not self.control:
             raise RecipeError(f"recipe {self.signal!r} names an expander but no control task")
-        if self.kinds is not None:
-            object.__setattr__(self, "kinds", _frozen(self.kinds, PROGRAM_KINDS, "program kinds"))
+        if self.kinds is not None and self.kinds != TRACED:
+            object.__setattr__(self, "kinds", _frozen(self.kinds, kind_names(), "program kinds"))
+
+    def kind_set(self) -> frozenset | None:
+        """The program kinds that can give this evidence (None: every kind)."""
+        return traced_kind_names() if self.kinds == TRACED else self.kinds
 
     def supports(self, kind: str | None) -> bool:
         """Whether programs of ``kind`` can give this recipe's own evidence (prerequisites aside)."""
-        return self.kinds is None or kind is None or kind == "standin" or kind in self.kinds
+        return self.kinds is None or kind is None or kind == "standin" or kind in self.kind_set()
 
 
     def prerequisites_for(self, kind: str | None) -> tuple[str, ...]:
@@ -179,7 +190,7 @@ def unsupported_reason(signal: str, kind: str | None) -> str | None:
         seen.add(name)
         recipe = get_recipe(name)
         if not recipe.supports(kind):
-            why = f"needs a {' or '.join(sorted(recipe.kinds)) or 'no'} program"
+            why = f"needs a {' or '.join(sorted(recipe.kind_set())) or 'no'} program"
             why += f" ({recipe.kinds_reason})" if recipe.kinds_reason else ""
             return why + (f" for its prerequisite {name!r}" if name != signal else "")
         return next((w for w in map(walk, recipe.prerequisites_for(kind)) if w), None)
@@ -194,7 +205,6 @@ def signals_for(kind: str | None) -> list[str]:
 
 # ---- built-in catalog -------------------------------------------------------------------------
 # Region traces: the CUDA trace adapter (device markers) and the Triton one (TTGIR instrumentation).
-_TRACED_KINDS = frozenset({"cuda", "triton", "cupy", "numba"})
 _PROFILER = frozenset({"replays_kernel", "exclusive_profiler", "perturbs_timing", "serialises_kernels"})
 # PC-keyed counters keep no per-SM/CTA/iteration/launch coordinates and no adapter selects a launch
 # yet, so these signals take no scope (asking for one is a planning error, not a silent widening).
@@ -209,14 +219,14 @@ register_recipe(Recipe(
     description="duration of each region occurrence from device timestamps (reference trace)",
     evidence=(Evidence("trace", outputs=("region_intervals",), variant="traced",
                        effects=frozenset({"perturbs_timing"}), sensitive_to=REFERENCE_TRACE_SENSITIVE),),
-    collect_filters=frozenset(), kinds=_TRACED_KINDS, kinds_reason="a region trace of a compiled kernel",
+    collect_filters=frozenset(), kinds=TRACED, kinds_reason="a region trace of a compiled kernel",
 ))
 register_recipe(Recipe(
     signal="pc_region_map", unit="executions", qualification="observed", synthesis="pc_region_map",
     public=False, description="n(r,p): executions of each PC under each region (mapping run)",
     evidence=(Evidence("pcmap", outputs=("pc_region_counts",), variant="marker_only", effects=_PROFILER),),
     scope_fields=_LAUNCH_SCOPE, collect_filters=_LAUNCH_SCOPE,
-    kinds=_TRACED_KINDS, kinds_reason="the SASS and region markers of a compiled kernel",
+    kinds=TRACED, kinds_reason="the SASS and region markers of a compiled kernel",
 ))
 register_recipe(Recipe(
     signal="instruction_mix", unit="instructions", qualification="attributed", synthesis="attributed_metric",

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 from argus_rt.errors import ArgusInputError
+from argus_rt.kinds.registry import kind_names
 from argus_rt.planner import UnsupportedSignalError, plan_query
-from argus_rt.program import PROGRAM_KINDS, ProgramError, ProgramVersion, load_program
+from argus_rt.program import ProgramError, ProgramVersion, load_program
 from argus_rt.regions import RegionTree
 from argus_rt.schema_check import load_schema
 from argus_rt.scope import Scope, ScopeError
@@ -264,8 +265,8 @@ SCHEMA_CASES = [
     (_launch("block", [0]), "launch.block[0]: 0 is not a positive integer"),
     (lambda s: [1, 2], "[1, 2] is not a JSON object with keys name, kind"),
     (_drop("launch"), "missing required key(s) 'launch'"),
-    (_drop("kind"), f"missing required key(s) 'kind' (a program kind: {', '.join(PROGRAM_KINDS[:-1])} or {PROGRAM_KINDS[-1]})"),
-    (lambda s: {**s, "kind": "cpp"}, "kind: 'cpp' is not a program kind"),
+    (_drop("kind"), "missing required key(s) 'kind' (a program kind name"),
+    (lambda s: {**s, "kind": "cpp"}, f"kind: 'cpp' is not a program kind; valid: {', '.join(kind_names())}"),
     (lambda s: {**s, "colour": "red"}, "unknown key(s) 'colour'; valid keys: name, kind"),
     (_launch("gird", [1]), "launch: unknown key(s) 'gird'; valid keys: source, kernel, grid"),
     (_launch("args", [{"tensor": "float8", "shape": [4]}]), "launch.args[0].tensor: 'float8' is not a tensor dtype"),
@@ -325,7 +326,7 @@ def test_schema_is_valid_and_matches_the_backend_constants():
 
     schema = load_schema("program")
     Draft202012Validator.check_schema(schema)
-    assert schema["properties"]["kind"]["enum"] == list(PROGRAM_KINDS)
+    assert "enum" not in schema["properties"]["kind"]  # the kinds are the registry's (load_program checks)
     defs = schema["$defs"]
     assert list(defs["cudaLaunch"]["properties"]) == list(cuda_run.LAUNCH_KEYS)
     assert defs["tensorArg"]["properties"]["tensor"]["enum"] == list(cuda_run.TENSOR_DTYPES)

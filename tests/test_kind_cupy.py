@@ -156,15 +156,18 @@ def test_a_query_plans_one_trace_and_one_mapping_run(program):
     assert set(plan.targets) == set(SIGNALS)
 
 
-def test_the_kind_adapters_are_found_by_kind_without_importing_cupy_or_torch():
-    assert backend_module("trace", "cupy") == backend_module("pcmap", "cupy") == "argus_rt.kinds.cupy.adapters"
+def test_the_shared_adapters_serve_the_kind_without_importing_cupy_or_torch():
+    """No adapter of its own: the shared trace and pcmap adapters call the kind's registry hooks."""
+    assert backend_module("trace", "cupy") == "argus_rt.backends.trace"
+    assert backend_module("pcmap", "cupy") == "argus_rt.backends.pcmap"
     code = ("import sys; from argus_rt.backends.base import get_backend; "
             "t, m = get_backend('trace', 'cupy'), get_backend('pcmap', 'cupy'); "
+            "from argus_rt.kinds.registry import get_kind; k = get_kind('cupy'); "
             "from argus_rt.kinds.cupy import build, launch, run; "
-            "print(type(t).__name__, type(m).__name__, 'cupy' in sys.modules, 'torch' in sys.modules)")
+            "print(type(t).__name__, type(m).__name__, k.traced, 'cupy' in sys.modules, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert out.stdout.split() == ["CupyTrace", "CupyPcMap", "False", "False"], out.stderr[-2000:]
-    assert type(get_backend("trace", "cuda")).__name__ == "TraceAdapter"  # other kinds keep theirs
+    assert out.stdout.split() == ["TraceAdapter", "PcMapAdapter", "True", "False", "False"], out.stderr[-2000:]
+    assert type(get_backend("trace", "triton")).__name__ == "TritonProbeTrace"  # other kinds keep theirs
 
 
 # ---- NVRTC options: CuPy's, plus Argus's three -----------------------------------------------
@@ -276,9 +279,11 @@ from argus_rt.program import ProgramVersion
 args = sys.argv[1:]
 assert args[args.index("-k") + 1] == "regex:row_softmax" and args[args.index("-c") + 1] == "1", args
 program_argv = args[args.index(sys.executable):]
-assert program_argv[1:3] == ["-m", "argus_rt.kinds.cupy.run"] and program_argv[4] == "marker_only", program_argv
-p = ProgramVersion.from_dict(json.load(open(program_argv[3])))
-cubin = build_variant(p, program_argv[4])
+assert program_argv[1:4] == ["-m", "argus_rt.kinds.run_variant", "run"], program_argv
+variant = program_argv[program_argv.index("--variant") + 1]
+assert variant == "marker_only" and "--cubin" not in program_argv, program_argv
+p = ProgramVersion.from_dict(json.load(open(program_argv[program_argv.index("--program") + 1])))
+cubin = build_variant(p, variant)
 f = sass.select_function(sass.parse_sass(sass.disassemble(cubin)), "row_softmax")
 reach = static_ownership(f).entry_of
 base, warps = 0x7F0000000000, 256 * 4
@@ -296,13 +301,13 @@ for ins in f.instructions:
 @needs_nvrtc
 @needs_sass
 def test_the_mapping_run_profiles_the_cupy_runner_and_maps_its_cubin(program, tmp_path, monkeypatch):
-    from argus_rt.kinds.cupy import adapters
+    from argus_rt.backends import pcmap
 
     script = tmp_path / "ncu"
     script.write_text(STAND_IN.replace("{python}", sys.executable))
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("ARGUS_NCU", str(script))
-    monkeypatch.setattr(adapters, "_device_capability", lambda: (9, 0))
+    monkeypatch.setattr(pcmap, "device_capability", lambda: (9, 0))
     out = tmp_path / "out"
     out.mkdir()
     ctx = CollectContext(task=None, program=program.variant_of("marker_only"), config={}, scope=None, sampling={},

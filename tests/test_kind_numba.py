@@ -128,16 +128,16 @@ def test_plan_on_the_cpu():
     assert set(plan.targets) == {"latency", "instruction_mix", "barrier_count"}
 
 
-def test_the_kind_has_its_trace_and_pcmap_adapters():
+def test_the_shared_trace_and_pcmap_adapters_serve_the_kind():
     from argus_rt.backends.base import backend_module, get_backend
     from argus_rt.backends.pcmap import PcMapAdapter
     from argus_rt.backends.trace import TraceAdapter
-    from argus_rt.kinds.numba.adapters import NumbaPcMap, NumbaTrace
+    from argus_rt.kinds.registry import get_kind
 
-    assert type(get_backend("trace", "numba")) is NumbaTrace and isinstance(get_backend("trace", "numba"), TraceAdapter)
-    assert type(get_backend("pcmap", "numba")) is NumbaPcMap and isinstance(get_backend("pcmap", "numba"), PcMapAdapter)
-    assert backend_module("pcmap", "numba") == backend_module("trace", "numba") == "argus_rt.kinds.numba.adapters"
-    assert type(get_backend("trace", "cuda")) is TraceAdapter  # the CUDA kind keeps its own
+    assert type(get_backend("trace", "numba")) is TraceAdapter and type(get_backend("pcmap", "numba")) is PcMapAdapter
+    assert backend_module("pcmap", "numba") == "argus_rt.backends.pcmap"
+    kind = get_kind("numba")
+    assert kind.traced and kind.trace == "argus_rt.kinds.numba.run:collect_region_trace"
 
 
 # ---- compile and SASS -------------------------------------------------------------------------
@@ -289,7 +289,7 @@ from argus_rt.kinds.numba.build import build_variant
 from argus_rt.program import ProgramVersion
 args = sys.argv[1:]
 assert "--page" in args and "source" in args and "-k" in args, args
-assert args[args.index(sys.executable) + 1:args.index(sys.executable) + 4] == ["-m", "argus_rt.kinds.numba.run", "run"]
+assert args[args.index(sys.executable) + 1:args.index(sys.executable) + 4] == ["-m", "argus_rt.kinds.run_variant", "run"]
 p = ProgramVersion.from_dict(json.load(open(args[args.index("--program") + 1])))
 built = build_variant(p, args[args.index("--variant") + 1])
 f = sass.select_function(sass.parse_sass(sass.disassemble(built.cubin)), built.symbol)
@@ -310,7 +310,7 @@ print("\n".join(",".join('"%s"' % cell for cell in row) for row in [header] + ro
 def test_mapping_run_with_a_stand_in_ncu(tmp_path, monkeypatch):
     """The numba pcmap adapter: marker-only cubin, the runner argv ncu profiles, the shared map and
     counters; every BAR of the kernel is owned by the tree region."""
-    torch = pytest.importorskip("torch", reason="the mapping run asks torch for the GPU's capability")
+    from argus_rt.backends import pcmap
     from argus_rt.backends.base import CollectContext, get_backend
     from argus_rt.pc_regions import PcRegionMap
 
@@ -318,7 +318,7 @@ def test_mapping_run_with_a_stand_in_ncu(tmp_path, monkeypatch):
     script.write_text(STAND_IN.replace("{python}", sys.executable))
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("NCU", str(script))
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(pcmap, "device_capability", lambda: (9, 0))
     program = load_program(EXAMPLE).variant_of("marker_only")
     out = tmp_path / "out"
     out.mkdir()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from argus_rt.backends.pcmap import StepClock
 from argus_rt.kinds import run_variant
+from argus_rt.kinds.cuda import run as cuda_run
 from argus_rt.program import load_program
 
 GT = Path(__file__).resolve().parent.parent / "examples" / "ground_truth"
@@ -18,7 +19,7 @@ def test_runner_stamps_its_phases_when_asked(tmp_path, monkeypatch):
     path = tmp_path / "program.json"
     path.write_text(json.dumps(program.to_dict()))
     stamps = tmp_path / "stamps.json"
-    monkeypatch.setattr(run_variant, "run_once", lambda p, v, **kw: {"symbol": "k", "max_rel_err": 0.0})
+    monkeypatch.setattr(cuda_run, "run_once", lambda p, v, **kw: {"symbol": "k", "max_rel_err": 0.0})
     monkeypatch.delenv(run_variant.TIMINGS_ENV, raising=False)
     before = time.time()
     assert run_variant.main(["run", "--program", str(path), "--variant", "marker_only"]) == 0

@@ -27,7 +27,8 @@ Writing an adapter (this is the whole interface)::
 
 An adapter may be specific to one program kind (``register_backend(adapter, kind="triton")``):
 ``get_backend(name, kind)`` prefers the kind-specific adapter and falls back to the generic one, so
-``trace`` can mean "region tracing" for CUDA and Triton programs with different code behind it.
+``trace`` can mean "region tracing" for CUDA and Triton programs with different code behind it. The
+built-in kinds name theirs in the kind registry (:attr:`argus_rt.kinds.registry.Kind.adapters`).
 
 The built-in names ``trace``, ``ncu``, ``pcmap``, ``nvbit``, ``systrace`` are looked up lazily in
 ``argus_rt.backends.<name>`` the first time they are asked for, so those modules only need to call
@@ -120,13 +121,24 @@ BUILTIN_BACKEND_MODULES = {
     "nvbit": "argus_rt.backends.nvbit",
     "systrace": "argus_rt.backends.systrace",
 }
-# Built-in adapters for one program kind: (name, kind) -> module (imported before the generic one
-# would be used, so that a fresh worker process finds e.g. the Triton 'trace' adapter).
-BUILTIN_KIND_BACKEND_MODULES = {
-    ("trace", "triton"): "argus_rt.backends.trace",
-    **{(name, "cupy"): "argus_rt.kinds.cupy.adapters" for name in ("trace", "pcmap")},
-    **{(name, "numba"): "argus_rt.kinds.numba.adapters" for name in ("trace", "pcmap")},
-}
+
+
+def _kind_adapter_ref(name: str, kind: str | None) -> str | None:
+    """``"module:Class"`` of the adapter the kind registry names for backend ``name`` and program
+    ``kind`` (:attr:`argus_rt.kinds.registry.Kind.adapters`), or None."""
+    from ..kinds.registry import find_kind
+
+    found = find_kind(kind)
+    return found.adapters.get(name) if found is not None else None
+
+
+def _register_kind_adapter(name: str, kind: str | None) -> None:
+    """Register the kind's own adapter for ``name`` on first use (a fresh worker process finds it too)."""
+    ref = _kind_adapter_ref(name, kind)
+    if ref is not None and (name, kind) not in _ADAPTERS:
+        from ..kinds.registry import resolve
+
+        register_backend(resolve(ref)(), kind=kind, replace=True)
 
 
 class BackendError(RuntimeError):
@@ -258,9 +270,7 @@ def _registered(name: str, kind: str | None) -> BackendAdapter | None:
 
 def get_backend(name: str, kind: str | None = None) -> BackendAdapter:
     """The adapter for ``name`` (and program ``kind``), importing a built-in module on first use."""
-    kind_module = BUILTIN_KIND_BACKEND_MODULES.get((name, kind))
-    if kind_module is not None and (name, kind) not in _ADAPTERS:
-        importlib.import_module(kind_module)  # registers the kind-specific adapter
+    _register_kind_adapter(name, kind)
     adapter = _registered(name, kind)
     if adapter is not None:
         return adapter
@@ -288,8 +298,9 @@ def get_backend(name: str, kind: str | None = None) -> BackendAdapter:
 
 def backend_module(name: str, kind: str | None = None) -> str | None:
     """Module to import in a fresh worker process so that ``name`` is registered there."""
+    kind_ref = _kind_adapter_ref(name, kind)
     return (_MODULES.get((name, kind)) if kind is not None else None) \
-        or BUILTIN_KIND_BACKEND_MODULES.get((name, kind)) or _MODULES.get((name, None)) \
+        or (kind_ref.partition(":")[0] if kind_ref else None) or _MODULES.get((name, None)) \
         or BUILTIN_BACKEND_MODULES.get(name)
 
 

@@ -470,16 +470,18 @@ def program_argv(ctx) -> tuple[list[str], dict | None]:
     exe = ctx.inputs.get("executable")
     if exe:
         return [str(exe)], None
-    if getattr(ctx.program, "kind", None) in ("cuda", "triton"):
-        from ..kinds.cuda.run import VARIANT_MODES
+    from ..kinds.registry import find_kind, kinds
+
+    kind = find_kind(getattr(ctx.program, "kind", None))
+    if kind is not None and kind.run_once and kind.runner_variants:
         from ..kinds.run_variant import runner_argv, runner_env
 
-        variant = ctx.program.variant if ctx.program.variant in VARIANT_MODES else "marker_only"
-        if ctx.program.kind == "triton":
-            variant = "marker_only"  # Triton markers are always the PMTRIG words
+        variants = kind.runner_variants  # the first is the default (marker_only)
+        variant = ctx.program.variant if ctx.program.variant in variants else variants[0]
         return runner_argv(ctx.program, variant, Path(ctx.outdir)), runner_env()
     raise ValueError("no program to run: program.launch has no 'argv', no input named 'executable', "
-                     f"and kind {getattr(ctx.program, 'kind', None)!r} has no built-in runner (valid: cuda, triton)")
+                     f"and kind {getattr(ctx.program, 'kind', None)!r} has no built-in runner (valid: "
+                     f"{', '.join(k.name for k in kinds() if k.run_once)})")
 
 
 register_backend(NcuAdapter())

@@ -382,33 +382,35 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
     the kernel's Nsight Compute profile, whose per-PC counters the attributed signals read).
     ``sections``: the ncu sections of that one run; SourceCounters (the per-PC executions) is always in.
 
-    For a CUDA program whose launch is described in JSON, the profiled process only launches the
-    cubin built here (no torch: :func:`argus_rt.kinds.cuda.run.run_once` with ``outputs``) and saves
-    its arguments; this process checks those outputs against the reference (step ``reference``).
+    The kind (:mod:`argus_rt.kinds.registry`) builds the variant (``variant_cubin``), names the kernel
+    (``kernel``; else ``program.launch["kernel"]``) and runs it in the profiled process (``run_once``).
+    For a kind that ``hands_over`` (CUDA), the profiled process launches the cubin built here, and when
+    the kind ``saves_outputs`` (a launch described in JSON: no torch there) it saves its arguments and
+    this process checks them against the reference (``check_saved_run``, step ``reference``).
     """
-    from ..kinds.cuda.run import CudaLaunch, check_saved_run
+    from ..kinds.registry import get_kind
     from ..kinds.run_variant import variant_cubin
     from . import ncu
 
-    launch = CudaLaunch.from_program(program) if program.kind == "cuda" else None
+    kind = get_kind(program.kind)
     if kernel is None:
-        kernel = program.launch.get("kernel") if launch is None else launch.kernel
+        kernel = kind.call("kernel", program) if kind.kernel else program.launch.get("kernel")
     if not kernel:
         raise PcMapError(f"program {program.name!r}: no kernel named (launch['kernel'])")
     clock = StepClock()
-    clock.step(f"{program.name}: building the marker-only variant (nvcc; cached by content hash)")
+    clock.step(f"{program.name}: building the marker-only variant ({program.kind}; cached by content hash)")
     cubin = variant_cubin(program, "marker_only")
     clock.lap("build")
     clock.step(f"reading {cubin.name} (cuobjdump -elf, nvdisasm -g) and its CFG")
     function, arch = read_cubin(cubin, kernel)
     ncu.check_arch(arch, device_capability())
     outputs = None
-    if launch is not None and not launch.runner and launch.reference:
+    if kind.hands_over and kind.saves_outputs and kind.call("saves_outputs", program):
         outputs = Path(outdir) / "profiled_run.npz"
         outputs.unlink(missing_ok=True)  # only this run's launch may be checked
     cmd, env, stamps_path = mapping_command(program, outdir, kernel=kernel, sections=sections,
-                                            cubin=cubin if launch is not None else None,
-                                            symbol=function.name if launch is not None else None, outputs=outputs)
+                                            cubin=cubin if kind.hands_over else None,
+                                            symbol=function.name if kind.hands_over else None, outputs=outputs)
     clock.lap("disassemble")
     sections_run = [cmd[k + 1] for k, word in enumerate(cmd) if word == "--section"]
     clock.step(f"Nsight Compute on kernel {kernel_key(kernel)} only, its first launch, kernel replay "
@@ -418,8 +420,8 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
     clock.profiled_run(stamps_path)
     reference = None
     if outputs is not None:
-        clock.step(f"checking the profiled launch's outputs against {launch.reference}")
-        reference = check_saved_run(program, outputs)
+        clock.step(f"checking the profiled launch's outputs against {program.launch.get('reference')}")
+        reference = kind.call("check_saved_run", program, outputs)
         clock.lap("reference")
     clock.step(f"mapping {len(function.instructions)} PCs to regions (CFG, -lineinfo view)")
     profile = ncu.select_profile(profiles, kernel)
@@ -430,6 +432,8 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
                          "weights": "ncu 'Instructions Executed' (warp-level) of the same cubin",
                          "ncu_command": cmd[1:cmd.index(sys.executable)] if sys.executable in cmd else cmd[1:],
                          "seconds": clock.seconds}
+    if kind.mapping_provenance:
+        doc["provenance"].update(kind.call("mapping_provenance", program))
     if outputs is not None:
         doc["provenance"]["reference_check"] = {"max_rel_err": reference, "where": "the mapping run's parent, on "
                                                 "the profiled launch's saved arguments"}

@@ -1,13 +1,13 @@
 """The ``trace`` tool adapter, for every program kind: each kind's run does the work.
 
 Region tracing (backend ``trace``, evidence ``argus.region_intervals/1``, qualification *observed*).
-For a CUDA program (:class:`TraceAdapter`): build its ``traced`` variant (``ARGUS_MODE=2``), launch
-it once under a :class:`argus_rt.trace.TraceSession`, check its outputs against the program's plain
-PyTorch reference, decode the rings, pair begin/end per warp and publish one row per region
-occurrence (:func:`argus_rt.kinds.cuda.run.run_once`, :func:`~argus_rt.kinds.cuda.run.intervals_document`;
-the program's ``launch`` is described in :mod:`argus_rt.kinds.cuda.run`). For a Triton program
-(:class:`TritonProbeTrace`, registered for ``kind="triton"``): the region-traced TTGIR variant, the
-traced reference or one forced-wait probe (:mod:`argus_rt.kinds.triton.region_trace`,
+For a program of a kind with a ``trace`` hook (:mod:`argus_rt.kinds.registry`; CUDA, CuPy, numba)
+:class:`TraceAdapter` calls it: the kind builds its ``traced`` variant, launches it once under a
+:class:`argus_rt.trace.TraceSession`, checks its outputs against the program's reference, decodes the
+rings, pairs begin/end per warp and returns one row per region occurrence (e.g.
+:func:`argus_rt.kinds.cuda.run.collect_region_trace`). A kind may name an adapter of its own instead
+(the registry's ``adapters``): Triton names :class:`TritonProbeTrace`, for the region-traced TTGIR
+variant, the traced reference or one forced-wait probe (:mod:`argus_rt.kinds.triton.region_trace`,
 :mod:`argus_rt.kinds.triton.probes`).
 
 This module knows the adapter contract (config keys, effects, outputs); how a variant is built and
@@ -20,14 +20,14 @@ import json
 from pathlib import Path
 
 from ..fsutil import atomic_write_text
-from ..kinds.cuda.run import CudaLaunch, intervals_document, run_once, runner_facts
 from ..kinds.errors import ProgramRunError
+from ..kinds.registry import get_kind
 from .base import BackendAdapter, BackendUnavailableError, register_backend
 
 
 class TraceAdapter(BackendAdapter):
-    """Region tracing of a CUDA program's traced variant. Config: ``capacity`` (records per warp
-    ring, power of two, default 256), ``clock`` ("globaltimer" default, or "clock64").
+    """Region tracing of a program's traced variant, by its kind's ``trace`` hook. Config: ``capacity``
+    (records per warp ring, power of two, default 256), ``clock`` ("globaltimer" default, or "clock64").
 
     Besides ``region_intervals`` it keeps the raw rings as ``raw_trace`` (.npz): no recipe needs
     them, but ``argus query --chrome`` and ``argus trace`` decode them again (exact nesting)."""
@@ -53,18 +53,11 @@ class TraceAdapter(BackendAdapter):
 
     def collect(self, ctx) -> dict[str, Path]:
         self.validate_config(ctx.config)
-        if ctx.program.kind != "cuda":
-            raise ProgramRunError(
-                f"region tracing of {ctx.program.kind} programs is not implemented in this adapter; Triton "
-                "programs are traced by the kind-specific 'trace' adapter (TritonProbeTrace, below)")
-        cfg = {"capacity": int(ctx.config.get("capacity", 256)), "clock": ctx.config.get("clock", "globaltimer")}
-        raw = Path(ctx.outdir) / "raw_trace.npz"
-        res = run_once(ctx.program, "traced", trace_config=cfg, raw_trace=raw)
-        launch = CudaLaunch.from_program(ctx.program)
-        doc = intervals_document(res["intervals"], res["trace"], launch.coord_kind, launch.coord_fields)
-        doc["reference_check"] = {"max_rel_err": res["max_rel_err"]}
-        if launch.runner:  # what the runner reported about its launch (grid, steps, weights, ...)
-            doc["runner_facts"] = runner_facts(res)
+        kind = get_kind(ctx.program.kind)
+        if kind.trace is None:
+            raise ProgramRunError(f"region tracing of {ctx.program.kind} programs is not implemented (that kind "
+                                  "has no 'trace' hook in argus_rt.kinds.registry)")
+        doc, raw = kind.call("trace", ctx.program, Path(ctx.outdir), ctx.config)
         out = Path(ctx.outdir) / "region_intervals.json"
         atomic_write_text(out, json.dumps(doc) + "\n")
         return {"region_intervals": out, "raw_trace": raw}
@@ -154,5 +147,5 @@ class TritonProbeTrace(BackendAdapter):
 
 
 register_backend(TraceAdapter())
-# the Transform handler that builds the probes is argus_rt.triton_handlers (above the runtime)
-register_backend(TritonProbeTrace(), kind="triton", replace=True)
+# TritonProbeTrace is registered for the Triton kind by the kind registry (its ``adapters``); the
+# Transform handler that builds the probes is argus_rt.triton_handlers (above the runtime)

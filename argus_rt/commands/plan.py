@@ -76,19 +76,15 @@ def plan_from_args(args):
 
 
 def check_compiles(program) -> None:
-    """A Triton program is compiled on the CPU (as the JIT would build it for its launch) and its
-    TTGIR parsed, so compile and parse errors show as one-line errors before any task runs; a CUDA
-    program is not built (planning stays fast); see argus_rt.kinds.triton.program.check_program."""
-    if program.kind == "triton":
-        from ..kinds.triton.program import check_program
+    """The program's kind checks, on the CPU, that it compiles (its ``check_compiles`` hook in
+    argus_rt.kinds.registry: Triton compiles as the JIT would and parses the TTGIR, CuPy and numba
+    compile their marker-only build), so compile errors show as one-line errors before any task runs;
+    a kind without the hook (CUDA) is not built (planning stays fast)."""
+    from ..kinds.registry import find_kind
 
-        check_program(program)
-    elif program.kind == "cupy":
-        from ..kinds.cupy.build import check_program as check_cupy_program
-        check_cupy_program(program)
-    elif program.kind == "numba":
-        from ..kinds.numba.build import check_program as check_numba_program
-        check_numba_program(program)
+    kind = find_kind(program.kind)
+    if kind is not None and kind.check_compiles:
+        kind.call("check_compiles", program)
 
 
 def run(args) -> int:

@@ -3,15 +3,15 @@
 once, checked against its reference, in a process of its own.
 
 That process is what Nsight Compute profiles (:func:`runner_argv`, :func:`runner_env`; the ``ncu``
-and ``pcmap`` tool adapters run it). Each kind does the work (:mod:`argus_rt.kinds.cuda.run`,
-:mod:`argus_rt.kinds.triton.run`); this module only picks the kind. It registers no backend adapter,
-so running it as ``__main__`` never registers one twice.
+and ``pcmap`` tool adapters run it). Each kind does the work (its ``variant_cubin`` and ``run_once``
+hooks in the kind registry, :mod:`argus_rt.kinds.registry`); this module only looks the kind up. It
+registers no backend adapter, so running it as ``__main__`` never registers one twice.
 
-For a CUDA program the parent may hand over what it already has: ``--cubin`` and ``--symbol`` (the
-variant it built and read: nothing is built or disassembled again) and ``--outputs PATH`` (save the
-launch's arguments there instead of checking them; the parent checks them with
-:func:`argus_rt.kinds.cuda.run.check_saved_run`). With ``--outputs`` and a launch described in
-JSON, the process imports neither torch nor Triton: numpy inputs, the driver API, the launch.
+For a kind that ``hands_over`` (CUDA) the parent may hand over what it already has: ``--cubin`` and
+``--symbol`` (the variant it built and read: nothing is built or disassembled again) and ``--outputs
+PATH`` (save the launch's arguments there instead of checking them; the parent checks them with the
+kind's ``check_saved_run``). With ``--outputs`` and a launch described in JSON, a CUDA program's
+process imports neither torch nor Triton: numpy inputs, the driver API, the launch.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from ..fsutil import atomic_write_text
-from .cuda.run import VARIANT_MODES, build_variant, run_once, runner_facts
-from .triton.run import run_triton_once, triton_cubin
+from ..program import VARIANTS
+from .registry import get_kind, kinds
 
 # Where the process writes its phase times (``time.time()`` stamps), when the parent asks: how long a
 # profiled run spends before, in and after the launch is what makes a query slow or fast. The file
@@ -41,16 +41,14 @@ def _write_timings(stamps: dict) -> None:
 
 
 def variant_cubin(program, variant: str) -> Path:
-    """The cubin of ``variant`` for a CUDA or Triton program."""
-    if program.kind == "triton":
-        return triton_cubin(program, variant)
-    return build_variant(program, variant)
+    """The cubin of ``variant`` of a program of any kind (its kind's ``variant_cubin`` hook)."""
+    return get_kind(program.kind).call("variant_cubin", program, variant)
 
 
 def runner_argv(program, variant: str, outdir: Path, *, cubin: Path | None = None, symbol: str | None = None,
                 outputs: Path | None = None) -> list[str]:
     """argv of a separate process that runs ``variant`` once (what Nsight Compute profiles); the
-    keywords are the CUDA kind's hand-overs (module docstring)."""
+    keywords are the hand-overs of a kind that takes them (module docstring)."""
     path = Path(outdir) / "program.json"
     prog = dataclasses.replace(program, root=str(Path(program.root).resolve())) if program.root else program
     atomic_write_text(path, json.dumps(prog.to_dict()))
@@ -78,28 +76,29 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="build and launch one variant of a program once, checked")
     run.add_argument("--program", required=True, help="ProgramVersion JSON (ProgramVersion.to_dict())")
-    run.add_argument("--variant", default="marker_only", choices=sorted(VARIANT_MODES))
-    run.add_argument("--cubin", help="CUDA: the variant's cubin, as the parent built it (not built again)")
-    run.add_argument("--symbol", help="CUDA: the kernel's symbol in --cubin, as the parent read it")
-    run.add_argument("--outputs", help="CUDA: save the launch's arguments here (.npz) for the parent's reference "
+    run.add_argument("--variant", default="marker_only", choices=[v for v in VARIANTS if v != "probe"])
+    run.add_argument("--cubin", help="the variant's cubin, as the parent built it (not built again)")
+    run.add_argument("--symbol", help="the kernel's symbol in --cubin, as the parent read it")
+    run.add_argument("--outputs", help="save the launch's arguments here (.npz) for the parent's reference "
                                        "check instead of checking them (no torch in this process)")
     args = parser.parse_args(argv)
     program = ProgramVersion.from_dict(json.loads(Path(args.program).read_text()))
-    if program.kind == "triton" and (args.cubin or args.symbol or args.outputs):
-        parser.error("--cubin, --symbol and --outputs are for CUDA programs; a Triton program's run compiles "
-                     "its kernel and checks it itself")
+    kind = get_kind(program.kind)
+    handovers = {k: v for k, v in (("cubin", args.cubin and Path(args.cubin)), ("symbol", args.symbol),
+                                   ("outputs", args.outputs and Path(args.outputs))) if v}
+    if handovers and not kind.hands_over:
+        takers = " or ".join(k.name for k in kinds() if k.hands_over)
+        parser.error(f"--cubin, --symbol and --outputs are for {takers} programs; a {program.kind} program's run "
+                     "builds its kernel and checks it itself")
+    if args.variant not in kind.runner_variants:
+        parser.error(f"a {program.kind} program's runner runs {', '.join(kind.runner_variants)}, not {args.variant!r}")
     stamps["run"] = time.time()
-    if program.kind == "triton":
-        what = "compile (cached), torch, CUDA context, launch, reference check, JIT check"
-    else:
-        what = ", ".join(["cubin given" if args.cubin else "build unless cached", "CUDA context", "launch",
+    what = kind.runner_says
+    if kind.hands_over:
+        what = ", ".join(["cubin given" if args.cubin else "build unless cached", what,
                           "outputs saved for the parent's check" if args.outputs else "reference check"])
     print(f"argus-run {program.name}:{args.variant}: running ({what})", file=sys.stderr, flush=True)
-    if program.kind == "triton":
-        res = run_triton_once(program, args.variant)
-    else:
-        res = run_once(program, args.variant, cubin=Path(args.cubin) if args.cubin else None, symbol=args.symbol,
-                       outputs=Path(args.outputs) if args.outputs else None)
+    res = kind.call("run_once", program, args.variant, **handovers)
     stamps["ran"] = time.time()  # CUDA context, build (cached) or the given cubin, the launch under replay, checks
     if isinstance(res.get("phase_stamps"), dict):
         stamps["phases"] = res.pop("phase_stamps")
@@ -110,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"argus-run {program.name}:{args.variant} kernel={res['symbol']} max_rel_err={res['max_rel_err']}"
           + (f" outputs={res['outputs']}" if res.get("outputs") else "")
           + (f" jit_ttgir_sha256={jit['ttgir_sha256']}" if jit else "")
-          + "".join(f" {k}={json.dumps(v)}" for k, v in runner_facts(res).items() if program.kind == "cuda"))
+          + "".join(f" {k}={json.dumps(v)}" for k, v in (kind.call("runner_facts", res) if kind.runner_facts else {}).items()))
     return 0
 
 

@@ -453,6 +453,39 @@ def intervals_document(intervals, trace, coord_kind: str | None = None, coord_fi
     return doc
 
 
+def kernel_name(program) -> str:
+    """The launch's kernel (the kind registry's ``kernel`` hook)."""
+    return CudaLaunch.from_program(program).kernel
+
+
+def saves_outputs(program) -> bool:
+    """Whether the profiled run saves its launch's arguments for the parent's reference check (a launch
+    described in JSON, with a reference): then that process needs no torch."""
+    launch = CudaLaunch.from_program(program)
+    return not launch.runner and bool(launch.reference)
+
+
+def traced_run(run, program, outdir: Path, config: dict) -> tuple[dict, Path]:
+    """``run(program, "traced", ...)`` (a kind's ``run_once``) with the trace adapter's ``config``
+    (``capacity``, default 256; ``clock``, default "globaltimer"), the rings saved to ``outdir``:
+    (its result, the raw rings' .npz path)."""
+    cfg = {"capacity": int(config.get("capacity", 256)), "clock": config.get("clock", "globaltimer")}
+    raw = Path(outdir) / "raw_trace.npz"
+    return run(program, "traced", trace_config=cfg, raw_trace=raw), raw
+
+
+def collect_region_trace(program, outdir: Path, config: dict) -> tuple[dict, Path]:
+    """The traced variant's run as ``argus.region_intervals/1`` (and the raw rings' .npz path), the
+    trace adapter's work for CUDA programs. ``config``: ``capacity`` (default 256), ``clock``."""
+    res, raw = traced_run(run_once, program, outdir, config)
+    launch = CudaLaunch.from_program(program)
+    doc = intervals_document(res["intervals"], res["trace"], launch.coord_kind, launch.coord_fields)
+    doc["reference_check"] = {"max_rel_err": res["max_rel_err"]}
+    if launch.runner:  # what the runner reported about its launch (grid, steps, weights, ...)
+        doc["runner_facts"] = runner_facts(res)
+    return doc, raw
+
+
 def runner_facts(result: dict) -> dict:
     """The JSON-able extras a CUDA runner returned besides what :func:`run_once` itself fills in
     (``phase_seconds``, {phase: wall seconds}, included; the absolute ``phase_stamps`` are not)."""

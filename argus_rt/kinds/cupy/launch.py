@@ -275,3 +275,8 @@ def _check_args(name: str, kernel: str, params: list[Param], args) -> None:
             raise CupyProgramError(f"{at}: init {spec.get('init')!r} unknown; valid: {', '.join(INITS)}")
         if spec.get("init") == "randint" and "high" not in spec:
             raise CupyProgramError(f"{at}: init 'randint' needs 'high' (and optionally 'low')")
+
+
+def kernel_name(program) -> str:
+    """The launch's kernel (the kind registry's ``kernel`` hook)."""
+    return CupyLaunch.from_program(program).kernel

@@ -9,28 +9,22 @@ measured variants are checked, and so is the kernel without Argus in it); whethe
 bit for bit equal is recorded, not required. A traced run arms a :class:`argus_rt.trace.TraceSession`
 on the module's ``argus_ctl`` (through :class:`CupyGlobals`) and decodes the rings.
 
-``python -m argus_rt.kinds.cupy.run run --program P --variant V`` is that run in a process of its own:
-the one Nsight Compute profiles. The variant's launch is the program's first launch of its kernel,
-so ``ncu -k <kernel> -c 1`` records the variant, never the trace-free check after it.
+``python -m argus_rt.kinds.run_variant run --program P --variant V`` is that run in a process of its
+own (the kind registry's ``run_once`` hook): the one Nsight Compute profiles. The variant's launch is
+the program's first launch of its kernel, so ``ncu -k <kernel> -c 1`` records the variant, never the trace-free check after it.
 """
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import json
 import os
 import runpy
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 from ...backends.base import BackendUnavailableError
-from ...fsutil import atomic_write_text
 from ..cuda.run import SCALAR_TYPES
 from ..errors import ReferenceMismatchError
-from ..run_variant import TIMINGS_ENV
 from .build import VARIANT_MODES, build_variant
 from .launch import CupyLaunch, CupyProgramError
 
@@ -227,37 +221,12 @@ def run_once(program, variant: str, *, trace_config: dict | None = None, raw_tra
     return result
 
 
-def runner_argv(program, variant: str, outdir: Path) -> list[str]:
-    """argv of a process that runs ``variant`` once, checked (what Nsight Compute profiles): this
-    module run as ``python -m argus_rt.kinds.cupy.run PROGRAM_JSON VARIANT``."""
-    spec = Path(outdir) / "program.json"
-    root = str(Path(program.root).resolve()) if program.root else None
-    atomic_write_text(spec, json.dumps(dataclasses.replace(program, root=root).to_dict()))
-    return [sys.executable, "-m", "argus_rt.kinds.cupy.run", str(spec), variant]
+def collect_region_trace(program, outdir: Path, config: dict) -> tuple[dict, Path]:
+    """The traced variant's run as ``argus.region_intervals/1`` (and the raw rings' .npz path).
+    ``config``: the trace adapter's (``capacity``, default 256; ``clock``, default "globaltimer")."""
+    from ..cuda.run import intervals_document, traced_run
 
-
-def main(argv: list[str] | None = None) -> int:
-    """:func:`run_once` in a process of its own; with :data:`~argus_rt.kinds.run_variant.TIMINGS_ENV`
-    set, its start, run and end stamps go to that file (the mapping run's ``provenance.seconds``)."""
-    from ...program import ProgramVersion
-
-    stamps = {"main": time.time()}
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2 or args[1] not in VARIANT_MODES:
-        print(f"usage: python -m argus_rt.kinds.cupy.run PROGRAM_JSON VARIANT ({', '.join(VARIANT_MODES)}); got {args}",
-              file=sys.stderr)
-        return 2
-    program = ProgramVersion.from_dict(json.loads(Path(args[0]).read_text(encoding="utf-8")))
-    print(f"argus-run {program.name}:{args[1]}: build (unless cached), CuPy launch, reference check",
-          file=sys.stderr, flush=True)
-    stamps["run"] = time.time()
-    res = run_once(program, args[1])
-    stamps["ran"] = time.time()
-    if os.environ.get(TIMINGS_ENV):
-        atomic_write_text(Path(os.environ[TIMINGS_ENV]), json.dumps(stamps))
-    print(f"argus-run {program.name}:{args[1]} kernel={res['symbol']} reference_check={json.dumps(res['reference_check'])}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    res, raw = traced_run(run_once, program, outdir, config)
+    doc = intervals_document(res["intervals"], res["trace"], CupyLaunch.from_program(program).coord_kind)
+    doc["reference_check"] = res["reference_check"]
+    return doc, raw

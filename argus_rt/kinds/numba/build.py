@@ -81,6 +81,11 @@ def variant_cubin(program, variant: str) -> Path:
     return build_variant(program, variant).cubin
 
 
+def mapping_provenance(program) -> dict:
+    """What the mapping run adds to its provenance: numba's own (mangled) entry name."""
+    return {"numba_entry": build_variant(program, "marker_only").compiled.numba_entry}
+
+
 def _trace_device_code(arch: str) -> Path:
     """The relocatable cubin of :data:`TRACE_SOURCE` (ARGUS_MODE=2) for ``arch``."""
     from ..cuda.build import CudaBuildSpec, build, cache_dir

@@ -266,3 +266,8 @@ def check_reference(launch: NumbaLaunch, before: dict, after: dict, reference=No
                                          f"{launch.rtol} (atol {launch.atol})")
         worst = max(worst, float((np.abs(got - want) / np.maximum(np.abs(want), launch.atol)).max()))
     return worst
+
+
+def kernel_name(program) -> str:
+    """The launch's kernel, the entry's name in the cubin (the kind registry's ``kernel`` hook)."""
+    return NumbaLaunch.from_program(program).kernel

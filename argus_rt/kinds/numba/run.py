@@ -7,26 +7,20 @@ NumPy inputs to the GPU, packs them as numba's kernel ABI lays them out
 :class:`argus_rt.trace.TraceSession` when traced), copies the arrays back and compares the outputs the
 NumPy reference names with it. The cubin launched is the one Argus built, not one numba's JIT makes.
 
-``python -m argus_rt.kinds.numba.run run --program P --variant V`` does the same in a process of its
-own: the run Nsight Compute profiles for the PC-to-region map (:mod:`argus_rt.kinds.numba.adapters`).
+``python -m argus_rt.kinds.run_variant run --program P --variant V`` does the same in a process of its
+own (the kind registry's ``run_once`` hook): the run Nsight Compute profiles for the PC-to-region map.
 :func:`collect_region_trace` is the traced run as ``argus.region_intervals/1`` evidence, decoded by the
 CUDA kind's decoder (the ring protocol is argus.cuh's).
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import json
-import os
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 from ...backends.base import BackendUnavailableError
 from .build import build_variant, check_abi
-from .launch import VARIANT_MODES, NumbaLaunch, check_reference, kernel_arguments, make_inputs
+from .launch import NumbaLaunch, check_reference, kernel_arguments, make_inputs
 
 
 def run_once(program, variant: str, *, trace_config: dict | None = None, raw_trace: Path | None = None,
@@ -71,47 +65,10 @@ def run_once(program, variant: str, *, trace_config: dict | None = None, raw_tra
 def collect_region_trace(program, outdir: Path, config: dict) -> tuple[dict, Path]:
     """The traced variant's run as ``argus.region_intervals/1`` (and the raw rings' .npz path).
     ``config``: the trace adapter's (``capacity``, default 256; ``clock``, default "globaltimer")."""
-    from ..cuda.run import intervals_document
+    from ..cuda.run import intervals_document, traced_run
 
-    raw = Path(outdir) / "raw_trace.npz"
-    trace_config = {"capacity": int(config.get("capacity", 256)), "clock": config.get("clock", "globaltimer")}
-    res = run_once(program, "traced", trace_config=trace_config, raw_trace=raw)
+    res, raw = traced_run(run_once, program, outdir, config)
     doc = intervals_document(res["intervals"], res["trace"], NumbaLaunch.from_program(program).coord_kind)
     doc["reference_check"] = {"max_rel_err": res["max_rel_err"]}
     doc["cubin"] = {"symbol": res["symbol"], "name": Path(res["cubin"]).name}
     return doc, raw
-
-
-def runner_argv(program, variant: str, outdir: Path) -> list[str]:
-    """argv of a process that runs ``variant`` once (what Nsight Compute profiles)."""
-    from ...fsutil import atomic_write_text
-
-    path = Path(outdir) / "program.json"
-    prog = dataclasses.replace(program, root=str(Path(program.root).resolve())) if program.root else program
-    atomic_write_text(path, json.dumps(prog.to_dict()))
-    return [sys.executable, "-m", "argus_rt.kinds.numba.run", "run", "--program", str(path), "--variant", variant]
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ...program import ProgramVersion
-    from ..run_variant import TIMINGS_ENV
-
-    stamps = {"main": time.time()}
-    parser = argparse.ArgumentParser(prog="python -m argus_rt.kinds.numba.run")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    run = sub.add_parser("run", help="build and launch one variant of a numba program once, checked")
-    run.add_argument("--program", required=True, help="ProgramVersion JSON (ProgramVersion.to_dict())")
-    run.add_argument("--variant", default="marker_only", choices=sorted(VARIANT_MODES))
-    args = parser.parse_args(argv)
-    program = ProgramVersion.from_dict(json.loads(Path(args.program).read_text(encoding="utf-8")))
-    stamps["run"] = time.time()
-    res = run_once(program, args.variant)
-    stamps["ran"] = time.time()
-    if os.environ.get(TIMINGS_ENV):  # the mapping run's step split (argus_rt.backends.pcmap.StepClock)
-        Path(os.environ[TIMINGS_ENV]).write_text(json.dumps(stamps), encoding="utf-8")
-    print(f"argus-run {program.name}:{args.variant} kernel={res['symbol']} max_rel_err={res['max_rel_err']}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,143 @@
+"""The program kinds Argus knows: one list, :data:`KIND_MODULES`, one line per kind.
+
+A kind is a package ``argus_rt/kinds/<kind>/`` whose module ``kind.py`` defines ``KIND``, a
+:class:`Kind`: its name, whether it supports region-trace signals, and its hooks as ``"module:function"``
+strings, imported when they are first called (so reading the registry imports no compiler, torch,
+Triton, CuPy or numba). Everything that used to list kinds reads this registry: program validation
+(:func:`kind_names`), the recipes' traced kinds (:func:`traced_kind_names`), the kind-specific backend
+adapters (:meth:`Kind.adapter`), plan-time compile checks, the profiled runner
+(:mod:`argus_rt.kinds.run_variant`), the mapping run (:mod:`argus_rt.backends.pcmap`) and the trace
+adapter (:mod:`argus_rt.backends.trace`).
+
+Adding a kind: its folder, and its line in :data:`KIND_MODULES`. A kind defined elsewhere (a plugin, a
+test) is added with :func:`register_kind` and removed with :func:`unregister_kind`.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+# The registration lines: one module per kind, each defining KIND.
+KIND_MODULES: tuple[str, ...] = (
+    "argus_rt.kinds.cuda.kind",
+    "argus_rt.kinds.triton.kind",
+    "argus_rt.kinds.cupy.kind",
+    "argus_rt.kinds.numba.kind",
+)
+
+
+class UnknownKindError(ValueError):
+    """A program kind that no registered :class:`Kind` has (the message lists the valid ones)."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What Argus needs to know of a program kind. Hooks are ``"module:function"`` (None: not supported).
+
+    * ``variant_cubin(program, variant) -> Path``: the variant's cubin (the mapping run maps and
+      profiles it);
+    * ``kernel(program) -> str``: the kernel's name (what ncu profiles, whose SASS is mapped);
+    * ``run_once(program, variant, **handovers) -> dict`` (``symbol``, ``max_rel_err``, ...): one
+      checked launch, in the process ncu profiles (``python -m argus_rt.kinds.run_variant``);
+      ``handovers``: ``cubin``, ``symbol``, ``outputs``, only for a kind with ``hands_over``;
+    * ``saves_outputs(program) -> bool`` and ``check_saved_run(program, path) -> float | None``
+      (``hands_over`` kinds): whether the profiled run saves its outputs for the parent to check;
+    * ``trace(program, outdir, config) -> (argus.region_intervals/1 document, raw rings path)``: the
+      traced variant's run for the shared ``trace`` adapter;
+    * ``check_compiles(program)``: plan time, raises a one-line error;
+    * ``mapping_provenance(program) -> dict``: extra provenance of the mapping run;
+    * ``runner_facts(result) -> dict``: extras of a run_once result the runner prints;
+    * ``adapters``: backend name -> ``"module:Class"`` of an adapter used for this kind instead of the
+      shared one (instantiated and registered on first use).
+    """
+
+    name: str
+    traced: bool = False
+    runner_variants: tuple[str, ...] = ()  # variants its profiled runner launches (first: the default)
+    hands_over: bool = False
+    runner_says: str = ""  # what the profiled run does, for its progress line
+    variant_cubin: str | None = None
+    kernel: str | None = None
+    run_once: str | None = None
+    saves_outputs: str | None = None
+    check_saved_run: str | None = None
+    trace: str | None = None
+    check_compiles: str | None = None
+    mapping_provenance: str | None = None
+    runner_facts: str | None = None
+    adapters: Mapping[str, str] = field(default_factory=dict)
+
+    def hook(self, name: str) -> Callable[..., Any] | None:
+        """The hook ``name`` (imported now), or None when this kind has none."""
+        ref = getattr(self, name)
+        return None if ref is None else resolve(ref)
+
+    def call(self, name: str, *args, **kwargs):
+        fn = self.hook(name)
+        if fn is None:
+            raise UnknownKindError(f"program kind {self.name!r} has no {name!r} (kinds with one: "
+                                   f"{', '.join(k.name for k in kinds() if getattr(k, name) is not None)})")
+        return fn(*args, **kwargs)
+
+
+def resolve(ref: str):
+    """The object ``"module:attr"`` names."""
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+# Kinds without a folder: programs run by their own argv (python) and test stand-ins (standin).
+_PLAIN = (Kind("python"), Kind("standin"))
+_KINDS: dict[str, Kind] | None = None
+
+
+def _table() -> dict[str, Kind]:
+    global _KINDS
+    if _KINDS is None:
+        table = {}
+        for module in KIND_MODULES:
+            kind = importlib.import_module(module).KIND
+            table[kind.name] = kind
+        table.update((k.name, k) for k in _PLAIN)
+        _KINDS = table
+    return _KINDS
+
+
+def register_kind(kind: Kind, *, replace: bool = False) -> Kind:
+    """Add ``kind`` (``replace=True`` to override one of the same name)."""
+    table = _table()
+    if kind.name in table and not replace:
+        raise ValueError(f"program kind {kind.name!r} is already registered; pass replace=True")
+    table[kind.name] = kind
+    return kind
+
+
+def unregister_kind(name: str) -> None:
+    _table().pop(name, None)
+
+
+def kinds() -> list[Kind]:
+    return list(_table().values())
+
+
+def kind_names() -> tuple[str, ...]:
+    """Every registered kind's name, in registration order."""
+    return tuple(_table())
+
+
+def traced_kind_names() -> frozenset[str]:
+    """The kinds that support region-trace signals (latency, the PC-keyed signals)."""
+    return frozenset(k.name for k in kinds() if k.traced)
+
+
+def find_kind(name: str | None) -> Kind | None:
+    """The kind ``name``, or None when none is registered."""
+    return _table().get(name) if name is not None else None
+
+
+def get_kind(name: str) -> Kind:
+    kind = _table().get(name)
+    if kind is None:
+        raise UnknownKindError(f"unknown program kind {name!r}; valid: {', '.join(kind_names())}")
+    return kind

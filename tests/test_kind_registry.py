@@ -1,0 +1,152 @@
+"""The kind registry (argus_rt.kinds.registry) is the one place program kinds are listed: a kind
+registered through its public API (a test-only kind, defined here) is accepted by program loading,
+recipes, planning, the plan-time compile check, the profiled runner, the mapping run's and the trace
+adapter's dispatch, with nothing else edited."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from argus_rt.backends.base import BackendAdapter, get_backend, unregister_backend
+from argus_rt.kinds import registry
+from argus_rt.kinds.registry import Kind, UnknownKindError, get_kind, kind_names, register_kind, traced_kind_names
+from argus_rt.program import ProgramError, ProgramVersion, load_program
+from argus_rt.regions import RegionTree
+
+ROOT = Path(__file__).resolve().parents[1]
+CALLS: list = []
+
+
+def fake_check(program):
+    CALLS.append(("check_compiles", program.name))
+    if program.launch.get("broken"):
+        raise ProgramError(f"{program.name}: does not compile (fake)")
+
+
+def fake_cubin(program, variant):
+    CALLS.append(("variant_cubin", variant))
+    return Path("/nonexistent") / f"{program.name}.{variant}.cubin"
+
+
+def fake_trace(program, outdir, config):
+    CALLS.append(("trace", dict(config)))
+    raw = Path(outdir) / "raw_trace.npz"
+    raw.write_bytes(b"")
+    return {"format": "argus.region_intervals/1", "columns": {}}, raw
+
+
+class FakeNcu(BackendAdapter):
+    name = "ncu"
+    outputs = ("pc_counters",)
+
+    def collect(self, ctx):
+        return {}
+
+
+FAKE = Kind("fakekind", traced=True, runner_variants=("marker_only",), run_once=f"{__name__}:fake_cubin",
+            variant_cubin=f"{__name__}:fake_cubin", trace=f"{__name__}:fake_trace",
+            check_compiles=f"{__name__}:fake_check", adapters={"ncu": f"{__name__}:FakeNcu"})
+
+
+@pytest.fixture
+def fake_kind():
+    CALLS.clear()
+    register_kind(FAKE)
+    yield FAKE
+    registry.unregister_kind(FAKE.name)
+    unregister_backend("ncu", FAKE.name)
+
+
+def _program_tree():
+    tree = RegionTree("fake")
+    tree.add("fake/a")
+    return tree
+
+
+def _program(**launch):
+    tree = _program_tree()
+    return ProgramVersion.from_sources("fake", {"k.src": "x"}, kind="fakekind", regions=tree,
+                                       launch={"kernel": "k", **launch})
+
+
+def _program_dir(tmp_path, kind):
+    (tmp_path / "k.src").write_text("x")
+    _program_tree().save(tmp_path / "regions.json")
+    (tmp_path / "argus_program.json").write_text(json.dumps(
+        {"name": "fake", "kind": kind, "sources": ["k.src"], "regions": "regions.json", "launch": {}}))
+    return tmp_path
+
+
+def test_the_builtin_kinds_are_the_registry_lines():
+    assert kind_names()[:4] == ("cuda", "triton", "cupy", "numba")
+    assert [m.rsplit(".", 2)[-2] for m in registry.KIND_MODULES] == ["cuda", "triton", "cupy", "numba"]
+    assert traced_kind_names() == {"cuda", "triton", "cupy", "numba"}
+
+
+def test_reading_the_registry_imports_no_compiler():
+    code = ("import sys; from argus_rt.kinds.registry import kinds; ks = kinds(); "
+            "print(len(ks), *(m in sys.modules for m in ('torch', 'triton', 'cupy', 'numba')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.stdout.split() == ["6", "False", "False", "False", "False"], out.stderr[-2000:]
+
+
+def test_an_unknown_kind_is_one_line_listing_the_registered_ones(tmp_path):
+    with pytest.raises(ProgramError, match=r"kind: 'fakekind' is not a program kind; valid: cuda, triton, cupy"):
+        load_program(_program_dir(tmp_path, "fakekind"))
+    with pytest.raises(ProgramError, match="unknown program kind 'fakekind'; valid: cuda, triton"):
+        _program()
+    with pytest.raises(UnknownKindError, match="unknown program kind 'fakekind'"):
+        get_kind("fakekind")
+
+
+def test_a_registered_kind_is_loaded_planned_and_checked(fake_kind, tmp_path):
+    from argus_rt.commands.plan import check_compiles
+    from argus_rt.query import make_plan
+    from argus_rt.recipes import signals_for, unsupported_reason
+
+    assert load_program(_program_dir(tmp_path, "fakekind")).kind == "fakekind"
+    assert {"latency", "instruction_mix", "barrier_count"} <= set(signals_for("fakekind"))
+    assert "needs a triton program" in unsupported_reason("iteration_waits", "fakekind")
+    program = _program()
+    plan = make_plan(program, "fake/a", ["latency", "instruction_mix"])
+    collects = {(t.op, plan.programs[t.program]["variant"]) for t in plan.tasks.values() if t.kind == "collect"}
+    assert collects == {("trace", "traced"), ("pcmap", "marker_only")}
+    check_compiles(program)
+    assert CALLS == [("check_compiles", "fake")]
+    with pytest.raises(ProgramError, match="does not compile"):
+        check_compiles(_program(broken=True))
+
+
+def test_the_shared_paths_dispatch_through_the_registry(fake_kind, tmp_path):
+    from argus_rt.backends import ncu
+    from argus_rt.backends.base import CollectContext
+    from argus_rt.kinds.run_variant import variant_cubin
+
+    program = _program()
+    assert variant_cubin(program, "marker_only").name == "fake.marker_only.cubin"
+    ctx = CollectContext(task=None, program=program.variant_of("traced"), config={"capacity": 64}, scope=None,
+                         sampling={}, inputs={}, outdir=tmp_path, device="")
+    files = get_backend("trace", "fakekind").collect(ctx)
+    assert set(files) == {"region_intervals", "raw_trace"} and ("trace", {"capacity": 64}) in CALLS
+    argv, _env = ncu.program_argv(ctx)  # the kind has a runner: python -m argus_rt.kinds.run_variant
+    assert argv[1:4] == ["-m", "argus_rt.kinds.run_variant", "run"] and argv[argv.index("--variant") + 1] == "marker_only"
+    assert type(get_backend("ncu", "fakekind")) is FakeNcu  # the kind's own adapter, named in the registry
+    assert type(get_backend("ncu", "cuda")).__name__ == "NcuAdapter"
+
+
+def test_no_kind_name_is_branched_on_outside_the_registry_and_the_kinds():
+    """The dispatch code reads the registry: no kind name in a comparison in backends/, run_variant,
+    the plan command, program validation (the Triton-only recipes name their kind as data)."""
+    files = [*(ROOT / "argus_rt" / "backends").glob("*.py"), ROOT / "argus_rt" / "kinds" / "run_variant.py",
+             ROOT / "argus_rt" / "commands" / "plan.py"]
+    pattern = re.compile(r"""(==|!=|\bin\b)\s*\(?["'](cuda|triton|cupy|numba)["']|kind=["'](cuda|triton|cupy|numba)["']\)""")
+    hits = [f"{f.name}:{n}" for f in files for n, line in enumerate(f.read_text().splitlines(), 1)
+            if pattern.search(line) and not line.lstrip().startswith(("#", "``", "An adapter"))]
+    assert hits == []
+    program_py = (ROOT / "argus_rt" / "program.py").read_text()
+    assert "PROGRAM_KINDS" not in program_py and '"cupy"' not in program_py
