@@ -6,9 +6,10 @@
   CuPy passes for a ``RawModule`` plus Argus's variant define and include paths, content-hash cached;
   the CPU check ``argus plan`` and ``argus query`` make before any task runs;
 * ``run``: the checked run, in which CuPy loads the Argus-built cubin and launches it
-  (``python -m argus_rt.kinds.cupy.run`` is the process Nsight Compute profiles);
-* ``adapters``: the kind's ``trace`` and ``pcmap`` adapters (registered for ``kind="cupy"``), thin
-  over the shared trace decoding, PC map and Nsight Compute adapter.
+  (its ``run_once`` is what ``python -m argus_rt.kinds.run_variant``, the process Nsight Compute
+  profiles, runs; ``collect_region_trace`` is the shared ``trace`` adapter's work for this kind);
+* ``kind``: the kind's entry in :mod:`argus_rt.kinds.registry` (its hooks), through which the shared
+  ``trace`` and ``pcmap`` adapters serve CuPy programs.
 
 Importing the package imports neither CuPy nor torch; planning a CuPy program needs neither.
 """

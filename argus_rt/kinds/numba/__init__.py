@@ -6,8 +6,9 @@
   inputs, numba's kernel-argument ABI and the reference check;
 * ``compile``: numba's PTX of the kernel for one marker mode, on the CPU, in a process of its own;
 * ``build``: that PTX to the sm_90 cubin that runs (the traced variant linked with argus.cuh's emit);
-* ``run``: the checked run of a variant's cubin (and the ``python -m`` process ncu profiles);
-* ``adapters``: the ``trace`` and ``pcmap`` adapters for ``kind="numba"``.
+* ``run``: the checked run of a variant's cubin (what the process ncu profiles runs) and the traced run;
+* ``kind``: the kind's entry in :mod:`argus_rt.kinds.registry` (its hooks), through which the shared
+  ``trace`` and ``pcmap`` adapters serve numba programs.
 
 Import the submodule you need (importing this package imports neither numba nor torch).
 """
