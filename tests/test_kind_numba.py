@@ -34,6 +34,13 @@ try:
     NUMBA = ""
 except ImportError as exc:
     NUMBA = f"numba-cuda is not installed ({exc}); pip install -e '.[numba]'"
+if not NUMBA:  # numba-cuda compiles through NVRTC: a machine without libnvrtc cannot build a numba kernel
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        load_nvidia_dynamic_lib("nvrtc")
+    except Exception as exc:  # noqa: BLE001 - any failure to load it means the same: no NVRTC here
+        NUMBA = f"numba-cuda needs NVRTC, not loadable here ({type(exc).__name__}); pip install nvidia-cuda-nvrtc"
 needs_numba = pytest.mark.skipif(bool(NUMBA), reason=NUMBA or "numba")
 needs_toolkit = pytest.mark.skipif(tool_or_none("nvcc") is None or tool_or_none("cuobjdump") is None,
                                    reason="nvcc and cuobjdump (CUDA toolkit) are needed to build and read cubins")

@@ -276,6 +276,7 @@ def test_trace_adapter_publishes_step_and_layer_columns_from_a_runner(tmp_path, 
                        "coord_fields": {"step": [8, 24], "layer": [0, 8]}}}
     (tmp_path / "argus_program.json").write_text(json.dumps(spec))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the runner needs no GPU here
+    monkeypatch.setattr("argus_rt.kinds.cuda.run._require_gpu", lambda: None)  # nor a driver
     out = tmp_path / "out"
     out.mkdir()
     files = TraceAdapter().collect(SimpleNamespace(program=load_program(tmp_path), config={}, outdir=out))
