@@ -487,7 +487,7 @@ def test_cuda_trace_adapter_keeps_the_raw_rings(tmp_path, monkeypatch):
         return {"cubin": "x.cubin", "symbol": "k", "max_rel_err": 0.0, "trace": trace,
                 "intervals": pair_intervals(trace)}
 
-    monkeypatch.setattr(trace_backend, "run_once", fake_run_once)
+    monkeypatch.setattr("argus_rt.kinds.cuda.run.run_once", fake_run_once)  # the CUDA kind's trace hook runs it
     ctx = CollectContext(task=None, program=program, config={}, scope=None, sampling={}, inputs={},
                          outdir=tmp_path, device="")
     files = trace_backend.TraceAdapter().collect(ctx)
