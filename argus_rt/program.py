@@ -25,17 +25,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ArgusInputError
-from .kinds.registry import kind_names
+from .kinds.registry import find_kind, kind_names
 from .nvcc_flags import allowed_flag_forms, unsafe_flag
 from .regions import RegionError, RegionTree
-from .tools import tool_or_none
 
 PROGRAM_FILE = "argus_program.json"
 VARIANTS = ("base", "trace_free", "marker_only", "traced", "probe")
@@ -212,22 +210,12 @@ def check_joinable(versions: list[ProgramVersion]) -> None:
 
 
 def detect_compiler(kind: str) -> str:
-    """Version string of the compiler for ``kind`` ("unknown" when it is not installed)."""
-    if kind == "cuda":
-        nvcc = tool_or_none("nvcc")
-        if nvcc is None:
-            return "unknown"
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
-        release = [line for line in out.splitlines() if "release" in line]
-        return "nvcc " + (release[-1].split("release", 1)[1].strip() if release else out.strip()[-40:])
-    if kind == "triton":
-        try:
-            import triton
-
-            return f"triton {triton.__version__}"
-        except ImportError:
-            return "unknown"
-    return "none"
+    """Version string of the compiler for ``kind`` (its registry ``compiler`` hook; "unknown" when it is
+    not installed, "none" for a kind that compiles nothing)."""
+    found = find_kind(kind)
+    if found is None or found.compiler is None:
+        return "none"
+    return found.call("compiler")
 
 
 class UnsafeFlagError(ProgramError):

@@ -150,3 +150,31 @@ def test_no_kind_name_is_branched_on_outside_the_registry_and_the_kinds():
     assert hits == []
     program_py = (ROOT / "argus_rt" / "program.py").read_text()
     assert "PROGRAM_KINDS" not in program_py and '"cupy"' not in program_py
+
+
+COMPILER_VERSION = ["fakecc 1.0"]
+
+
+def fake_compiler():
+    return COMPILER_VERSION[0]
+
+
+def test_the_kinds_compiler_hook_is_part_of_the_program_identity(tmp_path):
+    """A loaded program's compiler comes from its kind's ``compiler`` hook, so upgrading that compiler
+    makes a new program version (evidence of the old one is not reused); a kind without one says "none"."""
+    register_kind(Kind("fakecc", traced=True, compiler=f"{__name__}:fake_compiler"))
+    try:
+        before = load_program(_program_dir(tmp_path, "fakecc"))
+        COMPILER_VERSION[0] = "fakecc 2.0"
+        after = load_program(tmp_path)
+    finally:
+        COMPILER_VERSION[0] = "fakecc 1.0"
+        registry.unregister_kind("fakecc")
+    assert (before.compiler, after.compiler) == ("fakecc 1.0", "fakecc 2.0")
+    assert before.id != after.id
+    (tmp_path / "plain").mkdir()
+    assert load_program(_program_dir(tmp_path / "plain", "standin")).compiler == "none"
+
+
+def test_every_compiling_builtin_kind_names_its_compiler():
+    assert {k.name for k in registry.kinds() if k.compiler} == {"cuda", "triton", "cupy", "numba"}

@@ -48,6 +48,8 @@ class Kind:
     * ``check_compiles(program)``: plan time, raises a one-line error;
     * ``mapping_provenance(program) -> dict``: extra provenance of the mapping run;
     * ``runner_facts(result) -> dict``: extras of a run_once result the runner prints;
+    * ``compiler() -> str``: the version of what compiles this kind ("unknown" when it is not
+      installed); part of a program version's identity, so evidence is not reused across an upgrade;
     * ``adapters``: backend name -> ``"module:Class"`` of an adapter used for this kind instead of the
       shared one (instantiated and registered on first use).
     """
@@ -66,6 +68,7 @@ class Kind:
     check_compiles: str | None = None
     mapping_provenance: str | None = None
     runner_facts: str | None = None
+    compiler: str | None = None
     adapters: Mapping[str, str] = field(default_factory=dict)
 
     def hook(self, name: str) -> Callable[..., Any] | None:

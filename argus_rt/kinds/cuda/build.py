@@ -136,6 +136,17 @@ def nvcc_version(nvcc: str) -> str:
     return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "unknown"
 
 
+def compiler_version() -> str:
+    """``"nvcc <release line>"`` of the nvcc Argus finds, "unknown" without one (the kind's ``compiler`` hook)."""
+    try:
+        nvcc = find_nvcc()
+    except CompilerNotFoundError:
+        return "unknown"
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    release = [line for line in out.splitlines() if "release" in line]
+    return "nvcc " + (release[-1].split("release", 1)[1].strip() if release else out.strip()[-40:])
+
+
 @lru_cache(maxsize=None)
 def nvcc_archs(nvcc: str) -> tuple[str, ...]:
     """GPU codes this nvcc can emit (``nvcc --list-gpu-code``), e.g. ('sm_80', 'sm_90', 'sm_90a', ...)."""

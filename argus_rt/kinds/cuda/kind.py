@@ -7,5 +7,5 @@ KIND = Kind(
     variant_cubin="argus_rt.kinds.cuda.run:build_variant", kernel="argus_rt.kinds.cuda.run:kernel_name",
     run_once="argus_rt.kinds.cuda.run:run_once", saves_outputs="argus_rt.kinds.cuda.run:saves_outputs",
     check_saved_run="argus_rt.kinds.cuda.run:check_saved_run", trace="argus_rt.kinds.cuda.run:collect_region_trace",
-    runner_facts="argus_rt.kinds.cuda.run:runner_facts",
+    runner_facts="argus_rt.kinds.cuda.run:runner_facts", compiler="argus_rt.kinds.cuda.build:compiler_version",
 )

@@ -121,6 +121,27 @@ def nvrtc_version() -> str:
     return f"nvrtc {major}.{minor}"
 
 
+def compiler_version() -> str:
+    """``"nvrtc <major>.<minor> cupy <version>"`` (the kind's ``compiler`` hook): what builds the cubin
+    and what launches it; "unknown" for a part that is not installed."""
+    import importlib.metadata
+
+    try:
+        nvrtc_part = nvrtc_version()
+    except Exception:  # noqa: BLE001 - no loadable NVRTC, for whatever reason: its version is unknown
+        nvrtc_part = "nvrtc unknown"
+    cupy = next((v for v in (_dist_version(importlib.metadata, d) for d in ("cupy-cuda13x", "cupy-cuda12x", "cupy"))
+                 if v), "unknown")
+    return f"{nvrtc_part} cupy {cupy}"
+
+
+def _dist_version(metadata, dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def _checked(result, what: str):
     """The values of a cuda-python (result, *values) tuple; a failed call raises."""
     status, *values = result

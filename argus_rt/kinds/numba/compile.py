@@ -48,6 +48,12 @@ class CompiledPtx:
     numba_entry: str  # numba's own mangled name of the kernel
 
 
+def compiler_version() -> str:
+    """``"numba X numba-cuda Y llvmlite Z"`` (the kind's ``compiler`` hook; "unknown" for one not
+    installed)."""
+    return " ".join(f"{dist} {version or 'unknown'}" for dist, version in _versions().items())
+
+
 def _versions() -> dict:
     out = {}
     for dist in ("numba", "numba-cuda", "llvmlite"):

@@ -352,3 +352,12 @@ def module_compiler(module_file, default_num_stages: int):
         return compile_program_file(path, capability=capability, num_stages=num_stages)
 
     return compile_reference
+
+
+def compiler_version() -> str:
+    """``"triton <version>"``, "unknown" when Triton is not installed (the kind's ``compiler`` hook)."""
+    try:
+        import triton
+    except ImportError:
+        return "unknown"
+    return f"triton {triton.__version__}"
