@@ -124,16 +124,17 @@ def noise_rule(a, b, *, resamples: int = RESAMPLES, confidence: float = CONFIDEN
 
 
 # ---- inputs -----------------------------------------------------------------------------------
-def resolve_version(ref, workspace=None, *, allow_unsafe_flags: bool = False) -> ProgramVersion:
+def resolve_version(ref, workspace=None, *, allow_unsafe_flags: bool = False, noun: str = "version") -> ProgramVersion:
     """The :class:`ProgramVersion` that ``ref`` names: a version, a program directory or
     ``argus_program.json`` path, a shipped example's name, or a version id (``pv-...``) of
-    ``workspace`` (a path or :class:`~argus_rt.workspace.Workspace`)."""
+    ``workspace`` (a path or :class:`~argus_rt.workspace.Workspace`). ``noun``: what errors call ``ref``
+    (the MCP tools name it "program")."""
     from .resources import examples_dir
 
     if isinstance(ref, ProgramVersion):
         return ref
     if not isinstance(ref, (str, os.PathLike)) or not str(ref):
-        raise CompareError(f"version {ref!r} must be a program directory, an example name or a workspace version id")
+        raise CompareError(f"{noun} {ref!r} must be a program directory, an example name or a workspace version id")
     text = str(ref)
     if text.startswith("pv-") and not Path(text).exists():
         from .query import default_workspace
@@ -149,7 +150,7 @@ def resolve_version(ref, workspace=None, *, allow_unsafe_flags: bool = False) ->
     if (shipped / "argus_program.json").is_file():
         return load_program(shipped, allow_unsafe_flags=allow_unsafe_flags)
     names = sorted(p.name for p in examples_dir().iterdir() if (p / "argus_program.json").is_file())
-    raise CompareError(f"version {text!r} is not a path, a shipped example ({', '.join(names)}) or a workspace "
+    raise CompareError(f"{noun} {text!r} is not a path, a shipped example ({', '.join(names)}) or a workspace "
                        "version id (pv-...)")
 
 

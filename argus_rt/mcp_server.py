@@ -56,25 +56,9 @@ def _load_mcp():
 
 def resolve_program(ref: str, workspace_dir: Path):
     """The :class:`ProgramVersion` a tool's ``program`` argument names (see the module docstring)."""
-    from .program import load_program
-    from .resources import examples_dir
+    from .compare import resolve_version
 
-    if not isinstance(ref, str) or not ref:
-        raise ArgusInputError(f"program {ref!r} must be a path, an example name or a workspace version id")
-    if ref.startswith("pv-"):
-        from .workspace import Workspace
-
-        with Workspace(workspace_dir) as ws:
-            return ws.get_program(ref)
-    path = Path(ref)
-    if path.exists():
-        return load_program(path)
-    shipped = examples_dir() / ref
-    if (shipped / "argus_program.json").is_file():
-        return load_program(shipped)
-    names = sorted(p.name for p in examples_dir().iterdir() if (p / "argus_program.json").is_file())
-    raise ArgusInputError(f"program {ref!r} is not a path, a shipped example ({', '.join(names)}) or a "
-                          "workspace version id (pv-...)")
+    return resolve_version(ref, workspace_dir, noun="program")
 
 
 def summarise_report(doc: dict, budget_chars: int = SUMMARY_CHARS) -> dict:
