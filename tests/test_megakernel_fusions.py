@@ -78,15 +78,20 @@ def test_fused_greedy_tokens_are_the_fp32_models_argmax(tiny):
     assert checked >= 8
 
 
-def test_fused_sample_reads_the_partials(tiny):
-    """A wrong partial changes the token: Sample really reduces the Logits tiles' pairs, not the logits."""
+def _after_one_step(tiny):
+    """The tiny model's program, interpreter and tensors after step 0 (the Logits tiles' partials written)."""
     c, w = tiny
     prog = build_decode_program(c, TILES)
     state = DecodeState.create(prog, w)
     state.set_prompt([1])
     interp = Interpreter(state, n_forced=1)
     interp.run_steps(0, 1)
-    t = state.t
+    return c, prog, interp, state.t
+
+
+def test_fused_sample_reads_the_partials(tiny):
+    """A wrong partial changes the token: Sample really reduces the Logits tiles' pairs, not the logits."""
+    c, prog, interp, t = _after_one_step(tiny)
     k = int(torch.argmin(t["sample_val"]))  # the worst tile's best becomes the best of all
     t["sample_val"][k] = t["sample_val"].max() + 1.0
     interp._sample(prog.instructions[-1], 0)
@@ -94,13 +99,7 @@ def test_fused_sample_reads_the_partials(tiny):
 
 
 def test_fused_sample_ties_go_to_the_lowest_index(tiny):
-    c, w = tiny
-    prog = build_decode_program(c, TILES)
-    state = DecodeState.create(prog, w)
-    state.set_prompt([1])
-    interp = Interpreter(state, n_forced=1)
-    interp.run_steps(0, 1)
-    t = state.t
+    c, prog, interp, t = _after_one_step(tiny)
     t["sample_val"][:] = 1.0  # every tile's best equal: the first tile's index wins
     t["sample_idx"][:] = torch.arange(0, c.vocab, TILES.logits_rows, dtype=torch.int32) + 3
     interp._sample(prog.instructions[-1], 0)

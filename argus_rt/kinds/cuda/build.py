@@ -131,9 +131,14 @@ def find_nvcc() -> str:
 
 
 @lru_cache(maxsize=None)
+def _nvcc_version_text(nvcc: str) -> str:
+    """``nvcc --version``'s output, run once per nvcc per process (builds and program loads both ask)."""
+    return subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False, timeout=30).stdout
+
+
 def nvcc_version(nvcc: str) -> str:
-    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False)
-    return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "unknown"
+    out = _nvcc_version_text(nvcc)
+    return out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
 def compiler_version() -> str:
@@ -142,7 +147,7 @@ def compiler_version() -> str:
         nvcc = find_nvcc()
     except CompilerNotFoundError:
         return "unknown"
-    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    out = _nvcc_version_text(nvcc)
     release = [line for line in out.splitlines() if "release" in line]
     return "nvcc " + (release[-1].split("release", 1)[1].strip() if release else out.strip()[-40:])
 
