@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import uuid
@@ -79,10 +80,48 @@ def test_the_measured_variants_and_the_trace_free_one_match_the_reference():
             assert len(rows) == WARPS * len(REGIONS) and not res["intervals"].incomplete
 
 
+def _described(obj) -> str:
+    """What a captured compiler output is: its type, length and first bytes (for failure messages)."""
+    size = len(obj) if hasattr(obj, "__len__") else "no"
+    head = bytes(obj[:16]) if isinstance(obj, (bytes, bytearray, memoryview)) else repr(obj)[:40]
+    return f"{type(obj).__name__} of length {size}, starting {head!r}"
+
+
+def elf_image_size(data: bytes) -> int:
+    """The bytes an ELF64 image spans by its own headers: the end of its program-header table, its
+    section-header table and its last section with file contents (what a loader given no size reads)."""
+    phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    ends = [phoff + phnum * phentsize, shoff + shnum * shentsize]
+    for i in range(shnum):
+        base = shoff + i * shentsize
+        if base + 0x28 <= len(data):  # a section header the bytes hold (a short image is measured as it is)
+            sh_type, = struct.unpack_from("<I", data, base + 4)
+            offset, size = struct.unpack_from("<QQ", data, base + 0x18)
+            ends.append(offset + (0 if sh_type == SHT_NOBITS else size))
+    return max(ends)
+
+
+SHT_NOBITS = 8  # a section without file contents (.bss-like): it spans no bytes of the image
+
+
 @pytest.mark.gpu
 def test_argus_compiles_with_the_options_cupy_passes_to_nvrtc(tmp_path, monkeypatch):
     """CuPy's own RawModule compile of the trace-free source (Argus's three options among the user's),
-    watched at NVRTC: its option list is Argus's for the arch CuPy picks, and its SASS is Argus's."""
+    watched at NVRTC: its option list is Argus's for the arch CuPy picks, and the SASS of the cubin CuPy
+    hands the driver is Argus's.
+
+    CuPy 14 compiles ``-arch=sm_<XY>`` to a cubin (``_get_arch_for_options_for_nvrtc`` picks method
+    "cubin"; PTX and driver JIT only under ``CUPY_COMPILE_WITH_PTX=1`` or an arch newer than NVRTC
+    knows), and ``_NVRTCProgram.compile`` returns ``(nvrtc.getCUBIN(prog), mapping)``; that ``bytes``
+    object is what ``Module.load`` passes to ``cuModuleLoadData``. CuPy 14's ``getCUBIN`` drops the
+    last byte as a "trailing NULL", which a cubin does not have, so the bytes are one short of the ELF
+    image (cuobjdump: "does not contain device code"). ``cuModuleLoadData`` takes no size: the driver
+    reads the image to the end its headers declare, and the byte past the object's end is the NUL every
+    CPython ``bytes`` ends with. So the image compared is the captured bytes plus that NUL (the last
+    byte of the ELF is the top byte of a little-endian 64-bit field of its last header, 0), and only when the
+    headers say exactly one byte is missing.
+    """
     cupy = pytest.importorskip("cupy")
     from cupy.cuda import compiler
 
@@ -105,16 +144,25 @@ def test_argus_compiles_with_the_options_cupy_passes_to_nvrtc(tmp_path, monkeypa
 
     def watched(self, options=(), log_stream=None):
         out = real(self, options, log_stream)
-        seen.append((tuple(options), out[0]))
+        seen.append((tuple(options), getattr(self, "method", None), out[0]))
         return out
 
     monkeypatch.setattr(compiler._NVRTCProgram, "compile", watched)
     extra = ("-DARGUS_MODE=0", f"-I{csrc_dir()}", f"-I{prog_dir.resolve()}")
     cupy.RawModule(code=source, options=tuple(program.flags) + extra).get_function("row_softmax")
-    compiles = [(o, b) for o, b in seen if any(x.startswith("-arch=sm_") for x in o)]
-    assert len(compiles) == 1, [o for o, _ in seen]
-    options, cubin = compiles[0]
+    compiles = [c for c in seen if any(x.startswith("-arch=sm_") for x in c[0])]  # not the -arch=compute_ preprocess
+    assert len(compiles) == 1, [(o, m, _described(b)) for o, m, b in seen]
+    options, method, loaded = compiles[0]
     assert list(options) == nvrtc_options(program, "trace_free")
+    what = f"CuPy's NVRTC output (method {method!r}): {_described(loaded)}"
+    assert method == "cubin" and isinstance(loaded, bytes) and loaded[:4] == b"\x7fELF", what
+    declared = elf_image_size(loaded)
+    assert declared in (len(loaded), len(loaded) + 1), f"{what}; its ELF headers span {declared} bytes"
+    image = loaded + b"\0" * (declared - len(loaded))
     theirs = tmp_path / "cupy.cubin"
-    theirs.write_bytes(bytes(cubin))
-    assert sass_lines(disassemble(theirs)) == sass_lines(disassemble(build_variant(program, "trace_free")))
+    theirs.write_bytes(image)
+    ours = build_variant(program, "trace_free")
+    their_sass, our_sass = sass_lines(disassemble(theirs)), sass_lines(disassemble(ours))
+    assert their_sass, f"{what}: no SASS in it"
+    assert their_sass == our_sass, (f"{what}: {len(their_sass)} SASS lines, Argus's {ours} {len(our_sass)}; first "
+                                    f"difference: {next((a, b) for a, b in zip(their_sass + [''], our_sass + ['']) if a != b)}")
