@@ -143,6 +143,14 @@ def variant_rows() -> dict[str, dict]:
         # control: mk_batch_chain's call structure with the plain loop in gemv_tile_batch (its codegen change alone)
         "mk_chain_ctl": {"build_flags": BATCH_QKV + BATCH_O + ("-DMK_BATCH_PLAIN=1",)},
         "mk_poll2": {"build_flags": POLL2},  # each dependency polled by 2 warps, half a poll period apart
+        # Own-tile L2 prefetch before the wait with the batched GEMV that consumes it: each alone was slower
+        # (rows 11-12), but row 11 found prefetched tiles still read at ~20 GB/s per CTA (2 loads in flight
+        # per warp: the rate is set by loads in flight x L2 latency), and the GEMV phases are near HBM-bound
+        # while they run, so batching alone cannot gain; together, weights land in L2 while HBM is idle
+        # (attention, combine, norms, hand-offs) and are read with 16 loads in flight (NOTES.md row 16)
+        "mk_pf_batch": {"prefetch_own": True, "build_flags": ("-DMK_GEMV_BATCH=1",)},
+        "mk_pfffn_batch": {"prefetch_own": ("gateup", "down"), "build_flags": ("-DMK_GEMV_BATCH=1",)},
+        "mk_pfsmall_bchain": {"prefetch_own": ("qkv", "oproj"), "build_flags": BATCH_QKV + BATCH_O},
     }
 
 
