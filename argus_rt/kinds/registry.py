@@ -24,6 +24,7 @@ KIND_MODULES: tuple[str, ...] = (
     "argus_rt.kinds.triton.kind",
     "argus_rt.kinds.cupy.kind",
     "argus_rt.kinds.numba.kind",
+    "argus_rt.kinds.proton.kind",
 )
 
 

@@ -1,0 +1,1 @@
+"""The ``proton`` program kind: a Triton kernel annotated with Proton scopes, measured by Proton."""
