@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""How fast CTAs stream GEMV weights, and what that streaming does to a dependent round trip.
+
+The megakernel's evidence (megakernel/NOTES.md rows 10-16) is that every way of putting more weight
+bytes in flight made the decode step slower, while its GEMV phases run near HBM bandwidth and HBM
+idles between them. This isolates the two quantities that decide the design, outside the megakernel
+(csrc/megakernel/bench/weight_stream.cu):
+
+- the weight stream rate (TB/s over 1 GiB of unique bf16 weights, K = 2048) of the megakernel's own
+  GEMV loops (`plain`: 2 loads in flight per warp, the default; `batch`: 16 per lane) with 16- and
+  64-row tiles, and of a bulk-copy ring (`ring`: one loader thread keeps `pages` 16 KiB pages in
+  flight with cp.async.bulk, 8 warps dot them from shared memory), on 131 or 263 streaming CTAs
+  (2 per SM, as the megakernel);
+- the latency of one dependent load that hits L2 (an 8-line ring) and of one that misses to DRAM
+  (a random ring over 256 MiB) in a probe CTA, while all streaming CTAs run, and unloaded.
+
+Anchors in the same run: copy bandwidth (torch copy of 1 GiB, read + write) and cuBLAS's GEMV on the
+same weights (torch.mv, bf16). Every configuration's output is checked against W.float() @ x
+(relative L2 error < 1e-4) before it is timed. Times: %globaltimer from the first streaming CTA's
+start to the last one's end (the probe CTA excluded), median over repeats.
+
+Usage: python benchmarks/weight_stream.py [--reps N]
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.record import gpu_name, record, spread  # noqa: E402
+
+SOURCE = ROOT / "csrc" / "megakernel" / "bench" / "weight_stream.cu"
+K = 2048
+ROWS_TOTAL = 262144  # x K x 2 bytes = 1 GiB of weights
+PAGE_BYTES = 16 * 1024
+TOLERANCE = 1e-4
+KERNELS = {"plain": ("stream_plain", 256), "batch": ("stream_batch", 256), "ring": ("stream_ring_copy", 288)}
+# (mode, streaming CTAs, tile rows, ring pages)
+CONFIGS = [(mode, ctas, rows, 0) for mode in ("plain", "batch") for ctas in (131, 263) for rows in (16, 64)] + \
+          [("ring", ctas, 16, pages) for ctas in (131, 263) for pages in (2, 4, 6)]
+
+
+def build_cubin() -> Path:
+    """nvcc the benchmark (cached by the hash of its sources and flags)."""
+    from megakernel.build import ARCH_FLAGS, CSRC, find_nvcc
+
+    flags = ["-cubin", *ARCH_FLAGS, "-O3", "-std=c++17", f"-I{CSRC / 'megakernel'}"]
+    h = hashlib.sha256(" ".join(flags).encode())
+    for path in [SOURCE, *sorted((CSRC / "megakernel").glob("*.cuh"))]:
+        h.update(path.read_bytes())
+    out = Path(tempfile.gettempdir()) / f"argus_weight_stream_{h.hexdigest()[:16]}.cubin"
+    if not out.exists():
+        tmp = out.with_suffix(".tmp")
+        proc = subprocess.run([find_nvcc(), *flags, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"weight_stream: nvcc failed:\n{proc.stdout}{proc.stderr}")
+        tmp.replace(out)
+    return out
+
+
+class Bench:
+    def __init__(self, torch, module):
+        self.torch, self.module = torch, module
+        dev = "cuda"
+        gen = torch.Generator(device=dev)
+        gen.seed()
+        self.W = torch.randn(ROWS_TOTAL, K, device=dev, dtype=torch.bfloat16, generator=gen)
+        self.x = torch.randn(K, device=dev, dtype=torch.float32, generator=gen)
+        self.out = torch.zeros(ROWS_TOTAL, device=dev, dtype=torch.float32)
+        self.reference = torch.cat([self.W[i:i + 16384].float() @ self.x for i in range(0, ROWS_TOTAL, 16384)])
+        l2 = torch.zeros(8 * 64, device=dev, dtype=torch.int32)  # 8 lines 256 B apart, a ring
+        l2[torch.arange(8, device=dev) * 64] = ((torch.arange(8, device=dev) + 1) % 8 * 64).int()
+        lines = (256 << 20) // 128
+        perm = torch.randperm(lines, device=dev, generator=gen)
+        dram = torch.zeros(lines * 32, device=dev, dtype=torch.int32)  # one hop per 128-byte line, random order
+        dram[perm * 32] = (torch.roll(perm, -1) * 32).int()
+        self.l2_ring, self.dram_ring = l2, dram
+        self.counters = torch.zeros(2, device=dev, dtype=torch.int32)
+        self.probe_out = torch.zeros(4, device=dev, dtype=torch.int64)
+        for name, _ in KERNELS.values():
+            module.set_max_dynamic_shared(name, 6 * PAGE_BYTES)
+
+    def launch(self, mode: str, ctas: int, rows: int, pages: int, min_hops: int = 0) -> dict:
+        torch = self.torch
+        name, threads = KERNELS[mode]
+        tiles = ROWS_TOTAL // rows
+        block_ns = torch.zeros(2 * max(ctas, 1), device="cuda", dtype=torch.int64)
+        self.out.zero_()
+        self.counters.zero_()
+        self.probe_out.zero_()
+        self.module.launch(name, grid=ctas + 1, block=threads, shared_mem=pages * PAGE_BYTES, args=[
+            self.W, self.x, self.out, np.int32(K), np.int32(tiles), np.int32(rows), np.int32(pages),
+            self.l2_ring, self.dram_ring, self.counters, np.uint32(min_hops), self.probe_out, block_ns])
+        torch.cuda.synchronize()
+        probe = self.probe_out.cpu().numpy()
+        res = {"l2_hop_ns": probe[0] / max(probe[1], 1), "dram_hop_ns": probe[2] / max(probe[3], 1)}
+        if ctas:
+            ns = block_ns.view(-1, 2).cpu().numpy()
+            span = int(ns[:, 1].max() - ns[:, 0].min())
+            res["tb_s"] = ROWS_TOTAL * K * 2 / span / 1e3
+            res["rel_err"] = float(torch.linalg.vector_norm(self.out - self.reference) /
+                                   torch.linalg.vector_norm(self.reference))
+        return res
+
+    def anchors(self, reps: int) -> list[dict]:
+        torch = self.torch
+        src = self.W.view(-1)
+        dst = torch.empty_like(src)
+        xb = self.x.to(torch.bfloat16)
+        y = torch.mv(self.W, xb)
+        err = float(torch.linalg.vector_norm(y.float() - self.reference) / torch.linalg.vector_norm(self.reference))
+        rows = []
+        for label, fn, nbytes, rel in (("copy (torch, read + write)", lambda: dst.copy_(src), 2 * src.numel() * 2, None),
+                                       ("cuBLAS GEMV (torch.mv bf16)", lambda: torch.mv(self.W, xb, out=y),
+                                        src.numel() * 2, err)):
+            fn()
+            samples = []
+            for _ in range(reps):
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                fn()
+                e1.record()
+                torch.cuda.synchronize()
+                samples.append(nbytes / (e0.elapsed_time(e1) * 1e-3) / 1e12)
+            rows.append({"mode": label, "stream_ctas": "-", "tile_rows": "-", "pages": "-",
+                         "tb_s": float(np.median(samples)), "l2_hop_ns": None, "dram_hop_ns": None,
+                         "rel_err": rel, "spread": {"tb_s": spread(samples)}})
+        return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=5, help="timed launches per configuration (default 5)")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        raise SystemExit("weight_stream: needs torch with CUDA") from None
+    if not torch.cuda.is_available():
+        raise SystemExit("weight_stream: needs a CUDA GPU (none visible to torch)")
+    from argus_rt.launch import CubinModule
+
+    cubin = build_cubin()
+    bench = Bench(torch, CubinModule.load(cubin))
+    rows = bench.anchors(args.reps)
+    idle = [bench.launch("plain", 0, 16, 0, min_hops=4096) for _ in range(args.reps)]
+    rows.append({"mode": "probe only (unloaded)", "stream_ctas": 0, "tile_rows": "-", "pages": "-", "tb_s": None,
+                 "l2_hop_ns": float(np.median([r["l2_hop_ns"] for r in idle])),
+                 "dram_hop_ns": float(np.median([r["dram_hop_ns"] for r in idle])), "rel_err": None,
+                 "spread": {k: spread([r[k] for r in idle]) for k in ("l2_hop_ns", "dram_hop_ns")}})
+    for mode, ctas, tile_rows, pages in CONFIGS:
+        first = bench.launch(mode, ctas, tile_rows, pages)
+        if not first["rel_err"] < TOLERANCE:
+            raise SystemExit(f"weight_stream: {mode} ctas={ctas} rows={tile_rows} pages={pages}: relative error "
+                             f"{first['rel_err']:.3g} >= {TOLERANCE} against W.float() @ x")
+        runs = [bench.launch(mode, ctas, tile_rows, pages) for _ in range(args.reps)]
+        row = {"mode": mode, "stream_ctas": ctas, "tile_rows": tile_rows, "pages": pages or "-"}
+        for k in ("tb_s", "l2_hop_ns", "dram_hop_ns"):
+            row[k] = float(np.median([r[k] for r in runs]))
+        row["rel_err"] = max(r["rel_err"] for r in runs)
+        row["spread"] = {k: spread([r[k] for r in runs]) for k in ("tb_s", "l2_hop_ns", "dram_hop_ns")}
+        rows.append(row)
+        print(f"{mode:6s} ctas {ctas:3d} rows {tile_rows:2d} pages {pages}: {row['tb_s']:.2f} TB/s, "
+              f"L2 hop {row['l2_hop_ns']:.0f} ns, DRAM hop {row['dram_hop_ns']:.0f} ns", flush=True)
+    notes = ("Weights: 1 GiB of unique bf16 rows (K = 2048), so no repeat hits L2. `tb_s`: weight bytes over the span "
+             "from the first streaming CTA's start to the last one's end (%globaltimer); anchors by CUDA events. "
+             "`l2_hop_ns` / `dram_hop_ns`: ns per dependent load of the probe CTA (block 0) while every streaming CTA "
+             "runs; 'probe only' is the same chase with nothing else on the GPU. Each configuration's output is "
+             f"checked against W.float() @ x (relative L2 error < {TOLERANCE}) before timing. Kernel: "
+             "csrc/megakernel/bench/weight_stream.cu (plain / batch: the megakernel's gemv_rows loops; ring: bulk copies "
+             "of 16 KiB pages by one loader thread).")
+    record("weight_stream", rows, title="Weight streaming rate and dependent-load latency under load", notes=notes,
+           gpu=gpu_name(), columns=["mode", "stream_ctas", "tile_rows", "pages", "tb_s", "l2_hop_ns", "dram_hop_ns",
+                                    "rel_err"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,181 @@
+// Weight-stream microbenchmark for the megakernel's design question (megakernel/NOTES.md row 16):
+// how fast can CTAs stream bf16 GEMV weights, and how much longer does a dependent L2 / DRAM round
+// trip get while they do?
+//
+// Block 0 is a probe: lane 0 of warp 0 chases a pointer ring that stays in L2 (8 lines), lane 0 of
+// warp 1 a random ring over 256 MiB (each hop a DRAM miss). They chase while every streaming block
+// is running (from the last block's start to the first block's end), or for min_hops with no
+// streaming blocks (the unloaded latency). Blocks 1.. stream: each takes tiles b-1, b-1+G, ... of
+// `rows` rows x K bf16 and writes out[row] = W[row, :] . x, by one of
+//   kMode 0: the megakernel's plain GEMV loop (gemv.cuh, 2 loads in flight per warp),
+//   kMode 1: its batched loop (16 loads per lane issued before use),
+//   kMode 2: a bulk-copy ring: one loader thread (warp 8) copies 16 KiB pages (4 rows of K = 2048)
+//            into `pages` shared-memory slots with cp.async.bulk, never waiting on anything but a
+//            free slot, while 8 consumer warps dot the landed pages from shared memory.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "gemv.cuh"
+
+namespace {
+
+constexpr int PAGE_BYTES = 16 * 1024;
+constexpr int K_RING = 2048;                       // the ring mode's row length (4 rows per page)
+constexpr int ROWS_PER_PAGE = PAGE_BYTES / (K_RING * 2);
+constexpr int CONSUMERS = 8;                       // consumer warps of the ring mode (+1 loader warp)
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+__device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+  }
+}
+
+__device__ __forceinline__ unsigned chase_load(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Probe block: ns per dependent hop of each ring while the streaming blocks run.
+__device__ void probe(const unsigned* l2_ring, const unsigned* dram_ring, unsigned* started, unsigned* finished,
+                      int n_stream, unsigned min_hops, unsigned long long* probe_out) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane != 0 || warp > 1) return;
+  const unsigned* ring = warp == 0 ? l2_ring : dram_ring;
+  volatile unsigned* vstart = started;
+  volatile unsigned* vfinish = finished;
+  if (n_stream > 0)
+    while (*vstart < (unsigned)n_stream) {}
+  unsigned cur = 0, hops = 0;
+  const unsigned long long t0 = global_ns();
+  for (;;) {
+#pragma unroll 1
+    for (int k = 0; k < 16; ++k) cur = chase_load(ring + cur);
+    hops += 16;
+    if (n_stream > 0 ? *vfinish > 0 : hops >= min_hops) break;
+  }
+  const unsigned long long t1 = global_ns();
+  probe_out[2 * warp] = t1 - t0;
+  probe_out[2 * warp + 1] = hops + (cur == 0xffffffffu);  // keeps the chase live
+}
+
+// The ring mode's streaming block: loader warp 8, consumer warps 0..7 (288 threads).
+__device__ void stream_ring(const __nv_bfloat16* W, const float* x, float* out, int tiles, int rows, int pages,
+                            int b, int G) {
+  extern __shared__ __align__(128) unsigned char ring_smem[];
+  __shared__ __align__(8) unsigned long long full[16], empty[16];
+  __shared__ __align__(16) float xs[K_RING];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int i = threadIdx.x; i < K_RING; i += blockDim.x) xs[i] = x[i];
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < pages; ++s) {
+      bar_init(&full[s], 1);
+      bar_init(&empty[s], CONSUMERS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  const int pages_per_tile = rows / ROWS_PER_PAGE;
+  const int my_tiles = b < tiles ? (tiles - 1 - b) / G + 1 : 0;
+  const int my_pages = my_tiles * pages_per_tile;
+  if (warp == CONSUMERS) {  // the loader
+    if (lane == 0) {
+      for (int i = 0; i < my_pages; ++i) {
+        const int slot = i % pages, round = i / pages;
+        if (round > 0) bar_wait(&empty[slot], (round - 1) & 1);
+        const int tile = b + (i / pages_per_tile) * G;
+        const char* src = reinterpret_cast<const char*>(W) + ((size_t)tile * pages_per_tile + i % pages_per_tile) * PAGE_BYTES;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                     ::"r"(smem_u32(&full[slot])), "r"(PAGE_BYTES) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"(smem_u32(ring_smem + (size_t)slot * PAGE_BYTES)), "l"(src), "r"(PAGE_BYTES),
+                       "r"(smem_u32(&full[slot])) : "memory");
+      }
+    }
+    return;
+  }
+  // consumer warp w: row w / 2 of each page, half w % 2 of it (1024 bf16 = 4 chunks of 8 per lane)
+  const int row_in_page = warp >> 1, half = warp & 1;
+  const float4* x4 = reinterpret_cast<const float4*>(xs) + half * (K_RING / 8);
+  for (int i = 0; i < my_pages; ++i) {
+    const int slot = i % pages, round = i / pages;
+    bar_wait(&full[slot], round & 1);
+    const uint4* w4 = reinterpret_cast<const uint4*>(ring_smem + (size_t)slot * PAGE_BYTES) +
+                      row_in_page * (K_RING / 8) + half * (K_RING / 16);
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < K_RING / 16 / 32; ++j) {
+      const int c = lane + 32 * j;
+      acc += mk::dot8(w4[c], x4[2 * c], x4[2 * c + 1]);
+    }
+    __syncwarp();
+    if (lane == 0) bar_arrive(&empty[slot]);  // this warp is done reading the slot
+    acc = mk::warp_sum(acc);
+    const int tile = b + (i / pages_per_tile) * G;
+    if (lane == 0) atomicAdd(out + (size_t)tile * rows + (i % pages_per_tile) * ROWS_PER_PAGE + row_in_page, acc);
+  }
+}
+
+template <int kMode>
+__device__ void stream_registers(const __nv_bfloat16* W, const float* x, float* out, int K, int tiles, int rows,
+                                 int b, int G) {
+  __shared__ __align__(16) float xs[8192];
+  for (int i = threadIdx.x; i < K; i += blockDim.x) xs[i] = x[i];
+  __syncthreads();
+  for (int tile = b; tile < tiles; tile += G)
+    mk::gemv_rows<kMode == 1>(W + (size_t)tile * rows * K, K, rows, xs, out + (size_t)tile * rows);
+}
+
+}  // namespace
+
+// One launch: block 0 probes, blocks 1..gridDim.x-1 stream (none when gridDim.x == 1).
+template <int kMode>
+__device__ void weight_stream(const __nv_bfloat16* W, const float* x, float* out, int K, int tiles, int rows,
+                              int pages, const unsigned* l2_ring, const unsigned* dram_ring, unsigned* counters,
+                              unsigned min_hops, unsigned long long* probe_out, unsigned long long* block_ns) {
+  const int n_stream = (int)gridDim.x - 1;
+  if (blockIdx.x == 0) {
+    probe(l2_ring, dram_ring, counters, counters + 1, n_stream, min_hops, probe_out);
+    return;
+  }
+  const int b = (int)blockIdx.x - 1;
+  if (threadIdx.x == 0) {
+    block_ns[2 * b] = global_ns();
+    atomicAdd(counters, 1u);
+  }
+  if constexpr (kMode == 2) stream_ring(W, x, out, tiles, rows, pages, b, n_stream);
+  else stream_registers<kMode>(W, x, out, K, tiles, rows, b, n_stream);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    block_ns[2 * b + 1] = global_ns();
+    atomicAdd(counters + 1, 1u);
+  }
+}
+
+#define ARGS                                                                                                   \
+  const __nv_bfloat16 *W, const float *x, float *out, int K, int tiles, int rows, int pages,                   \
+      const unsigned *l2_ring, const unsigned *dram_ring, unsigned *counters, unsigned min_hops,               \
+      unsigned long long *probe_out, unsigned long long *block_ns
+#define PASS W, x, out, K, tiles, rows, pages, l2_ring, dram_ring, counters, min_hops, probe_out, block_ns
+
+extern "C" __global__ void __launch_bounds__(256, 2) stream_plain(ARGS) { weight_stream<0>(PASS); }
+extern "C" __global__ void __launch_bounds__(256, 2) stream_batch(ARGS) { weight_stream<1>(PASS); }
+extern "C" __global__ void __launch_bounds__(288, 2) stream_ring_copy(ARGS) { weight_stream<2>(PASS); }
