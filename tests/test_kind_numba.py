@@ -21,6 +21,7 @@ import pytest
 
 from argus_rt.kinds.errors import ReferenceMismatchError
 from argus_rt.kinds.numba.launch import NumbaLaunch, NumbaProgramError, check_reference, kernel_arguments, make_inputs
+from argus_rt.kinds.numba.versions import explain_missing_numpy_name, incompatibility
 from argus_rt.program import ProgramVersion, load_program
 from argus_rt.tools import tool_or_none
 
@@ -34,6 +35,8 @@ try:
     NUMBA = ""
 except ImportError as exc:
     NUMBA = f"numba-cuda is not installed ({exc}); pip install -e '.[numba]'"
+INCOMPATIBLE = incompatibility()  # a numba / numpy pair known not to compile: the line compile_ptx raises
+NUMBA = NUMBA or INCOMPATIBLE or ""
 if not NUMBA:  # numba-cuda compiles through NVRTC: a machine without libnvrtc cannot build a numba kernel
     try:
         from cuda.pathfinder import load_nvidia_dynamic_lib
@@ -125,7 +128,45 @@ def test_a_signature_that_disagrees_with_args_is_one_line(tmp_path):
         assert "\n" not in str(err.value)
 
 
+# ---- versions ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("versions, numpy_version, message", [
+    ({"numba": "0.68.1", "numba-cuda": "0.30.4"}, "2.5.2", "numba-cuda 0.30.4 does not support numpy 2.5.2; "
+                                                          "pip install 'numpy<2.5'"),
+    ({"numba": "0.66.0", "numba-cuda": "0.30.4"}, "2.5.0rc1", "numba 0.66.0 does not support numpy 2.5.0rc1; "
+                                                              "pip install 'numba>=0.67'"),
+    ({"numba": "0.68.1", "numba-cuda": "0.30.4"}, "2.4.6", None),
+    ({"numba": "0.67.0", "numba-cuda": "0.31.0"}, "2.5.2", None),  # newer than the newest known to fail
+    ({"numba": None, "numba-cuda": None}, "2.5.2", None),
+])
+def test_known_incompatible_numba_numpy_pairs_are_one_line(versions, numpy_version, message):
+    assert incompatibility(versions, numpy_version) == message
+
+
+def test_the_compile_names_the_pair_before_starting_numba(monkeypatch):
+    import numpy
+
+    from argus_rt.kinds.numba import versions
+    from argus_rt.kinds.numba.compile import compile_ptx
+
+    monkeypatch.setattr(versions, "installed", lambda: {"numba": "0.68.1", "numba-cuda": "0.30.4", "llvmlite": "0.50.0"})
+    monkeypatch.setattr(numpy, "__version__", "2.5.2")
+    with pytest.raises(NumbaProgramError, match=r"^program row_reduce\S*: numba-cuda 0.30.4 does not support numpy "
+                                                r"2.5.2; pip install 'numpy<2.5'$"):
+        compile_ptx(load_program(EXAMPLE), 1)
+
+
+def test_a_numpy_name_numba_still_uses_is_explained_with_the_versions():
+    import numpy
+
+    why = explain_missing_numpy_name(AttributeError("module 'numpy' has no attribute 'row_stack'"))
+    assert why.endswith(f"use numpy.row_stack, which numpy {numpy.__version__} does not have: this numba does not "
+                        "support this numpy (install a numba and numba-cuda released after it, or an older numpy)")
+    assert explain_missing_numpy_name(AttributeError("'Foo' object has no attribute 'row_stack'")) is None
+    assert explain_missing_numpy_name(ValueError("module 'numpy' has no attribute 'row_stack'")) is None
+
+
 # ---- plan -------------------------------------------------------------------------------------
+@pytest.mark.skipif(bool(INCOMPATIBLE), reason=f"the plan's compile check refuses this pair: {INCOMPATIBLE}")
 def test_plan_on_the_cpu():
     from argus_rt.query import make_plan
 

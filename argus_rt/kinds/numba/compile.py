@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.metadata
 import json
 import os
 import re
@@ -29,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .launch import MODE_ENV, NumbaLaunch, NumbaProgramError
+from .versions import explain_missing_numpy_name, incompatibility, installed
 
 ENTRY = re.compile(r"^\s*\.(?:visible\s+)?\.entry\s+([A-Za-z_$][\w$]*)\s*\(", re.M)
 _HERE = Path(__file__).resolve().parent
 # Sources whose bytes decide the PTX besides the program itself: part of the cache key.
-_OWN_SOURCES = ("markers.py", "compile.py", "launch.py")
+_OWN_SOURCES = ("markers.py", "compile.py", "launch.py", "versions.py")
 
 
 @dataclass(frozen=True)
@@ -48,25 +48,11 @@ class CompiledPtx:
     numba_entry: str  # numba's own mangled name of the kernel
 
 
-def compiler_version() -> str:
-    """``"numba X numba-cuda Y llvmlite Z"`` (the kind's ``compiler`` hook; "unknown" for one not
-    installed)."""
-    return " ".join(f"{dist} {version or 'unknown'}" for dist, version in _versions().items())
-
-
-def _versions() -> dict:
-    out = {}
-    for dist in ("numba", "numba-cuda", "llvmlite"):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
-
-
 def cache_key(program, mode: int) -> str:
-    h = hashlib.sha256(json.dumps({"program": program.base_id, "mode": mode, "versions": _versions(),
-                                   "python": sys.version_info[:2]}, sort_keys=True).encode())
+    import numpy
+
+    h = hashlib.sha256(json.dumps({"program": program.base_id, "mode": mode, "versions": installed(),
+                                   "numpy": numpy.__version__, "python": sys.version_info[:2]}, sort_keys=True).encode())
     for name in _OWN_SOURCES:
         h.update(hashlib.sha256((_HERE / name).read_bytes()).digest())
     return h.hexdigest()
@@ -79,6 +65,9 @@ def compile_ptx(program, mode: int, *, timeout_s: float = 600.0) -> CompiledPtx:
     from ..cuda.build import cache_dir
 
     NumbaLaunch.from_program(program)  # launch errors before a process is started
+    problem = incompatibility()  # a known-broken numba / numpy pair: its one line, not numba's deep error
+    if problem:
+        raise NumbaProgramError(f"program {program.label()}: {problem}")
     key = cache_key(program, mode)
     out = cache_dir() / "numba" / f"{program.name}.mode{mode}" / key[:24]
     if not (out / "meta.json").is_file():
@@ -224,15 +213,15 @@ def compile_child(program, out: Path) -> dict:
     try:
         ptx, _ = cuda.compile_ptx(kernel.py_func, text, cc=launch.cc, lineinfo=True, fastmath=launch.fastmath)
     except Exception as exc:
-        raise NumbaProgramError(f"numba cannot compile {launch.kernel}{text[4:]}: {type(exc).__name__}: "
-                                f"{_one_line(exc)}") from None
+        why = explain_missing_numpy_name(exc) or f"{type(exc).__name__}: {_one_line(exc)}"
+        raise NumbaProgramError(f"numba cannot compile {launch.kernel}{text[4:]}: {why}") from None
     entries = ENTRY.findall(ptx)
     if len(entries) != 1:
         raise NumbaProgramError(f"numba's PTX of {launch.kernel} has {len(entries)} kernel entries, expected one")
     regions = sorted({name for _, name in markers.SEEN})
     (out / "kernel.ptx").write_text(_rename_entry(ptx, entries[0], launch.kernel), encoding="utf-8")
     meta = {"entry": launch.kernel, "numba_entry": entries[0], "params": params, "signature": text,
-            "regions": regions, "mode": markers.mode(), "versions": _versions()}
+            "regions": regions, "mode": markers.mode(), "versions": installed()}
     (out / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     return meta
 

@@ -6,6 +6,6 @@ KIND = Kind(
     runner_says="build (unless cached), CUDA context, launch, reference check",
     variant_cubin="argus_rt.kinds.numba.build:variant_cubin", kernel="argus_rt.kinds.numba.launch:kernel_name",
     run_once="argus_rt.kinds.numba.run:run_once", trace="argus_rt.kinds.numba.run:collect_region_trace",
-    check_compiles="argus_rt.kinds.numba.build:check_program", compiler="argus_rt.kinds.numba.compile:compiler_version",
+    check_compiles="argus_rt.kinds.numba.build:check_program", compiler="argus_rt.kinds.numba.versions:compiler_version",
     mapping_provenance="argus_rt.kinds.numba.build:mapping_provenance",
 )
