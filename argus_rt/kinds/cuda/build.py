@@ -204,7 +204,7 @@ def build(spec: CudaBuildSpec, backend: str = "nvcc", *, force: bool = False) ->
             raise UnsupportedArchError(f"{nvcc} ({nvcc_version(nvcc)}) cannot build {spec.arch!r}; valid: {', '.join(archs)}")
         version = nvcc_version(nvcc)
     else:
-        version = _nvrtc_version()
+        version = nvrtc_version()
     key = content_key(spec, backend, version)
     out_dir = cache_dir() / spec.name / key[:24]
     cubin = out_dir / f"{spec.name}.cubin"
@@ -246,47 +246,67 @@ def _build_nvcc(spec: CudaBuildSpec, nvcc: str, out_dir: Path) -> tuple[bytes, s
     return data, log
 
 
-def _nvrtc():
+def nvrtc():
+    """cuda-python's NVRTC module, its library loaded (the one NVRTC loader of every kind); a one-line
+    :class:`CompilerNotFoundError` otherwise."""
     try:
-        from cuda.bindings import nvrtc
+        from cuda.bindings import nvrtc as module
     except ImportError:
         try:
-            from cuda import nvrtc  # older cuda-python
+            from cuda import nvrtc as module  # older cuda-python
         except ImportError as exc:
-            raise CompilerNotFoundError("NVRTC backend needs cuda-python (pip install cuda-python); it is not installed") from exc
-    return nvrtc
-
-
-def _nvrtc_version() -> str:
-    nvrtc = _nvrtc()
+            raise CompilerNotFoundError(f"NVRTC builds need cuda-python (pip install cuda-python), which is not "
+                                        f"installed ({exc})") from None
     try:
-        err, major, minor = nvrtc.nvrtcVersion()
+        module.nvrtcVersion()
     except Exception as exc:  # the shared library itself is missing
-        raise CompilerNotFoundError(f"NVRTC library could not be loaded: {exc}") from exc
+        raise CompilerNotFoundError(f"the NVRTC library cannot be loaded ({' '.join(str(exc).split())[:300]}); "
+                                    "install the CUDA toolkit or nvidia-cuda-nvrtc") from None
+    return module
+
+
+def nvrtc_version() -> str:
+    """``"nvrtc <major>.<minor>"`` of the NVRTC library :func:`nvrtc` loads."""
+    _, major, minor = nvrtc().nvrtcVersion()
     return f"nvrtc {major}.{minor}"
 
 
+def nvrtc_compile(source: Path, options: list[str]) -> tuple[bytes | None, str]:
+    """One NVRTC compilation of ``source`` (the program named after the file) with exactly ``options``:
+    (the cubin, NVRTC's log); the cubin is None where NVRTC rejected the source (the log says why)."""
+    api = nvrtc()
+    prog = _nvrtc_checked(api.nvrtcCreateProgram(source.read_bytes(), source.name.encode(), 0, [], []), "create")
+    try:
+        encoded = [o.encode() for o in options]
+        (status,) = api.nvrtcCompileProgram(prog, len(encoded), encoded)
+        log = b" " * _nvrtc_checked(api.nvrtcGetProgramLogSize(prog), "log size")
+        api.nvrtcGetProgramLog(prog, log)
+        text = log.decode(errors="replace").rstrip("\x00 ")
+        if int(status) != 0:
+            return None, text
+        cubin = b" " * _nvrtc_checked(api.nvrtcGetCUBINSize(prog), "cubin size")
+        api.nvrtcGetCUBIN(prog, cubin)
+        return cubin, text
+    finally:
+        api.nvrtcDestroyProgram(prog)
+
+
+def _nvrtc_checked(result, what: str):
+    """The values of a cuda-python ``(status, *values)`` tuple; a failed call raises."""
+    status, *values = result
+    if int(status) != 0:
+        raise CompileError(f"NVRTC {what} failed: {status!r}")
+    return values[0] if len(values) == 1 else values
+
+
 def _build_nvrtc(spec: CudaBuildSpec) -> tuple[bytes, str]:
-    nvrtc = _nvrtc()
-    src_path = Path(spec.sources[0])
-    err, prog = nvrtc.nvrtcCreateProgram(src_path.read_bytes(), src_path.name.encode(), 0, [], [])
-    opts = [f"--gpu-architecture={spec.arch}".encode(), b"-std=c++17", b"-default-device"]
-    opts += [f.encode() for f in spec.define_flags()]
-    opts += [f"-I{d}".encode() for d in spec.all_include_dirs()]
-    opts += [f.encode() for f in spec.flags if f not in ("-O3",)]
-    (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-    log_buf = b" " * size
-    nvrtc.nvrtcGetProgramLog(prog, log_buf)
-    log = log_buf.decode(errors="replace").rstrip("\x00 ")
-    if int(res) != 0:
+    opts = [f"--gpu-architecture={spec.arch}", "-std=c++17", "-default-device", *spec.define_flags(),
+            *(f"-I{d}" for d in spec.all_include_dirs()), *(f for f in spec.flags if f != "-O3")]
+    cubin, log = nvrtc_compile(Path(spec.sources[0]), opts)
+    if cubin is None:
         if "invalid value for --gpu-architecture" in log or "arch" in log and "not supported" in log:
             raise UnsupportedArchError(f"NVRTC cannot build {spec.arch!r}:\n{log}")
         raise CompileError(f"NVRTC failed for module {spec.name!r}:\n{log}")
-    err, size = nvrtc.nvrtcGetCUBINSize(prog)
-    cubin = b" " * size
-    nvrtc.nvrtcGetCUBIN(prog, cubin)
-    nvrtc.nvrtcDestroyProgram(prog)
     return cubin, log
 
 

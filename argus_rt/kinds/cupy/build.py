@@ -34,6 +34,7 @@ from pathlib import Path
 
 from ...fsutil import atomic_write_bytes, atomic_write_text
 from ...resources import csrc_dir
+from ..cuda import build as cuda_build
 from ..cuda.build import cache_dir
 from ..cuda.run import VARIANT_MODES
 from .launch import CupyLaunch, CupyProgramError
@@ -102,23 +103,17 @@ def _env_flag(name: str) -> bool:
 
 
 def nvrtc():
-    """cuda-python's NVRTC module, its library loaded; :class:`NvrtcNotFoundError` otherwise."""
+    """The NVRTC module (:func:`argus_rt.kinds.cuda.build.nvrtc`, the one loader); :class:`NvrtcNotFoundError`
+    where there is none."""
     try:
-        from cuda.bindings import nvrtc as module
-    except ImportError as exc:
-        raise NvrtcNotFoundError(f"CuPy programs compile with NVRTC through cuda-python, which is not installed "
-                                 f"({exc})") from None
-    try:
-        module.nvrtcVersion()
-    except Exception as exc:  # the shared library itself is missing
-        raise NvrtcNotFoundError(f"the NVRTC library cannot be loaded ({' '.join(str(exc).split())[:300]}); "
-                                 "install the CUDA toolkit or nvidia-cuda-nvrtc") from None
-    return module
+        return cuda_build.nvrtc()
+    except cuda_build.CompilerNotFoundError as exc:
+        raise NvrtcNotFoundError(f"CuPy programs compile with NVRTC: {exc}") from None
 
 
 def nvrtc_version() -> str:
-    _, major, minor = nvrtc().nvrtcVersion()
-    return f"nvrtc {major}.{minor}"
+    nvrtc()  # a missing NVRTC as this kind's error
+    return cuda_build.nvrtc_version()
 
 
 def compiler_version() -> str:
@@ -142,31 +137,13 @@ def _dist_version(metadata, dist: str) -> str | None:
         return None
 
 
-def _checked(result, what: str):
-    """The values of a cuda-python (result, *values) tuple; a failed call raises."""
-    status, *values = result
-    if int(status) != 0:
-        raise CupyCompileError(f"NVRTC {what} failed: {status!r}")
-    return values[0] if len(values) == 1 else values
-
-
 def compile_cubin(source: Path, options: list[str], *, label: str) -> bytes:
     """One NVRTC compilation of ``source`` with exactly ``options``: the cubin, or one-line :class:`CupyCompileError`."""
-    api = nvrtc()
-    prog = _checked(api.nvrtcCreateProgram(source.read_bytes(), source.name.encode(), 0, [], []), "create")
-    try:
-        encoded = [o.encode() for o in options]
-        (status,) = api.nvrtcCompileProgram(prog, len(encoded), encoded)
-        size = _checked(api.nvrtcGetProgramLogSize(prog), "log size")
-        log = b" " * size
-        api.nvrtcGetProgramLog(prog, log)
-        if int(status) != 0:
-            raise CupyCompileError(f"{label}: NVRTC cannot compile {source.name}: {first_error(log.decode(errors='replace'))}")
-        cubin = b" " * _checked(api.nvrtcGetCUBINSize(prog), "cubin size")
-        api.nvrtcGetCUBIN(prog, cubin)
-        return cubin
-    finally:
-        api.nvrtcDestroyProgram(prog)
+    nvrtc()
+    cubin, log = cuda_build.nvrtc_compile(source, options)
+    if cubin is None:
+        raise CupyCompileError(f"{label}: NVRTC cannot compile {source.name}: {first_error(log)}")
+    return cubin
 
 
 def first_error(log: str) -> str:
