@@ -340,55 +340,101 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def run_ncu_command(cmd: list[str], *, outdir: str | os.PathLike, timeout_s: float = 600.0,
                     env: dict | None = None) -> tuple[Path, list[NcuKernelProfile]]:
-    """Run a built ncu command line (:func:`ncu_command`); stdout (the CSV) goes to
-    ``outdir/ncu_source_sass.csv``. ncu's own messages and the program's stderr are relayed to stderr
-    as they come (the profiled program's progress lines, ``==PROF==`` pass counts), so a long run
-    shows what it is doing; a run past ``timeout_s`` is stopped and raises :class:`NcuError` with its
-    last lines."""
-    raw = Path(outdir) / "ncu_source_sass.csv"
-    tmp = raw.with_name(f".{raw.name}.{os.getpid()}.part")
-    start = time.time()
-    out_tail: collections.deque = collections.deque(maxlen=40)
-    err_tail: collections.deque = collections.deque(maxlen=40)
-    notes: list[str] = []  # ncu's messages on stderr
-    timed_out = False
-    try:
-        with open(tmp, "w", encoding="utf-8") as sink:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, errors="replace", env=multicast_off_env(env))
-            readers = [threading.Thread(target=_relay, args=(proc.stdout, sink, out_tail,
-                                                             lambda line: not line.startswith('"')), daemon=True),
-                       threading.Thread(target=_relay, args=(proc.stderr, None, err_tail, lambda line: True, notes),
-                                        daemon=True)]
-            for r in readers:
-                r.start()
+    """Run a built ncu command line (:func:`ncu_command`) to its end: :func:`start_ncu_command`, then
+    :meth:`NcuRun.wait`."""
+    return start_ncu_command(cmd, outdir=outdir, timeout_s=timeout_s, env=env).wait()
+
+
+def start_ncu_command(cmd: list[str], *, outdir: str | os.PathLike, timeout_s: float = 600.0,
+                      env: dict | None = None) -> NcuRun:
+    """Start a built ncu command line (:func:`ncu_command`) and return at once, so the caller can work
+    while it runs; :meth:`NcuRun.wait` for its profiles, :meth:`NcuRun.stop` to end it instead."""
+    return NcuRun(cmd, Path(outdir), timeout_s, env)
+
+
+class NcuRun:
+    """One running ncu command. stdout (the CSV) goes to a ``.part`` file beside
+    ``outdir/ncu_source_sass.csv`` that becomes that file when ncu exits; ncu's own messages and the
+    program's stderr are relayed to stderr as they come (the profiled program's progress lines,
+    ``==PROF==`` pass counts), so a long run shows what it is doing. ``timeout_s`` counts from the start."""
+
+    def __init__(self, cmd: list[str], outdir: Path, timeout_s: float, env: dict | None) -> None:
+        self.cmd, self.timeout_s = cmd, timeout_s
+        self.raw = outdir / "ncu_source_sass.csv"
+        self._tmp = self.raw.with_name(f".{self.raw.name}.{os.getpid()}.part")
+        self.started = time.time()
+        self._out_tail: collections.deque = collections.deque(maxlen=40)
+        self._err_tail: collections.deque = collections.deque(maxlen=40)
+        self._notes: list[str] = []  # ncu's messages on stderr
+        self._sink = open(self._tmp, "w", encoding="utf-8")
+        try:
+            self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, errors="replace",
+                                          env=multicast_off_env(env))
+        except BaseException:
+            self._discard()
+            raise
+        self._readers = [threading.Thread(target=_relay, args=(self._proc.stdout, self._sink, self._out_tail,
+                                                               lambda line: not line.startswith('"')), daemon=True),
+                         threading.Thread(target=_relay, args=(self._proc.stderr, None, self._err_tail,
+                                                               lambda line: True, self._notes), daemon=True)]
+        for r in self._readers:
+            r.start()
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def _discard(self) -> None:
+        self._sink.close()
+        self._tmp.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        """End ncu and the program it started (by their ids) and drop its partial output: for a caller
+        whose own work failed while ncu ran. Nothing is written to ``outdir/ncu_source_sass.csv``."""
+        if self._proc.poll() is None:
+            _stop(self._proc)
+        for r in self._readers:
+            r.join(timeout=10)
+        self._discard()
+
+    def wait(self) -> tuple[Path, list[NcuKernelProfile]]:
+        """Wait for ncu to exit; save its CSV as ``outdir/ncu_source_sass.csv``; return it and the profiles.
+        A run past ``timeout_s`` (from the start) is stopped and raises :class:`NcuError` with its last lines."""
+        timed_out = False
+        try:
             try:
-                rc = proc.wait(timeout=timeout_s)
+                rc = self._proc.wait(timeout=max(0.0, self.timeout_s - (time.time() - self.started)))
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _stop(proc)
-                rc = proc.returncode
-            for r in readers:
+                _stop(self._proc)
+                rc = self._proc.returncode
+            except BaseException:  # interrupted while waiting: ncu and its program must not outlive us
+                self.stop()
+                raise
+            for r in self._readers:
                 r.join(timeout=10 if timed_out else None)
-        tmp.replace(raw)
-    finally:
-        tmp.unlink(missing_ok=True)
-    if timed_out:
-        last = " | ".join(list(err_tail)[-8:] + list(out_tail)[-4:])
-        raise NcuError(f"ncu did not finish within {timeout_s:g} s and was stopped; its output so far is in {raw}; "
-                       f"last lines: {last[-1500:]}")
-    text = raw.read_text(encoding="utf-8")
-    if rc != 0:
-        last = "\n".join(err_tail) or "\n".join(out_tail)
-        raise NcuError(f"ncu exited with {rc}: {last.strip()[-800:]}")
-    said = "\n".join(notes + list(err_tail))
-    if any(word in said + text for word in ("LibraryNotLoaded", "ERR_NVGPUCTRPERM")):
-        raise BackendUnavailableError(
-            "ncu cannot read the GPU's hardware counters here (profiler library not loaded or no permission)"
-        )
-    _say(f"ncu finished in {time.time() - start:.1f} s ({len(text) // 1024} KiB of CSV); parsing the source page")
-    # ncu's ==ERROR== and "No kernels were profiled" lines may come on either stream
-    return raw, parse_source_csv("\n".join(notes) + "\n" + text if notes else text)
+            self._sink.close()
+            self._tmp.replace(self.raw)
+        finally:
+            self._discard()  # only a part file that did not become the CSV is left to remove
+        raw, err_tail, out_tail, notes = self.raw, self._err_tail, self._out_tail, self._notes
+        if timed_out:
+            last = " | ".join(list(err_tail)[-8:] + list(out_tail)[-4:])
+            raise NcuError(f"ncu did not finish within {self.timeout_s:g} s and was stopped; its output so far is in "
+                           f"{raw}; last lines: {last[-1500:]}")
+        text = raw.read_text(encoding="utf-8")
+        if rc != 0:
+            last = "\n".join(err_tail) or "\n".join(out_tail)
+            raise NcuError(f"ncu exited with {rc}: {last.strip()[-800:]}")
+        said = "\n".join(notes + list(err_tail))
+        if any(word in said + text for word in ("LibraryNotLoaded", "ERR_NVGPUCTRPERM")):
+            raise BackendUnavailableError(
+                "ncu cannot read the GPU's hardware counters here (profiler library not loaded or no permission)"
+            )
+        _say(f"ncu finished in {time.time() - self.started:.1f} s ({len(text) // 1024} KiB of CSV); parsing the source page")
+        # ncu's ==ERROR== and "No kernels were profiled" lines may come on either stream
+        return raw, parse_source_csv("\n".join(notes) + "\n" + text if notes else text)
 
 
 def check_arch(sass_arch: str | None, device_capability: tuple[int, int]) -> None:

@@ -264,6 +264,10 @@ def map_document(function: SassFunction, lined: SassFunction, profile) -> dict:
     return doc
 
 
+# The mapping run's steps that run while ncu does, where ncu starts first (StepClock).
+OVERLAPPED_STEPS = ("build", "disassemble")
+
+
 class StepClock:
     """Wall seconds of the mapping run's steps (``provenance.seconds``), the profiled process split
     by the phase stamps it writes (:data:`argus_rt.kinds.run_variant.TIMINGS_ENV`):
@@ -275,6 +279,11 @@ class StepClock:
     time up to that phase's stamp. The mapping run's other steps: ``build``, ``disassemble`` (the
     cubin read, :func:`read_cubin`), ``ncu``, ``reference`` (the parent's check of the profiled
     launch's outputs, CUDA programs described in JSON) and ``map``.
+
+    Where ncu starts before the build (:data:`BUILDS_ALONGSIDE_NCU`), ``build`` and ``disassemble``
+    (:data:`OVERLAPPED_STEPS`) run while ncu does: ``ncu`` is then the whole ncu run from its start, so
+    it overlaps them, and ``ncu_wait`` is the part of it after them, the time the mapping run waited;
+    the steps' sum exceeds the wall by the overlap.
 
     ``say`` (default: a line on stderr) announces each step as it starts and ends, so a long query
     shows what it is doing."""
@@ -294,9 +303,17 @@ class StepClock:
         self._last = now
         self._say(f"{step}: {self.seconds[step]:.1f} s")
 
-    def profiled_run(self, stamps_path: Path) -> None:
-        start, end = self._last, time.time()
-        self.lap("ncu")
+    def profiled_run(self, stamps_path: Path, started: float | None = None) -> None:
+        """Record the ncu step, split by the runner's stamps. ``started``: when ncu started, where that
+        was before the previous steps (they overlap it); else it started at the last lap."""
+        end = time.time()
+        if started is None:
+            start = self._last
+            self.lap("ncu")
+        else:
+            start = started
+            self.seconds["ncu"] = round(end - started, 3)
+            self.lap("ncu_wait")
         try:
             stamps = json.loads(stamps_path.read_text(encoding="utf-8"))
             main, run, ran = (float(stamps[k]) for k in ("main", "run", "ran"))
@@ -374,6 +391,14 @@ def read_cubin(cubin: Path, kernel: str):
     return function, elf_arch(elf) or sass_arch(listing)
 
 
+# Kinds whose profiled runner builds the variant itself (no hand-over) and whose build may run in two
+# processes at once: for these, Nsight Compute starts before this process builds and reads the
+# variant, and the two run side by side. Triton's on-disk cache writes each file through a temporary
+# directory of its own (pid and uuid) and os.replace, so two compiles of one kernel never see a
+# partial file. (numba's link step writes a fixed temporary name, so it is not here.)
+BUILDS_ALONGSIDE_NCU = frozenset({"triton"})
+
+
 def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: tuple[str, ...] = ("SourceCounters",)):
     """Build the marker-only variant, count per-PC executions with Nsight Compute, and map.
 
@@ -386,7 +411,10 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
     (``kernel``; else ``program.launch["kernel"]``) and runs it in the profiled process (``run_once``).
     For a kind that ``hands_over`` (CUDA), the profiled process launches the cubin built here, and when
     the kind ``saves_outputs`` (a launch described in JSON: no torch there) it saves its arguments and
-    this process checks them against the reference (``check_saved_run``, step ``reference``).
+    this process checks them against the reference (``check_saved_run``, step ``reference``). For a
+    kind in :data:`BUILDS_ALONGSIDE_NCU` (Triton), whose runner compiles the kernel itself, ncu starts
+    first and this process builds and reads the variant while it runs (``provenance.ncu_alongside``);
+    :func:`check_same_binary` then confirms that ncu profiled the binary mapped here.
     """
     from ..kinds.registry import get_kind
     from ..kinds.run_variant import variant_cubin
@@ -398,26 +426,45 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
     if not kernel:
         raise PcMapError(f"program {program.name!r}: no kernel named (launch['kernel'])")
     clock = StepClock()
-    clock.step(f"{program.name}: building the marker-only variant ({program.kind}; cached by content hash)")
-    cubin = variant_cubin(program, "marker_only")
-    clock.lap("build")
-    clock.step(f"reading {cubin.name} (cuobjdump -elf, nvdisasm -g) and its CFG")
-    function, arch = read_cubin(cubin, kernel)
-    ncu.check_arch(arch, device_capability())
+    running = None  # the ncu run, when it was started before the build
+    if not kind.hands_over and program.kind in BUILDS_ALONGSIDE_NCU:
+        cmd, env, stamps_path = mapping_command(program, outdir, kernel=kernel, sections=sections)
+        clock.step(f"Nsight Compute started on kernel {kernel_key(kernel)} only, its first launch, kernel replay; "
+                   f"its runner compiles the kernel itself, so this process builds and reads the variant meanwhile. "
+                   f"Command: {' '.join(cmd)}")
+        running = ncu.start_ncu_command(cmd, outdir=outdir, env=env)
+    try:
+        clock.step(f"{program.name}: building the marker-only variant ({program.kind}; cached by content hash)")
+        cubin = variant_cubin(program, "marker_only")
+        clock.lap("build")
+        clock.step(f"reading {cubin.name} (cuobjdump -elf, nvdisasm -g) and its CFG")
+        function, arch = read_cubin(cubin, kernel)
+        ncu.check_arch(arch, device_capability())
+    except BaseException:
+        if running is not None:
+            running.stop()  # the build failed: its error is the query's, and no half-written CSV stays
+        raise
     outputs = None
-    if kind.hands_over and kind.saves_outputs and kind.call("saves_outputs", program):
-        outputs = Path(outdir) / "profiled_run.npz"
-        outputs.unlink(missing_ok=True)  # only this run's launch may be checked
-    cmd, env, stamps_path = mapping_command(program, outdir, kernel=kernel, sections=sections,
-                                            cubin=cubin if kind.hands_over else None,
-                                            symbol=function.name if kind.hands_over else None, outputs=outputs)
+    if running is None:
+        if kind.hands_over and kind.saves_outputs and kind.call("saves_outputs", program):
+            outputs = Path(outdir) / "profiled_run.npz"
+            outputs.unlink(missing_ok=True)  # only this run's launch may be checked
+        cmd, env, stamps_path = mapping_command(program, outdir, kernel=kernel, sections=sections,
+                                                cubin=cubin if kind.hands_over else None,
+                                                symbol=function.name if kind.hands_over else None, outputs=outputs)
     clock.lap("disassemble")
     sections_run = [cmd[k + 1] for k, word in enumerate(cmd) if word == "--section"]
-    clock.step(f"Nsight Compute on kernel {kernel_key(kernel)} only, its first launch, kernel replay "
-               f"({len(function.instructions)} SASS instructions; sections {', '.join(sections_run)}); "
-               f"the runner's own lines follow. Command: {' '.join(cmd)}")
-    raw, profiles = ncu.run_ncu_command(cmd, outdir=outdir, env=env)
-    clock.profiled_run(stamps_path)
+    what = f"{len(function.instructions)} SASS instructions; sections {', '.join(sections_run)}"
+    if running is None:
+        clock.step(f"Nsight Compute on kernel {kernel_key(kernel)} only, its first launch, kernel replay "
+                   f"({what}); the runner's own lines follow. Command: {' '.join(cmd)}")
+        raw, profiles = ncu.run_ncu_command(cmd, outdir=outdir, env=env)
+        clock.profiled_run(stamps_path)
+    else:
+        clock.step(f"waiting for Nsight Compute on kernel {kernel_key(kernel)} ({what}), started "
+                   f"{time.time() - running.started:.1f} s ago")
+        raw, profiles = running.wait()
+        clock.profiled_run(stamps_path, started=running.started)
     reference = None
     if outputs is not None:
         clock.step(f"checking the profiled launch's outputs against {program.launch.get('reference')}")
@@ -432,6 +479,8 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
                          "weights": "ncu 'Instructions Executed' (warp-level) of the same cubin",
                          "ncu_command": cmd[1:cmd.index(sys.executable)] if sys.executable in cmd else cmd[1:],
                          "seconds": clock.seconds}
+    if running is not None:
+        doc["provenance"]["ncu_alongside"] = list(OVERLAPPED_STEPS)
     if kind.mapping_provenance:
         doc["provenance"].update(kind.call("mapping_provenance", program))
     if outputs is not None:
