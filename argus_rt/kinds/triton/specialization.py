@@ -17,6 +17,9 @@ module that touches them: a Triton without them gets :class:`SpecializationUnava
 """
 from __future__ import annotations
 
+import contextlib
+import sys
+import threading
 from dataclasses import dataclass, field
 
 from ...errors import ArgusInputError
@@ -118,6 +121,26 @@ def _internals():
     return make
 
 
+@contextlib.contextmanager
+def _without_torch_import():
+    """Keep the binder from importing torch where nothing else has: the first call of Triton's native
+    ``specialize_impl`` imports torch only to register a fast path for ``torch.Tensor`` arguments (it
+    clears the ImportError and falls back to any object with ``data_ptr``), and the stand-ins here
+    are not torch tensors, so the specialisation is the same (checked on every example kernel by
+    tests/test_triton_specialization.py). That import is seconds in a process that needs no torch (the CLI's
+    plan-time check, ``discover``). ``sys.modules["torch"] = None`` makes the import fail; only while
+    this is the process's one thread, so no other thread's import of torch can see it."""
+    if "torch" in sys.modules or threading.active_count() > 1:
+        yield
+        return
+    sys.modules["torch"] = None
+    try:
+        yield
+    finally:
+        if "torch" in sys.modules and sys.modules["torch"] is None:
+            del sys.modules["torch"]
+
+
 def _jit_options(fn, kwargs: dict) -> dict:
     """The options ``JITFunction.run`` adds before binding (debug, instrumentation mode)."""
     from triton import knobs
@@ -145,7 +168,8 @@ def specialize(fn, args: dict, kwargs: dict, target):
     binder = make_binder(fn.signature, fn.params, backend)
     run_kwargs = _jit_options(fn, {**args, **kwargs})
     try:
-        bound, specialization, options = binder(**run_kwargs)
+        with _without_torch_import():
+            bound, specialization, options = binder(**run_kwargs)
     except TypeError as exc:  # a parameter without a value
         raise LaunchArgumentError(f"kernel {fn.__name__!r}: {exc}; give every non-constexpr parameter in "
                                   f"launch.args and every constexpr in launch.constexprs") from None
