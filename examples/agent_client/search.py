@@ -1,0 +1,212 @@
+"""The fixed-budget search both policies run; they differ only in the order they try knob moves.
+
+A **trial** is one configuration measured at every tuning shape (one ``fork`` + one ``query`` per
+shape). Trial 1 is the program's own configuration, the baseline of every speedup. Its score is
+the geometric mean over the tuning shapes of ``time(start) / time(config)``; a configuration that
+fails at any tuning shape (no fork, a failed collection, a reference-check failure) is a failed
+trial: it uses its slot of the budget and is never accepted.
+
+Local search: from the incumbent, the candidates are one-step moves of one knob (``BK`` 64 -> 128),
+then, once those are all tried, one-step moves of two knobs; configurations already tried, or that
+cannot run at some tuning shape without going out of bounds (:meth:`KernelSpec.valid`; these are
+never run and use no budget), are skipped. A candidate becomes the incumbent when its score beats
+the incumbent's by more than ``min_gain`` (relative), so run-to-run noise does not walk the search.
+
+* policy ``time`` (a): moves in a seeded random order (seeded by kernel, seed and incumbent, so both
+  policies see the same order from the same incumbent);
+* policy ``regions`` (b): the same order, re-sorted stably so that the moves the incumbent's
+  :class:`~.evidence.Diagnosis` names (the kernel's ``remedies`` for its bottleneck) come first.
+  The diagnosis is asked once per incumbent, on the first tuning shape; its queries are not trials.
+
+Held-out shapes are measured after the search, for the start and the best configuration only.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from itertools import combinations
+from typing import Protocol
+
+from .evidence import Diagnosis
+from .kernels import KernelSpec, shape_label
+
+POLICIES = ("time", "regions")
+
+
+class SearchError(RuntimeError):
+    """The search cannot start (the baseline itself fails) or was asked for something impossible."""
+
+
+@dataclass
+class Measurement:
+    shape: str
+    time_ns: float | None            # kernel_time's untraced_median; None: failed
+    failure: str | None = None
+    version: str | None = None       # the fork's program version id
+    rel_error: float | None = None   # against the PyTorch reference, as the collection checked it
+    seconds: float = 0.0             # client wall time of this fork + query
+
+
+@dataclass
+class Trial:
+    index: int                       # 1-based
+    config: dict
+    move: str
+    measurements: list[Measurement]
+    score: float | None              # geomean speedup over the start on the tuning shapes
+    accepted: bool
+    best_score: float                # the incumbent's score after this trial
+    seconds: float
+
+    @property
+    def failure(self) -> str | None:
+        return next((f"{m.shape}: {m.failure}" for m in self.measurements if m.failure), None)
+
+
+@dataclass
+class SearchResult:
+    kernel: str
+    policy: str
+    budget: int
+    tuning: list[str]
+    held_out: list[str]
+    trials: list[Trial]
+    best_trial: int
+    stopped: str
+    diagnoses: list[dict] = field(default_factory=list)  # {"after_trial", "config", ...Diagnosis}
+    shape_speedups: list[dict] = field(default_factory=list)  # per shape: start/best ns, speedup, held_out
+    diagnosis_seconds: float = 0.0
+
+    @property
+    def best_config(self) -> dict:
+        return self.trials[self.best_trial - 1].config
+
+    def to_dict(self) -> dict:
+        doc = asdict(self)
+        for t, d in zip(self.trials, doc["trials"]):
+            d["failure"] = t.failure
+        return doc
+
+
+class Evaluator(Protocol):
+    async def measure(self, config: dict, shape: dict) -> Measurement: ...
+    async def diagnose(self, config: dict, shape: dict) -> tuple[Diagnosis, float]: ...
+
+
+def config_key(config: dict) -> tuple:
+    return tuple(sorted(config.items()))
+
+
+def _step(spec: KernelSpec, config: dict, knob: str, direction: int) -> dict | None:
+    k = spec.knob(knob)
+    i = k.index(config[knob]) + direction
+    return {**config, knob: k.values[i]} if 0 <= i < len(k.values) else None
+
+
+def candidate_moves(spec: KernelSpec, incumbent: dict, tuning: list[dict], tried: set) -> list[tuple]:
+    """Untried, in-bounds moves from ``incumbent``: one-knob moves, or two-knob ones when none is left.
+    Each is (((knob, direction), ...), config)."""
+    singles = [((k.name, d),) for k in spec.knobs for d in (+1, -1)]
+    for moves in (singles, [a + b for a, b in combinations(singles, 2) if a[0][0] != b[0][0]]):
+        out = []
+        for move in moves:
+            config = incumbent
+            for knob, direction in move:
+                config = config and _step(spec, config, knob, direction)
+            if config is None or config_key(config) in tried:
+                continue
+            if any(spec.valid(config, s) for s in tuning):
+                continue
+            out.append((move, config))
+        if out:
+            return out
+    return []
+
+
+def order_moves(spec: KernelSpec, moves: list[tuple], incumbent: dict, policy: str, seed: int,
+                diagnosis: Diagnosis | None) -> list[tuple]:
+    """Policy (a)'s seeded random order; policy (b) moves the diagnosis' remedies to the front."""
+    rng = random.Random(f"{spec.name}:{seed}:{config_key(incumbent)}")
+    moves = sorted(moves, key=lambda m: m[0])
+    rng.shuffle(moves)
+    if policy == "time" or diagnosis is None or diagnosis.bottleneck is None:
+        return moves
+    remedies = list(spec.remedies.get(diagnosis.bottleneck, ()))
+
+    def rank(move) -> int:
+        return min((remedies.index(part) for part in move[0] if part in remedies), default=len(remedies))
+    return sorted(moves, key=rank)
+
+
+def move_label(move) -> str:
+    return ", ".join(f"{knob} {'+' if d > 0 else '-'}1" for knob, d in move)
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+async def run_search(spec: KernelSpec, evaluator: Evaluator, tuning: list[dict], held_out: list[dict], *,
+                     budget: int, policy: str, seed: int = 0, min_gain: float = 0.02, log=print) -> SearchResult:
+    if policy not in POLICIES:
+        raise SearchError(f"policy {policy!r} unknown; valid: {', '.join(POLICIES)}")
+    if budget < 1:
+        raise SearchError(f"--budget {budget}: needs at least 1 trial (the starting configuration)")
+    labels = [shape_label(s) for s in tuning]
+
+    async def measure_all(config: dict) -> tuple[list[Measurement], float]:
+        start = time.perf_counter()
+        out = [await evaluator.measure(config, s) for s in tuning]
+        return out, time.perf_counter() - start
+
+    start_cfg = spec.start
+    base, secs = await measure_all(start_cfg)
+    if any(m.time_ns is None for m in base):
+        raise SearchError(f"{spec.name}: the starting configuration fails, so there is no baseline: "
+                          + "; ".join(f"{m.shape}: {m.failure}" for m in base if m.failure))
+    base_ns = {m.shape: m.time_ns for m in base}
+    trials = [Trial(1, start_cfg, "start", base, 1.0, True, 1.0, secs)]
+    log(f"[{spec.name} {policy}] trial 1 start {start_cfg}: " + ", ".join(f"{m.shape} {m.time_ns:.0f} ns" for m in base)
+        + f" ({secs:.1f} s)")
+    incumbent, best, best_trial = start_cfg, 1.0, 1
+    tried = {config_key(start_cfg)}
+    diagnoses: list[dict] = []
+    diagnosis, diag_for, diag_seconds = None, None, 0.0
+    stopped = "budget spent"
+    while len(trials) < budget:
+        if policy == "regions" and diag_for != config_key(incumbent):
+            diagnosis, took = await evaluator.diagnose(incumbent, tuning[0])
+            diag_for, diag_seconds = config_key(incumbent), diag_seconds + took
+            diagnoses.append({"after_trial": len(trials), "config": incumbent, "seconds": took, **diagnosis.to_dict()})
+            log(f"[{spec.name} {policy}] diagnosis of {incumbent}: {diagnosis.bottleneck} ({diagnosis.rule})")
+        moves = candidate_moves(spec, incumbent, tuning, tried)
+        if not moves:
+            stopped = "no untried in-bounds move from the incumbent"
+            break
+        move, config = order_moves(spec, moves, incumbent, policy, seed, diagnosis)[0]
+        tried.add(config_key(config))
+        measured, secs = await measure_all(config)
+        ok = all(m.time_ns is not None for m in measured)
+        score = geomean(base_ns[m.shape] / m.time_ns for m in measured) if ok else None
+        accepted = score is not None and score > best * (1 + min_gain)
+        if accepted:
+            incumbent, best, best_trial = config, score, len(trials) + 1
+        trial = Trial(len(trials) + 1, config, move_label(move), measured, score, accepted, best, secs)
+        trials.append(trial)
+        log(f"[{spec.name} {policy}] trial {trial.index} {trial.move}: "
+            + (f"speedup {score:.3f}" if ok else f"FAILED ({trial.failure})")
+            + (" accepted" if accepted else "") + f" ({secs:.1f} s)")
+    speedups = [{"shape": m.shape, "held_out": False, "start_ns": base_ns[m.shape], "best_ns": m.time_ns,
+                 "speedup": base_ns[m.shape] / m.time_ns, "failure": None}
+                for m in trials[best_trial - 1].measurements]
+    for shape in held_out:  # never seen by the search: measured once it is over
+        s, b = await evaluator.measure(start_cfg, shape), await evaluator.measure(incumbent, shape)
+        ok = s.time_ns is not None and b.time_ns is not None
+        speedups.append({"shape": s.shape, "held_out": True, "start_ns": s.time_ns, "best_ns": b.time_ns,
+                         "speedup": s.time_ns / b.time_ns if ok else None,
+                         "failure": None if ok else (s.failure and f"start: {s.failure}") or f"best: {b.failure}"})
+    return SearchResult(spec.name, policy, budget, labels, [shape_label(s) for s in held_out], trials, best_trial,
+                        stopped, diagnoses, speedups, diag_seconds)
