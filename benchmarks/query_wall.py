@@ -117,19 +117,31 @@ def one_query(path: Path, signals: str, scratch: Path) -> tuple[float, dict]:
 
 
 def mapping_run_seconds(ws_dir: Path) -> str:
-    """``"build 1.2, disassemble 0.3, ncu 9.8 (ncu_to_main 3.1, ...), map 0.4"``: the mapping run's
-    steps (its ``provenance.seconds``), read from the query's workspace."""
+    """``"build 1.2, disassemble 0.3, ncu 9.8 (ncu_to_main 3.1, runner_run 5.0 [torch 1.9, ...], ...), map 0.4"``:
+    the mapping run's steps (its ``provenance.seconds``), read from the query's workspace. The runner's
+    own phases (``runner_run.<phase>``) go in brackets after ``runner_run``; where ncu ran alongside the
+    build (``provenance.ncu_alongside``) the ncu part says so, and ``ncu_wait`` is what was left of it after them."""
     from argus_rt.workspace import Workspace
 
     with Workspace(ws_dir) as ws:
         for task in ws.tasks():
             if task["op"] == "pcmap" and task["status"] == "done":
-                seconds = ws.outputs(task["id"])["pc_region_counts"].read_json()["provenance"].get("seconds", {})
-                inner = ("ncu_to_main", "runner_setup", "runner_run", "ncu_after_exit")
-                split = ", ".join(f"{k} {seconds[k]:.1f}" for k in inner if k in seconds)
-                return ", ".join(f"{k} {v:.1f}" + (f" ({split})" if k == "ncu" and split else "")
-                                 for k, v in seconds.items() if k not in inner)
+                prov = ws.outputs(task["id"])["pc_region_counts"].read_json()["provenance"]
+                return format_mapping_seconds(prov.get("seconds", {}), prov.get("ncu_alongside", []))
     return ""
+
+
+def format_mapping_seconds(seconds: dict, alongside: list) -> str:
+    """One line of a mapping run's ``provenance.seconds`` (see :func:`mapping_run_seconds`)."""
+    inner = ("ncu_to_main", "runner_setup", "runner_run", "ncu_after_exit")
+    phases = ", ".join(f"{k.removeprefix('runner_run.')} {v:.1f}" for k, v in seconds.items()
+                       if k.startswith("runner_run."))
+    split = ", ".join(f"{k} {seconds[k]:.1f}" + (f" [{phases}]" if k == "runner_run" and phases else "")
+                      for k in inner if k in seconds)
+    if alongside:
+        split += ("; " if split else "") + "alongside " + ", ".join(alongside)
+    return ", ".join(f"{k} {v:.1f}" + (f" ({split})" if k == "ncu" and split else "")
+                     for k, v in seconds.items() if k not in inner and not k.startswith("runner_run."))
 
 
 def by_op(report: dict) -> str:

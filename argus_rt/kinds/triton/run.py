@@ -63,8 +63,19 @@ def triton_cubin(program, variant: str) -> Path:
 
 def run_triton_once(program, variant: str, *, rtol: float | None = None, check_jit: bool = True) -> dict:
     """Compile, launch once on fresh inputs, compare with the module's plain reference, then check the
-    kernel's TTGIR equals the JIT's (:mod:`argus_rt.kinds.triton.jit_equivalence`)."""
+    kernel's TTGIR equals the JIT's (:mod:`argus_rt.kinds.triton.jit_equivalence`).
+
+    ``phase_stamps`` ({phase: ``time.time()`` at its end}: ``torch`` (import, CUDA visible), ``compile``
+    (module import, specialisation, Triton's cached compile), ``inputs``, ``launch`` (the recorded
+    launch: under ncu, its replay), ``reference``, ``jit_check``) split a profiled run's time
+    (:class:`argus_rt.backends.pcmap.StepClock`, ``runner_run.<phase>``)."""
     import inspect
+    import time
+
+    stamps: dict[str, float] = {}
+
+    def phase(name: str) -> None:
+        stamps[name] = time.time()
 
     import torch
 
@@ -72,15 +83,21 @@ def run_triton_once(program, variant: str, *, rtol: float | None = None, check_j
         raise BackendUnavailableError(f"no CUDA GPU visible to torch {torch.__version__}")
     from .jit_equivalence import check_against_jit
 
+    phase("torch")
     mod, compiled = triton_compile(program, variant)
+    phase("compile")
     inputs = mod.make_inputs()
+    phase("inputs")
     out = mod.run(compiled, inputs)  # the launch a profiler (ncu -c 1) records: Argus's kernel, first
+    phase("launch")
     params = inspect.signature(mod.reference).parameters
     want = mod.reference(**{k: v for k, v in inputs.items() if k in params})
     rtol = float(program.launch.get("rtol", 1e-2)) if rtol is None else rtol
     err = ((out.double() - want.double()).norm() / want.double().norm()).item()
     if not err <= rtol:  # NaN fails too
         raise ReferenceMismatchError(f"Triton output differs from the reference: relative error {err:.3g} > {rtol}")
+    phase("reference")
     # after the recorded launch, and untimed (a profiler perturbs times): the JIT builds the same TTGIR
     jit = check_against_jit(program, mod, timing=False) if check_jit else None
-    return {"symbol": program.launch.get("kernel"), "max_rel_err": err, "jit_check": jit}
+    phase("jit_check")
+    return {"symbol": program.launch.get("kernel"), "max_rel_err": err, "jit_check": jit, "phase_stamps": stamps}
