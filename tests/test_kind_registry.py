@@ -84,15 +84,15 @@ def _program_dir(tmp_path, kind):
 
 def test_the_builtin_kinds_are_the_registry_lines():
     assert kind_names()[:4] == ("cuda", "triton", "cupy", "numba")
-    assert [m.rsplit(".", 2)[-2] for m in registry.KIND_MODULES] == ["cuda", "triton", "cupy", "numba"]
-    assert traced_kind_names() == {"cuda", "triton", "cupy", "numba"}
+    assert [m.rsplit(".", 2)[-2] for m in registry.KIND_MODULES] == ["cuda", "triton", "cupy", "numba", "proton"]
+    assert traced_kind_names() == {"cuda", "triton", "cupy", "numba", "proton"}
 
 
 def test_reading_the_registry_imports_no_compiler():
     code = ("import sys; from argus_rt.kinds.registry import kinds; ks = kinds(); "
             "print(len(ks), *(m in sys.modules for m in ('torch', 'triton', 'cupy', 'numba')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert out.stdout.split() == ["6", "False", "False", "False", "False"], out.stderr[-2000:]
+    assert out.stdout.split() == ["7", "False", "False", "False", "False"], out.stderr[-2000:]
 
 
 def test_an_unknown_kind_is_one_line_listing_the_registered_ones(tmp_path):
@@ -177,4 +177,4 @@ def test_the_kinds_compiler_hook_is_part_of_the_program_identity(tmp_path):
 
 
 def test_every_compiling_builtin_kind_names_its_compiler():
-    assert {k.name for k in registry.kinds() if k.compiler} == {"cuda", "triton", "cupy", "numba"}
+    assert {k.name for k in registry.kinds() if k.compiler} == {"cuda", "triton", "cupy", "numba", "proton"}

@@ -146,13 +146,14 @@ def check_program(program) -> None:
     check_scopes_are_regions(kernel_scopes(program), [r.name for r in program.regions], where)
 
 
-def region_of_scope(program) -> dict[str, str]:
-    """{Proton scope name: qualified region name} of a proton program's declared regions (each region's
-    last path component is its scope's name; :func:`check_program` has checked they are the scopes)."""
-    out: dict[str, str] = {}
+def region_of_scope(program) -> dict:
+    """{Proton scope name: :class:`argus_rt.regions.Region`} of a proton program's declared regions (a
+    region's last path component is its scope's name; :func:`check_program` has checked they are the
+    kernel's scopes)."""
+    out: dict = {}
     for region in program.regions:
         if region.leaf in out:
-            raise ProtonScopeError(f"program {program.name}: regions {out[region.leaf]!r} and {region.name!r} end in "
-                                   f"the same name; Proton names records by scope name only")
-        out[region.leaf] = region.name
+            raise ProtonScopeError(f"program {program.name}: regions {out[region.leaf].name!r} and {region.name!r} end "
+                                   "in the same name; Proton names records by scope name only")
+        out[region.leaf] = region
     return out
