@@ -37,6 +37,7 @@ if mode == "fail":
     sys.exit(3)
 args = sys.argv[1:]
 assert "--cubin" not in args and "--symbol" not in args, args  # the runner builds the kernel itself
+assert args[args.index("--target-processes") + 1] == "application-only", args
 from argus_rt.backends.pcmap import read_cubin, static_ownership
 from argus_rt.kinds.triton.program import program_compiled
 from argus_rt.program import ProgramVersion
@@ -172,3 +173,21 @@ def test_kinds_that_hand_the_cubin_over_start_ncu_after_the_build():
 
     assert all(not get_kind(name).hands_over for name in BUILDS_ALONGSIDE_NCU)
     assert "cuda" not in BUILDS_ALONGSIDE_NCU and "triton" in BUILDS_ALONGSIDE_NCU
+
+
+def test_the_mapping_command_profiles_the_runner_s_own_process_only(tmp_path, monkeypatch):
+    """The runner launches the kernel itself; the helpers it starts (Triton's ``ptxas --version``,
+    ``ldconfig -p``) launch none, so ncu does not attach to them."""
+    from argus_rt.backends import ncu
+    from argus_rt.backends.pcmap import mapping_command
+
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("ARGUS_NCU", str(fake))
+    cmd, _env, _stamps = mapping_command(load_program(SOFTMAX), tmp_path, kernel="softmax_kernel")
+    assert cmd[cmd.index("--target-processes") + 1] == "application-only"
+    plain = ncu.ncu_command(["./a.out"], ncu="/x/ncu")
+    assert plain[plain.index("--target-processes") + 1] == "all"  # a user's program may run kernels in a child
+    with pytest.raises(ValueError, match="target_processes 'some' unknown; valid: all, application-only"):
+        ncu.ncu_command(["./a.out"], ncu="/x/ncu", target_processes="some")

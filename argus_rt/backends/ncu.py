@@ -258,18 +258,27 @@ def find_ncu() -> Path:
         raise BackendUnavailableError(str(exc)) from exc
 
 
+TARGET_PROCESSES = ("all", "application-only")
+
+
 def ncu_command(program: list[str], kernel: str | None = None, *, launches: int = 1, launch_skip: int = 0,
-                sections: tuple[str, ...] = DEFAULT_SECTIONS, ncu: str | os.PathLike | None = None) -> list[str]:
-    """The ncu argument list (no shell) for per-PC counters of ``kernel`` in ``program``."""
+                sections: tuple[str, ...] = DEFAULT_SECTIONS, ncu: str | os.PathLike | None = None,
+                target_processes: str = "all") -> list[str]:
+    """The ncu argument list (no shell) for per-PC counters of ``kernel`` in ``program``.
+    ``target_processes``: ``"all"`` (the program and every process it starts: a user's program may
+    launch its kernels in a child) or ``"application-only"`` (the program's own process: ncu does not
+    attach to the short helper processes it starts)."""
     if not program:
         raise ValueError("program must be a non-empty argument list, e.g. ['./a.out', '128']")
     if launches < 1 or launch_skip < 0:
         raise ValueError(f"launches must be >= 1 and launch_skip >= 0, got {launches}, {launch_skip}")
+    if target_processes not in TARGET_PROCESSES:
+        raise ValueError(f"target_processes {target_processes!r} unknown; valid: {', '.join(TARGET_PROCESSES)}")
     cmd = [str(ncu or find_ncu())]
     for s in sections:
         cmd += ["--section", s]
     cmd += ["--page", "source", "--print-source", "sass", "--csv", "--clock-control", "none",
-            "--replay-mode", "kernel", "--target-processes", "all", "-c", str(launches)]
+            "--replay-mode", "kernel", "--target-processes", target_processes, "-c", str(launches)]
     if launch_skip:
         cmd += ["-s", str(launch_skip)]
     if kernel:

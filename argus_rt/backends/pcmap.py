@@ -342,7 +342,8 @@ def mapping_command(program, outdir: Path, *, kernel: str, sections: tuple[str, 
     """The Nsight Compute run of the mapping (nothing is run): (ncu argv, its environment, the path
     the profiled runner writes its phase stamps to). The argv profiles ``kernel`` only
     (``-k regex:<kernel>``), its first launch only (``-c 1``), by kernel replay, in the runner of
-    the program's marker-only variant (:mod:`argus_rt.kinds.run_variant`). ``cubin``/``symbol``: the
+    the program's marker-only variant (:mod:`argus_rt.kinds.run_variant`), that process only
+    (``--target-processes application-only``). ``cubin``/``symbol``: the
     binary this process built and read, which the runner launches as is; ``outputs``: where the
     runner saves the launch's arguments for this process's reference check instead of checking them."""
     from ..kinds.run_variant import TIMINGS_ENV, runner_argv, runner_env
@@ -352,7 +353,9 @@ def mapping_command(program, outdir: Path, *, kernel: str, sections: tuple[str, 
     env, stamps_path = runner_env(), Path(outdir) / "run_timings.json"
     env[TIMINGS_ENV] = str(stamps_path)
     argv = runner_argv(program, "marker_only", Path(outdir), cubin=cubin, symbol=symbol, outputs=outputs)
-    cmd = ncu.ncu_command(argv, kernel, launches=1, sections=sections)
+    # The runner launches the kernel in its own process. What it starts (Triton's `ptxas --version` and
+    # `ldconfig -p`, nvcc where a runner builds) launches no kernel: ncu need not attach to those.
+    cmd = ncu.ncu_command(argv, kernel, launches=1, sections=sections, target_processes="application-only")
     return cmd, env, stamps_path
 
 
