@@ -21,49 +21,28 @@ Usage: python benchmarks/query_wall.py [--repeats N] [--only NAME[,NAME]]
 Exit code 2 without a CUDA GPU (nothing is measured).
 
 PREDICTION for the next device run (2026-12-01, after the query-speed commits that follow the
-15:33 record; a CPU-side estimate, NOT measured on a GPU). Device command: QUERY_ONLY=cuda,softmax
-SUITE_S=1 bash scripts/gpu_triton_check.sh. Baseline: docs/gpu_runs/2026-12-01_1533_query_wall/
-(cuda 21.1 s, softmax 26.8 s), taken before gpu_env.sh's PYTHONPYCACHEPREFIX, so every torch import
-there also compiled ~1,100 modules (3.1 s in the profiled CLI). What changed, and what it was worth
-on the CPU here (2 shared cores, load ~2; torch import 2.0 s, a disassembler start 0.35-0.7 s):
-  - the CUDA kind's profiled process (under ncu) gets the cubin and symbol from the parent, draws its
-    inputs with NumPy, launches through the driver API and saves its arguments (.npz); it imports
-    neither torch nor Triton. Its CPU part: 4.2 s (interpreter, imports 0.34, torch 2.06, build-cache
-    check 0.03, kernel lookup by cuobjdump -sass plus the tool finder's Triton import 0.86) -> 0.49 s.
-  - the parent checks those saved outputs (step `reference`): 0.04 s once torch is loaded, 2.2 s if
-    it must import it; the warm worker has loaded it during the ncu run.
-  - one disassembler run in the mapping run (nvdisasm -g; arch, functions and jump tables from
-    cuobjdump -elf, 10 ms): 1.32 -> 0.73 s; kernel symbol of the traced cubin from the ELF: 0.70 -> 0.04 s.
-  - device workers start with the Runtime and import torch, open their CUDA context and import
-    Triton in a background thread (GPU hosts; $ARGUS_WARM_WORKERS); workers leave with os._exit
-    (Runtime.close 1.4 -> 0.1 s); the variant Transform prebuilds CUDA cubins on the CPU pool.
-    CPU stand-in query (examples/cuda instruction_mix,barrier_count, stand-in ncu that runs the
-    real runner on tests/stub_driver): cold wall 6.6-6.7 s (build 0.6, reference 1.7-2.0), warm
-    4.5-6.2 s (build 0.0, reference 0.0; on 2 cores the background import competes with nvcc).
-Predicted step split on one H200 (old -> new, seconds):
-  cuda, latency,instruction_mix,barrier_count: CLI 21.1 -> ~8.5 (7.5-10.5)
-    outside the runtime 1.5 -> ~1.0 (Runtime.close without finalising the children);
-    transform:variant 0.0 -> ~1.1 (CPU pool start 0.3, both nvcc builds in parallel ~0.8), while
-      the worker warms up (torch ~1.5-2 with bytecode, context ~0.4, Triton ~0.3);
-    collect:pcmap 11.6 -> ~4.6: build 0.7 -> 0.05 (cache hit), disassemble 0.7 -> 0.45 (cuobjdump -elf
-      0.02 + nvdisasm -g ~0.35 + capability from the driver), ncu 9.4 -> ~3.5 (ncu_to_main 1.1 -> 1.1;
-      runner_run 7.2 -> ~1.5: cuInit and the primary context under ncu ~0.5, the replayed launch
-      ~0.5-1 -- the two parts not measurable here -- saving 256 KiB; ncu_after_exit 1.2 -> ~0.9, no
-      torch to finalise), reference new ~0.1, map 0.5 -> 0.15 (its nvdisasm run is gone), task ~0.3;
-    collect:trace 7.2 (13:11 record, torch already loaded: 1.9) -> ~1.0 (no nvcc, no cuobjdump
-      -sass, torch and context from the warm-up; +up to ~1.5 if it runs first and the warm-up is
-      not done), synthesize after the last collect ~0.4. Runtime ~7.1-8.6.
-  softmax, instruction_mix,barrier_count: CLI 26.8 -> ~16.5 (14-19)
-    outside the runtime 7.8 -> ~4.6 (check_compiles' torch import in the CLI with bytecode ~-2.5,
-      not this change; Runtime.close ~-0.7);
-    collect:pcmap 17.8 -> ~10.7: the 5.1 s before the mapping run's clock (mapping_run imported torch
-      first) -> ~0; build 0.9 -> ~2.0 (it now waits for the warm-up's torch and Triton imports,
-      which start with the Runtime); disassemble 0.7 -> 0.45; ncu 10.6 -> ~7.8 (runner_run 8.4 ->
-      ~5.7 from bytecode alone: a Triton program's own make_inputs/run/reference are torch, so its
-      profiled process keeps torch, Triton, the cached compile and the JIT check); map 0.5 -> 0.15;
-      synthesize ~0.7. Runtime ~11.8.
-  If cuda's ncu step stays above ~5 s, the replay or the context under ncu is the cost: read
-  runner_run against ncu_to_main/ncu_after_exit in `mapping_run`.
+18:10 record docs/gpu_runs/2026-12-01-1807-session5/query_wall.md; a CPU-side estimate, NOT measured
+on a GPU). Device command: source scripts/gpu_env.sh && python3 benchmarks/query_wall.py --repeats 2
+--only cuda,softmax. Baseline softmax 23.15 s: outside the runtime 6.0 s, collect:pcmap 15.7 s = build
+5.4 + disassemble 0.4 + ncu 9.6 (runner_run 8.0) + map 0.0, the rest of the runtime 1.5 s.
+What changed, and what it was worth on the CPU here (2 shared cores):
+  - the Triton mapping run starts ncu first and builds and reads the marker-only variant while ncu
+    runs (its runner compiles the kernel itself; check_same_binary still compares the two binaries):
+    build + disassemble leave the critical path. provenance.seconds: `ncu` is the whole ncu run from
+    its start (overlapping build and disassemble), `ncu_wait` what was left of it after them.
+  - the CLI's plan-time compile check no longer imports torch (Triton's native specialiser imported
+    it only for a torch.Tensor fast path): `argus plan` softmax with an empty Argus cache 3.7-3.9 s
+    -> 1.0-1.2 s; the CLI part of a query (wall minus the runtime's) 4.4-6.7 s -> 2.0-2.1 s.
+  - ncu attaches to the runner's process only (--target-processes application-only): a Triton compile
+    starts /sbin/ldconfig -p and ptxas --version twice, which no longer get ncu's injection. Not
+    measurable here.
+  - the Triton runner stamps its phases: `mapping_run` shows runner_run [torch, compile, inputs,
+    launch, reference, jit_check], so the next record says where the 8.0 s under ncu go.
+Predicted softmax: outside the runtime 6.0 -> ~3.5-4 (torch import and its exit, ~2-2.5 s);
+collect:pcmap 15.7 -> ~9.5-10.5 (ncu 9.6, maybe -0.3..1 from application-only, maybe +0.5 from the
+parallel build; ncu_wait ~3.5-4.5); rest of the runtime ~1.5. Wall ~14.5-16.5 s (target 20).
+cuda unchanged but for application-only: ~7.0-7.4 s (target 10).
+If softmax's ncu_wait is near 0, the parallel build is the longer branch: read build against ncu.
 """
 from __future__ import annotations
 
