@@ -148,6 +148,12 @@ def variant_rows() -> dict[str, dict]:
         # per warp: the rate is set by loads in flight x L2 latency), and the GEMV phases are near HBM-bound
         # while they run, so batching alone cannot gain; together, weights land in L2 while HBM is idle
         # (attention, combine, norms, hand-offs) and are read with 16 loads in flight (NOTES.md row 16)
+        # GEMV weights as bulk-copied 16 KiB pages, the first ones issued before the dependency wait
+        # (csrc/megakernel/ring.cuh; benchmarks/weight_stream.py: register streaming at 2 CTAs/SM makes a
+        # dependent L2 load on the SM ~7x slower, bulk copies ~1.3-2x; NOTES.md row 17)
+        "mk_ring2": {"ring_pages": 2},
+        "mk_ring3": {"ring_pages": 3},
+        "mk_ring4": {"ring_pages": 4},
         "mk_pf_batch": {"prefetch_own": True, "build_flags": ("-DMK_GEMV_BATCH=1",)},
         "mk_pfffn_batch": {"prefetch_own": ("gateup", "down"), "build_flags": ("-DMK_GEMV_BATCH=1",)},
         "mk_pfsmall_bchain": {"prefetch_own": ("qkv", "oproj"), "build_flags": BATCH_QKV + BATCH_O},

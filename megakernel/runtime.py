@@ -44,6 +44,7 @@ from .state import DecodeState
 CONFIG_CUH = CSRC / "megakernel" / "config.cuh"
 # Dynamic shared memory for weight staging: H200 allows 227 KiB per CTA, the static part is ~35 KiB.
 MAX_STAGE_BYTES = 190 * 1024
+RING_PAGE_BYTES = 16 * 1024  # csrc/megakernel/ring.cuh: RING_PAGE (tests/test_megakernel_ring.py checks they agree)
 # A stage that holds a 16-row down tile (16 x 5632 bf16) and a 16-feature gate/up tile (128 KiB).
 STAGE_DOWN16 = 16 * 5632 * 2
 
@@ -153,6 +154,12 @@ def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ..
     return () if tiles.fused_sample else ("-DMK_FUSED_SAMPLE=0",)
 
 
+def ring_smem_bytes(pages: int) -> int:
+    """Dynamic shared memory of a ring build (ring.cuh): the pages, then a partial sum per (tile row, warp)."""
+    lim = kernel_limits()
+    return pages * RING_PAGE_BYTES + lim["MAX_TILE_ROWS"] * lim["NWARPS"] * 4 if pages else 0
+
+
 class MegakernelError(RuntimeError):
     """The kernel stopped itself: a dependency deadline passed, a bad token, or a bad opcode."""
 
@@ -226,7 +233,7 @@ class MegakernelDecoder:
                  prefetch_ahead: int = 0, timeout_s: float = 2.0, argus_mode: int = 0,
                  sampling: SamplingParams | None = None, device: int = 0, stage_bytes: int = 0,
                  build_flags: tuple[str, ...] = (), prefetch_window: int | None = None,
-                 prefetch_own: bool | tuple[str, ...] = False):
+                 prefetch_own: bool | tuple[str, ...] = False, ring_pages: int = 0):
         from argus_rt.launch import CubinModule
 
         self.config = weights.config
@@ -236,6 +243,10 @@ class MegakernelDecoder:
             raise ValueError(f"prefetch_ahead must be >= 0 instructions, got {prefetch_ahead}")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s}")
+        # ring_pages > 0: GEMV weights as bulk-copied 16 KiB pages (csrc/megakernel/ring.cuh), which share the
+        # dynamic shared memory with staging: one or the other
+        if not isinstance(ring_pages, int) or not 0 <= ring_pages <= 8 or (ring_pages and stage_bytes):
+            raise ValueError(f"ring_pages must be an int in [0, 8] and 0 when stage_bytes is set, got {ring_pages!r}")
         self.device = torch.device("cuda", device)
         self.program: Program = build_decode_program(self.config, self.tiles)
         self.state = DecodeState.create(self.program, weights, self.device)
@@ -250,16 +261,19 @@ class MegakernelDecoder:
             raise ValueError(f"stage_bytes must be a multiple of 16 in [0, {MAX_STAGE_BYTES}] (0 = no shared-memory "
                              f"staging of weight tiles), got {stage_bytes}")
         self.stage_bytes = stage_bytes
+        self.ring_pages = ring_pages
+        self.dynamic_smem = stage_bytes + ring_smem_bytes(ring_pages)
         self.timeout_ns = int(timeout_s * 1e9)
         self.sampling = sampling or SamplingParams()
         self.n_forced = 1
         self.argus_mode = argus_mode
         # e.g. ("-DMK_BLOCKS_PER_SM=2",): csrc/megakernel/config.cuh knobs; plus the flags of the tile options
-        self.build_flags = tuple(build_flags) + option_flags(self.tiles, tuple(build_flags))
+        self.build_flags = tuple(build_flags) + option_flags(self.tiles, tuple(build_flags)) + \
+            ((f"-DMK_RING={ring_pages}",) if ring_pages else ())
         self.build = build(argus_mode, extra_flags=self.build_flags)
         self.module = CubinModule.load(self.build.cubin, device=device)
-        if stage_bytes:  # static (~35 KiB) + dynamic shared memory above 48 KiB needs the opt-in
-            self.module.set_max_dynamic_shared(KERNEL_NAME, stage_bytes)
+        if self.dynamic_smem:  # static (~35 KiB) + dynamic shared memory above 48 KiB needs the opt-in
+            self.module.set_max_dynamic_shared(KERNEL_NAME, self.dynamic_smem)
         self.launch_info = self._plan_grid(workers)
         self.stuck = torch.full((self.launch_info.grid, len(STUCK_WORDS)), -1, dtype=torch.int32, device=self.device)
         self.trace_session = None
@@ -273,7 +287,7 @@ class MegakernelDecoder:
         threads = kernel_limits()["THREADS"]
         sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         per_sm = _check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.module.function(KERNEL_NAME), threads,
-                                                                         self.stage_bytes),
+                                                                         self.dynamic_smem),
                         "cuOccupancyMaxActiveBlocksPerMultiprocessor")
         workers = per_sm * sms - 1 if workers is None else workers  # every co-resident slot but the scheduler's
         if workers < 1:
@@ -345,7 +359,7 @@ class MegakernelDecoder:
         self.error.zero_()
         self.stuck.fill_(-1)
         self.module.launch(KERNEL_NAME, grid=self.launch_info.grid, block=self.launch_info.threads,
-                           args=[self.params], shared_mem=self.stage_bytes, stream=stream, cooperative=True)
+                           args=[self.params], shared_mem=self.dynamic_smem, stream=stream, cooperative=True)
 
     def check_error(self) -> None:
         """Raise MegakernelError if the last launch stopped itself (synchronises)."""

@@ -151,3 +151,49 @@ def test_chain_rows_equal_the_default_bit_for_bit_full_model():
         del dec
         torch.cuda.empty_cache()
     assert differs == {}, f"rows that differ from the default (tokens equal?, differing buffers): {differs}"
+
+
+# Ring rows (csrc/megakernel/ring.cuh; FUSION_K=ring): GEMV weights as bulk-copied 16 KiB pages. The ring
+# needs rows of a multiple of 256 bf16 (the tiny model's 128 are not: its tiles would take the plain loop),
+# so the interpreter check runs a small model whose every GEMV K is one. Its sums are per (row, warp) in a
+# fixed order, not the plain loop's order: close to the default's, not bit-equal.
+RING_ROWS = ("mk_ring2", "mk_ring4")
+RING_CONFIG = dict(hidden=256, ffn=768, n_heads=8, n_kv_heads=2, head_dim=32, vocab=1024)
+
+
+def _ring_pages(name: str) -> int:
+    from benchmarks.decode import variant_rows
+
+    row = variant_rows()[name]
+    assert set(row) == {"ring_pages"}, f"{name} changes more than ring_pages: {row}"
+    return row["ring_pages"]
+
+
+@pytest.mark.parametrize("name", RING_ROWS)
+def test_ring_row_matches_interpreter(name):
+    weights = random_weights(get_config("tiny", **RING_CONFIG), seed=SEED + 7, device="cuda")
+    dec = _decoder(weights, tiles=TINY_TILES, ring_pages=_ring_pages(name))
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 8)).tolist()
+    dec.set_prompt(prompt)
+    for step in range(36):
+        before = dec.state.clone()
+        dec.run(step, 1)
+        wrong = localise(before, dec.state, step, n_forced=len(prompt), rtol=5e-3, device="cuda")
+        assert wrong is None, f"{name} step {step}: first instruction that differs from the interpreter: {wrong}"
+
+
+@pytest.mark.parametrize("name", RING_ROWS)
+def test_ring_row_logits_match_the_default_on_the_full_model(name):
+    c = get_config("tinyllama-1.1b", max_seq=256)
+    weights = random_weights(c, seed=SEED + 9, device="cuda")
+    prompt = torch.randint(0, c.vocab, (24,), generator=torch.Generator().manual_seed(SEED + 10)).tolist()
+    logits = {}
+    for label, kw in (("default", {}), (name, {"ring_pages": _ring_pages(name)})):
+        dec = _decoder(weights, **kw)
+        dec.set_prompt(prompt)
+        dec.run(0, len(prompt) - 1)  # every token forced: both decode the same sequence
+        logits[label] = dec.state.t["logits"].detach().float().clone()
+        del dec
+    ref = logits["default"]
+    err = (logits[name] - ref).abs().max().item() / ref.abs().max().item()
+    assert err < 1e-3, f"{name}: logits differ from the default binary's by {err:.3g} (relative to max |logit|)"

@@ -29,6 +29,9 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_BATCH_PLAIN
 #define MK_BATCH_PLAIN 0  // 1 (control, with MK_BATCH_QKV/O): gemv_tile_batch runs the plain loop (mk_chain_ctl)
 #endif
+#ifndef MK_RING
+#define MK_RING 0  // N > 0: GEMV weights as N bulk-copied 16 KiB pages per CTA (ring.cuh; mk_ringN, opt-in)
+#endif
 #ifndef MK_POLL2
 #define MK_POLL2 0  // 1: two pollers per dependency wait, staggered by half a poll period (sync.cuh; mk_poll2)
 #endif

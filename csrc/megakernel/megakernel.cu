@@ -29,6 +29,7 @@
 #include "gemv.cuh"
 #include "attention.cuh"
 #include "stage.cuh"
+#include "ring.cuh"
 
 namespace mk {
 
@@ -79,6 +80,9 @@ struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
   unsigned ticket;
   unsigned next_ticket;
   int ok;
+#if MK_RING
+  Ring ring;  // the weight page ring (ring.cuh; opt-in)
+#endif
 #if MK_POLL2
   int poll_seen;  // the two pollers' flag (sync.cuh: wait_counter_pair, poll_helper): 0 polling, 1 helper saw it, 2 done
 #endif
@@ -141,6 +145,13 @@ __device__ __forceinline__ void prefetch_tile(const char* ptr, unsigned bytes) {
 // with MK_BATCH_QKV / MK_BATCH_O), otherwise gemv_tile.
 template <bool kBatch = false>
 __device__ __forceinline__ void tile_gemv(const Params& p, Smem& s, const __nv_bfloat16* W, int K, int rows) {
+#if MK_RING
+  if (s.ring.bytes) {  // the tile's pages were started at ticket time (ring.cuh)
+    if (!ring_gemv(s.ring, K, rows, s.xs, s.out, (unsigned long long)p.timeout_ns) && threadIdx.x == 0)
+      raise_error(p, ERROR_STAGE_TIMEOUT, -1, -1, -1, -1);
+    return;
+  }
+#endif
   if (s.staged) {
     const int srows = (int)(s.staged / (2u * (unsigned)K));
     if (srows < rows) gemv_tile_as<kBatch>(W + (size_t)srows * K, K, rows - srows, s.xs, s.out + srows);
@@ -421,6 +432,9 @@ __device__ void worker(const Params& p, Smem& s) {
     s.poll_seen = 0;
 #endif
     if (p.stage_bytes > 0) stage_init(&s.stage_bar);
+#if MK_RING
+    ring_init(s.ring);
+#endif
   }
   __syncthreads();
   for (;;) {
@@ -442,7 +456,12 @@ __device__ void worker(const Params& p, Smem& s) {
         stage = min(bytes, fit * row_bytes);
       }
       if (stage && threadIdx.x == 0) stage_issue(&s.stage_bar, w, stage);  // into shared memory
+#if MK_RING
+      // Whole rows of 256 bf16 multiples (ring_gemv's warp-per-row-piece reads); other tiles take gemv_tile.
+      if (threadIdx.x == 0 && bytes > 0 && !stage && (row_bytes & 511u) == 0) ring_start_tile(s.ring, w, bytes);
+#else
       if (bytes > stage && !(s.ins[W_PF_FLAGS] & 1)) prefetch_tile(w + stage, bytes - stage);  // the rest into L2
+#endif
       if (threadIdx.x == 0) s.staged = (int)stage;
       // The host's prefetch plan: up to two weight ranges further down the stream (a byte window ahead).
 #pragma unroll
@@ -486,6 +505,9 @@ __device__ void worker(const Params& p, Smem& s) {
     ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
     if (!s.ok) {
       if (s.staged) stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);  // no copy outlives the CTA
+#if MK_RING
+      if (s.ring.bytes) ring_drain(s.ring, (unsigned long long)p.timeout_ns);
+#endif
       break;
     }
     bool bad = false;
@@ -516,6 +538,9 @@ __device__ void worker(const Params& p, Smem& s) {
       red_release_add(p.counters + s.ins[W_SIGNAL], 1u);  // ... before the counter says so
       s.ticket = s.next_ticket;
       if (s.staged) s.stage_phase ^= 1u;
+#if MK_RING
+      ring_end_tile(s.ring);
+#endif
 #if MK_POLL2
       s.poll_seen = 0;  // both pollers left their loops before the barrier after the wait
 #endif
