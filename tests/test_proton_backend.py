@@ -111,6 +111,14 @@ def test_every_record_becomes_one_occurrence_with_its_exact_cycles(program):
     assert set(cols["coord"]) == {pb.COORD_NONE}
 
 
+def test_the_launch_frame_is_found_wherever_it_sits_in_the_call_stack(program):
+    doc, _ = proton_chrome_trace(2, 2, 2)
+    want = _convert(program, doc, launches=1, ctas=2)["columns"]
+    for ev in doc["traceEvents"]:  # no kernel frame after it, one more host scope before it
+        ev["args"]["call_stack"] = ["ROOT", "outer", ev["args"]["call_stack"][1]]
+    assert _convert(program, doc, launches=1, ctas=2)["columns"] == want
+
+
 def test_the_scopes_nest_as_the_regions_do_and_a_child_outside_its_parent_is_a_problem(program):
     doc, _ = proton_chrome_trace(2, 2, 2)
     assert _convert(program, doc, launches=1, ctas=2)["nesting_violations"] == 0
@@ -132,8 +140,9 @@ def test_missing_warp_records_make_the_trace_incomplete(program):
     (lambda e: e.update(cat="other_kernel"), "record of kernel 'other_kernel'"),
     (lambda e: e.update(ph="B"), "has ph 'B'"),
     (lambda e: e.update(pid="softmax_kernel SM3"), "are not '<kernel> Core<sm> CTA<cta>'"),
-    (lambda e: e["args"].update(call_stack=["ROOT", "warmup", KERNEL]), "frame 'warmup' is not a launch scope"),
-    (lambda e: e["args"].update(call_stack=["ROOT", "argus_launch_9", KERNEL]), "is not a launch scope"),
+    (lambda e: e["args"].update(call_stack=["ROOT", "warmup", KERNEL]), "does not hold exactly one launch scope"),
+    (lambda e: e["args"].update(call_stack=["ROOT", "argus_launch_9", KERNEL]), "frame 'argus_launch_9' is not a launch"),
+    (lambda e: e["args"].update(call_stack=["ROOT", "argus_launch_x", KERNEL]), "frame 'argus_launch_x' is not a launch"),
     (lambda e: e.update(dur="12"), "dur is '12', not a number"),
 ])
 def test_a_record_that_is_not_what_proton_writes_is_refused(program, edit, message):

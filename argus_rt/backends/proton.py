@@ -21,8 +21,9 @@ per CTA and per warp (granularity ``warp``)::
 ``ts`` and ``dur`` are SM clock cycles divided by a nominal ``Frequency (MHz)`` of 1000 (Proton's
 presentation: cycles shown as ns, in microseconds), so ``cycles = value * freq``; durations are exact
 cycle counts, starts are exact within one CTA and aligned across CTAs by their init timestamps.
-``call_stack`` is Proton's host context of the launch, ending in the kernel name; the host scope the
-session runner opens around launch k makes its next-to-last frame ``argus_launch_<k>``. The
+``call_stack`` is Proton's host context of the launch (``ROOT``, the host scopes open at the launch,
+the kernel name); the host scope the session runner opens around launch k puts ``argus_launch_<k>``
+in it, which is how records are told apart by launch. The
 ``(line <row>)`` of ``tid`` is only the row Proton's viewer draws the slice on.
 """
 from __future__ import annotations
@@ -87,8 +88,9 @@ def read_proton_trace(path: Path) -> dict:
     return doc
 
 
-def _event_fields(ev, i: int) -> tuple:
-    """(scope name, kernel, sm, cta, warp, launch frame, ts, dur, freq) of trace event ``i``."""
+def _event_fields(ev, i: int, launch_scope: str) -> tuple:
+    """(scope name, kernel, sm, cta, warp, launch frame, ts, dur, freq) of trace event ``i``; the launch
+    frame is the one call-stack frame that starts with ``launch_scope``."""
     if not isinstance(ev, dict):
         raise ProtonTraceError(f"traceEvents[{i}] is {type(ev).__name__}, not an event object")
     if ev.get("ph") != "X":
@@ -101,14 +103,16 @@ def _event_fields(ev, i: int) -> tuple:
     args = ev.get("args") or {}
     stack, freq = args.get("call_stack"), args.get("Frequency (MHz)")
     ts, dur = ev.get("ts"), ev.get("dur")
-    if not (isinstance(stack, list) and len(stack) >= 2):
-        raise ProtonTraceError(f"traceEvents[{i}]: args.call_stack {stack!r} does not hold the launch scope and the kernel")
+    frames = [str(f) for f in stack if str(f).startswith(launch_scope)] if isinstance(stack, list) else []
+    if len(frames) != 1:
+        raise ProtonTraceError(f"traceEvents[{i}]: args.call_stack {stack!r} does not hold exactly one launch scope "
+                               f"frame {launch_scope}<k>")
     for key, value in (("ts", ts), ("dur", dur), ("args.Frequency (MHz)", freq)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ProtonTraceError(f"traceEvents[{i}]: {key} is {value!r}, not a number")
     if dur < 0 or freq <= 0:
         raise ProtonTraceError(f"traceEvents[{i}]: dur {dur} / frequency {freq} MHz must not be negative")
-    return (ev.get("name"), ev.get("cat"), int(pid["sm"]), int(pid["cta"]), int(tid["warp"]), str(stack[-2]),
+    return (ev.get("name"), ev.get("cat"), int(pid["sm"]), int(pid["cta"]), int(tid["warp"]), frames[0],
             float(ts), float(dur), float(freq))
 
 
@@ -139,13 +143,13 @@ def proton_occurrences(doc: dict, region_of_scope: dict[str, tuple[str, int]], *
     cols: dict[str, list] = {k: [] for k in ("region_id", "start", "end", "sm", "cta", "warp", "coord", "launch")}
     tolerance = 0.0
     for i, ev in enumerate(doc["traceEvents"]):
-        scope, cat, sm, cta, warp, frame, ts, dur, freq = _event_fields(ev, i)
+        scope, cat, sm, cta, warp, frame, ts, dur, freq = _event_fields(ev, i, launch_scope)
         if cat != kernel:
             raise ProtonTraceError(f"traceEvents[{i}] is a record of kernel {cat!r}; the session launched {kernel!r} only")
         if scope not in region_of_scope:
             raise ProtonTraceError(f"traceEvents[{i}] records scope {scope!r}, which is no declared region; scopes: "
                                    f"{', '.join(sorted(region_of_scope))}")
-        k = frame[len(launch_scope):] if frame.startswith(launch_scope) else ""
+        k = frame[len(launch_scope):]
         if not k.isdigit() or int(k) >= warmup_launches + launches:
             raise ProtonTraceError(f"traceEvents[{i}]: call-stack frame {frame!r} is not a launch scope "
                                    f"{launch_scope}0..{warmup_launches + launches - 1}")
