@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Host cost per launch: the plain kernel, Argus's region trace of it, and Proton's instrumentation mode.
 
-Kernel: examples/triton_proton, a row softmax (1024 rows x 1000 fp16 columns, one CTA of 4 warps per
+Kernel: examples/triton_proton, a row softmax (512 rows x 1000 fp16 columns, one CTA of 4 warps per
 row) with six nested regions. Two sources of the same kernel: softmax_scopes.py carries Proton scopes
 (triton.profiler.language; with Proton off they compile to nothing, so it is also the plain kernel),
 softmax_markers.py carries Argus markers on the same lines (argus_program.markers.json). Each output
@@ -23,7 +23,7 @@ Measured per launch, host wall clock (time.perf_counter), each launch synchronis
 Each measurement is repeated --repeats times (one session of --launches launches each for Proton); a
 row's value is the median over repeats of each repeat's median (or per-launch share), with the spread.
 
-Usage: python benchmarks/proton_interop.py [--launches 20] [--repeats 5]   (needs a CUDA GPU and Proton)
+Usage: python benchmarks/proton_interop.py [--launches 10] [--repeats 5]   (needs a CUDA GPU and Proton)
 """
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def proton_ms(program, launches: int, workdir: Path) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--launches", type=int, default=20, help="timed launches per repeat (default 20)")
+    ap.add_argument("--launches", type=int, default=10, help="timed launches per repeat (default 10)")
     ap.add_argument("--repeats", type=int, default=5, help="repeats of each measurement (default 5)")
     args = ap.parse_args(argv)
     _require_gpu()
@@ -178,7 +178,7 @@ def main(argv=None) -> int:
         print(f"{row['path']:<78} {row['host_ms_per_launch']:>15.4f} {row['x_plain']:>8.1f}")
     notes = (f"GPU {gpu_name()}; Triton {facts['triton']} with Proton, mode {facts['mode']!r}; "
              f"{args.launches} launches x {args.repeats} repeats, medians over repeats of per-repeat medians. "
-             f"Kernel: examples/triton_proton (row softmax, 1024 CTAs x 4 warps, 6 nested regions), checked against "
+             f"Kernel: examples/triton_proton (row softmax, 512 CTAs x 4 warps, 6 nested regions), checked against "
              f"its PyTorch reference (rel. err {facts['rel_err']:.2e}) before timing. Proton's Chrome trace of one "
              f"{args.launches}-launch session: {facts['trace_bytes'] / 1e6:.1f} MB; proton.start took "
              f"{facts['start']:.1f} ms (not in the rows). Argus records per CTA (%globaltimer, ns), Proton per "

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 import triton.profiler.language as pl
 
-N_ROWS, N_COLS = 1024, 1000
+N_ROWS, N_COLS = 512, 1000
 BLOCK = 1024
 NUM_WARPS = 4
 
