@@ -12,7 +12,8 @@ Run from the checkout's root. Examples::
     python -m examples.agent_client --replot agent_client_out/trials.json
 
 Writes to ``--out`` (default ``$OUT/agent_client`` on the device machine, else ``agent_client_out``):
-``trials.json`` (every trial, diagnosis and measurement; rewritten after each policy), ``table.md``
+``progress.jsonl`` (one line per trial as it ends), ``trials.json`` (every trial, diagnosis and
+measurement; rewritten after each policy), ``table.md``
 (speedups and verdict) and ``best_so_far.png``. ``--record`` also writes
 ``benchmarks/results/agent_client.json`` through ``benchmarks/record.py``; it is refused for
 ``--standin`` runs, whose numbers come from a synthetic model.
@@ -24,6 +25,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from .kernels import KERNELS, KernelSpecError, kernel, shape_label, split_shapes
@@ -110,8 +112,13 @@ async def tune(args, tools) -> list[dict]:
         tuning, held = split_shapes(spec, args.shapes)
         evaluator = McpEvaluator(spec, tools, args.region_signals)
         for policy in args.policies:
+            def progress(trial, policy=policy):
+                with open(args.out / "progress.jsonl", "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"kernel": name, "policy": policy, **asdict(trial)}) + "\n")
+
             result = await run_search(spec, evaluator, tuning, held, budget=args.budget, policy=policy,
-                                      seed=args.seed, min_gain=args.min_gain, log=lambda s: print(s, flush=True))
+                                      seed=args.seed, min_gain=args.min_gain, log=lambda s: print(s, flush=True),
+                                      on_trial=progress)
             results.append(result.to_dict())
             write_trials(args, results)
     return results
@@ -142,15 +149,16 @@ def report(args, results: list[dict], min_gain: float) -> None:
         print("plot: matplotlib is not installed here; render it elsewhere with --replot trials.json")
 
 
-def record_results(args, results: list[dict]) -> None:
-    from benchmarks.record import record
+def record_results(args, results: list[dict], root: Path | None = None) -> dict:
+    """benchmarks/results/agent_client.json (under ``root``, default the checkout) and docs/benchmarks.md."""
+    from benchmarks.record import ROOT, record
 
     notes = ("Optimisation client (examples/agent_client) through argus mcp only. Time: kernel_time untraced_median "
              "(CUDA events, plain kernel). Trial = one configuration at every tuning shape; held_out shapes are never "
              f"seen by the search. Budget {args.budget} trials per policy, min gain {args.min_gain}. Command: "
              f"{' '.join(sys.argv)}. " + " ".join(verdict(results, args.min_gain)))
-    record("agent_client", result_rows(results), title="Optimisation client: two policies, fixed trial budget",
-           notes=notes, columns=ROW_COLUMNS)
+    return record("agent_client", result_rows(results), title="Optimisation client: two policies, fixed trial budget",
+                  notes=notes, columns=ROW_COLUMNS, root=root or ROOT)
 
 
 def main(argv=None) -> int:

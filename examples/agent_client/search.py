@@ -4,13 +4,14 @@ A **trial** is one configuration measured at every tuning shape (one ``fork`` + 
 shape). Trial 1 is the program's own configuration, the baseline of every speedup. Its score is
 the geometric mean over the tuning shapes of ``time(start) / time(config)``; a configuration that
 fails at any tuning shape (no fork, a failed collection, a reference-check failure) is a failed
-trial: it uses its slot of the budget and is never accepted.
+trial: it uses its slot of the budget and is never accepted (its remaining shapes are not run).
 
 Local search: from the incumbent, the candidates are one-step moves of one knob (``BK`` 64 -> 128),
-then, once those are all tried, one-step moves of two knobs; configurations already tried, or that
-cannot run at some tuning shape without going out of bounds (:meth:`KernelSpec.valid`; these are
-never run and use no budget), are skipped. A candidate becomes the incumbent when its score beats
-the incumbent's by more than ``min_gain`` (relative), so run-to-run noise does not walk the search.
+then, once those are all tried, one-step moves of two knobs, then the rest of the space nearest
+first; configurations already tried, or that cannot run at some tuning shape without going out of
+bounds (:meth:`KernelSpec.valid`; these are never run and use no budget), are skipped. A candidate
+becomes the incumbent when its score beats the incumbent's by more than ``min_gain`` (relative), so
+run-to-run noise does not walk the search.
 
 * policy ``time`` (a): moves in a seeded random order (seeded by kernel, seed and incumbent, so both
   policies see the same order from the same incumbent);
@@ -26,7 +27,7 @@ import math
 import random
 import time
 from dataclasses import asdict, dataclass, field
-from itertools import combinations
+from itertools import product
 from typing import Protocol
 
 from .evidence import Diagnosis
@@ -99,30 +100,21 @@ def config_key(config: dict) -> tuple:
     return tuple(sorted(config.items()))
 
 
-def _step(spec: KernelSpec, config: dict, knob: str, direction: int) -> dict | None:
-    k = spec.knob(knob)
-    i = k.index(config[knob]) + direction
-    return {**config, knob: k.values[i]} if 0 <= i < len(k.values) else None
-
-
 def candidate_moves(spec: KernelSpec, incumbent: dict, tuning: list[dict], tried: set) -> list[tuple]:
-    """Untried, in-bounds moves from ``incumbent``: one-knob moves, or two-knob ones when none is left.
-    Each is (((knob, direction), ...), config)."""
-    singles = [((k.name, d),) for k in spec.knobs for d in (+1, -1)]
-    for moves in (singles, [a + b for a, b in combinations(singles, 2) if a[0][0] != b[0][0]]):
-        out = []
-        for move in moves:
-            config = incumbent
-            for knob, direction in move:
-                config = config and _step(spec, config, knob, direction)
-            if config is None or config_key(config) in tried:
-                continue
-            if any(spec.valid(config, s) for s in tuning):
-                continue
-            out.append((move, config))
-        if out:
-            return out
-    return []
+    """Untried, in-bounds candidates nearest the incumbent, each (((knob, steps), ...), config): one knob
+    one step; else two knobs one step each; else the rest of the space by total steps (so the budget
+    is spent unless every in-bounds configuration has been tried)."""
+    tiers: dict = {}
+    for values in product(*(k.values for k in spec.knobs)):
+        config = dict(zip((k.name for k in spec.knobs), values))
+        if config_key(config) in tried or any(spec.valid(config, s) for s in tuning):
+            continue
+        move = tuple((k.name, k.index(config[k.name]) - k.index(incumbent[k.name])) for k in spec.knobs
+                     if config[k.name] != incumbent[k.name])
+        steps = sum(abs(d) for _, d in move)
+        tier = len(move) if steps == len(move) <= 2 else 2 + steps
+        tiers.setdefault(tier, []).append((move, config))
+    return tiers[min(tiers)] if tiers else []
 
 
 def order_moves(spec: KernelSpec, moves: list[tuple], incumbent: dict, policy: str, seed: int,
@@ -136,12 +128,13 @@ def order_moves(spec: KernelSpec, moves: list[tuple], incumbent: dict, policy: s
     remedies = list(spec.remedies.get(diagnosis.bottleneck, ()))
 
     def rank(move) -> int:
-        return min((remedies.index(part) for part in move[0] if part in remedies), default=len(remedies))
+        parts = [(knob, 1 if d > 0 else -1) for knob, d in move[0]]
+        return min((remedies.index(p) for p in parts if p in remedies), default=len(remedies))
     return sorted(moves, key=rank)
 
 
 def move_label(move) -> str:
-    return ", ".join(f"{knob} {'+' if d > 0 else '-'}1" for knob, d in move)
+    return ", ".join(f"{knob} {d:+d}" for knob, d in move)
 
 
 def geomean(values) -> float:
@@ -150,7 +143,10 @@ def geomean(values) -> float:
 
 
 async def run_search(spec: KernelSpec, evaluator: Evaluator, tuning: list[dict], held_out: list[dict], *,
-                     budget: int, policy: str, seed: int = 0, min_gain: float = 0.02, log=print) -> SearchResult:
+                     budget: int, policy: str, seed: int = 0, min_gain: float = 0.02, log=print,
+                     on_trial=None) -> SearchResult:
+    """The search (module docstring); ``log`` gets one line per trial and diagnosis, ``on_trial`` each
+    :class:`Trial` as it ends (the CLI appends it to a progress file, so a cut-off run keeps it)."""
     if policy not in POLICIES:
         raise SearchError(f"policy {policy!r} unknown; valid: {', '.join(POLICIES)}")
     if budget < 1:
@@ -158,8 +154,12 @@ async def run_search(spec: KernelSpec, evaluator: Evaluator, tuning: list[dict],
     labels = [shape_label(s) for s in tuning]
 
     async def measure_all(config: dict) -> tuple[list[Measurement], float]:
-        start = time.perf_counter()
-        out = [await evaluator.measure(config, s) for s in tuning]
+        """Every tuning shape, stopping at the first that fails (the trial has failed: save the device)."""
+        start, out = time.perf_counter(), []
+        for shape in tuning:
+            out.append(await evaluator.measure(config, shape))
+            if out[-1].time_ns is None:
+                break
         return out, time.perf_counter() - start
 
     start_cfg = spec.start
@@ -169,6 +169,8 @@ async def run_search(spec: KernelSpec, evaluator: Evaluator, tuning: list[dict],
                           + "; ".join(f"{m.shape}: {m.failure}" for m in base if m.failure))
     base_ns = {m.shape: m.time_ns for m in base}
     trials = [Trial(1, start_cfg, "start", base, 1.0, True, 1.0, secs)]
+    if on_trial:
+        on_trial(trials[0])
     log(f"[{spec.name} {policy}] trial 1 start {start_cfg}: " + ", ".join(f"{m.shape} {m.time_ns:.0f} ns" for m in base)
         + f" ({secs:.1f} s)")
     incumbent, best, best_trial = start_cfg, 1.0, 1
@@ -196,6 +198,8 @@ async def run_search(spec: KernelSpec, evaluator: Evaluator, tuning: list[dict],
             incumbent, best, best_trial = config, score, len(trials) + 1
         trial = Trial(len(trials) + 1, config, move_label(move), measured, score, accepted, best, secs)
         trials.append(trial)
+        if on_trial:
+            on_trial(trial)
         log(f"[{spec.name} {policy}] trial {trial.index} {trial.move}: "
             + (f"speedup {score:.3f}" if ok else f"FAILED ({trial.failure})")
             + (" accepted" if accepted else "") + f" ({secs:.1f} s)")
