@@ -303,9 +303,10 @@ def test_client_over_stdio_with_standins_writes_trials_table_and_plot(tmp_path):
 
 def test_client_dry_run_forks_and_plans_without_measuring(tmp_path):
     pytest.importorskip("mcp")
+    pytest.importorskip("triton")
     proc = _client(["--dry-run", "--kernels", "layernorm", "--shapes", "2", "--out", str(tmp_path / "o")], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.count("fork pv-") == 2 and "['latency:trace', 'kernel_time:trace']" in proc.stdout
+    assert proc.stdout.count("compiles (0 async sites)") == 2 and "['latency:trace', 'kernel_time:trace']" in proc.stdout
     assert not (tmp_path / "o" / "trials.json").exists()
 
 

@@ -2,7 +2,7 @@
 
 Run from the checkout's root. Examples::
 
-    # CPU only: fork every start configuration, plan its query, print what a run would cost
+    # CPU only: fork and compile every start configuration, plan its query, print the run's size
     python -m examples.agent_client --dry-run
     # the smallest meaningful GPU run: one kernel, one tuning + one held-out shape, 8 trials per policy
     python -m examples.agent_client --kernels tma_matmul --shapes 2 --budget 8 --record
@@ -62,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--workspace", type=Path, default=None, help="Argus workspace (default: <out>/workspace)")
     ap.add_argument("--standin", metavar="MODULE", default=None,
                     help="the server imports MODULE with ARGUS_STANDIN_WORKER=1 (tests' synthetic backends)")
-    ap.add_argument("--dry-run", action="store_true", help="fork and plan the start configurations only (no GPU)")
+    ap.add_argument("--dry-run", action="store_true", help="fork, compile and plan the start configurations only (no GPU)")
     ap.add_argument("--record", action="store_true", help="write benchmarks/results/agent_client.json")
     ap.add_argument("--replot", type=Path, default=None, metavar="TRIALS_JSON")
     args = ap.parse_args(argv)
@@ -82,7 +82,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 async def dry_run(args, tools) -> int:
-    """Fork the start configuration at every chosen shape and plan its time query; print the run's size."""
+    """Fork the start configuration at every chosen shape, compile it (``discover`` builds its TTGIR on the
+    CPU) and plan its time query; print the run's size."""
     from .evaluator import TIME_SIGNALS
 
     for name in args.kernels:
@@ -93,8 +94,10 @@ async def dry_run(args, tools) -> int:
             edits, launch = spec.candidate(spec.start, shape, spec.base_launch())
             version = (await tools.fork(str(spec.program_dir), edits, launch))["id"]
             plan = await tools.plan(version, spec.root_region, TIME_SIGNALS)
-            print(f"  {'held out' if shape in held else 'tuning  '} {shape_label(shape)}: fork {version}, "
-                  f"{len(plan['runs'])} collection run(s) per measurement {[r['requests'] for r in plan['runs']]}")
+            sites = await tools.call("discover", {"program": version, "region": spec.root_region})  # compiles it
+            print(f"  {'held out' if shape in held else 'tuning  '} {shape_label(shape)}: fork {version} compiles "
+                  f"({len(sites['sites'])} async sites), {len(plan['runs'])} collection run(s) per measurement "
+                  f"{[r['requests'] for r in plan['runs']]}")
         measurements = len(args.policies) * args.budget * len(tuning) + 2 * len(held)
         diagnoses = args.budget if "regions" in args.policies else 0
         print(f"  at most {measurements} measurements (fork + query; a repeated candidate is measured once) and "
