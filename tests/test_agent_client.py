@@ -258,8 +258,9 @@ def test_rows_table_and_verdict_come_from_the_results(tmp_path):
 
 
 # ---- the whole client over stdio ------------------------------------------------------------------------
-def _client(args, tmp_path, **kw):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+def _client(args, tmp_path, extra_env=None, **kw):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           **(extra_env or {})}
     env.pop("OUT", None)
     return subprocess.run([sys.executable, "-m", "examples.agent_client", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600, **kw)
@@ -299,6 +300,19 @@ def test_client_over_stdio_with_standins_writes_trials_table_and_plot(tmp_path):
     assert after == before  # a stand-in run never writes the results file
     again = _client(["--replot", str(out / "trials.json")], tmp_path)
     assert again.returncode == 0 and (out / "table.md").read_text() == table
+
+
+def test_client_whose_baseline_fails_says_why_in_one_line(tmp_path):
+    pytest.importorskip("mcp")
+    proc = _client(["--kernels", "layernorm", "--shapes", "2", "--budget", "3", "--out", str(tmp_path / "o"),
+                    "--standin", "test_agent_client_standins"], tmp_path,
+                   extra_env={"AGENT_STANDIN_FAIL_ALL": "synthetic launch failure"})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("agent_client:")]
+    assert line.startswith("agent_client: layernorm: the starting configuration fails, so there is no baseline")
+    assert "synthetic launch failure" in line
+    doc = json.loads((tmp_path / "o" / "trials.json").read_text())
+    assert doc["results"] == [] and doc["errors"] == [line.removeprefix("agent_client: ")]
 
 
 def test_client_dry_run_forks_and_plans_without_measuring(tmp_path):

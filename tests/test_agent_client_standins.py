@@ -6,7 +6,8 @@ The numbers are invented, not measured: they only give the client's policies som
 responds to its knobs (a K loop whose loads are exposed until the pipeline is deep enough, an MMA
 whose time grows with the tile, a reduction whose barriers grow with the warps), stalls that name
 the bottleneck the model has, and two kinds of failed candidates (a tile set that exceeds shared
-memory, and one whose output "fails" the reference check). Nothing here says whether region
+memory, and one whose output "fails" the reference check); ``AGENT_STANDIN_FAIL_ALL=<message>``
+fails every candidate. Nothing here says whether region
 evidence helps on a real GPU.
 
 Registered when ``ARGUS_STANDIN_WORKER=1`` (the repo's convention for stand-in worker processes), so
@@ -80,6 +81,8 @@ MODELS = {"tma_matmul": matmul_model, "layernorm": layernorm_model}
 
 
 def model_of(program) -> dict:
+    if os.environ.get("AGENT_STANDIN_FAIL_ALL"):  # every candidate fails, the start included
+        return {"fail": os.environ["AGENT_STANDIN_FAIL_ALL"]}
     shapes = program.launch.get("shapes") or {}
     return MODELS[program.name](_knobs(program), shapes)
 

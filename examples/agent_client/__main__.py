@@ -105,10 +105,11 @@ async def dry_run(args, tools) -> int:
     return 0
 
 
-async def tune(args, tools) -> list[dict]:
+async def tune(args, tools) -> tuple[list[dict], list[str]]:
+    """(results, errors): a kernel whose start fails is one error line; the other kernels still run."""
     from .evaluator import McpEvaluator
 
-    results = []
+    results, errors = [], []
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.kernels:
         spec = kernel(name)
@@ -119,17 +120,23 @@ async def tune(args, tools) -> list[dict]:
                 with open(args.out / "progress.jsonl", "a", encoding="utf-8") as fh:
                     fh.write(json.dumps({"kernel": name, "policy": policy, **asdict(trial)}) + "\n")
 
-            result = await run_search(spec, evaluator, tuning, held, budget=args.budget, policy=policy,
-                                      seed=args.seed, min_gain=args.min_gain, log=lambda s: print(s, flush=True),
-                                      on_trial=progress)
+            try:
+                result = await run_search(spec, evaluator, tuning, held, budget=args.budget, policy=policy,
+                                          seed=args.seed, min_gain=args.min_gain, log=lambda s: print(s, flush=True),
+                                          on_trial=progress)
+            except SearchError as exc:
+                errors.append(str(exc))
+                print(f"agent_client: {exc}", file=sys.stderr, flush=True)
+                break  # the other policy has no baseline either
             results.append(result.to_dict())
-            write_trials(args, results)
-    return results
+            write_trials(args, results, errors)
+    write_trials(args, results, errors)
+    return results, errors
 
 
-def write_trials(args, results: list[dict]) -> Path:
+def write_trials(args, results: list[dict], errors: list[str]) -> Path:
     doc = {"format": "agent_client.trials/1", "budget": args.budget, "min_gain": args.min_gain, "seed": args.seed,
-           "standin": args.standin, "command": " ".join(sys.argv), "results": results}
+           "standin": args.standin, "command": " ".join(sys.argv), "results": results, "errors": errors}
     path = args.out / "trials.json"
     path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return path
@@ -184,18 +191,16 @@ def main(argv=None) -> int:
             return await (dry_run(args, tools) if args.dry_run else tune(args, tools))
 
     start = time.perf_counter()
-    try:
-        results = anyio.run(session)
-    except SearchError as exc:
-        print(f"agent_client: {exc}", file=sys.stderr)
-        return 2
+    outcome = anyio.run(session)
     if args.dry_run:
-        return 0
+        return outcome
+    results, errors = outcome
     print(f"total wall time {time.perf_counter() - start:.1f} s")
-    report(args, results, args.min_gain)
-    if args.record:
+    if results:
+        report(args, results, args.min_gain)
+    if args.record and results:
         record_results(args, results)
-    return 0
+    return 2 if errors else 0
 
 
 if __name__ == "__main__":
