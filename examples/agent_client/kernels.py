@@ -7,8 +7,10 @@ arguments, ``shapes`` and ``iterations``, so Argus compiles the kernel the candi
 inputs and the grid from its own constants (``M, N, K``, ``BLOCK_M``, ...). The edit appends one
 block that reassigns those constants (functions read module globals when called, so every later use
 sees the candidate's values) and, for warp specialisation, turns the K loop into
-``tl.range(..., warp_specialize=True)``. Argus's JIT check refuses a fork whose module and launch
-disagree (TTGIR hash or arguments), so the two cannot drift apart silently.
+``tl.range(..., warp_specialize=True)``. Both come from one configuration and shape here, so they
+agree (tests/test_agent_client.py checks it). Argus's JIT check would refuse a fork whose launch
+compiles to another kernel than the module's launch (TTGIR hash); a scalar that differs without
+changing the TTGIR it would not see.
 
 Shapes: each kernel lists four; ``split_shapes`` keeps the even-numbered ones for tuning and holds
 out the odd-numbered ones (the policies never see those).
