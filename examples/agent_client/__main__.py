@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -59,7 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--min-gain", type=float, default=0.02, help="relative gain a candidate needs to be accepted")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--workspace", type=Path, default=None, help="Argus workspace (default: <out>/workspace)")
+    ap.add_argument("--workspace", type=Path, default=None,
+                    help="Argus workspace (default: <out>/workspace; with $OUT set, <tmp>/agent_client_workspace)")
     ap.add_argument("--standin", metavar="MODULE", default=None,
                     help="the server imports MODULE with ARGUS_STANDIN_WORKER=1 (tests' synthetic backends)")
     ap.add_argument("--dry-run", action="store_true", help="fork, compile and plan the start configurations only (no GPU)")
@@ -77,7 +79,9 @@ def parse_args(argv=None) -> argparse.Namespace:
             ap.error(str(exc))
     if args.out is None:
         args.out = Path(os.environ["OUT"]) / "agent_client" if os.environ.get("OUT") else Path("agent_client_out")
-    args.workspace = args.workspace or args.out / "workspace"
+    if args.workspace is None:  # under $OUT everything comes back from the device: keep the evidence out of it
+        args.workspace = (Path(tempfile.gettempdir()) / "agent_client_workspace" if os.environ.get("OUT")
+                          else args.out / "workspace")
     return args
 
 
