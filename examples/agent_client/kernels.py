@@ -17,6 +17,7 @@ out the odd-numbered ones (the policies never see those).
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,8 +63,6 @@ class KernelSpec:
         raise KernelSpecError(f"kernel {self.name}: knob {name!r} unknown; valid: {', '.join(k.name for k in self.knobs)}")
 
     def base_launch(self) -> dict:
-        import json
-
         return json.loads((self.program_dir / "argus_program.json").read_text(encoding="utf-8"))["launch"]
 
     @property

@@ -186,7 +186,7 @@ async def run_search(spec: KernelSpec, evaluator: Evaluator, tuning: list[dict],
             log(f"[{spec.name} {policy}] diagnosis of {incumbent}: {diagnosis.bottleneck} ({diagnosis.rule})")
         moves = candidate_moves(spec, incumbent, tuning, tried)
         if not moves:
-            stopped = "no untried in-bounds move from the incumbent"
+            stopped = "every in-bounds configuration has been tried"
             break
         move, config = order_moves(spec, moves, incumbent, policy, seed, diagnosis)[0]
         tried.add(config_key(config))
