@@ -52,7 +52,8 @@ def test_proton_scopes_answer_latency_observed_and_nested(tmp_path):
 
     assert source["tool"] == "proton" and source["triton"] == triton.__version__
     assert source["mode"].startswith("default:") and source["format"] == "chrome_trace"  # str(InstrumentationMode)
-    assert Path(outputs["proton_trace"].path).name == source["file"]
+    # the workspace stores the published file content-addressed; the evidence names the file Proton wrote
+    assert source["file"].endswith(".chrome_trace") and source["output"] == "proton_trace"
     assert json.loads(Path(outputs["proton_trace"].path).read_text())["traceEvents"]
     assert doc["problems"] == [] and not doc["incomplete"] and doc["nesting"]["violations"] == 0
     assert doc["reference_check"]["max_rel_err"] < 1e-2
