@@ -147,17 +147,17 @@ def variant_rows() -> dict[str, dict]:
         # (rows 11-12), but row 11 found prefetched tiles still read at ~20 GB/s per CTA (2 loads in flight
         # per warp: the rate is set by loads in flight x L2 latency), and the GEMV phases are near HBM-bound
         # while they run, so batching alone cannot gain; together, weights land in L2 while HBM is idle
-        # (attention, combine, norms, hand-offs) and are read with 16 loads in flight (NOTES.md row 16)
+        # (attention, combine, norms, hand-offs) and are read with 16 loads in flight (NOTES.md row 17)
         # One worker CTA per SM with every op cut into at most 131 tiles (one wave): benchmarks/weight_stream.py
         # (H200 18:35) measured a dependent L2 load at ~1000 ns on an SM whose other CTA streams weights and at
         # 167 ns when the streamers are on other SMs, and the plain GEMV loop streaming 4.44 TB/s from 131 CTAs.
         # Earlier 1-CTA rows (mk_1cta, NOTES.md rows 4, 7, 12) kept the 263-worker tiles: 2-wave QKV and gate/up.
-        # 80 QKV tiles of 32 rows, 128 gate/up tiles of 44 features, 128 logits tiles of 250 rows (NOTES.md row 18)
+        # 80 QKV tiles of 32 rows, 128 gate/up tiles of 44 features, 128 logits tiles of 250 rows (NOTES.md "Ready: row 19")
         "mk_1cta_w128": {"tiles": TileShape(qkv_parts=2, gate_features=44, logits_rows=250), "build_flags": one_cta},
         "mk_1cta_w128_q4": {"tiles": TileShape(gate_features=44, logits_rows=250), "build_flags": one_cta},
         # GEMV weights as bulk-copied 16 KiB pages, the first ones issued before the dependency wait
         # (csrc/megakernel/ring.cuh; benchmarks/weight_stream.py: register streaming at 2 CTAs/SM makes a
-        # dependent L2 load on the SM ~7x slower, bulk copies ~1.3-2x; NOTES.md row 17)
+        # dependent L2 load on the SM ~7x slower, bulk copies ~1.3-2x; NOTES.md rows 17-18)
         "mk_ring2": {"ring_pages": 2},
         "mk_ring3": {"ring_pages": 3},
         "mk_ring4": {"ring_pages": 4},

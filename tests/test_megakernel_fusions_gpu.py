@@ -183,7 +183,7 @@ def test_ring_row_matches_interpreter(name):
 
 
 # Rows whose sums are not the default's order or whose tiles differ (ring pages; one CTA per SM with
-# one-wave tiles, NOTES.md row 18): the same forced sequence on the full model gives logits close to the
+# one-wave tiles, NOTES.md "Ready: row 19"): the same forced sequence on the full model gives logits close to the
 # default binary's.
 FULL_MODEL_ROWS = RING_ROWS + ("mk_1cta_w128", "mk_1cta_w128_q4")
 
