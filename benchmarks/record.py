@@ -85,10 +85,13 @@ def make_record(script: str, rows: list[dict], *, title: str, notes: str = "", c
 
 
 def record(script: str, rows: list[dict], *, title: str, notes: str = "", columns: list[str] | None = None,
-           gpu: str | None = None, not_recorded: dict[str, str] | None = None, root: Path = ROOT) -> dict:
-    """Write the run's JSON, re-render the docs (the previous run's section moves to the history); return the JSON."""
+           gpu: str | None = None, not_recorded: dict[str, str] | None = None, root: Path = ROOT,
+           command: str | None = None) -> dict:
+    """Write the run's JSON, re-render the docs (the previous run's section moves to the history); return the JSON.
+    ``command``: the command line that made the rows (default: ``python benchmarks/<script>.py`` and this
+    process's arguments), for a run that is not a script under benchmarks/."""
     payload = make_record(script, rows, title=title, notes=notes, columns=columns, gpu=gpu,
-                          not_recorded=not_recorded, root=root)
+                          not_recorded=not_recorded, root=root, command=command)
     text = json.dumps(payload, indent=2) + "\n"
     atomic_write_text(results_dir(root) / f"{script}.json", text)  # creates the directories it needs
     results_doc.update_docs(results_dir(root), *doc_paths(root))

@@ -29,7 +29,7 @@ ROOT = TESTS.parent
 sys.path.insert(0, str(ROOT))
 
 from examples.agent_client import evidence, kernel_time  # noqa: E402
-from examples.agent_client.__main__ import record_results  # noqa: E402
+from examples.agent_client.__main__ import command_line, record_results  # noqa: E402
 from examples.agent_client.kernels import KERNELS, OVERRIDE_HEADER, KernelSpecError, shape_label, split_shapes  # noqa: E402
 from examples.agent_client.output import result_rows, speedup_table, verdict  # noqa: E402
 from examples.agent_client.search import Measurement, SearchError, config_key, order_moves, run_search  # noqa: E402
@@ -252,9 +252,11 @@ def test_rows_table_and_verdict_come_from_the_results(tmp_path):
     assert "no comparison" in only
     os.environ.pop("OUT", None)
     args = type("Args", (), {"budget": 6, "min_gain": 0.02})()
-    payload = record_results(args, results, root=tmp_path)
+    payload = record_results(args, results, root=tmp_path,
+                             command=command_line(["--kernels", "tma_matmul", "--budget", "6", "--record"]))
     written = json.loads((tmp_path / "benchmarks" / "results" / "agent_client.json").read_text())
     assert written["rows"] == payload["rows"] == rows and "agent_client" in (tmp_path / "docs" / "benchmarks.md").read_text()
+    assert written["command"] == "python -m examples.agent_client --kernels tma_matmul --budget 6 --record"
 
 
 # ---- the whole client over stdio ------------------------------------------------------------------------

@@ -72,6 +72,19 @@ def test_record_has_every_field_and_spread(repo, monkeypatch):
     assert _record(repo, monkeypatch, "2026-12-01 10:01:00 UTC", 2.0)["commit"].endswith("-dirty")
 
 
+
+@needs_git
+def test_record_keeps_the_command_it_is_given(repo, monkeypatch):
+    """A run that is not a benchmarks/ script (e.g. examples/agent_client) records its own command line;
+    without one, the record names the script and this process's arguments."""
+    monkeypatch.setattr(record, "utc_now", lambda: "2026-12-01 10:00:00 UTC")
+    given = record.record("toy", _toy_rows(2.0), title="toy title", gpu="test GPU", root=repo,
+                          command="python -m examples.agent_client --budget 3")
+    assert given["command"] == "python -m examples.agent_client --budget 3"
+    assert "`python -m examples.agent_client --budget 3`" in (repo / "docs" / "benchmarks.md").read_text()
+    default = record.record("toy", _toy_rows(2.0), title="toy title", gpu="test GPU", root=repo)
+    assert default["command"].startswith("python benchmarks/toy.py")
+
 def test_commit_without_git_is_null_with_reason_or_from_env(tmp_path, monkeypatch):
     monkeypatch.delenv(provenance.COMMIT_ENV, raising=False)
     commit, source, why = provenance.git_commit(tmp_path)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -163,16 +164,22 @@ def report(args, results: list[dict], min_gain: float) -> None:
         print("plot: matplotlib is not installed here; render it elsewhere with --replot trials.json")
 
 
-def record_results(args, results: list[dict], root: Path | None = None) -> dict:
-    """benchmarks/results/agent_client.json (under ``root``, default the checkout) and docs/benchmarks.md."""
+def command_line(argv=None) -> str:
+    """The client's command line as it was run (``argv``: main's arguments, default this process's)."""
+    return shlex.join(["python", "-m", "examples.agent_client", *(sys.argv[1:] if argv is None else argv)])
+
+
+def record_results(args, results: list[dict], root: Path | None = None, command: str | None = None) -> dict:
+    """benchmarks/results/agent_client.json (under ``root``, default the checkout) and docs/benchmarks.md;
+    ``command``: the run's command line (default :func:`command_line` of this process)."""
     from benchmarks.record import ROOT, record
 
     notes = ("Optimisation client (examples/agent_client) through argus mcp only. Time: kernel_time untraced_median "
              "(CUDA events, plain kernel). Trial = one configuration at every tuning shape; held_out shapes are never "
-             f"seen by the search. Budget {args.budget} trials per policy, min gain {args.min_gain}. Command: "
-             f"{' '.join(sys.argv)}. " + " ".join(verdict(results, args.min_gain)))
+             f"seen by the search. Budget {args.budget} trials per policy, min gain {args.min_gain}. "
+             + " ".join(verdict(results, args.min_gain)))
     return record("agent_client", result_rows(results), title="Optimisation client: two policies, fixed trial budget",
-                  notes=notes, columns=ROW_COLUMNS, root=root or ROOT)
+                  notes=notes, columns=ROW_COLUMNS, root=root or ROOT, command=command or command_line())
 
 
 def main(argv=None) -> int:
@@ -203,7 +210,7 @@ def main(argv=None) -> int:
     if results:
         report(args, results, args.min_gain)
     if args.record and results:
-        record_results(args, results)
+        record_results(args, results, command=command_line(argv))
     return 2 if errors else 0
 
 
