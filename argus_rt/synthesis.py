@@ -73,8 +73,12 @@ class _Facts:
         self.extra: dict = {}
         self.evidence: list[dict] = []
 
-    def cite(self, task) -> None:
+    def cite(self, task, source: dict | None = None) -> None:
+        """Cite ``task``'s evidence; ``source``: the tool that made it, as its document names it
+        (a Proton trace's ``source``), when that is not the backend's own."""
         entry = {"task": task.id, "backend": task.op, "program_version": task.program}
+        if source:
+            entry["source"] = source
         if entry not in self.evidence:
             self.evidence.append(entry)
 
@@ -152,14 +156,27 @@ def scope_mask(arrays: dict, doc: dict, scope: Scope, where: str) -> np.ndarray:
     return mask
 
 
+def occurrences_method(doc: dict) -> str:
+    """How a region_intervals document's occurrences were recorded: its own ``method``, else the tool its
+    ``source`` names (a Proton trace: its scope records, Triton version and mode), else Argus's region trace."""
+    if isinstance(doc.get("method"), str) and doc["method"]:
+        return doc["method"]
+    src = doc.get("source")
+    if isinstance(src, dict) and src.get("tool"):
+        details = ", ".join(f"{k} {src[k]}" for k in ("triton", "mode", "file") if src.get(k))
+        return f"{src['tool']} scope records" + (f" ({details})" if details else "")
+    return "region trace"
+
+
 @register_synthesis("latency")
 def synth_latency(ctx) -> dict:
     """Per region in the subtree: count, mean, p50, p99, min, max, total of occurrence durations."""
     facts = _Facts(ctx)
     src = _one_dep(ctx, "trace", "latency synthesis", "trace collection")
-    facts.cite(src)
     path = ctx.input_of(src.id, "region_intervals")
     doc = _load(path, "argus.region_intervals/1")
+    method = occurrences_method(doc)
+    facts.cite(src, doc.get("source") if isinstance(doc.get("source"), dict) else None)
     arrays = _columns(doc, ("region_id", "start", "end"), str(path))
     mask = scope_mask(arrays, doc, Scope.from_dict(ctx.task.scope), "latency")
     notes = []
@@ -175,11 +192,11 @@ def synth_latency(ctx) -> dict:
         sel = mask & (arrays["region_id"] == region.id)
         d = (arrays["end"][sel] - arrays["start"][sel]).astype(np.float64)
         if d.size == 0:
-            facts.add(region.name, "count", 0, method="region trace", samples=0, unit="occurrences",
+            facts.add(region.name, "count", 0, method=method, samples=0, unit="occurrences",
                       notes=notes + ["no occurrence of this region under the scope"])
             continue
         for metric, value in duration_summary(d).items():
-            facts.add(region.name, metric, value, method="region trace", samples=d.size, notes=notes,
+            facts.add(region.name, metric, value, method=method, samples=d.size, notes=notes,
                       unit="occurrences" if metric == "count" else clock)
         if doc.get("coord_kind") == "iteration" and "coord" in arrays:
             coords = arrays["coord"][sel]
@@ -188,7 +205,7 @@ def synth_latency(ctx) -> dict:
             values = arrays[f][sel]
             by_field[f][region.name] = {str(int(v)): float(d[values == v].mean()) for v in np.unique(values)}
             for v, mean in by_field[f][region.name].items():
-                facts.add(region.name, f"mean_by_{f}", mean, method="region trace", samples=int((values == int(v)).sum()),
+                facts.add(region.name, f"mean_by_{f}", mean, method=method, samples=int((values == int(v)).sum()),
                           notes=notes, unit=clock, extra={f: int(v)})
     facts.extra = {"clock": clock, "mean_by_iteration": by_coord}
     if fields:

@@ -184,6 +184,20 @@ def test_the_latency_synthesis_answers_each_scope_observed_in_cycles_naming_prot
         cycles = [t["cycles"] for t in truth if t["launch"] > 0 and t["scope"] == scope]
         assert means[region]["value"] == pytest.approx(np.mean(cycles))
         assert means[region]["unit"] == "cycles" and means[region]["qualification"] == "observed"
+    for v in facts["values"]:  # every value, counts too, names Proton as the tool behind its occurrences
+        prov = v["provenance"]
+        assert prov["method"] == ("proton scope records (triton 3.6.0, mode default:metric_type=cycle, "
+                                  "file proton.chrome_trace)"), prov
+        assert prov["evidence"] == [{"task": collect.id, "backend": "trace", "program_version": program.id,
+                                     "source": source}]
+
+
+def test_latency_provenance_without_a_source_is_argus_s_region_trace():
+    from argus_rt.synthesis import occurrences_method
+
+    assert occurrences_method({"format": "argus.region_intervals/1"}) == "region trace"
+    assert occurrences_method({"source": {"tool": "proton"}}) == "proton scope records"
+    assert occurrences_method({"method": "imported", "source": {"tool": "proton"}}) == "imported"
 
 
 @pytest.mark.parametrize("mode", [None, "default", "default:buffer_size=8192:buffer_type=global",
