@@ -24,6 +24,9 @@ Resources: ``argus://schemas/report`` (the report's JSON Schema) and ``argus://r
 signal is obtained). A ``program`` argument is a program directory or ``argus_program.json`` path,
 the name of a shipped example (``cuda``, ``triton``, ...), or a version id of the workspace
 (``pv-...``). A bad argument comes back as a tool error naming the value and what is valid.
+``plan``, ``query`` and ``compare`` first check that the program compiles, as the CLI does
+(:func:`argus_rt.query.check_compiles`): a compile error is a tool error naming the program and the
+compiler's message, and nothing runs.
 """
 from __future__ import annotations
 
@@ -204,21 +207,25 @@ def build_server(workspace_dir: str | Path | None = None, imports=()):
     async def plan(program: str, region: str | None = None, signals: list[str] | None = None,
                    scope: dict | None = None) -> dict:
         """Plan a query without running it: tasks per kind, collection runs and what each serves."""
-        from .query import make_plan
+        from .query import check_compiles, make_plan
 
         pv = resolve_program(program, workspace_dir)
-        return plan_brief(await in_thread(lambda: make_plan(pv, region, signals or ["latency"], scope)))
+        planned = await in_thread(lambda: make_plan(pv, region, signals or ["latency"], scope))
+        await in_thread(check_compiles, pv)  # as `argus plan`
+        return plan_brief(planned)
 
     @tool
     async def query(program: str, region: str | None = None, signals: list[str] | None = None,
                     scope: dict | None = None, detail: str = "summary") -> dict:
         """Answer signals for a region (plan, run, reuse the workspace). detail: "summary" (small:
         top values per region with their qualification) or "full" (the whole versioned report)."""
+        from .query import check_compiles
         from .query import query as run_query
 
         if detail not in DETAILS:
             raise ArgusInputError(f"detail {detail!r} unknown; valid: {', '.join(DETAILS)}")
         pv = resolve_program(program, workspace_dir)
+        await in_thread(check_compiles, pv)  # as `argus query`: a compile error is the tool's error, before any run
         report = await in_thread(lambda: run_query(pv, region, signals or ["latency"], scope,
                                                    workspace=workspace_dir))
         doc = report.to_dict()
@@ -266,11 +273,17 @@ def build_server(workspace_dir: str | Path | None = None, imports=()):
         interval of median(B) - median(A) over per-repeat values excludes 0, else "within noise";
         under 3 repeats "insufficient repeats"; "incompatible: <why>" where the versions' regions or
         qualifications differ. detail: "summary" (small) or "full" (per-repeat values, collections)."""
+        from .compare import check_repeats, resolve_version
         from .compare import compare as run_compare
+        from .query import check_compiles
 
         if detail not in DETAILS:
             raise ArgusInputError(f"detail {detail!r} unknown; valid: {', '.join(DETAILS)}")
-        result = await in_thread(lambda: run_compare(version_a, version_b, region, signals or ["latency"], scope,
+        check_repeats(repeats)
+        versions = [resolve_version(v, workspace_dir) for v in (version_a, version_b)]
+        for pv in versions:  # as `argus compare`
+            await in_thread(check_compiles, pv)
+        result = await in_thread(lambda: run_compare(*versions, region, signals or ["latency"], scope,
                                                      repeats=repeats, workspace=workspace_dir))
         return result.to_dict() if detail == "full" else result.summary()
 

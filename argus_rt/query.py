@@ -39,6 +39,20 @@ def _program(program) -> ProgramVersion:
     raise QueryError(f"program must be a ProgramVersion or a program directory path, got {type(program).__name__}")
 
 
+def check_compiles(program) -> None:
+    """The program's kind checks, on the CPU, that it compiles (its ``check_compiles`` hook in
+    argus_rt.kinds.registry: Triton compiles as the JIT would and parses the TTGIR, CuPy and numba
+    compile their marker-only build), so a compile error is one line naming the program and the
+    compiler's message, raised before any task runs; a kind without the hook (CUDA) is not built
+    (planning stays fast). ``argus plan``, ``query``, ``compare`` and the MCP tools all call this."""
+    from .kinds.registry import find_kind
+
+    program = _program(program)
+    kind = find_kind(program.kind)
+    if kind is not None and kind.check_compiles:
+        kind.call("check_compiles", program)
+
+
 def make_plan(program, region: str | None = None, signals=("latency",), scope=None, *,
               sampling: dict | None = None, workspace=None, timeouts: dict | None = None) -> Plan:
     """Validate the query and plan it (no execution). With a :class:`Workspace`, finished runs that

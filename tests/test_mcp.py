@@ -121,6 +121,38 @@ def test_fork_makes_a_linked_version_that_answers_queries(standins, tmp_path):  
     anyio.run(session)
 
 
+def test_a_kernel_that_does_not_compile_is_a_tool_error_before_anything_runs(tmp_path, monkeypatch):
+    """As `argus query` (argus_rt.query.check_compiles): query, plan and compare of a Triton program whose
+    kernel does not compile answer a tool error naming the program and the compiler's message, not a
+    report with the signal unanswered; no collection is planned into the workspace."""
+    import shutil
+
+    pytest.importorskip("triton")
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))  # no passed check of another run reused
+    root = tmp_path / "scale"
+    shutil.copytree(ROOT / "examples" / "triton_minimal", root)
+    src = root / "scale.py"
+    src.write_text(src.read_text().replace("v * alpha", "v * alpha + undefined_name"))
+    server = build_server(tmp_path / "ws")
+
+    async def session():
+        async with Client(server) as client:
+            args = {"program": str(root), "region": "scale", "signals": ["latency"]}
+            for tool, call in (("query", args), ("plan", args),
+                               ("compare", {"version_a": str(root), "version_b": "triton_minimal", "region": "scale",
+                                            "repeats": 3})):
+                message = _error(await client.call_tool(tool, call))
+                assert "compiling 'scale_kernel' of scale" in message and "undefined_name" in message, (tool, message)
+                assert len(message.splitlines()) == 1, message
+
+    anyio.run(session)
+    assert not (tmp_path / "ws" / "forks").exists()
+    if (tmp_path / "ws").exists():  # compare opens the workspace; nothing was planned into it
+        from argus_rt.workspace import Workspace
+
+        with Workspace(tmp_path / "ws", create=False) as ws:
+            assert ws.tasks() == []
+
 def test_summary_keeps_the_largest_values_and_counts_the_rest():
     values = [{"signal": "instruction_mix", "region": "r", "metric": f"OP{i}", "value": float(i), "unit": "i",
                "qualification": "attributed"} for i in range(400)]

@@ -76,15 +76,11 @@ def plan_from_args(args):
 
 
 def check_compiles(program) -> None:
-    """The program's kind checks, on the CPU, that it compiles (its ``check_compiles`` hook in
-    argus_rt.kinds.registry: Triton compiles as the JIT would and parses the TTGIR, CuPy and numba
-    compile their marker-only build), so compile errors show as one-line errors before any task runs;
-    a kind without the hook (CUDA) is not built (planning stays fast)."""
-    from ..kinds.registry import find_kind
+    """:func:`argus_rt.query.check_compiles`, the one compile check of the commands and the MCP tools
+    (imported on use: importing argus_rt.query at start-up would slow every command)."""
+    from ..query import check_compiles as shared_check
 
-    kind = find_kind(program.kind)
-    if kind is not None and kind.check_compiles:
-        kind.call("check_compiles", program)
+    shared_check(program)
 
 
 def run(args) -> int:

@@ -6,7 +6,7 @@ import sys
 
 from .options import add_workspace, workspace_path
 from .output import human_console, json_add_argument, write_json, write_text
-from .plan import add_query_arguments, check_compiles, parse_timeouts, program_from_args
+from .plan import add_query_arguments, parse_timeouts, program_from_args
 
 
 def register(sub) -> None:
@@ -61,7 +61,7 @@ def engine_options(args, engine: str | None = None) -> dict:
 
 
 def run(args) -> int:
-    from ..query import default_workspace, query
+    from ..query import check_compiles, default_workspace, query
     from ..scope import Scope
 
     console = human_console(args)  # refuses two outputs on stdout before any work
