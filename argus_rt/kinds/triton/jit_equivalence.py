@@ -11,7 +11,10 @@ the real tensors and integers) and requires
   host's launch overhead hidden behind a GPU sleep).
 
 Otherwise :class:`JitMismatchError` refuses the query, showing the first TTGIR line that differs
-and the compile metadata that differ. A passed check is kept for the process, per (TTGIR, GPU, Triton version).
+and the compile metadata that differ. A passed check (its times too) is kept for the process, per launch
+(:func:`launch_key`: the TTGIR and everything that makes the launch: sources, launch description, input seed),
+GPU and Triton version. Not per TTGIR alone: two shapes of one configuration compile to the same TTGIR,
+and a runtime reused across queries would give the second shape the first one's times.
 """
 from __future__ import annotations
 
@@ -132,12 +135,23 @@ def within_noise(argus_ms: list[float], jit_ms: list[float]) -> tuple[bool, dict
     return abs(ratio - 1) <= tol, {"argus_ms": ma, "jit_ms": mj, "ratio": ratio, "tolerance": tol}
 
 
-def _cache_key(ttgir_sha256: str) -> str:
+def _device_name() -> str:
     import torch
+
+    return torch.cuda.get_device_name(0)
+
+
+def launch_key(program, ttgir_sha256: str, *, timing: bool, seed: int | None) -> str:
+    """The key of a check's result: the TTGIR and what decides the launch the module's ``run`` makes (its
+    sources, which size the inputs and the grid; the launch description: args, shapes, constexprs, options,
+    config; the flags and compiler), the input seed, whether it was timed, the GPU and Triton's version.
+    A program's variants (probe, traced) share their base's launch, so they share its check."""
     import triton
 
-    return hashlib.sha256(json.dumps([ttgir_sha256, torch.cuda.get_device_name(0),
-                                      triton.__version__]).encode()).hexdigest()
+    ident = {"ttgir": ttgir_sha256, "kind": program.kind, "sources": program.sources_sha256,
+             "launch": program.launch_json, "flags": list(program.flags), "compiler": program.compiler,
+             "seed": seed, "timing": timing, "gpu": _device_name(), "triton": triton.__version__}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
 
 def check_against_jit(program, mod, *, timing: bool = True, seed: int | None = None) -> dict:
@@ -149,7 +163,7 @@ def check_against_jit(program, mod, *, timing: bool = True, seed: int | None = N
     compiled = program_compiled(program)
     ttgir = compiled.asm["ttgir"]
     sha = ttgir_hash(ttgir)
-    key = _cache_key(sha) + ("t" if timing else "")
+    key = launch_key(program, sha, timing=timing, seed=seed)
     if key in _PASSED:
         return _PASSED[key]
     _mod, fn, described, kwargs = load_kernel(program, mod)  # the JIT launches the kernel of the module that runs it
