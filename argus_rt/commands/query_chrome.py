@@ -137,7 +137,47 @@ def query_chrome_trace(report, workspace) -> dict:
                        region_metrics=region_metrics(report))
     out["otherData"].update({"argus_query": report.query, "trace_task": ev["task"], "source": source,
                              "occurrences": int(keep.sum())})
+    add_probe_tracks(out, report, workspace, intervals.unit)
     return out
+
+
+def probe_runs(report, workspace) -> list[dict]:
+    """The forced-wait probe runs behind the report's ``async_completion_latency`` values: their
+    ``op_events`` documents, each labelled with its task and the async family the values name."""
+    family, tasks = {}, set()
+    for value in report.select(signal="async_completion_latency"):
+        join = value.get("join") or {}
+        if join.get("op_id") and join.get("kind"):
+            family[join["op_id"]] = join["kind"]
+        tasks.update(e["task"] for e in value["provenance"].get("evidence", []) if e.get("backend") == "trace")
+    runs = []
+    for task in sorted(tasks):
+        outputs = workspace.outputs(task)
+        if outputs and "op_events" in outputs:
+            doc = outputs["op_events"].read_json()
+            ops = {str(o) for o in doc.get("columns", {}).get("op_id", [])}
+            kinds = {family[o] for o in ops if o in family}
+            runs.append({"doc": doc, "label": task, "kind": kinds.pop() if len(kinds) == 1 else None})
+    return runs
+
+
+def add_probe_tracks(doc: dict, report, workspace, unit: str) -> None:
+    """Append the report's probe runs (:mod:`argus_rt.trace.probe_tracks`). On a %globaltimer region trace
+    they sit on its clock (the same GPU timer, in later or earlier runs); on a cycle trace, which has no
+    common clock with them, on an axis of their own that starts at their first issue."""
+    from ..trace.chrome import add_events
+    from ..trace.probe_tracks import probe_events
+
+    runs = probe_runs(report, workspace)
+    if not runs:
+        return
+    if unit == "ns":
+        origin, axis = int(doc["otherData"]["origin"]), "the region trace's %globaltimer axis"
+    else:
+        origin = min((int(i) for r in runs for i in r["doc"]["columns"]["issue"]), default=0)
+        axis = f"their own %globaltimer axis from {origin} ns (the region trace is in {unit})"
+    add_events(doc, probe_events(runs, origin))
+    doc["otherData"]["probe_runs"] = {"tasks": [r["label"] for r in runs], "axis": axis}
 
 
 def write_query_chrome_trace(report, workspace, target: str) -> int:

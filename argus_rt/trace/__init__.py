@@ -21,6 +21,9 @@ API summary (all times in the trace's ``unit``: "ns" for globaltimer, "cycles" f
     stats = region_stats(iv, names=tree)   # [RegionStats(count, total, mean, p50, p99, min, max,
                                            #   sm_mean_min, sm_mean_max, sm_spread, ...)]
     write_chrome_trace(iv, "trace.json", names=tree)   # Perfetto / chrome://tracing
+    doc = chrome_trace(iv, names=tree)     # ... plus torch.profiler's kernels of the same launches, on one
+    align_with_profiler(doc, [launch_span(iv)], parse_kineto_trace(kineto_json), kernel="nested")
+                                           #   clock (argus_rt.trace.align: the offset and its uncertainty)
 
     pending = sess.snapshot()              # async device copy; pending.decode() later
     sess.save("run.npz"); load_raw("run.npz")          # raw rings + config, no pickle
@@ -35,6 +38,7 @@ Layout: csrc/argus/argus_layout.h, mirrored in argus_rt.trace.layout.
 from __future__ import annotations
 
 from . import layout
+from .align import ClockAlignmentError, ClockOffset, align_with_profiler, launch_span
 from .chrome import chrome_trace, write_chrome_trace
 from .config import TraceConfig
 from .decode import EVENT_DTYPE, RING_DTYPE, Trace, decode
@@ -57,4 +61,5 @@ __all__ = [
     "ClockConversionError", "CorruptTraceError", "MismatchedMarkersError", "TraceConfigError", "TraceError", "TruncatedTraceError",
     "UnknownRegionIdError", "INTERVAL_DTYPE", "Intervals", "pair_intervals", "PendingTrace", "TraceSession",
     "load_raw", "save_raw", "RegionStats", "region_stats",
+    "ClockAlignmentError", "ClockOffset", "align_with_profiler", "launch_span",
 ]

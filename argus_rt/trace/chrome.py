@@ -20,6 +20,7 @@ from .stats import _name
 def chrome_trace(intervals: Intervals, names=None, *, coordinates: dict | None = None,
                  region_metrics: dict | None = None) -> dict:
     """The trace as a dict ready for json.dump (open in ui.perfetto.dev or chrome://tracing).
+    ``otherData.origin`` is the trace clock's value (ns or cycles) at ts 0.
 
     ``coordinates``: {arg name: one value per interval row} shown on each slice (a packed
     coordinate's fields, ``layer``/``step``; the loop ``iteration``); without them the raw ``coord``
@@ -63,8 +64,23 @@ def chrome_trace(intervals: Intervals, names=None, *, coordinates: dict | None =
         "traceEvents": events,
         "displayTimeUnit": "ns",
         "otherData": {"unit": "us" if intervals.unit == "ns" else "cycles", "incomplete": intervals.incomplete,
-                      "problems": intervals.problems[:50]},
+                      "problems": intervals.problems[:50], "origin": t0},
     }
+
+
+def add_events(doc: dict, events: list[dict]) -> dict:
+    """Append ``events`` (their ``ts`` on ``doc``'s axis, possibly negative: something that ran before
+    the first region occurrence) and shift the whole axis so that every ``ts`` is >= 0; ``otherData.origin``
+    (the trace clock's value at ts 0) moves with it."""
+    doc["traceEvents"].extend(events)
+    first = min((ev["ts"] for ev in doc["traceEvents"] if "ts" in ev), default=0.0)
+    if first < 0:
+        for ev in doc["traceEvents"]:
+            if "ts" in ev:
+                ev["ts"] -= first
+        scale = 1e3 if doc["otherData"]["unit"] == "us" else 1.0  # origin is in the trace clock's unit
+        doc["otherData"]["origin"] = doc["otherData"]["origin"] + round(first * scale)
+    return doc
 
 
 def nesting_problems(doc: dict, limit: int = 20) -> list[str]:
