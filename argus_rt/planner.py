@@ -3,7 +3,9 @@
 Steps (:func:`plan_query`):
 
 1. Validate the region (qualified or unique leaf name), the signals and the scope: each signal
-   (and its prerequisites) must support the program's kind (:func:`argus_rt.recipes.unsupported_reason`),
+   (and its prerequisites) must support the program's kind, i.e. the kind has the capabilities the
+   recipes need (:func:`argus_rt.recipes.unsupported_reason`; a refusal is one line naming the signal,
+   the kind, what it lacks and the signals it supports),
    each signal's recipe lists the scope fields it retains (asking for another is an error naming
    the valid ones), and a ``warp_role`` must be one the program declares.
 2. Close the recipe graph over ``prerequisites`` (depth-first; a cycle is a :class:`RecipeError`

@@ -8,8 +8,8 @@ A :class:`Recipe` maps one signal (``"latency"``) to:
   ``isolated`` in its own run (a recipe exclusion);
 * ``prerequisites``: other recipes (signals or internal analyses such as ``pc_region_map``) whose
   synthesized facts this recipe's synthesis reads; the planner adds them recursively;
-  ``kind_prerequisites`` replaces them for one program kind (a Triton kernel's probe reference is
-  its traced per-iteration waits, not region latency);
+  ``capability_prerequisites`` replaces them for the kinds with a capability (a kind that
+  ``traces_iteration_waits`` takes its probe reference from those waits, not from region latency);
 * ``control`` / ``expander``: an optional discovery Control task and the expander that turns its
   outputs into run-time branches (see ``argus_rt.runtime.handlers``);
 * ``scope_fields``: the scope coordinates the evidence retains, i.e. which :class:`Scope` fields a
@@ -17,10 +17,14 @@ A :class:`Recipe` maps one signal (``"latency"``) to:
   runs, less reuse); the rest are selected during synthesis;
 * ``synthesis``: the synthesis rule name (``argus_rt.synthesis``) and the ``qualification`` of the
   values it produces (observed / attributed / derived);
-* ``kinds`` / ``kinds_reason``: the program kinds whose programs can give this evidence (``None``:
-  every kind) and why only those; a signal is available for a kind when it and all its
-  prerequisites for that kind are (:func:`unsupported_reason`). Stand-in programs (kind
-  ``standin``, made by tests that register their own handlers) can give every signal.
+* ``kind_needs`` / ``kinds`` / ``kinds_reason``: which program kinds can give this evidence and why
+  only those: ``kind_needs`` names the kind capabilities it needs (:data:`argus_rt.kinds.registry.
+  CAPABILITIES`, e.g. ``variant_cubin`` for a map of the marker-only SASS), read from the registry
+  when asked, so a kind registered later counts; ``kinds`` (``None``: every kind) names kinds
+  outright, for a recipe registered outside Argus. A signal is available for a kind when it and
+  all its prerequisites for that kind are (:func:`unsupported_reason`; the planner refuses the
+  others). Stand-in programs (kind ``standin``, made by tests that register their own handlers)
+  can give every signal.
 
 Registering a new recipe::
 
@@ -41,7 +45,7 @@ from dataclasses import dataclass, field
 
 from .backends.base import EFFECTS
 from .errors import ArgusInputError
-from .kinds.registry import kind_names, traced_kind_names
+from .kinds.registry import CAPABILITIES, find_kind, kind_names, kinds_with
 from .program import VARIANTS
 from .scope import SCOPE_FIELDS
 
@@ -94,10 +98,6 @@ class Evidence:
             raise RecipeError(f"evidence from backend {self.backend!r} names no outputs")
 
 
-# Recipe.kinds for "every kind that supports region-trace signals" (the kind registry's traced kinds)
-TRACED = "traced"
-
-
 @dataclass(frozen=True)
 class Recipe:
     signal: str
@@ -106,7 +106,8 @@ class Recipe:
     unit: str = ""
     evidence: tuple[Evidence, ...] = ()
     prerequisites: tuple[str, ...] = ()
-    kind_prerequisites: dict = field(default_factory=dict)  # program kind -> prerequisites
+    # kind capability -> prerequisites for the kinds that have it (the first capability listed wins)
+    capability_prerequisites: dict = field(default_factory=dict)
     control: str | None = None
     expander: str | None = None
     scope_fields: frozenset = frozenset(SCOPE_FIELDS)
@@ -114,9 +115,8 @@ class Recipe:
     synthesis_config: dict = field(default_factory=dict)
     description: str = ""
     public: bool = True  # False: an internal analysis (still plannable as a prerequisite)
-    # program kinds that can give this evidence; None: every kind; TRACED: the registry's traced kinds
-    # (argus_rt.kinds.registry.Kind.traced), read when asked, so a kind registered later counts
-    kinds: frozenset | str | None = None
+    kind_needs: frozenset = frozenset()  # kind capabilities the evidence needs (argus_rt.kinds.registry)
+    kinds: frozenset | None = None  # program kinds named outright (None: every kind that has kind_needs)
     kinds_reason: str = ""  # why only those kinds, e.g. "TTGIR discovery"
 
     def __post_init__(self) -> None:
@@ -126,27 +126,44 @@ class Recipe:
             raise RecipeError(f"qualification {self.qualification!r} unknown; valid: {', '.join(QUALIFICATIONS)}")
         object.__setattr__(self, "evidence", tuple(self.evidence))
         object.__setattr__(self, "prerequisites", tuple(self.prerequisites))
-        object.__setattr__(self, "kind_prerequisites", {k: tuple(v) for k, v in self.kind_prerequisites.items()})
+        _frozen(self.capability_prerequisites, CAPABILITIES, "kind capabilities")
+        object.__setattr__(self, "capability_prerequisites",
+                           {k: tuple(v) for k, v in self.capability_prerequisites.items()})
+        object.__setattr__(self, "kind_needs", _frozen(self.kind_needs, CAPABILITIES, "kind capabilities"))
         object.__setattr__(self, "scope_fields", _frozen(self.scope_fields, SCOPE_FIELDS, "scope fields"))
         object.__setattr__(self, "collect_filters", _frozen(self.collect_filters, self.scope_fields,
                                                             "collect filters (must be retained scope fields)"))
         if self.expander and not self.control:
             raise RecipeError(f"recipe {self.signal!r} names an expander but no control task")
-        if self.kinds is not None and self.kinds != TRACED:
+        if self.kinds is not None:
             object.__setattr__(self, "kinds", _frozen(self.kinds, kind_names(), "program kinds"))
 
     def kind_set(self) -> frozenset | None:
         """The program kinds that can give this evidence (None: every kind)."""
-        return traced_kind_names() if self.kinds == TRACED else self.kinds
+        if not self.kind_needs:
+            return self.kinds
+        capable = kinds_with(self.kind_needs)
+        return capable if self.kinds is None else capable & self.kinds
 
     def supports(self, kind: str | None) -> bool:
         """Whether programs of ``kind`` can give this recipe's own evidence (prerequisites aside)."""
-        return self.kinds is None or kind is None or kind == "standin" or kind in self.kind_set()
+        kinds = self.kind_set()
+        return kinds is None or kind is None or kind == "standin" or kind in kinds
 
+    def missing_capabilities(self, kind: str | None) -> list[str]:
+        """The capabilities in ``kind_needs`` that ``kind`` lacks (all of them for an unregistered kind)."""
+        found = find_kind(kind)
+        return sorted(c for c in self.kind_needs if found is None or not found.has(c))
 
     def prerequisites_for(self, kind: str | None) -> tuple[str, ...]:
-        """Prerequisites for a program of ``kind`` (the kind-specific list when there is one)."""
-        return self.kind_prerequisites.get(kind, self.prerequisites)
+        """Prerequisites for a program of ``kind`` (those of the first of its capabilities listed in
+        ``capability_prerequisites``, else ``prerequisites``)."""
+        found = find_kind(kind)
+        if found is not None:
+            for capability, prerequisites in self.capability_prerequisites.items():
+                if found.has(capability):
+                    return prerequisites
+        return self.prerequisites
 
 
 _RECIPES: dict[str, Recipe] = {}
@@ -190,8 +207,12 @@ def unsupported_reason(signal: str, kind: str | None) -> str | None:
         seen.add(name)
         recipe = get_recipe(name)
         if not recipe.supports(kind):
+            missing = recipe.missing_capabilities(kind)
+            because = [recipe.kinds_reason] if recipe.kinds_reason else []
+            if missing:
+                because.append(f"kind {kind} has no {' or '.join(repr(c) for c in missing)}")
             why = f"needs a {' or '.join(sorted(recipe.kind_set())) or 'no'} program"
-            why += f" ({recipe.kinds_reason})" if recipe.kinds_reason else ""
+            why += f" ({'; '.join(because)})" if because else ""
             return why + (f" for its prerequisite {name!r}" if name != signal else "")
         return next((w for w in map(walk, recipe.prerequisites_for(kind)) if w), None)
 
@@ -219,14 +240,15 @@ register_recipe(Recipe(
     description="duration of each region occurrence from device timestamps (reference trace)",
     evidence=(Evidence("trace", outputs=("region_intervals",), variant="traced",
                        effects=frozenset({"perturbs_timing"}), sensitive_to=REFERENCE_TRACE_SENSITIVE),),
-    collect_filters=frozenset(), kinds=TRACED, kinds_reason="a region trace of a compiled kernel",
+    collect_filters=frozenset(), kind_needs={"traced"}, kinds_reason="a region trace of a compiled kernel",
 ))
 register_recipe(Recipe(
     signal="pc_region_map", unit="executions", qualification="observed", synthesis="pc_region_map",
     public=False, description="n(r,p): executions of each PC under each region (mapping run)",
     evidence=(Evidence("pcmap", outputs=("pc_region_counts",), variant="marker_only", effects=_PROFILER),),
     scope_fields=_LAUNCH_SCOPE, collect_filters=_LAUNCH_SCOPE,
-    kinds=TRACED, kinds_reason="the SASS and region markers of a compiled kernel",
+    # the mapping run maps the marker-only cubin's SASS and profiles the kind's checked launch of it
+    kind_needs={"variant_cubin", "run_once"}, kinds_reason="the SASS and region markers of a compiled kernel",
 ))
 register_recipe(Recipe(
     signal="instruction_mix", unit="instructions", qualification="attributed", synthesis="attributed_metric",
@@ -261,16 +283,17 @@ register_recipe(Recipe(
                        config={"reference": "iteration_waits"}, effects=frozenset({"perturbs_timing"}),
                        sensitive_to=REFERENCE_TRACE_SENSITIVE, isolated=True),),
     scope_fields=frozenset({"iterations", "ctas"}),
-    kinds=frozenset({"triton"}), kinds_reason="per-iteration waits traced in TTGIR",
+    kind_needs={"traces_iteration_waits"}, kinds_reason="per-iteration waits traced in TTGIR",
 ))
 register_recipe(Recipe(
     signal="async_completion_latency", unit="ns", qualification="derived", synthesis="async_completion_latency",
     description="issue-to-completion latency of each async operation site and iteration, from forced-wait "
                 "probes joined to the reference trace by (op ID, iteration)",
-    prerequisites=("latency",), kind_prerequisites={"triton": ("iteration_waits",)},
+    prerequisites=("latency",), capability_prerequisites={"traces_iteration_waits": ("iteration_waits",)},
     control="async_discovery", expander="forced_wait_probes",
     scope_fields=frozenset({"iterations", "sms", "ctas"}),
-    kinds=frozenset({"triton"}), kinds_reason="TTGIR discovery of async operations and forced-wait probes",
+    kind_needs={"discover_async_sites", "forced_wait_probe"},
+    kinds_reason="TTGIR discovery of async operations and forced-wait probes",
 ))
 register_recipe(Recipe(
     signal="system_timeline", unit="ns", qualification="observed", synthesis="system_timeline",

@@ -14,7 +14,7 @@ import pytest
 
 from argus_rt.backends.base import BackendAdapter, get_backend, unregister_backend
 from argus_rt.kinds import registry
-from argus_rt.kinds.registry import Kind, UnknownKindError, get_kind, kind_names, register_kind, traced_kind_names
+from argus_rt.kinds.registry import Kind, UnknownKindError, get_kind, kind_names, kinds_with, register_kind
 from argus_rt.program import ProgramError, ProgramVersion, load_program
 from argus_rt.regions import RegionTree
 
@@ -85,7 +85,7 @@ def _program_dir(tmp_path, kind):
 def test_the_builtin_kinds_are_the_registry_lines():
     assert kind_names()[:4] == ("cuda", "triton", "cupy", "numba")
     assert [m.rsplit(".", 2)[-2] for m in registry.KIND_MODULES] == ["cuda", "triton", "cupy", "numba", "proton"]
-    assert traced_kind_names() == {"cuda", "triton", "cupy", "numba", "proton"}
+    assert kinds_with({"traced"}) == {"cuda", "triton", "cupy", "numba", "proton"}
 
 
 def test_reading_the_registry_imports_no_compiler():
@@ -140,11 +140,15 @@ def test_the_shared_paths_dispatch_through_the_registry(fake_kind, tmp_path):
 
 
 def test_no_kind_name_is_branched_on_outside_the_registry_and_the_kinds():
-    """The dispatch code reads the registry: no kind name in a comparison in backends/, run_variant,
-    the plan command, program validation (the Triton-only recipes name their kind as data)."""
+    """The dispatch code reads the registry: no kind name in a comparison, a handler's ``kind=``, a
+    set of kinds or kind-keyed prerequisites in backends/, run_variant, the plan command, the recipes, the
+    planner or the async handlers (recipes name the kind capabilities they need), nor in program
+    validation."""
     files = [*(ROOT / "argus_rt" / "backends").glob("*.py"), ROOT / "argus_rt" / "kinds" / "run_variant.py",
-             ROOT / "argus_rt" / "commands" / "plan.py"]
-    pattern = re.compile(r"""(==|!=|\bin\b)\s*\(?["'](cuda|triton|cupy|numba)["']|kind=["'](cuda|triton|cupy|numba)["']\)""")
+             ROOT / "argus_rt" / "commands" / "plan.py", ROOT / "argus_rt" / "recipes.py",
+             ROOT / "argus_rt" / "planner.py", ROOT / "argus_rt" / "triton_handlers.py"]
+    name = r"""["'](cuda|triton|cupy|numba|proton)["']"""
+    pattern = re.compile(rf"(==|!=|\bin\b)\s*\(?{name}|kind={name}\)|(frozenset\(|prerequisites=)\{{\s*{name}")
     hits = [f"{f.name}:{n}" for f in files for n, line in enumerate(f.read_text().splitlines(), 1)
             if pattern.search(line) and not line.lstrip().startswith(("#", "``", "An adapter"))]
     assert hits == []

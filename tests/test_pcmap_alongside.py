@@ -15,6 +15,7 @@ import os
 import stat
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -167,12 +168,47 @@ def test_a_failed_ncu_run_reports_its_own_error_after_the_build(setup, monkeypat
 
 
 def test_kinds_that_hand_the_cubin_over_start_ncu_after_the_build():
-    """CUDA's runner launches the parent's cubin, so its ncu run cannot start before the build."""
-    from argus_rt.backends.pcmap import BUILDS_ALONGSIDE_NCU
-    from argus_rt.kinds.registry import get_kind
+    """CUDA's runner launches the parent's cubin, so its ncu run cannot start before the build; the
+    capability is each kind's own declaration (its kind.py), read through the registry."""
+    from argus_rt.kinds.registry import kinds, kinds_with
 
-    assert all(not get_kind(name).hands_over for name in BUILDS_ALONGSIDE_NCU)
-    assert "cuda" not in BUILDS_ALONGSIDE_NCU and "triton" in BUILDS_ALONGSIDE_NCU
+    alongside = kinds_with({"builds_alongside_ncu"})
+    assert alongside == {"triton"}  # numba's link step writes a fixed temporary name: not alongside
+    assert not any(k.hands_over for k in kinds() if k.name in alongside)
+
+
+def test_the_mapping_run_starts_ncu_first_only_for_a_kind_that_builds_alongside_it(tmp_path, monkeypatch):
+    """A registered kind's declaration alone decides the order (no kind name in the mapping run)."""
+    from argus_rt.backends import ncu, pcmap
+    from argus_rt.kinds import registry, run_variant
+
+    order = []
+
+    class Stop(Exception):
+        pass
+
+    def start(cmd, **_kw):
+        order.append("ncu")
+        raise Stop
+
+    def build(program, variant):
+        order.append("build")
+        raise Stop
+
+    monkeypatch.setattr(ncu, "start_ncu_command", start)
+    monkeypatch.setattr(run_variant, "variant_cubin", build)
+    monkeypatch.setattr(pcmap, "mapping_command", lambda *a, **k: (["ncu"], {}, tmp_path / "stamps"))
+    program = load_program(SOFTMAX)
+    triton = registry.get_kind("triton")
+    for alongside, first in ((True, "ncu"), (False, "build")):
+        order.clear()
+        registry.register_kind(replace(triton, builds_alongside_ncu=alongside), replace=True)
+        try:
+            with pytest.raises(Stop):
+                pcmap.mapping_run(program, tmp_path, kernel="softmax_kernel")
+        finally:
+            registry.register_kind(triton, replace=True)
+        assert order == [first]
 
 
 def test_the_mapping_command_profiles_the_runner_s_own_process_only(tmp_path, monkeypatch):

@@ -280,7 +280,7 @@ class StepClock:
     cubin read, :func:`read_cubin`), ``ncu``, ``reference`` (the parent's check of the profiled
     launch's outputs, CUDA programs described in JSON) and ``map``.
 
-    Where ncu starts before the build (:data:`BUILDS_ALONGSIDE_NCU`), ``build`` and ``disassemble``
+    Where ncu starts before the build (a kind that ``builds_alongside_ncu``), ``build`` and ``disassemble``
     (:data:`OVERLAPPED_STEPS`) run while ncu does: ``ncu`` is then the whole ncu run from its start, so
     it overlaps them, and ``ncu_wait`` is the part of it after them, the time the mapping run waited;
     the steps' sum exceeds the wall by the overlap.
@@ -394,14 +394,6 @@ def read_cubin(cubin: Path, kernel: str):
     return function, elf_arch(elf) or sass_arch(listing)
 
 
-# Kinds whose profiled runner builds the variant itself (no hand-over) and whose build may run in two
-# processes at once: for these, Nsight Compute starts before this process builds and reads the
-# variant, and the two run side by side. Triton's on-disk cache writes each file through a temporary
-# directory of its own (pid and uuid) and os.replace, so two compiles of one kernel never see a
-# partial file. (numba's link step writes a fixed temporary name, so it is not here.)
-BUILDS_ALONGSIDE_NCU = frozenset({"triton"})
-
-
 def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: tuple[str, ...] = ("SourceCounters",)):
     """Build the marker-only variant, count per-PC executions with Nsight Compute, and map.
 
@@ -415,7 +407,7 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
     For a kind that ``hands_over`` (CUDA), the profiled process launches the cubin built here, and when
     the kind ``saves_outputs`` (a launch described in JSON: no torch there) it saves its arguments and
     this process checks them against the reference (``check_saved_run``, step ``reference``). For a
-    kind in :data:`BUILDS_ALONGSIDE_NCU` (Triton), whose runner compiles the kernel itself, ncu starts
+    kind that ``builds_alongside_ncu`` (Triton), whose runner compiles the kernel itself, ncu starts
     first and this process builds and reads the variant while it runs (``provenance.ncu_alongside``);
     :func:`check_same_binary` then confirms that ncu profiled the binary mapped here.
     """
@@ -430,7 +422,7 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
         raise PcMapError(f"program {program.name!r}: no kernel named (launch['kernel'])")
     clock = StepClock()
     running = None  # the ncu run, when it was started before the build
-    if not kind.hands_over and program.kind in BUILDS_ALONGSIDE_NCU:
+    if not kind.hands_over and kind.builds_alongside_ncu:
         cmd, env, stamps_path = mapping_command(program, outdir, kernel=kernel, sections=sections)
         clock.step(f"Nsight Compute started on kernel {kernel_key(kernel)} only, its first launch, kernel replay; "
                    f"its runner compiles the kernel itself, so this process builds and reads the variant meanwhile. "

@@ -1,13 +1,18 @@
 """The program kinds Argus knows: one list, :data:`KIND_MODULES`, one line per kind.
 
 A kind is a package ``argus_rt/kinds/<kind>/`` whose module ``kind.py`` defines ``KIND``, a
-:class:`Kind`: its name, whether it supports region-trace signals, and its hooks as ``"module:function"``
-strings, imported when they are first called (so reading the registry imports no compiler, torch,
-Triton, CuPy or numba). Everything that used to list kinds reads this registry: program validation
-(:func:`kind_names`), the recipes' traced kinds (:func:`traced_kind_names`), the kind-specific backend
-adapters (:meth:`Kind.adapter`), plan-time compile checks, the profiled runner
-(:mod:`argus_rt.kinds.run_variant`), the mapping run (:mod:`argus_rt.backends.pcmap`) and the trace
-adapter (:mod:`argus_rt.backends.trace`).
+:class:`Kind`: its name, its capability flags (``traced``, ``hands_over``, ``builds_alongside_ncu``, ...)
+and its hooks as ``"module:function"`` strings, imported when they are first called (so reading the
+registry imports no compiler, torch, Triton, CuPy or numba). Everything that used to list kinds reads
+this registry: program validation (:func:`kind_names`), the recipes' kind requirements (a recipe names
+the capabilities it needs, :func:`kinds_with`), the kind-specific backend adapters (``Kind.adapters``),
+plan-time compile checks, the profiled runner (:mod:`argus_rt.kinds.run_variant`), the mapping run
+(:mod:`argus_rt.backends.pcmap`), the trace adapter (:mod:`argus_rt.backends.trace`) and the async
+discovery and probe handlers (:mod:`argus_rt.triton_handlers`).
+
+A *capability* is the name of a :class:`Kind` field other than ``name``, ``runner_says`` and
+``adapters`` (:data:`CAPABILITIES`): a kind has it when the flag is true or the hook is set
+(:meth:`Kind.has`).
 
 Adding a kind: its folder, and its line in :data:`KIND_MODULES`. A kind defined elsewhere (a plugin, a
 test) is added with :func:`register_kind` and removed with :func:`unregister_kind`.
@@ -15,7 +20,7 @@ test) is added with :func:`register_kind` and removed with :func:`unregister_kin
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
 # The registration lines: one module per kind, each defining KIND.
@@ -51,6 +56,12 @@ class Kind:
     * ``runner_facts(result) -> dict``: extras of a run_once result the runner prints;
     * ``compiler() -> str``: the version of what compiles this kind ("unknown" when it is not
       installed); part of a program version's identity, so evidence is not reused across an upgrade;
+    * ``discover_async_sites(program, region, outdir) -> (argus.async_sites/1 document, {output: path})``:
+      the async operation sites of ``region`` (None: the whole kernel), for the ``async_discovery``
+      Control; the paths are extra outputs it wrote under ``outdir``;
+    * ``forced_wait_probe(program, probe, outdir) -> {output: path}``: build ``probe``, the forced-wait
+      probe variant of one (async site, iteration) (``probe.params``: ``op_id``, ``iteration``), under
+      ``outdir``, for the ``forced_wait_probe`` Transform;
     * ``adapters``: backend name -> ``"module:Class"`` of an adapter used for this kind instead of the
       shared one (instantiated and registered on first use).
     """
@@ -59,6 +70,13 @@ class Kind:
     traced: bool = False
     runner_variants: tuple[str, ...] = ()  # variants its profiled runner launches (first: the default)
     hands_over: bool = False
+    # The profiled runner builds the variant itself (no hand-over), and two processes may build it at
+    # once without seeing each other's partial files: the mapping run starts Nsight Compute before it
+    # builds and reads the variant, and the two run side by side.
+    builds_alongside_ncu: bool = False
+    # Its trace adapter runs the traced reference with per-iteration consumer waits
+    # (config {"reference": "iteration_waits"}, output argus.iteration_waits/1).
+    traces_iteration_waits: bool = False
     runner_says: str = ""  # what the profiled run does, for its progress line
     variant_cubin: str | None = None
     kernel: str | None = None
@@ -70,7 +88,15 @@ class Kind:
     mapping_provenance: str | None = None
     runner_facts: str | None = None
     compiler: str | None = None
+    discover_async_sites: str | None = None
+    forced_wait_probe: str | None = None
     adapters: Mapping[str, str] = field(default_factory=dict)
+
+    def has(self, capability: str) -> bool:
+        """Whether this kind has ``capability`` (one of :data:`CAPABILITIES`): the flag is true or the
+        hook is set."""
+        check_capabilities([capability])
+        return bool(getattr(self, capability))
 
     def hook(self, name: str) -> Callable[..., Any] | None:
         """The hook ``name`` (imported now), or None when this kind has none."""
@@ -83,6 +109,20 @@ class Kind:
             raise UnknownKindError(f"program kind {self.name!r} has no {name!r} (kinds with one: "
                                    f"{', '.join(k.name for k in kinds() if getattr(k, name) is not None)})")
         return fn(*args, **kwargs)
+
+
+# Kind fields that are capabilities (a flag or a hook); name, runner_says and adapters are not.
+CAPABILITIES: tuple[str, ...] = tuple(f.name for f in fields(Kind) if f.name not in ("name", "runner_says", "adapters"))
+
+
+def check_capabilities(names) -> frozenset[str]:
+    """``names`` as a frozenset, or a one-line error naming the unknown ones and the valid ones."""
+    names = frozenset(names)
+    bad = names - frozenset(CAPABILITIES)
+    if bad:
+        raise ValueError(f"unknown kind capabilit{'y' if len(bad) == 1 else 'ies'} {sorted(bad)}; "
+                         f"valid: {', '.join(CAPABILITIES)}")
+    return names
 
 
 def resolve(ref: str):
@@ -130,9 +170,10 @@ def kind_names() -> tuple[str, ...]:
     return tuple(_table())
 
 
-def traced_kind_names() -> frozenset[str]:
-    """The kinds that support region-trace signals (latency, the PC-keyed signals)."""
-    return frozenset(k.name for k in kinds() if k.traced)
+def kinds_with(capabilities) -> frozenset[str]:
+    """The names of the registered kinds that have every one of ``capabilities``."""
+    needed = check_capabilities(capabilities)
+    return frozenset(k.name for k in kinds() if all(getattr(k, c) for c in needed))
 
 
 def find_kind(name: str | None) -> Kind | None:

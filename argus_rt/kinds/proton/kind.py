@@ -4,8 +4,8 @@ A ``kind="proton"`` program is a Triton kernel annotated with ``triton.profiler.
 (``pl.enter_scope`` / ``pl.exit_scope`` / ``pl.scope``) and no Argus markers; its launch is a Triton
 launch (:mod:`argus_rt.kinds.triton.program`). Region tracing (``latency``) runs it under Proton's
 instrumentation mode (:class:`argus_rt.backends.proton.ProtonScopeTrace`). It has no marker-only
-build, so the PC-keyed signals (instruction_mix, barrier_count, stall_reasons) fail at run time
-with "program kind 'proton' has no 'variant_cubin'".
+build (no ``variant_cubin``, no ``run_once``), so the planner refuses the PC-keyed signals
+(instruction_mix, barrier_count, stall_reasons: their recipes need both) for it at plan time.
 """
 from ..registry import Kind
 

@@ -1,5 +1,6 @@
-"""Discovery for Triton programs: its JSON document (the ``async_discovery`` Control handler that
-writes it is :mod:`argus_rt.triton_handlers`, above the runtime).
+"""Discovery for Triton programs: its JSON document, and the kind's ``discover_async_sites`` hook
+(:func:`discover_async_sites`), which the ``async_discovery`` Control handler
+(:mod:`argus_rt.triton_handlers`, above the runtime) calls through the kind registry.
 
 The work is split by job:
 
@@ -15,6 +16,8 @@ This module keeps the names callers import from it (``discover``, ``program_ttgi
 ``TtgirError``, ``UnsupportedOpError``, ``Module``, ``simulate_loop``); the rest live in the modules above.
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 # DiscoveryError, UnsupportedOpError, simulate_loop, Module, TtgirError: imported from here by callers
 # (argus_rt.cli looks DiscoveryError and TtgirError up in this module)
@@ -41,3 +44,13 @@ def async_sites_document(d: Discovery, program_id: str) -> dict:
     return {"format": ASYNC_SITES_FORMAT, "program": program_id, "kernel": d.kernel, "region": d.region,
             "iterations": d.iterations, "sites": sites, "unsupported": d.unsupported,
             "helper_regions": d.helper_regions, "regions": [s.to_json() for s in d.spans]}
+
+
+def discover_async_sites(program, region: str | None, outdir: Path) -> tuple[dict, dict[str, Path]]:
+    """The kind's ``discover_async_sites`` hook: the ``argus.async_sites/1`` document of ``region``
+    (None: the whole kernel) and the TTGIR it was read from, written as ``outdir/reference.ttgir``."""
+    ttgir, iterations = program_ttgir(program)
+    d = discover(ttgir, region, iterations=iterations)
+    ttgir_path = Path(outdir) / "reference.ttgir"
+    ttgir_path.write_text(ttgir, encoding="utf-8")
+    return async_sites_document(d, program.id), {"ttgir": ttgir_path}
