@@ -19,8 +19,10 @@ def register(sub) -> None:
     p.add_argument("--chrome", "--perfetto", dest="chrome", default=None, metavar="FILE",
                    help="also write the region occurrences behind the latency values as a Chrome/Perfetto "
                         "trace JSON to FILE ('-': stdout): a track per SM, CTA and warp, nested slices with "
-                        "their coordinates and their region's attributed metrics from this query (schema "
-                        "argus_rt/schemas/chrome_trace.schema.json); needs the latency signal")
+                        "their coordinates and their region's attributed metrics from this query, and with "
+                        "async_completion_latency each probe run's issue -> completion slices linked by flows "
+                        "(schema argus_rt/schemas/chrome_trace.schema.json, docs/perfetto.md); needs the "
+                        "latency signal")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--cpu-pool", choices=("process", "thread"), default="process",
                    help="run Transform/Synthesize/Control in worker processes (default: killed past their timeout, "
