@@ -13,14 +13,24 @@ from pathlib import Path
 import pytest
 
 import argus_rt
+from argus_rt.recipes import signals_for
 from argus_rt.regions import RegionTree
 from argus_rt.resources import examples_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(p.name for p in examples_dir().iterdir() if (p / "argus_program.json").is_file())
-# what an example of each kind is planned for here: the three signals of a traced kind, so a new kind's example
-# needs no line here; the Triton examples, latency only
-SIGNALS_BY_KIND = collections.defaultdict(lambda: ["latency", "instruction_mix", "barrier_count"], triton=["latency"])
+# what an example of each kind is planned for here: of these three signals, those its kind's capabilities give
+# (a kind without a marker-only build, Proton, gets latency), so a new kind's example needs no line here;
+# the Triton examples, latency only
+THREE_SIGNALS = ("latency", "instruction_mix", "barrier_count")
+SIGNALS_BY_KIND = collections.defaultdict(lambda: list(THREE_SIGNALS), triton=["latency"])
+
+
+def _signals_for_example(kind: str) -> list[str]:
+    offered = set(signals_for(kind))
+    signals = [s for s in SIGNALS_BY_KIND[kind] if s in offered]
+    assert "latency" in signals, (kind, sorted(offered))  # every shipped example is traced
+    return signals
 
 
 def _root_region(name: str) -> str:
@@ -44,9 +54,10 @@ def test_every_example_directory_the_readme_names_is_a_program():
 def test_example_plans_on_the_cpu(name):
     program = argus_rt.example(name)
     kind = argus_rt.query.load_program(program).kind
-    plan = argus_rt.query.make_plan(program, _root_region(name), SIGNALS_BY_KIND[kind])
+    signals = _signals_for_example(kind)
+    plan = argus_rt.query.make_plan(program, _root_region(name), signals)
     assert {t.kind for t in plan.tasks.values()} >= {"collect", "synthesize"}
-    assert set(plan.targets) == set(SIGNALS_BY_KIND[kind])
+    assert set(plan.targets) == set(signals)
 
 
 @pytest.mark.gpu
