@@ -54,6 +54,9 @@ def test_the_guard_acts_only_in_a_one_thread_process_without_torch(monkeypatch):
     from argus_rt.kinds.triton.specialization import _without_torch_import
 
     monkeypatch.delitem(sys.modules, "torch", raising=False)  # restored after the test
+    # pytest's process may hold threads left by earlier tests (a one-thread process is what the guard is for)
+    threads = [1]
+    monkeypatch.setattr(threading, "active_count", lambda: threads[0])
     with _without_torch_import():
         assert "torch" in sys.modules and sys.modules["torch"] is None  # an import of torch fails here
     assert "torch" not in sys.modules, "the guard left torch unimportable"
@@ -64,6 +67,7 @@ def test_the_guard_acts_only_in_a_one_thread_process_without_torch(monkeypatch):
     release = threading.Event()
     other = threading.Thread(target=release.wait)
     other.start()
+    threads[0] = 2
     try:
         with _without_torch_import():  # another thread might be importing torch: leave sys.modules alone
             assert "torch" not in sys.modules
