@@ -6,6 +6,7 @@ Run under Triton 3.6 (``/work/venv36``) and 3.7: the JIT internals Argus reuses 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import hashlib
 from pathlib import Path
 
@@ -91,7 +92,10 @@ def programs():
 def test_argus_ttgir_equals_the_jit_s(programs, name):
     program = programs[name]
     ttgir, _ = program_ttgir(program)
-    assert _sha(ttgir) == _sha(_jit_warmup_ttgir(program))
+    jit = _jit_warmup_ttgir(program)
+    if _sha(ttgir) != _sha(jit):
+        diff = [d for d in difflib.unified_diff(jit.splitlines(), ttgir.splitlines(), "jit", "argus", n=0, lineterm="")]
+        pytest.fail(f"{name}: Argus's TTGIR differs from the JIT's ({len(diff)} diff lines):\n" + "\n".join(diff[:40]))
     assert "tt.divisibility = 16" in ttgir  # the launch's aligned pointers reached the compile
 
 
