@@ -57,3 +57,14 @@ def test_argument_differences_name_what_the_run_passes_that_the_launch_does_not_
         "y: run passes a 8-byte aligned address, launch.args says align 256",
         "n: run passes 60, launch.args gives 64"]
     assert argument_differences(Fn, described, passed[:1] + (described["y"], 64)) == []
+
+
+def test_same_kernel_ignores_only_the_loc_definitions():
+    """Triton's cache can hand back a kernel of the same source built from another directory (a forked
+    program version, another checkout), whose #loc lines name that directory: still the same kernel."""
+    from argus_rt.kinds.triton.jit_equivalence import same_kernel
+
+    a = '#loc = loc("/a/k.py":1:0)\nmodule {\n  tt.func @k() loc(#loc)\n}\n#loc1 = loc("/a/k.py":2:3)\n'
+    moved = a.replace("/a/", "/b/")
+    changed = moved.replace("tt.func @k()", "tt.func @k(%arg0: i32)")
+    assert same_kernel(a, moved) and not same_kernel(a, changed)
