@@ -83,6 +83,7 @@ class Bench:
         dram = torch.zeros(lines * 32, device=dev, dtype=torch.int32)  # one hop per 128-byte line, random order
         dram[perm * 32] = (torch.roll(perm, -1) * 32).int()
         self.l2_ring, self.dram_ring = l2, dram
+        self.dram_lines, self.gen = lines, gen
         self.counters = torch.zeros(2, device=dev, dtype=torch.int32)
         self.probe_out = torch.zeros(4, device=dev, dtype=torch.int64)
         for name, _ in KERNELS.values():
@@ -98,7 +99,8 @@ class Bench:
         self.probe_out.zero_()
         self.module.launch(name, grid=ctas + 1, block=threads, shared_mem=pages * PAGE_BYTES, args=[
             self.W, self.x, self.out, np.int32(K), np.int32(tiles), np.int32(rows), np.int32(pages),
-            self.l2_ring, self.dram_ring, self.counters, np.uint32(min_hops), self.probe_out, block_ns])
+            self.l2_ring, self.dram_ring, self.counters, np.uint32(min_hops), np.uint32(self._dram_start()),
+            self.probe_out, block_ns])
         torch.cuda.synchronize()
         probe = self.probe_out.cpu().numpy()
         res = {"l2_hop_ns": probe[0] / max(probe[1], 1), "dram_hop_ns": probe[2] / max(probe[3], 1)}
@@ -109,6 +111,11 @@ class Bench:
             res["rel_err"] = float(torch.linalg.vector_norm(self.out - self.reference) /
                                    torch.linalg.vector_norm(self.reference))
         return res
+
+    def _dram_start(self) -> int:
+        """A random line of the DRAM ring (its word index): each launch chases lines no earlier launch left in L2."""
+        line = int(self.torch.randint(0, self.dram_lines, (1,), device="cuda", generator=self.gen).item())
+        return line * 32
 
     def anchors(self, reps: int) -> list[dict]:
         torch = self.torch

@@ -56,7 +56,7 @@ __device__ __forceinline__ unsigned chase_load(const unsigned* p) {
 
 // Probe block: ns per dependent hop of each ring while the streaming blocks run.
 __device__ void probe(const unsigned* l2_ring, const unsigned* dram_ring, unsigned* started, unsigned* finished,
-                      int n_stream, unsigned min_hops, unsigned long long* probe_out) {
+                      int n_stream, unsigned min_hops, unsigned dram_start, unsigned long long* probe_out) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (lane != 0 || warp > 1) return;
   const unsigned* ring = warp == 0 ? l2_ring : dram_ring;
@@ -64,7 +64,8 @@ __device__ void probe(const unsigned* l2_ring, const unsigned* dram_ring, unsign
   volatile unsigned* vfinish = finished;
   if (n_stream > 0)
     while (*vstart < (unsigned)n_stream) {}
-  unsigned cur = 0, hops = 0;
+  // the DRAM ring starts where the host says: a fresh stretch of lines per launch, not ones an earlier launch left in L2
+  unsigned cur = warp == 0 ? 0u : dram_start, hops = 0;
   const unsigned long long t0 = global_ns();
   for (;;) {
 #pragma unroll 1
@@ -150,10 +151,11 @@ __device__ void stream_registers(const __nv_bfloat16* W, const float* x, float* 
 template <int kMode>
 __device__ void weight_stream(const __nv_bfloat16* W, const float* x, float* out, int K, int tiles, int rows,
                               int pages, const unsigned* l2_ring, const unsigned* dram_ring, unsigned* counters,
-                              unsigned min_hops, unsigned long long* probe_out, unsigned long long* block_ns) {
+                              unsigned min_hops, unsigned dram_start, unsigned long long* probe_out,
+                              unsigned long long* block_ns) {
   const int n_stream = (int)gridDim.x - 1;
   if (blockIdx.x == 0) {
-    probe(l2_ring, dram_ring, counters, counters + 1, n_stream, min_hops, probe_out);
+    probe(l2_ring, dram_ring, counters, counters + 1, n_stream, min_hops, dram_start, probe_out);
     return;
   }
   const int b = (int)blockIdx.x - 1;
@@ -173,8 +175,8 @@ __device__ void weight_stream(const __nv_bfloat16* W, const float* x, float* out
 #define ARGS                                                                                                   \
   const __nv_bfloat16 *W, const float *x, float *out, int K, int tiles, int rows, int pages,                   \
       const unsigned *l2_ring, const unsigned *dram_ring, unsigned *counters, unsigned min_hops,               \
-      unsigned long long *probe_out, unsigned long long *block_ns
-#define PASS W, x, out, K, tiles, rows, pages, l2_ring, dram_ring, counters, min_hops, probe_out, block_ns
+      unsigned dram_start, unsigned long long *probe_out, unsigned long long *block_ns
+#define PASS W, x, out, K, tiles, rows, pages, l2_ring, dram_ring, counters, min_hops, dram_start, probe_out, block_ns
 
 extern "C" __global__ void __launch_bounds__(256, 2) stream_plain(ARGS) { weight_stream<0>(PASS); }
 extern "C" __global__ void __launch_bounds__(256, 2) stream_batch(ARGS) { weight_stream<1>(PASS); }
