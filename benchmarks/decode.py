@@ -149,7 +149,7 @@ def variant_rows() -> dict[str, dict]:
         # while they run, so batching alone cannot gain; together, weights land in L2 while HBM is idle
         # (attention, combine, norms, hand-offs) and are read with 16 loads in flight (NOTES.md row 17)
         # One worker CTA per SM with every op cut into at most 131 tiles (one wave): benchmarks/weight_stream.py
-        # (H200 18:35) measured a dependent L2 load at ~1000 ns on an SM whose other CTA streams weights and at
+        # (H200 18:27) measured a dependent L2 load at ~1000 ns on an SM whose other CTA streams weights and at
         # 167 ns when the streamers are on other SMs, and the plain GEMV loop streaming 4.44 TB/s from 131 CTAs.
         # Earlier 1-CTA rows (mk_1cta, NOTES.md rows 4, 7, 12) kept the 263-worker tiles: 2-wave QKV and gate/up.
         # 80 QKV tiles of 32 rows, 128 gate/up tiles of 44 features, 128 logits tiles of 250 rows (NOTES.md "Ready: row 19")

@@ -1,6 +1,6 @@
 // Weight page ring (opt-in, MK_RING = pages per CTA; 0 = off, the default build has none of this).
 //
-// Why (benchmarks/weight_stream.py on H200, 2026-12-01 18:35, megakernel/NOTES.md row 17): with 2 CTAs
+// Why (benchmarks/weight_stream.py on H200, 2026-12-01 18:27, megakernel/NOTES.md row 17): with 2 CTAs
 // per SM streaming weights by register loads (the GEMV loops of gemv.cuh), a dependent L2 load on the
 // same SM takes ~1000 ns instead of 143 ns unloaded, with no bandwidth gained over 1 CTA per SM; bulk
 // copies (cp.async.bulk) of 16 KiB pages into shared memory stream 4.2-4.3 TB/s at 2 CTAs per SM with
