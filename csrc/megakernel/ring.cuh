@@ -83,10 +83,8 @@ __device__ __forceinline__ void ring_end_tile(Ring& r) {
 
 // Every thread: wait until the tile's issued pages have all landed (an aborted tile: no copy outlives the CTA).
 __device__ __forceinline__ void ring_drain(Ring& r, unsigned long long timeout_ns) {
-  const unsigned pages = ring_pages_of(r.bytes);
-  for (unsigned k = 0; k < pages; ++k) {
+  for (unsigned k = 0; k < r.issued; ++k) {
     const unsigned seq = r.base + k;
-    if (k >= r.issued) break;
     stage_wait(&r.bar[seq % MK_RING], (seq / MK_RING) & 1u, timeout_ns);
   }
 }

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "gemv.cuh"
+#include "stage.cuh"  // smem_addr
 
 namespace {
 
@@ -30,21 +31,19 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-
 __device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(mk::smem_addr(bar)), "r"(count) : "memory");
 }
 
 __device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(mk::smem_addr(bar)) : "memory");
 }
 
 __device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parity) {
   unsigned done = 0;
   while (!done) {
     asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+                 : "=r"(done) : "r"(mk::smem_addr(bar)), "r"(parity) : "memory");
   }
 }
 
@@ -105,10 +104,10 @@ __device__ void stream_ring(const __nv_bfloat16* W, const float* x, float* out, 
         const int tile = b + (i / pages_per_tile) * G;
         const char* src = reinterpret_cast<const char*>(W) + ((size_t)tile * pages_per_tile + i % pages_per_tile) * PAGE_BYTES;
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                     ::"r"(smem_u32(&full[slot])), "r"(PAGE_BYTES) : "memory");
+                     ::"r"(mk::smem_addr(&full[slot])), "r"(PAGE_BYTES) : "memory");
         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     ::"r"(smem_u32(ring_smem + (size_t)slot * PAGE_BYTES)), "l"(src), "r"(PAGE_BYTES),
-                       "r"(smem_u32(&full[slot])) : "memory");
+                     ::"r"(mk::smem_addr(ring_smem + (size_t)slot * PAGE_BYTES)), "l"(src), "r"(PAGE_BYTES),
+                       "r"(mk::smem_addr(&full[slot])) : "memory");
       }
     }
     return;
