@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import argus_rt
+from argus_rt.kinds.registry import get_kind
 from argus_rt.recipes import signals_for
 from argus_rt.regions import RegionTree
 from argus_rt.resources import examples_dir
@@ -65,6 +66,10 @@ def test_example_plans_on_the_cpu(name):
 def test_example_query_answers_on_the_gpu(name, tmp_path):
     program = argus_rt.example(name)
     kind = argus_rt.query.load_program(program).kind
+    check = get_kind(kind).hook("environment_problem")
+    problem = check() if check else None
+    if problem:  # e.g. numba-cuda 0.30.4 under numpy 2.5: no kernel of the kind compiles on this machine
+        pytest.skip(problem)
     region = _root_region(name)
     report = argus_rt.query(program, region, ["latency"], workspace=tmp_path / "ws")
     assert report.unanswered == [], report.unanswered

@@ -62,6 +62,8 @@ class Kind:
     * ``forced_wait_probe(program, probe, outdir) -> {output: path}``: build ``probe``, the forced-wait
       probe variant of one (async site, iteration) (``probe.params``: ``op_id``, ``iteration``), under
       ``outdir``, for the ``forced_wait_probe`` Transform;
+    * ``environment_problem() -> str | None``: why this kind cannot run on this machine (a known-broken
+      pair of its toolchain's versions), as one line naming the fix; None: nothing known;
     * ``adapters``: backend name -> ``"module:Class"`` of an adapter used for this kind instead of the
       shared one (instantiated and registered on first use).
     """
@@ -90,6 +92,7 @@ class Kind:
     compiler: str | None = None
     discover_async_sites: str | None = None
     forced_wait_probe: str | None = None
+    environment_problem: str | None = None
     adapters: Mapping[str, str] = field(default_factory=dict)
 
     def has(self, capability: str) -> bool:

@@ -8,5 +8,6 @@ KIND = Kind(
     run_once="argus_rt.kinds.numba.run:run_once", trace="argus_rt.kinds.numba.run:collect_region_trace",
     check_compiles="argus_rt.kinds.numba.build:check_program", compiler="argus_rt.kinds.numba.versions:compiler_version",
     mapping_provenance="argus_rt.kinds.numba.build:mapping_provenance",
+    environment_problem="argus_rt.kinds.numba.versions:incompatibility",
     # not builds_alongside_ncu: numba's link step writes a fixed temporary name, so two builds at once collide
 )
