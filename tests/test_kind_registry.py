@@ -142,11 +142,12 @@ def test_the_shared_paths_dispatch_through_the_registry(fake_kind, tmp_path):
 def test_no_kind_name_is_branched_on_outside_the_registry_and_the_kinds():
     """The dispatch code reads the registry: no kind name in a comparison, a handler's ``kind=``, a
     set of kinds or kind-keyed prerequisites in backends/, run_variant, the plan command, the recipes, the
-    planner or the async handlers (recipes name the kind capabilities they need), nor in program
+    planner, the runtime or the async handlers (recipes name the kind capabilities they need), nor in program
     validation."""
     files = [*(ROOT / "argus_rt" / "backends").glob("*.py"), ROOT / "argus_rt" / "kinds" / "run_variant.py",
              ROOT / "argus_rt" / "commands" / "plan.py", ROOT / "argus_rt" / "recipes.py",
-             ROOT / "argus_rt" / "planner.py", ROOT / "argus_rt" / "triton_handlers.py"]
+             ROOT / "argus_rt" / "planner.py", ROOT / "argus_rt" / "triton_handlers.py",
+             *(ROOT / "argus_rt" / "runtime").glob("*.py")]
     name = r"""["'](cuda|triton|cupy|numba|proton)["']"""
     pattern = re.compile(rf"(==|!=|\bin\b)\s*\(?{name}|kind={name}\)|(frozenset\(|prerequisites=)\{{\s*{name}")
     hits = [f"{f.name}:{n}" for f in files for n, line in enumerate(f.read_text().splitlines(), 1)
@@ -154,6 +155,47 @@ def test_no_kind_name_is_branched_on_outside_the_registry_and_the_kinds():
     assert hits == []
     program_py = (ROOT / "argus_rt" / "program.py").read_text()
     assert "PROGRAM_KINDS" not in program_py and '"cupy"' not in program_py
+
+
+def fake_prebuild(variant):
+    CALLS.append(("prebuild", variant.variant))
+
+
+def fake_warm_up(installed=True):
+    CALLS.append(("warm_up", installed))
+    return installed
+
+
+def fake_warm_up_missing():
+    return fake_warm_up(installed=False)
+
+
+def test_the_runtime_prebuilds_and_warms_up_through_the_kinds_hooks(tmp_path, monkeypatch):
+    """The variant Transform calls the kind's ``prebuild`` hook where collections run (and only there);
+    a device worker's warm-up calls every kind's ``warm_up`` hook and times those that warmed."""
+    from types import SimpleNamespace
+
+    from argus_rt.runtime import builtin, workers
+
+    register_kind(Kind("fakewarm", traced=True, prebuild=f"{__name__}:fake_prebuild", warm_up=f"{__name__}:fake_warm_up"))
+    register_kind(Kind("fakecold", warm_up=f"{__name__}:fake_warm_up_missing"))
+    CALLS.clear()
+    try:
+        program = ProgramVersion.from_sources("fake", {"k.src": "x"}, kind="fakewarm", regions=_program_tree(),
+                                              launch={"kernel": "k"})
+        ctx = SimpleNamespace(config={"variant": "marker_only"}, program=program,
+                              write_program=lambda pv: tmp_path / f"{pv.id}.json")
+        monkeypatch.setenv(workers.WARM_WORKERS_ENV, "0")
+        assert set(builtin.make_variant(ctx)) == {"program"} and CALLS == []
+        monkeypatch.setenv(workers.WARM_WORKERS_ENV, "1")
+        assert set(builtin.make_variant(ctx)) == {"program"} and CALLS == [("prebuild", "marker_only")]
+        CALLS.clear()
+        seconds = workers.warm_up()
+    finally:
+        registry.unregister_kind("fakewarm")
+        registry.unregister_kind("fakecold")
+    assert CALLS == [("warm_up", True), ("warm_up", False)]
+    assert "fakewarm" in seconds and "fakecold" not in seconds and "torch" in seconds
 
 
 COMPILER_VERSION = ["fakecc 1.0"]

@@ -64,6 +64,12 @@ class Kind:
       ``outdir``, for the ``forced_wait_probe`` Transform;
     * ``environment_problem() -> str | None``: why this kind cannot run on this machine (a known-broken
       pair of its toolchain's versions), as one line naming the fix; None: nothing known;
+    * ``prebuild(variant) -> object``: build the program variant ``variant`` (a ProgramVersion) into
+      the kind's build cache ahead of its collection, on the CPU worker of the ``variant`` Transform
+      where collections run; it must not raise for a failed build (the collection builds again and
+      reports it); what it returns is not read;
+    * ``warm_up() -> bool``: in a device worker as it starts, import what this kind's build and run
+      import, so that the first collection does not pay for it; False when that is not installed;
     * ``adapters``: backend name -> ``"module:Class"`` of an adapter used for this kind instead of the
       shared one (instantiated and registered on first use).
     """
@@ -93,6 +99,8 @@ class Kind:
     discover_async_sites: str | None = None
     forced_wait_probe: str | None = None
     environment_problem: str | None = None
+    prebuild: str | None = None
+    warm_up: str | None = None
     adapters: Mapping[str, str] = field(default_factory=dict)
 
     def has(self, capability: str) -> bool:

@@ -2,17 +2,19 @@
 
 A handler is a plain function ``fn(ctx: TaskContext) -> dict[str, Path]`` that writes its outputs
 under ``ctx.outdir`` and returns them by name (the runtime hashes them into the workspace after it
-returns). Handlers are looked up by ``(task.op, program kind)`` first, then ``(task.op, None)``::
+returns). Handlers are looked up by ``(task.op, program kind)`` first, then ``(task.op, None)``; the
+built-in ones are registered for every kind and reach kind-specific work through the kind registry
+(:mod:`argus_rt.kinds.registry`), so this table names no kind::
 
     from argus_rt.runtime.handlers import register_transform, register_control, register_expander
 
-    @register_transform("forced_wait_probe", kind="triton")
+    @register_transform("forced_wait_probe")
     def make_probe(ctx):                     # ctx.config: {"op_id": ..., "iteration": ...}
         probe = ctx.program.variant_of("probe", op_id=..., iteration=...)
-        ...                                  # write the modified TTGIR, compile it
+        ...                                  # the kind's forced_wait_probe hook builds it
         return {"program": ctx.write_program(probe), "cubin": ctx.outdir / "probe.cubin"}
 
-    @register_control("async_discovery", kind="triton")
+    @register_control("async_discovery")
     def discover(ctx):                       # ctx.region: the queried region (walk its subtree)
         return {"async_sites": ctx.write_json("async_sites", {"format": "argus.async_sites/1", "sites": [...]})}
 

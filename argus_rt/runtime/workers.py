@@ -63,15 +63,19 @@ def warm_workers_default() -> bool:
 def warm_up() -> dict:
     """In a device worker child, in a background thread as it starts (``$ARGUS_WORKER_WARM=1``,
     :mod:`.worker_process`): import torch, open this device's CUDA context (torch's primary
-    context, which :mod:`argus_rt.launch` shares) and import Triton, so that the first collection
+    context, which :mod:`argus_rt.launch` shares) and call each registered kind's ``warm_up`` hook
+    (:mod:`argus_rt.kinds.registry`; the Triton kind's imports Triton), so that the first collection
     does not pay seconds for them (a task that needs torch meanwhile waits for the import to finish).
-    Prints one line with the seconds of each step; returns them."""
+    Prints one line with the seconds of each step (a kind's step is its name); returns them."""
+    from ..kinds.registry import kinds
+
     seconds, last = {}, time.perf_counter()
 
-    def lap(step: str) -> None:
+    def lap(step: str, done: bool = True) -> None:
         nonlocal last
         now = time.perf_counter()
-        seconds[step] = round(now - last, 3)
+        if done:
+            seconds[step] = round(now - last, 3)
         last = now
 
     import torch
@@ -80,12 +84,9 @@ def warm_up() -> dict:
     if os.environ.get("CUDA_VISIBLE_DEVICES", "") not in ("", "-1") and torch.cuda.is_available():
         torch.empty(1, device="cuda")  # creates and binds the primary context
         lap("cuda_context")
-    try:
-        import triton  # noqa: F401  (a Triton program's build and run import it)
-    except ImportError:
-        pass
-    else:
-        lap("triton")
+    for kind in kinds():
+        if kind.warm_up:
+            lap(kind.name, bool(kind.call("warm_up")))  # False: not installed, nothing to time
     print("argus worker: warmed up (" + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()) + ")",
           file=sys.stderr, flush=True)
     return seconds

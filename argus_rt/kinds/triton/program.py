@@ -354,6 +354,16 @@ def module_compiler(module_file, default_num_stages: int):
     return compile_reference
 
 
+def warm_up() -> bool:
+    """The kind's ``warm_up`` hook: import Triton (a Triton program's build and run import it); False
+    when it is not installed."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def compiler_version() -> str:
     """``"triton <version>"``, "unknown" when Triton is not installed (the kind's ``compiler`` hook)."""
     try:
