@@ -1,0 +1,453 @@
+"""Typed evidence: one dataclass per evidence format, stored as ``.npy`` columns plus JSON metadata.
+
+A collection publishes evidence as one directory (:meth:`Evidence.save`)::
+
+    <dir>/meta.json                 {"format": "argus.<name>/2", "tables": {table: {column: {"dtype", "length"}}},
+                                     <metadata fields>, "details": {...}}
+    <dir>/<table>.<column>.npy      one column (np.save, allow_pickle=False)
+
+and hands every file to the workspace as its own output: ``<name>`` is the metadata, ``<name>.<table>.<column>``
+a column (:meth:`Evidence.outputs`), so each column is a content-addressed blob whose hash the readers'
+provenance records. Readers get the typed object back with :meth:`Evidence.load` (a directory) or
+:meth:`Evidence.from_outputs` (the workspace's output files); both check every metadata field and every
+column's dtype and length, and name the file and the bad field in a one-line :class:`EvidenceError`.
+
+Old workspaces are read: evidence written before this storage is one JSON document with its columns inline
+(format ``argus.<name>/1``, the shape the kinds' runs still return in memory); :meth:`Evidence.from_document`
+reads that shape with the same checks.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Callable, ClassVar
+
+import numpy as np
+
+META_FILE = "meta.json"
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")  # table and column names become file and output names
+
+
+class EvidenceError(ValueError):
+    """Evidence that does not have the documented format (the message names the file and what is wrong)."""
+
+
+# ---- metadata field checks: each returns the value or raises with what was expected -------------
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "str?": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "int": (_is_int, "an integer"),
+    "int?": (lambda v: v is None or _is_int(v), "an integer or null"),
+    "number?": (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)), "a number or null"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "strs": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
+    "dict": (lambda v: isinstance(v, dict), "an object"),
+    "dict?": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "dicts": (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v), "a list of objects"),
+}
+# column kinds: which numpy dtype kinds a column may hold
+_COLUMN_KINDS = {"int": "iu", "number": "iuf", "str": "U"}
+_KIND_WORDS = {"int": "integers", "number": "numbers", "str": "strings"}
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """Columns of one table: their kinds (``"int"``, ``"number"``, ``"str"``), which are required, and the
+    kind of columns the table may hold besides (None: no others)."""
+
+    columns: dict[str, str]
+    required: tuple[str, ...]
+    others: str | None = None
+
+
+class Evidence:
+    """Base of the evidence dataclasses. A subclass declares ``FORMAT`` (stored), ``LEGACY`` (the inline
+    JSON format of older workspaces), ``OUTPUT`` (the output name), ``TABLES`` (its column tables, each a
+    dataclass field holding ``{column: ndarray}``) and ``META`` (its metadata fields and their checks, each a
+    dataclass field). Everything else in a document is kept, unread by rules, in ``details``."""
+
+    FORMAT: ClassVar[str]
+    LEGACY: ClassVar[str]
+    OUTPUT: ClassVar[str]
+    TABLES: ClassVar[dict[str, TableSpec]]
+    META: ClassVar[dict[str, str]]
+
+    # ---- writing ------------------------------------------------------------------------------
+    def save(self, directory) -> dict[str, Path]:
+        """Write ``meta.json`` and one ``.npy`` per column under ``directory``; returns :meth:`outputs`."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        tables = {}
+        for table in self.TABLES:
+            described = tables[table] = {}
+            for col, arr in getattr(self, table).items():
+                np.save(directory / _column_file(table, col), arr, allow_pickle=False)
+                described[col] = {"dtype": arr.dtype.str, "length": int(arr.shape[0])}
+        meta = {"format": self.FORMAT, "tables": tables, **{k: getattr(self, k) for k in self.META},
+                "details": self.details}
+        from .fsutil import atomic_write_text  # one writer of whole-or-nothing files
+
+        atomic_write_text(directory / META_FILE, json.dumps(meta) + "\n")
+        return self.outputs(directory)
+
+    def outputs(self, directory) -> dict[str, Path]:
+        """``{output name: file}`` of this evidence saved under ``directory``: what a collection publishes."""
+        directory = Path(directory)
+        out = {self.OUTPUT: directory / META_FILE}
+        for table in self.TABLES:
+            for col in getattr(self, table):
+                out[self.column_output(table, col)] = directory / _column_file(table, col)
+        return out
+
+    @classmethod
+    def column_output(cls, table: str, column: str) -> str:
+        """The output name of one column: ``<OUTPUT>.<table>.<column>``."""
+        return f"{cls.OUTPUT}.{table}.{column}"
+
+    # ---- reading ------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, directory):
+        """The evidence :meth:`save` wrote under ``directory``."""
+        directory = Path(directory)
+        return cls._read(directory / META_FILE, lambda table, col: directory / _column_file(table, col))
+
+    @classmethod
+    def from_outputs(cls, path_of: Callable[[str], Path | None]):
+        """The evidence among a task's output files; ``path_of(output name)`` -> file (None: absent). A
+        metadata file of the older inline format (``LEGACY``) is read as it is: old workspaces stay readable."""
+        meta_path = path_of(cls.OUTPUT)
+        if meta_path is None:
+            raise EvidenceError(f"no {cls.OUTPUT!r} output to read {cls.FORMAT} from")
+        return cls._read(Path(meta_path), lambda table, col: path_of(cls.column_output(table, col)))
+
+    @classmethod
+    def from_document(cls, doc, where: str = "evidence document"):
+        """The evidence of an inline JSON document (``LEGACY`` format: ``{"format", "<table>": {column:
+        [values]}, <metadata>}``), as the kinds' runs return it and older workspaces stored it."""
+        _check_format(doc, cls.LEGACY, where)
+        tables = {}
+        for table, spec in cls.TABLES.items():
+            raw = doc.get(table, {})
+            if not isinstance(raw, dict):
+                raise EvidenceError(f"{where}: {table!r} is {type(raw).__name__}, expected an object of columns")
+            tables[table] = {col: _inline_column(values, spec, table, col, where) for col, values in raw.items()}
+        rest = {k: v for k, v in doc.items() if k not in cls.TABLES and k != "format"}
+        return cls._build(tables, rest, where, details_inline=True)
+
+    @classmethod
+    def _read(cls, meta_path: Path, column_path: Callable[[str, str], Path | None]):
+        where = str(meta_path)
+        try:
+            text = meta_path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise EvidenceError(f"{where}: cannot read {cls.OUTPUT} metadata ({exc.strerror or exc})") from None
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise EvidenceError(f"{where}: not JSON ({exc})") from None
+        if isinstance(doc, dict) and doc.get("format") == cls.LEGACY:
+            return cls.from_document(doc, where)
+        _check_format(doc, cls.FORMAT, where, also=cls.LEGACY)
+        described = doc.get("tables")
+        if not isinstance(described, dict):
+            raise EvidenceError(f"{where}: field 'tables' is {_shown(described)}, expected an object")
+        tables = {}
+        for table, spec in cls.TABLES.items():
+            cols = described.get(table, {})
+            if not isinstance(cols, dict):
+                raise EvidenceError(f"{where}: field 'tables.{table}' is {_shown(cols)}, expected an object")
+            tables[table] = {col: _stored_column(column_path(table, col), info, spec, table, col, where)
+                             for col, info in cols.items()}
+        extra = sorted(set(described) - set(cls.TABLES))
+        if extra:
+            raise EvidenceError(f"{where}: field 'tables' names unknown table(s) {extra}; valid: {sorted(cls.TABLES)}")
+        rest = {k: v for k, v in doc.items() if k not in ("format", "tables")}
+        return cls._build(tables, rest, where, details_inline=False)
+
+    @classmethod
+    def _build(cls, tables: dict, rest: dict, where: str, *, details_inline: bool):
+        for table, spec in cls.TABLES.items():
+            cols = tables[table]
+            missing = [c for c in spec.required if c not in cols]
+            if missing:
+                raise EvidenceError(f"{where}: missing column(s) {missing}; present: {sorted(cols)}")
+            lengths = {k: len(a) for k, a in cols.items()}
+            if len(set(lengths.values())) > 1:
+                raise EvidenceError(f"{where}: columns have different lengths {lengths}")
+        meta = {}
+        defaults = {f.name: f for f in fields(cls)}
+        for name, check in cls.META.items():
+            value = rest.pop(name) if name in rest else _default(defaults[name])
+            ok, expected = _CHECKS[check]
+            if not ok(value):
+                raise EvidenceError(f"{where}: field {name!r} is {_shown(value)}, expected {expected}")
+            meta[name] = value
+        if details_inline:
+            details = rest
+        else:
+            details = rest.pop("details", {})
+            if not isinstance(details, dict):
+                raise EvidenceError(f"{where}: field 'details' is {_shown(details)}, expected an object")
+            if rest:
+                raise EvidenceError(f"{where}: unknown field(s) {sorted(rest)}; valid: "
+                                    f"{', '.join(['format', 'tables', *cls.META, 'details'])}")
+        ev = cls(**tables, **meta, details=details)
+        ev.check(where)
+        return ev
+
+    def check(self, where: str) -> None:
+        """Checks across fields (a subclass adds its own); raises :class:`EvidenceError`."""
+
+    @property
+    def rows(self) -> int:
+        """Rows of the first table."""
+        cols = getattr(self, next(iter(self.TABLES)))
+        return len(next(iter(cols.values()))) if cols else 0
+
+
+def _default(f):
+    return f.default_factory() if f.default is MISSING else f.default
+
+
+def _column_file(table: str, col: str) -> str:
+    return f"{table}.{col}.npy"
+
+
+def _shown(value) -> str:
+    text = json.dumps(value) if isinstance(value, (dict, list, str, int, float, bool, type(None))) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_format(doc, fmt: str, where: str, also: str | None = None) -> None:
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        valid = repr(fmt) + (f" (or the older {also!r})" if also else "")
+        raise EvidenceError(f"{where}: expected evidence format {valid}, got {got!r}")
+
+
+def _column_kind(spec: TableSpec, table: str, col: str, where: str) -> str:
+    if not _NAME.match(col):
+        raise EvidenceError(f"{where}: column name {col!r} of {table!r} is not lower-case letters, digits and '_'")
+    kind = spec.columns.get(col, spec.others)
+    if kind is None:
+        raise EvidenceError(f"{where}: unknown column {col!r} in {table!r}; valid: {', '.join(spec.columns)}")
+    return kind
+
+
+def _checked_array(arr: np.ndarray, kind: str, table: str, col: str, where: str) -> np.ndarray:
+    if arr.ndim != 1:
+        raise EvidenceError(f"{where}: column {table}.{col} has shape {arr.shape}, expected one dimension")
+    if arr.size == 0 and arr.dtype.kind not in _COLUMN_KINDS[kind]:
+        arr = arr.astype(np.int64 if kind != "str" else "<U1")  # an empty JSON list carries no type
+    if arr.dtype.kind not in _COLUMN_KINDS[kind]:
+        raise EvidenceError(f"{where}: column {table}.{col} holds {arr.dtype}, expected {_KIND_WORDS[kind]}")
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        raise EvidenceError(f"{where}: column {table}.{col} holds a value that is not finite")
+    return arr
+
+
+def _inline_column(values, spec: TableSpec, table: str, col: str, where: str) -> np.ndarray:
+    kind = _column_kind(spec, table, col, where)
+    if not isinstance(values, list):
+        raise EvidenceError(f"{where}: column {table}.{col} is {type(values).__name__}, expected a list")
+    try:
+        arr = np.asarray(values)
+    except ValueError as exc:
+        raise EvidenceError(f"{where}: column {table}.{col} is not a flat list ({exc})") from None
+    if arr.dtype.kind == "b":
+        arr = arr.astype(np.int64)
+    return _checked_array(arr, kind, table, col, where)
+
+
+def _stored_column(path, info, spec: TableSpec, table: str, col: str, where: str) -> np.ndarray:
+    kind = _column_kind(spec, table, col, where)
+    if not (isinstance(info, dict) and isinstance(info.get("dtype"), str) and _is_int(info.get("length"))):
+        raise EvidenceError(f"{where}: field 'tables.{table}.{col}' is {_shown(info)}, expected "
+                            '{"dtype": str, "length": int}')
+    if path is None:
+        raise EvidenceError(f"{where}: column {table}.{col} has no file (the metadata lists it)")
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise EvidenceError(f"{path}: missing (column {table}.{col} of {where})") from None
+    except (OSError, ValueError, EOFError) as exc:  # not .npy, truncated, or an object array (pickle refused)
+        raise EvidenceError(f"{path}: column {table}.{col} is not a readable .npy array "
+                            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+    if not isinstance(arr, np.ndarray):
+        raise EvidenceError(f"{path}: column {table}.{col} is not a .npy array")
+    if arr.dtype.str != info["dtype"] or arr.shape != (info["length"],):
+        raise EvidenceError(f"{path}: column {table}.{col} is {arr.dtype.str}{list(arr.shape)}, its metadata says "
+                            f"{info['dtype']}[{info['length']}]")
+    return _checked_array(arr, kind, f"{table}", col, str(path))
+
+
+# ---- the formats --------------------------------------------------------------------------------
+_REGION_COLUMNS = {"region_id": "int", "start": "number", "end": "number", "sm": "int", "cta": "int",
+                   "warp": "int", "coord": "int", "launch": "int"}
+
+
+@dataclass(frozen=True)
+class RegionIntervals(Evidence):
+    """One row per region occurrence (paired begin/end), from a region trace (or a Proton trace).
+
+    ``columns``: ``region_id``, ``start``, ``end`` (``clock`` units), optional ``sm``, ``cta``, ``warp``,
+    ``coord`` (its meaning: ``coord_kind``), ``launch``, and one column per field of a packed coordinate
+    (``coord_fields``: ``{field: [lowest bit, width]}``). ``warp_roles``: ``{role: [warp, ...]}``."""
+
+    FORMAT: ClassVar[str] = "argus.region_intervals/2"
+    LEGACY: ClassVar[str] = "argus.region_intervals/1"
+    OUTPUT: ClassVar[str] = "region_intervals"
+    TABLES: ClassVar[dict] = {"columns": TableSpec(_REGION_COLUMNS, ("region_id", "start", "end"), others="int")}
+    META: ClassVar[dict] = {"clock": "str", "coord_kind": "str?", "coord_fields": "dict", "warp_roles": "dict",
+                            "launches": "int", "dropped": "int", "incomplete": "bool", "problems": "strs",
+                            "method": "str?", "source": "dict?"}
+
+    columns: dict
+    clock: str = "ns"
+    coord_kind: str | None = None
+    coord_fields: dict = field(default_factory=dict)
+    warp_roles: dict = field(default_factory=dict)
+    launches: int = 1
+    dropped: int = 0
+    incomplete: bool = False
+    problems: list = field(default_factory=list)
+    method: str | None = None  # how the occurrences were recorded, when not by Argus's region trace
+    source: dict | None = None  # the tool that recorded them (a Proton trace: tool, triton, mode, file)
+    details: dict = field(default_factory=dict)
+
+    def check(self, where: str) -> None:
+        if self.clock not in ("ns", "cycles"):
+            raise EvidenceError(f"{where}: field 'clock' is {self.clock!r}, expected 'ns' or 'cycles'")
+        if self.coord_kind not in (None, "iteration", "layer", "step"):
+            raise EvidenceError(f"{where}: field 'coord_kind' is {self.coord_kind!r}, expected 'iteration', "
+                                "'layer', 'step' or null")
+        extra = sorted(set(self.columns) - set(_REGION_COLUMNS) - set(self.coord_fields))
+        if extra:
+            raise EvidenceError(f"{where}: column(s) {extra} are neither region-interval columns nor fields of "
+                                f"'coord_fields' ({sorted(self.coord_fields)})")
+
+
+@dataclass(frozen=True)
+class OpEvents(Evidence):
+    """Issue and completion of probed async operations: one row per CTA that recorded the probed
+    (op, iteration), per launch. ``ctas``: the grid; ``recorded``: CTAs with a row."""
+
+    FORMAT: ClassVar[str] = "argus.op_events/2"
+    LEGACY: ClassVar[str] = "argus.op_events/1"
+    OUTPUT: ClassVar[str] = "op_events"
+    TABLES: ClassVar[dict] = {"columns": TableSpec(
+        {"op_id": "str", "iteration": "int", "issue": "number", "complete": "number", "issue_cycles": "number",
+         "complete_cycles": "number", "sm": "int", "cta": "int", "launch": "int"},
+        ("op_id", "iteration", "issue", "complete"))}
+    META: ClassVar[dict] = {"clock": "str", "ctas": "int?", "recorded": "int?", "launches": "int?"}
+
+    columns: dict
+    clock: str = "ns"
+    ctas: int | None = None
+    recorded: int | None = None
+    launches: int | None = None
+    details: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class IterationWaits(Evidence):
+    """The traced reference of a Triton kernel: per CTA, traced loop and iteration the CTA ran, when the
+    consumer's wait for that iteration's async loads began and ended (``columns``), and every (CTA,
+    loop)'s trip count, zeros included (``trips``). ``loops``: ``[{"loop", "wait_line", ...}]``;
+    ``ctas``: the grid; ``wait``: what was timed."""
+
+    FORMAT: ClassVar[str] = "argus.iteration_waits/2"
+    LEGACY: ClassVar[str] = "argus.iteration_waits/1"
+    OUTPUT: ClassVar[str] = "iteration_waits"
+    TABLES: ClassVar[dict] = {
+        "columns": TableSpec({"cta": "int", "loop": "int", "iteration": "int", "begin": "number", "end": "number",
+                              "trips": "int", "launch": "int"}, ("cta", "iteration", "begin", "end")),
+        "trips": TableSpec({"cta": "int", "loop": "int", "trips": "int", "launch": "int"}, ())}
+    META: ClassVar[dict] = {"clock": "str", "wait": "str", "ctas": "int?", "loops": "dicts", "launches": "int?"}
+
+    columns: dict
+    trips: dict = field(default_factory=dict)
+    clock: str = "ns"
+    wait: str = ""
+    ctas: int | None = None
+    loops: list = field(default_factory=list)
+    launches: int | None = None
+    details: dict = field(default_factory=dict)
+
+    def check(self, where: str) -> None:
+        if self.trips and not {"cta", "loop", "trips"} <= set(self.trips):
+            raise EvidenceError(f"{where}: table 'trips' needs columns cta, loop, trips; present: {sorted(self.trips)}")
+        for lp in self.loops:
+            if not _is_int(lp.get("loop")):
+                raise EvidenceError(f"{where}: field 'loops' has an entry without an integer 'loop': {_shown(lp)}")
+
+
+@dataclass(frozen=True)
+class PcCounters(Evidence):
+    """PC-keyed counters of one kernel: ``pcs`` (``pc`` keys, ``opcode`` per PC) and one value column per
+    metric in ``metrics`` (``m<i>`` is ``metric_names[i]``: metric names such as ``stall:long_scoreboard``
+    are no file names)."""
+
+    FORMAT: ClassVar[str] = "argus.pc_counters/2"
+    LEGACY: ClassVar[str] = "argus.pc_counters/1"
+    OUTPUT: ClassVar[str] = "pc_counters"
+    TABLES: ClassVar[dict] = {"pcs": TableSpec({"pc": "str", "opcode": "str"}, ("pc",)),
+                              "metrics": TableSpec({}, (), others="number")}
+    META: ClassVar[dict] = {"method": "str?", "metric_names": "strs"}
+
+    pcs: dict
+    metrics: dict = field(default_factory=dict)
+    method: str | None = None
+    metric_names: list = field(default_factory=list)
+    details: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_document(cls, doc, where: str = "evidence document"):
+        """The inline ``argus.pc_counters/1`` document: ``{"pcs": [key], "opcodes": [str], "metrics": {name:
+        [value per pc]}, ...}``."""
+        _check_format(doc, cls.LEGACY, where)
+        metrics = doc.get("metrics", {})
+        if not isinstance(metrics, dict):
+            raise EvidenceError(f"{where}: field 'metrics' is {_shown(metrics)}, expected an object")
+        names = list(metrics)
+        pcs = {"pc": doc.get("pcs", [])}
+        if "opcodes" in doc:
+            pcs["opcode"] = doc["opcodes"]
+        inline = {"format": cls.LEGACY, "pcs": pcs, "metrics": {f"m{i}": metrics[n] for i, n in enumerate(names)},
+                  "metric_names": names,
+                  **{k: v for k, v in doc.items() if k not in ("format", "pcs", "opcodes", "metrics")}}
+        return super().from_document(inline, where)
+
+    def check(self, where: str) -> None:
+        if sorted(self.metrics) != sorted(f"m{i}" for i in range(len(self.metric_names))):
+            raise EvidenceError(f"{where}: metric columns {sorted(self.metrics)} do not match 'metric_names' "
+                                f"({len(self.metric_names)} names: m0..m{len(self.metric_names) - 1})")
+        n = len(self.pcs["pc"])
+        bad = {k: len(v) for k, v in self.metrics.items() if len(v) != n}
+        if bad:
+            raise EvidenceError(f"{where}: metric columns {bad} differ in length from the {n} PCs")
+
+    def metric(self, name: str) -> np.ndarray:
+        """The values of metric ``name``, one per PC."""
+        return self.metrics[f"m{self.metric_names.index(name)}"]
+
+    def by_metric(self) -> dict[str, np.ndarray]:
+        return {n: self.metrics[f"m{i}"] for i, n in enumerate(self.metric_names)}
+
+
+EVIDENCE_TYPES: tuple[type[Evidence], ...] = (RegionIntervals, OpEvents, IterationWaits, PcCounters)
+
+
+def evidence_type(output: str) -> type[Evidence]:
+    """The evidence type published under output name ``output``."""
+    for cls in EVIDENCE_TYPES:
+        if cls.OUTPUT == output:
+            return cls
+    raise EvidenceError(f"no evidence type is published as {output!r}; typed outputs: "
+                        f"{', '.join(c.OUTPUT for c in EVIDENCE_TYPES)}")
