@@ -225,7 +225,8 @@ class UnsafeFlagError(ProgramError):
 def load_program(path: str | Path, *, allow_unsafe_flags: bool = False) -> ProgramVersion:
     """Load a program directory (with ``argus_program.json``) or the JSON file itself.
 
-    The file is checked against ``argus_rt/schemas/program.schema.json``; a file that breaks it,
+    The file is checked against ``argus_rt/schemas/program.schema.json``, its ``launch`` against the
+    schema its kind names (``Kind.launch_schema`` in :mod:`argus_rt.kinds.registry`); a file that breaks them,
     names a missing source or manifest, or is not JSON raises :class:`ProgramError` in one line
     naming the file, the field and what is valid there. Every file it names (sources, regions,
     launch.source, launch.module, the file of launch.reference) must lie inside its directory.
@@ -250,6 +251,9 @@ def load_program(path: str | Path, *, allow_unsafe_flags: bool = False) -> Progr
         raise ProgramError(f"{spec_path}: {summarize(problems)}")
     if spec["kind"] not in kind_names():  # the schema says "a string"; the registry says which
         raise ProgramError(f"{spec_path}: kind: {spec['kind']!r} is not a program kind; valid: {', '.join(kind_names())}")
+    launch_schema = find_kind(spec["kind"]).launch_schema  # the launch's keys are the kind's
+    if launch_schema and (problems := schema_problems(launch_schema, spec["launch"], at=("launch",))):
+        raise ProgramError(f"{spec_path}: {summarize(problems)}")
     sources = {rel: _read_source(spec_path, f"sources[{i}]", rel).read_bytes()
                for i, rel in enumerate(spec["sources"])}
     regions_spec = spec["regions"]

@@ -21,22 +21,39 @@ def load_schema(name: str) -> dict:
 
 
 @lru_cache(maxsize=None)
-def validator(name: str):
-    """A Draft 2020-12 validator of schema ``name`` (built once)."""
+def schema_at(ref: str) -> dict:
+    """The schema that ``ref`` names: ``"<name>"`` (a whole schema) or ``"<name>#<JSON pointer>"`` (one
+    of its nodes, e.g. ``"program#/$defs/cudaLaunch"``, with that schema's ``$defs`` to resolve its refs)."""
+    name, _, pointer = ref.partition("#")
+    schema = load_schema(name)
+    if not pointer:
+        return schema
+    node = schema
+    for key in pointer.strip("/").split("/"):
+        if not isinstance(node, dict) or key not in node:
+            raise KeyError(f"schema reference {ref!r}: no {key!r} in {name}.schema.json")
+        node = node[key]
+    return {**{k: schema[k] for k in ("$schema", "$defs") if k in schema}, "$ref": f"#{pointer}"}
+
+
+@lru_cache(maxsize=None)
+def validator(ref: str):
+    """A Draft 2020-12 validator of the schema ``ref`` names (:func:`schema_at`; built once)."""
     from jsonschema import Draft202012Validator  # on first use: its import takes tens of ms (-X importtime)
 
-    return Draft202012Validator(load_schema(name))
+    return Draft202012Validator(schema_at(ref))
 
 
-def schema_problems(name: str, document) -> list[str]:
-    """Every way ``document`` breaks schema ``name``, shallowest first, one phrase each
-    (``"launch.grid: 'big' is not ..."``); empty when it is valid."""
-    schema = load_schema(name)
-    errors = sorted(validator(name).iter_errors(document), key=lambda e: (len(e.absolute_path),
-                                                                            [str(p) for p in e.absolute_path]))
+def schema_problems(ref: str, document, *, at: tuple = ()) -> list[str]:
+    """Every way ``document`` breaks the schema ``ref`` names (a schema, or one node of it:
+    :func:`schema_at`), shallowest first, one phrase each (``"launch.grid: 'big' is not ..."``); empty
+    when it is valid. ``at``: the path of ``document`` inside the file it came from, named in each phrase."""
+    schema = schema_at(ref)
+    errors = sorted(validator(ref).iter_errors(document), key=lambda e: (len(e.absolute_path),
+                                                                           [str(p) for p in e.absolute_path]))
     out, reported = [], []
     for error in errors:
-        path = list(error.absolute_path)
+        path = [*at, *error.absolute_path]
         if any(path[:len(done)] == done for done in reported if done):  # a field already named
             continue
         field = field_path(path)

@@ -198,6 +198,28 @@ def test_the_runtime_prebuilds_and_warms_up_through_the_kinds_hooks(tmp_path, mo
     assert "fakewarm" in seconds and "fakecold" not in seconds and "torch" in seconds
 
 
+def test_a_kinds_launch_schema_checks_its_programs_launch(tmp_path):
+    """The program file's launch is checked against the schema node its kind names (the published
+    schema branches on no kind name); a kind without one leaves its launch to itself."""
+    from argus_rt.schema_check import load_schema, schema_at
+
+    assert "allOf" not in load_schema("program")  # no per-kind-name if/then left in the file
+    for kind in registry.kinds():
+        if kind.launch_schema:
+            assert "$ref" in schema_at(kind.launch_schema), kind.name
+    assert {k.name for k in registry.kinds() if k.launch_schema} == {"cuda", "triton"}
+    register_kind(Kind("fakelaunch", launch_schema="program#/$defs/cudaLaunch"))
+    try:
+        with pytest.raises(ProgramError, match=r"launch: missing required key\(s\) 'kernel'"):
+            load_program(_program_dir(tmp_path, "fakelaunch"))
+    finally:
+        registry.unregister_kind("fakelaunch")
+    (tmp_path / "plain").mkdir()
+    assert load_program(_program_dir(tmp_path / "plain", "standin")).launch == {}
+    with pytest.raises(KeyError, match="no 'nolaunch' in program.schema.json"):
+        schema_at("program#/$defs/nolaunch")
+
+
 COMPILER_VERSION = ["fakecc 1.0"]
 
 

@@ -10,8 +10,8 @@ plan-time compile checks, the profiled runner (:mod:`argus_rt.kinds.run_variant`
 (:mod:`argus_rt.backends.pcmap`), the trace adapter (:mod:`argus_rt.backends.trace`) and the async
 discovery and probe handlers (:mod:`argus_rt.triton_handlers`).
 
-A *capability* is the name of a :class:`Kind` field other than ``name``, ``runner_says`` and
-``adapters`` (:data:`CAPABILITIES`): a kind has it when the flag is true or the hook is set
+A *capability* is the name of a :class:`Kind` field other than ``name``, ``runner_says``, ``adapters``
+and ``launch_schema`` (:data:`CAPABILITIES`): a kind has it when the flag is true or the hook is set
 (:meth:`Kind.has`).
 
 Adding a kind: its folder, and its line in :data:`KIND_MODULES`. A kind defined elsewhere (a plugin, a
@@ -71,7 +71,10 @@ class Kind:
     * ``warm_up() -> bool``: in a device worker as it starts, import what this kind's build and run
       import, so that the first collection does not pay for it; False when that is not installed;
     * ``adapters``: backend name -> ``"module:Class"`` of an adapter used for this kind instead of the
-      shared one (instantiated and registered on first use).
+      shared one (instantiated and registered on first use);
+    * ``launch_schema``: ``"<schema>#<JSON pointer>"``, the node of a published schema
+      (``argus_rt/schemas/<schema>.schema.json``) that a program file's ``launch`` of this kind must
+      match (checked by :func:`argus_rt.program.load_program`); None: the kind checks its launch itself.
     """
 
     name: str
@@ -102,6 +105,7 @@ class Kind:
     prebuild: str | None = None
     warm_up: str | None = None
     adapters: Mapping[str, str] = field(default_factory=dict)
+    launch_schema: str | None = None
 
     def has(self, capability: str) -> bool:
         """Whether this kind has ``capability`` (one of :data:`CAPABILITIES`): the flag is true or the
@@ -122,8 +126,9 @@ class Kind:
         return fn(*args, **kwargs)
 
 
-# Kind fields that are capabilities (a flag or a hook); name, runner_says and adapters are not.
-CAPABILITIES: tuple[str, ...] = tuple(f.name for f in fields(Kind) if f.name not in ("name", "runner_says", "adapters"))
+# Kind fields that are capabilities (a flag or a hook); name, runner_says, adapters and launch_schema are not.
+CAPABILITIES: tuple[str, ...] = tuple(f.name for f in fields(Kind)
+                                      if f.name not in ("name", "runner_says", "adapters", "launch_schema"))
 
 
 def check_capabilities(names) -> frozenset[str]:

@@ -9,4 +9,5 @@ KIND = Kind(
     check_saved_run="argus_rt.kinds.cuda.run:check_saved_run", trace="argus_rt.kinds.cuda.run:collect_region_trace",
     runner_facts="argus_rt.kinds.cuda.run:runner_facts", compiler="argus_rt.kinds.cuda.build:compiler_version",
     prebuild="argus_rt.kinds.cuda.run:prebuild",  # nvcc on the CPU pool while the device worker warms up
+    launch_schema="program#/$defs/cudaLaunch",
 )

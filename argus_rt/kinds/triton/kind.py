@@ -14,4 +14,5 @@ KIND = Kind(
     forced_wait_probe="argus_rt.kinds.triton.probe_variant:build_forced_wait_probe",
     warm_up="argus_rt.kinds.triton.program:warm_up",  # importing Triton takes seconds
     adapters={"trace": "argus_rt.backends.trace:TritonProbeTrace"},  # probes, traced reference, region trace
+    launch_schema="program#/$defs/tritonLaunch",
 )
