@@ -10,7 +10,8 @@ Built on the official ``mcp`` SDK (``pip install "argus-rt[mcp]"``). Tools:
 * ``query(program, region, signals, scope, detail)``: plan, run (reusing the workspace) and report.
   ``detail="summary"`` (default) keeps the answer small for a context window (see
   :func:`summarise_report`); ``"full"`` returns the whole versioned report;
-* ``discover(program, region)``: the async operation sites of a Triton kernel region;
+* ``discover(program, region)``: the async operation sites of a kernel region, from its kind's
+  ``discover_async_sites`` hook (:mod:`argus_rt.kinds.registry`; today Triton's);
 * ``fork(program, edits, launch)``: a new version from file edits and launch changes, linked to its
   parent (:mod:`argus_rt.program_fork`);
 * ``history(program)``: the versions of that program in the workspace and the signals already
@@ -128,6 +129,17 @@ def plan_brief(plan) -> dict:
                      for r in plan.runs]}
 
 
+def async_sites(kind, program, region: str | None) -> dict:
+    """The ``argus.async_sites/1`` document of ``region`` of ``program``, from its kind's
+    ``discover_async_sites`` hook (a kind without one: the registry's one-line error naming the kinds
+    that have it). The files the hook writes beside it (Triton: the TTGIR it read) are not kept."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="argus-discover-") as outdir:
+        doc, _files = kind.call("discover_async_sites", program, region, Path(outdir))
+    return doc
+
+
 def import_extensions(modules) -> None:
     """Import the modules that register a user's own recipes, backends and handlers."""
     import importlib
@@ -233,14 +245,12 @@ def build_server(workspace_dir: str | Path | None = None, imports=()):
 
     @tool
     async def discover(program: str, region: str | None = None) -> dict:
-        """The async operation sites (TMA, WGMMA, cp.async) of a Triton kernel region, with the
-        iterations each can be probed at."""
-        from .kinds.triton.discovery import async_sites_document, program_ttgir
-        from .kinds.triton.discovery import discover as find_sites
+        """The async operation sites (TMA, WGMMA, cp.async) of a kernel region, with the iterations
+        each can be probed at (programs of a kind with async-site discovery: Triton's)."""
+        from .kinds.registry import get_kind
 
         pv = resolve_program(program, workspace_dir)
-        ttgir, iterations = await in_thread(program_ttgir, pv)
-        return async_sites_document(find_sites(ttgir, region, iterations=iterations), pv.id)
+        return await in_thread(async_sites, get_kind(pv.kind), pv, region)
 
     @tool
     async def fork(program: str, edits: dict[str, str] | None = None, launch: dict | None = None) -> dict:

@@ -91,6 +91,23 @@ def test_discover_names_the_async_sites_of_a_triton_region(tmp_path):
     anyio.run(session)
 
 
+def test_discover_of_a_kind_without_async_discovery_names_the_kinds_with_it(tmp_path):
+    """Discovery is the kind's hook (the registry's): a CUDA program gets one line naming the kinds that have it."""
+    from argus_rt.kinds.registry import kinds_with
+
+    server = build_server(tmp_path / "ws")
+
+    async def session():
+        async with Client(server) as client:
+            return _error(await client.call_tool("discover", {"program": "cuda"}))
+
+    message = anyio.run(session)
+    with_hook = ", ".join(k for k in ("cuda", "triton", "cupy", "numba", "proton") if k in kinds_with({"discover_async_sites"}))
+    assert message == ("Error executing tool discover: "  # the SDK's prefix of a tool error
+                       f"program kind 'cuda' has no 'discover_async_sites' (kinds with one: {with_hook})")
+    assert with_hook == "triton"
+
+
 def test_fork_makes_a_linked_version_that_answers_queries(standins, tmp_path):  # noqa: F811
     program = write_program_dir(tmp_path / "prog", demo_program())
     ws = tmp_path / "ws"

@@ -23,6 +23,8 @@ import importlib
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
+from ..errors import ArgusInputError
+
 # The registration lines: one module per kind, each defining KIND.
 KIND_MODULES: tuple[str, ...] = (
     "argus_rt.kinds.cuda.kind",
@@ -33,8 +35,9 @@ KIND_MODULES: tuple[str, ...] = (
 )
 
 
-class UnknownKindError(ValueError):
-    """A program kind that no registered :class:`Kind` has (the message lists the valid ones)."""
+class UnknownKindError(ArgusInputError):
+    """A program kind that no registered :class:`Kind` has, or a kind without the hook asked for (the
+    message lists the valid ones). Bad input: the CLI's one line, the MCP server's tool error."""
 
 
 @dataclass(frozen=True)
