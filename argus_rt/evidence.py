@@ -355,6 +355,25 @@ class OpEvents(Evidence):
     details: dict = field(default_factory=dict)
 
 
+def check_recording_ctas(label: str, iteration: int, expected: set[int], recorded_by_launch: dict[int, set[int]],
+                         n_ctas: int | None = None) -> bool:
+    """The join-time check of probe evidence: in every probe launch, the CTAs that recorded the probe of
+    ``iteration`` (``recorded_by_launch``: launch -> CTAs) are ``expected``, the CTAs whose loop runs it in
+    the traced reference. Whether the iteration was reached (False: no CTA runs it and none recorded it);
+    :class:`EvidenceError` names the first launch and CTA that differ."""
+    for launch in sorted(recorded_by_launch):
+        got = recorded_by_launch[launch]
+        if got == expected:
+            continue
+        stray, missed = sorted(got - expected), sorted(expected - got)
+        why = (f"CTA {stray[0]} recorded it but does not run iteration {iteration}" if stray
+               else f"CTA {missed[0]} runs iteration {iteration} but did not record it")
+        grid = "" if n_ctas is None else f" of {n_ctas}"
+        raise EvidenceError(f"probe {label}@{iteration}: launch {launch} was recorded by {len(got)}{grid} CTAs, "
+                            f"the traced reference runs iteration {iteration} of that loop in {len(expected)} ({why})")
+    return bool(expected)
+
+
 @dataclass(frozen=True)
 class IterationWaits(Evidence):
     """The traced reference of a Triton kernel: per CTA, traced loop and iteration the CTA ran, when the

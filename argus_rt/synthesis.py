@@ -22,9 +22,19 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from typing import TypeVar
 
 import numpy as np
 
+from .evidence import (
+    Evidence,
+    EvidenceError,
+    IterationWaits,
+    OpEvents,
+    PcCounters,
+    RegionIntervals,
+    check_recording_ctas,
+)
 from .pc_regions import UNMAPPED, PcMapError, PcRegionMap
 from .program import IncompatibleVersionsError, check_joinable
 from .runtime.handlers import HandlerError, register_synthesis
@@ -33,33 +43,39 @@ from .scope import Scope, ScopeError
 from .trace.stats import duration_summary
 
 FACTS_FORMAT = "argus.facts/1"
-
-
-class EvidenceError(ValueError):
-    """Evidence that does not have the documented format."""
+E = TypeVar("E", bound=Evidence)
 
 
 def _load(path, fmt: str) -> dict:
-    with open(path, encoding="utf-8") as fh:
-        doc = json.load(fh)
+    """A JSON evidence document of format ``fmt`` (the formats not yet typed in :mod:`argus_rt.evidence`)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise EvidenceError(f"{path}: not a readable JSON document ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != fmt:
         got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise EvidenceError(f"{path}: expected evidence format {fmt!r}, got {got!r}")
     return doc
 
 
-def _columns(doc: dict, required: tuple[str, ...], where: str) -> dict[str, np.ndarray]:
-    cols = doc.get("columns", {})
-    missing = [c for c in required if c not in cols]
-    if missing:
-        raise EvidenceError(f"{where}: missing column(s) {missing}; present: {sorted(cols)}")
-    arrays = {}
-    for k, v in cols.items():
-        arrays[k] = np.asarray(v) if k not in ("op_id",) else np.asarray(v, dtype=object)
-    lengths = {k: len(a) for k, a in arrays.items()}
-    if len(set(lengths.values())) > 1:
-        raise EvidenceError(f"{where}: columns have different lengths {lengths}")
-    return arrays
+def _evidence(ctx, cls: type[E]) -> list[tuple[object, E]]:
+    """(dependency task, its evidence) for every dependency that published evidence of type ``cls``,
+    whichever backend, kind or configuration made it; in dependency-id order."""
+    return [(ctx.deps[dep], _evidence_of(ctx, dep, cls)) for dep, _path in ctx.input_list(cls.OUTPUT)]
+
+
+def _evidence_of(ctx, dep_id: str, cls: type[E]) -> E:
+    """The evidence of type ``cls`` that dependency ``dep_id`` published."""
+    return cls.from_outputs(lambda name: ctx.inputs.get(f"{dep_id}/{name}"))
+
+
+def _one_evidence(ctx, cls: type[E], needed_by: str) -> tuple[object, E]:
+    """The one dependency that published evidence of type ``cls``, with it; :class:`HandlerError` unless one did."""
+    found = ctx.input_list(cls.OUTPUT)
+    if len(found) != 1:
+        raise HandlerError(f"{needed_by} needs exactly one {cls.OUTPUT} evidence ({cls.FORMAT}), got {len(found)}")
+    return _evidence(ctx, cls)[0]
 
 
 class _Facts:
@@ -122,19 +138,19 @@ def _subtree(ctx) -> list:
     return regions.subtree(ctx.region) if ctx.region else list(regions)
 
 
-def scope_mask(arrays: dict, doc: dict, scope: Scope, where: str) -> np.ndarray:
-    """Rows of region-interval evidence (``arrays``: its columns, ``doc``: coord_kind, warp_roles)
-    that ``scope`` selects; the latency rule and ``argus query --chrome`` filter the same way."""
+def scope_mask(arrays: dict, ev: RegionIntervals, scope: Scope, where: str) -> np.ndarray:
+    """Rows of region-interval evidence (``arrays``: its columns, ``ev``: its coord_kind, coord_fields and
+    warp_roles) that ``scope`` selects; the latency rule and ``argus query --chrome`` filter the same way."""
     n = len(next(iter(arrays.values()))) if arrays else 0
     mask = np.ones(n, dtype=bool)
-    coord_kind = doc.get("coord_kind")
+    coord_kind = ev.coord_kind
     for name, col in (("sms", "sm"), ("ctas", "cta")):
         chosen = getattr(scope, name)
         if chosen is not None:
             if col not in arrays:
                 raise ScopeError(f"{where}: scope {name} needs column {col!r}, which the evidence lacks")
             mask &= np.isin(arrays[col], chosen)
-    fields = doc.get("coord_fields") or {}  # a packed coordinate's fields, each its own column
+    fields = ev.coord_fields  # a packed coordinate's fields, each its own column
     for name in ("iterations", "step", "layer"):
         chosen = getattr(scope, name)
         if chosen is None:
@@ -148,7 +164,7 @@ def scope_mask(arrays: dict, doc: dict, scope: Scope, where: str) -> np.ndarray:
         lo, hi = chosen if name == "iterations" else (chosen, chosen + 1)
         mask &= (arrays[column] >= lo) & (arrays[column] < hi)
     if scope.warp_role is not None:
-        roles = doc.get("warp_roles") or {}
+        roles = ev.warp_roles
         if scope.warp_role not in roles:
             raise ScopeError(f"{where}: unknown warp role {scope.warp_role!r}; roles the program declares: "
                              f"{', '.join(sorted(roles)) or 'none'}")
@@ -172,21 +188,19 @@ def occurrences_method(doc: dict) -> str:
 def synth_latency(ctx) -> dict:
     """Per region in the subtree: count, mean, p50, p99, min, max, total of occurrence durations."""
     facts = _Facts(ctx)
-    src = _one_dep(ctx, "trace", "latency synthesis", "trace collection")
-    path = ctx.input_of(src.id, "region_intervals")
-    doc = _load(path, "argus.region_intervals/1")
-    method = occurrences_method(doc)
-    facts.cite(src, doc.get("source") if isinstance(doc.get("source"), dict) else None)
-    arrays = _columns(doc, ("region_id", "start", "end"), str(path))
-    mask = scope_mask(arrays, doc, Scope.from_dict(ctx.task.scope), "latency")
+    src, ev = _one_evidence(ctx, RegionIntervals, "latency synthesis")
+    method = occurrences_method({"method": ev.method, "source": ev.source})
+    facts.cite(src, ev.source)
+    arrays = ev.columns
+    mask = scope_mask(arrays, ev, Scope.from_dict(ctx.task.scope), "latency")
     notes = []
-    if doc.get("dropped"):
-        notes.append(f"{doc['dropped']} records were dropped by full trace buffers")
-    if doc.get("incomplete"):
+    if ev.dropped:
+        notes.append(f"{ev.dropped} records were dropped by full trace buffers")
+    if ev.incomplete:
         notes.append("the trace is marked incomplete (unpaired begin/end)")
-    clock = doc.get("clock", "ns")
+    clock = ev.clock
     by_coord: dict = {}
-    fields = [f for f in (doc.get("coord_fields") or {}) if f in arrays]
+    fields = [f for f in ev.coord_fields if f in arrays]
     by_field: dict = {f: {} for f in fields}  # {field: {region: {value: mean duration}}}
     for region in _subtree(ctx):
         sel = mask & (arrays["region_id"] == region.id)
@@ -198,7 +212,7 @@ def synth_latency(ctx) -> dict:
         for metric, value in duration_summary(d).items():
             facts.add(region.name, metric, value, method=method, samples=d.size, notes=notes,
                       unit="occurrences" if metric == "count" else clock)
-        if doc.get("coord_kind") == "iteration" and "coord" in arrays:
+        if ev.coord_kind == "iteration" and "coord" in arrays:
             coords = arrays["coord"][sel]
             by_coord[region.name] = {str(int(c)): float(d[coords == c].mean()) for c in np.unique(coords)}
         for f in fields:  # one report value per coordinate value: "mean_by_layer" with join {"layer": 3}
@@ -217,10 +231,7 @@ def synth_latency(ctx) -> dict:
 def synth_pc_region_map(ctx) -> dict:
     """Validate n(r,p) and publish it with per-region entropy (whole program)."""
     facts = _Facts(ctx)
-    collects = [t for t in ctx.deps.values() if t.kind == "collect"]
-    if len(collects) != 1:
-        raise HandlerError(f"pc_region_map synthesis needs one mapping collection, got {len(collects)}")
-    src = collects[0]
+    src = _one_dep_with_output(ctx, "pc_region_counts", "pc_region_map synthesis", "mapping collection")
     facts.cite(src)
     doc = _load(ctx.input_of(src.id, "pc_region_counts"), "argus.pc_region_counts/1")
     pmap = _map_of(doc)
@@ -295,20 +306,24 @@ def synth_attributed_metric(ctx) -> dict:
     """
     facts = _Facts(ctx)
     pmap, map_program, map_task, map_extra = _find_map(ctx)
-    src = _one_dep_with_output(ctx, "pc_counters", "attribution", "PC-counter collection")
+    found = ctx.input_list(PcCounters.OUTPUT)
+    if len(found) != 1:
+        raise HandlerError(f"attribution needs exactly one PC-counter collection, got {len(found)}")
+    src = ctx.deps[found[0][0]]
     facts.cite(src)
     facts.cite(map_task)
     if src.program != map_program:
         # PC keys are offsets in one binary: counters and map must come from the very same variant
         raise IncompatibleVersionsError(f"PC counters from {src.program} cannot be joined with a PC-to-region "
                                         f"map of {map_program}: PCs differ between binaries")
-    doc = _load(ctx.input_of(src.id, "pc_counters"), "argus.pc_counters/1")
+    counters = _evidence(ctx, PcCounters)[0][1]
     try:  # the counters' PC keys as offsets in the map's kernel
-        pcs = [pmap.pc_of(key) for key in doc["pcs"]]
+        pcs = [pmap.pc_of(str(key)) for key in counters.pcs["pc"]]
     except PcMapError as e:
         raise EvidenceError(f"PC counters cannot be joined with the PC-to-region map: {e}") from None
-    metrics = doc.get("metrics", {})
-    families = [str(op).split(".")[0] for op in doc.get("opcodes", [""] * len(pcs))]
+    metrics = {name: values.tolist() for name, values in counters.by_metric().items()}
+    opcodes = counters.pcs["opcode"].tolist() if "opcode" in counters.pcs else [""] * len(pcs)
+    families = [str(op).split(".")[0] for op in opcodes]
     cfg = ctx.config
     series: dict[str, dict] = {}
     if "metric_prefix" in cfg:
@@ -367,21 +382,20 @@ def synth_iteration_waits(ctx) -> dict:
     included, whatever the scope: the probe join checks its CTAs against them); ``extra.ctas``: the
     grid; ``extra.median_by_iteration``: the one loop's medians when one loop is traced."""
     facts = _Facts(ctx)
-    src = _one_dep(ctx, "trace", "iteration_waits synthesis", "trace collection")
+    src, ev = _one_evidence(ctx, IterationWaits, "iteration_waits synthesis")
     facts.cite(src)
-    path = ctx.input_of(src.id, "iteration_waits")
-    doc = _load(path, "argus.iteration_waits/1")
-    cols = _columns(doc, ("cta", "iteration", "begin", "end"), str(path))
+    path = ctx.input_of(src.id, IterationWaits.OUTPUT)
+    cols = ev.columns
     n = len(cols["cta"])
     loop_col = cols["loop"].astype(np.int64) if "loop" in cols else np.zeros(n, dtype=np.int64)
     launch_col = cols["launch"].astype(np.int64) if "launch" in cols else np.zeros(n, dtype=np.int64)
-    loops = doc.get("loops") or [{"loop": 0, "wait_line": None}]  # a document without "loops": one loop
+    loops = ev.loops or [{"loop": 0, "wait_line": None}]  # evidence without "loops": one loop
     known = {int(lp["loop"]) for lp in loops}
     if n and not set(np.unique(loop_col).tolist()) <= known:
         raise EvidenceError(f"{path}: rows of loop(s) {sorted(set(np.unique(loop_col).tolist()) - known)}, "
                             f"which 'loops' does not list ({sorted(known)})")
-    trips = _trips_by_cta(doc, cols, loop_col, launch_col, str(path))
-    n_ctas = doc.get("ctas")
+    trips = _trips_by_cta(ev, cols, loop_col, launch_col, str(path))
+    n_ctas = ev.ctas
     if n_ctas is None:
         n_ctas = int(cols["cta"].max()) + 1 if n else 0
     sel = np.ones(n, dtype=bool)
@@ -406,28 +420,28 @@ def synth_iteration_waits(ctx) -> dict:
             medians[str(int(it))] = float(np.median(w))
             counts[str(int(it))] = ran
             metric = f"wait@{int(it)}" if len(loops) == 1 else f"line{line}:wait@{int(it)}"
-            facts.add(None, metric, medians[str(int(it))], samples=w.size, unit=doc.get("clock", "ns"),
+            facts.add(None, metric, medians[str(int(it))], samples=w.size, unit=ev.clock,
                       method="traced reference (median over the CTAs that ran the iteration, and launches)",
-                      notes=[doc.get("wait", ""), f"over {ran} of {n_ctas} CTAs"
+                      notes=[ev.wait, f"over {ran} of {n_ctas} CTAs"
                              + ("" if ran == n_ctas else " (the others do not run this iteration)")],
                       extra={"loop": j, "wait_line": line, "iteration": int(it), "ctas": ran, "of_ctas": n_ctas})
         out_loops.append({"loop": j, "wait_line": line, "loop_trips": lp.get("loop_trips"),
                           "median_by_iteration": medians, "ctas_by_iteration": counts,
                           "trips_by_cta": {str(c): t for c, t in sorted(trips.get(j, {}).items())}})
-    facts.extra = {"loops": out_loops, "ctas": n_ctas, "wait": doc.get("wait", ""), "clock": doc.get("clock", "ns")}
+    facts.extra = {"loops": out_loops, "ctas": n_ctas, "wait": ev.wait, "clock": ev.clock}
     if len(out_loops) == 1:
         facts.extra["median_by_iteration"] = out_loops[0]["median_by_iteration"]
     return facts.write()
 
 
-def _trips_by_cta(doc: dict, cols: dict, loop_col, launch_col, where: str) -> dict[int, dict[int, int]]:
+def _trips_by_cta(ev: IterationWaits, cols: dict, loop_col, launch_col, where: str) -> dict[int, dict[int, int]]:
     """{loop: {cta: trips}} of a traced reference: its ``trips`` table (every (CTA, loop), zeros too),
     or, in a document without one, the rows each (CTA, loop) has. Trips are fixed by the kernel, not by
     timing: a (CTA, loop) with different trips in two launches is refused."""
-    table = doc.get("trips")
+    table = ev.trips
     if table:
-        t = {k: np.asarray(table[k], dtype=np.int64) for k in ("cta", "loop", "trips")}
-        launches = np.asarray(table.get("launch", [0] * len(t["cta"])), dtype=np.int64)
+        t = {k: table[k].astype(np.int64) for k in ("cta", "loop", "trips")}
+        launches = table["launch"].astype(np.int64) if "launch" in table else np.zeros(len(t["cta"]), dtype=np.int64)
     else:
         keys = np.stack([launch_col, loop_col, cols["cta"].astype(np.int64)], axis=1) if len(loop_col) else \
             np.zeros((0, 3), dtype=np.int64)
@@ -494,12 +508,16 @@ def synth_async_completion(ctx) -> dict:
     facts = _Facts(ctx)
     ref_task, reference, ref_key, loops_ref = _probe_reference(ctx)
     refs = [ref_task]
-    sites_task = [t for t in ctx.deps.values() if t.kind == "control"]
+    sites_inputs = ctx.input_list("async_sites")
     sites = {}
-    if sites_task:
-        sdoc = _load(ctx.input_of(sites_task[0].id, "async_sites"), "argus.async_sites/1")
+    if sites_inputs:
+        sdoc = _load(sites_inputs[0][1], "argus.async_sites/1")
         sites = {s["op_id"]: s for s in sdoc["sites"]}
-    probes = [t for t in ctx.deps.values() if t.kind == "collect" and "probe" in t.config]
+    probes = [ctx.deps[dep] for dep, _path in ctx.input_list(OpEvents.OUTPUT)]
+    for t in probes:  # what a probe run probed is its task's record (config "probe": op_id, iteration)
+        if not isinstance(t.config.get("probe"), dict):
+            raise EvidenceError(f"op_events of task {t.id} come from a run whose config names no probe "
+                                f"(config {t.config!r}); async completion latency needs forced-wait probe runs")
     programs = [ctx.programs(refs[0].program)] + [ctx.programs(t.program) for t in probes]
     check_joinable(programs)
     window = ctx.task.scope.get("iterations")
@@ -508,9 +526,9 @@ def synth_async_completion(ctx) -> dict:
         op_id, it = t.config["probe"]["op_id"], t.config["probe"]["iteration"]
         if window and not window[0] <= it < window[1]:
             continue
-        path = ctx.input_of(t.id, "op_events")
-        doc = _load(path, "argus.op_events/1")
-        cols = _columns(doc, ("op_id", "iteration", "issue", "complete"), str(path))
+        path = ctx.input_of(t.id, OpEvents.OUTPUT)
+        ev = _evidence_of(ctx, t.id, OpEvents)
+        cols = ev.columns
         sel = (cols["op_id"] == op_id) & (cols["iteration"] == it)
         in_ctas = sel  # the CTA-set check looks at the chosen CTAs, on whichever SM they ran
         for name, col in (("ctas", "cta"), ("sms", "sm")):
@@ -533,31 +551,29 @@ def synth_async_completion(ctx) -> dict:
                 notes = [f"the probe run recorded no event for {op_id} at iteration {it}"]
         else:
             reached, ref_wait, join_notes, join_extra = _join_traced_loop(
-                ctx, loops_ref, sites.get(op_id, {}), op_id, it, doc, cols, in_ctas, str(path))
+                ctx, loops_ref, sites.get(op_id, {}), op_id, it, ev, cols, in_ctas, str(path))
             extra.update(join_extra)
             extra[ref_key] = ref_wait
             notes = join_notes
             if not reached:
                 facts.add(region, f"{op_id}@{it}", None, samples=0, method="forced-wait probe", notes=notes,
-                          unit=doc.get("clock", "ns"), extra=extra)
+                          unit=ev.clock, extra=extra)
                 continue
         facts.add(region, f"{op_id}@{it}", float(d.mean()) if d.size else None, samples=d.size,
-                  method="forced-wait probe", notes=notes, unit=doc.get("clock", "ns"), extra=extra)
+                  method="forced-wait probe", notes=notes, unit=ev.clock, extra=extra)
     return facts.write()
 
 
-def _join_traced_loop(ctx, reference: dict, site: dict, op_id: str, it: int, doc: dict, cols: dict, sel, where: str):
+def _join_traced_loop(ctx, reference: dict, site: dict, op_id: str, it: int, ev: OpEvents, cols: dict, sel, where: str):
     """(reached, reference wait ns, notes, join extra) of one probe against a Triton traced reference.
     ``sel``: the probe's rows in the scope's CTAs (not narrowed to SMs: which SM a CTA ran on is per run).
 
     Checks that each probe launch was recorded by exactly the CTAs (within the scope's ``ctas``) whose
     loop runs iteration ``it`` in the reference. A site outside every traced loop has no reference and
     no CTA set to check against: it must be recorded by the same, non-empty set of CTAs in every launch."""
-    from .kinds.triton.probes import ProbeError, check_probe_ctas
-
     chosen = ctx.task.scope.get("ctas")
-    n_ctas = doc.get("ctas") or reference.get("ctas")
-    launches = doc.get("launches")
+    n_ctas = ev.ctas or reference.get("ctas")
+    launches = ev.launches
     launch_col = cols["launch"] if "launch" in cols else np.zeros(len(cols["op_id"]), dtype=np.int64)
     cta_col = cols["cta"] if "cta" in cols else None
     if cta_col is None:
@@ -580,8 +596,8 @@ def _join_traced_loop(ctx, reference: dict, site: dict, op_id: str, it: int, doc
         trips = {c: it + 1 for s in recorded.values() for c in s}
     expected = {c for c in trips if trips[c] > it and (chosen is None or c in chosen)}
     try:
-        reached = check_probe_ctas(op_id, it, expected, recorded, n_ctas)
-    except ProbeError as exc:
+        reached = check_recording_ctas(op_id, it, expected, recorded, n_ctas)
+    except EvidenceError as exc:
         raise EvidenceError(f"{where}: {exc}") from None
     line = loop.get("wait_line")
     where_loop = f"the loop waiting at TTGIR line {line}" if line else "the traced loop"
@@ -600,7 +616,7 @@ def _join_traced_loop(ctx, reference: dict, site: dict, op_id: str, it: int, doc
 def synth_system_timeline(ctx) -> dict:
     """Total time and count per (category, name) of system events; optional ``step`` selection."""
     facts = _Facts(ctx)
-    src = _one_dep(ctx, "systrace", "system timeline synthesis", "systrace collection")
+    src = _one_dep_with_output(ctx, "system_timeline", "system timeline synthesis", "system timeline")
     facts.cite(src)
     doc = _load(ctx.input_of(src.id, "system_timeline"), "argus.system_timeline/1")
     step = ctx.task.scope.get("step")
