@@ -93,6 +93,9 @@ def variant_rows() -> dict[str, dict]:
     one_cta = ONE_CTA
     return {  # opt-in rows (--variants NAME,...): tuning experiments against the default
         "mk_1cta": {"build_flags": one_cta},
+        # the default kernel; its trace build also records the detail regions (megakernel/regions.py:
+        # DETAIL_REGIONS): the dependency wait and attention's phases, for the timeline (non-trace SASS = default)
+        "mk_detail": {"build_flags": ("-DMK_DETAIL_REGIONS=1",)},
         "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},

@@ -6,14 +6,23 @@ from argus_rt.regions import RegionTree
 PROGRAM = "tinyllama-megakernel"
 REGION_LEAVES = ("core_loop", "gemm", "attention", "norm", "kv_update", "logits", "sampling")
 ROOT = "decode"
+# Detail regions, nested in a leaf: recorded only by builds with -DMK_DETAIL_REGIONS=1 (csrc/megakernel/
+# regions.cuh), so the default builds record exactly REGION_LEAVES. core_loop/wait: thread 0's dependency
+# wait (its end is when the counter was seen); attention/*: the phases of an AttnPartial tile (scores,
+# softmax, pv) and of OProj's combine of the splits (combine_weights, combine_sum).
+DETAIL_REGIONS = {"core_loop": ("wait",), "attention": ("scores", "softmax", "pv", "combine_weights", "combine_sum")}
 
 
 def region_tree() -> RegionTree:
-    """decode/{core_loop, gemm, attention, norm, kv_update, logits, sampling}."""
+    """decode/{core_loop, gemm, attention, norm, kv_update, logits, sampling}, and the detail regions
+    nested in core_loop and attention."""
     tree = RegionTree(PROGRAM)
     tree.add(ROOT)
     for leaf in REGION_LEAVES:
         tree.add(leaf, parent=ROOT)
+    for leaf, details in DETAIL_REGIONS.items():
+        for detail in details:
+            tree.add(detail, parent=f"{ROOT}/{leaf}")
     return tree
 
 

@@ -38,12 +38,20 @@ def classify(body: frozenset, layer: int, n_layers: int) -> str:
 def tickets(rows, names: dict[int, str], n_layers: int) -> list[dict]:
     """One dict per ticket of warp 0 of the worker CTAs: cta, step, layer, op, taken, body_start, end,
     and the time in each body region."""
-    rows = rows[(rows["warp"] == 0) & (rows["cta"] > 0) & (rows["depth"] == 0)]
+    rows = rows[(rows["warp"] == 0) & (rows["cta"] > 0) & (rows["depth"] <= 1)]
     rows = rows[np.lexsort((rows["start"], rows["cta"]))]
     out, cur = [], None
     for r in rows:
-        name = names.get(int(r["region_id"]), "?").split("/")[-1]
+        full = names.get(int(r["region_id"]), "?")
         coord = int(r["coord"])
+        if int(r["depth"]) == 1:  # a detail region (MK_DETAIL_REGIONS builds): its time, and when the wait saw its counter
+            if cur is not None and int(r["cta"]) == cur["cta"]:
+                detail = "/".join(full.split("/")[1:])
+                cur["regions"][detail] = cur["regions"].get(detail, 0) + int(r["duration"])
+                if detail == "core_loop/wait":
+                    cur["seen"] = int(r["end"])
+            continue
+        name = full.split("/")[-1]
         if name == "core_loop":
             if cur is not None:
                 out.append(cur)
@@ -57,7 +65,7 @@ def tickets(rows, names: dict[int, str], n_layers: int) -> list[dict]:
     if cur is not None:
         out.append(cur)
     for t in out:
-        t["op"] = classify(frozenset(t["regions"]), t["layer"], n_layers)
+        t["op"] = classify(frozenset(k for k in t["regions"] if "/" not in k), t["layer"], n_layers)
     return out
 
 
@@ -74,12 +82,19 @@ def phase_table(tix: list[dict]) -> list[dict]:
                        "wait_mean": float(np.mean([t["body_start"] - t["taken"] for t in ts])),
                        "body_mean": float(np.mean([t["end"] - t["body_start"] for t in ts])),
                        "body_max": float(max(t["end"] - t["body_start"] for t in ts)),
+                       # detail builds: when the first tile's wait saw the dependency (None without one)
+                       "first_seen": min((t["seen"] for t in ts if "seen" in t), default=None),
                        "regions": {k: float(np.mean([t["regions"].get(k, 0) for t in ts]))
                                    for k in sorted({k for t in ts for k in t["regions"]})}})
     phases.sort(key=lambda p: (p["step"], p["layer"], PHASES.index(p["op"])))
     for prev, p in zip([None] + phases[:-1], phases):
         p["span"] = p["last_end"] - p["first_start"]
         p["gap"] = p["first_start"] - prev["last_end"] if prev and prev["step"] == p["step"] else 0
+        # The gap in two: the previous phase's last end to the first wait seeing the counter (barrier,
+        # release add, its way to L2 and the poll), then from there to the first body (barrier, markers).
+        if p["gap"] and p["first_seen"] is not None:
+            p["seen_after"] = p["first_seen"] - prev["last_end"]
+            p["wake"] = p["first_start"] - p["first_seen"]
     return phases
 
 
@@ -101,6 +116,10 @@ def summary(phases: list[dict]) -> dict[str, dict[str, float]]:
                    "body_max_us": float(np.mean([p["body_max"] for p in ps])) / 1e3,
                    "regions_us": {k: float(np.mean([p["regions"].get(k, 0) for p in ps])) / 1e3
                                   for k in sorted({k for p in ps for k in p["regions"]})}}
+        split = [p for p in ps if "seen_after" in p]
+        if split:  # detail builds only
+            out[op]["seen_after_us"] = float(np.mean([p["seen_after"] for p in split])) / 1e3
+            out[op]["wake_us"] = float(np.mean([p["wake"] for p in split])) / 1e3
     return out
 
 
@@ -109,7 +128,10 @@ def format_summary(s: dict[str, dict[str, float]]) -> str:
              "regions per tile us |", "|---|---|---|---|---|---|---|---|---|"]
     for op, v in s.items():
         regions = ", ".join(f"{k} {x:.2f}" for k, x in v.get("regions_us", {}).items())
-        lines.append(f"| {op} | {v['phases']} | {v['tiles']:.0f} | {v['span_us']:.2f} | {v['gap_us']:.2f} | "
+        gap = f"{v['gap_us']:.2f}"
+        if "seen_after_us" in v:  # detail builds: (end -> counter seen + seen -> body)
+            gap += f" ({v['seen_after_us']:.2f} + {v['wake_us']:.2f})"
+        lines.append(f"| {op} | {v['phases']} | {v['tiles']:.0f} | {v['span_us']:.2f} | {gap} | "
                      f"{v['wait_us']:.2f} | {v['body_us']:.2f} | {v.get('body_max_us', 0):.2f} | {regions} |")
     return "\n".join(lines)
 

@@ -6,14 +6,16 @@ from argus_rt.trace.intervals import INTERVAL_DTYPE
 from megakernel import ncu_attr, timeline
 from megakernel.regions import coordinate
 
-IDS = {1: "decode/core_loop", 2: "decode/gemm", 3: "decode/norm", 4: "decode/kv_update", 5: "decode/attention"}
+IDS = {1: "decode/core_loop", 2: "decode/gemm", 3: "decode/norm", 4: "decode/kv_update", 5: "decode/attention",
+       6: "decode/core_loop/wait", 7: "decode/attention/scores"}
 
 
 def _rows(spec):
-    """spec: (cta, region id, step, layer, start, end) for warp 0 at depth 0."""
+    """spec: (cta, region id, step, layer, start, end) for warp 0 at depth 0 (depth 1 for detail regions)."""
     rows = np.zeros(len(spec), dtype=INTERVAL_DTYPE)
     for i, (cta, rid, step, layer, start, end) in enumerate(spec):
         rows[i]["cta"], rows[i]["region_id"], rows[i]["coord"] = cta, rid, coordinate(step, layer)
+        rows[i]["depth"] = IDS[rid].count("/") - 1
         rows[i]["start"], rows[i]["end"], rows[i]["duration"] = start, end, end - start
     return rows
 
@@ -38,6 +40,22 @@ def test_tickets_are_classified_by_their_body_regions_and_phases_measure_the_han
     s = timeline.summary(phases)
     assert s["attn"]["body_us"] == 0.4 and s["qkv"]["regions_us"]["gemm"] == (150 + 220) / 2 / 1e3
     assert "| qkv | 1 | 2 |" in timeline.format_summary(s)
+
+
+def test_detail_regions_split_the_hand_off_and_do_not_change_the_op():
+    rows = _rows([
+        (1, 1, 5, 0, 0, 100), (1, 3, 5, 0, 100, 150), (1, 2, 5, 0, 150, 300), (1, 4, 5, 0, 300, 400),  # QKV
+        # CTA 2: an attention tile whose wait (depth 1 in core_loop) sees the QKV counter at 460
+        (2, 1, 5, 0, 10, 480), (2, 6, 5, 0, 20, 460), (2, 5, 5, 0, 480, 900), (2, 7, 5, 0, 485, 700),
+    ])
+    tix = timeline.tickets(rows, IDS, n_layers=22)
+    assert [t["op"] for t in tix] == ["qkv", "attn"]  # the nested rows do not make attention an O-proj
+    assert tix[1]["regions"] == {"attention": 420, "core_loop/wait": 440, "attention/scores": 215}
+    assert tix[1]["end"] == 900 and tix[1]["seen"] == 460
+    qkv, attn = timeline.phase_table(tix)
+    assert attn["gap"] == 80 and attn["seen_after"] == 60 and attn["wake"] == 20
+    s = timeline.summary([qkv, attn])
+    assert "0.08 (0.06 + 0.02)" in timeline.format_summary(s)
 
 
 def test_ncu_rows_are_summed_per_function(tmp_path):

@@ -7,6 +7,7 @@
 #pragma once
 #include "common.cuh"
 #include "megakernel_params.h"
+#include "regions.cuh"
 
 namespace mk {
 
@@ -24,6 +25,8 @@ __device__ __noinline__ void attention_partial_t(const Params& p, int layer, int
   float* sc = smem + G * Dh;   // [G][S] scores, then probabilities
   float* ml = sc + G * S;      // [G][2] max, sum
   const int q0 = kv_head * (int)(p.n_heads / p.n_kv_heads) + head_part * G;  // first query head of the tile
+  [[maybe_unused]] const unsigned at = coord(pos, layer);  // the detail regions' coordinate
+  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_SCORES, at);
   const float4* q4 = reinterpret_cast<const float4*>(p.q + (size_t)layer * p.hidden + q0 * Dh);
   for (int i = threadIdx.x; i < G * Dh / 4; i += THREADS) reinterpret_cast<float4*>(qs)[i] = __ldcg(q4 + i);
   __syncthreads();
@@ -82,6 +85,8 @@ __device__ __noinline__ void attention_partial_t(const Params& p, int layer, int
     }
   }
   __syncthreads();
+  MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_SCORES, at);
+  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_SOFTMAX, at);
   for (int j = warp; j < G; j += NWARPS) {  // softmax pieces, one warp per query head
     float m = -INFINITY;
     for (int t = lane; t < n; t += 32) m = fmaxf(m, sc[j * S + t]);
@@ -99,6 +104,8 @@ __device__ __noinline__ void attention_partial_t(const Params& p, int layer, int
     }
   }
   __syncthreads();
+  MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_SOFTMAX, at);
+  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_PV, at);
   // o = sum_t p_t v_t for all G heads at once (they share each V row): a warp reads ROWS_PER_WARP
   // V rows per load (16 bytes per lane, LANES_PER_ROW lanes per row), warps take interleaved
   // positions, so every V row is read once and 8 x 4 rows are in flight per unrolled trip; then
@@ -166,6 +173,7 @@ __device__ __noinline__ void attention_partial_t(const Params& p, int layer, int
       out[Dh + 1] = ml[2 * j + 1];
     }
   }
+  MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_PV, at);
 }
 
 __device__ __forceinline__ void attention_partial(const Params& p, int layer, int kv_head, int split, int head_part,
@@ -187,6 +195,7 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
   const int used = (pos + (int)p.attn_split) / (int)p.attn_split;  // ceil((pos + 1) / S)
   const float* part = p.attn_part + (size_t)layer * H * NS * (Dh + 2);
   float* wts = xs + D;
+  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
   for (int h = threadIdx.x; h < H; h += THREADS) {  // online max / sum over chunks of 8 splits
     const float* ph = part + (size_t)h * NS * (Dh + 2);
     float M = -INFINITY, den = 0.f;
@@ -215,6 +224,8 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
     for (int s = 0; s < used; ++s) wts[h * used + s] = __expf(wts[h * used + s] - M) * inv;
   }
   __syncthreads();
+  MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
+  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
   float acc[COMBINE_PER_THREAD];
 #pragma unroll
   for (int k = 0; k < COMBINE_PER_THREAD; ++k) acc[k] = 0.f;
@@ -243,6 +254,7 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
     if (i < D) xs[i] = acc[k];
   }
   __syncthreads();
+  MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
 }
 
 }  // namespace mk

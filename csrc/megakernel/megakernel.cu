@@ -26,6 +26,7 @@
 #include "config.cuh"
 #include "common.cuh"
 #include "sync.cuh"
+#include "regions.cuh"
 #include "gemv.cuh"
 #include "attention.cuh"
 #include "stage.cuh"
@@ -33,22 +34,6 @@
 
 namespace mk {
 
-#if ARGUS_MODE != 0
-// Argus markers are warp-level: a warp still diverged after a loop would record END once per
-// path. These force reconvergence around a region (not used where only one lane runs).
-struct WarpSyncOnEntry {
-  __device__ __forceinline__ WarpSyncOnEntry() { __syncwarp(); }
-};
-struct WarpSyncOnExit {
-  __device__ __forceinline__ ~WarpSyncOnExit() { __syncwarp(); }
-};
-#define MK_REGION(id, c)                                                \
-  mk::WarpSyncOnEntry ARGUS_CAT_(mk_sync_in_, __LINE__);                \
-  ARGUS_SCOPE_AT(id, c);                                                \
-  mk::WarpSyncOnExit ARGUS_CAT_(mk_sync_out_, __LINE__)
-#else
-#define MK_REGION(id, c) ((void)0)
-#endif
 
 // Fused sampling: the default since 2026-12-01 (H200 at 15:08: 1.4% / 1.9% faster at kv 128 / 1024 than
 // the Sample over all logits, NOTES.md row 14). The runtime sets MK_FUSED_SAMPLE=0 only for
@@ -88,8 +73,6 @@ struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
 #endif
 };
 
-// Region coordinate: step in the high bits, layer in the low 8 (Argus iteration windows select steps).
-__device__ __forceinline__ unsigned coord(int step, int layer) { return ((unsigned)step << 8) | (unsigned)(layer & 0xff); }
 
 // Weight bytes a GEMV instruction streams (0 for other ops): what the L2 prefetch covers.
 // *row_bytes: bytes of one weight row (a staged prefix is whole rows).
@@ -485,6 +468,7 @@ __device__ void worker(const Params& p, Smem& s) {
 #if MK_POLL2
           ok = wait_counter_pair(p, p.counters + wait, (unsigned)need, site, (unsigned long long)p.timeout_ns, &s.poll_seen);
 #else
+          MK_DETAIL_LANE(ARGUS_REGION_DECODE_CORE_LOOP_WAIT, coord(step, layer));
           ok = wait_counter(p, p.counters + wait, (unsigned)need, site, (unsigned long long)p.timeout_ns);
 #endif
         }

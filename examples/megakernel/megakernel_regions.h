@@ -1,6 +1,12 @@
 #define ARGUS_REGION_DECODE 0xf97fb19cu  /* decode */
 #define ARGUS_REGION_DECODE_ATTENTION 0xeaae7798u  /* decode/attention */
+#define ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM 0x1c39e7c2u  /* decode/attention/combine_sum */
+#define ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS 0x3a7887a2u  /* decode/attention/combine_weights */
+#define ARGUS_REGION_DECODE_ATTENTION_PV 0xd53b1fdfu  /* decode/attention/pv */
+#define ARGUS_REGION_DECODE_ATTENTION_SCORES 0x4d317994u  /* decode/attention/scores */
+#define ARGUS_REGION_DECODE_ATTENTION_SOFTMAX 0xada65bd7u  /* decode/attention/softmax */
 #define ARGUS_REGION_DECODE_CORE_LOOP 0x9e8a1fafu  /* decode/core_loop */
+#define ARGUS_REGION_DECODE_CORE_LOOP_WAIT 0x38307c0au  /* decode/core_loop/wait */
 #define ARGUS_REGION_DECODE_GEMM 0xc0cfbdc7u  /* decode/gemm */
 #define ARGUS_REGION_DECODE_KV_UPDATE 0xce9d97aeu  /* decode/kv_update */
 #define ARGUS_REGION_DECODE_LOGITS 0x5dfe5db1u  /* decode/logits */
