@@ -146,7 +146,7 @@ def test_no_kind_name_is_branched_on_outside_the_registry_and_the_kinds():
     validation."""
     files = [*(ROOT / "argus_rt" / "backends").glob("*.py"), ROOT / "argus_rt" / "kinds" / "run_variant.py",
              ROOT / "argus_rt" / "commands" / "plan.py", ROOT / "argus_rt" / "recipes.py",
-             ROOT / "argus_rt" / "planner.py", ROOT / "argus_rt" / "triton_handlers.py",
+             ROOT / "argus_rt" / "planner.py", ROOT / "argus_rt" / "mcp_server.py", ROOT / "argus_rt" / "query.py",
              *(ROOT / "argus_rt" / "runtime").glob("*.py")]
     name = r"""["'](cuda|triton|cupy|numba|proton)["']"""
     pattern = re.compile(rf"(==|!=|\bin\b)\s*\(?{name}|kind={name}\)|(frozenset\(|prerequisites=)\{{\s*{name}")

@@ -148,4 +148,4 @@ class TritonProbeTrace(BackendAdapter):
 
 register_backend(TraceAdapter())
 # TritonProbeTrace is registered for the Triton kind by the kind registry (its ``adapters``); the
-# Transform handler that builds the probes is argus_rt.triton_handlers (above the runtime)
+# Transform handler that builds the probes is argus_rt.runtime.async_handlers

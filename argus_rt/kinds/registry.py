@@ -8,7 +8,7 @@ this registry: program validation (:func:`kind_names`), the recipes' kind requir
 the capabilities it needs, :func:`kinds_with`), the kind-specific backend adapters (``Kind.adapters``),
 plan-time compile checks, the profiled runner (:mod:`argus_rt.kinds.run_variant`), the mapping run
 (:mod:`argus_rt.backends.pcmap`), the trace adapter (:mod:`argus_rt.backends.trace`) and the async
-discovery and probe handlers (:mod:`argus_rt.triton_handlers`).
+discovery and probe handlers (:mod:`argus_rt.runtime.async_handlers`).
 
 A *capability* is the name of a :class:`Kind` field other than ``name``, ``runner_says``, ``adapters``
 and ``launch_schema`` (:data:`CAPABILITIES`): a kind has it when the flag is true or the hook is set

@@ -42,8 +42,8 @@ from typing import Any, Callable
 HANDLER_KINDS = ("transform", "control", "expander", "synthesize")
 BUILTIN_HANDLER_MODULES = {
     ("transform", "variant"): "argus_rt.runtime.builtin",
-    ("transform", "forced_wait_probe"): "argus_rt.triton_handlers",
-    ("control", "async_discovery"): "argus_rt.triton_handlers",
+    ("transform", "forced_wait_probe"): "argus_rt.runtime.async_handlers",
+    ("control", "async_discovery"): "argus_rt.runtime.async_handlers",
     ("expander", "forced_wait_probes"): "argus_rt.probe_expander",
     ("synthesize", "*"): "argus_rt.synthesis",
 }

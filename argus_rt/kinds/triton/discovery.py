@@ -1,6 +1,6 @@
 """Discovery for Triton programs: its JSON document, and the kind's ``discover_async_sites`` hook
 (:func:`discover_async_sites`), which the ``async_discovery`` Control handler
-(:mod:`argus_rt.triton_handlers`, above the runtime) calls through the kind registry.
+(:mod:`argus_rt.runtime.async_handlers`) calls through the kind registry.
 
 The work is split by job:
 

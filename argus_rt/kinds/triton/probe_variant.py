@@ -1,8 +1,8 @@
 """The Triton kind's ``forced_wait_probe`` hook: the probe variant of one (async site, iteration) of a
 program, written as TTGIR, compiled to a cubin, and described in ``probe_descriptor.json``.
 
-The ``forced_wait_probe`` Transform handler (:mod:`argus_rt.triton_handlers`, above the runtime)
-calls it through the kind registry; the probe's transform itself is :mod:`argus_rt.kinds.triton.probes`.
+The ``forced_wait_probe`` Transform handler (:mod:`argus_rt.runtime.async_handlers`) calls it through
+the kind registry; the probe's transform itself is :mod:`argus_rt.kinds.triton.probes`.
 """
 from __future__ import annotations
 

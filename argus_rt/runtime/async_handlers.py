@@ -2,16 +2,16 @@
 Transform, for every program kind with the matching hook (``discover_async_sites``,
 ``forced_wait_probe`` in :mod:`argus_rt.kinds.registry`; today the Triton kind's).
 
-Runtime handlers, so they sit above :mod:`argus_rt.runtime` (as :mod:`argus_rt.probe_expander` does);
-the work is the kind's, reached through the registry, and the kinds import no runtime. The module
-keeps its name because the runtime's table of built-in handlers (``BUILTIN_HANDLER_MODULES``) names it.
-A kind without the hook gets the registry's one-line error naming the kinds that have it; the
-planner refuses ``async_completion_latency`` for such a kind before any task runs.
+Built-in handlers of the runtime, as :mod:`.builtin`'s ``variant`` is (``BUILTIN_HANDLER_MODULES`` in
+:mod:`.handlers` imports this module on first use); the work is the kind's, reached through the
+registry, and the kinds import no runtime. A kind without the hook gets the registry's one-line error
+naming the kinds that have it; the planner refuses ``async_completion_latency`` for such a kind before
+any task runs.
 """
 from __future__ import annotations
 
-from .kinds.registry import get_kind
-from .runtime.handlers import HandlerError, register_control, register_transform
+from ..kinds.registry import get_kind
+from .handlers import HandlerError, register_control, register_transform
 
 
 @register_control("async_discovery")
