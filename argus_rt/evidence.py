@@ -18,6 +18,7 @@ reads that shape with the same checks.
 """
 from __future__ import annotations
 
+import io
 import json
 import re
 from dataclasses import MISSING, dataclass, field, fields
@@ -105,6 +106,12 @@ class Evidence:
                 out[self.column_output(table, col)] = directory / _column_file(table, col)
         return out
 
+    def document(self, *, lists: bool = False) -> dict:
+        """The inline document view (``LEGACY`` shape), for code that reads evidence as a mapping (scope
+        selection, the Chrome export, the probe tracks); columns as arrays, or as lists (``lists=True``)."""
+        tables = {t: {c: a.tolist() if lists else a for c, a in getattr(self, t).items()} for t in self.TABLES}
+        return {"format": self.LEGACY, **tables, **{k: getattr(self, k) for k in self.META}, **self.details}
+
     @classmethod
     def column_output(cls, table: str, column: str) -> str:
         """The output name of one column: ``<OUTPUT>.<table>.<column>``."""
@@ -125,6 +132,26 @@ class Evidence:
         if meta_path is None:
             raise EvidenceError(f"no {cls.OUTPUT!r} output to read {cls.FORMAT} from")
         return cls._read(Path(meta_path), lambda table, col: path_of(cls.column_output(table, col)))
+
+    @classmethod
+    def from_records(cls, records):
+        """The evidence among a done task's workspace outputs (``{name: OutputRecord}``), each file read
+        through its record, so checked against its hash (a damaged blob is the workspace's one-line error)."""
+        if cls.OUTPUT not in records:
+            raise EvidenceError(f"no {cls.OUTPUT!r} output to read {cls.FORMAT} from (outputs: "
+                                f"{', '.join(sorted(records))})")
+        meta = records[cls.OUTPUT]
+        where = f"output {getattr(meta, 'task_id', '?')}/{cls.OUTPUT}"
+        try:
+            doc = meta.read_json()
+        except ValueError as exc:
+            raise EvidenceError(f"{where}: not JSON ({exc})") from None
+
+        def column(table: str, col: str):
+            record = records.get(cls.column_output(table, col))
+            return None if record is None else io.BytesIO(record.read_bytes())
+
+        return cls._from_meta(doc, where, column)
 
     @classmethod
     def from_document(cls, doc, where: str = "evidence document"):
@@ -151,6 +178,12 @@ class Evidence:
             doc = json.loads(text)
         except ValueError as exc:
             raise EvidenceError(f"{where}: not JSON ({exc})") from None
+        return cls._from_meta(doc, where, column_path)
+
+    @classmethod
+    def _from_meta(cls, doc, where: str, column_source: Callable[[str, str], object]):
+        """The evidence of metadata ``doc``; ``column_source(table, column)``: a file path or binary file
+        object holding the column's .npy (None: absent)."""
         if isinstance(doc, dict) and doc.get("format") == cls.LEGACY:
             return cls.from_document(doc, where)
         _check_format(doc, cls.FORMAT, where, also=cls.LEGACY)
@@ -162,7 +195,7 @@ class Evidence:
             cols = described.get(table, {})
             if not isinstance(cols, dict):
                 raise EvidenceError(f"{where}: field 'tables.{table}' is {_shown(cols)}, expected an object")
-            tables[table] = {col: _stored_column(column_path(table, col), info, spec, table, col, where)
+            tables[table] = {col: _stored_column(column_source, info, spec, table, col, where)
                              for col, info in cols.items()}
         extra = sorted(set(described) - set(cls.TABLES))
         if extra:
@@ -265,26 +298,28 @@ def _inline_column(values, spec: TableSpec, table: str, col: str, where: str) ->
     return _checked_array(arr, kind, table, col, where)
 
 
-def _stored_column(path, info, spec: TableSpec, table: str, col: str, where: str) -> np.ndarray:
+def _stored_column(column_source, info, spec: TableSpec, table: str, col: str, where: str) -> np.ndarray:
     kind = _column_kind(spec, table, col, where)
     if not (isinstance(info, dict) and isinstance(info.get("dtype"), str) and _is_int(info.get("length"))):
         raise EvidenceError(f"{where}: field 'tables.{table}.{col}' is {_shown(info)}, expected "
                             '{"dtype": str, "length": int}')
-    if path is None:
+    source = column_source(table, col)
+    if source is None:
         raise EvidenceError(f"{where}: column {table}.{col} has no file (the metadata lists it)")
+    name = str(source) if isinstance(source, (str, Path)) else f"{where} column {table}.{col}"
     try:
-        arr = np.load(path, allow_pickle=False)
+        arr = np.load(source, allow_pickle=False)
     except FileNotFoundError:
-        raise EvidenceError(f"{path}: missing (column {table}.{col} of {where})") from None
+        raise EvidenceError(f"{name}: missing (column {table}.{col} of {where})") from None
     except (OSError, ValueError, EOFError) as exc:  # not .npy, truncated, or an object array (pickle refused)
-        raise EvidenceError(f"{path}: column {table}.{col} is not a readable .npy array "
-                            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise EvidenceError(f"{name}: column {table}.{col} is not a readable .npy array ({first})") from None
     if not isinstance(arr, np.ndarray):
-        raise EvidenceError(f"{path}: column {table}.{col} is not a .npy array")
+        raise EvidenceError(f"{name}: column {table}.{col} is not a .npy array")
     if arr.dtype.str != info["dtype"] or arr.shape != (info["length"],):
-        raise EvidenceError(f"{path}: column {table}.{col} is {arr.dtype.str}{list(arr.shape)}, its metadata says "
+        raise EvidenceError(f"{name}: column {table}.{col} is {arr.dtype.str}{list(arr.shape)}, its metadata says "
                             f"{info['dtype']}[{info['length']}]")
-    return _checked_array(arr, kind, f"{table}", col, str(path))
+    return _checked_array(arr, kind, table, col, name)
 
 
 # ---- the formats --------------------------------------------------------------------------------

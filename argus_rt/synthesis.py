@@ -138,19 +138,20 @@ def _subtree(ctx) -> list:
     return regions.subtree(ctx.region) if ctx.region else list(regions)
 
 
-def scope_mask(arrays: dict, ev: RegionIntervals, scope: Scope, where: str) -> np.ndarray:
-    """Rows of region-interval evidence (``arrays``: its columns, ``ev``: its coord_kind, coord_fields and
-    warp_roles) that ``scope`` selects; the latency rule and ``argus query --chrome`` filter the same way."""
+def scope_mask(arrays: dict, doc: dict, scope: Scope, where: str) -> np.ndarray:
+    """Rows of region-interval evidence (``arrays``: its columns, ``doc``: its coord_kind, coord_fields and
+    warp_roles, as :meth:`RegionIntervals.document` gives them) that ``scope`` selects; the latency rule
+    and ``argus query --chrome`` filter the same way."""
     n = len(next(iter(arrays.values()))) if arrays else 0
     mask = np.ones(n, dtype=bool)
-    coord_kind = ev.coord_kind
+    coord_kind = doc.get("coord_kind")
     for name, col in (("sms", "sm"), ("ctas", "cta")):
         chosen = getattr(scope, name)
         if chosen is not None:
             if col not in arrays:
                 raise ScopeError(f"{where}: scope {name} needs column {col!r}, which the evidence lacks")
             mask &= np.isin(arrays[col], chosen)
-    fields = ev.coord_fields  # a packed coordinate's fields, each its own column
+    fields = doc.get("coord_fields") or {}  # a packed coordinate's fields, each its own column
     for name in ("iterations", "step", "layer"):
         chosen = getattr(scope, name)
         if chosen is None:
@@ -164,7 +165,7 @@ def scope_mask(arrays: dict, ev: RegionIntervals, scope: Scope, where: str) -> n
         lo, hi = chosen if name == "iterations" else (chosen, chosen + 1)
         mask &= (arrays[column] >= lo) & (arrays[column] < hi)
     if scope.warp_role is not None:
-        roles = ev.warp_roles
+        roles = doc.get("warp_roles") or {}
         if scope.warp_role not in roles:
             raise ScopeError(f"{where}: unknown warp role {scope.warp_role!r}; roles the program declares: "
                              f"{', '.join(sorted(roles)) or 'none'}")
@@ -192,7 +193,7 @@ def synth_latency(ctx) -> dict:
     method = occurrences_method({"method": ev.method, "source": ev.source})
     facts.cite(src, ev.source)
     arrays = ev.columns
-    mask = scope_mask(arrays, ev, Scope.from_dict(ctx.task.scope), "latency")
+    mask = scope_mask(arrays, ev.document(), Scope.from_dict(ctx.task.scope), "latency")
     notes = []
     if ev.dropped:
         notes.append(f"{ev.dropped} records were dropped by full trace buffers")

@@ -56,12 +56,13 @@ def _rows_from_columns(doc: dict):
 
 def occurrences(outputs: dict, tree):
     """(Intervals, source name, region_intervals document) from a trace collection's outputs."""
+    from ..evidence import RegionIntervals
     from ..trace import Intervals, load_raw, pair_intervals
 
     if REGION_INTERVALS not in outputs:
         raise ArgusInputError(f"--chrome: the cited trace collection has no {REGION_INTERVALS!r} output "
                               f"(outputs: {', '.join(sorted(outputs))})")
-    doc = outputs[REGION_INTERVALS].read_json()
+    doc = RegionIntervals.from_records(outputs).document()
     if RAW_TRACE in outputs:
         trace = load_raw(outputs[RAW_TRACE].path, known_ids=[r.id for r in tree])
         return pair_intervals(trace, strict=False), RAW_TRACE, doc
@@ -144,6 +145,8 @@ def query_chrome_trace(report, workspace) -> dict:
 def probe_runs(report, workspace) -> list[dict]:
     """The forced-wait probe runs behind the report's ``async_completion_latency`` values: their
     ``op_events`` documents, each labelled with its task and the async family the values name."""
+    from ..evidence import OpEvents
+
     family, tasks = {}, set()
     for value in report.select(signal="async_completion_latency"):
         join = value.get("join") or {}
@@ -154,7 +157,7 @@ def probe_runs(report, workspace) -> list[dict]:
     for task in sorted(tasks):
         outputs = workspace.outputs(task)
         if outputs and "op_events" in outputs:
-            doc = outputs["op_events"].read_json()
+            doc = OpEvents.from_records(outputs).document(lists=True)
             ops = {str(o) for o in doc.get("columns", {}).get("op_id", [])}
             kinds = {family[o] for o in ops if o in family}
             runs.append({"doc": doc, "label": task, "kind": kinds.pop() if len(kinds) == 1 else None})
