@@ -182,6 +182,11 @@ class CollectContext:
     device: str | None  # CUDA_VISIBLE_DEVICES of this worker ("" = no GPU)
     log: Callable[[str], None] = field(default=print)
 
+    def publish(self, evidence) -> dict[str, Path]:
+        """Write typed ``evidence`` (an :class:`argus_rt.evidence.Evidence`) under ``<outdir>/<its output
+        name>/``: its metadata and one .npy per column; returns every file as its output (``{name: path}``)."""
+        return evidence.save(Path(self.outdir) / evidence.OUTPUT)
+
     def write_json(self, name: str, doc: Any) -> Path:
         """Publish ``doc`` as ``<outdir>/<name>.json``, written whole or not at all; returns the path."""
         from ..fsutil import atomic_write_text

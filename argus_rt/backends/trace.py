@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..evidence import IterationWaits, OpEvents, RegionIntervals
 from ..fsutil import atomic_write_text
 from ..kinds.errors import ProgramRunError
 from ..kinds.registry import get_kind
@@ -127,13 +128,13 @@ class TritonProbeTrace(BackendAdapter):
 
             doc = collect_triton_region_trace(ctx.program, ctx.outdir / "build",
                                               repeats=int(ctx.sampling.get("repeats", 1)))
-            return {"region_intervals": ctx.write_json("region_intervals", doc)}
+            return ctx.publish(RegionIntervals.from_document(doc, "Triton region trace"))
         if "reference" in ctx.config:
             from ..kinds.triton.probes import collect_triton_reference
 
             doc = collect_triton_reference(ctx.program, ctx.outdir / "build",
                                            repeats=int(ctx.sampling.get("repeats", 1)))
-            return {"iteration_waits": ctx.write_json("iteration_waits", doc)}
+            return ctx.publish(IterationWaits.from_document(doc, "Triton traced reference"))
 
         ttgir = ctx.inputs.get("ttgir")
         if ttgir is None:
@@ -143,7 +144,7 @@ class TritonProbeTrace(BackendAdapter):
 
         doc = collect_triton_probe(ctx.program, Path(ttgir), ctx.outdir / "build",
                                    repeats=int(ctx.sampling.get("repeats", 1)))["op_events"]
-        return {"op_events": ctx.write_json("op_events", doc)}
+        return ctx.publish(OpEvents.from_document(doc, f"probe run {ctx.task.id}"))
 
 
 register_backend(TraceAdapter())

@@ -1,0 +1,179 @@
+"""Typed evidence (argus_rt.evidence): .npy columns plus JSON metadata, checked on load, read by synthesis
+through the workspace exactly as the older inline JSON documents were."""
+import ast
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from argus_rt.evidence import EvidenceError, IterationWaits, OpEvents, PcCounters, RegionIntervals, check_recording_ctas
+from argus_rt.runtime.handlers import TaskContext, get_handler
+from argus_rt.tasks import Task
+from argus_rt.workspace import Workspace
+from tests.test_synthesis import intervals, program
+
+
+def region_doc(rng, pv):
+    return dict(intervals(pv, rng), dropped=2, notes=["kept in details"])
+
+
+def test_each_format_round_trips_its_columns_dtypes_and_metadata(tmp_path):
+    pv = program()
+    ev = RegionIntervals.from_document(region_doc(np.random.default_rng(0), pv))
+    ev.save(tmp_path / "ri")
+    back = RegionIntervals.load(tmp_path / "ri")
+    assert back.clock == "ns" and back.coord_kind == "iteration" and back.dropped == 2
+    assert back.details == {"notes": ["kept in details"]}
+    for name, col in ev.columns.items():
+        assert back.columns[name].dtype == col.dtype and (back.columns[name] == col).all()
+    ops = OpEvents.from_document({"format": "argus.op_events/1", "ctas": 4, "recorded": 2, "columns": {
+        "op_id": ["0x0000002a"] * 2, "iteration": [3, 3], "issue": [10, 20], "complete": [15, 31], "cta": [1, 2]}})
+    back = OpEvents.load(Path(ops.save(tmp_path / "op")["op_events"]).parent)
+    assert back.columns["op_id"].tolist() == ["0x0000002a"] * 2 and back.ctas == 4 and back.recorded == 2
+    waits = IterationWaits.from_document({"format": "argus.iteration_waits/1", "wait": "w", "ctas": 2,
+                                          "loops": [{"loop": 0, "wait_line": 7}],
+                                          "columns": {"cta": [0, 1], "iteration": [0, 0], "begin": [1, 2],
+                                                      "end": [4, 6]},
+                                          "trips": {"cta": [0, 1], "loop": [0, 0], "trips": [1, 1]}})
+    waits.save(tmp_path / "iw")
+    back = IterationWaits.load(tmp_path / "iw")
+    assert back.trips["trips"].tolist() == [1, 1] and back.loops == [{"loop": 0, "wait_line": 7}]
+    pcs = PcCounters.from_document({"format": "argus.pc_counters/1", "method": "m", "pcs": ["k@0x0", "k@0x10"],
+                                    "opcodes": ["FFMA", "BAR.SYNC"],
+                                    "metrics": {"inst_executed": [3, 4], "stall:long_scoreboard": [0.5, 1.5]}})
+    files = pcs.save(tmp_path / "pc")
+    assert set(files) == {"pc_counters", "pc_counters.pcs.pc", "pc_counters.pcs.opcode", "pc_counters.metrics.m0",
+                          "pc_counters.metrics.m1"}
+    back = PcCounters.load(tmp_path / "pc")
+    assert back.metric("stall:long_scoreboard").tolist() == [0.5, 1.5] and back.metric("inst_executed").dtype == np.int64
+    meta = json.loads((tmp_path / "pc" / "meta.json").read_text())
+    assert meta["format"] == "argus.pc_counters/2" and "metrics" not in meta and meta["metric_names"][1].startswith("stall")
+
+
+def _saved(tmp_path):
+    ev = RegionIntervals.from_document(region_doc(np.random.default_rng(1), program()))
+    ev.save(tmp_path / "ev")
+    return tmp_path / "ev"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(clock=3), r"meta.json: field 'clock' is 3, expected a string$"),
+    (lambda d: d.update(clock="ms"), r"meta.json: field 'clock' is 'ms', expected 'ns' or 'cycles'$"),
+    (lambda d: d.update(dropped=None), r"meta.json: field 'dropped' is null, expected an integer$"),
+    (lambda d: d.update(colour="red"), r"meta.json: unknown field\(s\) \['colour'\]; valid: format, tables, clock"),
+    (lambda d: d["tables"]["columns"]["start"].update(length=3), r"columns.start.npy: column columns.start is <i8\[400\], "
+                                                                 r"its metadata says <i8\[3\]$"),
+    (lambda d: d["tables"]["columns"].pop("end"), r"meta.json: missing column\(s\) \['end'\]"),
+    (lambda d: d.update(format="argus.region_intervals/9"), r"expected evidence format 'argus.region_intervals/2' "
+                                                            r"\(or the older 'argus.region_intervals/1'\), got"),
+])
+def test_bad_metadata_is_one_line_naming_the_file_and_field(tmp_path, edit, message):
+    d = _saved(tmp_path)
+    meta = json.loads((d / "meta.json").read_text())
+    edit(meta)
+    (d / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(EvidenceError, match=message) as info:
+        RegionIntervals.load(d)
+    assert "\n" not in str(info.value) and str(d) in str(info.value)
+
+
+def test_bad_column_files_are_one_line_errors_and_pickles_are_refused(tmp_path):
+    d = _saved(tmp_path)
+    np.save(d / "columns.sm.npy", np.array([{"x": 1}] * 400, dtype=object), allow_pickle=True)
+    with pytest.raises(EvidenceError, match=r"columns.sm.npy: column columns.sm is not a readable .npy array \(.*pickle"):
+        RegionIntervals.load(d)
+    (d / "columns.sm.npy").write_bytes(b"not an array")
+    with pytest.raises(EvidenceError, match=r"columns.sm.npy: column columns.sm is not a readable .npy array"):
+        RegionIntervals.load(d)
+    np.save(d / "columns.sm.npy", np.arange(400, dtype=np.float64))
+    with pytest.raises(EvidenceError, match=r"columns.sm is <f8\[400\], its metadata says <i8\[400\]"):
+        RegionIntervals.load(d)
+    (d / "columns.sm.npy").unlink()
+    with pytest.raises(EvidenceError, match=r"columns.sm.npy: missing \(column columns.sm of .*meta.json\)"):
+        RegionIntervals.load(d)
+    (d / "meta.json").write_text("{")
+    with pytest.raises(EvidenceError, match=r"meta.json: not JSON"):
+        RegionIntervals.load(d)
+
+
+def test_inline_documents_of_older_workspaces_are_read_and_checked(tmp_path):
+    doc = region_doc(np.random.default_rng(2), program())
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    ev = RegionIntervals.from_outputs({"region_intervals": tmp_path / "old.json"}.get)
+    assert ev.columns["start"].tolist() == doc["columns"]["start"]
+    doc["columns"]["cta"] = [0.5] * len(doc["columns"]["cta"])
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    with pytest.raises(EvidenceError, match=r"old.json: column columns.cta holds float64, expected integers$"):
+        RegionIntervals.from_outputs({"region_intervals": tmp_path / "old.json"}.get)
+
+
+def _commit_and_synthesize(tmp_path, files: dict, collect: Task, pv) -> dict:
+    """Commit a collection's files into a real workspace and run the latency rule on its outputs, with the
+    inputs the scheduler gives (``<dep>/<name>`` -> blob path)."""
+    ws = Workspace(tmp_path / "ws")
+    staged = ws.new_staging(collect.id)
+    moved = {}
+    for name, path in files.items():
+        target = staged / Path(path).relative_to(tmp_path / "out")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        Path(path).replace(target)
+        moved[name] = target
+    records = ws.commit(collect, moved, [])
+    synth = Task(kind="synthesize", op="latency", program=pv.id, region=None, deps=(collect.id,))
+    out = tmp_path / "synth"
+    out.mkdir()
+    ctx = TaskContext(task=synth, program=pv, programs=lambda pid: pv, outdir=out, deps={collect.id: collect},
+                      inputs={f"{collect.id}/{n}": r.path for n, r in records.items()})
+    return json.loads(Path(get_handler("synthesize", "latency")(ctx)["facts"]).read_text())
+
+
+def test_a_published_region_trace_gives_the_same_facts_as_its_inline_document(tmp_path, monkeypatch):
+    """The Triton trace adapter publishes .npy columns + metadata; committed to a workspace and read by the
+    latency rule they give exactly the facts the same evidence gave as one inline JSON document."""
+    from argus_rt.backends.base import CollectContext
+    from argus_rt.backends.trace import TritonProbeTrace
+    from argus_rt.kinds.triton import region_trace
+
+    pv = program()
+    doc = region_doc(np.random.default_rng(3), pv)
+    monkeypatch.setattr(region_trace, "collect_triton_region_trace", lambda program, workdir, repeats: doc)
+    collect = Task(kind="collect", op="trace", program=pv.id, device="gpu", outputs=("region_intervals",))
+    (tmp_path / "out").mkdir()
+    ctx = CollectContext(task=collect, program=pv, config={}, scope=None, sampling={}, inputs={},
+                         outdir=tmp_path / "out", device="")
+    files = TritonProbeTrace().collect(ctx)
+    assert json.loads(Path(files["region_intervals"]).read_text())["format"] == "argus.region_intervals/2"
+    assert {n for n in files if n.startswith("region_intervals.columns.")} == \
+        {f"region_intervals.columns.{c}" for c in doc["columns"]}
+    typed = _commit_and_synthesize(tmp_path, files, collect, pv)
+    legacy_dir = tmp_path / "legacy"
+    (legacy_dir / "out").mkdir(parents=True)
+    (legacy_dir / "out" / "region_intervals.json").write_text(json.dumps(doc))
+    inline = _commit_and_synthesize(legacy_dir, {"region_intervals": legacy_dir / "out" / "region_intervals.json"},
+                                    collect, pv)
+
+    def values(facts):
+        return [(v["region"], v["metric"], v["value"], v["samples"], v["notes"]) for v in facts["values"]]
+
+    assert values(typed) == values(inline) and typed["extra"] == inline["extra"]
+    assert any(v[1] == "mean" and v[2] for v in values(typed)) and "2 records were dropped" in typed["values"][0]["notes"][0]
+
+
+def test_recording_ctas_check():
+    assert check_recording_ctas("k0", 3, {4, 5}, {0: {4, 5}, 1: {4, 5}}, 8)
+    assert not check_recording_ctas("k0", 14, set(), {0: set()}, 8)
+    with pytest.raises(EvidenceError, match=r"launch 1 was recorded by 1 of 8 CTAs.*CTA 5 runs iteration 3 but did not"):
+        check_recording_ctas("k0", 3, {4, 5}, {0: {4, 5}, 1: {4}}, 8)
+
+
+def test_synthesis_names_no_kind_backend_or_config_key_when_it_picks_inputs():
+    import argus_rt.synthesis as synthesis
+
+    tree = ast.parse(Path(synthesis.__file__).read_text())
+    imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    assert not [m for m in imported if m.startswith("kinds") or m.startswith("backends")], imported
+    called = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+              and n.func.id in ("_one_dep", "_one_dep_with_output")]
+    backend_names = {"trace", "ncu", "pcmap", "nvbit", "systrace", "proton"}
+    assert not [ast.unparse(c) for c in called if isinstance(c.args[1], ast.Constant) and c.args[1].value in backend_names]
