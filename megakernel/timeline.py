@@ -12,7 +12,7 @@ and so the hand-off gap from the previous phase's last end to this phase's first
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 
@@ -55,7 +55,7 @@ def tickets(rows, names: dict[int, str], n_layers: int) -> list[dict]:
         if name == "core_loop":
             if cur is not None:
                 out.append(cur)
-            cur = {"cta": int(r["cta"]), "step": coord >> 8, "layer": coord & 0xFF, "taken": int(r["start"]),
+            cur = {"cta": int(r["cta"]), "sm": int(r["sm"]), "step": coord >> 8, "layer": coord & 0xFF, "taken": int(r["start"]),
                    "body_start": int(r["end"]), "end": int(r["end"]), "regions": {}}
             continue
         if cur is None or int(r["cta"]) != cur["cta"]:
@@ -82,6 +82,10 @@ def phase_table(tix: list[dict]) -> list[dict]:
                        "wait_mean": float(np.mean([t["body_start"] - t["taken"] for t in ts])),
                        "body_mean": float(np.mean([t["end"] - t["body_start"] for t in ts])),
                        "body_max": float(max(t["end"] - t["body_start"] for t in ts)),
+                       # the most tiles of the phase one SM / one CTA ran: a phase streams at the pace of its
+                       # busiest SM
+                       "sm_max": max(Counter(t["sm"] for t in ts).values()),
+                       "cta_max": max(Counter(t["cta"] for t in ts).values()),
                        # detail builds: when the first tile's wait saw the dependency (None without one)
                        "first_seen": min((t["seen"] for t in ts if "seen" in t), default=None),
                        "regions": {k: float(np.mean([t["regions"].get(k, 0) for t in ts]))
@@ -114,6 +118,7 @@ def summary(phases: list[dict]) -> dict[str, dict[str, float]]:
                    "wait_us": float(np.mean([p["wait_mean"] for p in ps])) / 1e3,
                    "body_us": float(np.mean([p["body_mean"] for p in ps])) / 1e3,
                    "body_max_us": float(np.mean([p["body_max"] for p in ps])) / 1e3,
+                   "sm_max": float(np.mean([p["sm_max"] for p in ps])), "cta_max": float(np.mean([p["cta_max"] for p in ps])),
                    "regions_us": {k: float(np.mean([p["regions"].get(k, 0) for p in ps])) / 1e3
                                   for k in sorted({k for p in ps for k in p["regions"]})}}
         split = [p for p in ps if "seen_after" in p]
@@ -125,14 +130,15 @@ def summary(phases: list[dict]) -> dict[str, dict[str, float]]:
 
 def format_summary(s: dict[str, dict[str, float]]) -> str:
     lines = ["| op | phases | tiles | span us | gap before us | wait/tile us | body/tile us | slowest body us | "
-             "regions per tile us |", "|---|---|---|---|---|---|---|---|---|"]
+             "regions per tile us | max tiles per SM / CTA |", "|---|---|---|---|---|---|---|---|---|---|"]
     for op, v in s.items():
         regions = ", ".join(f"{k} {x:.2f}" for k, x in v.get("regions_us", {}).items())
         gap = f"{v['gap_us']:.2f}"
         if "seen_after_us" in v:  # detail builds: (end -> counter seen + seen -> body)
             gap += f" ({v['seen_after_us']:.2f} + {v['wake_us']:.2f})"
         lines.append(f"| {op} | {v['phases']} | {v['tiles']:.0f} | {v['span_us']:.2f} | {gap} | "
-                     f"{v['wait_us']:.2f} | {v['body_us']:.2f} | {v.get('body_max_us', 0):.2f} | {regions} |")
+                     f"{v['wait_us']:.2f} | {v['body_us']:.2f} | {v.get('body_max_us', 0):.2f} | {regions} | "
+                     f"{v.get('sm_max', 0):.1f} / {v.get('cta_max', 0):.1f} |")
     return "\n".join(lines)
 
 

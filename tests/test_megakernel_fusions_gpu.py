@@ -74,7 +74,7 @@ def test_fused_and_unfused_binaries_draw_the_same_tokens(temperature):
     assert len(set(out["default"][8:])) > 1 or temperature == 0.0  # sampling really draws different tokens
 
 
-CHAIN_ROWS = ("mk_batch_qkv", "mk_batch_o", "mk_batch_chain", "mk_chain_ctl", "mk_poll2")
+CHAIN_ROWS = ("mk_batch_qkv", "mk_batch_o", "mk_batch_chain", "mk_chain_ctl", "mk_poll2", "mk_static", "mk_early_ticket")
 
 
 def _row_flags(name: str) -> tuple[str, ...]:
@@ -185,7 +185,7 @@ def test_ring_row_matches_interpreter(name):
 # Rows whose sums are not the default's order or whose tiles differ (ring pages; one CTA per SM with
 # one-wave tiles, NOTES.md "Ready: row 19"): the same forced sequence on the full model gives logits close to the
 # default binary's.
-FULL_MODEL_ROWS = RING_ROWS + ("mk_1cta_w128", "mk_1cta_w128_q4")
+FULL_MODEL_ROWS = RING_ROWS + ("mk_1cta_w128", "mk_1cta_w128_q4", "mk_t256", "mk_static_t256")
 
 
 @pytest.mark.parametrize("name", FULL_MODEL_ROWS)

@@ -37,6 +37,7 @@ def test_tickets_are_classified_by_their_body_regions_and_phases_measure_the_han
     assert qkv["first_start"] == 100 and qkv["last_end"] == 400 and qkv["span"] == 300
     assert attn["gap"] == 500 - 400  # from the last QKV end to the first attention body start
     assert qkv["wait_mean"] == (100 + 120) / 2
+    assert qkv["sm_max"] == 2 and qkv["cta_max"] == 1  # both QKV tiles on SM 0 (the rows' default), one per CTA
     s = timeline.summary(phases)
     assert s["attn"]["body_us"] == 0.4 and s["qkv"]["regions_us"]["gemm"] == (150 + 220) / 2 / 1e3
     assert "| qkv | 1 | 2 |" in timeline.format_summary(s)

@@ -405,10 +405,35 @@ __device__ __forceinline__ unsigned take_ticket(const Params& p, unsigned end) {
   return error_code(p.error) == ERROR_NONE ? atomicAdd(p.ticket, 1u) : end;
 }
 
+// MK_STATIC_TICKETS (opt-in, benchmarks/decode.py mk_static*): worker w (block w + 1) runs tickets
+// first + w, first + w + W, ... (W workers) instead of taking each from the global counter. Consecutive
+// tiles of a phase go to consecutive blocks, which the block scheduler places one per SM before it
+// doubles up, so a phase of n <= 2 x SMs tiles puts at most ceil(n / SMs) on an SM (the dynamic counter
+// can hand one CTA, or both CTAs of one SM, two tiles of a phase while other SMs get none); and no
+// atomic or error load sits between a dependency being seen and the body starting. Still deadlock-free:
+// each worker runs its tickets in increasing order, so the lowest unfinished ticket's worker is at it,
+// and everything it waits for is lower.
+#ifndef MK_STATIC_TICKETS
+#define MK_STATIC_TICKETS 0
+#endif
+// MK_EARLY_TICKET (opt-in, mk_early_ticket): the dynamic counter, with the next ticket taken before the
+// dependency wait (its atomic and error load overlap the wait) instead of after it.
+#ifndef MK_EARLY_TICKET
+#define MK_EARLY_TICKET 0
+#endif
+__device__ __forceinline__ unsigned first_ticket(const Params& p, unsigned end) {
+#if MK_STATIC_TICKETS
+  (void)end;
+  return (unsigned)(p.step_begin * p.n_instr) + (blockIdx.x - 1);
+#else
+  return take_ticket(p, end);
+#endif
+}
+
 __device__ void worker(const Params& p, Smem& s) {
   const unsigned n_instr = (unsigned)p.n_instr, end = (unsigned)p.ticket_end;
   if (threadIdx.x == 0) {
-    s.ticket = take_ticket(p, end);
+    s.ticket = first_ticket(p, end);
     s.stage_phase = 0;
     s.staged = 0;
 #if MK_POLL2
@@ -460,6 +485,11 @@ __device__ void worker(const Params& p, Smem& s) {
     }
     if (threadIdx.x == 0) {
       bool ok = true;
+#if MK_STATIC_TICKETS
+      s.next_ticket = t + (gridDim.x - 1);
+#elif MK_EARLY_TICKET
+      s.next_ticket = take_ticket(p, end);
+#endif
       const int wait = s.ins[W_WAIT];
       if (wait != NO_COUNTER) {
         const int need = (step + 1 + s.ins[W_WAIT_DELTA]) * s.ins[W_WAIT_COUNT];
@@ -476,7 +506,9 @@ __device__ void worker(const Params& p, Smem& s) {
       s.ok = ok;
       // Take the next ticket now: the atomic's latency hides behind this tile's work. Holding it
       // is deadlock-free: it is higher than the one we run, which needs only lower tickets.
+#if !MK_STATIC_TICKETS && !MK_EARLY_TICKET
       if (ok) s.next_ticket = take_ticket(p, end);
+#endif
     }
 #if MK_POLL2
     if (threadIdx.x == 32) {  // the second poller of the same counter (warp 1), half a poll period behind
