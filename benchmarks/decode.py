@@ -99,11 +99,11 @@ def variant_rows() -> dict[str, dict]:
         # NOTES.md row 20: tickets by worker index, not the global counter (csrc/megakernel/megakernel.cu:
         # MK_STATIC_TICKETS); the counter's next ticket taken before the wait; tiles of ~2 per SM (256) for
         # gate/up, down and O-proj, alone and with the static tickets
-        "mk_static": {"build_flags": ("-DMK_STATIC_TICKETS=1",)},
-        "mk_early_ticket": {"build_flags": ("-DMK_EARLY_TICKET=1",)},
+        # (static tickets are the default since row 20; mk_dynamic is the counter as measured before)
+        "mk_dynamic": {"build_flags": ("-DMK_STATIC_TICKETS=0",)},
+        "mk_early_ticket": {"build_flags": ("-DMK_STATIC_TICKETS=0", "-DMK_EARLY_TICKET=1")},
         "mk_t256": {"tiles": TileShape(gate_features=22, down_rows=8, o_rows=8)},
-        "mk_static_t256": {"tiles": TileShape(gate_features=22, down_rows=8, o_rows=8),
-                           "build_flags": ("-DMK_STATIC_TICKETS=1",)},
+        "mk_kvpf": {"build_flags": ("-DMK_KV_PREFETCH=1",)},  # row 21: K/V rows into L2 during the wait
         "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},

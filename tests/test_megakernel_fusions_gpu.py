@@ -74,7 +74,8 @@ def test_fused_and_unfused_binaries_draw_the_same_tokens(temperature):
     assert len(set(out["default"][8:])) > 1 or temperature == 0.0  # sampling really draws different tokens
 
 
-CHAIN_ROWS = ("mk_batch_qkv", "mk_batch_o", "mk_batch_chain", "mk_chain_ctl", "mk_poll2", "mk_static", "mk_early_ticket")
+CHAIN_ROWS = ("mk_batch_qkv", "mk_batch_o", "mk_batch_chain", "mk_chain_ctl", "mk_poll2", "mk_dynamic", "mk_early_ticket",
+              "mk_kvpf")
 
 
 def _row_flags(name: str) -> tuple[str, ...]:
@@ -153,6 +154,23 @@ def test_chain_rows_equal_the_default_bit_for_bit_full_model():
     assert differs == {}, f"rows that differ from the default (tokens equal?, differing buffers): {differs}"
 
 
+@pytest.mark.parametrize("name", ("mk_dynamic", "mk_kvpf"))
+def test_ticket_and_prefetch_rows_equal_the_default_bit_for_bit_full_model(name):
+    """The ticket order (the counter vs the default's static order) and the K/V prefetch change no value: full
+    TinyLlama shapes, 40 steps in launches of 8, every buffer equal to the default binary's."""
+    c = get_config("tinyllama-1.1b", max_seq=256)
+    weights = random_weights(c, seed=SEED + 11, device="cuda")
+    prompt = torch.randint(0, c.vocab, (8,), generator=torch.Generator().manual_seed(SEED + 12)).tolist()
+    runs = {}
+    for label, flags in (("default", ()), (name, _row_flags(name))):
+        dec = _decoder(weights, build_flags=flags)
+        runs[label] = (dec.generate(prompt, n_new=32, chunk=8), _buffers(dec))
+        del dec
+        torch.cuda.empty_cache()
+    assert runs[name][0] == runs["default"][0]
+    assert _differing_buffers(runs["default"][1], runs[name][1]) == []
+
+
 # Ring rows (csrc/megakernel/ring.cuh; FUSION_K=ring): GEMV weights as bulk-copied 16 KiB pages. The ring
 # needs rows of a multiple of 256 bf16 (the tiny model's 128 are not: its tiles would take the plain loop),
 # so the interpreter check runs a small model whose every GEMV K is one. Its sums are per (row, warp) in a
@@ -185,7 +203,7 @@ def test_ring_row_matches_interpreter(name):
 # Rows whose sums are not the default's order or whose tiles differ (ring pages; one CTA per SM with
 # one-wave tiles, NOTES.md "Ready: row 19"): the same forced sequence on the full model gives logits close to the
 # default binary's.
-FULL_MODEL_ROWS = RING_ROWS + ("mk_1cta_w128", "mk_1cta_w128_q4", "mk_t256", "mk_static_t256")
+FULL_MODEL_ROWS = RING_ROWS + ("mk_1cta_w128", "mk_1cta_w128_q4", "mk_t256")
 
 
 @pytest.mark.parametrize("name", FULL_MODEL_ROWS)

@@ -405,22 +405,38 @@ __device__ __forceinline__ unsigned take_ticket(const Params& p, unsigned end) {
   return error_code(p.error) == ERROR_NONE ? atomicAdd(p.ticket, 1u) : end;
 }
 
-// MK_STATIC_TICKETS (opt-in, benchmarks/decode.py mk_static*): worker w (block w + 1) runs tickets
-// first + w, first + w + W, ... (W workers) instead of taking each from the global counter. Consecutive
-// tiles of a phase go to consecutive blocks, which the block scheduler places one per SM before it
-// doubles up, so a phase of n <= 2 x SMs tiles puts at most ceil(n / SMs) on an SM (the dynamic counter
-// can hand one CTA, or both CTAs of one SM, two tiles of a phase while other SMs get none); and no
-// atomic or error load sits between a dependency being seen and the body starting. Still deadlock-free:
-// each worker runs its tickets in increasing order, so the lowest unfinished ticket's worker is at it,
-// and everything it waits for is lower.
+// MK_STATIC_TICKETS (the default since 2026-12-01 21:12, NOTES.md row 20: 1.021 vs 1.079 ms/token at kv 128,
+// 1.177 vs 1.237 at kv 1024): worker w (block w + 1) runs tickets first + w, first + w + W, ... (W workers)
+// instead of taking each from the global counter, so no atomic or error-slot load sits between a
+// dependency being seen and the body starting (hand-offs 1.2 -> 0.9 us), and one CTA never holds two
+// tiles of a phase. Still deadlock-free: each worker runs its tickets in increasing order, so the lowest
+// unfinished ticket's worker is at it, and everything it waits for is lower. MK_STATIC_TICKETS=0
+// (benchmarks/decode.py mk_dynamic) is the global counter, as measured up to then.
 #ifndef MK_STATIC_TICKETS
-#define MK_STATIC_TICKETS 0
+#define MK_STATIC_TICKETS 1
+#endif
+// MK_KV_PREFETCH (opt-in, mk_kvpf): an AttnPartial tile (head part 0) L2-prefetches its split's K and V
+// rows of earlier positions (they do not depend on this step) before its dependency wait, so the score
+// pass reads L2 instead of HBM.
+#ifndef MK_KV_PREFETCH
+#define MK_KV_PREFETCH 0
 #endif
 // MK_EARLY_TICKET (opt-in, mk_early_ticket): the dynamic counter, with the next ticket taken before the
 // dependency wait (its atomic and error load overlap the wait) instead of after it.
 #ifndef MK_EARLY_TICKET
 #define MK_EARLY_TICKET 0
 #endif
+// The K and V rows of positions [split * S, min((split + 1) * S, pos)) of an AttnPartial instruction into L2.
+__device__ __forceinline__ void prefetch_kv(const Params& p, const int* ins, int pos) {
+  if (ins[W_OPCODE] != OP_ATTN_PARTIAL || ins[W_A2] != 0) return;  // head parts share one K/V head: once
+  const int S = (int)p.attn_split, lo = ins[W_A1] * S, hi = min(lo + S, pos);
+  if (lo >= hi) return;
+  const size_t row = ((size_t)ins[W_LAYER] * p.n_kv_heads + ins[W_A0]) * p.max_seq + lo;
+  const unsigned bytes = (unsigned)((hi - lo) * p.head_dim * sizeof(__nv_bfloat16));
+  prefetch_tile(reinterpret_cast<const char*>(p.k_cache + row * p.head_dim), bytes);
+  prefetch_tile(reinterpret_cast<const char*>(p.v_cache + row * p.head_dim), bytes);
+}
+
 __device__ __forceinline__ unsigned first_ticket(const Params& p, unsigned end) {
 #if MK_STATIC_TICKETS
   (void)end;
@@ -471,6 +487,9 @@ __device__ void worker(const Params& p, Smem& s) {
       if (bytes > stage && !(s.ins[W_PF_FLAGS] & 1)) prefetch_tile(w + stage, bytes - stage);  // the rest into L2
 #endif
       if (threadIdx.x == 0) s.staged = (int)stage;
+#if MK_KV_PREFETCH
+      prefetch_kv(p, s.ins, step);
+#endif
       // The host's prefetch plan: up to two weight ranges further down the stream (a byte window ahead).
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
