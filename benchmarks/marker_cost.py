@@ -3,14 +3,18 @@
 
 The reference-execution compute kernel (examples/cuda/reference_execution.cu; 128 CTAs x 256
 threads, a chain of 4,096 dependent FMAs per thread) is built with 16, 64 and 256 region
-occurrences per thread (the FMAs split evenly among them), trace-free and with each ring cursor
-(shared-memory cursor = default markers; register cursor = ARGUS_WARP_STATE()). Each build runs
-armed (every warp records) and disarmed (tracing off: markers run, nothing is claimed or stored).
+occurrences per thread (the FMAs split evenly among them), trace-free and traced. One row per marker
+path (PATHS): default markers in the kernel's body (shared-memory cursor), default markers inside a
+__noinline__ helper, default markers under divergence (half of each warp in one region, half in
+another: each half records its own pairs), and the register cursor (ARGUS_WARP_STATE()). Each path is
+compared with the trace-free build of its own kernel. Each build runs armed (every warp records)
+and disarmed (tracing off: markers run, nothing is claimed or stored).
 A least-squares line through added time vs. markers per warp gives the per-marker cost (slope)
 and the fixed cost per launch (intercept: first-marker claim, scope exit, store drain).
 
-Outputs are checked against a float64 NumPy model (rel. error < 1e-4) and armed rings are decoded
-(2 x occurrences records per warp) before anything is timed. Timing: CUDA events around each
+Outputs are checked against a float64 NumPy model (rel. error < 1e-4) and armed rings are decoded and
+paired (every warp: exactly the expected occurrences, per lane group for the divergent path) before
+anything is timed. Timing: CUDA events around each
 launch, queued behind a GPU busy-wait (so the events time the kernel, not Python's launch), median
 over many launches, builds interleaved.
 
@@ -34,7 +38,14 @@ from benchmarks.trace_overhead import fma_chain_reference  # noqa: E402
 
 CTAS, THREADS, FMAS_PER_THREAD = 128, 256, 4096
 OCCURRENCES = [16, 64, 256]
-CURSORS = {"shared": {}, "register": {"REFEXEC_WARP_STATE": "1"}}
+# path -> (kernel, defines of the traced build)
+PATHS = {
+    "shared": ("refexec_compute", {}),
+    "shared_helper": ("refexec_compute_helper", {}),
+    "shared_divergent": ("refexec_compute_divergent", {}),
+    "register": ("refexec_compute", {"REFEXEC_WARP_STATE": "1"}),
+}
+REGION_OCCURRENCE, REGION_REFEXEC = 0xEAF59E52, 0x08F8A352  # examples/cuda/reference_execution_regions.h
 SOURCE = ROOT / "examples" / "cuda" / "reference_execution.cu"
 
 
@@ -47,27 +58,48 @@ def build(mode: int, occ: int, defines: dict):
     from argus_rt.kinds.cuda.build import build as cuda_build
     from argus_rt.launch import CubinModule
 
-    name = f"markercost.m{mode}.o{occ}." + ("reg" if defines else "shared")
+    name = f"markercost.m{mode}.o{occ}." + ("reg" if defines else "default")
     spec = CudaBuildSpec(name, [SOURCE], argus_mode=mode, defines={**defines, "OCCURRENCES": str(occ)})
     return CubinModule.load(cuda_build(spec).cubin)
 
 
-def check_output(torch, mod, occ, gen) -> None:
+def check_output(torch, mod, occ, gen, kernel="refexec_compute") -> None:
     n = CTAS * THREADS
     a0, b, c = (gen.uniform(lo, hi, n) for lo, hi in ((0.1, 1.0), (0.9, 0.99), (0.01, 0.1)))
     dev = [torch.from_numpy(x.astype(np.float32)).cuda() for x in (a0, b, c)]
     out = torch.full((n,), float("nan"), device="cuda")
-    mod.launch("refexec_compute", grid=CTAS, block=THREADS, args=[out, *dev, np.int32(inner_for(occ))])
+    mod.launch(kernel, grid=CTAS, block=THREADS, args=[out, *dev, np.int32(inner_for(occ))])
     torch.cuda.synchronize()
     ref = fma_chain_reference(*(x.cpu().double().numpy() for x in dev), FMAS_PER_THREAD)
     err = np.abs(out.cpu().numpy() - ref).max() / np.abs(ref).max()
     assert err < 1e-4, f"occurrences={occ}: rel. error {err:.2e} against the float64 model"
 
 
-def check_trace(sess, occ) -> None:
+def expected_occurrences(path: str, occ: int) -> dict:
+    """(region ID, coordinate, lanes) -> occurrences per warp that the path's kernel records."""
+    from argus_rt.trace.decode import LANES_WHOLE_WARP
+
+    if path == "shared_divergent":
+        return {**{(REGION_OCCURRENCE, c, 0x0000FFFF): 1 for c in range(occ)},
+                **{(REGION_REFEXEC, c, 0xFFFF0000): 1 for c in range(occ)}}
+    return {(REGION_OCCURRENCE, c, LANES_WHOLE_WARP): 1 for c in range(occ)}
+
+
+def check_trace(sess, path: str, occ: int) -> None:
+    """Every warp's ring decodes, pairs, and holds exactly the occurrences the kernel ran."""
+    from collections import Counter
+
+    from argus_rt.trace import pair_intervals
+
     t = sess.decode()
     assert not t.incomplete, t.problems[:3]
-    assert len(t.rings) == CTAS * THREADS // 32 and set(t.rings["written"].tolist()) == {2 * occ}
+    assert len(t.rings) == CTAS * THREADS // 32, f"{path}: {len(t.rings)} rings"
+    iv = pair_intervals(t).rows
+    want = expected_occurrences(path, occ)
+    for ring in np.unique(t.rings["ring"]):
+        rows = iv[iv["ring"] == ring]
+        got = Counter(zip(rows["region_id"].tolist(), rows["coord"].tolist(), rows["lanes"].tolist()))
+        assert got == want, f"{path}, ring {int(ring)}: {sorted(set(got) ^ set(want))[:4]} differ"
 
 
 def fit(xs, ys) -> tuple[float, float]:
@@ -87,53 +119,58 @@ def main() -> int:
     from argus_rt.trace import TraceConfig, TraceSession
 
     gen = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
-    runs = {}  # name -> (module, session or None, armed?)
+    runs = {}  # key -> (module, kernel, session or None, armed?)
     for occ in OCCURRENCES:
         free = build(0, occ, {})
-        check_output(torch, free, occ, gen)
-        runs[("free", occ)] = (free, None, False)
-        for cursor, defines in CURSORS.items():
+        for kernel in sorted({k for k, _ in PATHS.values()}):
+            check_output(torch, free, occ, gen, kernel)
+            runs[("free", kernel, occ)] = (free, kernel, None, False)
+        for path, (kernel, defines) in PATHS.items():
             mod = build(2, occ, defines)
-            sess = TraceSession(mod, TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=512))
+            sess = TraceSession(mod, TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=1024))
             sess.arm()
-            check_output(torch, mod, occ, gen)
-            check_trace(sess, occ)
-            runs[(cursor, "armed", occ)] = (mod, sess, True)
-            runs[(cursor, "disarmed", occ)] = (mod, sess, False)
+            check_output(torch, mod, occ, gen, kernel)
+            check_trace(sess, path, occ)
+            runs[(path, "armed", occ)] = (mod, kernel, sess, True)
+            runs[(path, "disarmed", occ)] = (mod, kernel, sess, False)
 
     n = CTAS * THREADS
     inputs = [torch.rand(n, device="cuda") * 0.09 + lo for lo in (0.5, 0.9, 0.01)]
     out = torch.empty(n, device="cuda")
 
     def timed(key):
-        mod, sess, armed = runs[key]
+        mod, kernel, sess, armed = runs[key]
         prepare = None if sess is None else (sess.arm if armed else sess.disarm)
         launch_args = [out, *inputs, np.int32(inner_for(key[-1]))]
-        return prepare, lambda: mod.launch("refexec_compute", grid=CTAS, block=THREADS, args=launch_args)
+        return prepare, lambda: mod.launch(kernel, grid=CTAS, block=THREADS, args=launch_args)
 
     times = interleaved_event_times({key: timed(key) for key in runs}, args.reps, sync_every=8)
     us = {key: median_us(samples) for key, samples in times.items()}
 
     rows = []
-    for cursor in CURSORS:
+    for path, (kernel, _) in PATHS.items():
         for state in ("armed", "disarmed"):
-            added = [us[(cursor, state, o)] - us[("free", o)] for o in OCCURRENCES]
+            added = [us[(path, state, o)] - us[("free", kernel, o)] for o in OCCURRENCES]
             slope, intercept = fit([2 * o for o in OCCURRENCES], added)
-            row = {"cursor": cursor, "state": state}
+            # Still keyed "cursor" (the earlier rows' column): shared / shared_helper / shared_divergent / register.
+            row = {"cursor": path, "state": state, "kernel": kernel}
             for o, a in zip(OCCURRENCES, added):
                 row[f"added_us_occ{o}"] = a
             row.update({"per_marker_ns": slope * 1e3, "fixed_us": intercept})
             # added_us_occN is a difference of two builds' medians: the spread is that of each build's launches
-            timed_builds = {f"us_occ{o}": (cursor, state, o) for o in OCCURRENCES}
-            timed_builds.update({f"trace_free_us_occ{o}": ("free", o) for o in OCCURRENCES})
+            timed_builds = {f"us_occ{o}": (path, state, o) for o in OCCURRENCES}
+            timed_builds.update({f"trace_free_us_occ{o}": ("free", kernel, o) for o in OCCURRENCES})
             row["spread"] = {name: spread(us for us, _ in times[key]) for name, key in timed_builds.items()}
             rows.append(row)
-            print(f"{cursor:8s} {state:8s} " + "  ".join(f"occ={o}: +{a:6.2f} us" for o, a in zip(OCCURRENCES, added))
+            print(f"{path:16s} {state:8s} " + "  ".join(f"occ={o}: +{a:6.2f} us" for o, a in zip(OCCURRENCES, added))
                   + f"  -> {slope * 1e3:6.1f} ns/marker, fixed {intercept:5.2f} us", flush=True)
-    free = ", ".join(f"{o} occ: {us[('free', o)]:.2f} us" for o in OCCURRENCES)
+    free = ", ".join(f"{o} occ: {us[('free', 'refexec_compute', o)]:.2f} us" for o in OCCURRENCES)
     notes = (f"Reference-execution compute kernel, {CTAS} CTAs x {THREADS} threads, {FMAS_PER_THREAD} dependent FMAs "
              f"per thread split over 16/64/256 occurrences (32/128/512 markers per warp). Trace-free: {free}. "
-             "`added_us_occN` = median event time minus the trace-free build with the same occurrences; "
+             "`added_us_occN` = median event time minus the trace-free build of the same kernel with the same "
+             "occurrences (rows: shared = default markers in the kernel body, shared_helper = inside a __noinline__ "
+             "helper, shared_divergent = half-warps in different regions, per marker of each half-warp, register = "
+             "ARGUS_WARP_STATE()); "
              "`per_marker_ns` / `fixed_us` = least-squares slope / intercept against markers per warp. "
              "Armed: every warp records (globaltimer); disarmed: tracing off.")
     record("marker_cost", rows, title="Cost of one marker (fixed + per-marker fit)", notes=notes, gpu=gpu_name())

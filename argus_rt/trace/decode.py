@@ -45,8 +45,12 @@ EVENT_DTYPE = np.dtype(
         ("coord", "<u4"),
         ("kind", "u1"),  # layout.KIND_BEGIN or layout.KIND_END
         ("time", "<u8"),  # ns (globaltimer) or cycles (clock64): see Trace.unit
+        ("lanes", "<u4"),  # active-lane mask of the lane group that ran the marker; LANES_WHOLE_WARP = all its lanes
     ]
 )
+
+# `lanes` of a record without a lane-group record after it: made by all the warp's lanes together.
+LANES_WHOLE_WARP = 0xFFFFFFFF
 
 # One row per ring claimed under this arm.
 RING_DTYPE = np.dtype(
@@ -202,13 +206,19 @@ def decode(
                 )
             recs = recs[:kept]
         kinds = (recs["stamp"] >> np.uint64(layout.KIND_SHIFT)).astype(np.uint8)
-        bad = np.flatnonzero((kinds != layout.KIND_BEGIN) & (kinds != layout.KIND_END))
+        bad = np.flatnonzero((kinds != layout.KIND_BEGIN) & (kinds != layout.KIND_END) & (kinds != layout.KIND_LANES))
         if bad.size:
             k = int(bad[0])
             raise CorruptTraceError(
                 f"ring {i} (CTA {cta} warp {warp}): record {k} of {kept} has kind {int(kinds[k])} "
-                f"(valid: {layout.KIND_BEGIN} begin, {layout.KIND_END} end; 0 = never written)"
+                f"(valid: {layout.KIND_BEGIN} begin, {layout.KIND_END} end, {layout.KIND_LANES} lane group; "
+                "0 = never written)"
             )
+        slot_times = recs["stamp"] & np.uint64(layout.TIME_MASK)  # every kept slot, lane-group records too
+        recs, kinds, lanes, orphan = _split_lane_records(recs, kinds, i, cta, warp, wrapped=written > cap)
+        slot_times = slot_times[orphan:]
+        kept -= orphan
+        dropped += orphan
         zero = np.flatnonzero(recs["region_id"] == 0)
         if zero.size:
             raise CorruptTraceError(f"ring {i} (CTA {cta} warp {warp}): record {int(zero[0])} has region ID 0 (reserved)")
@@ -221,19 +231,22 @@ def decode(
                     f"not in the program's regions ({', '.join(f'0x{k:08x}' for k in sorted(known)) or 'none'})"
                 )
         times = recs["stamp"] & np.uint64(layout.TIME_MASK)
-        # clock64 is per SM: launches appended under one arm may run this CTA on another SM.
+        # clock64 is per SM: launches appended under one arm may run this CTA on another SM. Lane groups of
+        # one warp take their slots in any order, so time only has to grow within each group.
         monotone = config.clock_mode == layout.CLOCK_GLOBALTIMER or claims == 1
-        if monotone and kept > 1 and np.any(np.diff(times.astype(np.int64)) < 0):
-            k = int(np.flatnonzero(np.diff(times.astype(np.int64)) < 0)[0])
+        backwards = _first_backwards(times, lanes) if monotone and len(times) > 1 else None
+        if backwards is not None:
+            k = backwards
             raise CorruptTraceError(
                 f"ring {i} (CTA {cta} warp {warp}): time goes backwards between records {k} and {k + 1} "
                 f"({int(times[k])} -> {int(times[k + 1])} {config.unit})"
             )
         if anchored and claims == 1 and kept:
-            _check_anchors_against_records(i, cta, warp, anchor_rows[i], times, written, kept, cap)
-        ev = np.zeros(kept, dtype=EVENT_DTYPE)
+            _check_anchors_against_records(i, cta, warp, anchor_rows[i], slot_times, written, kept, cap)
+        ev = np.zeros(len(recs), dtype=EVENT_DTYPE)
         ev["ring"], ev["sm"], ev["cta"], ev["warp"] = i, sm, cta, warp
-        ev["index"] = np.arange(kept, dtype=np.uint32)
+        ev["index"] = np.arange(len(recs), dtype=np.uint32)
+        ev["lanes"] = lanes
         ev["region_id"] = recs["region_id"]
         ev["coord"] = recs["coord"]
         ev["kind"] = kinds
@@ -264,6 +277,45 @@ def decode(
     events = np.concatenate(chunks) if chunks else np.zeros(0, dtype=EVENT_DTYPE)
     rings = np.array(ring_rows, dtype=RING_DTYPE) if ring_rows else np.zeros(0, dtype=RING_DTYPE)
     return Trace(config=config, events=events, rings=rings, unbuffered=unbuffered, problems=problems)
+
+
+def _split_lane_records(recs: np.ndarray, kinds: np.ndarray, i: int, cta: int, warp: int, *, wrapped: bool):
+    """Separate a ring's lane-group records (ARGUS_KIND_LANES, written after the BEGIN/END of a divergent or
+    partial lane group) from its markers. Returns (markers, their kinds, their lane masks, orphans): an
+    orphan is a lane-group record at the oldest slot of a wrapped ring, whose marker was overwritten."""
+    is_lanes = kinds == layout.KIND_LANES
+    lanes = np.full(len(recs), LANES_WHOLE_WARP, dtype=np.uint32)
+    if not is_lanes.any():
+        return recs, kinds, lanes, 0
+    orphan = 0
+    if wrapped and is_lanes[0]:
+        orphan = 1
+        is_lanes[0] = False
+        recs, kinds, is_lanes, lanes = recs[1:], kinds[1:], is_lanes[1:], lanes[1:]
+    at = np.flatnonzero(is_lanes)
+    bad = at[(at == 0) | is_lanes[np.maximum(at - 1, 0)]]
+    if bad.size:
+        raise CorruptTraceError(f"ring {i} (CTA {cta} warp {warp}): lane-group record {int(bad[0]) + orphan} "
+                                "does not follow a BEGIN or END record")
+    mask = recs["region_id"][at]
+    if np.any(mask == 0):
+        raise CorruptTraceError(f"ring {i} (CTA {cta} warp {warp}): lane-group record with no lanes")
+    lanes[at - 1] = mask
+    keep = ~is_lanes
+    return recs[keep], kinds[keep], lanes[keep], orphan
+
+
+def _first_backwards(times: np.ndarray, lanes: np.ndarray) -> int | None:
+    """Index k (in ``times``) of the first record whose time is below that of the record before it in the
+    same lane group; None when every group's times grow."""
+    t = times.astype(np.int64)
+    worst = None
+    for group in np.unique(lanes):
+        pos = np.flatnonzero(lanes == group)
+        d = np.flatnonzero(np.diff(t[pos]) < 0)
+        if d.size and (worst is None or pos[d[0]] < worst):
+            worst = int(pos[d[0]])
+    return worst
 
 
 def _written_unused_slots(ring_records: np.ndarray, kept: int, config: TraceConfig) -> int:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import layout
-from .decode import Trace
+from .decode import LANES_WHOLE_WARP, Trace
 from .errors import MismatchedMarkersError
 
 INTERVAL_DTYPE = np.dtype(
@@ -22,6 +22,7 @@ INTERVAL_DTYPE = np.dtype(
         ("start", "<u8"),
         ("end", "<u8"),
         ("duration", "<u8"),  # end - start, in Trace.unit
+        ("lanes", "<u4"),  # lane group that ran the occurrence's BEGIN (decode.LANES_WHOLE_WARP: the whole warp)
     ]
 )
 
@@ -69,6 +70,8 @@ def _pair_fast(events: np.ndarray) -> np.ndarray | None:
     n = len(events)
     if n == 0:
         return np.zeros(0, dtype=INTERVAL_DTYPE)
+    if (events["lanes"] != LANES_WHOLE_WARP).any():
+        return None  # lane groups: the loop pairs each group's markers
     ring = events["ring"].astype(np.int64)
     is_begin = events["kind"] == layout.KIND_BEGIN
     step = np.where(is_begin, 1, -1).astype(np.int64)
@@ -115,6 +118,7 @@ def _pair_fast(events: np.ndarray) -> np.ndarray | None:
     if (rows["end"] < rows["start"]).any():
         return None  # the loop names the END stamped before its BEGIN
     rows["duration"] = rows["end"] - rows["start"]
+    rows["lanes"] = LANES_WHOLE_WARP
     return rows
 
 
@@ -149,24 +153,28 @@ def pair_intervals(trace: Trace, *, strict: bool = True) -> Intervals:
             lost_prefix = ring in wrapped
             for k in range(len(chunk)):
                 ev = chunk[k]
-                rid, coord, kind = int(ev["region_id"]), int(ev["coord"]), int(ev["kind"])
+                rid, coord, kind, lanes = int(ev["region_id"]), int(ev["coord"]), int(ev["kind"]), int(ev["lanes"])
+                # The innermost open region of these lanes: lane groups of a divergent warp nest independently.
+                at = next((j for j in range(len(stack) - 1, -1, -1) if out[stack[j][1]][11] & lanes), None)
                 if kind == layout.KIND_BEGIN:
-                    parent = stack[-1][1] if stack else -1
-                    out.append((ring, int(ev["sm"]), int(ev["cta"]), int(ev["warp"]), rid, coord, len(stack), parent,
-                                int(ev["time"]), 0, 0))
+                    parent = stack[at][1] if at is not None else -1
+                    depth = out[parent][6] + 1 if parent >= 0 else 0
+                    out.append((ring, int(ev["sm"]), int(ev["cta"]), int(ev["warp"]), rid, coord, depth, parent,
+                                int(ev["time"]), 0, 0, lanes))
                     stack.append((k, len(out) - 1))
                     continue
-                if not stack:
+                if at is None:
                     if lost_prefix:
                         continue  # its BEGIN was overwritten; counted by the wrap problem already
                     fail(f"{_where(ev)}: END of region 0x{rid:08x} (coord {_coord(coord)}) with no open region")
                     continue
-                bk, row = stack[-1]
+                bk, row = stack[at]
                 b = out[row]
-                if b[4] != rid or b[5] != coord:
+                if b[4] != rid or b[5] != coord or (b[11] & lanes) != lanes:
+                    group = "" if lanes == b[11] == LANES_WHOLE_WARP else f" (lanes 0x{lanes:08x} / 0x{b[11]:08x})"
                     fail(
                         f"{_where(ev)}: END of region 0x{rid:08x} (coord {_coord(coord)}) but the innermost open "
-                        f"region is 0x{b[4]:08x} (coord {_coord(b[5])}) begun at record {int(chunk[bk]['index'])}"
+                        f"region is 0x{b[4]:08x} (coord {_coord(b[5])}) begun at record {int(chunk[bk]['index'])}{group}"
                     )
                     continue
                 start = b[8]
@@ -175,8 +183,8 @@ def pair_intervals(trace: Trace, *, strict: bool = True) -> Intervals:
                     fail(f"{_where(ev)}: END of region 0x{rid:08x} at {end} is before its BEGIN at {start} "
                          f"(record {int(chunk[bk]['index'])}): stamps of different SM clocks or damaged")
                     continue
-                stack.pop()
-                out[row] = b[:9] + (end, end - start)
+                stack.pop(at)
+                out[row] = b[:9] + (end, end - start) + b[11:]
             for bk, row in stack:
                 fail(f"{_where(chunk[bk])}: BEGIN of region 0x{out[row][4]:08x} is never closed")
             if stack:

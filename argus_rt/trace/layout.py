@@ -11,6 +11,7 @@ LAYOUT_VERSION = 1
 
 KIND_BEGIN = 1
 KIND_END = 2
+KIND_LANES = 3  # lane-group record after a BEGIN/END of a divergent group: region_id = lane mask, coord = lowest lane
 KIND_SHIFT = 62
 TIME_MASK = (1 << 62) - 1
 

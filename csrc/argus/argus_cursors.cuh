@@ -56,16 +56,23 @@ namespace argus_detail {
 
 /* Per-warp cursor in shared memory. It belongs to one CTA instance of one launch: (grid, cta)
  * identify that instance, so no kernel prologue is needed; a stale cursor (left by an earlier CTA
- * or launch on this SM) fails the check and the warp claims its ring again. Loaded with two
- * 16-byte shared loads issued back to back, so the fast path waits for one shared-memory latency. */
+ * or launch on this SM) fails the check and the warp claims its ring again. `grid` also carries the
+ * cursor's state: the fast path (emit) matches only a ready cursor of the default clock, so a claim
+ * in progress (ARGUS_CUR_CLAIMING_) and clock64 stamps (ARGUS_CUR_SLOW_) take the slow path. A stale
+ * cursor whose gridid differs from this launch's in exactly those bits would be taken for ready
+ * (2^30 launches apart, with the same CTA index). Loaded with two 16-byte shared loads issued back to
+ * back, so the fast path waits for one shared-memory latency. */
+#define ARGUS_CUR_SLOW_ 0x80000000u
+#define ARGUS_CUR_CLAIMING_ 0x40000000u
 struct __align__(16) WarpCursor {
-  argus_u32 grid;        /* low 32 bits of %gridid of the launch that owns this cursor */
-  argus_u32 cta;         /* linear CTA index of the owner */
+  argus_u32 grid;        /* low 32 bits of %gridid of the launch that owns this cursor, ^ state bits */
   argus_u32 count;       /* records produced so far (the next slot is count & cap_mask) */
   argus_u32 cap_mask;    /* capacity - 1 */
-  argus_u64 ring;        /* global address of the ring header | clock_mode in bit 0; 0 = no recording */
-  argus_u32 coord_begin; /* iteration window copied from argus_ctl at claim */
-  argus_u32 coord_end;
+  argus_u32 coord_begin; /* iteration window [begin, begin + span) copied from argus_ctl at claim */
+  argus_u32 cta;         /* linear CTA index of the owner; in the second half, so the fast path's test
+                            needs both loads and ptxas issues them together */
+  argus_u32 coord_span;
+  argus_u64 ring;        /* global address of the ring header; of the warp's scratch slot when it records nothing */
 };
 static_assert(sizeof(WarpCursor) == 32, "WarpCursor is two 16-byte shared loads");
 
@@ -123,13 +130,24 @@ __device__ __forceinline__ argus_u32 warp_in_cta() {
   return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) >> 5;
 }
 
-/* Write a whole cursor with two 16-byte shared stores (explicit, like load_cursor). */
-__device__ __forceinline__ void store_cursor(argus_u32 addr, const WarpCursor& c) {
+/* Lanes warp `warp` of this CTA has at launch: all 32, or fewer in the last warp of a block whose size
+ * is not a multiple of 32. A marker run by exactly these lanes is the warp's own (no lane-group record). */
+__device__ __forceinline__ argus_u32 warp_lanes(argus_u32 warp) {
+  const argus_u32 left = blockDim.x * blockDim.y * blockDim.z - 32u * warp;
+  return left >= 32u ? 0xFFFFFFFFu : (1u << left) - 1u;
+}
+
+/* Write a claimed cursor: its body first, then (after a CTA fence) the grid word that makes it ready,
+ * so a lane group that sees the ready tag also sees the body. */
+__device__ __forceinline__ void publish_cursor(argus_u32 addr, const WarpCursor& c) {
   asm volatile(
-      "st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
-      "st.shared.v4.u32 [%0+16], {%5, %6, %7, %8};" ::"r"(addr),
-      "r"(c.grid), "r"(c.cta), "r"(c.count), "r"(c.cap_mask), "r"((argus_u32)c.ring), "r"((argus_u32)(c.ring >> 32)),
-      "r"(c.coord_begin), "r"(c.coord_end)
+      "st.shared.u32 [%0+4], %2;\n\t"
+      "st.shared.v2.u32 [%0+8], {%3, %4};\n\t"
+      "st.shared.v4.u32 [%0+16], {%5, %6, %7, %8};\n\t"
+      "membar.cta;\n\t"
+      "st.shared.u32 [%0], %1;" ::"r"(addr),
+      "r"(c.grid), "r"(c.count), "r"(c.cap_mask), "r"(c.coord_begin), "r"(c.cta), "r"(c.coord_span),
+      "r"((argus_u32)c.ring), "r"((argus_u32)(c.ring >> 32))
       : "memory");
 }
 
@@ -177,18 +195,29 @@ __device__ __forceinline__ argus_u64 ring_header(const CtlView& v) {
   return gaddr;
 }
 
-/* First marker of a warp in a CTA instance: apply the filters, find the ring, (re)start it.
- * Runs once per warp per launch, on one lane. Inlined (no call ABI on this path).
- * The ring header is this warp's alone: read as two 16-byte loads, written as two 16-byte stores. */
+/* Global address of this warp's scratch slot (argus_scratch): where a warp that records nothing writes. */
+__device__ __forceinline__ argus_u64 scratch_slot(argus_u32 cta, argus_u32 warp) {
+  argus_u64 gaddr;
+  asm("cvta.to.global.u64 %0, %1;"
+      : "=l"(gaddr)
+      : "l"((argus_u64)&argus_scratch[ARGUS_SCRATCH_SLOT_RECORDS * ((cta * warps_in_block() + warp) % ARGUS_SCRATCH_SLOTS)]));
+  return gaddr;
+}
+
+/* First marker of a warp in a CTA instance: apply the filters, find the ring, (re)start it, publish the
+ * cursor. Runs once per warp per CTA instance, on one lane (acquire_cursor serialises lane groups).
+ * The ring header is this warp's alone: read as two 16-byte loads, written as two 16-byte stores.
+ * A warp that records nothing gets a cursor on its scratch slot (32 records: header offsets and
+ * records stay inside the 64-record slot), so its markers run the same code as a recording warp. */
 __device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 grid, argus_u32 cta, argus_u32 warp) {
   WarpCursor c;
   c.grid = grid;
   c.cta = cta;
   c.count = 0;
-  c.cap_mask = 0;
-  c.ring = 0;
+  c.cap_mask = 31u;
+  c.ring = scratch_slot(cta, warp);
   c.coord_begin = 0;
-  c.coord_end = 0;
+  c.coord_span = 0;
   const argus_u32 sm = sm_id();
   const CtlView v = read_ctl(sm, cta, warp);
   const argus_u32 seq = v.seq;
@@ -236,12 +265,15 @@ __device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 g
       }
       c.count = count;
       c.cap_mask = v.capacity - 1;
-      c.ring = gaddr | (v.clock_mode == ARGUS_CLOCK_CLOCK64 ? 1ull : 0ull);
+      c.ring = gaddr;
+#if ARGUS_TIMESTAMP != ARGUS_TS_ANCHORED
+      if (v.clock_mode == ARGUS_CLOCK_CLOCK64) c.grid = grid ^ ARGUS_CUR_SLOW_;  // cycle stamps: the slow path
+#endif
       c.coord_begin = v.coord_begin;
-      c.coord_end = v.coord_end;
+      c.coord_span = v.coord_end - v.coord_begin;
     }
   }
-  store_cursor(cur_addr, c);
+  publish_cursor(cur_addr, c);
   return c;
 }
 
@@ -253,12 +285,32 @@ __device__ __forceinline__ WarpCursor load_cursor(const WarpCursor* cur) {
   asm volatile(
       "ld.shared.v4.u32 {%0, %1, %2, %3}, [%8];\n\t"
       "ld.shared.v4.u32 {%4, %5, %6, %7}, [%8+16];"
-      : "=r"(c.grid), "=r"(c.cta), "=r"(c.count), "=r"(c.cap_mask), "=r"(ring_lo), "=r"(ring_hi),
-        "=r"(c.coord_begin), "=r"(c.coord_end)
+      : "=r"(c.grid), "=r"(c.count), "=r"(c.cap_mask), "=r"(c.coord_begin), "=r"(c.cta), "=r"(c.coord_span),
+        "=r"(ring_lo), "=r"(ring_hi)
       : "r"(addr)
       : "memory");
   c.ring = ((argus_u64)ring_hi << 32) | ring_lo;
   return c;
+}
+
+/* The warp's ready cursor, claimed by this lane if it is stale. Run by one lane of each lane group
+ * that reaches a marker: divergent groups of one warp can reach their first marker together, so the
+ * claim is taken with a compare-and-swap on the grid word (only this warp's groups use this slot of
+ * this CTA's shared memory) and the other groups wait while it reads "claiming". */
+__device__ __forceinline__ WarpCursor acquire_cursor(WarpCursor* cur, argus_u32 grid, argus_u32 cta, argus_u32 warp) {
+  const argus_u32 addr = shared_address(cur);
+  for (;;) {
+    const WarpCursor c = load_cursor(cur);
+    if (c.cta == cta && ((c.grid ^ grid) & ~ARGUS_CUR_SLOW_) == 0u) {
+      asm volatile("membar.cta;" ::: "memory");  // the body was published before the tag
+      return load_cursor(cur);
+    }
+    if (c.grid == (grid ^ ARGUS_CUR_CLAIMING_)) continue;  // another lane group of this warp is claiming
+    argus_u32 old;
+    asm volatile("atom.shared.cas.b32 %0, [%1], %2, %3;"
+                 : "=r"(old) : "r"(addr), "r"(c.grid), "r"(grid ^ ARGUS_CUR_CLAIMING_) : "memory");
+    if (old == c.grid) return claim_ring(addr, grid, cta, warp);
+  }
 }
 
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
@@ -289,46 +341,83 @@ __device__ __forceinline__ bool in_window(argus_u32 coord, argus_u32 begin, argu
   return coord == ARGUS_COORD_NONE || coord - begin < span;
 }
 
-/* One marker. Every active lane reads the warp's cursor (one broadcast shared load) and computes
- * the record; only the lowest active lane stores, under a predicate, so the common path has no
- * divergent branch. Only the storing lane's values matter: it alone claims the ring (once per warp
- * per launch) and reads back its own writes, so no lane waits for another (no __syncwarp, which
- * would also keep the compiler from hoisting the warp's index math out of the caller's loops). */
-__device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coord) {
+/* A marker that is not the fast path's: a divergent or partial warp, a cursor to claim, clock64
+ * stamps. One lane per lane group (its lowest active lane) takes the slot(s) with a shared-memory
+ * atomic, so lane groups of one warp running markers at the same time get their own slots. A group
+ * that is not the whole warp (warp_lanes) follows its record with an ARGUS_KIND_LANES record
+ * {active mask, its lowest lane, same time}: the decoder pairs each group's BEGIN/END by it. The
+ * header counts grow with red.max (groups may store them out of order). Out of line: its code and
+ * registers stay off the fast path. */
+__device__ __noinline__ void emit_slow(argus_u32 kind, argus_u32 id, argus_u32 coord, argus_u64 t) {
   const argus_u32 active = __activemask();
-  const argus_u32 lead = (argus_u32)(lane_id() == (argus_u32)(__ffs(active) - 1));
+  const argus_u32 lane = lane_id();
+  if (lane != (argus_u32)(__ffs(active) - 1)) return;
   const argus_u32 warp = warp_in_cta();
   WarpCursor* cur = warp_cursors() + warp;
-  const argus_u32 grid = grid_id_lo();
-  const argus_u32 cta = cta_linear();
-  const argus_u32 cur_addr = shared_address(cur);
-  WarpCursor c = load_cursor(cur);
-  if (lead && (c.grid != grid || c.cta != cta)) c = claim_ring(cur_addr, grid, cta, warp);
-  const argus_u32 take = (argus_u32)(c.ring != 0) & (argus_u32)in_window(coord, c.coord_begin, c.coord_end - c.coord_begin);
+  const WarpCursor c = acquire_cursor(cur, grid_id_lo(), cta_linear(), warp);
+  if (!in_window(coord, c.coord_begin, c.coord_span)) return;
+#if ARGUS_TIMESTAMP != ARGUS_TS_ANCHORED
+  if (c.grid & ARGUS_CUR_SLOW_) t = cycle_counter();
+#endif
+  const argus_u32 k = active == warp_lanes(warp) ? 1u : 2u;
+  const argus_u32 n = atomicAdd(&cur->count, k);  // lane groups of the warp each get their own slots
+  const argus_u64 hdr = c.ring;
+  const argus_u64 rec = hdr + ARGUS_RING_HEAD_BYTES_ + (argus_u64)(n & c.cap_mask) * sizeof(ArgusRecord);
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(rec), "r"(id), "r"(coord), "r"((argus_u32)t),
+               "r"(stamp_hi(t, kind)) : "memory");
+  if (k == 2u) {
+    const argus_u64 lanes = hdr + ARGUS_RING_HEAD_BYTES_ + (argus_u64)((n + 1u) & c.cap_mask) * sizeof(ArgusRecord);
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(lanes), "r"(active), "r"(lane), "r"((argus_u32)t),
+                 "r"(stamp_hi(t, ARGUS_KIND_LANES)) : "memory");
+  }
+  asm volatile("red.global.max.u32 [%0], %1;" ::"l"(hdr + ARGUS_RING_WRITTEN_OFFSET), "r"(n + k) : "memory");
+  if (n + k > c.cap_mask + 1u)
+    asm volatile("red.global.max.u32 [%0], %1;" ::"l"(hdr + ARGUS_RING_DROPPED_OFFSET), "r"(n + k - c.cap_mask - 1u) : "memory");
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  store_anchor(hdr, n, c.cap_mask, t);
+  if (k == 2u) store_anchor(hdr, n + 1u, c.cap_mask, t);
+#endif
+}
+
+/* One marker. Fast path: the whole warp (all 32 lanes active) at a ready cursor of the default clock.
+ * The clock is read first, alongside the cursor load; the count is bumped with a plain shared store
+ * (with all 32 lanes here, no other lane group of the warp can run at the same time) and the header's
+ * counts are written at every marker (no kernel epilogue). Anything else goes to emit_slow. */
+__device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coord) {
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
   const argus_u64 t = cycle_counter();
 #else
-  const argus_u64 t = (c.ring & 1ull) ? cycle_counter() : global_timer();
+  const argus_u64 t = global_timer();
 #endif
+  const argus_u32 active = __activemask();
+  WarpCursor* cur = warp_cursors() + warp_in_cta();
+  const argus_u32 cur_addr = shared_address(cur);
+  const WarpCursor c = load_cursor(cur);
+  if (c.grid != grid_id_lo() || c.cta != cta_linear() || active != 0xFFFFFFFFu) {
+    emit_slow(kind, id, coord, t);
+    return;
+  }
+  /* Every lane computes the same values (the cursor load is a broadcast) and stores them to the same
+   * addresses (one transaction each): no predicate (ptxas turns predicated stores here into branches).
+   * So, as with RegCursor, the lanes of a converged warp must agree on the coordinate. A marker outside
+   * the coordinate window does not advance the count, so the next record overwrites its slot. */
+  const argus_u32 take = (argus_u32)in_window(coord, c.coord_begin, c.coord_span);
   const argus_u32 n = c.count;
-  const argus_u64 hdr = c.ring & ~1ull;
+  const argus_u64 hdr = c.ring;
   const argus_u64 rec = hdr + ARGUS_RING_HEAD_BYTES_ + (argus_u64)(n & c.cap_mask) * sizeof(ArgusRecord);
-  const argus_u32 hi = stamp_hi(t, kind);
-  /* Only the storing lane's view of the count matters, and it reads back its own write. */
+  const argus_u32 next = n + take;
+  const argus_u32 cap = c.cap_mask + 1u;
+  const argus_u32 dropped = (next > cap ? next : cap) - cap;
   asm volatile(
-      "{\n\t.reg .pred p, q;\n\t"
-      "setp.ne.u32 p, %0, 0;\n\t"
-      "@p st.shared.u32 [%1+8], %2;\n\t"
-      "@p st.global.v4.b32 [%3], {%4, %5, %6, %7};\n\t"
-      "@p st.global.b32 [%8], %2;\n\t"
-      "setp.gt.and.u32 q, %2, %9, p;\n\t"
-      "@q st.global.b32 [%10], %11;\n\t}"
-      ::"r"(lead & take), "r"(cur_addr), "r"(n + 1), "l"(rec), "r"(id), "r"(coord), "r"((argus_u32)t), "r"(hi),
-        "l"(hdr + ARGUS_RING_WRITTEN_OFFSET), "r"(c.cap_mask + 1), "l"(hdr + ARGUS_RING_DROPPED_OFFSET),
-        "r"(n - c.cap_mask)
+      "st.shared.u32 [%0+4], %1;\n\t"
+      "st.global.v4.b32 [%2], {%3, %4, %5, %6};\n\t"
+      "st.global.b32 [%7], %1;\n\t"
+      "st.global.b32 [%7+4], %8;"
+      ::"r"(cur_addr), "r"(next), "l"(rec), "r"(id), "r"(coord), "r"((argus_u32)t), "r"(stamp_hi(t, kind)),
+        "l"(hdr + ARGUS_RING_WRITTEN_OFFSET), "r"(dropped)
       : "memory");
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-  if (lead & take) store_anchor(hdr, n, c.cap_mask, t);
+  if (lane_id() == 0u && take) store_anchor(hdr, n, c.cap_mask, t);
 #endif
 }
 

@@ -8,7 +8,8 @@
 // the trace build keeps the ring cursor in registers (ARGUS_WARP_STATE). With -DREFEXEC_INNER=<n> the
 // inner loop's trip count is the compile-time constant n (the `inner` argument is then ignored; callers
 // pass n): ptxas unrolls it and drops the run-time trip-count tests that sit next to the markers.
-// Outputs are checked against NumPy references in benchmarks/trace_overhead.py before timing.
+// Outputs are checked against NumPy references in benchmarks/trace_overhead.py before timing. The
+// marker-path variants at the end (helper, divergent) are timed by benchmarks/marker_cost.py.
 #include "argus/argus.cuh"
 #include "reference_execution_regions.h"
 
@@ -65,6 +66,59 @@ extern "C" __global__ void __launch_bounds__(256) refexec_memory(float* out, con
       for (int f = 0; f < 4; ++f) a = fmaf(a, v, c);
     }
     ARGUS_END_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
+  }
+  out[t] = a;
+}
+
+// Marker-path variants of refexec_compute (benchmarks/marker_cost.py, tests/test_marker_paths*.py); same
+// arithmetic and arguments, so the same float64 reference checks them.
+// refexec_compute_helper: each occurrence runs in a __noinline__ helper that holds the markers.
+__device__ __noinline__ float refexec_occurrence(float a, float b, float c, int occ, int inner) {
+  ARGUS_BEGIN_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
+  for (int j = 0; j < REFEXEC_TRIPS; ++j) {
+#pragma unroll
+    for (int f = 0; f < 8; ++f) a = fmaf(a, b, c);
+  }
+  ARGUS_END_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
+  return a;
+}
+
+extern "C" __global__ void __launch_bounds__(256) refexec_compute_helper(float* out, const float* a0, const float* bs,
+                                                                         const float* cs, int inner) {
+  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+  float a = a0[t];
+  const float b = bs[t], c = cs[t];
+  for (int occ = 0; occ < OCCURRENCES; ++occ) a = refexec_occurrence(a, b, c, occ, inner);
+  out[t] = a;
+}
+
+// refexec_compute_divergent: lanes 0-15 of each warp run occurrence `occ` as region refexec/occurrence
+// (inner x 8 FMAs), lanes 16-31 as region refexec (2 inner x 4 FMAs: the same chain, in a loop the
+// compiler cannot merge with the other), so each half-warp records its own BEGIN/END pairs.
+extern "C" __global__ void __launch_bounds__(256) refexec_compute_divergent(float* out, const float* a0,
+                                                                            const float* bs, const float* cs,
+                                                                            int inner) {
+  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+  float a = a0[t];
+  const float b = bs[t], c = cs[t];
+  const bool low = (threadIdx.x & 31u) < 16u;
+  const int trips = low ? REFEXEC_TRIPS : 2 * REFEXEC_TRIPS;
+  for (int occ = 0; occ < OCCURRENCES; ++occ) {
+    if (low) {
+      ARGUS_BEGIN_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
+      for (int j = 0; j < trips; ++j) {
+#pragma unroll
+        for (int f = 0; f < 8; ++f) a = fmaf(a, b, c);
+      }
+      ARGUS_END_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
+    } else {
+      ARGUS_BEGIN_AT(ARGUS_REGION_REFEXEC, occ);
+      for (int j = 0; j < trips; ++j) {
+#pragma unroll
+        for (int f = 0; f < 4; ++f) a = fmaf(a, b, c);
+      }
+      ARGUS_END_AT(ARGUS_REGION_REFEXEC, occ);
+    }
   }
   out[t] = a;
 }
