@@ -104,6 +104,9 @@ def variant_rows() -> dict[str, dict]:
         "mk_early_ticket": {"build_flags": ("-DMK_STATIC_TICKETS=0", "-DMK_EARLY_TICKET=1")},
         "mk_t256": {"tiles": TileShape(gate_features=22, down_rows=8, o_rows=8)},
         "mk_kvpf": {"build_flags": ("-DMK_KV_PREFETCH=1",)},  # row 21: K/V rows into L2 during the wait
+        # row 22: the batched GEMV loop (16 loads in flight per warp) in Down's tiles only, and its codegen control
+        "mk_batch_down": {"build_flags": ("-DMK_BATCH_DOWN=1",)},
+        "mk_down_ctl": {"build_flags": ("-DMK_BATCH_DOWN=1", "-DMK_BATCH_PLAIN=1")},
         "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},

@@ -75,7 +75,7 @@ def test_fused_and_unfused_binaries_draw_the_same_tokens(temperature):
 
 
 CHAIN_ROWS = ("mk_batch_qkv", "mk_batch_o", "mk_batch_chain", "mk_chain_ctl", "mk_poll2", "mk_dynamic", "mk_early_ticket",
-              "mk_kvpf")
+              "mk_kvpf", "mk_batch_down", "mk_down_ctl")
 
 
 def _row_flags(name: str) -> tuple[str, ...]:

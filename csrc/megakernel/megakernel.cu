@@ -282,7 +282,7 @@ __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows,
   const int D = (int)p.hidden, F = (int)p.ffn;
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
   load_vector(p.h + (size_t)layer * F, F, s.xs);
-  tile_gemv(p, s, p.wd + ((size_t)layer * D + row0) * F, F, rows);
+  tile_gemv<MK_BATCH_DOWN != 0>(p, s, p.wd + ((size_t)layer * D + row0) * F, F, rows);
   __syncthreads();
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x[(size_t)(layer + 1) * D + row0 + r] = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
