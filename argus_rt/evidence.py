@@ -478,6 +478,15 @@ class PcCounters(Evidence):
                   **{k: v for k, v in doc.items() if k not in ("format", "pcs", "opcodes", "metrics")}}
         return super().from_document(inline, where)
 
+    def document(self, *, lists: bool = False) -> dict:
+        """The inline ``argus.pc_counters/1`` view (what :meth:`from_document` reads): ``pcs`` a list of keys,
+        ``opcodes`` (when present) and ``metrics`` keyed by metric name."""
+        col = (lambda a: a.tolist()) if lists else (lambda a: a)
+        doc = {"format": self.LEGACY, "method": self.method, "pcs": col(self.pcs["pc"])}
+        if "opcode" in self.pcs:
+            doc["opcodes"] = col(self.pcs["opcode"])
+        return {**doc, "metrics": {n: col(a) for n, a in self.by_metric().items()}, **self.details}
+
     def check(self, where: str) -> None:
         if sorted(self.metrics) != sorted(f"m{i}" for i in range(len(self.metric_names))):
             raise EvidenceError(f"{where}: metric columns {sorted(self.metrics)} do not match 'metric_names' "

@@ -16,6 +16,7 @@ from argus_rt.backends.base import get_backend, register_backend
 from argus_rt.cli import main
 from argus_rt.commands.output import rule
 from argus_rt.console import PIPE_WIDTH, make_console
+from argus_rt.evidence import RegionIntervals
 from argus_rt.fsutil import atomic_write_text
 from argus_rt.regions import RegionTree
 from argus_rt.report import REPORT_SCHEMA, REPORT_VERSION, Report, ReportError, validate_report
@@ -491,6 +492,7 @@ def test_cuda_trace_adapter_keeps_the_raw_rings(tmp_path, monkeypatch):
     ctx = CollectContext(task=None, program=program, config={}, scope=None, sampling={}, inputs={},
                          outdir=tmp_path, device="")
     files = trace_backend.TraceAdapter().collect(ctx)
-    assert set(files) == {"region_intervals", "raw_trace"}
+    published = RegionIntervals.from_outputs(files.get).outputs(files["region_intervals"].parent)
+    assert set(files) == {"raw_trace", *published}  # the typed evidence's files and the raw rings
     rows = pair_intervals(load_raw(files["raw_trace"])).rows
     assert [(int(r["region_id"]), int(r["duration"])) for r in rows] == [(region.id, 60)]

@@ -49,6 +49,13 @@ def test_each_format_round_trips_its_columns_dtypes_and_metadata(tmp_path):
     assert back.metric("stall:long_scoreboard").tolist() == [0.5, 1.5] and back.metric("inst_executed").dtype == np.int64
     meta = json.loads((tmp_path / "pc" / "meta.json").read_text())
     assert meta["format"] == "argus.pc_counters/2" and "metrics" not in meta and meta["metric_names"][1].startswith("stall")
+    # the inline view is the documented /1 shape: each type reads its own document() back unchanged
+    assert back.document(lists=True) == {"format": "argus.pc_counters/1", "method": "m", "pcs": ["k@0x0", "k@0x10"],
+                                         "opcodes": ["FFMA", "BAR.SYNC"],
+                                         "metrics": {"inst_executed": [3, 4], "stall:long_scoreboard": [0.5, 1.5]}}
+    for typed in (ev, ops, waits, pcs):
+        inline = typed.document(lists=True)
+        assert type(typed).from_document(json.loads(json.dumps(inline))).document(lists=True) == inline
 
 
 def _saved(tmp_path):

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from argus_rt.backends.base import CollectContext, backend_module, get_backend
+from argus_rt.evidence import PcCounters
 from argus_rt.kinds.cupy import build as cupy_build
 from argus_rt.kinds.cupy.build import CupyCompileError, NvrtcNotFoundError, build_variant, nvrtc_options
 from argus_rt.kinds.cupy.launch import CupyLaunch, CupyProgramError, global_functions, kernel_parameters
@@ -314,9 +315,11 @@ def test_the_mapping_run_profiles_the_cupy_runner_and_maps_its_cubin(program, tm
                          inputs={}, outdir=out, device="")
     adapter = get_backend("pcmap", "cupy")
     files = adapter.collect(ctx)
-    assert set(files) == {"pc_region_counts", "pc_counters", "ncu_csv"} and files["ncu_csv"].is_file()
+    typed = PcCounters.from_outputs(files.get)
+    assert set(files) == {"pc_region_counts", "ncu_csv", *typed.outputs(files["pc_counters"].parent)}
+    assert files["ncu_csv"].is_file()
     doc = json.loads(files["pc_region_counts"].read_text())
-    counters = json.loads(files["pc_counters"].read_text())
+    counters = typed.document(lists=True)
     assert doc["format"] == "argus.pc_region_counts/1" and counters["format"] == "argus.pc_counters/1"
     ids = {r.name: r.id for r in program.regions}
     bar_pcs = {pc for pc, op in zip(counters["pcs"], counters["opcodes"]) if op == "BAR"}

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from argus_rt.evidence import PcCounters
 from argus_rt.kinds.errors import ReferenceMismatchError
 from argus_rt.kinds.numba.launch import NumbaLaunch, NumbaProgramError, check_reference, kernel_arguments, make_inputs
 from argus_rt.kinds.numba.versions import explain_missing_numpy_name, incompatibility
@@ -381,7 +382,7 @@ def test_mapping_run_with_a_stand_in_ncu(tmp_path, monkeypatch):
     tree = program.regions["row_reduce/tree"].id
     bars = [pc for pc, op in pmap.opcodes.items() if op == "BAR"]
     assert len(bars) == 9 and all(set(pmap.pcs[pc].leaf_counts()) == {tree} for pc in bars)
-    counters = json.loads(Path(files["pc_counters"]).read_text())
+    counters = PcCounters.from_outputs(files.get).document(lists=True)
     assert counters["format"] == "argus.pc_counters/1" and counters["pcs"][0] == "row_reduce@0x0"
     assert {e[0] for e in doc["entries"]} == set(counters["pcs"])  # the keys synthesis joins on
 

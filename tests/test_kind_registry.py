@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from argus_rt.backends.base import BackendAdapter, get_backend, unregister_backend
+from argus_rt.evidence import RegionIntervals
 from argus_rt.kinds import registry
 from argus_rt.kinds.registry import Kind, UnknownKindError, get_kind, kind_names, kinds_with, register_kind
 from argus_rt.program import ProgramError, ProgramVersion, load_program
@@ -37,7 +38,7 @@ def fake_trace(program, outdir, config):
     CALLS.append(("trace", dict(config)))
     raw = Path(outdir) / "raw_trace.npz"
     raw.write_bytes(b"")
-    return {"format": "argus.region_intervals/1", "columns": {}}, raw
+    return {"format": "argus.region_intervals/1", "columns": {"region_id": [], "start": [], "end": []}}, raw
 
 
 class FakeNcu(BackendAdapter):
@@ -132,7 +133,8 @@ def test_the_shared_paths_dispatch_through_the_registry(fake_kind, tmp_path):
     ctx = CollectContext(task=None, program=program.variant_of("traced"), config={"capacity": 64}, scope=None,
                          sampling={}, inputs={}, outdir=tmp_path, device="")
     files = get_backend("trace", "fakekind").collect(ctx)
-    assert set(files) == {"region_intervals", "raw_trace"} and ("trace", {"capacity": 64}) in CALLS
+    published = RegionIntervals.from_outputs(files.get).outputs(files["region_intervals"].parent)
+    assert set(files) == {"raw_trace", *published} and ("trace", {"capacity": 64}) in CALLS
     argv, _env = ncu.program_argv(ctx)  # the kind has a runner: python -m argus_rt.kinds.run_variant
     assert argv[1:4] == ["-m", "argus_rt.kinds.run_variant", "run"] and argv[argv.index("--variant") + 1] == "marker_only"
     assert type(get_backend("ncu", "fakekind")) is FakeNcu  # the kind's own adapter, named in the registry

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from argus_rt.evidence import RegionIntervals
 from argus_rt.kinds.cuda.run import (
     CudaLaunch,
     ProgramRunError,
@@ -262,10 +263,9 @@ def run(ctx):
 def test_trace_adapter_publishes_step_and_layer_columns_from_a_runner(tmp_path, monkeypatch):
     """The whole CUDA-runner path of the trace adapter on the CPU: Argus builds the traced variant,
     the runner fills the session's host rings as the device would, Argus decodes and publishes."""
-    from types import SimpleNamespace
-
     import torch
 
+    from argus_rt.backends.base import CollectContext
     from argus_rt.backends.trace import TraceAdapter
 
     gemm = region_tree()["decode/gemm"].id
@@ -279,8 +279,9 @@ def test_trace_adapter_publishes_step_and_layer_columns_from_a_runner(tmp_path, 
     monkeypatch.setattr("argus_rt.kinds.cuda.run._require_gpu", lambda: None)  # nor a driver
     out = tmp_path / "out"
     out.mkdir()
-    files = TraceAdapter().collect(SimpleNamespace(program=load_program(tmp_path), config={}, outdir=out))
-    doc = json.loads(files["region_intervals"].read_text())
+    files = TraceAdapter().collect(CollectContext(task=None, program=load_program(tmp_path), config={}, scope=None,
+                                                  sampling={}, inputs={}, outdir=out, device=""))
+    doc = RegionIntervals.from_outputs(files.get).document(lists=True)
     cols = doc["columns"]
     assert doc["coord_fields"] == {"layer": [0, 8], "step": [8, 24]} and doc["reference_check"]["max_rel_err"] == 1e-3
     assert cols["region_id"] == [gemm, gemm] and cols["step"] == [5, 6] and cols["layer"] == [3, 21]

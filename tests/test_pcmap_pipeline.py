@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from argus_rt.evidence import PcCounters
 from argus_rt.program import load_program
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,7 +151,7 @@ def test_ncu_adapter_collects_pc_counters_of_the_same_cubin(stand_in_ncu, tmp_pa
     from argus_rt.backends.base import get_backend
 
     files = get_backend("ncu").collect(_ctx(tmp_path, {"sections": ["SourceCounters"]}))
-    doc = json.loads(Path(files["pc_counters"]).read_text())
+    doc = PcCounters.from_outputs(files.get).document(lists=True)
     assert doc["format"] == "argus.pc_counters/1" and doc["pcs"][0] == "ground_truth_kernel@0x0"
     assert "BAR" in doc["opcodes"] and sum(doc["metrics"]["barrier_inst_executed"]) == 1
     # Keys agree with the map's, so synthesis can join them.

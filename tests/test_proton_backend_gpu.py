@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("triton.profiler")
 
+from argus_rt.evidence import RegionIntervals  # noqa: E402
 from argus_rt.program import load_program  # noqa: E402
 from argus_rt.workspace import Workspace  # noqa: E402
 
@@ -46,7 +47,7 @@ def test_proton_scopes_answer_latency_observed_and_nested(tmp_path):
     cited = {ev["task"] for v in means.values() for ev in v["provenance"]["evidence"]}
     assert len(cited) == 1
     outputs = Workspace(ws, create=False).outputs(cited.pop())
-    doc = outputs["region_intervals"].read_json()
+    doc = RegionIntervals.from_records(outputs).document(lists=True)
     source = doc["source"]
     import triton
 

@@ -51,6 +51,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..evidence import PcCounters
 from ..gpu_env import multicast_off_env
 from ..sass import SassFunction, function_from_rows, kernel_key, pc_key
 from ..tools import ToolNotFoundError, find_tool
@@ -514,7 +515,7 @@ class NcuAdapter(BackendAdapter):
         _say(f"profiling kernel {kernel_key(kernel)} only: {' '.join(cmd)}")
         raw, profiles = run_ncu_command(cmd, outdir=Path(ctx.outdir), env=env)
         prof = select_profile(profiles, kernel)
-        return {"pc_counters": ctx.write_json("pc_counters", prof.to_evidence()), "ncu_csv": raw}
+        return {**ctx.publish(PcCounters.from_document(prof.to_evidence(), "ncu profile")), "ncu_csv": raw}
 
 
 def program_argv(ctx) -> tuple[list[str], dict | None]:

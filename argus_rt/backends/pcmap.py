@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..evidence import PcCounters
 from ..markers import MARKER_WORDS, MarkerDecodeError, decode_marker, is_marker_tag
 from ..pc_regions import NO_REGION, PC_METHODS, AttributedValue, PcMapError, PcOwnership, PcRegionMap, Stack  # noqa: F401  (re-exported)
 from ..sass import SassFunction, kernel_key
@@ -514,7 +515,7 @@ class PcMapAdapter(BackendAdapter):
         doc, profile = mapping_run(ctx.program, outdir, kernel=ctx.config.get("kernel"),
                                    sections=tuple(ctx.config.get("sections", ("SourceCounters",))))
         return {"pc_region_counts": ctx.write_json("pc_region_counts", doc),
-                "pc_counters": ctx.write_json("pc_counters", profile.to_evidence()),
+                **ctx.publish(PcCounters.from_document(profile.to_evidence(), "mapping run profile")),
                 "ncu_csv": outdir / "ncu_source_sass.csv"}
 
 

@@ -35,6 +35,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..evidence import RegionIntervals
 from ..fsutil import atomic_write_text
 from ..kinds.errors import ProgramRunError, ReferenceMismatchError
 from ..trace.layout import COORD_NONE  # the occurrence has no loop coordinate
@@ -259,7 +260,7 @@ class ProtonScopeTrace(BackendAdapter):
         source = {"tool": "proton", "triton": result["triton"], "mode": result["mode"], "file": result["trace_file"],
                   "format": result["format"], "output": "proton_trace"}
         doc = region_intervals_document(occ, source, launches=launches, max_rel_err=result["max_rel_err"])
-        return {"region_intervals": ctx.write_json("region_intervals", doc), "proton_trace": trace_path}
+        return {**ctx.publish(RegionIntervals.from_document(doc, "Proton trace")), "proton_trace": trace_path}
 
 
 def _session_error(outdir: Path, proc) -> Exception:

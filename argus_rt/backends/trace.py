@@ -16,11 +16,9 @@ neither torch nor Triton.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..evidence import IterationWaits, OpEvents, RegionIntervals
-from ..fsutil import atomic_write_text
 from ..kinds.errors import ProgramRunError
 from ..kinds.registry import get_kind
 from .base import BackendAdapter, BackendUnavailableError, register_backend
@@ -59,9 +57,7 @@ class TraceAdapter(BackendAdapter):
             raise ProgramRunError(f"region tracing of {ctx.program.kind} programs is not implemented (that kind "
                                   "has no 'trace' hook in argus_rt.kinds.registry)")
         doc, raw = kind.call("trace", ctx.program, Path(ctx.outdir), ctx.config)
-        out = Path(ctx.outdir) / "region_intervals.json"
-        atomic_write_text(out, json.dumps(doc) + "\n")
-        return {"region_intervals": out, "raw_trace": raw}
+        return {**ctx.publish(RegionIntervals.from_document(doc, f"{ctx.program.kind} trace")), "raw_trace": raw}
 
 
 class TritonProbeTrace(BackendAdapter):
