@@ -34,6 +34,7 @@ from .errors import ArgusInputError
 from .kinds.registry import find_kind, kind_names
 from .nvcc_flags import allowed_flag_forms, unsafe_flag
 from .regions import RegionError, RegionTree
+from .warp_roles import WarpRoleError, check_warp_roles, warps_per_cta
 
 PROGRAM_FILE = "argus_program.json"
 VARIANTS = ("base", "trace_free", "marker_only", "traced", "probe")
@@ -269,6 +270,10 @@ def load_program(path: str | Path, *, allow_unsafe_flags: bool = False) -> Progr
         except RegionError as exc:
             raise ProgramError(f"{spec_path}: regions: {exc}") from None
     _check_launch_paths(spec_path, spec["launch"])
+    try:  # what the schema cannot say: no warp in two roles, none past the launch's block
+        check_warp_roles(spec.get("warp_roles"), warps_per_cta(spec["launch"]))
+    except WarpRoleError as exc:
+        raise ProgramError(f"{spec_path}: {exc}") from None
     if not allow_unsafe_flags:
         _check_flags(spec_path, spec.get("flags", ()))
     kind = spec["kind"]
