@@ -115,8 +115,8 @@ def slice_coordinates(arrays: dict, doc: dict) -> dict:
 
 def query_chrome_trace(report, workspace) -> dict:
     """The Chrome/Perfetto ``traceEvents`` document of ``report``'s region occurrences: one process per
-    SM, one thread per (CTA, warp), each occurrence a slice nested as it ran, with its coordinates and
-    its region's attributed metrics from the same report as arguments."""
+    SM, one thread per (CTA, warp), each occurrence a slice nested as it ran, with its coordinates, its
+    warp's declared role and its region's attributed metrics from the same report as arguments."""
     from ..scope import Scope
     from ..synthesis import scope_mask
     from ..trace import Intervals, chrome_trace
@@ -125,7 +125,8 @@ def query_chrome_trace(report, workspace) -> dict:
     outputs = workspace.outputs(ev["task"])
     if outputs is None:
         raise ArgusInputError(f"--chrome: trace collection {ev['task']} is not in workspace {workspace.root}")
-    tree = workspace.get_program(ev["program_version"]).regions
+    program = workspace.get_program(ev["program_version"])
+    tree = program.regions
     intervals, source, doc = occurrences(outputs, tree)
     rows = intervals.rows
     region = report.query.get("region")
@@ -134,8 +135,10 @@ def query_chrome_trace(report, workspace) -> dict:
     keep = np.isin(arrays["region_id"], ids) & scope_mask(arrays, doc, Scope.from_dict(report.query.get("scope") or {}),
                                                          "--chrome")
     coords = {k: np.asarray(v)[keep] for k, v in slice_coordinates(arrays, doc).items()}
+    # a per-CTA trace (Triton's: one thread records for the CTA) has no warps to give roles to
+    roles = program.warp_roles if doc.get("granularity") != "cta" else {}
     out = chrome_trace(Intervals(rows[keep], intervals.unit, intervals.problems), names=tree, coordinates=coords,
-                       region_metrics=region_metrics(report))
+                       region_metrics=region_metrics(report), warp_roles=roles)
     out["otherData"].update({"argus_query": report.query, "trace_task": ev["task"], "source": source,
                              "occurrences": int(keep.sum())})
     add_probe_tracks(out, report, workspace, intervals.unit)

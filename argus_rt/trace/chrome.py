@@ -1,6 +1,7 @@
 """Chrome / Perfetto trace JSON (the "traceEvents" format) from intervals.
 
-One process per SM, one thread per (CTA, warp); complete events ("ph": "X") with microsecond
+One process per SM, one thread per (CTA, warp), named with the warp's role when the program declares
+warp roles (``CTA 3 warp 1 (producer)``); complete events ("ph": "X") with microsecond
 timestamps relative to the earliest occurrence. clock64 traces are per-SM cycle counters: their
 events are placed in cycles, labelled as such, and are not comparable across SMs.
 """
@@ -13,19 +14,22 @@ from pathlib import Path
 import numpy as np
 
 from ..fsutil import atomic_write_text
+from ..warp_roles import role_of_warp
 from .intervals import Intervals
 from .stats import _name
 
 
 def chrome_trace(intervals: Intervals, names=None, *, coordinates: dict | None = None,
-                 region_metrics: dict | None = None) -> dict:
+                 region_metrics: dict | None = None, warp_roles: dict | None = None) -> dict:
     """The trace as a dict ready for json.dump (open in ui.perfetto.dev or chrome://tracing).
     ``otherData.origin`` is the trace clock's value (ns or cycles) at ts 0.
 
     ``coordinates``: {arg name: one value per interval row} shown on each slice (a packed
     coordinate's fields, ``layer``/``step``; the loop ``iteration``); without them the raw ``coord``
     is shown. ``region_metrics``: {region name: {metric: value}} put on every slice of that region
-    under ``args.metrics`` (the query's attributed instruction mix, barriers and stalls)."""
+    under ``args.metrics`` (the query's attributed instruction mix, barriers and stalls). ``warp_roles``:
+    {role: [warp index within a CTA, ...]} (the program's declaration): each slice of a warp with a role
+    gets ``args.warp_role`` and its thread is named ``CTA c warp w (role)``; warps without one get neither."""
     rows = intervals.rows
     scale = 1e-3 if intervals.unit == "ns" else 1.0  # ns -> us; cycles stay cycles
     t0 = int(rows["start"].min()) if len(rows) else 0
@@ -33,12 +37,14 @@ def chrome_trace(intervals: Intervals, names=None, *, coordinates: dict | None =
     seen_threads = set()
     coordinates = coordinates or {}
     region_metrics = region_metrics or {}
+    role_of = role_of_warp(warp_roles)
     for i, r in enumerate(rows):
         pid, tid = int(r["sm"]), int(r["cta"]) * 64 + int(r["warp"])
+        role = role_of.get(int(r["warp"]))
         if (pid, tid) not in seen_threads:
             seen_threads.add((pid, tid))
-            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                           "args": {"name": f"CTA {int(r['cta'])} warp {int(r['warp'])}"}})
+            thread = f"CTA {int(r['cta'])} warp {int(r['warp'])}" + (f" ({role})" if role else "")
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": thread}})
             events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
         name = _name(names, int(r["region_id"]))
         args = {"region_id": f"0x{int(r['region_id']):08x}", "depth": int(r["depth"])}
@@ -46,6 +52,8 @@ def chrome_trace(intervals: Intervals, names=None, *, coordinates: dict | None =
             args.update({k: int(v[i]) for k, v in coordinates.items()})
         elif int(r["coord"]) != 0xFFFFFFFF:
             args["coord"] = int(r["coord"])
+        if role:
+            args["warp_role"] = role
         if name in region_metrics:
             args["metrics"] = region_metrics[name]
         events.append({
@@ -105,8 +113,9 @@ def nesting_problems(doc: dict, limit: int = 20) -> list[str]:
     return problems
 
 
-def write_chrome_trace(intervals: Intervals, path: str | os.PathLike, names=None) -> Path:
+def write_chrome_trace(intervals: Intervals, path: str | os.PathLike, names=None, *,
+                       warp_roles: dict | None = None) -> Path:
     """Write the Chrome/Perfetto JSON atomically and return its path."""
     path = Path(path)
-    atomic_write_text(path, json.dumps(chrome_trace(intervals, names)))
+    atomic_write_text(path, json.dumps(chrome_trace(intervals, names, warp_roles=warp_roles)))
     return path
