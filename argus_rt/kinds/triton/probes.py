@@ -47,6 +47,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...evidence import EvidenceError, check_recording_ctas
 from .async_sites import (
     CP_ASYNC,
     CP_ASYNC_COMMIT,
@@ -611,19 +612,12 @@ def reference_ctas(trips_by_cta: dict[int, int], iteration: int) -> set[int]:
 
 def check_probe_ctas(label: str, iteration: int, expected: set[int], recorded_by_launch: dict[int, set[int]],
                      n_ctas: int | None = None, error: type[Exception] = ProbeError) -> bool:
-    """Cross-check at join time: in every probe launch the CTAs that recorded the probe of
-    ``iteration`` are exactly ``expected`` (the traced reference's CTAs with trips > iteration).
-    Returns whether the iteration was reached (False: no CTA runs it, and none recorded it).
-    Raises ``error`` naming the probe, launch and first CTA that differs."""
-    of = f" of {n_ctas}" if n_ctas is not None else ""
-    for launch, got in sorted(recorded_by_launch.items()):
-        if got != expected:
-            extra, lost = sorted(got - expected), sorted(expected - got)
-            first = (f"CTA {extra[0]} recorded it but does not run iteration {iteration}" if extra else
-                     f"CTA {lost[0]} runs iteration {iteration} but did not record it")
-            raise error(f"probe {label}@{iteration}: launch {launch} was recorded by {len(got)}{of} CTAs, the traced "
-                        f"reference runs iteration {iteration} of that loop in {len(expected)} ({first})")
-    return bool(expected)
+    """:func:`argus_rt.evidence.check_recording_ctas` (the one join-time CTA-set check), raising ``error``
+    (default :class:`ProbeError`, a failure of the probe run) instead of its EvidenceError."""
+    try:
+        return check_recording_ctas(label, iteration, expected, recorded_by_launch, n_ctas)
+    except EvidenceError as exc:
+        raise error(str(exc)) from None
 
 
 def join_probes(discovery: Discovery, probes: dict[tuple[int, int], dict], reference_waits: dict[int, float] | None,
