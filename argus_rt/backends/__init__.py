@@ -1,7 +1,6 @@
 """Backend adapters: the only code that knows each measurement tool. See :mod:`.base` for the contract."""
 from .base import (  # noqa: F401
     EFFECTS,
-    EVIDENCE_FORMATS,
     BackendAdapter,
     BackendError,
     BackendUnavailableError,

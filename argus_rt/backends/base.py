@@ -9,6 +9,7 @@ through ``CUDA_VISIBLE_DEVICES``.
 Writing an adapter (this is the whole interface)::
 
     from argus_rt.backends.base import BackendAdapter, register_backend
+    from argus_rt.evidence import PcCounters
 
     class NcuAdapter(BackendAdapter):
         name = "ncu"                                   # what recipes and tasks call it
@@ -21,7 +22,7 @@ Writing an adapter (this is the whole interface)::
         def collect(self, ctx):                        # ctx: CollectContext, see below
             csv = ctx.outdir / "raw.csv"
             ...                                        # run the tool, parse, write files
-            return {"pc_counters": ctx.write_json("pc_counters", doc), "ncu_csv": csv}
+            return {**ctx.publish(PcCounters.from_document(doc)), "ncu_csv": csv}
 
     register_backend(NcuAdapter())                     # at import time of the module
 
@@ -50,32 +51,18 @@ Rules an adapter keeps:
 * ``merge_configs`` says how several requests sharing one run combine (default:
   :func:`merge_configs`, union of lists, equal scalars).
 
-Evidence formats (JSON documents, ``"format"`` field first; other outputs such as raw tool files
-may be published too and are kept for provenance):
+Evidence formats. The columnar ones are typed (:mod:`argus_rt.evidence`, one dataclass each, stored as
+``.npy`` columns plus ``meta.json`` by :meth:`CollectContext.publish`; each class documents its fields):
+``region_intervals`` (:class:`~argus_rt.evidence.RegionIntervals`, trace and Proton backends),
+``pc_counters`` (:class:`~argus_rt.evidence.PcCounters`, ncu and the mapping run), ``op_events``
+(:class:`~argus_rt.evidence.OpEvents`, a probe run) and ``iteration_waits``
+(:class:`~argus_rt.evidence.IterationWaits`, a Triton program's traced reference). PC keys are opaque
+strings (``"<function>@0x<offset>"``) that must match the keys of the PC-to-region map of the same
+program variant. The others are JSON documents (``"format"`` field first; ``ctx.write_json``); other
+outputs such as raw tool files may be published too and are kept for provenance:
 
-``argus.region_intervals/1`` (trace backend)
-    ``{"format", "clock": "ns"|"cycles", "columns": {"region_id": [...], "start": [...], "end": [...],
-    "sm": [...], "cta": [...], "warp": [...], "coord": [...]}, "coord_kind": "iteration"|"layer"|"step"|null,
-    "warp_roles": {"producer": [warp, ...], ...} (optional), "launches": int, "dropped": int, "incomplete": bool}``.
-    One row per region occurrence (paired begin/end), columns of equal length.
-``argus.pc_counters/1`` (ncu backend)
-    ``{"format", "method": str, "pcs": [key, ...], "opcodes": ["FFMA", ...], "metrics": {name: [value per pc]}}``.
-    Standard metric names: ``inst_executed``, ``thread_inst_executed``, ``predicated_off``,
-    ``stall:<reason>`` (warp-stall samples). PC keys are opaque strings (``"<function>@0x<offset>"``
-    recommended) that must match the keys of the PC-to-region map of the same program variant.
 ``argus.pc_region_counts/1`` (pcmap / nvbit backends)
     ``{"format", "method": "sass_cfg+ncu"|"nvbit"|..., "entries": [[pc_key, region_id, n], ...]}``: n(r,p).
-``argus.op_events/1`` (trace backend on a probe variant)
-    ``{"format", "clock", "columns": {"op_id": [...], "iteration": [...], "issue": [...], "complete": [...],
-    "sm": [...], "cta": [...], "launch": [...]}, "ctas": grid size, "recorded": CTAs with a row}``: issue
-    and completion time of probed async operations, one row per CTA that ran the probed iteration.
-``argus.iteration_waits/1`` (trace backend on a Triton program's traced reference)
-    ``{"format", "clock": "ns", "wait": str (what was timed), "ctas": grid size,
-    "loops": [{"loop", "wait_line"}], "columns": {"cta": [...], "loop": [...], "iteration": [...],
-    "begin": [...], "end": [...], "trips": [...], "launch": [...]},
-    "trips": {"cta", "loop", "trips", "launch"}}``: per CTA, traced loop and iteration the CTA ran, how long
-    the consumer waited for that iteration's async loads in an unprobed run (the reference side of probe
-    joins); ``trips``: each (CTA, loop)'s trip count, zeros included (a loop's trips may differ per CTA).
 ``argus.async_sites/1`` (a discovery Control task)
     ``{"format", "sites": [{"op_id": str, "kind": "tma_load"|"wgmma"|"cp_async", "region": qualified name,
     "iterations": [int, ...], "completion": {...}}]}``.
@@ -102,16 +89,6 @@ EFFECTS = frozenset({
     "needs_binary_instrumentation",  # SASS rewritten at load time (NVBit)
     "serialises_kernels",          # kernels no longer overlap across streams
 })
-
-EVIDENCE_FORMATS = {
-    "region_intervals": "argus.region_intervals/1",
-    "pc_counters": "argus.pc_counters/1",
-    "pc_region_counts": "argus.pc_region_counts/1",
-    "op_events": "argus.op_events/1",
-    "iteration_waits": "argus.iteration_waits/1",
-    "async_sites": "argus.async_sites/1",
-    "system_timeline": "argus.system_timeline/1",
-}
 
 # Built-in adapters, imported on first use (their modules call register_backend at import).
 BUILTIN_BACKEND_MODULES = {
