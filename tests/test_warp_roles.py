@@ -151,3 +151,94 @@ def test_query_perfetto_of_a_program_with_declared_roles(standins, tmp_path, cap
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
     assert names == {"CTA 0 warp 0 (producer)", "CTA 0 warp 4 (consumer)", "CTA 1 warp 0 (producer)",
                      "CTA 1 warp 4 (consumer)"}
+
+
+# ---- roles of a warp-specialized Triton kernel, from its TTGIR ---------------------------------------
+# partitions of 1, 4 and 2 warps after a default region of 4: Triton's allocation pass places the largest
+# first (partition1 on warps 4-7), and rounds the CTA up to whole warp groups with a partition of its own
+UNEVEN_TTGIR = """\
+module attributes {"ttg.num-ctas" = 1 : i32, "ttg.num-warps" = 4 : i32, ttg.target = "cuda:90", "ttg.threads-per-warp" = 32 : i32} {
+  tt.func public @uneven(%arg0: i32) {
+    ttg.warp_specialize(%arg0)
+    default {
+      ttg.warp_yield
+    }
+    partition0(%a: i32) num_warps(1) {
+      ttg.warp_return
+    }
+    partition1(%a: i32) num_warps(4) {
+      ttg.warp_return
+    }
+    partition2(%a: i32) num_warps(2) {
+      ttg.warp_return
+    } : (i32) -> ()
+    tt.return
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def triton_ws():
+    """(compiled warp-specialized TMA matmul, compiled plain one) for sm_90, on the CPU."""
+    triton = pytest.importorskip("triton")
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+
+    @triton.jit
+    def ws_matmul(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  WS: tl.constexpr):
+        a_desc = tl.make_tensor_descriptor(a_ptr, [1024, K], [K, 1], [BM, BK])
+        b_desc = tl.make_tensor_descriptor(b_ptr, [1024, K], [K, 1], [BN, BK])
+        acc = tl.zeros((BM, BN), tl.float32)
+        for k in tl.range(0, K, BK, warp_specialize=WS):
+            acc = tl.dot(a_desc.load([0, k]), b_desc.load([0, k]).T, acc)
+        tl.store(c_ptr + tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :], acc.to(tl.float16))
+
+    sig = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "K": "i32"}
+
+    def compiled(ws):
+        src = triton.compiler.ASTSource(fn=ws_matmul, signature=sig,
+                                        constexprs={"BM": 128, "BN": 128, "BK": 64, "WS": ws})
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_stages": 3, "num_warps": 4})
+
+    return compiled(True), compiled(False)
+
+
+def test_uneven_partitions_get_the_warps_triton_allocates_them():
+    pytest.importorskip("triton")
+    from argus_rt.kinds.triton.warp_partitions import partition_warp_roles
+
+    assert partition_warp_roles(UNEVEN_TTGIR) == {"default": [0, 1, 2, 3], "partition0": [10],
+                                                  "partition1": [4, 5, 6, 7], "partition2": [8, 9], "padding": [11]}
+
+
+def test_a_warp_specialized_kernel_s_partitions_are_roles_covering_its_warps(triton_ws):
+    from argus_rt.kinds.triton.warp_partitions import partition_warp_roles
+
+    ws, plain = triton_ws
+    assert "ttg.warp_specialize" in ws.asm["ttgir"]
+    roles = partition_warp_roles(ws.asm["ttgir"])
+    assert roles == {"default": [0, 1, 2, 3], "partition0": [4, 5, 6, 7], "partition1": [8, 9, 10, 11]}
+    assert sorted(w for warps in roles.values() for w in warps) == list(range(ws.metadata.num_warps))  # 12
+    assert partition_warp_roles(plain.asm["ttgir"]) == {}
+    # the derived roles label a timeline like declared ones
+    rows = np.zeros(3, dtype=INTERVAL_DTYPE)
+    rows["warp"], rows["region_id"], rows["end"], rows["duration"] = [0, 4, 8], 0xA, 10, 10
+    doc = chrome_trace(Intervals(rows, "ns"), warp_roles=roles)
+    assert [e["args"]["warp_role"] for e in doc["traceEvents"] if e["ph"] == "X"] == ["default", "partition0",
+                                                                                     "partition1"]
+    assert [e.message for e in validator("chrome_trace").iter_errors(doc)] == []
+
+
+def test_ops_that_disagree_on_partition_warps_are_refused():
+    pytest.importorskip("triton")
+    from argus_rt.kinds.triton.warp_partitions import WarpPartitionError, partition_warp_roles
+
+    body = UNEVEN_TTGIR.split("    ttg.warp_specialize(")[1].split("    tt.return")[0]
+    other = body.replace("num_warps(1)", "num_warps(2)", 1)  # partitions of 2, 4, 2 warps: other places
+    two = UNEVEN_TTGIR.replace("    tt.return", "    ttg.warp_specialize(" + other + "    tt.return")
+    with pytest.raises(WarpPartitionError, match="2 ttg.warp_specialize ops whose partitions run on different warps"):
+        partition_warp_roles(two)
+    same = UNEVEN_TTGIR.replace("    tt.return", "    ttg.warp_specialize(" + body + "    tt.return")
+    assert partition_warp_roles(same) == partition_warp_roles(UNEVEN_TTGIR)

@@ -191,3 +191,18 @@ def _build_tree(module, parsed_path: str) -> IrOp:
     if len(roots) != 1:
         raise IrParseError(f"expected one top-level module op, found {[op.name for op in roots]}", None)
     return roots[0]
+
+
+def with_warp_groups_allocated(text: str, source_name: str = "<ttgir>") -> str:
+    """TTGIR ``text`` printed after Triton's own warp-group allocation pass (``allocate_warp_groups``, which
+    the NVIDIA backend's make_llir runs second on the final TTGIR, before any lowering): each
+    ``ttg.warp_specialize`` op then carries ``warpGroupStartIds`` (the first warp of each partition) and
+    the module ``ttg.total-num-warps``. The compiled TTGIR (``asm["ttgir"]``) has neither yet."""
+    from triton._C.libtriton import passes
+
+    parsed = parse(text, source_name)
+    context, module = parsed._keepalive
+    pm = _ir().pass_manager(context)
+    passes.ttgpuir.add_allocate_warp_groups(pm)
+    pm.run(module, "allocate_warp_groups")  # the name only labels IR dumps
+    return str(module)
