@@ -1,19 +1,19 @@
-"""Compile the megakernel to a cubin with nvcc, cached by content hash.
+"""Compile the megakernel to a cubin with nvcc: one :class:`argus_rt.kinds.cuda.build.CudaBuildSpec`,
+cached like every CUDA module (:mod:`argus_rt.build_cache`).
 
-Generated headers (kernel parameter block, region IDs) are written next to the cubin in the build
-directory; the cache key covers every source byte, the generated headers, the flags and the nvcc
-version, so a stale cubin is never reused.
+The generated headers (kernel parameter block, region IDs) are part of the spec: they are written
+into the cache entry beside the cubin, with ``regions.json`` and the ptxas log, and hashed with every
+source byte, the flags and the nvcc version, so a stale cubin is never reused.
 """
 from __future__ import annotations
 
-import hashlib
+import json
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from argus_rt.fsutil import atomic_write_text
-from argus_rt.kinds.cuda.build import CompilerNotFoundError, cache_dir
+from argus_rt.kinds.cuda.build import CompileError, CompilerNotFoundError, CudaBuildSpec
+from argus_rt.kinds.cuda.build import build as cuda_build
 from argus_rt.kinds.cuda.build import find_nvcc as argus_find_nvcc
 from argus_rt.resources import csrc_dir
 
@@ -22,7 +22,9 @@ from .regions import region_tree
 
 CSRC = csrc_dir()
 SOURCE = CSRC / "megakernel" / "megakernel.cu"
-ARCH_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)
+ARCH = "sm_90a"
+ARCH_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)  # what CudaBuildSpec(arch=ARCH) passes
+FLAGS = ("-O3", "-std=c++17", "-Xptxas", "-v")  # -Xptxas -v: the resource lines BuildResult reads
 ARGUS_MODES = {0: "off (trace-free)", 1: "marker-only", 2: "trace"}
 KERNEL_NAME = "argus_megakernel"
 
@@ -60,44 +62,29 @@ def find_nvcc() -> str:
         raise BuildError(f"{exc} (the megakernel needs nvcc >= 12.3 for sm_90a)") from exc
 
 
-def _sources() -> list[Path]:
-    return sorted((CSRC / "megakernel").glob("*.cu*")) + sorted((CSRC / "argus").glob("*.h*")) + \
-        sorted((CSRC / "argus").glob("*.cuh"))
+def build_spec(argus_mode: int = 0, extra_flags: tuple[str, ...] = ()) -> CudaBuildSpec:
+    """The declared build of the megakernel in ``argus_mode``: megakernel.cu (csrc/ and csrc/megakernel
+    on the include path, their headers hashed), the generated parameter and region headers, the flags."""
+    generated = {"megakernel_params.h": params_header(), "megakernel_regions.h": region_tree().cuda_defines(),
+                 "regions.json": json.dumps(region_tree().to_manifest(), indent=2, sort_keys=True)}
+    return CudaBuildSpec("megakernel", [SOURCE], argus_mode=argus_mode, arch=ARCH,
+                         flags=(*FLAGS, *extra_flags), generated=generated)
 
 
 def build(argus_mode: int = 0, build_dir: str | os.PathLike | None = None, extra_flags: tuple[str, ...] = (),
           force: bool = False) -> BuildResult:
-    """Compile (or reuse) the megakernel cubin for ``argus_mode`` (0 off, 1 marker-only, 2 trace)."""
+    """Compile (or reuse) the megakernel cubin for ``argus_mode`` (0 off, 1 marker-only, 2 trace).
+
+    ``build_dir``: the cache root instead of Argus's build cache ($ARGUS_CACHE_DIR; never inside the
+    installed package); the entry is ``<root>/megakernel/<key>/``."""
     if argus_mode not in ARGUS_MODES:
         raise ValueError(f"argus_mode must be one of {sorted(ARGUS_MODES)} ({ARGUS_MODES}), got {argus_mode!r}")
-    nvcc = find_nvcc()
-    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
-    generated = {"megakernel_params.h": params_header(), "megakernel_regions.h": region_tree().cuda_defines()}
-    flags = ["-cubin", *ARCH_FLAGS, "-O3", "-std=c++17", "-Xptxas", "-v", f"-DARGUS_MODE={argus_mode}", *extra_flags]
-    h = hashlib.sha256()
-    for path in _sources():
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
-    for name, text in sorted(generated.items()):
-        h.update(name.encode() + b"\0" + text.encode())
-    h.update("\0".join(flags).encode() + version.encode())
-    # Argus's build cache ($ARGUS_CACHE_DIR): never inside the installed package.
-    out_dir = Path(build_dir or cache_dir() / "megakernel") / h.hexdigest()[:16]
-    cubin, log_path = out_dir / "megakernel.cubin", out_dir / "ptxas.log"
-    if cubin.exists() and log_path.exists() and not force:
-        return BuildResult(cubin, log_path.read_text(encoding="utf-8"), argus_mode, True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in generated.items():
-        atomic_write_text(out_dir / name, text)
-    region_tree().save(out_dir / "regions.json")
-    tmp = out_dir / f".megakernel.{os.getpid()}.cubin.tmp"
-    cmd = [nvcc, *flags, f"-I{CSRC}", f"-I{CSRC / 'megakernel'}", f"-I{out_dir}", "-o", str(tmp), str(SOURCE)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise BuildError(f"nvcc failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
-    log = proc.stdout + proc.stderr
-    atomic_write_text(log_path, log)
-    os.replace(tmp, cubin)  # atomic: a concurrent reader never sees half a cubin
-    return BuildResult(cubin, log, argus_mode, False)
+    find_nvcc()  # a missing nvcc as this module's BuildError
+    try:
+        result = cuda_build(build_spec(argus_mode, tuple(extra_flags)), force=force, cache_root=build_dir)
+    except CompileError as exc:
+        raise BuildError(str(exc)) from exc
+    return BuildResult(result.cubin, result.log, argus_mode, result.cached)
 
 
 if __name__ == "__main__":

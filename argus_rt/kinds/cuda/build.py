@@ -5,14 +5,12 @@
     cubin = build(spec, backend="nvrtc")   # NVRTC through cuda-python, no nvcc needed
 
 The cache key hashes everything that decides the output: source bytes, every header in the
-include directories, defines, flags, arch, backend and the compiler's version string. Builds of one
-key are serialised by a file lock; the cubin is written atomically.
+include directories, generated headers, defines, flags, arch, backend and the compiler's version
+string. The entry lives in the shared build cache (:mod:`argus_rt.build_cache`: one lock per key,
+published whole by a rename).
 """
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
 import os
 import re
 import subprocess
@@ -20,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from ...fsutil import atomic_write_bytes, atomic_write_text
+from ...build_cache import BuildSpec, fetch_or_build
 from ...resources import csrc_dir
 from ...tools import ToolNotFoundError, find_tool
 
@@ -60,6 +58,8 @@ class CudaBuildSpec:
     include_dirs: extra include directories; csrc/ (for argus/argus.cuh) is always added.
     defines:      {"NAME": "value"} or {"NAME": None} for a bare -DNAME.
     flags:        extra compiler flags (e.g. "-lineinfo", "-O3").
+    generated:    {"file.h": text}: headers made by the caller (a parameter block, region IDs), written
+                  into the cache entry and put last on the include path.
     """
 
     name: str
@@ -69,8 +69,10 @@ class CudaBuildSpec:
     include_dirs: tuple[str, ...] = ()
     defines: tuple[tuple[str, str | None], ...] = ()
     flags: tuple[str, ...] = ("-O3",)
+    generated: tuple[tuple[str, str], ...] = ()
 
-    def __init__(self, name, sources, argus_mode=0, arch="sm_90a", include_dirs=(), defines=(), flags=("-O3",)):
+    def __init__(self, name, sources, argus_mode=0, arch="sm_90a", include_dirs=(), defines=(), flags=("-O3",),
+                 generated=()):
         object.__setattr__(self, "name", str(name))
         object.__setattr__(self, "sources", tuple(str(s) for s in ([sources] if isinstance(sources, (str, Path)) else sources)))
         object.__setattr__(self, "argus_mode", argus_mode)
@@ -79,6 +81,8 @@ class CudaBuildSpec:
         items = defines.items() if isinstance(defines, dict) else defines
         object.__setattr__(self, "defines", tuple(sorted((str(k), None if v is None else str(v)) for k, v in items)))
         object.__setattr__(self, "flags", tuple(flags))
+        gen = generated.items() if isinstance(generated, dict) else generated
+        object.__setattr__(self, "generated", tuple(sorted((str(k), str(v)) for k, v in gen)))
         self._validate()
 
     def _validate(self) -> None:
@@ -113,13 +117,10 @@ class CudaBuildSpec:
         return out
 
     def to_json(self) -> dict:
-        return asdict(self)
-
-
-def cache_dir() -> Path:
-    """$ARGUS_CACHE_DIR, else ~/.cache/argus."""
-    env = os.environ.get("ARGUS_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "argus"
+        """The spec as JSON, generated headers by name only (their bytes are hashed as files)."""
+        out = asdict(self)
+        out["generated"] = [name for name, _ in self.generated]
+        return out
 
 
 def find_nvcc() -> str:
@@ -172,15 +173,21 @@ def _header_files(dirs: list[Path]) -> list[Path]:
     return sorted(set(files))
 
 
+def cache_spec(spec: CudaBuildSpec, backend: str, compiler_version: str) -> BuildSpec:
+    """The build-cache spec of ``spec``: the spec, backend, compiler version and include directories as
+    params; the source, every header it could include and the generated headers as files."""
+    params = {"spec": spec.to_json(), "backend": backend, "compiler": compiler_version,
+              "include_dirs": [str(d) for d in spec.all_include_dirs()]}
+    files = [Path(s) for s in spec.sources] + _header_files(spec.all_include_dirs())
+    return BuildSpec(spec.name, files=files, generated=dict(spec.generated), params=params)
+
+
 def content_key(spec: CudaBuildSpec, backend: str, compiler_version: str) -> str:
-    """SHA-256 over the spec, the compiler version, the source and every header it could include."""
-    h = hashlib.sha256()
-    h.update(json.dumps({"spec": spec.to_json(), "backend": backend, "compiler": compiler_version,
-                         "include_dirs": [str(d) for d in spec.all_include_dirs()]}, sort_keys=True).encode())
-    for path in [Path(s) for s in spec.sources] + _header_files(spec.all_include_dirs()):
-        h.update(str(path.name).encode())
-        h.update(hashlib.sha256(path.read_bytes()).digest())
-    return h.hexdigest()
+    """SHA-256 over everything that decides the cubin (:func:`cache_spec`)."""
+    return cache_spec(spec, backend, compiler_version).key()
+
+
+LOG_FILE = "build.log"  # the compiler's output (nvcc -Xptxas -v resource lines), kept with the cubin
 
 
 @dataclass
@@ -188,11 +195,12 @@ class BuildResult:
     cubin: Path
     key: str
     cached: bool
-    log: str = field(default="", repr=False)
+    log: str = field(default="", repr=False)  # the compiler's output when the cubin was built, cached or not
 
 
-def build(spec: CudaBuildSpec, backend: str = "nvcc", *, force: bool = False) -> BuildResult:
-    """Build (or fetch from the cache) the cubin of ``spec``."""
+def build(spec: CudaBuildSpec, backend: str = "nvcc", *, force: bool = False,
+          cache_root: str | os.PathLike | None = None) -> BuildResult:
+    """Build (or fetch from the cache) the cubin of ``spec``; ``cache_root`` replaces :func:`cache_dir`."""
     if backend not in BACKENDS:
         raise CudaBuildError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
     if backend == "nvcc":
@@ -205,41 +213,37 @@ def build(spec: CudaBuildSpec, backend: str = "nvcc", *, force: bool = False) ->
         version = nvcc_version(nvcc)
     else:
         version = nvrtc_version()
-    key = content_key(spec, backend, version)
-    out_dir = cache_dir() / spec.name / key[:24]
-    cubin = out_dir / f"{spec.name}.cubin"
-    if cubin.is_file() and not force:
-        return BuildResult(cubin, key, cached=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent builder of the same key waits, then reuses
-        if cubin.is_file() and not force:
-            return BuildResult(cubin, key, cached=True)
+    cubin_name = f"{spec.name}.cubin"
+
+    def compile_into(staging: Path) -> None:
         if backend == "nvcc":
-            data, log = _build_nvcc(spec, nvcc, out_dir)
+            data, log = _build_nvcc(spec, nvcc, staging)
         else:
-            data, log = _build_nvrtc(spec)
-        atomic_write_bytes(cubin, data)
-        atomic_write_text(out_dir / "spec.json", json.dumps({"spec": spec.to_json(), "backend": backend,
-                                                             "compiler": version, "key": key}, indent=2))
-    return BuildResult(cubin, key, cached=False, log=log)
+            data, log = _build_nvrtc(spec, staging)
+        (staging / cubin_name).write_bytes(data)  # staging is private until published whole
+        (staging / LOG_FILE).write_text(log, encoding="utf-8")
+
+    entry = fetch_or_build(cache_spec(spec, backend, version), (cubin_name, LOG_FILE), compile_into,
+                           root=cache_root, force=force)
+    return BuildResult(entry.path(cubin_name), entry.key, entry.cached,
+                       log=entry.path(LOG_FILE).read_text(encoding="utf-8"))
 
 
-def nvcc_command(spec: CudaBuildSpec, nvcc: str, output: Path) -> list[str]:
+def nvcc_command(spec: CudaBuildSpec, nvcc: str, output: Path, generated_dir: Path | None = None) -> list[str]:
+    """The nvcc command line of ``spec``; ``generated_dir`` holds its generated headers (last on the path)."""
     cmd = [nvcc, "-cubin", *_arch_flags(spec.arch), *spec.define_flags()]
-    for d in spec.all_include_dirs():
+    for d in spec.all_include_dirs() + ([generated_dir] if generated_dir is not None and spec.generated else []):
         cmd += ["-I", str(d)]
     cmd += [*spec.flags, "-o", str(output), spec.sources[0]]
     return cmd
 
 
-def _build_nvcc(spec: CudaBuildSpec, nvcc: str, out_dir: Path) -> tuple[bytes, str]:
-    tmp = out_dir / f".{spec.name}.{os.getpid()}.cubin"
-    cmd = nvcc_command(spec, nvcc, tmp)
+def _build_nvcc(spec: CudaBuildSpec, nvcc: str, staging: Path) -> tuple[bytes, str]:
+    tmp = staging / f".{spec.name}.nvcc.cubin"
+    cmd = nvcc_command(spec, nvcc, tmp, generated_dir=staging)
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
         raise CompileError(f"nvcc failed for module {spec.name!r} (exit {proc.returncode}):\n{' '.join(cmd)}\n{log}")
     data = tmp.read_bytes()
     tmp.unlink()
@@ -299,9 +303,10 @@ def _nvrtc_checked(result, what: str):
     return values[0] if len(values) == 1 else values
 
 
-def _build_nvrtc(spec: CudaBuildSpec) -> tuple[bytes, str]:
+def _build_nvrtc(spec: CudaBuildSpec, staging: Path) -> tuple[bytes, str]:
+    dirs = spec.all_include_dirs() + ([staging] if spec.generated else [])
     opts = [f"--gpu-architecture={spec.arch}", "-std=c++17", "-default-device", *spec.define_flags(),
-            *(f"-I{d}" for d in spec.all_include_dirs()), *(f for f in spec.flags if f != "-O3")]
+            *(f"-I{d}" for d in dirs), *(f for f in spec.flags if f != "-O3")]
     cubin, log = nvrtc_compile(Path(spec.sources[0]), opts)
     if cubin is None:
         if "invalid value for --gpu-architecture" in log or "arch" in log and "not supported" in log:

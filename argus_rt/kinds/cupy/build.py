@@ -19,23 +19,20 @@ from what CuPy would do: ``-arch`` is the launch's ``arch`` (default ``sm_90a``;
 list only where CuPy is installed (it is not imported for them), so a CPU without CuPy compiles the
 same code with two include directories fewer; neither names a header ``argus.cuh`` needs.
 
-Cubins are cached under ``<cache>/cupy/`` by a SHA-256 of the options, the NVRTC version, the
-source, and every header under Argus's ``csrc/argus`` and the program directory.
+Cubins are cached in the shared build cache (:mod:`argus_rt.build_cache`) under
+``<cache>/cupy/<program>_<variant>/`` by a SHA-256 of the options, the NVRTC version, the source, and
+every header under Argus's ``csrc/argus`` and the program directory.
 """
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import importlib.util
-import json
 import os
 import re
 from pathlib import Path
 
-from ...fsutil import atomic_write_bytes, atomic_write_text
+from ...build_cache import BuildSpec, fetch_or_build
 from ...resources import csrc_dir
 from ..cuda import build as cuda_build
-from ..cuda.build import cache_dir
 from ..cuda.run import VARIANT_MODES
 from .launch import CupyLaunch, CupyProgramError
 
@@ -155,32 +152,25 @@ def first_error(log: str) -> str:
     return errors[0] + (f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else "")
 
 
-def _cache_key(program, launch: CupyLaunch, options: list[str], version: str) -> str:
-    h = hashlib.sha256(json.dumps({"options": options, "nvrtc": version, "source": launch.source}).encode())
+def cache_spec(program, launch: CupyLaunch, options: list[str], version: str, variant: str) -> BuildSpec:
+    """What decides a variant's cubin: the options, NVRTC's version, the source and every header it may include."""
     headers = {p for d in (csrc_dir() / "argus", launch.root) for p in d.rglob("*") if p.suffix in HEADER_SUFFIXES}
-    for path in [launch.source_path, *sorted(headers)]:
-        h.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
-    return h.hexdigest()
+    return BuildSpec(f"cupy/{program.name}_{variant}", files=[launch.source_path, *sorted(headers)],
+                     params={"options": options, "nvrtc": version, "source": launch.source})
 
 
 def build_variant(program, variant: str) -> Path:
     """The cubin of ``variant`` (trace_free/base, marker_only, traced), compiled once per content."""
     launch = CupyLaunch.from_program(program)
     options = nvrtc_options(program, variant)
-    key = _cache_key(program, launch, options, nvrtc_version())
-    out = cache_dir() / "cupy" / f"{program.name}_{variant}" / key[:24]
-    cubin = out / f"{program.name}.cubin"
-    if cubin.is_file():
-        return cubin
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per key; the others wait and take its cubin
-        if not cubin.is_file():
-            data = compile_cubin(launch.source_path, options, label=f"program {program.name!r} variant {variant}")
-            atomic_write_text(out / "build.json", json.dumps({"options": options, "nvrtc": nvrtc_version(),
-                                                              "source": launch.source, "key": key}, indent=2))
-            atomic_write_bytes(cubin, data)
-    return cubin
+    name = f"{program.name}.cubin"
+
+    def compile_into(staging: Path) -> None:
+        data = compile_cubin(launch.source_path, options, label=f"program {program.name!r} variant {variant}")
+        (staging / name).write_bytes(data)
+
+    entry = fetch_or_build(cache_spec(program, launch, options, nvrtc_version(), variant), (name,), compile_into)
+    return entry.path(name)
 
 
 def has_kernel(cubin: Path, kernel: str) -> bool:
