@@ -85,6 +85,28 @@ def test_the_cli_prints_a_bad_declaration_in_one_line(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "warp_roles.producer: warp 9 is not a warp of the CTA" in err
 
 
+def test_the_warp_specialized_fixture_declares_its_roles_and_compiles_in_every_marker_mode(tmp_path):
+    """tests/fixtures/ws_pipeline, the program of the GPU timeline test: its roles load against its block,
+    and its kernel compiles for sm_90a with markers off, marker-only and traced (where nvcc is installed)."""
+    import subprocess
+    from pathlib import Path
+
+    from argus_rt.resources import csrc_dir
+    from argus_rt.tools import tool_or_none
+
+    fixture = Path(__file__).parent / "fixtures" / "ws_pipeline"
+    pv = load_program(fixture)
+    assert pv.warp_roles == {"consumer": [1, 2, 3], "producer": [0]} and warps_per_cta(pv.launch) == 4
+    nvcc = tool_or_none("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not installed: the fixture kernel is not compiled")
+    for mode in (0, 1, 2):
+        cmd = [str(nvcc), "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(csrc_dir()),
+               f"-DARGUS_MODE={mode}", "-o", str(tmp_path / f"m{mode}.cubin"), str(fixture / "ws_pipeline.cu")]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+
+
 # ---- the timeline ------------------------------------------------------------------------------------
 def two_warps() -> Intervals:
     """An outer and a nested slice on warps 0, 1 and 4 of CTA 2 on SM 5."""
