@@ -24,10 +24,7 @@ Usage: python benchmarks/weight_stream.py [--reps N]
 from __future__ import annotations
 
 import argparse
-import hashlib
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -49,21 +46,17 @@ CONFIGS = [(mode, ctas, rows, 0) for mode in ("plain", "batch") for ctas in (131
 
 
 def build_cubin() -> Path:
-    """nvcc the benchmark (cached by the hash of its sources and flags)."""
-    from megakernel.build import ARCH_FLAGS, CSRC, find_nvcc
+    """nvcc the benchmark, as the megakernel's headers and arch (Argus's build cache: rebuilt only when a
+    source, header, flag or nvcc changes)."""
+    from argus_rt.kinds.cuda.build import CompileError, CudaBuildSpec, build
+    from megakernel.build import ARCH, CSRC
 
-    flags = ["-cubin", *ARCH_FLAGS, "-O3", "-std=c++17", f"-I{CSRC / 'megakernel'}"]
-    h = hashlib.sha256(" ".join(flags).encode())
-    for path in [SOURCE, *sorted((CSRC / "megakernel").glob("*.cuh"))]:
-        h.update(path.read_bytes())
-    out = Path(tempfile.gettempdir()) / f"argus_weight_stream_{h.hexdigest()[:16]}.cubin"
-    if not out.exists():
-        tmp = out.with_suffix(".tmp")
-        proc = subprocess.run([find_nvcc(), *flags, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise SystemExit(f"weight_stream: nvcc failed:\n{proc.stdout}{proc.stderr}")
-        tmp.replace(out)
-    return out
+    spec = CudaBuildSpec("weight_stream", [SOURCE], arch=ARCH, include_dirs=[CSRC / "megakernel"],
+                         flags=("-O3", "-std=c++17"))
+    try:
+        return build(spec).cubin
+    except CompileError as exc:
+        raise SystemExit(f"weight_stream: {exc}") from None
 
 
 class Bench:

@@ -14,13 +14,12 @@ counters and the trace all refer to it. No GPU is needed to build.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...fsutil import atomic_write_bytes, atomic_write_text
+from ...fsutil import atomic_write_text
 from ...regions import RegionTree
 from .compile import CompiledPtx, compile_ptx
 from .launch import VARIANT_MODES, NumbaLaunch, NumbaProgramError
@@ -88,8 +87,10 @@ def mapping_provenance(program) -> dict:
 
 def _trace_device_code(arch: str) -> Path:
     """The relocatable cubin of :data:`TRACE_SOURCE` (ARGUS_MODE=2) for ``arch``."""
-    from ..cuda.build import CudaBuildSpec, build, cache_dir
+    from ...build_cache import cache_dir
+    from ..cuda.build import CudaBuildSpec, build
 
+    # Content-named, so a source of another Argus never takes this one's place; written whole.
     source = cache_dir() / "numba" / f"argus_numba_trace.{hashlib.sha256(TRACE_SOURCE.encode()).hexdigest()[:12]}.cu"
     if not source.is_file():
         atomic_write_text(source, TRACE_SOURCE)
@@ -99,26 +100,21 @@ def _trace_device_code(arch: str) -> Path:
 
 def _link(name: str, parts: list[Path], arch: str) -> Path:
     """``nvcc -dlink -cubin`` of relocatable cubins into one, cached by their bytes and nvcc's version."""
-    from ..cuda.build import cache_dir, find_nvcc, nvcc_version
+    from ...build_cache import BuildSpec, fetch_or_build
+    from ..cuda.build import find_nvcc, nvcc_version
 
     nvcc = find_nvcc()
-    h = hashlib.sha256(json.dumps({"arch": arch, "nvcc": nvcc_version(nvcc)}).encode())
-    for part in parts:
-        h.update(hashlib.sha256(part.read_bytes()).digest())
-    out = cache_dir() / "numba" / f"{name}.linked" / h.hexdigest()[:24] / f"{name}.cubin"
-    if out.is_file():
-        return out
-    tmp = out.with_name(f".{out.name}.tmp")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [nvcc, "-dlink", "-cubin", f"-arch={arch}", "-o", str(tmp), *map(str, parts)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise NumbaProgramError(f"nvcc -dlink failed for {name} (exit {proc.returncode}): {' '.join(cmd)}: "
-                                + " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:]))
-    atomic_write_bytes(out, tmp.read_bytes())
-    tmp.unlink()
-    return out
+    cubin = f"{name}.cubin"
+
+    def link_into(staging: Path) -> None:
+        cmd = [nvcc, "-dlink", "-cubin", f"-arch={arch}", "-o", str(staging / cubin), *map(str, parts)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise NumbaProgramError(f"nvcc -dlink failed for {name} (exit {proc.returncode}): {' '.join(cmd)}: "
+                                    + " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:]))
+
+    spec = BuildSpec(f"numba/{name}.linked", files=parts, params={"arch": arch, "nvcc": nvcc_version(nvcc)})
+    return fetch_or_build(spec, (cubin,), link_into).path(cubin)
 
 
 _PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(?P<type>[busf])(?P<bits>8|16|32|64)\s+[\w$]+(?:\[(?P<n>\d+)\])?")

@@ -17,7 +17,6 @@ one line (:class:`~argus_rt.kinds.numba.launch.NumbaProgramError`).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -48,29 +47,29 @@ class CompiledPtx:
     numba_entry: str  # numba's own mangled name of the kernel
 
 
-def cache_key(program, mode: int) -> str:
+def cache_spec(program, mode: int):
+    """What decides the PTX of ``mode``: the program version, numba's and numpy's versions, Python's,
+    and this kind's own sources (:mod:`argus_rt.build_cache`)."""
     import numpy
 
-    h = hashlib.sha256(json.dumps({"program": program.base_id, "mode": mode, "versions": installed(),
-                                   "numpy": numpy.__version__, "python": sys.version_info[:2]}, sort_keys=True).encode())
-    for name in _OWN_SOURCES:
-        h.update(hashlib.sha256((_HERE / name).read_bytes()).digest())
-    return h.hexdigest()
+    from ...build_cache import BuildSpec
+
+    return BuildSpec(f"numba/{program.name}.mode{mode}", files=[_HERE / name for name in _OWN_SOURCES],
+                     params={"program": program.base_id, "mode": mode, "versions": installed(),
+                             "numpy": numpy.__version__, "python": list(sys.version_info[:2])})
 
 
 def compile_ptx(program, mode: int, *, timeout_s: float = 600.0) -> CompiledPtx:
     """The kernel's PTX in marker ``mode`` (0 trace-free, 1 marker-only, 2 trace), compiled unless cached."""
-    from ...fsutil import atomic_write_text
+    from ...build_cache import fetch_or_build
     from ...gpu_env import child_env
-    from ..cuda.build import cache_dir
 
     NumbaLaunch.from_program(program)  # launch errors before a process is started
     problem = incompatibility()  # a known-broken numba / numpy pair: its one line, not numba's deep error
     if problem:
         raise NumbaProgramError(f"program {program.label()}: {problem}")
-    key = cache_key(program, mode)
-    out = cache_dir() / "numba" / f"{program.name}.mode{mode}" / key[:24]
-    if not (out / "meta.json").is_file():
+
+    def compile_into(staging: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="argus-numba-") as tmp:
             spec = Path(tmp) / "program.json"
             spec.write_text(json.dumps(program.to_dict()), encoding="utf-8")
@@ -87,8 +86,10 @@ def compile_ptx(program, mode: int, *, timeout_s: float = 600.0) -> CompiledPtx:
                 why = next((l[len("argus-numba-error: "):] for l in lines if l.startswith("argus-numba-error: ")),
                            " | ".join(lines[-3:]) or f"exit {proc.returncode}")
                 raise NumbaProgramError(f"program {program.label()}: {why}")
-            atomic_write_text(out / "kernel.ptx", (Path(tmp) / "kernel.ptx").read_text(encoding="utf-8"))
-            atomic_write_text(out / "meta.json", result.read_text(encoding="utf-8"))
+            for name in ("kernel.ptx", "meta.json"):
+                (staging / name).write_bytes((Path(tmp) / name).read_bytes())
+
+    out = fetch_or_build(cache_spec(program, mode), ("kernel.ptx", "meta.json"), compile_into).dir
     meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
     return CompiledPtx(out / "kernel.ptx", meta["entry"], tuple(meta["params"]), meta["signature"],
                        tuple(meta["regions"]), meta["numba_entry"])

@@ -285,8 +285,8 @@ def check_program(program, *, use_cache: bool = True) -> str:
     Returns the TTGIR hash; raises :class:`TritonProgramError` (or another one-line
     :class:`ArgusInputError`) on any failure. A passed check is remembered under the Argus cache by
     program id (sources, launch and Triton version), so planning the same program again compiles nothing."""
+    from ...build_cache import cache_dir
     from ...fsutil import atomic_write_text
-    from ..cuda.build import cache_dir
     from .ttgir_module import parse_module
 
     marker = cache_dir() / "triton_checks" / f"{program.id}.json"

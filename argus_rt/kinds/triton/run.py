@@ -47,18 +47,17 @@ def triton_compile(program, variant: str):
 
 
 def triton_cubin(program, variant: str) -> Path:
-    """The cubin Triton builds for ``program`` (no GPU needed), saved under the build cache by content."""
+    """The cubin Triton builds for ``program`` (no GPU needed), saved in the build cache under its own
+    hash (Triton's cache decides when it is rebuilt; this gives it a stable path for the mapping run)."""
     import hashlib
 
-    from ...fsutil import atomic_write_bytes
-    from ..cuda.build import cache_dir
+    from ...build_cache import BuildSpec, fetch_or_build
 
     _, compiled = triton_compile(program, variant)
     data = compiled.asm["cubin"]
-    path = cache_dir() / "triton" / hashlib.sha256(data).hexdigest()[:24] / f"{program.name}.cubin"
-    if not path.is_file():
-        atomic_write_bytes(path, data)
-    return path
+    name = f"{program.name}.cubin"
+    spec = BuildSpec("triton", params={"cubin_sha256": hashlib.sha256(data).hexdigest(), "name": name})
+    return fetch_or_build(spec, (name,), lambda staging: (staging / name).write_bytes(data)).path(name)
 
 
 def run_triton_once(program, variant: str, *, rtol: float | None = None, check_jit: bool = True) -> dict:
