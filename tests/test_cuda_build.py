@@ -27,7 +27,7 @@ EXAMPLES = ROOT / "examples" / "cuda"
 SOURCES = {"nested_regions": EXAMPLES / "nested_regions.cu", "reference_execution": EXAMPLES / "reference_execution.cu"}
 MEMORY_OPS = re.compile(r"^(LD|ST|ATOM|RED|LDG|STG|LDS|STS|LDL|STL|CCTL|MEMBAR|ERRBAR)")
 
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+needs_nvcc = pytest.mark.skipif(tools.tool_or_none("nvcc") is None, reason="no nvcc where argus_rt.tools looks")
 
 
 @pytest.fixture(autouse=True)

@@ -1,19 +1,19 @@
 """The megakernel compiles for sm_90a in every Argus mode, without spills, with the loads we designed."""
 import re
-import shutil
 import subprocess
 
 import pytest
 
 from argus_rt.markers import marker_immediates
-from argus_rt.tools import find_tool
+from argus_rt.tools import find_tool, tool_or_none
 from megakernel.build import BuildError, build
 from megakernel.dag import TileShape
 from megakernel.regions import REGION_LEAVES, region_tree
 from megakernel.runtime import DoesNotFitError, check_fits, kernel_limits
 from tinyllama.config import get_config
 
-pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH to compile the megakernel")
+pytestmark = pytest.mark.skipif(tool_or_none("nvcc") is None,
+                                reason="needs nvcc (argus_rt.tools search order) to compile the megakernel")
 
 
 def _sass(cubin) -> str:
