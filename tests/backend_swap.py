@@ -14,7 +14,7 @@ from argus_rt.backends.base import BackendAdapter, get_backend, register_backend
 
 
 def _real_triton_trace():
-    from argus_rt.backends.trace import TritonProbeTrace
+    from argus_rt.kinds.triton.trace_adapter import TritonProbeTrace
 
     return TritonProbeTrace()
 

@@ -139,8 +139,8 @@ def test_a_published_region_trace_gives_the_same_facts_as_its_inline_document(tm
     """The Triton trace adapter publishes .npy columns + metadata; committed to a workspace and read by the
     latency rule they give exactly the facts the same evidence gave as one inline JSON document."""
     from argus_rt.backends.base import CollectContext
-    from argus_rt.backends.trace import TritonProbeTrace
     from argus_rt.kinds.triton import region_trace
+    from argus_rt.kinds.triton.trace_adapter import TritonProbeTrace
 
     pv = program()
     doc = region_doc(np.random.default_rng(3), pv)

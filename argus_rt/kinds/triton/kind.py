@@ -13,6 +13,6 @@ KIND = Kind(
     discover_async_sites="argus_rt.kinds.triton.discovery:discover_async_sites",
     forced_wait_probe="argus_rt.kinds.triton.probe_variant:build_forced_wait_probe",
     warm_up="argus_rt.kinds.triton.program:warm_up",  # importing Triton takes seconds
-    adapters={"trace": "argus_rt.backends.trace:TritonProbeTrace"},  # probes, traced reference, region trace
+    adapters={"trace": "argus_rt.kinds.triton.trace_adapter:TritonProbeTrace"},  # probes, traced reference, region trace
     launch_schema="program#/$defs/tritonLaunch",
 )
