@@ -135,7 +135,7 @@ def test_capability_and_context_come_from_the_driver_without_torch(tmp_path):
 
 
 def test_the_elf_listing_names_arch_and_functions():
-    from argus_rt.kinds.cuda.elf import elf_arch, elf_functions
+    from argus_rt.elf import elf_arch, elf_functions
 
     new = ("\n64-bit ELF: type=ET_EXEC, ABI=8, sm=90, toolkit=13.0, flags=0xa005a04\nSections:\n"
            "Index Offset   Size ES Align                      Type    Flags Link     Info Name\n"

@@ -194,7 +194,7 @@ def prebuild(program) -> Path | None:
 def kernel_symbol(cubin: Path, kernel: str) -> str:
     """The (mangled) symbol of ``kernel`` in ``cubin``, matched by :func:`kernel_key`: read from the
     cubin's code sections (``cuobjdump -elf``, milliseconds) rather than from its SASS."""
-    from .elf import cubin_elf, elf_functions
+    from ...elf import cubin_elf, elf_functions
 
     names = elf_functions(cubin_elf(cubin)) or list(parse_sass(disassemble(cubin)))
     if kernel in names:

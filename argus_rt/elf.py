@@ -1,4 +1,5 @@
-"""What a cubin's ELF says without disassembling it: its SASS architecture and its functions.
+"""What a cubin's ELF says without disassembling it: its SASS architecture and its functions (any kind's
+cubin: nvcc's, NVRTC's, Triton's or numba's).
 
 ``cuobjdump -elf`` prints the ELF header, section table and ``.nv.info`` attributes in milliseconds;
 ``cuobjdump -sass`` and ``nvdisasm`` start a disassembler that takes about a second before it prints
@@ -12,8 +13,8 @@ import os
 import re
 import subprocess
 
-from ...sass import SassParseError
-from ...tools import find_tool
+from .sass import SassParseError
+from .tools import find_tool
 
 # "64-bit ELF: type=ET_EXEC, ABI=8, sm=90, toolkit=13.0, ..." (CUDA 13) or "64bit elf: type=2, abi=7, sm=90a, ..."
 _HEADER_ARCH = re.compile(r"^\s*64-?bit elf:.*?\bsm=(\d+[af]?)\b", re.IGNORECASE | re.MULTILINE)
