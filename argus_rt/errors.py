@@ -14,13 +14,6 @@ class ArgusInputError(ValueError):
     """A user-supplied value is wrong; the message names it and the valid choices."""
 
 
-# Bad-input errors of library modules that do not (yet) derive from ArgusInputError, which the
-# commands used to catch one by one. Looked up only in modules already imported: an error of a
-# module nobody imported cannot have been raised.
-_INPUT_ERRORS = {
-    "argus_rt.kinds.triton.discovery": ("DiscoveryError", "TtgirError"),
-    "argus_rt.kinds.triton.kernel_check": ("ProbeError",),  # imported by kinds.triton.probes too
-}
 # A file the user named that is missing or unreadable is bad input too.
 _FILE_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 
@@ -29,9 +22,13 @@ def input_error_classes(extra: tuple = ()) -> tuple[type[BaseException], ...]:
     """Exception classes that mean "a value the user gave is wrong" (the CLI's exit 2, one line; the
     MCP server's tool error)."""
     found: list[type[BaseException]] = [ArgusInputError, *_FILE_ERRORS, *extra]
-    for module_name, names in _INPUT_ERRORS.items():
-        module = sys.modules.get(module_name)
-        found += [getattr(module, n) for n in names if module is not None and hasattr(module, n)]
+    # Program kinds name their other bad-input classes in the kind registry (Kind.input_errors). The
+    # registry sits above this module (it imports it), so it is looked up, not imported: kind modules are
+    # reached through the registry, and a command that imports one directly (argus discover on a .ttgir
+    # file) imports the registry too.
+    registry = sys.modules.get("argus_rt.kinds.registry")
+    if registry is not None:
+        found += registry.kind_input_errors()
     return tuple(found)
 
 

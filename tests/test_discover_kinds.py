@@ -55,3 +55,22 @@ def test_program_and_its_ttgir_file_print_the_same_sites(tmp_path, capsys):
     assert main(["discover", str(TRITON), "--region", region, "--emit-probe", "zz@1", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert "no async site 'zz' in region 'tma_matmul/kloop'; valid: 0x" in err and "(tma_load a)" in err
+
+
+def test_a_kinds_input_errors_come_from_the_registry(tmp_path, capsys):
+    pytest.importorskip("triton")
+    from argus_rt.errors import ArgusInputError, input_error_classes
+    from argus_rt.kinds.registry import find_kind, kind_input_errors
+    from argus_rt.kinds.triton.discovery import program_ttgir
+    from argus_rt.kinds.triton.kernel_check import ProbeError
+    from argus_rt.program import load_program
+
+    assert find_kind("triton").input_errors == ("argus_rt.kinds.triton.kernel_check:ProbeError",)
+    assert ProbeError in kind_input_errors() and ProbeError in input_error_classes()
+    assert not issubclass(ProbeError, ArgusInputError)  # so only the registry makes it bad input
+    ttgir, _ = program_ttgir(load_program(TRITON))
+    f = tmp_path / "k.ttgir"
+    f.write_text(ttgir)
+    assert main(["discover", str(f), "--iterations", "8", "--emit-probe", "a@99", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "iteration 99 is not served by op 0x" in err[0], err

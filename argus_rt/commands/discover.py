@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import ArgusInputError
+from ..kinds.registry import get_kind  # at the top, also for a .ttgir input: see argus_rt.errors
 from .output import STDOUT, human_console, write_json
 
 
@@ -67,7 +68,6 @@ def _ttgir_file(args, path: Path, probe: tuple[str, int] | None) -> tuple[dict, 
 
 # ---- a program: through its kind's hooks -------------------------------------------------------
 def _program(args, path: Path, probe: tuple[str, int] | None) -> tuple[dict, str | None]:
-    from ..kinds.registry import get_kind
     from ..mcp_server import async_sites
     from ..program import load_program
 

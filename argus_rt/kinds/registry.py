@@ -10,8 +10,8 @@ plan-time compile checks, the profiled runner (:mod:`argus_rt.kinds.run_variant`
 (:mod:`argus_rt.backends.pcmap`), the trace adapter (:mod:`argus_rt.backends.trace`) and the async
 discovery and probe handlers (:mod:`argus_rt.runtime.async_handlers`).
 
-A *capability* is the name of a :class:`Kind` field other than ``name``, ``runner_says``, ``adapters``
-and ``launch_schema`` (:data:`CAPABILITIES`): a kind has it when the flag is true or the hook is set
+A *capability* is the name of a :class:`Kind` field other than ``name``, ``runner_says``, ``adapters``,
+``launch_schema`` and ``input_errors`` (:data:`CAPABILITIES`): a kind has it when the flag is true or the hook is set
 (:meth:`Kind.has`).
 
 Adding a kind: its folder, and its line in :data:`KIND_MODULES`. A kind defined elsewhere (a plugin, a
@@ -20,6 +20,7 @@ test) is added with :func:`register_kind` and removed with :func:`unregister_kin
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
@@ -75,6 +76,8 @@ class Kind:
       import, so that the first collection does not pay for it; False when that is not installed;
     * ``adapters``: backend name -> ``"module:Class"`` of an adapter used for this kind instead of the
       shared one (instantiated and registered on first use);
+    * ``input_errors``: ``"module:Class"`` of the kind's bad-input exceptions that do not derive from
+      :class:`~argus_rt.errors.ArgusInputError` (looked up only in modules already imported);
     * ``launch_schema``: ``"<schema>#<JSON pointer>"``, the node of a published schema
       (``argus_rt/schemas/<schema>.schema.json``) that a program file's ``launch`` of this kind must
       match (checked by :func:`argus_rt.program.load_program`); None: the kind checks its launch itself.
@@ -109,6 +112,9 @@ class Kind:
     warm_up: str | None = None
     adapters: Mapping[str, str] = field(default_factory=dict)
     launch_schema: str | None = None
+    # "module:Class" of this kind's bad-input errors that do not derive from ArgusInputError: the CLI's
+    # one line and exit 2, the MCP server's tool error (argus_rt.errors.input_error_classes)
+    input_errors: tuple[str, ...] = ()
 
     def has(self, capability: str) -> bool:
         """Whether this kind has ``capability`` (one of :data:`CAPABILITIES`): the flag is true or the
@@ -129,9 +135,9 @@ class Kind:
         return fn(*args, **kwargs)
 
 
-# Kind fields that are capabilities (a flag or a hook); name, runner_says, adapters and launch_schema are not.
-CAPABILITIES: tuple[str, ...] = tuple(f.name for f in fields(Kind)
-                                      if f.name not in ("name", "runner_says", "adapters", "launch_schema"))
+# Kind fields that are capabilities (a flag or a hook); these are not.
+_NOT_CAPABILITIES = ("name", "runner_says", "adapters", "launch_schema", "input_errors")
+CAPABILITIES: tuple[str, ...] = tuple(f.name for f in fields(Kind) if f.name not in _NOT_CAPABILITIES)
 
 
 def check_capabilities(names) -> frozenset[str]:
@@ -193,6 +199,19 @@ def kinds_with(capabilities) -> frozenset[str]:
     """The names of the registered kinds that have every one of ``capabilities``."""
     needed = check_capabilities(capabilities)
     return frozenset(k.name for k in kinds() if all(getattr(k, c) for c in needed))
+
+
+def kind_input_errors() -> tuple[type[BaseException], ...]:
+    """Every kind's ``input_errors`` classes whose module is already imported (an error of a module
+    nobody imported cannot have been raised; importing it here would load a compiler)."""
+    found = []
+    for kind in kinds():
+        for ref in kind.input_errors:
+            module, _, name = ref.partition(":")
+            loaded = sys.modules.get(module)
+            if loaded is not None and hasattr(loaded, name):
+                found.append(getattr(loaded, name))
+    return tuple(found)
 
 
 def find_kind(name: str | None) -> Kind | None:
