@@ -15,4 +15,5 @@ KIND = Kind(
     warm_up="argus_rt.kinds.triton.program:warm_up",  # importing Triton takes seconds
     adapters={"trace": "argus_rt.kinds.triton.trace_adapter:TritonProbeTrace"},  # probes, traced reference, region trace
     launch_schema="program#/$defs/tritonLaunch",
+    input_errors=("argus_rt.kinds.triton.kernel_check:ProbeError",),  # a probe of an op or iteration it cannot take
 )
