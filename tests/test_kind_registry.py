@@ -209,7 +209,7 @@ def test_a_kinds_launch_schema_checks_its_programs_launch(tmp_path):
     for kind in registry.kinds():
         if kind.launch_schema:
             assert "$ref" in schema_at(kind.launch_schema), kind.name
-    assert {k.name for k in registry.kinds() if k.launch_schema} == {"cuda", "triton"}
+    assert {k.name for k in registry.kinds() if k.launch_schema} == {"cuda", "triton", "proton"}
     register_kind(Kind("fakelaunch", launch_schema="program#/$defs/cudaLaunch"))
     try:
         with pytest.raises(ProgramError, match=r"launch: missing required key\(s\) 'kernel'"):

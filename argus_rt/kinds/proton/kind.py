@@ -14,4 +14,5 @@ KIND = Kind(
     check_compiles="argus_rt.kinds.proton.scopes:check_program",
     compiler="argus_rt.kinds.triton.program:compiler_version",  # Proton ships inside Triton
     adapters={"trace": "argus_rt.backends.proton:ProtonScopeTrace"},
+    launch_schema="program#/$defs/tritonLaunch",  # a Triton launch: read by argus_rt.kinds.triton.program
 )
