@@ -23,9 +23,10 @@ built-in ones are registered for every kind and reach kind-specific work through
         for site in ctx.read_json("async_sites")["sites"]: ...
             builder.add(task); builder.feed(task)   # fed tasks become inputs of the Control's dependents
 
-Built-in names are imported lazily from :data:`BUILTIN_HANDLER_MODULES` on first use, so the
-modules there only need to register at import. Synthesis rules are registered the same way with
-``register_synthesis`` (``argus_rt.synthesis`` holds the built-in rules).
+The built-in handlers are registered by the modules :data:`argus_rt.builtin_handlers.BUILTIN_HANDLER_MODULES`
+lists (references, not names); the first lookup that misses imports that table, and with it those
+modules. Synthesis rules are registered the same way with ``register_synthesis`` (``argus_rt.synthesis``
+holds the built-in rules).
 
 A Transform that makes a program variant publishes a ``"program"`` output (``ctx.write_program``):
 the JSON of the :class:`ProgramVersion` it built, whose ``id`` must equal the id the planner
@@ -40,13 +41,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 HANDLER_KINDS = ("transform", "control", "expander", "synthesize")
-BUILTIN_HANDLER_MODULES = {
-    ("transform", "variant"): "argus_rt.runtime.builtin",
-    ("transform", "forced_wait_probe"): "argus_rt.runtime.async_handlers",
-    ("control", "async_discovery"): "argus_rt.runtime.async_handlers",
-    ("expander", "forced_wait_probes"): "argus_rt.probe_expander",
-    ("synthesize", "*"): "argus_rt.synthesis",
-}
+# The table of built-in handler modules. It sits above the runtime (its modules import this one to
+# register), so it is the one module the runtime imports by name, on the first lookup that misses.
+BUILTIN_HANDLERS = "argus_rt.builtin_handlers"
 
 
 class HandlerError(RuntimeError):
@@ -158,22 +155,23 @@ def unregister(kind: str, name: str) -> None:
         del _HANDLER_MODULES[key]
 
 
+def load_builtin_handlers() -> tuple:
+    """Import the built-in handler modules (registering their handlers); returns them."""
+    return importlib.import_module(BUILTIN_HANDLERS).BUILTIN_HANDLER_MODULES
+
+
+def _lookup(table: dict, kind: str, name: str, program_kind: str | None):
+    return table.get((kind, name, program_kind)) or table.get((kind, name, None))
+
+
 def get_handler(kind: str, name: str, program_kind: str | None = None) -> Callable:
     """The handler for ``(kind, name)``, specialised for ``program_kind`` when one is registered."""
-    for attempt in range(2):
-        fn = _HANDLERS.get((kind, name, program_kind)) or _HANDLERS.get((kind, name, None))
-        if fn is not None:
-            return fn
-        if attempt == 0:
-            module = BUILTIN_HANDLER_MODULES.get((kind, name)) or BUILTIN_HANDLER_MODULES.get((kind, "*"))
-            if module is None:
-                break
-            try:
-                importlib.import_module(module)
-            except ModuleNotFoundError as exc:
-                if exc.name != module:
-                    raise
-                raise UnknownHandlerError(f"{kind} handler {name!r} lives in {module}, which is not built yet") from None
+    fn = _lookup(_HANDLERS, kind, name, program_kind)
+    if fn is None:
+        load_builtin_handlers()
+        fn = _lookup(_HANDLERS, kind, name, program_kind)
+    if fn is not None:
+        return fn
     names = sorted({k[1] for k in _HANDLERS if k[0] == kind})
     kinds = sorted({str(k[2]) for k in _HANDLERS if k[0] == kind and k[1] == name})
     extra = f" (registered for program kinds {kinds}, not {program_kind!r})" if kinds else ""
@@ -182,5 +180,8 @@ def get_handler(kind: str, name: str, program_kind: str | None = None) -> Callab
 
 def handler_module(kind: str, name: str, program_kind: str | None = None) -> str | None:
     """Module to import in a fresh process so that the handler ``get_handler`` would pick is registered."""
-    return (_HANDLER_MODULES.get((kind, name, program_kind)) or _HANDLER_MODULES.get((kind, name, None))
-            or BUILTIN_HANDLER_MODULES.get((kind, name)))
+    module = _lookup(_HANDLER_MODULES, kind, name, program_kind)
+    if module is None:
+        load_builtin_handlers()
+        module = _lookup(_HANDLER_MODULES, kind, name, program_kind)
+    return module
