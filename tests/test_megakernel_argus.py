@@ -15,13 +15,13 @@ from argus_rt.kinds.cuda.run import (
     CudaLaunch,
     ProgramRunError,
     ReferenceMismatchError,
-    coordinate_columns,
     intervals_document,
 )
 from argus_rt.kinds.cuda.runner import RunnerContext, run_with_runner
 from argus_rt.program import ProgramError, load_program
 from argus_rt.query import make_plan
 from argus_rt.resources import csrc_dir
+from argus_rt.trace.intervals import coordinate_columns
 from megakernel.regions import REGION_LEAVES, coordinate, region_tree
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -74,7 +74,7 @@ def scope_columns(rows, doc: dict) -> dict:
     """The columns :func:`argus_rt.synthesis.scope_mask` reads, for occurrence ``rows``: their own, plus one
     per field of a packed coordinate (``doc``'s ``coord_fields``), as region_intervals holds them for the
     latency rule; without those a ``step``/``layer`` scope the report answered would be refused here."""
-    from ..kinds.cuda.run import coordinate_columns
+    from ..trace.intervals import coordinate_columns
 
     arrays = {k: rows[k].astype(np.int64) for k in ("region_id", "start", "end", "sm", "cta", "warp", "coord")}
     fields = doc.get("coord_fields") or {}

@@ -27,6 +27,13 @@ INTERVAL_DTYPE = np.dtype(
 )
 
 
+
+def coordinate_columns(coord, fields) -> dict[str, np.ndarray]:
+    """{name: that bit field of each packed coordinate} (the ``coord`` column) for ``fields`` =
+    ((name, lowest bit, width), ...), e.g. a megakernel's (step, layer) packed into one 32-bit coord."""
+    coord = np.asarray(coord, dtype=np.int64)
+    return {name: (coord >> low) & ((1 << width) - 1) for name, low, width in fields}
+
 @dataclass
 class Intervals:
     """Region occurrences of a trace.

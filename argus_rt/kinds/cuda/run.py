@@ -140,12 +140,6 @@ def _coord_fields(fields: dict) -> tuple[tuple[str, int, int], ...]:
     return tuple(sorted(out, key=lambda f: f[1]))  # lowest field first
 
 
-def coordinate_columns(coord: np.ndarray, fields) -> dict[str, np.ndarray]:
-    """{name: that bit field of each packed coordinate} for ``fields`` = ((name, lowest bit, width), ...)."""
-    coord = np.asarray(coord, dtype=np.int64)
-    return {name: (coord >> low) & ((1 << width) - 1) for name, low, width in fields}
-
-
 def _sources(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_file())
 
@@ -441,6 +435,8 @@ def _decoded(program, session, raw_trace: Path | None) -> dict:
 def intervals_document(intervals, trace, coord_kind: str | None = None, coord_fields=()) -> dict:
     """``argus.region_intervals/1`` from paired intervals (one row per occurrence). ``coord_fields``
     ((name, lowest bit, width), ...) adds one column per field of the packed coordinate."""
+    from ...trace.intervals import coordinate_columns
+
     rows = intervals.rows
     cols = {k: rows[k].astype(np.int64).tolist() for k in ("region_id", "start", "end", "sm", "cta", "warp", "coord")}
     cols.update({name: col.tolist() for name, col in coordinate_columns(rows["coord"], coord_fields).items()})
