@@ -6,7 +6,7 @@ import pytest
 
 from argus_rt.markers import marker_immediates
 from argus_rt.tools import find_tool, tool_or_none
-from megakernel.build import BuildError, build
+from megakernel.build import ARCH_FLAGS, CSRC, SOURCE, BuildError, build, build_spec
 from megakernel.dag import TileShape
 from megakernel.regions import REGION_LEAVES, region_tree
 from megakernel.runtime import DoesNotFitError, check_fits, kernel_limits
@@ -66,6 +66,20 @@ def test_cache_reuses_the_cubin(tmp_path):
     first = build(0, build_dir=tmp_path)
     again = build(0, build_dir=tmp_path)
     assert again.cached and again.cubin == first.cubin
+
+
+def test_the_build_spec_compiles_what_the_plain_nvcc_command_does(built, tmp_path):
+    """The megakernel's CudaBuildSpec (cache, include order, generated headers in the entry) changes no
+    instruction: its SASS equals that of nvcc run by hand with the megakernel's flags."""
+    if built.argus_mode != 1:
+        pytest.skip("one mode is enough: the others differ only in -DARGUS_MODE")
+    for name, text in build_spec(1).generated:
+        (tmp_path / name).write_text(text)
+    cubin = tmp_path / "plain.cubin"
+    cmd = [str(find_tool("nvcc")), "-cubin", *ARCH_FLAGS, "-O3", "-std=c++17", "-DARGUS_MODE=1", f"-I{CSRC}",
+           f"-I{CSRC / 'megakernel'}", f"-I{tmp_path}", "-o", str(cubin), str(SOURCE)]
+    subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert _sass(cubin) == _sass(built.cubin)
 
 
 def test_bad_mode_and_failing_nvcc(tmp_path):
