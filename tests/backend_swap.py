@@ -14,9 +14,9 @@ from argus_rt.backends.base import BackendAdapter, get_backend, register_backend
 
 
 def _real_triton_trace():
-    from argus_rt.kinds.triton.trace_adapter import TritonProbeTrace
+    from argus_rt.backends.trace import TraceAdapter
 
-    return TritonProbeTrace()
+    return TraceAdapter()  # the one trace adapter; Triton's runs are its kind's trace_run hook
 
 
 class StandinTritonTraceBase(BackendAdapter):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from argus_rt.evidence import EvidenceError, IterationWaits, OpEvents, PcCounters, RegionIntervals, check_recording_ctas
+from argus_rt.program import ProgramVersion
 from argus_rt.runtime.handlers import TaskContext, get_handler
 from argus_rt.tasks import Task
 from argus_rt.workspace import Workspace
@@ -136,20 +137,22 @@ def _commit_and_synthesize(tmp_path, files: dict, collect: Task, pv) -> dict:
 
 
 def test_a_published_region_trace_gives_the_same_facts_as_its_inline_document(tmp_path, monkeypatch):
-    """The Triton trace adapter publishes .npy columns + metadata; committed to a workspace and read by the
-    latency rule they give exactly the facts the same evidence gave as one inline JSON document."""
+    """The trace adapter on a Triton program (its kind's trace_run hook) publishes .npy columns + metadata;
+    committed to a workspace and read by the latency rule they give exactly the facts the same evidence
+    gave as one inline JSON document."""
     from argus_rt.backends.base import CollectContext
-    from argus_rt.kinds.triton import region_trace
-    from argus_rt.kinds.triton.trace_adapter import TritonProbeTrace
+    from argus_rt.backends.trace import TraceAdapter
+    from argus_rt.kinds.triton import region_trace, trace_run
 
-    pv = program()
+    pv = ProgramVersion.from_sources("k", {"k.cu": "x"}, kind="triton", regions=program().regions)
     doc = region_doc(np.random.default_rng(3), pv)
     monkeypatch.setattr(region_trace, "collect_triton_region_trace", lambda program, workdir, repeats: doc)
+    monkeypatch.setattr(trace_run, "require_hopper", lambda: None)  # the run itself is stood in for
     collect = Task(kind="collect", op="trace", program=pv.id, device="gpu", outputs=("region_intervals",))
     (tmp_path / "out").mkdir()
     ctx = CollectContext(task=collect, program=pv, config={}, scope=None, sampling={}, inputs={},
                          outdir=tmp_path / "out", device="")
-    files = TritonProbeTrace().collect(ctx)
+    files = TraceAdapter().collect(ctx)
     assert json.loads(Path(files["region_intervals"]).read_text())["format"] == "argus.region_intervals/2"
     assert {n for n in files if n.startswith("region_intervals.columns.")} == \
         {f"region_intervals.columns.{c}" for c in doc["columns"]}

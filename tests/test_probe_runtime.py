@@ -74,12 +74,15 @@ def test_expander_and_transform_make_sixteen_linked_probes(discovery_outputs, pr
         assert Path(out["cubin"]).stat().st_size > 0 and re.search(mark, Path(out["ttgir"]).read_text())
 
 
-def test_triton_probe_collect_adapter_is_registered(program):
+def test_triton_programs_use_the_one_trace_adapter_and_its_kind_hook(program, tmp_path, monkeypatch):
     import argus_rt.backends.trace  # noqa: F401  (registers the adapter)
-    from argus_rt.backends.base import get_backend
+    from argus_rt.backends.base import BackendUnavailableError, get_backend
+    from argus_rt.kinds import registry
+    from argus_rt.kinds.triton import trace_run
 
     adapter = get_backend("trace", "triton")
-    assert type(adapter).__name__ == "TritonProbeTrace" and adapter.outputs == ("op_events", "iteration_waits")
+    assert adapter is get_backend("trace", "cuda") and adapter.outputs == ("op_events", "iteration_waits")
+    assert registry.get_kind("triton").trace_run == "argus_rt.kinds.triton.trace_run:trace_run"
     # its effects are exactly what the planner declares for probe runs, so the worker accepts it
     from argus_rt.probe_expander import PROBE_EFFECTS
 
@@ -87,17 +90,24 @@ def test_triton_probe_collect_adapter_is_registered(program):
     adapter.validate_config({})  # region tracing (the latency recipe)
     assert adapter.effects_for({}) == {"perturbs_timing"}
     with pytest.raises(ValueError, match=r"\(region tracing\).*forced-wait probe"):
-        adapter.validate_config({"capacity": 256})
+        adapter.validate_config({"ring": 256})
     with pytest.raises(ValueError, match=r"'reference': one of \['iteration_waits'\]"):
         adapter.validate_config({"reference": "latency"})
     adapter.validate_config({"probe": {"op_id": "0x1", "iteration": 0}})
     adapter.validate_config({"reference": "iteration_waits"})
     assert adapter.effects_for({"reference": "iteration_waits"}) == {"perturbs_timing"}
-    ok, why = adapter.available()
+    assert adapter.effects_for({"probe": {"op_id": "0x1", "iteration": 0}}) == set(PROBE_EFFECTS)
+    # Triton's region trace records one timer per marker per CTA: a ring capacity is refused by the kind
+    with pytest.raises(ValueError, match=r"Triton region tracing takes no config .*'capacity': 256"):
+        trace_run.trace_run("region", program, tmp_path, config={"capacity": 256}, inputs={}, sampling={})
+    with pytest.raises(BackendUnavailableError, match=r"needs the 'ttgir' input .*inputs: \[\]"):
+        trace_run.trace_run("probe", program, tmp_path, config={"probe": {}}, inputs={}, sampling={})
     try:
         import torch
 
-        has_gpu = torch.cuda.is_available()
+        hopper = torch.cuda.is_available() and torch.cuda.get_device_capability(0)[0] == 9
     except ImportError:
-        has_gpu = False
-    assert ok == (has_gpu and torch.cuda.get_device_capability(0)[0] == 9) and (ok or why)
+        hopper = False
+    if not hopper:  # every Triton trace run is Hopper TTGIR: elsewhere it is unavailable, with the reason
+        with pytest.raises(BackendUnavailableError, match=r"no CUDA GPU|need a Hopper GPU"):
+            trace_run.require_hopper()

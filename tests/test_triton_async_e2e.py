@@ -83,7 +83,7 @@ def test_fresh_process_finds_the_triton_trace_adapter():
     code = ("from argus_rt.backends.base import get_backend, backend_module; "
             "a = get_backend('trace', 'triton'); print(type(a).__name__, backend_module('trace', 'triton'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert out.stdout.split() == ["TritonProbeTrace", "argus_rt.kinds.triton.trace_adapter"]
+    assert out.stdout.split() == ["TraceAdapter", "argus_rt.backends.trace"]
 
 
 def test_plan_uses_the_traced_iteration_reference(program):

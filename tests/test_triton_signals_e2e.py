@@ -16,10 +16,10 @@ import pytest
 pytest.importorskip("triton")
 
 from argus_rt.backends.base import register_backend  # noqa: E402
+from argus_rt.backends.trace import TraceAdapter  # noqa: E402
 from argus_rt.kinds.triton import probes as P  # noqa: E402
 from argus_rt.kinds.triton import region_trace as RT  # noqa: E402
 from argus_rt.kinds.triton.program import program_ttgir  # noqa: E402
-from argus_rt.kinds.triton.trace_adapter import TritonProbeTrace  # noqa: E402
 from argus_rt.program import load_program  # noqa: E402
 from argus_rt.scope import Scope  # noqa: E402
 from tests.backend_swap import StandinTritonTraceBase, standin_triton_trace  # noqa: E402
@@ -33,7 +33,7 @@ class ModeDispatchingTrace(StandinTritonTraceBase):
     """Stand-in with the real adapter's one-mode-per-run dispatch (``outputs_for`` and its refusal)."""
 
     def outputs_for(self, config):
-        return TritonProbeTrace().outputs_for(config)
+        return TraceAdapter().outputs_for(config)
 
     def collect(self, ctx):
         publishes = self.outputs_for(ctx.config)

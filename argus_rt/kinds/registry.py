@@ -55,6 +55,11 @@ class Kind:
       (``hands_over`` kinds): whether the profiled run saves its outputs for the parent to check;
     * ``trace(program, outdir, config) -> (argus.region_intervals/1 document, raw rings path)``: the
       traced variant's run for the shared ``trace`` adapter;
+    * ``trace_run(mode, program, outdir, *, config, inputs, sampling) -> inline evidence document``: the
+      shared ``trace`` adapter's runs for a kind whose runs need more than ``trace`` takes (its mode
+      ``"region"``, ``"reference"`` or ``"probe"``: argus.region_intervals/1, argus.iteration_waits/1 or
+      argus.op_events/1; ``inputs``: the task's input files, e.g. a probe's ``ttgir``); used instead of
+      ``trace`` when set;
     * ``check_compiles(program)``: plan time, raises a one-line error;
     * ``mapping_provenance(program) -> dict``: extra provenance of the mapping run;
     * ``runner_facts(result) -> dict``: extras of a run_once result the runner prints;
@@ -101,6 +106,7 @@ class Kind:
     saves_outputs: str | None = None
     check_saved_run: str | None = None
     trace: str | None = None
+    trace_run: str | None = None
     check_compiles: str | None = None
     mapping_provenance: str | None = None
     runner_facts: str | None = None
