@@ -5,7 +5,7 @@ cubin: nvcc's, NVRTC's, Triton's or numba's).
 ``cuobjdump -sass`` and ``nvdisasm`` start a disassembler that takes about a second before it prints
 anything. So a kernel's symbol, the binary's architecture and its indirect-branch targets
 (:func:`argus_rt.sass.parse_indirect_branch_targets`) come from one ``-elf`` listing, and the SASS
-from one ``nvdisasm -g`` run (:mod:`argus_rt.backends.pcmap`).
+from one ``nvdisasm -g`` run (the mapping run's :func:`argus_rt.backends.pcmap.read_cubin`).
 """
 from __future__ import annotations
 

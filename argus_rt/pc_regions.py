@@ -12,8 +12,9 @@ ln k when k regions share it equally. A region's entropy is the n-weighted mean 
 PCs it executes. Ratio metrics (e.g. predicated-off / executed) are lifted by attributing numerator
 and denominator separately and dividing per region (:meth:`PcRegionMap.attribute_ratio`).
 
-How the map is built (SASS markers + per-PC counts) is :mod:`argus_rt.backends.pcmap`'s job; this
-module only holds the map, so that analyses and synthesis need no backend to read one.
+How the map is built (SASS markers + per-PC counts) is :mod:`argus_rt.pc_region_analysis`'s job, from
+what the mapping run (:mod:`argus_rt.backends.pcmap`) collects; this module only holds the map, so that
+analyses and synthesis need no backend to read one.
 
 **Unknown PCs.** A PC the map does not know is treated as a PC that never ran in the mapping run:
 it has no owner. Its :meth:`PcRegionMap.alpha` is ``{}`` and its :meth:`PcRegionMap.entropy` 0.0,
