@@ -21,6 +21,12 @@ OP_EVENTS = {"format": "argus.op_events/1", "ctas": 2, "recorded": 2,
                          "cta": [0, 1]}}
 
 
+def fake_region_trace(program, outdir, config):
+    doc = {"format": "argus.region_intervals/1",
+           "columns": {"region_id": [1, 1], "start": [10, 12], "end": [25, 30], "warp": [0, 1]}}
+    return doc, outdir / "rings.bin"
+
+
 def fake_trace_run(mode, program, outdir, *, config, inputs, sampling):
     CALLS.append((mode, program.kind, dict(config), sorted(inputs), dict(sampling)))
     if mode == "probe":
@@ -33,15 +39,17 @@ def kinds():
     CALLS.clear()
     register_kind(Kind("runsall", traced=True, trace_run=f"{__name__}:fake_trace_run"))
     register_kind(Kind("nohooks", traced=True))
+    register_kind(Kind("tracesonly", traced=True, trace=f"{__name__}:fake_region_trace"))
     yield
+    registry.unregister_kind("tracesonly")
     registry.unregister_kind("runsall")
     registry.unregister_kind("nohooks")
 
 
-def _ctx(tmp_path, kind, config, outputs, inputs=None, sampling=None):
+def _ctx(tmp_path, kind, config, outputs, inputs=None, sampling=None, warp_roles=None):
     tree = RegionTree("k")
     tree.add("k/a")
-    pv = ProgramVersion.from_sources("k", {"k.cu": "x"}, kind=kind, regions=tree)
+    pv = ProgramVersion.from_sources("k", {"k.cu": "x"}, kind=kind, regions=tree, warp_roles=warp_roles)
     task = Task(kind="collect", op="trace", program=pv.id, device="gpu", config=config, outputs=outputs)
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
@@ -75,6 +83,15 @@ def test_a_kind_with_trace_run_runs_every_mode_and_gets_typed_evidence(kinds, tm
     assert OpEvents.from_outputs(files.get).columns["complete"].tolist() == [9, 15]
     files = TraceAdapter().collect(_ctx(tmp_path, "runsall", {}, ("region_intervals",)))
     assert "raw_trace" not in files and RegionIntervals.from_outputs(files.get).rows == 1
+
+
+def test_a_region_trace_carries_the_programs_declared_warp_roles(kinds, tmp_path):
+    roles = {"producer": [0], "consumer": [1]}
+    files = TraceAdapter().collect(_ctx(tmp_path, "tracesonly", {}, ("region_intervals",), warp_roles=roles))
+    assert RegionIntervals.from_outputs(files.get).warp_roles == roles and "raw_trace" in files
+    (tmp_path / "none").mkdir()
+    files = TraceAdapter().collect(_ctx(tmp_path / "none", "tracesonly", {}, ("region_intervals",)))
+    assert RegionIntervals.from_outputs(files.get).warp_roles == {}
 
 
 def test_two_merged_modes_and_missing_hooks_are_one_line_errors(kinds, tmp_path):

@@ -114,6 +114,10 @@ class TraceAdapter(BackendAdapter):
             return ctx.publish(evidence.from_document(doc, where))
         if mode == "region" and kind.trace is not None:
             doc, raw = kind.call("trace", ctx.program, Path(ctx.outdir), ctx.config)
+            # The program's declared warp roles travel with the per-warp intervals (a warp_role scope and the
+            # Perfetto tracks read them there); a kind that knows better sets its own.
+            if ctx.program.warp_roles and "warp_roles" not in doc:
+                doc = {**doc, "warp_roles": ctx.program.warp_roles}
             return {**ctx.publish(evidence.from_document(doc, where)), "raw_trace": raw}
         what = {"region": "region tracing", "reference": "the traced reference",
                 "probe": "forced-wait probe runs"}[mode]

@@ -2,8 +2,8 @@
 Transform, for every program kind with the matching hook (``discover_async_sites``,
 ``forced_wait_probe`` in :mod:`argus_rt.kinds.registry`; today the Triton kind's).
 
-Built-in handlers of the runtime, as :mod:`.builtin`'s ``variant`` is (``BUILTIN_HANDLER_MODULES`` in
-:mod:`.handlers` imports this module on first use); the work is the kind's, reached through the
+Built-in handlers of the runtime, as :mod:`.builtin`'s ``variant`` is (:mod:`argus_rt.builtin_handlers`
+lists this module; the runtime imports it on its first lookup that misses); the work is the kind's, reached through the
 registry, and the kinds import no runtime. A kind without the hook gets the registry's one-line error
 naming the kinds that have it; the planner refuses ``async_completion_latency`` for such a kind before
 any task runs.
