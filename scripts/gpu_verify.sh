@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One device call that re-checks the CPU-only work of a stop on the GPU: each named step runs its GPU tests
+# or benchmark with a time limit and leaves one line in $OUT/summary.txt (printed last).
+#   STEPS="kinds markers perfetto" ARGUS_COMMIT=<sha> bash scripts/gpu_verify.sh   (device machine, repo root)
+# kinds: the program-kind re-cut (typed evidence, one trace adapter, kind hooks, build cache);
+# markers: the marker paths' GPU tests and benchmarks/marker_cost.py; perfetto: the warp-role timeline of
+# tests/fixtures/ws_pipeline, kept as docs/perfetto/ws_pipeline_warp_roles.json under $OUT.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # before anything runs
+OUT_DEFAULT=/tmp/argus-verify
+source "$(dirname "$0")/gpu_env.sh"
+if ls .whl/mcp/*.whl >/dev/null 2>&1; then  # the MCP SDK for tests/test_mcp_gpu.py (not in the GPU image)
+  python3 -m pip install -q --no-index --find-links .whl/mcp --target /tmp/site-mcp mcp==2.3.0 && export PYTHONPATH=/tmp/site-mcp:$PYTHONPATH
+fi
+PYTEST=(python3 -m pytest -q -p no:cacheprovider -rs -m "gpu or gpu2")
+for s in ${STEPS:-kinds markers perfetto}; do
+  case $s in
+    kinds) step kinds "${KINDS_S:-330}" "${PYTEST[@]}" tests/test_proton_backend_gpu.py tests/test_e2e_query_gpu.py \
+             tests/test_kind_cupy_gpu.py tests/test_kind_numba_gpu.py tests/test_backend_trace_gpu.py tests/test_probe_gpu.py \
+             tests/test_probe_async_families_gpu.py tests/test_ground_truth_gpu.py tests/test_megakernel_argus_gpu.py \
+             tests/test_mcp_gpu.py tests/test_worker_warm.py ;;
+    markers) step marker_tests "${MARKERS_S:-150}" "${PYTEST[@]}" tests/test_marker_paths_gpu.py tests/test_trace_gpu.py \
+               tests/test_trace_regcursor_gpu.py
+             step marker_cost "${COST_S:-200}" python3 benchmarks/marker_cost.py --reps "${REPS:-100}"
+             tail -12 "$OUT/marker_cost.log" >> "$OUT/summary.txt"
+             cp benchmarks/results/marker_cost.json "$OUT/" 2>/dev/null ;;
+    perfetto) mkdir -p "$OUT/perfetto"
+              ARGUS_PERFETTO_EXAMPLE="$OUT/perfetto/ws_pipeline_warp_roles.json" \
+                step perfetto "${PERFETTO_S:-120}" python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_warp_roles_gpu.py ;;
+    *) echo "unknown step '$s'; valid: kinds markers perfetto" | tee -a "$OUT/summary.txt" ;;
+  esac
+  grep -hE "^(FAILED|ERROR) " "$OUT"/*.log 2>/dev/null | sort -u | cut -c1-300 >> "$OUT/summary.txt"
+done
+cat "$OUT/summary.txt"
