@@ -41,6 +41,7 @@ give, a ``warp_role`` scope that names different warps. A side with no value is
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -424,10 +425,11 @@ def _scope(scope) -> Scope:
 def compare(version_a, version_b, region: str | None = None, signals=("latency",), scope=None, *,
             repeats: int = DEFAULT_REPEATS, workspace=None, devices: list[str] | None = None,
             progress: bool = False, timeouts: dict | None = None, cpu_pool: str = "process",
-            resamples: int = RESAMPLES, seed: int = SEED) -> Comparison:
+            resamples: int = RESAMPLES, seed: int = SEED, runtime=None) -> Comparison:
     """Run both versions ``repeats`` times and compare them per (signal, region, metric) with the
     noise rule; see the module docstring. ``region``, ``signals``, ``scope``, ``workspace``,
-    ``devices``, ``timeouts`` and ``cpu_pool`` are as for :func:`argus_rt.query.query`."""
+    ``devices``, ``timeouts``, ``cpu_pool`` and ``runtime`` (an open engine to run on: then its
+    workspace is the one used) are as for :func:`argus_rt.query.query`."""
     from .query import default_workspace, make_plan
     from .query import query as run_query
     from .runtime.scheduler import Runtime
@@ -436,6 +438,8 @@ def compare(version_a, version_b, region: str | None = None, signals=("latency",
     repeats = check_repeats(repeats)
     _check_resamples(resamples)
     sigs, scope = _signal_list(signals), _scope(scope)
+    if runtime is not None:
+        workspace = runtime.ws
     ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace or default_workspace())
     try:
         pa, pb = resolve_version(version_a, ws), resolve_version(version_b, ws)
@@ -447,7 +451,8 @@ def compare(version_a, version_b, region: str | None = None, signals=("latency",
         if asked and not whole:
             for pv in (pa, pb):  # both validated before any run: a bad scope is one line, not a half-run
                 make_plan(pv, region, asked, scope)
-            with Runtime(ws, devices=devices, progress=progress, cpu_pool=cpu_pool) as rt:
+            with contextlib.nullcontext(runtime) if runtime is not None else \
+                    Runtime(ws, devices=devices, progress=progress, cpu_pool=cpu_pool) as rt:
                 for trial in range(repeats):
                     for side in (("a", "b") if trial % 2 == 0 else ("b", "a")):  # A B, B A, ...: drift cancels
                         rep = run_query(pa if side == "a" else pb, region, asked, scope, runtime=rt,

@@ -36,6 +36,7 @@ import json
 from pathlib import Path
 
 from . import __version__
+from .engines.shared import SharedEngine
 from .errors import ArgusInputError
 
 SUMMARY_CHARS = 12_000  # ~3k tokens of JSON: a summary answer stays under about 4k tokens
@@ -159,6 +160,8 @@ def build_server(workspace_dir: str | Path | None = None, imports=()):
     MCPServer, ToolError = _load_mcp()
     import_extensions(imports)
     workspace_dir = Path(workspace_dir) if workspace_dir else default_workspace()
+    # One engine for every query and compare of this server: its workers start once (argus mcp closes it).
+    engine = SharedEngine(workspace_dir)
     server = MCPServer(name="argus", version=__version__,
                        instructions="Region-level measurements of GPU kernels. list_programs, then list_regions; "
                                     "query answers signals per region with each value's qualification "
@@ -238,8 +241,8 @@ def build_server(workspace_dir: str | Path | None = None, imports=()):
             raise ArgusInputError(f"detail {detail!r} unknown; valid: {', '.join(DETAILS)}")
         pv = resolve_program(program, workspace_dir)
         await in_thread(check_compiles, pv)  # as `argus query`: a compile error is the tool's error, before any run
-        report = await in_thread(lambda: run_query(pv, region, signals or ["latency"], scope,
-                                                   workspace=workspace_dir))
+        report = await in_thread(lambda: engine.run(
+            lambda rt: run_query(pv, region, signals or ["latency"], scope, runtime=rt)))
         doc = report.to_dict()
         return doc if detail == "full" else summarise_report(doc)
 
@@ -293,8 +296,8 @@ def build_server(workspace_dir: str | Path | None = None, imports=()):
         versions = [resolve_version(v, workspace_dir) for v in (version_a, version_b)]
         for pv in versions:  # as `argus compare`
             await in_thread(check_compiles, pv)
-        result = await in_thread(lambda: run_compare(*versions, region, signals or ["latency"], scope,
-                                                     repeats=repeats, workspace=workspace_dir))
+        result = await in_thread(lambda: engine.run(
+            lambda rt: run_compare(*versions, region, signals or ["latency"], scope, repeats=repeats, runtime=rt)))
         return result.to_dict() if detail == "full" else result.summary()
 
     @server.resource("argus://schemas/report", mime_type="application/json")
@@ -314,4 +317,5 @@ def build_server(workspace_dir: str | Path | None = None, imports=()):
                                   "prerequisites": list(r.prerequisites)}
                            for name, r in sorted(recipes().items()) if r.public})
 
+    server.argus_engine = engine  # the caller closes it when the server stops (commands/mcp.py)
     return server

@@ -76,6 +76,9 @@ def test_every_tool_in_process(standins, tmp_path):  # noqa: F811
             assert "pc_region_map" not in catalogue and catalogue["instruction_mix"]["qualification"] == "attributed"
 
     anyio.run(session)
+    # every query (bad-input ones included) ran on the server's one engine: its workers started once
+    assert server.argus_engine.opened == 1
+    server.argus_engine.close()
 
 
 def test_discover_names_the_async_sites_of_a_triton_region(tmp_path):

@@ -25,8 +25,11 @@ def run(args) -> int:
     if args.http is not None and not 1 <= args.http <= 65535:
         raise ArgusInputError(f"--http port {args.http} must be 1..65535")
     server = build_server(workspace_path(args), imports=args.imports)
-    if args.http is None:
-        server.run("stdio")
-    else:
-        server.run("streamable-http", host="127.0.0.1", port=args.http)
+    try:
+        if args.http is None:
+            server.run("stdio")
+        else:
+            server.run("streamable-http", host="127.0.0.1", port=args.http)
+    finally:
+        server.argus_engine.close()  # the workers the queries shared
     return 0
