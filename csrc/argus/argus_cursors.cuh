@@ -379,6 +379,9 @@ __device__ __noinline__ void emit_slow(argus_u32 kind, argus_u32 id, argus_u32 c
 #endif
 }
 
+/* The fast path stores written and dropped with one base address (dropped at written + 4). */
+static_assert(ARGUS_RING_DROPPED_OFFSET == ARGUS_RING_WRITTEN_OFFSET + 4, "ring header: dropped follows written");
+
 /* One marker. Fast path: the whole warp (all 32 lanes active) at a ready cursor of the default clock.
  * The clock is read first, alongside the cursor load; the count is bumped with a plain shared store
  * (with all 32 lanes here, no other lane group of the warp can run at the same time) and the header's
