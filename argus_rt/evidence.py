@@ -504,7 +504,64 @@ class PcCounters(Evidence):
         return {n: self.metrics[f"m{i}"] for i, n in enumerate(self.metric_names)}
 
 
-EVIDENCE_TYPES: tuple[type[Evidence], ...] = (RegionIntervals, OpEvents, IterationWaits, PcCounters)
+_TIMELINE_COLUMNS = {"name": "str", "category": "str", "start_ns": "number", "end_ns": "number", "device": "int",
+                     "stream": "int", "step": "int"}
+_TIMELINE_DEFAULTS = {"name": "?", "category": "other"}  # what readers of the inline rows assumed when absent
+
+
+@dataclass(frozen=True)
+class SystemTimeline(Evidence):
+    """Device-side events of one system trace (kernels, copies, NCCL phases), one row per event by start:
+    ``events``: ``name``, ``category`` (``kernel``, ``nccl``, ``memcpy``, ``memset``, ``annotation``),
+    ``start_ns``, ``end_ns``, optional ``device``, ``stream`` and ``step`` (the program step the event
+    belongs to; a timeline tags every event or none). ``tool``: what traced it."""
+
+    FORMAT: ClassVar[str] = "argus.system_timeline/2"
+    LEGACY: ClassVar[str] = "argus.system_timeline/1"
+    OUTPUT: ClassVar[str] = "system_timeline"
+    TABLES: ClassVar[dict] = {"events": TableSpec(_TIMELINE_COLUMNS, ("name", "category", "start_ns", "end_ns"))}
+    META: ClassVar[dict] = {"tool": "str?", "notes": "str"}
+
+    events: dict
+    tool: str | None = None
+    notes: str = ""
+    details: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_document(cls, doc, where: str = "evidence document"):
+        """The inline ``argus.system_timeline/1`` document: ``{"events": [{"name", "category", "start_ns",
+        "end_ns", "device", "stream", "step"?}, ...], "tool", "notes"}``, one object per event."""
+        _check_format(doc, cls.LEGACY, where)
+        rows = doc.get("events", [])
+        if not (isinstance(rows, list) and all(isinstance(r, dict) for r in rows)):
+            raise EvidenceError(f"{where}: field 'events' is {_shown(rows)}, expected a list of objects")
+        keys = sorted({k for r in rows for k in r} | set(cls.TABLES["events"].required))
+        columns = {}
+        for key in keys:
+            if key not in _TIMELINE_COLUMNS:
+                raise EvidenceError(f"{where}: event field {key!r} unknown; valid: {', '.join(_TIMELINE_COLUMNS)}")
+            missing = next((n for n, r in enumerate(rows) if key not in r), None)
+            if missing is not None and key not in _TIMELINE_DEFAULTS:
+                raise EvidenceError(f"{where}: event {missing} has no {key!r} (every event needs start_ns and "
+                                    "end_ns, and an optional field in every event or none)")
+            columns[key] = [r.get(key, _TIMELINE_DEFAULTS.get(key)) for r in rows]
+        inline = {"format": cls.LEGACY, "events": columns, **{k: v for k, v in doc.items() if k not in ("format", "events")}}
+        return super().from_document(inline, where)
+
+    def document(self, *, lists: bool = False) -> dict:
+        """The inline ``argus.system_timeline/1`` view, one object per event (plain values)."""
+        cols = {c: a.tolist() for c, a in self.events.items()}
+        rows = [dict(zip(cols, values)) for values in zip(*cols.values())]
+        return {"format": self.LEGACY, "tool": self.tool, "notes": self.notes, "events": rows, **self.details}
+
+    def check(self, where: str) -> None:
+        if "start_ns" in self.events and bool((self.events["end_ns"] < self.events["start_ns"]).any()):
+            row = int(np.argmax(self.events["end_ns"] < self.events["start_ns"]))
+            raise EvidenceError(f"{where}: event {row} ends before it starts (start_ns "
+                                f"{self.events['start_ns'][row]}, end_ns {self.events['end_ns'][row]})")
+
+
+EVIDENCE_TYPES: tuple[type[Evidence], ...] = (RegionIntervals, OpEvents, IterationWaits, PcCounters, SystemTimeline)
 
 
 def evidence_type(output: str) -> type[Evidence]:

@@ -33,6 +33,7 @@ from .evidence import (
     OpEvents,
     PcCounters,
     RegionIntervals,
+    SystemTimeline,
     check_recording_ctas,
 )
 from .pc_regions import UNMAPPED, PcMapError, PcRegionMap
@@ -617,17 +618,18 @@ def _join_traced_loop(ctx, reference: dict, site: dict, op_id: str, it: int, ev:
 def synth_system_timeline(ctx) -> dict:
     """Total time and count per (category, name) of system events; optional ``step`` selection."""
     facts = _Facts(ctx)
-    src = _one_dep_with_output(ctx, "system_timeline", "system timeline synthesis", "system timeline")
+    src, timeline = _one_evidence(ctx, SystemTimeline, "system timeline synthesis")
     facts.cite(src)
-    doc = _load(ctx.input_of(src.id, "system_timeline"), "argus.system_timeline/1")
+    events = timeline.events
     step = ctx.task.scope.get("step")
-    if step is not None and not any("step" in ev for ev in doc.get("events", [])):
+    if step is not None and "step" not in events:
         raise ScopeError("system_timeline: scope step needs events tagged with their step; this timeline has none")
     groups: dict = defaultdict(list)
-    for ev in doc.get("events", []):
-        if step is not None and ev.get("step") != step:
+    for row in range(timeline.rows):
+        if step is not None and events["step"][row] != step:
             continue
-        groups[(ev.get("category", "other"), ev.get("name", "?"))].append(float(ev["end_ns"]) - float(ev["start_ns"]))
+        groups[(str(events["category"][row]), str(events["name"][row]))].append(
+            float(events["end_ns"][row]) - float(events["start_ns"][row]))
     for (cat, name), durs in sorted(groups.items()):
         facts.add(None, f"{cat}:{name}", sum(durs), samples=len(durs), method="system trace",
                   notes=[f"mean {sum(durs) / len(durs):.1f} ns per event"])

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from argus_rt.evidence import Evidence, SystemTimeline
 from argus_rt.program import IncompatibleVersionsError, ProgramVersion
 from argus_rt.regions import RegionTree
 from argus_rt.runtime.handlers import TaskContext, get_handler
@@ -23,11 +24,16 @@ def program() -> ProgramVersion:
 
 
 def run_rule(tmp_path, rule, task, deps, pv=None, programs=None):
-    """deps: {task: {output name: doc}} written as JSON inputs."""
+    """deps: {task: {output name: doc}} written as JSON inputs; a typed doc (an Evidence) is saved as
+    its .npy columns plus metadata, each file an input, as a collection publishes it."""
     pv = pv or program()
     inputs = {}
     for dep, outs in deps.items():
         for name, doc in outs.items():
+            if isinstance(doc, Evidence):
+                saved = doc.save(tmp_path / f"{dep.id}-{name}")
+                inputs.update({f"{dep.id}/{n}": f for n, f in saved.items()})
+                continue
             p = tmp_path / f"{dep.id}-{name}.json"
             p.write_text(json.dumps(doc))
             inputs[f"{dep.id}/{name}"] = p
@@ -228,3 +234,9 @@ def test_system_timeline_totals_and_step_selection(tmp_path):
                                                                 for e in events]}
     with pytest.raises(ScopeError, match="needs events tagged with their step"):
         run_rule(tmp_path, "system_timeline", task, {collect: {"system_timeline": untagged}})
+    # the same events published typed (.npy columns + meta.json) give the same facts as the inline document
+    typed = SystemTimeline.from_document(doc)
+    assert typed.events["step"].dtype == np.int64 and typed.rows == len(events)
+    again = run_rule(tmp_path, "system_timeline", task, {collect: {"system_timeline": typed}})
+    assert [(v["metric"], v["value"], v["samples"], v["notes"]) for v in again["values"]] == \
+        [(v["metric"], v["value"], v["samples"], v["notes"]) for v in facts["values"]]

@@ -1,11 +1,14 @@
 """System-trace parsing on a real 2xH200 torch.profiler capture, and nsys detection (CPU)."""
 import json
+from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from argus_rt.backends import systrace
 from argus_rt.backends.base import BackendUnavailableError
+from argus_rt.evidence import EvidenceError, SystemTimeline
 
 FIX = Path(__file__).parent / "fixtures" / "device_capture"
 
@@ -39,8 +42,45 @@ def test_phase_summary_and_document():
     assert s["categories"]["nccl"]["count"] == 1 and s["categories"]["nccl"]["busy_ns"] == _nccl_kernel_ns()
     assert s["categories"]["kernel"]["busy_ns"] <= s["categories"]["kernel"]["sum_ns"]
     assert s["nccl_compute_overlap_ns"] == 0  # the all-reduce ran after the matmuls
-    doc = systrace.timeline_document(events, tool="torch_profiler")
-    assert doc["format"] == "argus.system_timeline/1" and doc["events"][0]["start_ns"] == events[0].start_ns
+
+def test_timeline_is_published_as_typed_columns_and_read_back(tmp_path):
+    events = systrace.parse_kineto_trace(_doc())
+    files = systrace.timeline_evidence(events, tool="torch_profiler").save(tmp_path / "tl")
+    assert set(files) == {"system_timeline", *(f"system_timeline.events.{c}" for c in
+                                               ("name", "category", "start_ns", "end_ns", "device", "stream"))}
+    assert json.loads(files["system_timeline"].read_text())["format"] == "argus.system_timeline/2"
+    back = SystemTimeline.from_outputs(files.get)
+    assert back.tool == "torch_profiler" and back.events["start_ns"].dtype == np.int64
+    assert back.document(lists=True)["events"] == [asdict(e) for e in events]
+    # an older workspace's inline document reads back to the same evidence
+    old = SystemTimeline.from_document(json.loads(json.dumps(back.document(lists=True))))
+    assert {c: a.tolist() for c, a in old.events.items()} == {c: a.tolist() for c, a in back.events.items()}
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(tool=3), r"meta.json: field 'tool' is 3, expected a string or null$"),
+    (lambda d: d["tables"]["events"].pop("end_ns"), r"meta.json: missing column\(s\) \['end_ns'\]"),
+    (lambda d: d["tables"]["events"].update(colour={"dtype": "<i8", "length": 6}),
+     r"meta.json: unknown column 'colour' in 'events'; valid: name, category, start_ns"),
+])
+def test_bad_timeline_metadata_is_one_line_naming_the_file_and_field(tmp_path, edit, message):
+    files = systrace.timeline_evidence(systrace.parse_kineto_trace(_doc()), tool="torch_profiler").save(tmp_path)
+    meta = json.loads(files["system_timeline"].read_text())
+    edit(meta)
+    files["system_timeline"].write_text(json.dumps(meta))
+    with pytest.raises(EvidenceError, match=message) as info:
+        SystemTimeline.load(tmp_path)
+    assert "\n" not in str(info.value) and str(tmp_path) in str(info.value)
+
+
+def test_inline_timeline_rows_must_share_their_fields():
+    rows = [{"name": "k", "category": "kernel", "start_ns": 0, "end_ns": 5, "step": 0},
+            {"name": "k", "category": "kernel", "start_ns": 5, "end_ns": 9}]
+    with pytest.raises(EvidenceError, match=r"doc: event 1 has no 'step'"):
+        SystemTimeline.from_document({"format": "argus.system_timeline/1", "events": rows}, "doc")
+    rows[1]["step"], rows[1]["end_ns"] = 0, 4
+    with pytest.raises(EvidenceError, match=r"doc: event 1 ends before it starts \(start_ns 5, end_ns 4\)"):
+        SystemTimeline.from_document({"format": "argus.system_timeline/1", "events": rows}, "doc")
 
 
 def test_union_counts_overlap_once():

@@ -2,7 +2,7 @@
 
 Default tool: **torch.profiler** (Kineto over CUPTI), in-process. :func:`profile_callable` runs a
 Python callable under the profiler and saves Kineto's Chrome-trace JSON; :func:`parse_kineto_trace`
-turns that JSON into ``argus.system_timeline/1`` events. Kineto writes ``ts``/``dur`` in microseconds
+turns that JSON into events, published as :class:`~argus_rt.evidence.SystemTimeline` evidence. Kineto writes ``ts``/``dur`` in microseconds
 with nanosecond decimals; Argus stores integer nanoseconds. Categories:
 
 * ``kernel``  device kernels (``cat == "kernel"``), except NCCL's, which are ``nccl``
@@ -23,14 +23,16 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
+from ..evidence import SystemTimeline
 from ..gpu_env import multicast_off_env
 from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend
 
-TIMELINE_FORMAT = "argus.system_timeline/1"
 CATEGORIES = ("kernel", "nccl", "memcpy", "memset", "annotation")
 _KINETO_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
                       "gpu_user_annotation": "annotation"}
@@ -84,9 +86,13 @@ def parse_kineto_trace(doc: dict) -> list[TimelineEvent]:
     return sorted(events, key=lambda ev: (ev.start_ns, ev.end_ns))
 
 
-def timeline_document(events: list[TimelineEvent], *, tool: str, notes: str = "") -> dict:
-    """The ``argus.system_timeline/1`` document."""
-    return {"format": TIMELINE_FORMAT, "tool": tool, "notes": notes, "events": [asdict(e) for e in events]}
+def timeline_evidence(events: list[TimelineEvent], *, tool: str, notes: str = "") -> SystemTimeline:
+    """The typed timeline of ``events`` (one column per :class:`TimelineEvent` field)."""
+    columns = {"name": np.array([e.name for e in events], dtype=str),
+               "category": np.array([e.category for e in events], dtype=str),
+               **{f: np.array([getattr(e, f) for e in events], dtype=np.int64)
+                  for f in ("start_ns", "end_ns", "device", "stream")}}
+    return SystemTimeline(events=columns, tool=tool, notes=notes)
 
 
 def _union_ns(intervals: list[tuple[int, int]]) -> int:
@@ -225,8 +231,7 @@ class SystraceAdapter(BackendAdapter):
         fn = getattr(importlib.import_module(mod_name), fn_name)
         raw = profile_callable(fn, outdir)
         events = parse_kineto_trace(json.loads(raw.read_text()))
-        return {"system_timeline": ctx.write_json("system_timeline", timeline_document(events, tool="torch_profiler")),
-                "kineto_trace": raw}
+        return {**ctx.publish(timeline_evidence(events, tool="torch_profiler")), "kineto_trace": raw}
 
 
 register_backend(SystraceAdapter())
