@@ -549,7 +549,8 @@ class SystemTimeline(Evidence):
         return super().from_document(inline, where)
 
     def document(self, *, lists: bool = False) -> dict:
-        """The inline ``argus.system_timeline/1`` view, one object per event (plain values)."""
+        """The inline ``argus.system_timeline/1`` view, one object per event (plain values whatever
+        ``lists`` says: an event mixes columns)."""
         cols = {c: a.tolist() for c, a in self.events.items()}
         rows = [dict(zip(cols, values)) for values in zip(*cols.values())]
         return {"format": self.LEGACY, "tool": self.tool, "notes": self.notes, "events": rows, **self.details}
@@ -561,7 +562,113 @@ class SystemTimeline(Evidence):
                                 f"{self.events['start_ns'][row]}, end_ns {self.events['end_ns'][row]})")
 
 
-EVIDENCE_TYPES: tuple[type[Evidence], ...] = (RegionIntervals, OpEvents, IterationWaits, PcCounters, SystemTimeline)
+@dataclass(frozen=True)
+class PcRegionCounts(Evidence):
+    """The PC-to-region map n(r, p) of one kernel as a mapping run measured it (read as a map by
+    :meth:`argus_rt.pc_regions.PcRegionMap.from_evidence`).
+
+    ``entries``: one row per (PC, leaf region): ``pc`` (key ``<function>@0x<offset>``), ``region`` (its
+    ID; 0: outside every region), ``count`` (executions). ``stacks`` (absent in leaf-only maps, e.g.
+    NVBit's): one row per (PC, region stack), ``pc``, ``depth``, ``count``; the stacks' region IDs, outer
+    first, follow one another in ``stack_regions.region`` (row i's are the ``depth[i]`` after the
+    previous rows'). ``pc_methods``: how each PC's owner was found; ``opcodes``: each PC's opcode.
+    ``source_file_attribution``: ``{metric: {file: count}}``, plain ``-lineinfo`` attribution of the same
+    counts ({}: none); ``provenance``: the mapping run (binary, ncu command, step seconds)."""
+
+    FORMAT: ClassVar[str] = "argus.pc_region_counts/2"
+    LEGACY: ClassVar[str] = "argus.pc_region_counts/1"
+    OUTPUT: ClassVar[str] = "pc_region_counts"
+    TABLES: ClassVar[dict] = {
+        "entries": TableSpec({"pc": "str", "region": "int", "count": "number"}, ("pc", "region", "count")),
+        "stacks": TableSpec({"pc": "str", "depth": "int", "count": "number"}, ()),
+        "stack_regions": TableSpec({"region": "int"}, ()),
+        "pc_methods": TableSpec({"pc": "str", "method": "str"}, ()),
+        "opcodes": TableSpec({"pc": "str", "opcode": "str"}, ())}
+    META: ClassVar[dict] = {"method": "str", "kernel": "str?", "source_file_attribution": "dict", "notes": "strs",
+                            "provenance": "dict?"}
+
+    entries: dict
+    stacks: dict = field(default_factory=dict)
+    stack_regions: dict = field(default_factory=dict)
+    pc_methods: dict = field(default_factory=dict)
+    opcodes: dict = field(default_factory=dict)
+    method: str = "unknown"
+    kernel: str | None = None
+    source_file_attribution: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    provenance: dict | None = None
+    details: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_document(cls, doc, where: str = "evidence document"):
+        """The inline ``argus.pc_region_counts/1`` document: ``{"entries": [[pc, region, n], ...], "stacks":
+        [[pc, [region, ...], n], ...], "pc_methods": {pc: method}, "opcodes": {pc: opcode}, "method",
+        "kernel", ...}``."""
+        _check_format(doc, cls.LEGACY, where)
+        entries = _rows(doc, "entries", where, lambda r: len(r) == 3, "[pc, region, n]")
+        stacks = _rows(doc, "stacks", where, lambda r: len(r) == 3 and isinstance(r[1], list), "[pc, [region, ...], n]")
+        named = {}
+        for name in ("pc_methods", "opcodes"):
+            named[name] = doc.get(name, {})
+            if not isinstance(named[name], dict):
+                raise EvidenceError(f"{where}: field {name!r} is {_shown(named[name])}, expected an object {{pc: str}}")
+        notes = doc.get("notes", [])
+        inline = {"format": cls.LEGACY,
+                  "entries": {"pc": [r[0] for r in entries], "region": [r[1] for r in entries],
+                              "count": [r[2] for r in entries]},
+                  "stacks": {"pc": [r[0] for r in stacks], "depth": [len(r[1]) for r in stacks],
+                             "count": [r[2] for r in stacks]} if stacks else {},
+                  "stack_regions": {"region": [rid for r in stacks for rid in r[1]]} if stacks else {},
+                  "pc_methods": {"pc": list(named["pc_methods"]), "method": list(named["pc_methods"].values())},
+                  "opcodes": {"pc": list(named["opcodes"]), "opcode": list(named["opcodes"].values())},
+                  # NVBit's maps wrote their one note as a string
+                  "notes": [notes] if isinstance(notes, str) else notes,
+                  **{k: v for k, v in doc.items() if k not in (*cls.TABLES, "format", "notes")}}
+        return super().from_document(inline, where)
+
+    def document(self, *, lists: bool = False) -> dict:
+        """The inline ``argus.pc_region_counts/1`` view, what :meth:`from_document` reads (plain values
+        whatever ``lists`` says: its rows mix a column's values with other columns')."""
+        col = {t: {c: a.tolist() for c, a in getattr(self, t).items()} for t in self.TABLES}
+        e, s = col["entries"], col["stacks"]
+        regions, stacks, at = col["stack_regions"].get("region", []), [], 0
+        for pc, depth, n in zip(s.get("pc", []), s.get("depth", []), s.get("count", [])):
+            stacks.append([pc, regions[at:at + depth], n])
+            at += depth
+        return {"format": self.LEGACY, "method": self.method, "kernel": self.kernel,
+                "entries": [list(r) for r in zip(e["pc"], e["region"], e["count"])], "stacks": stacks,
+                "pc_methods": dict(zip(col["pc_methods"].get("pc", []), col["pc_methods"].get("method", []))),
+                "opcodes": dict(zip(col["opcodes"].get("pc", []), col["opcodes"].get("opcode", []))),
+                "source_file_attribution": self.source_file_attribution, "notes": self.notes,
+                "provenance": self.provenance, **self.details}
+
+    def check(self, where: str) -> None:
+        for table, needed in (("stacks", ("pc", "depth", "count")), ("pc_methods", ("pc", "method")),
+                              ("opcodes", ("pc", "opcode"))):
+            cols = getattr(self, table)
+            if cols and not set(needed) <= set(cols):
+                raise EvidenceError(f"{where}: table {table!r} needs columns {', '.join(needed)}; present: "
+                                    f"{sorted(cols)}")
+        depth = self.stacks.get("depth", np.zeros(0, dtype=np.int64))
+        regions = len(self.stack_regions.get("region", ()))
+        if (depth < 0).any() or int(depth.sum()) != regions:
+            raise EvidenceError(f"{where}: the stacks' depths add up to {int(depth.sum())}, but 'stack_regions' "
+                                f"holds {regions} region IDs")
+
+
+def _rows(doc: dict, name: str, where: str, ok: Callable[[list], bool], shape: str) -> list:
+    """The rows of inline list field ``name``, each a list of the documented ``shape``."""
+    rows = doc.get(name) or []
+    if not isinstance(rows, list):
+        raise EvidenceError(f"{where}: field {name!r} is {_shown(rows)}, expected a list of {shape}")
+    for n, row in enumerate(rows):
+        if not (isinstance(row, list) and ok(row)):
+            raise EvidenceError(f"{where}: {name}[{n}] is {_shown(row)}, expected {shape}")
+    return rows
+
+
+EVIDENCE_TYPES: tuple[type[Evidence], ...] = (RegionIntervals, OpEvents, IterationWaits, PcCounters, SystemTimeline,
+                                                PcRegionCounts)
 
 
 def evidence_type(output: str) -> type[Evidence]:

@@ -25,14 +25,10 @@ PCs are offsets inside one function.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Mapping
 
-from .fsutil import atomic_write_text
 from .sass import kernel_key, parse_pc_key, pc_key
 
 UNMAPPED = "<unmapped>"
@@ -216,7 +212,10 @@ class PcRegionMap:
 
     # ---- evidence file --------------------------------------------------------------------
     def to_evidence(self) -> dict:
-        """The ``argus.pc_region_counts/1`` document (leaf entries, plus full stacks and per-PC methods)."""
+        """The ``argus.pc_region_counts/1`` document (leaf entries, plus full stacks and per-PC methods):
+        the inline shape; a collection publishes it typed (``PcRegionCounts.from_document(doc)``,
+        :mod:`argus_rt.evidence`, which sits above this module), and ``from_evidence`` reads that
+        evidence's ``document()``."""
         entries, stacks, methods = [], [], {}
         for pc in sorted(self.pcs):
             o = self.pcs[pc]
@@ -254,9 +253,6 @@ class PcRegionMap:
             own.stacks[stack] = own.stacks.get(stack, 0.0) + _count(n, f"stack={list(stack)}, pc={key}")
         opcodes = {_parse_key(k)[1]: v for k, v in doc.get("opcodes", {}).items()}
         return cls(kernel, method, pcs, opcodes)
-
-    def save(self, path: str | os.PathLike) -> None:
-        atomic_write_text(Path(path), json.dumps(self.to_evidence()) + "\n")
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from .evidence import (
     IterationWaits,
     OpEvents,
     PcCounters,
+    PcRegionCounts,
     RegionIntervals,
     SystemTimeline,
     check_recording_ctas,
@@ -233,17 +234,16 @@ def synth_latency(ctx) -> dict:
 def synth_pc_region_map(ctx) -> dict:
     """Validate n(r,p) and publish it with per-region entropy (whole program)."""
     facts = _Facts(ctx)
-    src = _one_dep_with_output(ctx, "pc_region_counts", "pc_region_map synthesis", "mapping collection")
+    src, counts = _one_evidence(ctx, PcRegionCounts, "pc_region_map synthesis")
     facts.cite(src)
-    doc = _load(ctx.input_of(src.id, "pc_region_counts"), "argus.pc_region_counts/1")
-    pmap = _map_of(doc)
+    pmap = _map_of(counts.document())
     names = {r.id: r.name for r in ctx.program.regions}
     for rid, h in sorted(pmap.region_entropy().items(), key=lambda kv: str(kv[0])):
         facts.add(names.get(rid, f"0x{int(rid):08x}"), "entropy", h, method=pmap.method, unit="nats")
     facts.extra = {"map": pmap.to_evidence(), "map_program": src.program, "shared_pcs": len(pmap.shared_pcs()),
                    # plain -lineinfo view of the mapping run's counts {metric: {file: count}} ({} = none)
-                   "source_file_attribution": doc.get("source_file_attribution") or {},
-                   "map_notes": list(doc.get("notes", [])),
+                   "source_file_attribution": counts.source_file_attribution,
+                   "map_notes": list(counts.notes),
                    # H(p) of every shared PC (all others are 0), with its owners' shares
                    "pc_entropy": {pc_key(pmap.kernel, pc): {"entropy_nats": pmap.entropy(pc),
                                             "alpha": {names.get(r, str(r)): a for r, a in pmap.alpha(pc).items()}}

@@ -7,7 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from argus_rt.evidence import EvidenceError, IterationWaits, OpEvents, PcCounters, RegionIntervals, check_recording_ctas
+from argus_rt.evidence import (
+    EvidenceError,
+    IterationWaits,
+    OpEvents,
+    PcCounters,
+    PcRegionCounts,
+    RegionIntervals,
+    check_recording_ctas,
+)
 from argus_rt.program import ProgramVersion
 from argus_rt.runtime.handlers import TaskContext, get_handler
 from argus_rt.tasks import Task
@@ -168,6 +176,56 @@ def test_a_published_region_trace_gives_the_same_facts_as_its_inline_document(tm
 
     assert values(typed) == values(inline) and typed["extra"] == inline["extra"]
     assert any(v[1] == "mean" and v[2] for v in values(typed)) and "2 records were dropped" in typed["values"][0]["notes"][0]
+
+
+MAP = {"format": "argus.pc_region_counts/1", "method": "sass_cfg+ncu", "kernel": "k",
+       "entries": [["k@0x0", 0, 2], ["k@0x10", 7, 3], ["k@0x10", 9, 1]],
+       "stacks": [["k@0x0", [], 2], ["k@0x10", [5, 7], 3], ["k@0x10", [5, 9], 1]],
+       "pc_methods": {"k@0x0": "static_cfg", "k@0x10": "call_site_split"}, "opcodes": {"k@0x0": "S2R", "k@0x10": "FFMA"},
+       "source_file_attribution": {"inst_executed": {"k.cu": 6}}, "notes": [], "provenance": {"cubin": "k.cubin"}}
+
+
+def test_a_pc_region_map_round_trips_its_stacks_methods_and_metadata(tmp_path):
+    files = PcRegionCounts.from_document(MAP).save(tmp_path / "map")
+    assert set(files) == {"pc_region_counts", *(f"pc_region_counts.{t}.{c}" for t, cs in (
+        ("entries", ("pc", "region", "count")), ("stacks", ("pc", "depth", "count")), ("stack_regions", ("region",)),
+        ("pc_methods", ("pc", "method")), ("opcodes", ("pc", "opcode"))) for c in cs)}
+    back = PcRegionCounts.load(tmp_path / "map")
+    assert back.stacks["depth"].tolist() == [0, 2, 2] and back.stack_regions["region"].tolist() == [5, 7, 5, 9]
+    assert back.document() == MAP  # the inline /1 view is the document it was made of
+    # NVBit's leaf-only maps wrote their note as one string: read as a one-note list
+    leaf = PcRegionCounts.from_document({"format": "argus.pc_region_counts/1", "method": "nvbit",
+                                         "entries": MAP["entries"], "notes": "NVBit mapping tool"})
+    assert leaf.notes == ["NVBit mapping tool"] and leaf.stacks == {} and leaf.document()["stacks"] == []
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(method=None), r"meta.json: field 'method' is null, expected a string$"),
+    (lambda d: d.update(notes="one"), r"meta.json: field 'notes' is \"one\", expected a list of strings$"),
+    (lambda d: d["tables"]["stack_regions"]["region"].update(length=3), r"stack_regions.region.npy: column "
+     r"stack_regions.region is <i8\[4\], its metadata says <i8\[3\]$"),
+    (lambda d: d["tables"]["stacks"].pop("depth"), r"meta.json: table 'stacks' needs columns pc, depth, count"),
+])
+def test_bad_map_metadata_is_one_line_naming_the_file_and_field(tmp_path, edit, message):
+    files = PcRegionCounts.from_document(MAP).save(tmp_path)
+    meta = json.loads(files["pc_region_counts"].read_text())
+    edit(meta)
+    files["pc_region_counts"].write_text(json.dumps(meta))
+    with pytest.raises(EvidenceError, match=message) as info:
+        PcRegionCounts.load(tmp_path)
+    assert "\n" not in str(info.value) and str(tmp_path) in str(info.value)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(entries=[["k@0x0", 0]]), r"map: entries\[0\] is \["),
+    (lambda d: d.update(stacks=[["k@0x0", 0, 2]]), r"map: stacks\[0\] is .*expected \[pc, \[region, ...\], n\]$"),
+    (lambda d: d.update(opcodes=["S2R"]), r"map: field 'opcodes' is \[\"S2R\"\], expected an object"),
+])
+def test_bad_inline_maps_are_one_line_errors(edit, message):
+    doc = json.loads(json.dumps(MAP))
+    edit(doc)
+    with pytest.raises(EvidenceError, match=message):
+        PcRegionCounts.from_document(doc, "map")
 
 
 def test_recording_ctas_check():

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from argus_rt.backends.base import CollectContext, backend_module, get_backend
-from argus_rt.evidence import PcCounters
+from argus_rt.evidence import PcCounters, PcRegionCounts
 from argus_rt.kinds.cupy import build as cupy_build
 from argus_rt.kinds.cupy.build import CupyCompileError, NvrtcNotFoundError, build_variant, nvrtc_options
 from argus_rt.kinds.cupy.launch import CupyLaunch, CupyProgramError, global_functions, kernel_parameters
@@ -316,9 +316,11 @@ def test_the_mapping_run_profiles_the_cupy_runner_and_maps_its_cubin(program, tm
     adapter = get_backend("pcmap", "cupy")
     files = adapter.collect(ctx)
     typed = PcCounters.from_outputs(files.get)
-    assert set(files) == {"pc_region_counts", "ncu_csv", *typed.outputs(files["pc_counters"].parent)}
+    mapped = PcRegionCounts.from_outputs(files.get)
+    assert set(files) == {"ncu_csv", *typed.outputs(files["pc_counters"].parent),
+                          *mapped.outputs(files["pc_region_counts"].parent)}
     assert files["ncu_csv"].is_file()
-    doc = json.loads(files["pc_region_counts"].read_text())
+    doc = mapped.document()
     counters = typed.document(lists=True)
     assert doc["format"] == "argus.pc_region_counts/1" and counters["format"] == "argus.pc_counters/1"
     ids = {r.name: r.id for r in program.regions}

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from argus_rt.evidence import PcCounters
+from argus_rt.evidence import PcCounters, PcRegionCounts
 from argus_rt.kinds.errors import ReferenceMismatchError
 from argus_rt.kinds.numba.launch import NumbaLaunch, NumbaProgramError, check_reference, kernel_arguments, make_inputs
 from argus_rt.kinds.numba.versions import explain_missing_numpy_name, incompatibility
@@ -374,7 +374,7 @@ def test_mapping_run_with_a_stand_in_ncu(tmp_path, monkeypatch):
     ctx = CollectContext(task=None, program=program, config={}, scope=None, sampling={}, inputs={}, outdir=out,
                          device="")
     files = get_backend("pcmap", "numba").collect(ctx)
-    doc = json.loads(Path(files["pc_region_counts"]).read_text())
+    doc = PcRegionCounts.from_outputs(files.get).document()
     assert doc["format"] == "argus.pc_region_counts/1" and doc["provenance"]["kernel_symbol"] == "row_reduce"
     assert doc["provenance"]["numba_entry"].startswith("_ZN")
     assert set(doc["source_file_attribution"]["inst_executed"]) == {"row_reduce.py"}  # numba's line info

@@ -21,6 +21,7 @@ import pytest
 
 from argus_rt.backends import ncu
 from argus_rt.backends.pcmap import mapping_command
+from argus_rt.evidence import PcRegionCounts
 from argus_rt.kinds.cuda.run import CudaLaunch
 from argus_rt.kinds.run_variant import TIMINGS_ENV
 from argus_rt.program import load_program
@@ -184,7 +185,7 @@ def test_the_mapping_run_of_the_real_megakernel_takes_seconds_and_says_what_it_d
     start = time.perf_counter()
     files = get_backend("pcmap").collect(ctx)
     wall = time.perf_counter() - start
-    doc = json.loads(files["pc_region_counts"].read_text())
+    doc = PcRegionCounts.from_outputs(files.get).document()
     seconds = doc["provenance"]["seconds"]
     assert {"build", "disassemble", "ncu", "map"} <= set(seconds)
     assert_profiles_the_first_megakernel_launch_only(["ncu"] + doc["provenance"]["ncu_command"] + [sys.executable])

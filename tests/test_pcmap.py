@@ -1,10 +1,12 @@
 """PC-to-region map on hand-written SASS: ownership by CFG, call-site splitting, errors (CPU)."""
+import json
 import math
 
 import pytest
 
 from argus_rt import sass
 from argus_rt.backends import pcmap
+from argus_rt.evidence import PcRegionCounts
 from argus_rt.markers import marker_immediates
 from argus_rt.pc_regions import UNMAPPED
 
@@ -98,11 +100,9 @@ def test_markers_inside_a_helper_nest_under_each_caller():
 def test_evidence_round_trip(tmp_path):
     f = shared_helper_kernel()
     m = pcmap.build_pc_region_map(f, counts_for(f))
-    path = tmp_path / "map.json"
-    m.save(path)
-    import json
-
-    doc = json.loads(path.read_text())
+    files = PcRegionCounts.from_document(m.to_evidence()).save(tmp_path / "map")
+    assert json.loads(files["pc_region_counts"].read_text())["format"] == "argus.pc_region_counts/2"
+    doc = PcRegionCounts.load(tmp_path / "map").document()
     assert doc["format"] == "argus.pc_region_counts/1" and doc["method"] == "sass_cfg+ncu"
     assert ["k@0x120", A, 10.0] in doc["entries"] and doc["pc_methods"]["k@0x120"] == "call_site_split"
     back = pcmap.PcRegionMap.from_evidence(doc)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from argus_rt.evidence import PcCounters
+from argus_rt.evidence import PcCounters, PcRegionCounts
 from argus_rt.program import load_program
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +84,8 @@ def test_pcmap_adapter_writes_a_map_with_lineinfo_view(stand_in_ncu, tmp_path):
     from argus_rt.backends.pcmap import PcRegionMap
 
     files = get_backend("pcmap").collect(_ctx(tmp_path, {}))
-    doc = json.loads(Path(files["pc_region_counts"]).read_text())
+    assert json.loads(Path(files["pc_region_counts"]).read_text())["format"] == "argus.pc_region_counts/2"
+    doc = PcRegionCounts.from_outputs(files.get).document()
     assert doc["format"] == "argus.pc_region_counts/1" and doc["method"] == "sass_cfg+ncu"
     assert doc["provenance"]["kernel_symbol"] == "_Z19ground_truth_kernelPKfS0_Pfiiii"
     methods = set(doc["pc_methods"].values())
@@ -156,7 +157,7 @@ def test_ncu_adapter_collects_pc_counters_of_the_same_cubin(stand_in_ncu, tmp_pa
     assert "BAR" in doc["opcodes"] and sum(doc["metrics"]["barrier_inst_executed"]) == 1
     # Keys agree with the map's, so synthesis can join them.
     files2 = get_backend("pcmap").collect(_ctx(tmp_path, {}, name="map"))
-    keys = {e[0] for e in json.loads(Path(files2["pc_region_counts"]).read_text())["entries"]}
+    keys = set(PcRegionCounts.from_outputs(files2.get).entries["pc"].tolist())
     assert keys == set(doc["pcs"])
 
 
@@ -171,8 +172,7 @@ def test_pcmap_on_the_triton_example(stand_in_ncu, tmp_path):
     out.mkdir()
     ctx = _collect_context(program, {}, out)
     files = get_backend("pcmap").collect(ctx)
-    doc = json.loads(Path(files["pc_region_counts"]).read_text())
-    pmap = PcRegionMap.from_evidence(doc)
+    pmap = PcRegionMap.from_evidence(PcRegionCounts.from_outputs(files.get).document())
     mma = program.regions["tma_matmul/kloop/mma"].id
     hgmma = [pc for pc, op in pmap.opcodes.items() if op == "HGMMA"]
     assert hgmma and all(set(pmap.pcs[pc].leaf_counts()) == {mma} for pc in hgmma)

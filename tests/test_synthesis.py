@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from argus_rt.evidence import Evidence, SystemTimeline
+from argus_rt.evidence import Evidence, PcRegionCounts, SystemTimeline
 from argus_rt.program import IncompatibleVersionsError, ProgramVersion
 from argus_rt.regions import RegionTree
 from argus_rt.runtime.handlers import TaskContext, get_handler
@@ -132,6 +132,10 @@ def test_attributed_metric_matches_reference_and_refuses_foreign_maps(tmp_path):
     map_facts = run_rule(tmp_path, "pc_region_map", mapsyn,
                          {mapc: {"pc_region_counts": {"format": "argus.pc_region_counts/1", "method": "t",
                                                       "entries": owners}}})
+    # the same map published typed (.npy columns + meta.json) gives the same facts
+    typed = PcRegionCounts.from_document({"format": "argus.pc_region_counts/1", "method": "t", "entries": owners})
+    again = run_rule(tmp_path, "pc_region_map", mapsyn, {mapc: {"pc_region_counts": typed}})
+    assert again["values"] == map_facts["values"] and again["extra"] == map_facts["extra"]
     shared = map_facts["extra"]["pc_entropy"]
     assert sorted(shared) == [pcs[i] for i in range(0, 12, 3)]  # exactly the PCs with several owners
     assert all(v["entropy_nats"] > 0 and abs(sum(v["alpha"].values()) - 1) < 1e-12 for v in shared.values())

@@ -4,7 +4,7 @@ hands it to the analysis (:mod:`argus_rt.pc_region_analysis`).
 It builds the program's marker-only variant, reads the cubin's SASS with line info and indirect-branch
 targets (:func:`read_cubin`), profiles the kind's checked launch of the same binary with Nsight Compute
 (per-PC ``inst_executed``, :mod:`argus_rt.backends.ncu`), checks both are the same code and publishes
-``argus.pc_region_counts/1`` plus the typed per-PC counters. The analysis' names (``static_ownership``,
+the map as typed :class:`~argus_rt.evidence.PcRegionCounts` plus the typed per-PC counters. The analysis' names (``static_ownership``,
 ``build_pc_region_map``, ``map_document``, ...) and the map's (:mod:`argus_rt.pc_regions`) are
 re-exported here for older imports.
 """
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..evidence import PcCounters
+from ..evidence import PcCounters, PcRegionCounts
 from ..pc_region_analysis import (  # noqa: F401  (re-exported: the analysis' public names)
     METHOD,
     SOURCE_FILE_METRICS,
@@ -164,7 +164,8 @@ def read_cubin(cubin: Path, kernel: str):
 def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: tuple[str, ...] = ("SourceCounters",)):
     """Build the marker-only variant, count per-PC executions with Nsight Compute, and map.
 
-    Returns (the ``argus.pc_region_counts/1`` document, extended with ``source_file_attribution``
+    Returns (the map's inline ``argus.pc_region_counts/1`` document (the adapter publishes it typed,
+    :class:`~argus_rt.evidence.PcRegionCounts`), extended with ``source_file_attribution``
     (plain ``-lineinfo`` attribution of the same counts, for side-by-side reports) and provenance;
     the kernel's Nsight Compute profile, whose per-PC counters the attributed signals read).
     ``sections``: the ncu sections of that one run; SourceCounters (the per-PC executions) is always in.
@@ -253,7 +254,7 @@ def mapping_run(program, outdir: Path, *, kernel: str | None = None, sections: t
 
 class PcMapAdapter(BackendAdapter):
     """n(r, p) by the SASS-CFG + Nsight Compute method on a program's marker-only build, and that
-    run's per-PC counters (``argus.pc_counters/1``, as the ``ncu`` adapter writes them), so that a
+    run's per-PC counters (typed :class:`~argus_rt.evidence.PcCounters`, as the ``ncu`` adapter publishes them), so that a
     query of the map and of per-PC signals profiles the kernel once.
     Config: ``kernel`` (defaults to ``program.launch["kernel"]``), ``sections`` (extra ncu sections of
     the run, e.g. ``["WarpStateStats"]`` for stall samples; SourceCounters is always collected)."""
@@ -280,7 +281,7 @@ class PcMapAdapter(BackendAdapter):
         outdir = Path(ctx.outdir)
         doc, profile = mapping_run(ctx.program, outdir, kernel=ctx.config.get("kernel"),
                                    sections=tuple(ctx.config.get("sections", ("SourceCounters",))))
-        return {"pc_region_counts": ctx.write_json("pc_region_counts", doc),
+        return {**ctx.publish(PcRegionCounts.from_document(doc, "mapping run map")),
                 **ctx.publish(PcCounters.from_document(profile.to_evidence(), "mapping run profile")),
                 "ncu_csv": outdir / "ncu_source_sass.csv"}
 
