@@ -15,6 +15,9 @@ column's dtype and length, and name the file and the bad field in a one-line :cl
 Old workspaces are read: evidence written before this storage is one JSON document with its columns inline
 (format ``argus.<name>/1``, the shape the kinds' runs still return in memory); :meth:`Evidence.from_document`
 reads that shape with the same checks.
+
+One format is not columnar: :class:`AsyncSites` (a discovery's few nested site objects) is a dataclass
+whose store is one checked JSON document, ``<dir>/meta.json``, in the shape it always had.
 """
 from __future__ import annotations
 
@@ -667,11 +670,110 @@ def _rows(doc: dict, name: str, where: str, ok: Callable[[list], bool], shape: s
     return rows
 
 
-EVIDENCE_TYPES: tuple[type[Evidence], ...] = (RegionIntervals, OpEvents, IterationWaits, PcCounters, SystemTimeline,
-                                                PcRegionCounts)
+_SITE_FIELDS: dict[str, str] = {"op_id": "str", "kind": "str", "region": "str", "iterations": "ints",
+                                "logical_iterations": "ints", "completion": "dict"}
+_CHECKS["ints"] = (lambda v: isinstance(v, list) and all(_is_int(x) for x in v), "a list of integers")
 
 
-def evidence_type(output: str) -> type[Evidence]:
+@dataclass(frozen=True)
+class AsyncSites:
+    """The async operations a discovery found in one region (the ``async_discovery`` Control's output):
+    ``sites``, one object per logical op (``op_id``, ``kind`` (``tma_load``, ``wgmma``, ``cp_async``),
+    ``region``, ``iterations`` (the probe candidates), ``completion`` (how its completion is awaited),
+    and what the kind adds: source, instances, call stack); the ``regions`` spans it searched.
+
+    Not columnar: a handful of sites, each nested (instances, a completion object, iteration lists of
+    different lengths), read whole by the probe expander and joined by ``op_id``. Its store is the one
+    JSON document ``<dir>/meta.json`` (format ``argus.async_sites/1``, the shape it always had, so the
+    readers of older workspaces and of ``argus discover --json`` read it unchanged), checked on load."""
+
+    FORMAT: ClassVar[str] = "argus.async_sites/1"
+    OUTPUT: ClassVar[str] = "async_sites"
+    META: ClassVar[dict] = {"program": "str?", "kernel": "str?", "region": "str?", "iterations": "int?",
+                            "sites": "dicts", "unsupported": "strs", "helper_regions": "str?", "regions": "dicts"}
+
+    sites: list
+    program: str | None = None
+    kernel: str | None = None
+    region: str | None = None
+    iterations: int | None = None
+    unsupported: list = field(default_factory=list)
+    helper_regions: str | None = None
+    regions: list = field(default_factory=list)
+    details: dict = field(default_factory=dict)
+
+    def save(self, directory) -> dict[str, Path]:
+        """Write the document as ``<directory>/meta.json``; returns ``{"async_sites": that file}``."""
+        from .fsutil import atomic_write_text
+
+        path = Path(directory) / META_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(self.document()) + "\n")
+        return {self.OUTPUT: path}
+
+    def document(self) -> dict:
+        """The ``argus.async_sites/1`` document (plain values)."""
+        return {"format": self.FORMAT, **{k: getattr(self, k) for k in self.META}, **self.details}
+
+    @classmethod
+    def load(cls, directory):
+        return cls._read(Path(directory) / META_FILE)
+
+    @classmethod
+    def from_outputs(cls, path_of: Callable[[str], Path | None]):
+        """The sites among a task's output files (``path_of(output name)`` -> file; None: absent)."""
+        path = path_of(cls.OUTPUT)
+        if path is None:
+            raise EvidenceError(f"no {cls.OUTPUT!r} output to read {cls.FORMAT} from")
+        return cls._read(Path(path))
+
+    @classmethod
+    def _read(cls, path: Path):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise EvidenceError(f"{path}: cannot read {cls.OUTPUT} ({exc.strerror or exc})") from None
+        except ValueError as exc:
+            raise EvidenceError(f"{path}: not JSON ({exc})") from None
+        return cls.from_document(doc, str(path))
+
+    @classmethod
+    def from_document(cls, doc, where: str = "evidence document"):
+        """The sites of an ``argus.async_sites/1`` document; every field checked, unknown ones kept in
+        ``details``."""
+        _check_format(doc, cls.FORMAT, where)
+        defaults = {f.name: f for f in fields(cls)}
+        meta = {}
+        for name, check in cls.META.items():
+            value = doc[name] if name in doc else _default(defaults[name])
+            ok, expected = _CHECKS[check]
+            if not ok(value):
+                raise EvidenceError(f"{where}: field {name!r} is {_shown(value)}, expected {expected}")
+            meta[name] = value
+        seen: set[str] = set()
+        for n, site in enumerate(meta["sites"]):
+            if not isinstance(site.get("op_id"), str):
+                raise EvidenceError(f"{where}: sites[{n}] has no string 'op_id': {_shown(site)}")
+            for key, check in _SITE_FIELDS.items():
+                ok, expected = _CHECKS[check]
+                if key in site and not ok(site[key]):
+                    raise EvidenceError(f"{where}: field 'sites[{n}].{key}' is {_shown(site[key])}, expected {expected}")
+            if site["op_id"] in seen:
+                raise EvidenceError(f"{where}: op_id {site['op_id']!r} names two sites (sites[{n}] and an earlier one)")
+            seen.add(site["op_id"])
+        details = {k: v for k, v in doc.items() if k not in cls.META and k != "format"}
+        return cls(**meta, details=details)
+
+    def by_op_id(self) -> dict[str, dict]:
+        """``{op_id: site}``: what a join by op ID reads."""
+        return {s["op_id"]: s for s in self.sites}
+
+
+EVIDENCE_TYPES: tuple[type[Evidence] | type[AsyncSites], ...] = (
+    RegionIntervals, OpEvents, IterationWaits, PcCounters, SystemTimeline, PcRegionCounts, AsyncSites)
+
+
+def evidence_type(output: str) -> type[Evidence] | type[AsyncSites]:
     """The evidence type published under output name ``output``."""
     for cls in EVIDENCE_TYPES:
         if cls.OUTPUT == output:

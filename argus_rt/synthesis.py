@@ -27,6 +27,7 @@ from typing import TypeVar
 import numpy as np
 
 from .evidence import (
+    AsyncSites,
     Evidence,
     EvidenceError,
     IterationWaits,
@@ -46,19 +47,6 @@ from .trace.stats import duration_summary
 
 FACTS_FORMAT = "argus.facts/1"
 E = TypeVar("E", bound=Evidence)
-
-
-def _load(path, fmt: str) -> dict:
-    """A JSON evidence document of format ``fmt`` (the formats not yet typed in :mod:`argus_rt.evidence`)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise EvidenceError(f"{path}: not a readable JSON document ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != fmt:
-        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise EvidenceError(f"{path}: expected evidence format {fmt!r}, got {got!r}")
-    return doc
 
 
 def _evidence(ctx, cls: type[E]) -> list[tuple[object, E]]:
@@ -510,11 +498,8 @@ def synth_async_completion(ctx) -> dict:
     facts = _Facts(ctx)
     ref_task, reference, ref_key, loops_ref = _probe_reference(ctx)
     refs = [ref_task]
-    sites_inputs = ctx.input_list("async_sites")
-    sites = {}
-    if sites_inputs:
-        sdoc = _load(sites_inputs[0][1], "argus.async_sites/1")
-        sites = {s["op_id"]: s for s in sdoc["sites"]}
+    found = _evidence(ctx, AsyncSites)
+    sites = found[0][1].by_op_id() if found else {}
     probes = [ctx.deps[dep] for dep, _path in ctx.input_list(OpEvents.OUTPUT)]
     for t in probes:  # what a probe run probed is its task's record (config "probe": op_id, iteration)
         if not isinstance(t.config.get("probe"), dict):

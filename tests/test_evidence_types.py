@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from argus_rt.evidence import (
+    AsyncSites,
     EvidenceError,
     IterationWaits,
     OpEvents,
@@ -226,6 +227,40 @@ def test_bad_inline_maps_are_one_line_errors(edit, message):
     edit(doc)
     with pytest.raises(EvidenceError, match=message):
         PcRegionCounts.from_document(doc, "map")
+
+
+SITES = {"format": "argus.async_sites/1", "program": "p-1", "kernel": "k", "region": "k/loop", "iterations": 4,
+         "sites": [{"op_id": "0x0000002a", "kind": "tma_load", "region": "k/loop/load", "iterations": [0, 1],
+                    "completion": {"consumer_wait_line": 12}, "instances": [{"ttgir_line": 9}]}],
+         "unsupported": [], "helper_regions": "per_call_site", "regions": [{"name": "k/loop"}], "ttgir_hash": "ab"}
+
+
+def test_async_sites_store_is_the_checked_document(tmp_path):
+    files = AsyncSites.from_document(SITES).save(tmp_path / "sites")
+    assert set(files) == {"async_sites"} and json.loads(files["async_sites"].read_text()) == SITES
+    back = AsyncSites.load(tmp_path / "sites")
+    assert back.iterations == 4 and back.details == {"ttgir_hash": "ab"} and list(back.by_op_id()) == ["0x0000002a"]
+    # an older document without the optional fields reads with their defaults
+    old = AsyncSites.from_document({"format": "argus.async_sites/1", "sites": [{"op_id": "tma0"}]})
+    assert old.regions == [] and old.program is None
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(iterations="8"), r"meta.json: field 'iterations' is \"8\", expected an integer or null$"),
+    (lambda d: d["sites"][0].update(iterations=[0, "1"]), r"meta.json: field 'sites\[0\].iterations' is \[0, \"1\"\], "
+     r"expected a list of integers$"),
+    (lambda d: d["sites"][0].pop("op_id"), r"meta.json: sites\[0\] has no string 'op_id'"),
+    (lambda d: d["sites"].append(dict(d["sites"][0])), r"meta.json: op_id '0x0000002a' names two sites \(sites\[1\]"),
+    (lambda d: d.update(format="argus.async_sites/2"), r"meta.json: expected evidence format 'argus.async_sites/1', "
+     r"got 'argus.async_sites/2'$"),
+])
+def test_bad_async_sites_are_one_line_naming_the_file_and_field(tmp_path, edit, message):
+    doc = json.loads(json.dumps(SITES))
+    edit(doc)
+    (tmp_path / "meta.json").write_text(json.dumps(doc))
+    with pytest.raises(EvidenceError, match=message) as info:
+        AsyncSites.load(tmp_path)
+    assert "\n" not in str(info.value) and str(tmp_path) in str(info.value)
 
 
 def test_recording_ctas_check():

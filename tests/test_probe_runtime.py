@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("triton")
 
+from argus_rt.evidence import AsyncSites  # noqa: E402
 from argus_rt.program import load_program  # noqa: E402
 from argus_rt.runtime.handlers import TaskContext, get_handler  # noqa: E402
 from argus_rt.tasks import Task  # noqa: E402
@@ -40,8 +41,11 @@ def discovery_outputs(program, tmp_path_factory):
 
 def test_control_task_publishes_async_sites(discovery_outputs, program):
     _, outputs = discovery_outputs
-    doc = json.loads(Path(outputs["async_sites"]).read_text())
-    assert doc["format"] == "argus.async_sites/1" and doc["program"] == program.id
+    assert Path(outputs["async_sites"]).name == "meta.json"  # AsyncSites' store: one checked JSON document
+    sites = AsyncSites.from_outputs(outputs.get)
+    doc = sites.document()
+    assert json.loads(Path(outputs["async_sites"]).read_text()) == doc  # the store is the document, unchanged
+    assert doc["format"] == "argus.async_sites/1" and sites.program == program.id
     kinds = [(s["kind"], s["label"]) for s in doc["sites"]]
     assert kinds == [("tma_load", "a"), ("tma_load", "b"), ("wgmma", "acc")]
     # probe candidates: every family (the two TMA loads and the WGMMA dot), 8 iterations each
@@ -61,7 +65,7 @@ def test_expander_and_transform_make_sixteen_linked_probes(discovery_outputs, pr
     collects = [t for t in builder.new_tasks.values() if t.kind == "collect"]
     assert len(transforms) == 24 and len(collects) == 24  # 2 TMA loads and 1 WGMMA dot x 8 iterations
     assert all("forces_completion" in c.effects for c in collects)
-    kinds = {s["op_id"]: s["kind"] for s in json.loads(Path(outputs["async_sites"]).read_text())["sites"]}
+    kinds = {op: s["kind"] for op, s in AsyncSites.from_outputs(outputs.get).by_op_id().items()}
     # run one transform per family: its probe program is the variant the planner expected, linked to the base
     handler = get_handler("transform", "forced_wait_probe", "triton")
     for kind, mark in (("tma_load", r"%argus_pbar"), ("wgmma", r"ttng.warp_group_dot_wait %acc_\d+ \{pendings = 0")):

@@ -10,16 +10,21 @@ any task runs.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
+from ..evidence import AsyncSites
 from ..kinds.registry import get_kind
 from .handlers import HandlerError, register_control, register_transform
 
 
 @register_control("async_discovery")
 def async_discovery_task(ctx) -> dict:
-    """Control handler ``async_discovery``: the kind's ``argus.async_sites/1`` document (output
-    ``async_sites``) and whatever else its hook wrote (Triton: the ``ttgir`` it read)."""
+    """Control handler ``async_discovery``: the kind's ``argus.async_sites/1`` document, checked as
+    :class:`~argus_rt.evidence.AsyncSites` and saved as its store (output ``async_sites``), and whatever
+    else its hook wrote (Triton: the ``ttgir`` it read)."""
     doc, files = get_kind(ctx.program.kind).call("discover_async_sites", ctx.program, ctx.region, ctx.outdir)
-    return {"async_sites": ctx.write_json("async_sites", doc), **files}
+    sites = AsyncSites.from_document(doc, f"the {ctx.program.kind} kind's discover_async_sites")
+    return {**sites.save(Path(ctx.outdir) / AsyncSites.OUTPUT), **files}
 
 
 @register_transform("forced_wait_probe")
