@@ -86,13 +86,18 @@ def _saved(tmp_path):
                                                             r"\(or the older 'argus.region_intervals/1'\), got"),
 ])
 def test_bad_metadata_is_one_line_naming_the_file_and_field(tmp_path, edit, message):
-    d = _saved(tmp_path)
-    meta = json.loads((d / "meta.json").read_text())
+    assert_bad_metadata_refused(RegionIntervals, _saved(tmp_path), edit, message)
+
+
+def assert_bad_metadata_refused(cls, directory: Path, edit, message: str) -> None:
+    """``edit`` the metadata of the evidence saved in ``directory``: ``cls.load`` refuses it in one line
+    matching ``message`` and naming the directory."""
+    meta = json.loads((directory / "meta.json").read_text())
     edit(meta)
-    (d / "meta.json").write_text(json.dumps(meta))
+    (directory / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(EvidenceError, match=message) as info:
-        RegionIntervals.load(d)
-    assert "\n" not in str(info.value) and str(d) in str(info.value)
+        cls.load(directory)
+    assert "\n" not in str(info.value) and str(directory) in str(info.value)
 
 
 def test_bad_column_files_are_one_line_errors_and_pickles_are_refused(tmp_path):
@@ -208,13 +213,8 @@ def test_a_pc_region_map_round_trips_its_stacks_methods_and_metadata(tmp_path):
     (lambda d: d["tables"]["stacks"].pop("depth"), r"meta.json: table 'stacks' needs columns pc, depth, count"),
 ])
 def test_bad_map_metadata_is_one_line_naming_the_file_and_field(tmp_path, edit, message):
-    files = PcRegionCounts.from_document(MAP).save(tmp_path)
-    meta = json.loads(files["pc_region_counts"].read_text())
-    edit(meta)
-    files["pc_region_counts"].write_text(json.dumps(meta))
-    with pytest.raises(EvidenceError, match=message) as info:
-        PcRegionCounts.load(tmp_path)
-    assert "\n" not in str(info.value) and str(tmp_path) in str(info.value)
+    PcRegionCounts.from_document(MAP).save(tmp_path)
+    assert_bad_metadata_refused(PcRegionCounts, tmp_path, edit, message)
 
 
 @pytest.mark.parametrize("edit, message", [

@@ -9,6 +9,7 @@ import pytest
 from argus_rt.backends import systrace
 from argus_rt.backends.base import BackendUnavailableError
 from argus_rt.evidence import EvidenceError, SystemTimeline
+from tests.test_evidence_types import assert_bad_metadata_refused
 
 FIX = Path(__file__).parent / "fixtures" / "device_capture"
 
@@ -64,13 +65,8 @@ def test_timeline_is_published_as_typed_columns_and_read_back(tmp_path):
      r"meta.json: unknown column 'colour' in 'events'; valid: name, category, start_ns"),
 ])
 def test_bad_timeline_metadata_is_one_line_naming_the_file_and_field(tmp_path, edit, message):
-    files = systrace.timeline_evidence(systrace.parse_kineto_trace(_doc()), tool="torch_profiler").save(tmp_path)
-    meta = json.loads(files["system_timeline"].read_text())
-    edit(meta)
-    files["system_timeline"].write_text(json.dumps(meta))
-    with pytest.raises(EvidenceError, match=message) as info:
-        SystemTimeline.load(tmp_path)
-    assert "\n" not in str(info.value) and str(tmp_path) in str(info.value)
+    systrace.timeline_evidence(systrace.parse_kineto_trace(_doc()), tool="torch_profiler").save(tmp_path)
+    assert_bad_metadata_refused(SystemTimeline, tmp_path, edit, message)
 
 
 def test_inline_timeline_rows_must_share_their_fields():
