@@ -1,5 +1,7 @@
 """System-trace parsing on a real 2xH200 torch.profiler capture, and nsys detection (CPU)."""
 import json
+import shutil
+from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
@@ -56,6 +58,46 @@ def test_timeline_is_published_as_typed_columns_and_read_back(tmp_path):
     # an older workspace's inline document reads back to the same evidence
     old = SystemTimeline.from_document(json.loads(json.dumps(back.document(lists=True))))
     assert {c: a.tolist() for c, a in old.events.items()} == {c: a.tolist() for c, a in back.events.items()}
+
+
+def assert_timeline_rule_matches_the_trace(tmp_path, collect, files: dict, pv) -> None:
+    """The systrace adapter's ``files`` are typed timeline evidence of every event of its Kineto trace, and
+    the system_timeline rule reads them to the per-(category, name) totals the trace itself gives."""
+    from argus_rt.runtime.handlers import TaskContext, get_handler
+    from argus_rt.tasks import Task
+
+    assert json.loads(Path(files["system_timeline"]).read_text())["format"] == "argus.system_timeline/2"
+    timeline = SystemTimeline.from_outputs(files.get)
+    events = systrace.parse_kineto_trace(json.loads(Path(files["kineto_trace"]).read_text()))
+    assert timeline.rows == len(events) and timeline.tool == "torch_profiler"
+    synth = Task(kind="synthesize", op="system_timeline", program=pv.id, deps=(collect.id,))
+    (tmp_path / "synth").mkdir()
+    ctx = TaskContext(task=synth, program=pv, programs=lambda pid: pv, outdir=tmp_path / "synth",
+                      deps={collect.id: collect}, inputs={f"{collect.id}/{n}": p for n, p in files.items()})
+    facts = json.loads(Path(get_handler("synthesize", "system_timeline")(ctx)["facts"]).read_text())
+    expected = defaultdict(lambda: [0.0, 0])
+    for e in events:
+        expected[f"{e.category}:{e.name}"][0] += e.duration_ns
+        expected[f"{e.category}:{e.name}"][1] += 1
+    assert {v["metric"]: [v["value"], v["samples"]] for v in facts["values"]} == dict(expected)
+
+
+def test_the_adapter_publishes_the_capture_typed_and_the_rule_totals_it(tmp_path, monkeypatch):
+    """The adapter's collect on the saved 2xH200 capture (the profiler run stood in for by its file)."""
+    from types import SimpleNamespace
+
+    from argus_rt.backends.base import CollectContext
+    from argus_rt.tasks import Task
+    from tests.test_synthesis import program
+
+    monkeypatch.setattr(systrace, "profile_callable",
+                        lambda fn, outdir: Path(shutil.copy(FIX / "kineto_rank0.json", Path(outdir) / "kineto.json")))
+    pv = program()
+    collect = Task(kind="collect", op="systrace", program=pv.id, device="gpu", outputs=("system_timeline",))
+    (tmp_path / "out").mkdir()
+    ctx = CollectContext(task=collect, program=SimpleNamespace(launch={"python": "json:dumps"}), config={},
+                         scope=None, sampling={}, inputs={}, outdir=tmp_path / "out", device="")
+    assert_timeline_rule_matches_the_trace(tmp_path, collect, systrace.SystraceAdapter().collect(ctx), pv)
 
 
 @pytest.mark.parametrize("edit, message", [
