@@ -29,14 +29,14 @@ def probe_outputs(kind: str) -> tuple[str, ...]:
 @register_expander("forced_wait_probes")
 def expand_forced_wait_probes(ctx, builder: BranchBuilder) -> None:
     """One branch per (async site, iteration) in the scope's window: probe transform -> isolated trace."""
-    doc = ctx.read_json("async_sites")
-    if doc.get("format") != "argus.async_sites/1":
-        raise ValueError(f"discovery output has format {doc.get('format')!r}, expected 'argus.async_sites/1'")
+    from .evidence import AsyncSites
+
+    sites = AsyncSites.from_outputs(ctx.inputs.get).sites  # checked: a bad discovery output is one line
     base = builder.program(builder.control.program)
     outputs = probe_outputs(base.kind)
     window = builder.control.scope.get("iterations")
     sampling = builder.control.sampling
-    for site in sorted(doc["sites"], key=lambda s: s["op_id"]):
+    for site in sorted(sites, key=lambda s: s["op_id"]):
         for it in sorted(site.get("iterations", [])):
             if window and not window[0] <= it < window[1]:
                 continue

@@ -185,6 +185,7 @@ def ffma_count_pcmap(doc: dict, region_id: int) -> float:
 
 def pcmap_collections(program, n: int, workdir: Path) -> dict:
     from argus_rt.backends.pcmap import PcMapAdapter, static_ownership
+    from argus_rt.evidence import PcRegionCounts
     from argus_rt.kinds.run_variant import variant_cubin
     from argus_rt.sass import disassemble, kernel_key, parse_sass, select_function
 
@@ -194,7 +195,7 @@ def pcmap_collections(program, n: int, workdir: Path) -> dict:
         t0 = time.perf_counter()
         files = PcMapAdapter().collect(collect_context(program, workdir / f"pcmap_{k}"))
         walls.append(time.perf_counter() - t0)
-        doc = json.loads(Path(files["pc_region_counts"]).read_text())
+        doc = PcRegionCounts.from_outputs(files.get).document()  # the typed evidence the adapter published
         got = ffma_count_pcmap(doc, region_id)
         if got != WARPS * OCCURRENCES * FMAS_PER_OCCURRENCE:
             raise AssertionError(f"PC-to-region map gives {got:g} FFMA to collector/occurrence; "
@@ -209,6 +210,7 @@ def pcmap_collections(program, n: int, workdir: Path) -> dict:
 
 def ncu_collections(program, n: int, workdir: Path) -> dict:
     from argus_rt.backends.ncu import NcuAdapter
+    from argus_rt.evidence import PcCounters
 
     variant = program.variant_of("trace_free")
     walls = []
@@ -216,7 +218,7 @@ def ncu_collections(program, n: int, workdir: Path) -> dict:
         t0 = time.perf_counter()
         files = NcuAdapter().collect(collect_context(variant, workdir / f"ncu_{k}", {"kernel": KERNEL}))
         walls.append(time.perf_counter() - t0)
-        doc = json.loads(Path(files["pc_counters"]).read_text())
+        doc = PcCounters.from_outputs(files.get).document(lists=True)  # the typed evidence the adapter published
         inst = doc["metrics"]["inst_executed"]
         ffma = sum(c for c, op in zip(inst, doc["opcodes"]) if op == "FFMA")
         if ffma != WARPS * OCCURRENCES * FMAS_PER_OCCURRENCE:

@@ -55,20 +55,14 @@ Evidence formats. The columnar ones are typed (:mod:`argus_rt.evidence`, one dat
 ``.npy`` columns plus ``meta.json`` by :meth:`CollectContext.publish`; each class documents its fields):
 ``region_intervals`` (:class:`~argus_rt.evidence.RegionIntervals`, trace and Proton backends),
 ``pc_counters`` (:class:`~argus_rt.evidence.PcCounters`, ncu and the mapping run), ``op_events``
-(:class:`~argus_rt.evidence.OpEvents`, a probe run) and ``iteration_waits``
-(:class:`~argus_rt.evidence.IterationWaits`, a Triton program's traced reference). PC keys are opaque
-strings (``"<function>@0x<offset>"``) that must match the keys of the PC-to-region map of the same
-program variant. The others are JSON documents (``"format"`` field first; ``ctx.write_json``); other
-outputs such as raw tool files may be published too and are kept for provenance:
-
-``argus.pc_region_counts/1`` (pcmap / nvbit backends)
-    ``{"format", "method": "sass_cfg+ncu"|"nvbit"|..., "entries": [[pc_key, region_id, n], ...]}``: n(r,p).
-``argus.async_sites/1`` (a discovery Control task)
-    ``{"format", "sites": [{"op_id": str, "kind": "tma_load"|"wgmma"|"cp_async", "region": qualified name,
-    "iterations": [int, ...], "completion": {...}}]}``.
-``argus.system_timeline/1`` (systrace backend)
-    ``{"format", "events": [{"name", "category": "kernel"|"memcpy"|"nccl"|..., "start_ns", "end_ns",
-    "device", "stream"}]}``.
+(:class:`~argus_rt.evidence.OpEvents`, a probe run), ``iteration_waits``
+(:class:`~argus_rt.evidence.IterationWaits`, a Triton program's traced reference), ``pc_region_counts``
+(:class:`~argus_rt.evidence.PcRegionCounts`, the mapping run; NVBit still writes the inline document,
+which is read the same) and ``system_timeline`` (:class:`~argus_rt.evidence.SystemTimeline`, systrace).
+``async_sites`` (:class:`~argus_rt.evidence.AsyncSites`, a discovery Control task) is typed too, with a
+JSON-only store (a few nested sites, no table). PC keys are opaque strings (``"<function>@0x<offset>"``)
+that must match the keys of the PC-to-region map of the same program variant. Other outputs such as raw
+tool files may be published too and are kept for provenance.
 """
 from __future__ import annotations
 
