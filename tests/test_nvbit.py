@@ -56,7 +56,7 @@ def test_injected_device_functions_compile_for_sm90a(tmp_path):
     assert (tmp_path / "inject_funcs.o").stat().st_size > 0
 
 
-def test_tool_output_parses_into_a_map():
+def test_tool_output_parses_into_a_map(tmp_path):
     text = ("# argus-nvbit v1 overflow 0\n"
             "ground_truth_kernel(const float *, float *) 4c0 5394f9af 3072\n"
             "ground_truth_kernel(const float *, float *) 4c0 3c0bE0f2 1024\n"
@@ -66,6 +66,11 @@ def test_tool_output_parses_into_a_map():
     assert doc["entries"][0] == ["ground_truth_kernel@0x4c0", 0x5394F9AF, 3072.0]
     m = PcRegionMap.from_evidence(doc)
     assert m.shared_pcs() == [0x4C0] and m.pcs[0x4C0].leaf_counts() == {0x5394F9AF: 3072.0, 0x3C0BE0F2: 1024.0}
+    # what the adapter publishes: the same counts as typed evidence (.npy columns + meta.json)
+    from argus_rt.evidence import PcRegionCounts
+
+    published = PcRegionCounts.from_document(doc, "nvbit counts").save(tmp_path / "pc_region_counts")
+    assert PcRegionCounts.from_outputs(published.get).document()["entries"] == doc["entries"]
     with pytest.raises(nvbit.NvbitError, match="first line"):
         nvbit.parse_tool_output("garbage\n")
     with pytest.raises(nvbit.NvbitError, match="line 2"):

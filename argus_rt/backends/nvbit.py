@@ -324,7 +324,9 @@ class NvbitAdapter(BackendAdapter):
         if proc.returncode != 0:
             raise NvbitError(f"program under NVBit exited with {proc.returncode}: {proc.stderr.strip()[-800:]}")
         doc = parse_tool_output(raw.read_text(), ctx.config.get("kernel"))
-        return {"pc_region_counts": ctx.write_json("pc_region_counts", doc)}
+        from ..evidence import PcRegionCounts
+
+        return ctx.publish(PcRegionCounts.from_document(doc, "nvbit counts"))  # typed, as the mapping run's
 
 
 register_backend(NvbitAdapter())
