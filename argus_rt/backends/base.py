@@ -57,8 +57,8 @@ Evidence formats. The columnar ones are typed (:mod:`argus_rt.evidence`, one dat
 ``pc_counters`` (:class:`~argus_rt.evidence.PcCounters`, ncu and the mapping run), ``op_events``
 (:class:`~argus_rt.evidence.OpEvents`, a probe run), ``iteration_waits``
 (:class:`~argus_rt.evidence.IterationWaits`, a Triton program's traced reference), ``pc_region_counts``
-(:class:`~argus_rt.evidence.PcRegionCounts`, the mapping run; NVBit still writes the inline document,
-which is read the same) and ``system_timeline`` (:class:`~argus_rt.evidence.SystemTimeline`, systrace).
+(:class:`~argus_rt.evidence.PcRegionCounts`, the mapping run and NVBit; inline documents of older
+workspaces are read the same) and ``system_timeline`` (:class:`~argus_rt.evidence.SystemTimeline`, systrace).
 ``async_sites`` (:class:`~argus_rt.evidence.AsyncSites`, a discovery Control task) is typed too, with a
 JSON-only store (a few nested sites, no table). PC keys are opaque strings (``"<function>@0x<offset>"``)
 that must match the keys of the PC-to-region map of the same program variant. Other outputs such as raw
