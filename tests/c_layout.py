@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from argus_rt import tools
+
 ROOT = Path(__file__).resolve().parents[1]
 HEADER_DIR = ROOT / "csrc" / "argus"
 
@@ -42,9 +44,9 @@ def compilers() -> list[str]:
     host = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if host:
         found.append(host)
-    nvcc = shutil.which("nvcc")
+    nvcc = tools.tool_or_none("nvcc")  # where Argus looks
     if nvcc:
-        found.append(nvcc)
+        found.append(str(nvcc))
     return found
 
 

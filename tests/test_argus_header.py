@@ -23,6 +23,7 @@ import pytest
 from argus_rt import markers
 from argus_rt.regions import RegionTree
 from argus_rt.trace import layout
+from toolchain import NVCC
 
 ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "csrc"
@@ -54,9 +55,9 @@ def test_device_example_ids_are_what_cuda_defines_writes():
 
 @pytest.fixture(scope="module")
 def device_ptx(tmp_path_factory) -> dict[str, str]:
-    nvcc = shutil.which("nvcc")
+    nvcc = NVCC and str(NVCC)
     if nvcc is None:
-        pytest.skip("nvcc is not on PATH")
+        pytest.skip("no nvcc where argus_rt.tools looks")
     tmp = tmp_path_factory.mktemp("argus_example")
     src = tmp / "k.cu"
     src.write_text(example("device"))

@@ -1,6 +1,5 @@
 """Region-tracing adapter and CUDA variant runner: what runs without a GPU (CPU)."""
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from argus_rt.kinds import run_variant
 from argus_rt.kinds.cuda import run as cuda_run
 from argus_rt.program import ProgramVersion, load_program
 from argus_rt.trace import INTERVAL_DTYPE, Intervals
+from toolchain import needs_nvcc
 
 ROOT = Path(__file__).resolve().parent.parent
 GT = ROOT / "examples" / "ground_truth"
@@ -102,7 +102,7 @@ def test_adapter_config():
         a.validate_config({"capacty": 64})
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_variants_build_and_symbol_lookup(tmp_path, monkeypatch):
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
     p = load_program(GT)

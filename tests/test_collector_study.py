@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -17,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from toolchain import needs_nvcc
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "cuda"
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 
 
 def _bench():

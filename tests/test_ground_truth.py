@@ -3,7 +3,6 @@
 import importlib.util
 import math
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from argus_rt import sass
 from argus_rt.backends import ncu, pcmap
 from argus_rt.regions import RegionTree
+from toolchain import needs_nvcc
 
 ROOT = Path(__file__).resolve().parent.parent
 GT = ROOT / "examples" / "ground_truth"
@@ -80,7 +80,7 @@ def test_region_header_matches_region_tree():
     assert tree.cuda_defines() in header
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_fresh_build_has_the_markers_and_loops(tmp_path):
     cubin = tmp_path / "gt.cubin"
     subprocess.run(["nvcc", "-O3", "-lineinfo", "-DARGUS_MODE=1", "-gencode=arch=compute_90a,code=sm_90a",

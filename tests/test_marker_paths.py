@@ -5,16 +5,14 @@ GPU: tests/test_marker_paths_gpu.py runs each path and checks its decoded occurr
 """
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from argus_rt.trace import TraceConfig, decode, layout, pair_intervals
 from argus_rt.trace.decode import LANES_WHOLE_WARP
 from argus_rt.trace.errors import CorruptTraceError
 from tests.ring_writer import RingWriter
+from toolchain import needs_nvcc
 
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 KERNELS = ("refexec_compute", "refexec_compute_helper", "refexec_compute_divergent")
 A, B = 0x1111_1111, 0x2222_2222
 

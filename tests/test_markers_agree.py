@@ -10,6 +10,7 @@ import pytest
 from argus_rt import markers
 from argus_rt.kinds.cuda.build import disassemble, sass_instructions
 from argus_rt.regions import RegionTree
+from toolchain import NVCC
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,9 +35,9 @@ def test_header_constants_equal_python(tmp_path):
 
 
 def test_marker_only_sass_carries_python_immediates(tmp_path):
-    nvcc = shutil.which("nvcc")
+    nvcc = NVCC and str(NVCC)
     if nvcc is None:
-        pytest.skip("nvcc is not on PATH")
+        pytest.skip("no nvcc where argus_rt.tools looks")
     tree = RegionTree.load(ROOT / "examples" / "cuda" / "regions.json")
     cubin = tmp_path / "m1.cubin"
     subprocess.run([nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-DARGUS_MODE=1", "-I", str(ROOT / "csrc"),

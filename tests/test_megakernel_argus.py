@@ -23,12 +23,11 @@ from argus_rt.query import make_plan
 from argus_rt.resources import csrc_dir
 from argus_rt.trace.intervals import coordinate_columns
 from megakernel.regions import REGION_LEAVES, coordinate, region_tree
+from toolchain import needs_nvcc
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "megakernel"
 SIGNALS = ("latency", "instruction_mix", "barrier_count", "stall_reasons")
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
-                                reason="nvcc is not installed")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ lines without running ncu, and run the mapping on the real marker-only cubin wit
 from __future__ import annotations
 
 import json
-import shutil
 import stat
 import sys
 import time
@@ -26,12 +25,11 @@ from argus_rt.kinds.cuda.run import CudaLaunch
 from argus_rt.kinds.run_variant import TIMINGS_ENV
 from argus_rt.program import load_program
 from argus_rt.query import make_plan
+from toolchain import needs_nvcc
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "megakernel"
 PC_SIGNALS = ("instruction_mix", "barrier_count", "stall_reasons")
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
-                                reason="nvcc is not installed")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ build flag, and (with nvcc) that the unfused build (benchmarks/decode.py mk_nofs
 op spills. GPU: tests/test_megakernel_fusions_gpu.py."""
 import dataclasses
 import re
-import shutil
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from megakernel.runtime import option_flags
 from megakernel.state import DecodeState
 from test_megakernel_interpreter import TILES, _prompt, tiny  # noqa: F401  (the tiny model fixture)
 from tinyllama.model import Transformer
+from toolchain import needs_nvcc
 
 UNFUSED = dataclasses.replace(TILES, fused_sample=False)
 
@@ -139,7 +139,7 @@ def _spills(log: str) -> dict[str, int]:
         r"Function properties for (\S+)\n\s+\d+ bytes stack frame, (\d+) bytes spill stores", log)}
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@needs_nvcc
 def test_unfused_build_compiles_without_op_spills(tmp_path):
     """benchmarks/decode.py mk_nofsample (the default build: tests/test_megakernel_build.py)."""
     from megakernel.build import build

@@ -6,7 +6,6 @@ each compiles within the register cap without op spills, that the default build 
 code, and (with nvdisasm) that the batched function issues its whole block of weight loads before using
 any while the plain loop keeps 2 in flight. GPU: tests/test_megakernel_fusions_gpu.py (FUSION_K=chain)."""
 import re
-import shutil
 
 import pytest
 
@@ -14,6 +13,7 @@ from benchmarks.decode import BATCH_O, BATCH_QKV, POLL2, variant_rows
 from megakernel.dag import TileShape, build_decode_program
 from megakernel.runtime import option_flags
 from tinyllama.config import get_config
+from toolchain import needs_nvcc
 
 ROWS = {
     "mk_batch_qkv": BATCH_QKV,
@@ -42,9 +42,6 @@ def test_rows_are_build_flags_on_the_default_program():
 def _spills(log: str) -> dict[str, int]:
     return {m.group(1): int(m.group(2)) for m in re.finditer(
         r"Function properties for (\S+)\n\s+\d+ bytes stack frame, (\d+) bytes spill stores", log)}
-
-
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,4 @@
 """NVBit adapter (CPU): what can be tested without NVBit. The tool itself is UNVERIFIED on our GPUs."""
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -9,6 +8,7 @@ from argus_rt.backends import nvbit
 from argus_rt.backends.base import BackendUnavailableError
 from argus_rt.backends.pcmap import PcRegionMap
 from argus_rt.markers import MARKER_BEGIN, MARKER_END, MARKER_TAG
+from toolchain import needs_nvcc
 
 
 def test_nvbit_path_errors(tmp_path):
@@ -46,7 +46,7 @@ def test_build_commands_link_nvbit(tmp_path):
     assert "-cloning=no" in cmds[1] and cmds[2][-4:-2] == ["-L/opt/nvbit/core", "-lnvbit"]
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_injected_device_functions_compile_for_sm90a(tmp_path):
     (tmp_path / "inject_funcs.cu").write_text(nvbit.tool_sources()["inject_funcs.cu"])
     cmd = nvbit.build_commands(tmp_path, Path("/nonexistent-nvbit"), nvcc="nvcc")[0]

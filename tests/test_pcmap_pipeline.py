@@ -6,7 +6,6 @@ binary identity, map, -lineinfo view, evidence files), not numbers; tests/test_g
 check numbers on real ncu output.
 """
 import json
-import shutil
 import stat
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 
 from argus_rt.evidence import PcCounters, PcRegionCounts
 from argus_rt.program import load_program
+from toolchain import NVCC
 
 ROOT = Path(__file__).resolve().parent.parent
 GT = ROOT / "examples" / "ground_truth"
@@ -52,8 +52,8 @@ for ins in f.instructions:
 
 @pytest.fixture
 def stand_in_ncu(tmp_path, monkeypatch):
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
+    if NVCC is None:
+        pytest.skip("no nvcc where argus_rt.tools looks")
     script = tmp_path / "ncu"
     script.write_text(STAND_IN.replace("{python}", sys.executable).replace("{stub}", str(STUB_DRIVER)))
     script.chmod(script.stat().st_mode | stat.S_IEXEC)

@@ -3,7 +3,6 @@ variant's nvcc build, and the guard that the default build does not depend on th
 from __future__ import annotations
 
 import re
-import shutil
 
 import numpy as np
 import pytest
@@ -13,8 +12,8 @@ from argus_rt.trace.anchors import MIN_SPAN_NS, MIN_USABLE_SPAN_NS, TIMER_STEP_N
 from argus_rt.trace.errors import ClockConversionError, TraceConfigError
 from argus_rt.trace.session import TraceSession
 from tests.ring_writer import RingWriter
+from toolchain import needs_nvcc
 
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 RID = 0x1234ABCD
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from argus_rt.cli import main
 from argus_rt.regions import RegionTree
 from argus_rt.trace import TraceConfig, save_raw
 from tests.ring_writer import RingWriter
+from toolchain import NVCC
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,8 +56,8 @@ def test_trace_unknown_id_fails(tmp_path, capsys):
 
 
 def test_build_all_modes(tmp_path, capsys, monkeypatch):
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
+    if NVCC is None:
+        pytest.skip("no nvcc where argus_rt.tools looks")
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
     rc = main(["build", str(ROOT / "examples" / "cuda" / "nested_regions.cu")])
     out = capsys.readouterr().out
@@ -69,7 +69,7 @@ def test_build_all_modes(tmp_path, capsys, monkeypatch):
 
 def test_build_bad_arch(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
+    if NVCC is None:
+        pytest.skip("no nvcc where argus_rt.tools looks")
     assert main(["build", str(ROOT / "examples" / "cuda" / "nested_regions.cu"), "--mode", "0", "--arch", "sm_1"]) == 1
     assert "cannot build 'sm_1'" in capsys.readouterr().err

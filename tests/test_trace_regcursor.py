@@ -5,11 +5,7 @@ tests/test_trace_regcursor_gpu.py; benchmarks/trace_overhead.py also decodes eve
 """
 from __future__ import annotations
 
-import shutil
-
-import pytest
-
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+from toolchain import needs_nvcc
 
 
 def _sass(name: str, defines: dict) -> list[str]:

@@ -19,6 +19,7 @@ from argus_rt.runtime import worker_process
 from argus_rt.runtime.scheduler import Runtime
 from argus_rt.runtime.workers import WARM_WORKERS_ENV, DeviceWorker, gpu_driver_present, warm_workers_default
 from argus_rt.workspace import Workspace
+from toolchain import NVCC
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -102,8 +103,8 @@ def test_the_variant_transform_prebuilds_cuda_cubins_where_collections_run(tmp_p
     from argus_rt.runtime import builtin
     from argus_rt.runtime.workers import WARM_WORKERS_ENV
 
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
+    if NVCC is None:
+        pytest.skip("no nvcc where argus_rt.tools looks")
     program = load_program(ROOT / "examples" / "cuda")
 
     def transform(cache: Path, warm: str, prog=program):
