@@ -101,8 +101,6 @@ def variant_rows() -> dict[str, dict]:
         # gate/up, down and O-proj, alone and with the static tickets
         # (static tickets are the default since row 20; mk_dynamic is the counter as measured before)
         "mk_dynamic": {"build_flags": ("-DMK_STATIC_TICKETS=0",)},
-        "mk_early_ticket": {"build_flags": ("-DMK_STATIC_TICKETS=0", "-DMK_EARLY_TICKET=1")},
-        "mk_t256": {"tiles": TileShape(gate_features=22, down_rows=8, o_rows=8)},
         "mk_kvpf": {"build_flags": ("-DMK_KV_PREFETCH=1",)},  # row 21: K/V rows into L2 during the wait
         # row 22: the batched GEMV loop (16 loads in flight per warp) in Down's tiles only, and its codegen control
         "mk_batch_down": {"build_flags": ("-DMK_BATCH_DOWN=1",)},

@@ -421,11 +421,6 @@ __device__ __forceinline__ unsigned take_ticket(const Params& p, unsigned end) {
 #ifndef MK_KV_PREFETCH
 #define MK_KV_PREFETCH 0
 #endif
-// MK_EARLY_TICKET (opt-in, mk_early_ticket): the dynamic counter, with the next ticket taken before the
-// dependency wait (its atomic and error load overlap the wait) instead of after it.
-#ifndef MK_EARLY_TICKET
-#define MK_EARLY_TICKET 0
-#endif
 // The K and V rows of positions [split * S, min((split + 1) * S, pos)) of an AttnPartial instruction into L2.
 __device__ __forceinline__ void prefetch_kv(const Params& p, const int* ins, int pos) {
   if (ins[W_OPCODE] != OP_ATTN_PARTIAL || ins[W_A2] != 0) return;  // head parts share one K/V head: once
@@ -506,8 +501,6 @@ __device__ void worker(const Params& p, Smem& s) {
       bool ok = true;
 #if MK_STATIC_TICKETS
       s.next_ticket = t + (gridDim.x - 1);
-#elif MK_EARLY_TICKET
-      s.next_ticket = take_ticket(p, end);
 #endif
       const int wait = s.ins[W_WAIT];
       if (wait != NO_COUNTER) {
@@ -525,7 +518,7 @@ __device__ void worker(const Params& p, Smem& s) {
       s.ok = ok;
       // Take the next ticket now: the atomic's latency hides behind this tile's work. Holding it
       // is deadlock-free: it is higher than the one we run, which needs only lower tickets.
-#if !MK_STATIC_TICKETS && !MK_EARLY_TICKET
+#if !MK_STATIC_TICKETS
       if (ok) s.next_ticket = take_ticket(p, end);
 #endif
     }
