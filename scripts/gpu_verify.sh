@@ -29,6 +29,6 @@ for s in ${STEPS:-kinds markers perfetto}; do
                 step perfetto "${PERFETTO_S:-120}" python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_warp_roles_gpu.py ;;
     *) echo "unknown step '$s'; valid: kinds markers perfetto" | tee -a "$OUT/summary.txt" ;;
   esac
-  grep -hE "^(FAILED|ERROR) " "$OUT"/*.log 2>/dev/null | sort -u | cut -c1-300 >> "$OUT/summary.txt"
 done
+grep -hE "^(FAILED|ERROR) " "$OUT"/*.log 2>/dev/null | sort -u | cut -c1-300 >> "$OUT/summary.txt"  # once, every step's
 cat "$OUT/summary.txt"

@@ -25,9 +25,9 @@ def _values(report, signal, region=None):
 @pytest.mark.hopper
 def test_query_numba_example(tmp_path):
     pytest.importorskip("numba.cuda", reason="numba-cuda is not installed (pip install -e '.[numba]')")
-    from argus_rt.kinds.numba.versions import incompatibility
+    from argus_rt.kinds.registry import get_kind
 
-    problem = incompatibility()  # e.g. numba-cuda 0.30.4 under numpy 2.5: no kernel compiles
+    problem = get_kind("numba").call("environment_problem")  # e.g. numba-cuda 0.30.4 under numpy 2.5
     if problem:
         pytest.skip(problem)
     keep = Path(os.environ.get("ARGUS_TEST_ARTIFACTS", tmp_path))  # the device script keeps the reports
