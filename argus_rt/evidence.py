@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import tokenize
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, ClassVar
@@ -91,6 +92,7 @@ class Evidence:
         for table in self.TABLES:
             described = tables[table] = {}
             for col, arr in getattr(self, table).items():
+                arr = _storable(arr, table, col)
                 np.save(directory / _column_file(table, col), arr, allow_pickle=False)
                 described[col] = {"dtype": arr.dtype.str, "length": int(arr.shape[0])}
         meta = {"format": self.FORMAT, "tables": tables, **{k: getattr(self, k) for k in self.META},
@@ -276,6 +278,17 @@ def _column_kind(spec: TableSpec, table: str, col: str, where: str) -> str:
     return kind
 
 
+def _storable(arr: np.ndarray, table: str, col: str) -> np.ndarray:
+    """``arr`` as np.save writes it without pickle: strings as fixed-width unicode (``<U``), whatever string
+    dtype built them (a StringDType or object array of str would need pickle or a newer reader)."""
+    if arr.dtype.kind in "OT":
+        values = arr.tolist()
+        if not all(isinstance(v, str) for v in values):
+            raise EvidenceError(f"column {table}.{col} holds {arr.dtype} values that are not all strings")
+        return np.array(values, dtype="U") if values else np.zeros(0, dtype="<U1")
+    return arr
+
+
 def _checked_array(arr: np.ndarray, kind: str, table: str, col: str, where: str) -> np.ndarray:
     if arr.ndim != 1:
         raise EvidenceError(f"{where}: column {table}.{col} has shape {arr.shape}, expected one dimension")
@@ -314,7 +327,9 @@ def _stored_column(column_source, info, spec: TableSpec, table: str, col: str, w
         arr = np.load(source, allow_pickle=False)
     except FileNotFoundError:
         raise EvidenceError(f"{name}: missing (column {table}.{col} of {where})") from None
-    except (OSError, ValueError, EOFError) as exc:  # not .npy, truncated, or an object array (pickle refused)
+    # not .npy, truncated, an object array (pickle refused), or a header numpy cannot parse (SyntaxError,
+    # or tokenize.TokenError from its Python-2 header filter: seen on numpy 2.5.2, 2026-12-02)
+    except (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise EvidenceError(f"{name}: column {table}.{col} is not a readable .npy array ({first})") from None
     if not isinstance(arr, np.ndarray):

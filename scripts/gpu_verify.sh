@@ -4,7 +4,8 @@
 #   STEPS="kinds markers perfetto" ARGUS_COMMIT=<sha> bash scripts/gpu_verify.sh   (device machine, repo root)
 # kinds: the program-kind re-cut (typed evidence, one trace adapter, kind hooks, build cache);
 # markers: the marker paths' GPU tests and benchmarks/marker_cost.py; perfetto: the warp-role timeline of
-# tests/fixtures/ws_pipeline, kept as docs/perfetto/ws_pipeline_warp_roles.json under $OUT.
+# tests/fixtures/ws_pipeline, kept as docs/perfetto/ws_pipeline_warp_roles.json under $OUT; numba24: the numba
+# kind's GPU tests under numpy 2.4.6 from .whl/numpy24.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # before anything runs
 OUT_DEFAULT=/tmp/argus-verify
@@ -27,7 +28,12 @@ for s in ${STEPS:-kinds markers perfetto}; do
     perfetto) mkdir -p "$OUT/perfetto"
               ARGUS_PERFETTO_EXAMPLE="$OUT/perfetto/ws_pipeline_warp_roles.json" \
                 step perfetto "${PERFETTO_S:-120}" python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_warp_roles_gpu.py ;;
-    *) echo "unknown step '$s'; valid: kinds markers perfetto" | tee -a "$OUT/summary.txt" ;;
+    numba24) # the numba kind under numpy 2.4 (numba-cuda 0.30.4 does not run under the image's numpy 2.5):
+             # carry .whl/numpy24 (pip download numpy==2.4.6 for cp312), installed beside, not over, the image's
+             python3 -m pip install -q --no-index --no-deps --target /tmp/site-np24 .whl/numpy24/*.whl >/dev/null &&
+               PYTHONPATH=/tmp/site-np24:$PYTHONPATH step numba_np24 "${NUMBA_S:-150}" "${PYTEST[@]}" -k numba tests/test_kind_numba_gpu.py \
+                 tests/test_examples.py ;;
+    *) echo "unknown step '$s'; valid: kinds markers perfetto numba24" | tee -a "$OUT/summary.txt" ;;
   esac
 done
 grep -hE "^(FAILED|ERROR) " "$OUT"/*.log 2>/dev/null | sort -u | cut -c1-300 >> "$OUT/summary.txt"  # once, every step's

@@ -108,6 +108,12 @@ def test_bad_column_files_are_one_line_errors_and_pickles_are_refused(tmp_path):
     (d / "columns.sm.npy").write_bytes(b"not an array")
     with pytest.raises(EvidenceError, match=r"columns.sm.npy: column columns.sm is not a readable .npy array"):
         RegionIntervals.load(d)
+    np.save(d / "columns.sm.npy", np.arange(400, dtype=np.int64))
+    raw = bytearray((d / "columns.sm.npy").read_bytes())
+    raw[12:14] = b"\0\0"  # null bytes inside the header's text: numpy's header filter raises TokenError
+    (d / "columns.sm.npy").write_bytes(bytes(raw))
+    with pytest.raises(EvidenceError, match=r"columns.sm.npy: column columns.sm is not a readable .npy array"):
+        RegionIntervals.load(d)
     np.save(d / "columns.sm.npy", np.arange(400, dtype=np.float64))
     with pytest.raises(EvidenceError, match=r"columns.sm is <f8\[400\], its metadata says <i8\[400\]"):
         RegionIntervals.load(d)
@@ -117,6 +123,22 @@ def test_bad_column_files_are_one_line_errors_and_pickles_are_refused(tmp_path):
     (d / "meta.json").write_text("{")
     with pytest.raises(EvidenceError, match=r"meta.json: not JSON"):
         RegionIntervals.load(d)
+
+
+def test_string_columns_of_any_string_dtype_are_stored_fixed_width(tmp_path):
+    """An object (or StringDType) column of str is written as ``<U`` (np.save needs no pickle for it) and
+    reads back equal; a column of mixed objects is refused by name before anything is written."""
+    from argus_rt.evidence import SystemTimeline
+
+    names = ["void gemm<128>(float*)", "ncclKernel_AllGather", "é"]
+    cols = {"name": np.array(names, dtype=object), "category": np.array(["kernel"] * 3, dtype=object),
+            **{c: np.arange(3, dtype=np.int64) for c in ("start_ns", "end_ns", "device", "stream")}}
+    SystemTimeline(events=cols, tool="torch_profiler").save(tmp_path / "t")
+    back = SystemTimeline.load(tmp_path / "t")
+    assert back.events["name"].dtype.kind == "U" and back.events["name"].tolist() == names
+    cols["name"] = np.array(["a", 1, None], dtype=object)
+    with pytest.raises(EvidenceError, match=r"column events.name holds object values that are not all strings"):
+        SystemTimeline(events=cols, tool="torch_profiler").save(tmp_path / "u")
 
 
 def test_inline_documents_of_older_workspaces_are_read_and_checked(tmp_path):

@@ -88,8 +88,8 @@ def parse_kineto_trace(doc: dict) -> list[TimelineEvent]:
 
 def timeline_evidence(events: list[TimelineEvent], *, tool: str, notes: str = "") -> SystemTimeline:
     """The typed timeline of ``events`` (one column per :class:`TimelineEvent` field)."""
-    columns = {"name": np.array([e.name for e in events], dtype=str),
-               "category": np.array([e.category for e in events], dtype=str),
+    columns = {"name": np.array([e.name for e in events], dtype="U"),
+               "category": np.array([e.category for e in events], dtype="U"),
                **{f: np.array([getattr(e, f) for e in events], dtype=np.int64)
                   for f in ("start_ns", "end_ns", "device", "stream")}}
     return SystemTimeline(events=columns, tool=tool, notes=notes)
