@@ -5,7 +5,7 @@
 # kinds: the program-kind re-cut (typed evidence, one trace adapter, kind hooks, build cache);
 # markers: the marker paths' GPU tests and benchmarks/marker_cost.py; perfetto: the warp-role timeline of
 # tests/fixtures/ws_pipeline, kept as docs/perfetto/ws_pipeline_warp_roles.json under $OUT; numba24: the numba
-# kind's GPU tests under numpy 2.4.6 from .whl/numpy24.
+# kind's GPU tests under numpy 2.4.6 from .whl/numpy24; rest: every other GPU test but the megakernel's.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # before anything runs
 OUT_DEFAULT=/tmp/argus-verify
@@ -33,7 +33,11 @@ for s in ${STEPS:-kinds markers perfetto}; do
              python3 -m pip install -q --no-index --no-deps --target /tmp/site-np24 .whl/numpy24/*.whl >/dev/null &&
                PYTHONPATH=/tmp/site-np24:$PYTHONPATH step numba_np24 "${NUMBA_S:-150}" "${PYTEST[@]}" -k numba tests/test_kind_numba_gpu.py \
                  tests/test_examples.py ;;
-    *) echo "unknown step '$s'; valid: kinds markers perfetto numba24" | tee -a "$OUT/summary.txt" ;;
+    rest) # the GPU tests no other step runs (the megakernel's own: scripts/gpu_mk_run.sh)
+          step rest "${REST_S:-300}" "${PYTEST[@]}" tests/test_agent_client_gpu.py tests/test_overlap_gpu.py \
+            tests/test_perfetto_align_gpu.py tests/test_systrace_gpu.py tests/test_triton_jit_gpu.py \
+            tests/test_overlap_gemm_regions.py tests/test_tinyllama_generate.py tests/test_examples.py -k "not numba" ;;
+    *) echo "unknown step '$s'; valid: kinds markers perfetto numba24 rest" | tee -a "$OUT/summary.txt" ;;
   esac
 done
 grep -hE "^(FAILED|ERROR) " "$OUT"/*.log 2>/dev/null | sort -u | cut -c1-300 >> "$OUT/summary.txt"  # once, every step's
