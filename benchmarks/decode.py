@@ -84,6 +84,7 @@ BATCH_QKV = ("-DMK_BATCH_QKV=1",)  # build flags of the chain-batch rows (tests/
 BATCH_O = ("-DMK_BATCH_O=1",)      # builds the same binaries with these)
 POLL2 = ("-DMK_POLL2=1",)
 ONE_CTA = ("-DMK_BLOCKS_PER_SM=1",)
+SPREAD = ("-DMK_SM_SPREAD=1",)
 
 
 def variant_rows() -> dict[str, dict]:
@@ -105,6 +106,11 @@ def variant_rows() -> dict[str, dict]:
         # row 22: the batched GEMV loop (16 loads in flight per warp) in Down's tiles only, and its codegen control
         "mk_batch_down": {"build_flags": ("-DMK_BATCH_DOWN=1",)},
         "mk_down_ctl": {"build_flags": ("-DMK_BATCH_DOWN=1", "-DMK_BATCH_PLAIN=1")},
+        # row 23: static tickets by an SM-spread rank (csrc/megakernel/megakernel.cu: spread_rank), so a 128-tile
+        # phase runs one tile per SM; with 256 gate/up tiles of 22 features or 256 Down tiles of 8 rows
+        "mk_spread": {"build_flags": SPREAD},
+        "mk_spread_g22": {"tiles": TileShape(gate_features=22), "build_flags": SPREAD},
+        "mk_spread_d8": {"tiles": TileShape(down_rows=8), "build_flags": SPREAD},
         "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},

@@ -154,6 +154,24 @@ def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ..
     return () if tiles.fused_sample else ("-DMK_FUSED_SAMPLE=0",)
 
 
+def flag_value(flags: tuple[str, ...], macro: str) -> str | None:
+    """The value the last ``-DMACRO[=V]`` of ``flags`` gives (``-DMACRO`` alone is ``1``); None if unset."""
+    value = None
+    for f in flags:
+        name, eq, v = f[2:].partition("=") if f.startswith("-D") else ("", "", "")
+        if name == macro:
+            value = v if eq else "1"
+    return value
+
+
+def spread_words(flags: tuple[str, ...], grid: int) -> int:
+    """int32 words after the dispatch cursor that an MK_SM_SPREAD build's workers register in, zeroed before each
+    launch (csrc/megakernel/megakernel.cu: spread_rank): an arrival count, the per-SM slot counters, one key per
+    worker. 0 for other builds."""
+    on = flag_value(flags, "MK_SM_SPREAD") not in (None, "0")
+    return 1 + kernel_limits()["SPREAD_SMS"] + (grid - 1) if on else 0
+
+
 def ring_smem_bytes(pages: int) -> int:
     """Dynamic shared memory of a ring build (ring.cuh): the pages, then a partial sum per (tile row, warp)."""
     lim = kernel_limits()
@@ -252,7 +270,6 @@ class MegakernelDecoder:
         self.state = DecodeState.create(self.program, weights, self.device)
         self.prefetch_window, self.prefetch_own = prefetch_window, prefetch_own
         self.instructions = self._instruction_words(self.program)
-        self.ticket = torch.zeros(1, dtype=torch.int32, device=self.device)
         self.error = torch.zeros(len(ERROR_WORDS), dtype=torch.int32, device=self.device)
         self.step_ns = torch.zeros(self.config.max_seq + 1, dtype=torch.int64, device=self.device)
         self.params = torch.zeros(PARAM_BYTES, dtype=torch.uint8, device=self.device)
@@ -275,6 +292,9 @@ class MegakernelDecoder:
         if self.dynamic_smem:  # static (~35 KiB) + dynamic shared memory above 48 KiB needs the opt-in
             self.module.set_max_dynamic_shared(KERNEL_NAME, self.dynamic_smem)
         self.launch_info = self._plan_grid(workers)
+        # the dispatch cursor, then (MK_SM_SPREAD builds) the workers' SM registration area
+        self.spread_words = spread_words(self.build_flags, self.launch_info.grid)
+        self.ticket = torch.zeros(1 + self.spread_words, dtype=torch.int32, device=self.device)
         self.stuck = torch.full((self.launch_info.grid, len(STUCK_WORDS)), -1, dtype=torch.int32, device=self.device)
         self.trace_session = None
         self.traces: list = []  # (steps, Trace) per profiled launch
@@ -355,7 +375,9 @@ class MegakernelDecoder:
             raise ValueError(f"{step_begin + n_steps} steps x {n_instr} instructions overflow the int32 ticket")
         blob = pack_params(self._param_values(step_begin, step_begin + n_steps))
         self.params.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8), non_blocking=False)
-        self.ticket.fill_(step_begin * n_instr)  # dispatch cursor only; dependency counters are never reset
+        self.ticket[:1].fill_(step_begin * n_instr)  # dispatch cursor only; dependency counters are never reset
+        if self.spread_words:
+            self.ticket[1:].zero_()  # a fresh registration round (the CTA-to-SM placement may differ per launch)
         self.error.zero_()
         self.stuck.fill_(-1)
         self.module.launch(KERNEL_NAME, grid=self.launch_info.grid, block=self.launch_info.threads,

@@ -223,3 +223,83 @@ def test_row_logits_match_the_default_on_the_full_model(name):
     ref = logits["default"]
     err = (logits[name] - ref).abs().max().item() / ref.abs().max().item()
     assert err < 1e-3, f"{name}: logits differ from the default binary's by {err:.3g} (relative to max |logit|)"
+
+
+# SM-spread rows (NOTES.md "Ready: row 23"; FUSION_K=spread): the static tickets by a rank ordered by (slot on the
+# SM, smid) instead of the block index. Same tiles as their control, same per-tile arithmetic: every buffer equal
+# bit for bit; and the registration really spreads (ranks 0..S-1 on S distinct SMs).
+SPREAD_ROWS = ("mk_spread", "mk_spread_g22", "mk_spread_d8")
+
+
+def _spread_kw(name: str) -> tuple[dict, dict]:
+    """(row keywords, control keywords: the row's tiles with the default build)."""
+    from benchmarks.decode import variant_rows
+
+    row = variant_rows()[name]
+    assert set(row) <= {"build_flags", "tiles"} and "-DMK_SM_SPREAD=1" in row["build_flags"], row
+    return row, {k: v for k, v in row.items() if k == "tiles"}
+
+
+@pytest.mark.parametrize("workers", [None, 37])
+def test_spread_row_matches_interpreter(workers):
+    """36 launches of one step: a registration round in each (the host zeroes the area before each launch)."""
+    weights = random_weights(get_config("tiny"), seed=SEED + 13, device="cuda")
+    dec = _decoder(weights, tiles=TINY_TILES, workers=workers, build_flags=_row_flags("mk_spread"))
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 14)).tolist()
+    dec.set_prompt(prompt)
+    for step in range(36):
+        before = dec.state.clone()
+        dec.run(step, 1)
+        wrong = localise(before, dec.state, step, n_forced=len(prompt), rtol=5e-3, device="cuda")
+        assert wrong is None, f"mk_spread step {step}: first instruction that differs from the interpreter: {wrong}"
+
+
+@pytest.mark.parametrize("workers", [None, 37])
+def test_spread_row_equals_the_default_bit_for_bit_tiny(workers):
+    weights = random_weights(get_config("tiny"), seed=SEED + 15, device="cuda")
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 16)).tolist()
+    states = {}
+    for row, flags in (("default", ()), ("mk_spread", _row_flags("mk_spread"))):
+        dec = _decoder(weights, tiles=TINY_TILES, workers=workers, build_flags=flags)
+        dec.set_prompt(prompt)
+        dec.run(0, 36)
+        states[row] = _buffers(dec)
+        del dec
+    assert _differing_buffers(states["default"], states["mk_spread"]) == []
+
+
+def test_spread_registration_puts_consecutive_ranks_on_distinct_sms():
+    """After a launch the area holds every worker's key (slot << 16 | smid): all arrived, keys unique, and the
+    first min(SMs with a worker, 128) ranks (the keys in sorted order) sit on that many distinct SMs."""
+    weights = random_weights(get_config("tiny"), seed=SEED + 17, device="cuda")
+    dec = _decoder(weights, tiles=TINY_TILES, build_flags=_row_flags("mk_spread"))
+    dec.set_prompt([1, 2])
+    dec.run(0, 2)
+    area = dec.ticket[1:].cpu().tolist()
+    workers = dec.launch_info.workers
+    from megakernel.runtime import kernel_limits
+
+    keys = sorted(area[1 + kernel_limits()["SPREAD_SMS"]:][:workers])
+    assert area[0] == workers and len(set(keys)) == workers
+    sms = [k & 0xFFFF for k in keys]
+    first = min(len(set(sms)), 128)
+    assert len(set(sms[:first])) == first, f"ranks 0..{first - 1} on {len(set(sms[:first]))} SMs: {sms[:first]}"
+    assert len(set(sms)) >= min(dec.launch_info.sms, workers) - 1  # the scheduler's SM may hold no worker only at 1 CTA/SM
+
+
+@pytest.mark.parametrize("name", SPREAD_ROWS)
+def test_spread_row_equals_its_tiles_default_bit_for_bit_full_model(name):
+    """Full TinyLlama shapes, 40 steps in launches of 8 (5 registration rounds): tokens and every buffer equal to
+    the default build's with the row's tiles."""
+    c = get_config("tinyllama-1.1b", max_seq=256)
+    weights = random_weights(c, seed=SEED + 19, device="cuda")
+    prompt = torch.randint(0, c.vocab, (8,), generator=torch.Generator().manual_seed(SEED + 20)).tolist()
+    row, control = _spread_kw(name)
+    runs = {}
+    for label, kw in (("control", control), (name, row)):
+        dec = _decoder(weights, **kw)
+        runs[label] = (dec.generate(prompt, n_new=32, chunk=8), _buffers(dec))
+        del dec
+        torch.cuda.empty_cache()
+    assert runs[name][0] == runs["control"][0]
+    assert _differing_buffers(runs["control"][1], runs[name][1]) == []

@@ -55,6 +55,7 @@ constexpr int GEMV_UNROLL = MK_GEMV_UNROLL;  // 16-byte chunks per row per loop 
 constexpr int COMBINE_PER_THREAD = 8;    // attention outputs per thread in the O-proj combine (hidden <= 8 * THREADS)
 constexpr int MAX_SPLITS = 32;           // attention splits per head (O-proj combine weights in shared memory)
 constexpr int MAX_GROUP = 8;             // query heads per KV head (GQA) kept in registers
+constexpr int SPREAD_SMS = 256;          // per-SM slot counters of MK_SM_SPREAD's registration (megakernel.cu: spread_rank)
 static_assert(THREADS % 32 == 0, "whole warps");
 static_assert(SMEM_FLOATS * 4 + MAX_TILE_ROWS * 4 <= 48 * 1024, "static shared memory stays under 48 KiB");
 }  // namespace mk

@@ -15,7 +15,8 @@
 //
 // Opt-in build flags of the rows prepared next (config.cuh; megakernel/NOTES.md "Ready for the next device
 // run"): MK_BATCH_QKV / MK_BATCH_O (the batched GEMV loop only in the QKV / O-proj tiles), MK_BATCH_PLAIN
-// (their control) and MK_POLL2 (two pollers per dependency wait). Unset, the cubin is the default's.
+// (their control), MK_POLL2 (two pollers per dependency wait) and MK_SM_SPREAD (static tickets by an
+// SM-spread worker rank, row 23). Unset, the cubin is the default's.
 //
 // Build (megakernel/build.py does this, with generated headers in the build directory):
 //   nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -Icsrc -I<build> -DARGUS_MODE=0 megakernel.cu
@@ -432,8 +433,61 @@ __device__ __forceinline__ void prefetch_kv(const Params& p, const int* ins, int
   prefetch_tile(reinterpret_cast<const char*>(p.v_cache + row * p.head_dim), bytes);
 }
 
+// MK_SM_SPREAD (opt-in, benchmarks/decode.py mk_spread*, NOTES.md "Ready: row 23"): the static tickets go by
+// an SM-spread rank instead of blockIdx.x - 1. Workers ordered by (slot on their SM, smid) put each SM's first
+// worker at ranks 0..S-1 and its second after, so a run of up to ~S consecutive tickets (a 128-tile phase) lands
+// on distinct SMs; by block index, two consecutive workers can share an SM (the trace's 2 tiles per SM in every
+// phase). Same per-tile arithmetic, same deadlock-freedom: the rank is a permutation of the workers. Cost: one
+// registration round per launch (an atomic, a release add, a wait for all workers, W/256 loads per thread),
+// spread over the launch's steps: 64 in benchmarks/decode.py (--steps) and tinyllama.generate (chunk=64).
+#ifndef MK_SM_SPREAD
+#define MK_SM_SPREAD 0
+#endif
+#if MK_SM_SPREAD && !MK_STATIC_TICKETS
+#error "MK_SM_SPREAD orders the static tickets: it needs MK_STATIC_TICKETS=1"
+#endif
+#if MK_SM_SPREAD
+__device__ __forceinline__ unsigned sm_id() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+
+// This worker's rank among the W workers by (slot on its SM, smid), returned to every thread (W: the wait for
+// the others failed, the error slot says why, and the worker takes no ticket). The area after the dispatch
+// cursor, zeroed by the host before each launch (megakernel/runtime.py: spread_words): p.ticket[1] arrivals,
+// then SPREAD_SMS per-SM slot counters, then one key per worker. SMs whose ids alias modulo SPREAD_SMS share a
+// slot counter: keys stay unique (the smid is in the key), only the spread suffers.
+__device__ unsigned spread_rank(const Params& p) {
+  const unsigned W = gridDim.x - 1;
+  unsigned* arrived = p.ticket + 1;
+  unsigned* slots = arrived + 1;
+  unsigned* keys = slots + SPREAD_SMS;
+  bool failed = false;
+  if (threadIdx.x == 0) {
+    const unsigned sm = sm_id();
+    const unsigned slot = atomicAdd(slots + sm % SPREAD_SMS, 1u);
+    keys[blockIdx.x - 1] = slot << 16 | (sm & 0xffffu);
+    red_release_add(arrived, 1u);  // orders the key before the arrival
+    const WaitSite site{-1, (int)p.step_begin, -1, -1, -1, -1};  // no instruction: the registration round
+    failed = !wait_counter(p, arrived, W, site, (unsigned long long)p.timeout_ns);
+  }
+  if (__syncthreads_or(failed)) return W;  // thread 0's acquire saw every arrival: the keys are visible after this
+  const unsigned mine = __ldcg(keys + blockIdx.x - 1);
+  unsigned rank = 0;
+  for (unsigned j0 = 0; j0 < W; j0 += THREADS) {
+    const unsigned j = j0 + threadIdx.x;
+    rank += (unsigned)__syncthreads_count(j < W && __ldcg(keys + j) < mine);
+  }
+  return rank;
+}
+#endif
+
 __device__ __forceinline__ unsigned first_ticket(const Params& p, unsigned end) {
-#if MK_STATIC_TICKETS
+#if MK_SM_SPREAD
+  const unsigned rank = spread_rank(p);  // every thread calls it (barriers inside)
+  return rank == gridDim.x - 1 ? end : (unsigned)(p.step_begin * p.n_instr) + rank;
+#elif MK_STATIC_TICKETS
   (void)end;
   return (unsigned)(p.step_begin * p.n_instr) + (blockIdx.x - 1);
 #else
@@ -443,8 +497,15 @@ __device__ __forceinline__ unsigned first_ticket(const Params& p, unsigned end) 
 
 __device__ void worker(const Params& p, Smem& s) {
   const unsigned n_instr = (unsigned)p.n_instr, end = (unsigned)p.ticket_end;
+#if MK_SM_SPREAD
+  const unsigned first = first_ticket(p, end);  // collective: before the thread-0 block
+#endif
   if (threadIdx.x == 0) {
+#if MK_SM_SPREAD
+    s.ticket = first;
+#else
     s.ticket = first_ticket(p, end);
+#endif
     s.stage_phase = 0;
     s.staged = 0;
 #if MK_POLL2
