@@ -18,12 +18,12 @@ anything runs, and a bad file is one :class:`CampaignError` line.
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ArgusInputError, one_line
+from .fsutil import read_json_file
 from .schema_check import schema_problems, summarize
 
 CAMPAIGN_VERSION = 1
@@ -72,14 +72,7 @@ def load_campaign(path) -> Campaign:
     from .program import load_program
 
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CampaignError(f"{path}: no such campaign file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CampaignError(f"{path}: cannot read it ({one_line(exc)})") from None
-    except json.JSONDecodeError as exc:
-        raise CampaignError(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    doc = read_json_file(path, CampaignError, "campaign file")
     problems = schema_problems("campaign", doc)
     if problems:
         raise CampaignError(f"{path}: {summarize(problems)}")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ArgusInputError
+from .fsutil import read_json_file
 from .kinds.registry import find_kind, kind_names
 from .nvcc_flags import allowed_flag_forms, unsafe_flag
 from .regions import RegionError, RegionTree
@@ -241,12 +242,7 @@ def load_program(path: str | Path, *, allow_unsafe_flags: bool = False) -> Progr
     if not spec_path.is_file():
         raise ProgramError(f"no program description at {spec_path}; a program directory holds {PROGRAM_FILE}")
     root = spec_path.parent
-    try:
-        spec = json.loads(spec_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProgramError(f"cannot read {spec_path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ProgramError(f"{spec_path} is not valid JSON: {exc}") from None
+    spec = read_json_file(spec_path, ProgramError, "program description")
     problems = schema_problems("program", spec)
     if problems:
         raise ProgramError(f"{spec_path}: {summarize(problems)}")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .errors import ArgusInputError
-from .fsutil import atomic_write_text
+from .fsutil import atomic_write_text, read_json_file
 
 MANIFEST_VERSION = 1
 # 0 is reserved: device buffers are zero-initialised, so a zero ID means "never written".
@@ -237,15 +237,7 @@ class RegionTree:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "RegionTree":
         """Read a manifest file; a missing, unreadable or non-JSON file raises :class:`RegionError`."""
-        try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except FileNotFoundError:
-            raise RegionError(f"no region manifest at {path}") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RegionError(f"cannot read region manifest {path}: {exc}") from None
-        except json.JSONDecodeError as exc:
-            raise RegionError(f"region manifest {path} is not valid JSON: {exc}") from None
+        data = read_json_file(Path(path), RegionError, "region manifest")
         try:
             return cls.from_manifest(data)
         except RegionError as exc:
