@@ -5,6 +5,8 @@ GPU: tests/test_marker_paths_gpu.py runs each path and checks its decoded occurr
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from argus_rt.trace import TraceConfig, decode, layout, pair_intervals
@@ -46,6 +48,65 @@ def test_divergent_half_warps_pair_per_lane_group():
     got = sorted(zip(rows["region_id"].tolist(), rows["lanes"].tolist(), rows["duration"].tolist()))
     assert got == [(A, 0x0000FFFF, 100), (B, 0xFFFF0000, 160)]
     assert set(rows["depth"].tolist()) == {0}
+
+
+def _divergent_ring(order, merged=False):
+    """The ring of one warp of refexec_compute_divergent (16 occurrences): lanes 0-15 run region
+    refexec/occurrence, lanes 16-31 region refexec, each half BEGIN/END per occurrence; ``order`` says which
+    half takes its next slot (0 low, 1 high). ``merged``: what the slow path wrote when it took
+    __activemask() inside itself and the hardware had run both halves' calls together: one whole-warp
+    record by lane 0 (the low half's marker), nothing for the high half."""
+    from benchmarks.marker_cost import REGION_OCCURRENCE, REGION_REFEXEC
+
+    cfg = TraceConfig(ctas=1, threads_per_cta=32, capacity=256)
+    w = RingWriter(cfg)
+    steps = {0: [(k, c) for c in range(16) for k in ("begin", "end")]}
+    steps[1] = list(steps[0])
+    t = 1000
+    for half in order:
+        kind, c = steps[half].pop(0)
+        t += 32
+        if merged:
+            if half == 0:
+                w.emit(0, 0, 5, kind, REGION_OCCURRENCE, t, coord=c)
+            continue
+        w.emit(0, 0, 5, kind, (REGION_OCCURRENCE, REGION_REFEXEC)[half], t, coord=c)
+        _lane_record(w, 0, 0, (0x0000FFFF, 0xFFFF0000)[half], 16 * half, t)
+    return cfg, w
+
+
+def _occurrences(cfg, w):
+    from collections import Counter
+
+    t = decode(w.bytes(), cfg)
+    assert not t.incomplete, t.problems
+    rows = pair_intervals(t).rows
+    return Counter(zip(rows["region_id"].tolist(), rows["coord"].tolist(), rows["lanes"].tolist()))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_divergent_kernel_ring_decodes_to_the_gpu_test_s_occurrences_in_any_interleaving(seed):
+    """benchmarks/marker_cost.py's check for the shared_divergent path, on rings whose two halves take
+    slots in random interleavings (as their shared atomics may): every interleaving pairs per lane group."""
+    import random
+
+    from benchmarks.marker_cost import expected_occurrences
+
+    order = [0] * 32 + [1] * 32
+    random.Random(seed).shuffle(order)
+    assert _occurrences(*_divergent_ring(order)) == expected_occurrences("shared_divergent", 16)
+
+
+def test_slow_path_merging_both_halves_gives_the_h200_failure():
+    """The 00:20 H200 failure (ring 0: no (refexec, c, 0xFFFF0000) occurrence, yet no mismatch and no problem)
+    is what the decoder gives for a ring whose slow path merged both halves into one whole-warp group:
+    so the decoder paired what it was given, and the device wrote one group per marker pair."""
+    from benchmarks.marker_cost import expected_occurrences
+
+    got = _occurrences(*_divergent_ring([0, 1] * 32, merged=True))
+    want = expected_occurrences("shared_divergent", 16)
+    assert sorted(set(got) ^ set(want))[:4] == [(0x08F8A352, c, 0xFFFF0000) for c in range(4)]
+    assert set(got) == {(0xEAF59E52, c, LANES_WHOLE_WARP) for c in range(16)}
 
 
 def test_lane_groups_nest_inside_the_whole_warps_region_and_subsets_close_it():
@@ -123,14 +184,18 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def _fast_paths(lines: list[str]) -> list[list[str]]:
-    """Each default marker's fast path: from its %globaltimer read to the 16-byte record store."""
+def _fast_paths(lines: list[str]) -> list[tuple[list[str], int]]:
+    """Each default marker's fast path: from its cursor load (the LDS.128 pair before the branch on it) to
+    the 16-byte record store, with the index of its %globaltimer read (unpredicated: the slow path's is
+    predicated) in that window."""
     out = []
     for i, ln in enumerate(lines):
-        if "SR_GLOBALTIMER" in ln:
+        if "SR_GLOBALTIMER" in ln and "@" not in ln.split("SR_GLOBALTIMER")[0]:
+            branch = max((j for j in range(i) if " BRA " in lines[j]), default=None)
+            loads = [j for j in range(branch or 0) if "LDS.128" in lines[j]]
             end = next((j for j in range(i, len(lines)) if "STG.E.128" in lines[j]), None)
-            if end is not None:
-                out.append(lines[i: end + 1])
+            if branch is not None and len(loads) >= 2 and end is not None:
+                out.append((lines[loads[-2]: end + 1], i - loads[-2]))
     return out
 
 
@@ -143,15 +208,35 @@ def test_every_marker_path_builds_in_every_mode(kernel):
 
 @needs_nvcc
 def test_default_marker_fast_path_is_one_shared_load_pair_one_branch_and_no_call():
-    # Measured proxy (no GPU here): SASS from the timer read to the record store. The old path had a
+    # Measured proxy (no GPU here): SASS from the cursor load to the record store. The old path had a
     # lane election, a claim branch with BSSY, a clock-select after the cursor load and two shared-load latencies.
     paths = _fast_paths(_sass(2, "refexec_compute"))
     assert len(paths) >= 2
-    for p in paths:
+    for p, timer in paths:
         text = "\n".join(p)
         assert text.count("LDS.128") == 2 and "CALL" not in text and "LDG" not in text, text
         assert "SR_CLOCKLO" not in text and "FLO" not in text, text  # no clock select, no lane election
         assert sum(" BRA " in ln for ln in p) == 1, text
-    # In the loop (the first marker, peeled before it, also computes the CTA index and warp slot): today 20-22.
-    for p in paths[1:]:
-        assert len(p) <= 24, f"{len(p)} instructions from the timer read to the record store:\n" + "\n".join(p)
+        # The timer is read after the branch on the cursor load (which waits for the load, and the load for a
+        # barrier before the marker): not next to a BAR.SYNC.DEFER_BLOCKING, where it could issue before release.
+        assert " BRA " in "\n".join(p[:timer]), text
+    # In the loop (the first marker, peeled before it, also computes the CTA index and warp slot): today 19-21.
+    for p, _ in paths[1:]:
+        assert len(p) <= 24, f"{len(p)} instructions from the cursor load to the record store:\n" + "\n".join(p)
+
+
+@needs_nvcc
+def test_barrier_then_marker_reads_the_timer_after_the_cursor_load():
+    """ws_pipeline (tests/fixtures): a consumer's compute BEGIN right after bar.sync. Its stamp must not be
+    read in the barrier's shadow: between the BAR.SYNC and the timer read sit the cursor load and the branch
+    on it (a stamp read before the barrier released the warp would date the compute before its tile's load)."""
+    from argus_rt.kinds.cuda.build import CudaBuildSpec, build, disassemble, sass_lines
+
+    src = Path(__file__).parent / "fixtures" / "ws_pipeline" / "ws_pipeline.cu"
+    lines = sass_lines(disassemble(build(CudaBuildSpec("ws_pipeline.paths", [src], argus_mode=2)).cubin, "ws_pipeline"))
+    bars = [i for i, ln in enumerate(lines) if "BAR.SYNC" in ln]
+    assert bars
+    for b in bars:
+        timer = next(j for j in range(b, len(lines)) if "SR_GLOBALTIMER" in lines[j])
+        between = "\n".join(lines[b:timer])
+        assert between.count("LDS.128") == 2 and " BRA " in between, "\n".join(lines[b: timer + 1])

@@ -16,6 +16,8 @@ What argus_layout.h fixes, all little endian:
                           u64 first_timer, first_clock, last_timer, last_clock
   ArgusRecord (16 B):     u32 region_id, u32 coord (0xFFFFFFFF = none), u64 stamp
                           stamp = kind << 62 | time: BEGIN 1 (top byte 0x40), END 2 (top byte 0x80)
+                          lane-group record (kind 3, top byte 0xC0), right after the BEGIN/END of a
+                          divergent group: region_id = the group's lane mask, coord = its lowest lane
   ring stride:            32 + 16 * capacity bytes (64 + 16 * capacity anchored)
   ring index:             (CTA - cta_begin) * warps_per_cta + warp; slot of record n: n % capacity
 """
@@ -129,6 +131,52 @@ def test_ring_writer_writes_the_literal_globaltimer_bytes():
     w.emit(2, 1, 130, "begin", A, 1000, coord=0)
     w.emit(2, 1, 130, "end", A, 1096, coord=0)
     assert w.bytes() == GLOBALTIMER_RINGS
+
+
+# One CTA of 32 threads, 8 records per ring, seq 42: ring 0 (CTA 0 warp 0) holds the two half-warps of a divergent
+# warp (refexec_compute_divergent's pattern), each marker followed by its group's lane record, the halves'
+# slots interleaved and, across the halves, out of time order.
+DIVERGENT_RING = hexbytes("""
+    # ---- ring 0, byte 0: ArgusRingHeader
+    41 52 47 52                # magic    "ARGR"
+    2a 00 00 00                # seq      42
+    03 00 00 00                # sm       3
+    00 00 00 00                # cta      0
+    00 00 00 00                # warp     0
+    08 00 00 00                # written  8
+    00 00 00 00                # dropped  0
+    01 00 00 00                # claims   1
+    # ring 0, byte 32: ArgusRecord slots 0..7
+    cd ab 34 12  00 00 00 00   # slot 0: region_id A, coord 0
+    64 00 00 00 00 00 00 40    #   stamp BEGIN | 100
+    ff ff 00 00  00 00 00 00   # slot 1: lane record: mask 0x0000ffff, lowest lane 0
+    64 00 00 00 00 00 00 c0    #   stamp LANES | 100
+    01 ef 78 56  00 00 00 00   # slot 2: region_id B, coord 0
+    5a 00 00 00 00 00 00 40    #   stamp BEGIN | 90
+    00 00 ff ff  10 00 00 00   # slot 3: lane record: mask 0xffff0000, lowest lane 16
+    5a 00 00 00 00 00 00 c0    #   stamp LANES | 90
+    cd ab 34 12  00 00 00 00   # slot 4: region_id A, coord 0
+    c8 00 00 00 00 00 00 80    #   stamp END | 200
+    ff ff 00 00  00 00 00 00   # slot 5: lane record: mask 0x0000ffff, lowest lane 0
+    c8 00 00 00 00 00 00 c0    #   stamp LANES | 200
+    01 ef 78 56  00 00 00 00   # slot 6: region_id B, coord 0
+    fa 00 00 00 00 00 00 80    #   stamp END | 250
+    00 00 ff ff  10 00 00 00   # slot 7: lane record: mask 0xffff0000, lowest lane 16
+    fa 00 00 00 00 00 00 c0    #   stamp LANES | 250
+""")
+
+
+def test_literal_divergent_half_warps_pair_per_lane_group():
+    c = TraceConfig(ctas=1, threads_per_cta=32, capacity=8, seq=42)
+    assert len(DIVERGENT_RING) == 32 + 16 * 8 == c.buffer_bytes
+    t = decode(DIVERGENT_RING, c, known_ids=[A, B])
+    assert not t.incomplete and [tuple(int(x) for x in r) for r in t.rings] == [(0, 3, 0, 0, 8, 8, 0, 1)]
+    assert list(t.events["region_id"]) == [A, B, A, B] and list(t.events["kind"]) == [1, 1, 2, 2]
+    assert list(t.events["lanes"]) == [0x0000FFFF, 0xFFFF0000, 0x0000FFFF, 0xFFFF0000]
+    assert list(t.events["time"]) == [100, 90, 200, 250]
+    rows = pair_intervals(t).rows
+    assert [(int(r["region_id"]), int(r["lanes"]), int(r["start"]), int(r["end"]), int(r["depth"])) for r in rows] == [
+        (A, 0x0000FFFF, 100, 200, 0), (B, 0xFFFF0000, 90, 250, 0)]
 
 
 def test_literal_stamp_uses_all_62_time_bits():

@@ -341,24 +341,35 @@ __device__ __forceinline__ bool in_window(argus_u32 coord, argus_u32 begin, argu
   return coord == ARGUS_COORD_NONE || coord - begin < span;
 }
 
+/* The slow path's stamp, read once the cursor is acquired: after the ring's claim (by this or another lane
+ * group of the warp), so no record of a ring comes before its first anchor (anchored build), and a first
+ * marker's time leaves out the claim. Cycle stamps under clock64 (the cursor's slow tag) or the anchored build. */
+__device__ __forceinline__ argus_u64 slow_stamp(const WarpCursor& c) {
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  return cycle_counter();
+#else
+  return (c.grid & ARGUS_CUR_SLOW_) ? cycle_counter() : global_timer();
+#endif
+}
+
 /* A marker that is not the fast path's: a divergent or partial warp, a cursor to claim, clock64
- * stamps. One lane per lane group (its lowest active lane) takes the slot(s) with a shared-memory
- * atomic, so lane groups of one warp running markers at the same time get their own slots. A group
- * that is not the whole warp (warp_lanes) follows its record with an ARGUS_KIND_LANES record
- * {active mask, its lowest lane, same time}: the decoder pairs each group's BEGIN/END by it. The
- * header counts grow with red.max (groups may store them out of order). Out of line: its code and
- * registers stay off the fast path. */
-__device__ __noinline__ void emit_slow(argus_u32 kind, argus_u32 id, argus_u32 coord, argus_u64 t) {
-  const argus_u32 active = __activemask();
+ * stamps. `active` is the lane group as its own call site saw it (__activemask() there): this function is
+ * shared by every marker, and lane groups of one warp that call it from different markers can be run
+ * together in it (the hardware may reconverge them at its entry), so an __activemask() taken here would
+ * merge them into one group. One lane per group (its lowest lane) goes on, so several lanes, each
+ * with its own group, marker and coordinate, may run what follows at once; each takes its slot(s) with a
+ * shared-memory atomic. A group that is not the whole warp (warp_lanes) follows its record with an
+ * ARGUS_KIND_LANES record {its mask, its lowest lane, same time}: the decoder pairs each group's
+ * BEGIN/END by it. The header counts grow with red.max (groups may store them out of order). Out of line:
+ * its code and registers stay off the fast path. */
+__device__ __noinline__ void emit_slow(argus_u32 kind, argus_u32 id, argus_u32 coord, argus_u32 active) {
   const argus_u32 lane = lane_id();
   if (lane != (argus_u32)(__ffs(active) - 1)) return;
   const argus_u32 warp = warp_in_cta();
   WarpCursor* cur = warp_cursors() + warp;
   const WarpCursor c = acquire_cursor(cur, grid_id_lo(), cta_linear(), warp);
   if (!in_window(coord, c.coord_begin, c.coord_span)) return;
-#if ARGUS_TIMESTAMP != ARGUS_TS_ANCHORED
-  if (c.grid & ARGUS_CUR_SLOW_) t = cycle_counter();
-#endif
+  const argus_u64 t = slow_stamp(c);
   const argus_u32 k = active == warp_lanes(warp) ? 1u : 2u;
   const argus_u32 n = atomicAdd(&cur->count, k);  // lane groups of the warp each get their own slots
   const argus_u64 hdr = c.ring;
@@ -383,23 +394,27 @@ __device__ __noinline__ void emit_slow(argus_u32 kind, argus_u32 id, argus_u32 c
 static_assert(ARGUS_RING_DROPPED_OFFSET == ARGUS_RING_WRITTEN_OFFSET + 4, "ring header: dropped follows written");
 
 /* One marker. Fast path: the whole warp (all 32 lanes active) at a ready cursor of the default clock.
- * The clock is read first, alongside the cursor load; the count is bumped with a plain shared store
- * (with all 32 lanes here, no other lane group of the warp can run at the same time) and the header's
- * counts are written at every marker (no kernel epilogue). Anything else goes to emit_slow. */
+ * The count is bumped with a plain shared store (with all 32 lanes here, no other lane group of the warp
+ * can run at the same time) and the header's counts are written at every marker (no kernel epilogue).
+ * The clock is read after the branch on the cursor load, which waits for that load, as the load waits for
+ * a barrier just before the marker. Read first, right after a BAR.SYNC.DEFER_BLOCKING, it dated consumer
+ * markers of tests/fixtures/ws_pipeline before their producer's (H200, 2026-12-02 00:20): taken, we
+ * think, before the barrier released the warp (not yet confirmed on a GPU). Anything else goes to
+ * emit_slow, which reads its own stamp. */
 __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coord) {
-#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-  const argus_u64 t = cycle_counter();
-#else
-  const argus_u64 t = global_timer();
-#endif
   const argus_u32 active = __activemask();
   WarpCursor* cur = warp_cursors() + warp_in_cta();
   const argus_u32 cur_addr = shared_address(cur);
   const WarpCursor c = load_cursor(cur);
   if (c.grid != grid_id_lo() || c.cta != cta_linear() || active != 0xFFFFFFFFu) {
-    emit_slow(kind, id, coord, t);
+    emit_slow(kind, id, coord, active);
     return;
   }
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  const argus_u64 t = cycle_counter();
+#else
+  const argus_u64 t = global_timer();
+#endif
   /* Every lane computes the same values (the cursor load is a broadcast) and stores them to the same
    * addresses (one transaction each): no predicate (ptxas turns predicated stores here into branches).
    * So, as with RegCursor, the lanes of a converged warp must agree on the coordinate. A marker outside
