@@ -99,7 +99,9 @@ def check_trace(sess, path: str, occ: int) -> None:
     for ring in np.unique(t.rings["ring"]):
         rows = iv[iv["ring"] == ring]
         got = Counter(zip(rows["region_id"].tolist(), rows["coord"].tolist(), rows["lanes"].tolist()))
-        assert got == want, f"{path}, ring {int(ring)}: {sorted(set(got) ^ set(want))[:4]} differ"
+        assert got == want, (f"{path}, ring {int(ring)}: missing {sorted(set(want) - set(got))[:4]}, "
+                             f"unexpected {sorted(set(got) - set(want))[:4]}, "
+                             f"miscounted {sorted(k for k in set(got) & set(want) if got[k] != want[k])[:4]}")
 
 
 def fit(xs, ys) -> tuple[float, float]:

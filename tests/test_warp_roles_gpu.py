@@ -49,7 +49,10 @@ def test_a_warp_specialized_kernel_s_timeline_names_each_warp_s_role(tmp_path, c
     assert all(name == f"CTA {tid // 64} warp {tid % 64} ({ROLE[tid % 64]})" for (_, tid), name in threads.items())
     load_start = {(e["tid"] // 64, e["args"]["iteration"]): e["ts"] for e in by_name["pipeline/load"]}
     late = [e for e in by_name["pipeline/compute"] if e["ts"] < load_start[(e["tid"] // 64, e["args"]["iteration"])]]
-    assert late == [], late[:3]  # a consumer never computes a tile before its load began
+    # a consumer never computes a tile before its load began; on failure: which tiles, and by how much (us)
+    assert late == [], (len(late), sorted({e["args"]["iteration"] for e in late})[:8],
+                        [(e["pid"], e["tid"], e["args"]["iteration"],
+                          round(load_start[(e["tid"] // 64, e["args"]["iteration"])] - e["ts"], 3)) for e in late[:6]])
     print(f"{len(slices)} slices on {len(threads)} warp tracks; {ctas} CTAs x {tiles} tiles")
     target = os.environ.get("ARGUS_PERFETTO_EXAMPLE")
     if target:
