@@ -84,7 +84,7 @@ BATCH_QKV = ("-DMK_BATCH_QKV=1",)  # build flags of the chain-batch rows (tests/
 BATCH_O = ("-DMK_BATCH_O=1",)      # builds the same binaries with these)
 POLL2 = ("-DMK_POLL2=1",)
 ONE_CTA = ("-DMK_BLOCKS_PER_SM=1",)
-SPREAD = ("-DMK_SM_SPREAD=1",)
+NO_SPREAD = ("-DMK_SM_SPREAD=0",)
 
 
 def variant_rows() -> dict[str, dict]:
@@ -98,19 +98,14 @@ def variant_rows() -> dict[str, dict]:
         # DETAIL_REGIONS): the dependency wait and attention's phases, for the timeline (non-trace SASS = default)
         "mk_detail": {"build_flags": ("-DMK_DETAIL_REGIONS=1",)},
         # NOTES.md row 20: tickets by worker index, not the global counter (csrc/megakernel/megakernel.cu:
-        # MK_STATIC_TICKETS); the counter's next ticket taken before the wait; tiles of ~2 per SM (256) for
-        # gate/up, down and O-proj, alone and with the static tickets
-        # (static tickets are the default since row 20; mk_dynamic is the counter as measured before)
+        # MK_STATIC_TICKETS; the default since row 20); mk_dynamic is the counter as measured before (no SM spread:
+        # megakernel.cu makes MK_SM_SPREAD follow MK_STATIC_TICKETS)
         "mk_dynamic": {"build_flags": ("-DMK_STATIC_TICKETS=0",)},
-        "mk_kvpf": {"build_flags": ("-DMK_KV_PREFETCH=1",)},  # row 21: K/V rows into L2 during the wait
-        # row 22: the batched GEMV loop (16 loads in flight per warp) in Down's tiles only, and its codegen control
-        "mk_batch_down": {"build_flags": ("-DMK_BATCH_DOWN=1",)},
-        "mk_down_ctl": {"build_flags": ("-DMK_BATCH_DOWN=1", "-DMK_BATCH_PLAIN=1")},
-        # row 23: static tickets by an SM-spread rank (csrc/megakernel/megakernel.cu: spread_rank), so a 128-tile
-        # phase runs one tile per SM; with 256 gate/up tiles of 22 features or 256 Down tiles of 8 rows
-        "mk_spread": {"build_flags": SPREAD},
-        "mk_spread_g22": {"tiles": TileShape(gate_features=22), "build_flags": SPREAD},
-        "mk_spread_d8": {"tiles": TileShape(down_rows=8), "build_flags": SPREAD},
+        # row 23: the default's static tickets go by an SM-spread rank (megakernel.cu: spread_rank) and gate/up is
+        # 256 tiles of 22 features; mk_nospread is the default before it (block-index order, 32 features),
+        # mk_g32 the spread with 32-feature tiles (measured as mk_spread at d5aef05)
+        "mk_nospread": {"tiles": TileShape(gate_features=32), "build_flags": NO_SPREAD},
+        "mk_g32": {"tiles": TileShape(gate_features=32)},
         "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},

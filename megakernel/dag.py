@@ -41,7 +41,10 @@ class TileShape:
 
     # Defaults measured fastest on H200 on 2026-12-01 (megakernel/NOTES.md, trajectory table).
     o_rows: int = 16  # Wo rows per OProj tile
-    gate_features: int = 32  # FFN features per GateUp tile (2x as many weight rows)
+    # FFN features per GateUp tile (2x as many weight rows). 22 (256 TinyLlama tiles) since row 23 (NOTES.md;
+    # H200 2026-12-02 00:50, SM-spread tickets: 1.001 / 1.125 ms/token at kv 128 / 1024 vs 1.008 / 1.128 for
+    # 32, within the repeats' spread)
+    gate_features: int = 22
     down_rows: int = 16  # Wd rows per Down tile
     logits_rows: int = 64  # LM-head rows per Logits tile
     attn_split: int = 128  # KV positions per AttnPartial tile

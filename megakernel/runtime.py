@@ -164,12 +164,20 @@ def flag_value(flags: tuple[str, ...], macro: str) -> str | None:
     return value
 
 
+def sm_spread(flags: tuple[str, ...]) -> bool:
+    """Whether a build with ``flags`` orders its tickets by the SM-spread rank: megakernel.cu's default,
+    MK_SM_SPREAD = MK_STATIC_TICKETS (both 1 unless set), since row 23 (megakernel/NOTES.md)."""
+    value = flag_value(flags, "MK_SM_SPREAD")
+    if value is None:
+        value = flag_value(flags, "MK_STATIC_TICKETS") or "1"
+    return value != "0"
+
+
 def spread_words(flags: tuple[str, ...], grid: int) -> int:
     """int32 words after the dispatch cursor that an MK_SM_SPREAD build's workers register in, zeroed before each
     launch (csrc/megakernel/megakernel.cu: spread_rank): an arrival count, the per-SM slot counters, one key per
-    worker. 0 for other builds."""
-    on = flag_value(flags, "MK_SM_SPREAD") not in (None, "0")
-    return 1 + kernel_limits()["SPREAD_SMS"] + (grid - 1) if on else 0
+    worker. The default build's; 0 for builds without the spread (mk_nospread, mk_dynamic)."""
+    return 1 + kernel_limits()["SPREAD_SMS"] + (grid - 1) if sm_spread(flags) else 0
 
 
 def ring_smem_bytes(pages: int) -> int:
@@ -292,7 +300,7 @@ class MegakernelDecoder:
         if self.dynamic_smem:  # static (~35 KiB) + dynamic shared memory above 48 KiB needs the opt-in
             self.module.set_max_dynamic_shared(KERNEL_NAME, self.dynamic_smem)
         self.launch_info = self._plan_grid(workers)
-        # the dispatch cursor, then (MK_SM_SPREAD builds) the workers' SM registration area
+        # the dispatch cursor, then (MK_SM_SPREAD builds: the default) the workers' SM registration area
         self.spread_words = spread_words(self.build_flags, self.launch_info.grid)
         self.ticket = torch.zeros(1 + self.spread_words, dtype=torch.int32, device=self.device)
         self.stuck = torch.full((self.launch_info.grid, len(STUCK_WORDS)), -1, dtype=torch.int32, device=self.device)

@@ -11,6 +11,10 @@ batched GEMV in QKV and/or O-proj tiles (mk_batch_qkv, mk_batch_o, mk_batch_chai
 (mk_chain_ctl) and two pollers per dependency (mk_poll2), each built with decode.py's own flags: against
 the interpreter instruction by instruction (tiny model), and bit for bit equal to the default binary on the
 tiny and the full model (the batched loop sums each lane's chunks in the plain loop's order).
+
+The SM spread (the default's static ticket order since row 23; FUSION_K=spread): the default against the
+interpreter, bit for bit equal to the block-index order (MK_SM_SPREAD=0) with the same tiles, its registration
+spread over SMs, and mk_nospread's logits (the default before row 23) close to the default's.
 """
 import dataclasses
 import os
@@ -74,8 +78,7 @@ def test_fused_and_unfused_binaries_draw_the_same_tokens(temperature):
     assert len(set(out["default"][8:])) > 1 or temperature == 0.0  # sampling really draws different tokens
 
 
-CHAIN_ROWS = ("mk_batch_qkv", "mk_batch_o", "mk_batch_chain", "mk_chain_ctl", "mk_poll2", "mk_dynamic", "mk_kvpf",
-              "mk_batch_down", "mk_down_ctl")
+CHAIN_ROWS = ("mk_batch_qkv", "mk_batch_o", "mk_batch_chain", "mk_chain_ctl", "mk_poll2", "mk_dynamic")
 
 
 def _row_flags(name: str) -> tuple[str, ...]:
@@ -154,10 +157,10 @@ def test_chain_rows_equal_the_default_bit_for_bit_full_model():
     assert differs == {}, f"rows that differ from the default (tokens equal?, differing buffers): {differs}"
 
 
-@pytest.mark.parametrize("name", ("mk_dynamic", "mk_kvpf"))
-def test_ticket_and_prefetch_rows_equal_the_default_bit_for_bit_full_model(name):
-    """The ticket order (the counter vs the default's static order) and the K/V prefetch change no value: full
-    TinyLlama shapes, 40 steps in launches of 8, every buffer equal to the default binary's."""
+@pytest.mark.parametrize("name", ("mk_dynamic",))
+def test_ticket_rows_equal_the_default_bit_for_bit_full_model(name):
+    """The ticket order (the counter vs the default's static SM-spread order) changes no value: full TinyLlama
+    shapes, 40 steps in launches of 8, every buffer equal to the default binary's."""
     c = get_config("tinyllama-1.1b", max_seq=256)
     weights = random_weights(c, seed=SEED + 11, device="cuda")
     prompt = torch.randint(0, c.vocab, (8,), generator=torch.Generator().manual_seed(SEED + 12)).tolist()
@@ -201,9 +204,9 @@ def test_ring_row_matches_interpreter(name):
 
 
 # Rows whose sums are not the default's order or whose tiles differ (ring pages; one CTA per SM with
-# one-wave tiles, NOTES.md "Ready: row 19"): the same forced sequence on the full model gives logits close to the
-# default binary's.
-FULL_MODEL_ROWS = RING_ROWS + ("mk_1cta_w128", "mk_1cta_w128_q4")
+# one-wave tiles, NOTES.md "Ready: row 19"; mk_nospread: the default before row 23, 32-feature gate/up tiles):
+# the same forced sequence on the full model gives logits close to the default binary's.
+FULL_MODEL_ROWS = RING_ROWS + ("mk_1cta_w128", "mk_1cta_w128_q4", "mk_nospread")
 
 
 @pytest.mark.parametrize("name", FULL_MODEL_ROWS)
@@ -225,54 +228,47 @@ def test_row_logits_match_the_default_on_the_full_model(name):
     assert err < 1e-3, f"{name}: logits differ from the default binary's by {err:.3g} (relative to max |logit|)"
 
 
-# SM-spread rows (NOTES.md "Ready: row 23"; FUSION_K=spread): the static tickets by a rank ordered by (slot on the
-# SM, smid) instead of the block index. Same tiles as their control, same per-tile arithmetic: every buffer equal
-# bit for bit; and the registration really spreads (ranks 0..S-1 on S distinct SMs).
-SPREAD_ROWS = ("mk_spread", "mk_spread_g22", "mk_spread_d8")
-
-
-def _spread_kw(name: str) -> tuple[dict, dict]:
-    """(row keywords, control keywords: the row's tiles with the default build)."""
-    from benchmarks.decode import variant_rows
-
-    row = variant_rows()[name]
-    assert set(row) <= {"build_flags", "tiles"} and "-DMK_SM_SPREAD=1" in row["build_flags"], row
-    return row, {k: v for k, v in row.items() if k == "tiles"}
+# The SM spread (the default since row 23, NOTES.md; FUSION_K=spread): the default's static tickets go by a rank
+# ordered by (slot on the SM, smid), mk_nospread's by the block index. Same tiles, same per-tile arithmetic: every
+# buffer equal bit for bit; and the default's registration really spreads (ranks 0..S-1 on S distinct SMs).
+NO_SPREAD = ("-DMK_SM_SPREAD=0",)
 
 
 @pytest.mark.parametrize("workers", [None, 37])
-def test_spread_row_matches_interpreter(workers):
+def test_spread_default_matches_interpreter(workers):
     """36 launches of one step: a registration round in each (the host zeroes the area before each launch)."""
     weights = random_weights(get_config("tiny"), seed=SEED + 13, device="cuda")
-    dec = _decoder(weights, tiles=TINY_TILES, workers=workers, build_flags=_row_flags("mk_spread"))
+    dec = _decoder(weights, tiles=TINY_TILES, workers=workers)
+    assert dec.spread_words > 0
     prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 14)).tolist()
     dec.set_prompt(prompt)
     for step in range(36):
         before = dec.state.clone()
         dec.run(step, 1)
         wrong = localise(before, dec.state, step, n_forced=len(prompt), rtol=5e-3, device="cuda")
-        assert wrong is None, f"mk_spread step {step}: first instruction that differs from the interpreter: {wrong}"
+        assert wrong is None, f"default step {step}: first instruction that differs from the interpreter: {wrong}"
 
 
 @pytest.mark.parametrize("workers", [None, 37])
-def test_spread_row_equals_the_default_bit_for_bit_tiny(workers):
+def test_spread_default_equals_nospread_bit_for_bit_tiny(workers):
     weights = random_weights(get_config("tiny"), seed=SEED + 15, device="cuda")
     prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 16)).tolist()
     states = {}
-    for row, flags in (("default", ()), ("mk_spread", _row_flags("mk_spread"))):
+    for row, flags in (("default", ()), ("nospread", NO_SPREAD)):
         dec = _decoder(weights, tiles=TINY_TILES, workers=workers, build_flags=flags)
         dec.set_prompt(prompt)
         dec.run(0, 36)
         states[row] = _buffers(dec)
         del dec
-    assert _differing_buffers(states["default"], states["mk_spread"]) == []
+    assert _differing_buffers(states["default"], states["nospread"]) == []
 
 
 def test_spread_registration_puts_consecutive_ranks_on_distinct_sms():
-    """After a launch the area holds every worker's key (slot << 16 | smid): all arrived, keys unique, and the
-    first min(SMs with a worker, 128) ranks (the keys in sorted order) sit on that many distinct SMs."""
+    """After a launch of the default the area holds every worker's key (slot << 16 | smid): all arrived, keys
+    unique, and the first min(SMs with a worker, 128) ranks (the keys in sorted order) sit on that many distinct
+    SMs."""
     weights = random_weights(get_config("tiny"), seed=SEED + 17, device="cuda")
-    dec = _decoder(weights, tiles=TINY_TILES, build_flags=_row_flags("mk_spread"))
+    dec = _decoder(weights, tiles=TINY_TILES)
     dec.set_prompt([1, 2])
     dec.run(0, 2)
     area = dec.ticket[1:].cpu().tolist()
@@ -287,19 +283,20 @@ def test_spread_registration_puts_consecutive_ranks_on_distinct_sms():
     assert len(set(sms)) >= min(dec.launch_info.sms, workers) - 1  # the scheduler's SM may hold no worker only at 1 CTA/SM
 
 
-@pytest.mark.parametrize("name", SPREAD_ROWS)
-def test_spread_row_equals_its_tiles_default_bit_for_bit_full_model(name):
-    """Full TinyLlama shapes, 40 steps in launches of 8 (5 registration rounds): tokens and every buffer equal to
-    the default build's with the row's tiles."""
+@pytest.mark.parametrize("gate_features", [22, 32], ids=["default", "mk_g32-vs-mk_nospread"])
+def test_spread_equals_nospread_bit_for_bit_full_model(gate_features):
+    """Full TinyLlama shapes, 40 steps in launches of 8 (5 registration rounds): tokens and every buffer of the
+    default build equal to the no-spread build's with the same tiles (the default's 22 features, and 32: mk_g32
+    against mk_nospread)."""
     c = get_config("tinyllama-1.1b", max_seq=256)
     weights = random_weights(c, seed=SEED + 19, device="cuda")
     prompt = torch.randint(0, c.vocab, (8,), generator=torch.Generator().manual_seed(SEED + 20)).tolist()
-    row, control = _spread_kw(name)
+    tiles = TileShape(gate_features=gate_features)
     runs = {}
-    for label, kw in (("control", control), (name, row)):
-        dec = _decoder(weights, **kw)
+    for label, flags in (("spread", ()), ("nospread", NO_SPREAD)):
+        dec = _decoder(weights, tiles=tiles, build_flags=flags)
         runs[label] = (dec.generate(prompt, n_new=32, chunk=8), _buffers(dec))
         del dec
         torch.cuda.empty_cache()
-    assert runs[name][0] == runs["control"][0]
-    assert _differing_buffers(runs["control"][1], runs[name][1]) == []
+    assert runs["spread"][0] == runs["nospread"][0]
+    assert _differing_buffers(runs["nospread"][1], runs["spread"][1]) == []

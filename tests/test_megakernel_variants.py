@@ -4,14 +4,15 @@ mk_chain_ctl, and two pollers per dependency wait (mk_poll2). On the CPU: each r
 (the default instruction stream, so the interpreter's reference is the default one), and with nvcc that
 each compiles within the register cap without op spills, that the default build contains none of their
 code, and (with nvdisasm) that the batched function issues its whole block of weight loads before using
-any while the plain loop keeps 2 in flight. GPU: tests/test_megakernel_fusions_gpu.py (FUSION_K=chain)."""
+any while the plain loop keeps 2 in flight. The ticket rows: the default's SM-spread rank (row 23) is in no
+build without it (mk_nospread, mk_dynamic). GPU: tests/test_megakernel_fusions_gpu.py (FUSION_K=chain, spread)."""
 import re
 
 import pytest
 
-from benchmarks.decode import BATCH_O, BATCH_QKV, POLL2, variant_rows
+from benchmarks.decode import BATCH_O, BATCH_QKV, NO_SPREAD, POLL2, variant_rows
 from megakernel.dag import TileShape, build_decode_program
-from megakernel.runtime import option_flags
+from megakernel.runtime import kernel_limits, option_flags, sm_spread, spread_words
 from tinyllama.config import get_config
 from toolchain import needs_nvcc
 
@@ -27,6 +28,8 @@ ROWS = {
 CALLS = {"default": (10, 0), "mk_batch_qkv": (8, 2), "mk_batch_o": (8, 2), "mk_batch_chain": (6, 4),
          "mk_chain_ctl": (6, 4), "mk_poll2": (10, 0)}
 VARIANT_FUNCTIONS = ("gemv_tile_batch", "wait_counter_pair", "poll_helper")
+DYNAMIC = ("-DMK_STATIC_TICKETS=0",)
+TICKET_ROWS = {"mk_nospread": NO_SPREAD, "mk_dynamic": DYNAMIC}  # builds without the default's SM-spread rank
 
 
 def test_rows_are_build_flags_on_the_default_program():
@@ -37,6 +40,21 @@ def test_rows_are_build_flags_on_the_default_program():
     c = get_config("tiny")
     # no tile change: the kernel runs the default instruction stream, which the interpreter checks
     assert build_decode_program(c, TileShape()).instructions == build_decode_program(c, TileShape()).instructions
+
+
+def test_the_default_spreads_and_the_ticket_rows_do_not():
+    """Row 23 (NOTES.md): the default orders its static tickets by the SM-spread rank, so the host zeroes a
+    registration area before each launch; mk_nospread (the default before, 32-feature gate/up tiles) and
+    mk_dynamic (the counter: megakernel.cu's MK_SM_SPREAD follows MK_STATIC_TICKETS) have none."""
+    rows = variant_rows()
+    assert rows["mk_nospread"] == {"tiles": TileShape(gate_features=32), "build_flags": NO_SPREAD}
+    assert rows["mk_g32"] == {"tiles": TileShape(gate_features=32)}  # the spread alone: same tiles as mk_nospread
+    assert rows["mk_dynamic"] == {"build_flags": DYNAMIC}
+    assert TileShape().gate_features == 22 and get_config("tinyllama-1.1b").ffn // 22 == 256
+    assert sm_spread(()) and sm_spread(("-DMK_STATIC_TICKETS=1",)) and sm_spread(("-DMK_SM_SPREAD",))
+    assert not sm_spread(NO_SPREAD) and not sm_spread(DYNAMIC)
+    assert spread_words((), 264) == 1 + kernel_limits()["SPREAD_SMS"] + 263
+    assert spread_words(NO_SPREAD, 264) == spread_words(DYNAMIC, 264) == 0
 
 
 def _spills(log: str) -> dict[str, int]:
@@ -52,7 +70,8 @@ def builds(tmp_path_factory):
 
     def get(name: str):
         if name not in out:
-            out[name] = build(0, build_dir=tmp_path_factory.mktemp(name), extra_flags=ROWS.get(name, ()))
+            flags = (ROWS | TICKET_ROWS).get(name, ())
+            out[name] = build(0, build_dir=tmp_path_factory.mktemp(name), extra_flags=flags)
         return out[name]
 
     return get
@@ -95,3 +114,17 @@ def test_gemv_loads_in_flight(builds, name):
             assert before <= 2
         else:
             assert before >= 14 and total == 16, (before, total)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", ["default", *TICKET_ROWS])
+def test_only_the_default_reads_its_sm_id(builds, name):
+    """spread_rank's %smid (SASS: S2R SR_VIRTUALSMID) is in the default build only; mk_dynamic compiles (the
+    #error for MK_SM_SPREAD without static tickets does not fire) and has none."""
+    from argus_rt.tools import tool_or_none
+    from megakernel import sass_diff
+
+    if tool_or_none("cuobjdump") is None:
+        pytest.skip("needs cuobjdump")
+    reads = sass_diff.sass_text(builds(name).cubin).count("SR_VIRTUALSMID")
+    assert reads == (1 if name == "default" else 0), (name, reads)

@@ -26,9 +26,6 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_BATCH_O
 #define MK_BATCH_O 0  // 1: O-proj tiles use gemv_tile_batch (mk_batch_o; both: mk_batch_chain)
 #endif
-#ifndef MK_BATCH_DOWN
-#define MK_BATCH_DOWN 0  // 1: Down tiles use gemv_tile_batch (mk_batch_down; NOTES.md row 22)
-#endif
 #ifndef MK_BATCH_PLAIN
 #define MK_BATCH_PLAIN 0  // 1 (control, with MK_BATCH_QKV/O): gemv_tile_batch runs the plain loop (mk_chain_ctl)
 #endif

@@ -77,9 +77,9 @@ __device__ __noinline__ void gemv_tile(const __nv_bfloat16* __restrict__ W, int 
   gemv_rows<MK_GEMV_BATCH != 0>(W, K, rows, xs, out);
 }
 
-#if MK_BATCH_QKV || MK_BATCH_O || MK_BATCH_DOWN
+#if MK_BATCH_QKV || MK_BATCH_O
 // The batched loop for the ops alone on the latency chain (QKV with MK_BATCH_QKV=1, O-proj with
-// MK_BATCH_O=1; config.cuh) or for Down's long rows (K = ffn, MK_BATCH_DOWN=1), the other ops keep gemv_tile. Not compiled into the default build, whose
+// MK_BATCH_O=1; config.cuh), the other ops keep gemv_tile. Not compiled into the default build, whose
 // SASS is unchanged by its existence (NOTES.md, "Ready for the next device run"). MK_BATCH_PLAIN=1 is a
 // control: the same second function and call sites, with the plain loop in it (ptxas allocates
 // registers across calls, so adding a callee changes code everywhere: mk_chain_ctl measures that alone).
@@ -93,13 +93,13 @@ __device__ __noinline__ void gemv_tile_batch(const __nv_bfloat16* __restrict__ W
 template <bool kBatch>
 __device__ __forceinline__ void gemv_tile_as(const __nv_bfloat16* __restrict__ W, int K, int rows,
                                              const float* __restrict__ xs, float* __restrict__ out) {
-#if MK_BATCH_QKV || MK_BATCH_O || MK_BATCH_DOWN
+#if MK_BATCH_QKV || MK_BATCH_O
   if constexpr (kBatch) {
     gemv_tile_batch(W, K, rows, xs, out);
     return;
   }
 #else
-  static_assert(!kBatch, "gemv_tile_batch is compiled only with MK_BATCH_QKV, MK_BATCH_O or MK_BATCH_DOWN");
+  static_assert(!kBatch, "gemv_tile_batch is compiled only with MK_BATCH_QKV or MK_BATCH_O");
 #endif
   gemv_tile(W, K, rows, xs, out);
 }

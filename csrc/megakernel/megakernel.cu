@@ -15,8 +15,8 @@
 //
 // Opt-in build flags of the rows prepared next (config.cuh; megakernel/NOTES.md "Ready for the next device
 // run"): MK_BATCH_QKV / MK_BATCH_O (the batched GEMV loop only in the QKV / O-proj tiles), MK_BATCH_PLAIN
-// (their control), MK_POLL2 (two pollers per dependency wait) and MK_SM_SPREAD (static tickets by an
-// SM-spread worker rank, row 23). Unset, the cubin is the default's.
+// (their control) and MK_POLL2 (two pollers per dependency wait). Unset, the cubin is the default's, whose
+// static tickets go by an SM-spread worker rank (MK_SM_SPREAD, row 23; =0 is the block-index order).
 //
 // Build (megakernel/build.py does this, with generated headers in the build directory):
 //   nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -Icsrc -I<build> -DARGUS_MODE=0 megakernel.cu
@@ -283,7 +283,7 @@ __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows,
   const int D = (int)p.hidden, F = (int)p.ffn;
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
   load_vector(p.h + (size_t)layer * F, F, s.xs);
-  tile_gemv<MK_BATCH_DOWN != 0>(p, s, p.wd + ((size_t)layer * D + row0) * F, F, rows);
+  tile_gemv(p, s, p.wd + ((size_t)layer * D + row0) * F, F, rows);
   __syncthreads();
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x[(size_t)(layer + 1) * D + row0 + r] = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
@@ -416,32 +416,16 @@ __device__ __forceinline__ unsigned take_ticket(const Params& p, unsigned end) {
 #ifndef MK_STATIC_TICKETS
 #define MK_STATIC_TICKETS 1
 #endif
-// MK_KV_PREFETCH (opt-in, mk_kvpf): an AttnPartial tile (head part 0) L2-prefetches its split's K and V
-// rows of earlier positions (they do not depend on this step) before its dependency wait, so the score
-// pass reads L2 instead of HBM.
-#ifndef MK_KV_PREFETCH
-#define MK_KV_PREFETCH 0
-#endif
-// The K and V rows of positions [split * S, min((split + 1) * S, pos)) of an AttnPartial instruction into L2.
-__device__ __forceinline__ void prefetch_kv(const Params& p, const int* ins, int pos) {
-  if (ins[W_OPCODE] != OP_ATTN_PARTIAL || ins[W_A2] != 0) return;  // head parts share one K/V head: once
-  const int S = (int)p.attn_split, lo = ins[W_A1] * S, hi = min(lo + S, pos);
-  if (lo >= hi) return;
-  const size_t row = ((size_t)ins[W_LAYER] * p.n_kv_heads + ins[W_A0]) * p.max_seq + lo;
-  const unsigned bytes = (unsigned)((hi - lo) * p.head_dim * sizeof(__nv_bfloat16));
-  prefetch_tile(reinterpret_cast<const char*>(p.k_cache + row * p.head_dim), bytes);
-  prefetch_tile(reinterpret_cast<const char*>(p.v_cache + row * p.head_dim), bytes);
-}
-
-// MK_SM_SPREAD (opt-in, benchmarks/decode.py mk_spread*, NOTES.md "Ready: row 23"): the static tickets go by
-// an SM-spread rank instead of blockIdx.x - 1. Workers ordered by (slot on their SM, smid) put each SM's first
+// MK_SM_SPREAD (the default with the static tickets since row 23, NOTES.md: 1.001 vs 1.022 ms/token at kv 128,
+// 1.125 vs 1.177 at kv 1024, with 22-feature gate/up tiles; benchmarks/decode.py mk_nospread is the block-index
+// order with 32-feature tiles as measured before): the static tickets go by an SM-spread rank, not blockIdx.x - 1. Workers ordered by (slot on their SM, smid) put each SM's first
 // worker at ranks 0..S-1 and its second after, so a run of up to ~S consecutive tickets (a 128-tile phase) lands
 // on distinct SMs; by block index, two consecutive workers can share an SM (the trace's 2 tiles per SM in every
 // phase). Same per-tile arithmetic, same deadlock-freedom: the rank is a permutation of the workers. Cost: one
 // registration round per launch (an atomic, a release add, a wait for all workers, W/256 loads per thread),
 // spread over the launch's steps: 64 in benchmarks/decode.py (--steps) and tinyllama.generate (chunk=64).
 #ifndef MK_SM_SPREAD
-#define MK_SM_SPREAD 0
+#define MK_SM_SPREAD MK_STATIC_TICKETS  // the counter (mk_dynamic) has no ticket order to spread
 #endif
 #if MK_SM_SPREAD && !MK_STATIC_TICKETS
 #error "MK_SM_SPREAD orders the static tickets: it needs MK_STATIC_TICKETS=1"
@@ -543,9 +527,6 @@ __device__ void worker(const Params& p, Smem& s) {
       if (bytes > stage && !(s.ins[W_PF_FLAGS] & 1)) prefetch_tile(w + stage, bytes - stage);  // the rest into L2
 #endif
       if (threadIdx.x == 0) s.staged = (int)stage;
-#if MK_KV_PREFETCH
-      prefetch_kv(p, s.ins, step);
-#endif
       // The host's prefetch plan: up to two weight ranges further down the stream (a byte window ahead).
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
