@@ -1,7 +1,8 @@
 // Persistent TinyLlama decode megakernel: one scheduler CTA (block 0) + N worker CTAs.
 //
-// Workers take instruction tickets from a global counter in stream order (ticket t = step
-// t / n_instr, instruction t % n_instr), optionally prefetch weights into L2 or shared memory
+// Workers run instruction tickets in stream order (ticket t = step t / n_instr, instruction t % n_instr;
+// worker r runs first + r, + W, ..., r its SM-spread rank: MK_STATIC_TICKETS and MK_SM_SPREAD below; with
+// MK_STATIC_TICKETS=0 each takes them from a global counter), optionally prefetch weights into L2 or shared memory
 // (the host's prefetch plan, stage_bytes: all off by default, measured slower on H200 on
 // 2026-12-01, megakernel/NOTES.md rows 10-12), wait on the instruction's dependency counter, run
 // it, and signal its counter. The
