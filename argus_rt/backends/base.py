@@ -196,6 +196,23 @@ class BackendAdapter:
         raise NotImplementedError(f"backend {self.name!r} does not implement collect()")
 
 
+def refuse_unknown_keys(config: dict, valid, what: str) -> None:
+    """``ValueError`` naming the keys of ``config`` outside ``valid`` and the valid ones (``what``: e.g.
+    "ncu config"), the one message every adapter's ``validate_config`` gives for them."""
+    bad = sorted(set(config) - set(valid))
+    if bad:
+        raise ValueError(f"unknown {what} key(s) {bad}; valid: {', '.join(valid)}")
+
+
+def tool_availability(find) -> tuple[bool, str]:
+    """``available()`` of an adapter whose tool ``find()`` locates (raising BackendUnavailableError)."""
+    try:
+        find()
+    except BackendUnavailableError as exc:
+        return False, str(exc)
+    return True, ""
+
+
 def merge_configs(configs: list[dict]) -> dict:
     """Merge request configurations for one run: lists are unioned (order kept), equal scalars kept.
 

@@ -55,7 +55,14 @@ from ..evidence import PcCounters
 from ..gpu_env import multicast_off_env
 from ..sass import SassFunction, function_from_rows, kernel_key, pc_key
 from ..tools import ToolNotFoundError, find_tool
-from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend
+from .base import (
+    BackendAdapter,
+    BackendError,
+    BackendUnavailableError,
+    refuse_unknown_keys,
+    register_backend,
+    tool_availability,
+)
 
 REQUIRED_COLUMNS = ("Address", "Source", "Instructions Executed")
 COLUMN_METRICS = {
@@ -481,16 +488,10 @@ class NcuAdapter(BackendAdapter):
     VALID_KEYS = ("kernel", "sections", "launches", "args")
 
     def available(self) -> tuple[bool, str]:
-        try:
-            find_ncu()
-        except BackendUnavailableError as exc:
-            return False, str(exc)
-        return True, ""
+        return tool_availability(find_ncu)
 
     def validate_config(self, config: dict) -> None:
-        bad = sorted(set(config) - set(self.VALID_KEYS))
-        if bad:
-            raise ValueError(f"unknown ncu config key(s) {bad}; valid: {', '.join(self.VALID_KEYS)}")
+        refuse_unknown_keys(config, self.VALID_KEYS, "ncu config")
         if "launches" in config and (not isinstance(config["launches"], int) or config["launches"] < 1):
             raise ValueError(f"ncu config 'launches' must be an int >= 1, got {config['launches']!r}")
         sections = config.get("sections", list(DEFAULT_SECTIONS))

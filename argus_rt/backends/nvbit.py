@@ -31,7 +31,14 @@ from ..fsutil import atomic_write_text
 from ..gpu_env import multicast_off_env
 from ..markers import MARKER_BEGIN, MARKER_END, MARKER_KIND_MASK, MARKER_TAG
 from ..tools import ToolNotFoundError, find_tool
-from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend
+from .base import (
+    BackendAdapter,
+    BackendError,
+    BackendUnavailableError,
+    refuse_unknown_keys,
+    register_backend,
+    tool_availability,
+)
 
 METHOD = "nvbit"
 MAX_DEPTH = 16  # per-warp region nesting the tool can hold; deeper nesting is counted as overflow
@@ -300,16 +307,10 @@ class NvbitAdapter(BackendAdapter):
     outputs = ("pc_region_counts",)
 
     def available(self) -> tuple[bool, str]:
-        try:
-            nvbit_path()
-        except BackendUnavailableError as exc:
-            return False, str(exc)
-        return True, ""
+        return tool_availability(nvbit_path)
 
     def validate_config(self, config: dict) -> None:
-        bad = sorted(set(config) - {"kernel"})
-        if bad:
-            raise ValueError(f"unknown nvbit config key(s) {bad}; valid: kernel")
+        refuse_unknown_keys(config, ("kernel",), "nvbit config")
 
     def collect(self, ctx) -> dict[str, Path]:
         from .ncu import program_argv

@@ -28,7 +28,7 @@ from ..pc_region_analysis import (  # noqa: F401  (re-exported: the analysis' pu
 )
 from ..pc_regions import NO_REGION, PC_METHODS, AttributedValue, PcMapError, PcOwnership, PcRegionMap, Stack  # noqa: F401  (re-exported)
 from ..sass import kernel_key
-from .base import BackendAdapter, register_backend
+from .base import BackendAdapter, refuse_unknown_keys, register_backend
 from .ncu import NCU_EFFECTS
 
 # The mapping run's steps that run while ncu does, where ncu starts first (StepClock).
@@ -269,9 +269,7 @@ class PcMapAdapter(BackendAdapter):
         return NcuAdapter().available()
 
     def validate_config(self, config: dict) -> None:
-        bad = sorted(set(config) - {"kernel", "sections"})
-        if bad:
-            raise ValueError(f"unknown pcmap config key(s) {bad}; valid: kernel, sections")
+        refuse_unknown_keys(config, ("kernel", "sections"), "pcmap config")
         sections = config.get("sections", ["SourceCounters"])
         if not (isinstance(sections, (list, tuple)) and sections and all(isinstance(s, str) and s.isidentifier() for s in sections)):
             raise ValueError(f"pcmap config 'sections' must be a non-empty list of ncu section names, got {sections!r}")

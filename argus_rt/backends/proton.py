@@ -39,7 +39,7 @@ from ..evidence import RegionIntervals
 from ..fsutil import atomic_write_text
 from ..kinds.errors import ProgramRunError, ReferenceMismatchError
 from ..trace.layout import COORD_NONE  # the occurrence has no loop coordinate
-from .base import BackendAdapter, BackendUnavailableError
+from .base import BackendAdapter, BackendUnavailableError, refuse_unknown_keys
 
 _PID = re.compile(r"^(?P<kernel>.+) Core(?P<sm>\d+) CTA(?P<cta>\d+)$")
 _TID = re.compile(r"^warp (?P<warp>\d+) \(line \d+\)$")
@@ -215,9 +215,7 @@ class ProtonScopeTrace(BackendAdapter):
     VALID_KEYS = ("mode",)
 
     def validate_config(self, config: dict) -> None:
-        bad = sorted(set(config) - set(self.VALID_KEYS))
-        if bad:
-            raise ValueError(f"unknown proton trace config key(s) {bad}; valid: {', '.join(self.VALID_KEYS)}")
+        refuse_unknown_keys(config, self.VALID_KEYS, "proton trace config")
         check_mode(config.get("mode"))
 
     def available(self) -> tuple[bool, str]:

@@ -31,7 +31,13 @@ import numpy as np
 
 from ..evidence import SystemTimeline
 from ..gpu_env import multicast_off_env
-from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend
+from .base import (
+    BackendAdapter,
+    BackendError,
+    BackendUnavailableError,
+    refuse_unknown_keys,
+    register_backend,
+)
 
 CATEGORIES = ("kernel", "nccl", "memcpy", "memset", "annotation")
 _KINETO_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
@@ -201,9 +207,7 @@ class SystraceAdapter(BackendAdapter):
     VALID_KEYS = ("tool",)
 
     def validate_config(self, config: dict) -> None:
-        bad = sorted(set(config) - set(self.VALID_KEYS))
-        if bad:
-            raise ValueError(f"unknown systrace config key(s) {bad}; valid: {', '.join(self.VALID_KEYS)}")
+        refuse_unknown_keys(config, self.VALID_KEYS, "systrace config")
         tool = config.get("tool", "torch_profiler")
         if tool not in TOOLS:
             raise ValueError(f"systrace tool {tool!r} unknown; valid: {', '.join(TOOLS)}")
