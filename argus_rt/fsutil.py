@@ -53,13 +53,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 def read_json_file(path: Path, error: type[Exception], what: str):
     """The JSON document in ``path``, or ``error`` with one line naming ``path`` (prefixed ``what``, e.g.
     "region manifest") and why: missing, unreadable, or not JSON (with the line and column)."""
-    from .errors import one_line
-
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise error(f"{path}: no such {what}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise error(f"{path}: cannot read the {what} ({one_line(exc)})") from None
+        raise error(f"{path}: cannot read the {what} ({getattr(exc, 'strerror', None) or exc})") from None
     except json.JSONDecodeError as exc:
         raise error(f"{path}: {what} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None

@@ -55,14 +55,8 @@ from ..evidence import PcCounters
 from ..gpu_env import multicast_off_env
 from ..sass import SassFunction, function_from_rows, kernel_key, pc_key
 from ..tools import ToolNotFoundError, find_tool
-from .base import (
-    BackendAdapter,
-    BackendError,
-    BackendUnavailableError,
-    refuse_unknown_keys,
-    register_backend,
-    tool_availability,
-)
+from . import base
+from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend, tool_availability
 
 REQUIRED_COLUMNS = ("Address", "Source", "Instructions Executed")
 COLUMN_METRICS = {
@@ -491,7 +485,7 @@ class NcuAdapter(BackendAdapter):
         return tool_availability(find_ncu)
 
     def validate_config(self, config: dict) -> None:
-        refuse_unknown_keys(config, self.VALID_KEYS, "ncu config")
+        base.refuse_unknown_keys(config, self.VALID_KEYS, "ncu config")
         if "launches" in config and (not isinstance(config["launches"], int) or config["launches"] < 1):
             raise ValueError(f"ncu config 'launches' must be an int >= 1, got {config['launches']!r}")
         sections = config.get("sections", list(DEFAULT_SECTIONS))

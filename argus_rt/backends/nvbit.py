@@ -31,14 +31,8 @@ from ..fsutil import atomic_write_text
 from ..gpu_env import multicast_off_env
 from ..markers import MARKER_BEGIN, MARKER_END, MARKER_KIND_MASK, MARKER_TAG
 from ..tools import ToolNotFoundError, find_tool
-from .base import (
-    BackendAdapter,
-    BackendError,
-    BackendUnavailableError,
-    refuse_unknown_keys,
-    register_backend,
-    tool_availability,
-)
+from . import base
+from .base import BackendAdapter, BackendError, BackendUnavailableError, register_backend
 
 METHOD = "nvbit"
 MAX_DEPTH = 16  # per-warp region nesting the tool can hold; deeper nesting is counted as overflow
@@ -307,10 +301,10 @@ class NvbitAdapter(BackendAdapter):
     outputs = ("pc_region_counts",)
 
     def available(self) -> tuple[bool, str]:
-        return tool_availability(nvbit_path)
+        return base.tool_availability(nvbit_path)
 
     def validate_config(self, config: dict) -> None:
-        refuse_unknown_keys(config, ("kernel",), "nvbit config")
+        base.refuse_unknown_keys(config, ("kernel",), "nvbit config")
 
     def collect(self, ctx) -> dict[str, Path]:
         from .ncu import program_argv
