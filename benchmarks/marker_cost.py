@@ -5,16 +5,20 @@ The reference-execution compute kernel (examples/cuda/reference_execution.cu; 12
 threads, a chain of 4,096 dependent FMAs per thread) is built with 16, 64 and 256 region
 occurrences per thread (the FMAs split evenly among them), trace-free and traced. One row per marker
 path (PATHS): default markers in the kernel's body (shared-memory cursor), default markers inside a
-__noinline__ helper, default markers under divergence (half of each warp in one region, half in
-another: each half records its own pairs), and the register cursor (ARGUS_WARP_STATE()). Each path is
-compared with the trace-free build of its own kernel. Each build runs armed (every warp records)
-and disarmed (tracing off: markers run, nothing is claimed or stored).
+__noinline__ helper, the register cursor (ARGUS_WARP_STATE()), and the opt-in fast markers
+(-DARGUS_FAST_MARKERS=1, unverified on GPU: csrc/argus/argus_fast_markers.cuh) in the body, in the helper
+and under divergence (half of each warp in one region, half in another: each half records its own pairs
+with lane-group records; the default markers do not support this). Each path is compared with the
+trace-free build of its own kernel. Each build runs armed (every warp records) and disarmed (tracing
+off: markers run, nothing is claimed or stored).
 A least-squares line through added time vs. markers per warp gives the per-marker cost (slope)
 and the fixed cost per launch (intercept: first-marker claim, scope exit, store drain).
 
 Outputs are checked against a float64 NumPy model (rel. error < 1e-4) and armed rings are decoded and
 paired (every warp: exactly the expected occurrences, per lane group for the divergent path) before
-anything is timed. Timing: CUDA events around each
+anything is timed. A path whose check fails is not timed: its rows say why (column `check`, the rest
+unmeasured), the other paths are timed, and the exit status is 1 if a default path failed. Timing: CUDA
+events around each
 launch, queued behind a GPU busy-wait (so the events time the kernel, not Python's launch), median
 over many launches, builds interleaved.
 
@@ -38,12 +42,15 @@ from benchmarks.trace_overhead import fma_chain_reference  # noqa: E402
 
 CTAS, THREADS, FMAS_PER_THREAD = 128, 256, 4096
 OCCURRENCES = [16, 64, 256]
-# path -> (kernel, defines of the traced build)
+FAST_DEFINES = {"ARGUS_FAST_MARKERS": "1"}  # the opt-in fast markers (work in progress, unverified on GPU)
+# path -> (kernel, defines of the traced build); the default paths first, so they are built and checked first
 PATHS = {
     "shared": ("refexec_compute", {}),
     "shared_helper": ("refexec_compute_helper", {}),
-    "shared_divergent": ("refexec_compute_divergent", {}),
     "register": ("refexec_compute", {"REFEXEC_WARP_STATE": "1"}),
+    "fast_shared": ("refexec_compute", FAST_DEFINES),
+    "fast_shared_helper": ("refexec_compute_helper", FAST_DEFINES),
+    "fast_shared_divergent": ("refexec_compute_divergent", FAST_DEFINES),
 }
 REGION_OCCURRENCE, REGION_REFEXEC = 0xEAF59E52, 0x08F8A352  # examples/cuda/reference_execution_regions.h
 SOURCE = ROOT / "examples" / "cuda" / "reference_execution.cu"
@@ -58,7 +65,7 @@ def build(mode: int, occ: int, defines: dict):
     from argus_rt.kinds.cuda.build import build as cuda_build
     from argus_rt.launch import CubinModule
 
-    name = f"markercost.m{mode}.o{occ}." + ("reg" if defines else "default")
+    name = f"markercost.m{mode}.o{occ}." + (".".join(f"{k}{v}" for k, v in sorted(defines.items())) or "default")
     spec = CudaBuildSpec(name, [SOURCE], argus_mode=mode, defines={**defines, "OCCURRENCES": str(occ)})
     return CubinModule.load(cuda_build(spec).cubin)
 
@@ -79,7 +86,7 @@ def expected_occurrences(path: str, occ: int) -> dict:
     """(region ID, coordinate, lanes) -> occurrences per warp that the path's kernel records."""
     from argus_rt.trace.decode import LANES_WHOLE_WARP
 
-    if path == "shared_divergent":
+    if PATHS[path][0] == "refexec_compute_divergent":
         return {**{(REGION_OCCURRENCE, c, 0x0000FFFF): 1 for c in range(occ)},
                 **{(REGION_REFEXEC, c, 0xFFFF0000): 1 for c in range(occ)}}
     return {(REGION_OCCURRENCE, c, LANES_WHOLE_WARP): 1 for c in range(occ)}
@@ -104,6 +111,27 @@ def check_trace(sess, path: str, occ: int) -> None:
                              f"miscounted {sorted(k for k in set(got) & set(want) if got[k] != want[k])[:4]}")
 
 
+def check_failure(check) -> str | None:
+    """None when ``check()`` passes; else why it failed, in one line. Only a check's own failures are caught
+    (a wrong output or trace: the path's rows are then unmeasured and the run goes on)."""
+    from argus_rt.trace.errors import CorruptTraceError, MismatchedMarkersError
+
+    try:
+        check()
+    except (AssertionError, CorruptTraceError, MismatchedMarkersError) as e:
+        text = " ".join(str(e).split()) or "assertion failed"
+        return f"{type(e).__name__}: {text}"[:400].replace("|", "/")
+    return None
+
+
+def unmeasured_row(path: str, state: str, kernel: str, why: str) -> dict:
+    """The row of a path whose check failed: the same columns as a timed row, each unmeasured (None)."""
+    row = {"cursor": path, "state": state, "kernel": kernel, "check": f"failed: {why}"}
+    row.update({f"added_us_occ{o}": None for o in OCCURRENCES})
+    row.update({"per_marker_ns": None, "fixed_us": None, "spread": {}})
+    return row
+
+
 def fit(xs, ys) -> tuple[float, float]:
     slope, intercept = np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)
     return float(slope), float(intercept)
@@ -122,19 +150,31 @@ def main() -> int:
 
     gen = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
     runs = {}  # key -> (module, kernel, session or None, armed?)
+    failed = {}  # path -> why its check failed (its rows are unmeasured)
     for occ in OCCURRENCES:
         free = build(0, occ, {})
         for kernel in sorted({k for k, _ in PATHS.values()}):
             check_output(torch, free, occ, gen, kernel)
             runs[("free", kernel, occ)] = (free, kernel, None, False)
         for path, (kernel, defines) in PATHS.items():
+            if path in failed:
+                continue
             mod = build(2, occ, defines)
             sess = TraceSession(mod, TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=1024))
-            sess.arm()
-            check_output(torch, mod, occ, gen, kernel)
-            check_trace(sess, path, occ)
+
+            def check(sess=sess, mod=mod, kernel=kernel, path=path):
+                sess.arm()
+                check_output(torch, mod, occ, gen, kernel)
+                check_trace(sess, path, occ)
+
+            why = check_failure(check)
+            if why is not None:
+                failed[path] = f"occurrences={occ}: {why}"
+                print(f"{path}: check FAILED, not timed: {failed[path]}", flush=True)
+                continue
             runs[(path, "armed", occ)] = (mod, kernel, sess, True)
             runs[(path, "disarmed", occ)] = (mod, kernel, sess, False)
+    runs = {key: run for key, run in runs.items() if key[0] not in failed}  # a later occurrence count failed
 
     n = CTAS * THREADS
     inputs = [torch.rand(n, device="cuda") * 0.09 + lo for lo in (0.5, 0.9, 0.01)]
@@ -152,10 +192,14 @@ def main() -> int:
     rows = []
     for path, (kernel, _) in PATHS.items():
         for state in ("armed", "disarmed"):
+            if path in failed:
+                rows.append(unmeasured_row(path, state, kernel, failed[path]))
+                print(f"{path:22s} {state:8s} unmeasured: check failed", flush=True)
+                continue
             added = [us[(path, state, o)] - us[("free", kernel, o)] for o in OCCURRENCES]
             slope, intercept = fit([2 * o for o in OCCURRENCES], added)
-            # Still keyed "cursor" (the earlier rows' column): shared / shared_helper / shared_divergent / register.
-            row = {"cursor": path, "state": state, "kernel": kernel}
+            # Still keyed "cursor" (the earlier rows' column): a PATHS name.
+            row = {"cursor": path, "state": state, "kernel": kernel, "check": "passed"}
             for o, a in zip(OCCURRENCES, added):
                 row[f"added_us_occ{o}"] = a
             row.update({"per_marker_ns": slope * 1e3, "fixed_us": intercept})
@@ -164,20 +208,23 @@ def main() -> int:
             timed_builds.update({f"trace_free_us_occ{o}": ("free", kernel, o) for o in OCCURRENCES})
             row["spread"] = {name: spread(us for us, _ in times[key]) for name, key in timed_builds.items()}
             rows.append(row)
-            print(f"{path:16s} {state:8s} " + "  ".join(f"occ={o}: +{a:6.2f} us" for o, a in zip(OCCURRENCES, added))
+            print(f"{path:22s} {state:8s} " + "  ".join(f"occ={o}: +{a:6.2f} us" for o, a in zip(OCCURRENCES, added))
                   + f"  -> {slope * 1e3:6.1f} ns/marker, fixed {intercept:5.2f} us", flush=True)
     free = ", ".join(f"{o} occ: {us[('free', 'refexec_compute', o)]:.2f} us" for o in OCCURRENCES)
     notes = (f"Reference-execution compute kernel, {CTAS} CTAs x {THREADS} threads, {FMAS_PER_THREAD} dependent FMAs "
              f"per thread split over 16/64/256 occurrences (32/128/512 markers per warp). Trace-free: {free}. "
              "`added_us_occN` = median event time minus the trace-free build of the same kernel with the same "
              "occurrences (rows: shared = default markers in the kernel body, shared_helper = inside a __noinline__ "
-             "helper, shared_divergent = half-warps in different regions, per marker of each half-warp, register = "
-             "ARGUS_WARP_STATE()); "
+             "helper, register = ARGUS_WARP_STATE(); fast_* = the same with -DARGUS_FAST_MARKERS=1 (opt-in, "
+             "unverified on GPU), fast_shared_divergent = half-warps in different regions, per marker of each "
+             "half-warp); `check` = the path's output and decoded-trace check (a failed path is not timed); "
              "`per_marker_ns` / `fixed_us` = least-squares slope / intercept against markers per warp. "
              "Armed: every warp records (globaltimer); disarmed: tracing off.")
-    record("marker_cost", rows, title="Cost of one marker (fixed + per-marker fit)", notes=notes, gpu=gpu_name())
+    not_recorded = {f"rows of {p}": f"its check failed, so it was not timed: {why}" for p, why in failed.items()}
+    record("marker_cost", rows, title="Cost of one marker (fixed + per-marker fit)", notes=notes, gpu=gpu_name(),
+           not_recorded=not_recorded or None)
     print(notes)
-    return 0
+    return 1 if any(not p.startswith("fast_") for p in failed) else 0
 
 
 if __name__ == "__main__":

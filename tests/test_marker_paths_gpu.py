@@ -1,5 +1,8 @@
 """Every marker path on the GPU (the kernels of benchmarks/marker_cost.py): output checked against the
-float64 model, then each warp's decoded occurrences, per lane group for the divergent kernel."""
+float64 model, then each warp's decoded occurrences. Default paths (shared, shared_helper, register: the
+GPU-verified markers of a58e52b) and, as a separate parametrisation, the opt-in fast markers
+(-DARGUS_FAST_MARKERS=1, unverified on GPU): fast_shared, fast_shared_helper and fast_shared_divergent (half-warps
+in different regions, paired per lane group; the default markers do not support it)."""
 from __future__ import annotations
 
 import os
@@ -13,15 +16,13 @@ from benchmarks.marker_cost import PATHS, build, check_output, check_trace
 pytestmark = pytest.mark.gpu
 
 OCC = 16
+DEFAULT_PATHS = [p for p in PATHS if not p.startswith("fast_")]
+FAST_PATHS = [p for p in PATHS if p.startswith("fast_")]
 
 
-@pytest.mark.parametrize("path", list(PATHS))
-@pytest.mark.parametrize("clock", ["globaltimer", "clock64"])
-def test_marker_path_records_every_occurrence(path, clock, tmp_path_factory):
+def _run(path, clock, tmp_path_factory):
     import torch
 
-    if path == "register" and clock == "clock64":
-        pytest.skip("the register cursor refuses clock64 (tests/test_trace_regcursor_gpu.py)")
     os.environ.setdefault("ARGUS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     kernel, defines = PATHS[path]
     mod = build(2, OCC, defines)
@@ -29,3 +30,17 @@ def test_marker_path_records_every_occurrence(path, clock, tmp_path_factory):
     sess.arm()
     check_output(torch, mod, OCC, np.random.default_rng(7), kernel)
     check_trace(sess, path, OCC)
+
+
+@pytest.mark.parametrize("path", DEFAULT_PATHS)
+@pytest.mark.parametrize("clock", ["globaltimer", "clock64"])
+def test_marker_path_records_every_occurrence(path, clock, tmp_path_factory):
+    if path == "register" and clock == "clock64":
+        pytest.skip("the register cursor refuses clock64 (tests/test_trace_regcursor_gpu.py)")
+    _run(path, clock, tmp_path_factory)
+
+
+@pytest.mark.parametrize("path", FAST_PATHS)
+@pytest.mark.parametrize("clock", ["globaltimer", "clock64"])
+def test_fast_marker_path_records_every_occurrence(path, clock, tmp_path_factory):
+    _run(path, clock, tmp_path_factory)

@@ -2,14 +2,16 @@
  * WARP_STATE) for the build mode (argus_host.h): nothing (0), PMTRIG immediates (1), or records
  * through the cursors of argus_cursors.cuh (2). Included by argus.cuh in device compilation only.
  *
- * Markers are warp-level: one record per warp (or per lane group) and marker. The lanes running a
- * marker together must agree on its coordinate. Default markers work in any function (also
- * __noinline__ helpers) and under divergence: a divergent (or partial) lane group records into the
- * warp's ring with its own slots and a lane-group record (ARGUS_KIND_LANES), and the decoder pairs
- * each group's BEGIN/END. BEGIN and END of one occurrence must carry the same coordinate and be run
- * by the same lanes (or a subset of them). ARGUS_WARP_STATE(); as a function's first statement
+ * Markers are warp-level: the lowest active lane of the warp records. Put them where the warp is
+ * converged (or accept that each divergent path records separately). BEGIN and END of one
+ * occurrence must carry the same coordinate. ARGUS_WARP_STATE(); as a function's first statement
  * keeps the ring cursor in registers of that function (cheapest markers; restrictions at
  * argus_detail::RegCursor); without it the cursor lives in shared memory (any function).
+ *
+ * Opt-in, work in progress, NOT VERIFIED ON A GPU: -DARGUS_FAST_MARKERS=1 builds the shared-cursor
+ * markers of argus_fast_markers.cuh (a shorter fast path; divergent lane groups record into the
+ * warp's ring with their own slots and a lane-group record, ARGUS_KIND_LANES, and the decoder pairs
+ * each group's BEGIN/END). Without it the markers are the GPU-verified ones of a58e52b.
  */
 #ifndef ARGUS_MARKERS_CUH_
 #define ARGUS_MARKERS_CUH_
