@@ -240,7 +240,7 @@ def test_rows_table_and_verdict_come_from_the_results(tmp_path):
     rows = result_rows(results)
     assert {tuple(sorted(r)) for r in rows} == {tuple(sorted(
         ["kernel", "shape", "policy", "trials_to_best", "best_speedup", "held_out", "start_ns", "best_ns",
-         "best_config", "failed_trials"]))}
+         "best_config", "failed_trials", "trials_run"]))}
     assert [(r["policy"], r["held_out"]) for r in rows] == [("time", False), ("time", True), ("regions", False),
                                                             ("regions", True)]
     assert "| tma_matmul | M4096xN4096xK512 | yes |" in speedup_table(results)

@@ -5,10 +5,14 @@ End-to-end time, for both policies alike, is ``kernel_time``'s ``untraced_median
 run checks the candidate's output against the module's PyTorch reference before timing it, so a
 candidate that computes the wrong thing is an unanswered query, i.e. a failed measurement.
 
-Diagnoses (policy b) ask, of the incumbent at one shape, ``latency`` + ``stall_reasons`` (one query:
-the trace is reused from the trial, the Nsight Compute mapping run is new) and, when asked for,
-``async_completion_latency`` scoped to iteration 1 (one forced-wait probe per async site instead of
-one per site and iteration, plus the traced reference).
+Diagnoses (policy b) ask, of the incumbent at one shape, the region signals in the order of the
+rules that read them (:mod:`.evidence`), and stop asking once a rule decides: ``latency`` first (the
+trace is reused from the trial: no new collection), then ``async_completion_latency`` scoped to
+iteration 1 (one forced-wait probe per async site instead of one per site and iteration, plus the
+traced reference), then ``stall_reasons`` (a new Nsight Compute mapping run, the slowest). The
+rules are first-match and each reads only signals asked before it, so the bottleneck is the one
+asking all three at once would give; what changes is that a diagnosis decided early carries no
+values of the signals it did not need (``asked`` in its evidence lists the ones it asked).
 
 Measurements are kept per (configuration, shape) for the whole run, so two policies that try the
 same candidate, and the held-out baseline, are measured once (the workspace would reuse the
@@ -17,6 +21,7 @@ evidence anyway; this also saves the round trip).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from .evidence import Diagnosis, diagnose
 from .kernels import KernelSpec, shape_label
@@ -26,6 +31,8 @@ from .search import Measurement, config_key
 TIME_SIGNALS = ["latency", "kernel_time"]
 TIME_METRIC = "untraced_median"
 REGION_SIGNALS = ("latency", "stall_reasons", "async_completion_latency")
+# the signals in the order of the rules that read them (evidence.diagnose: epilogue, exposed loads, stalls)
+RULE_ORDER = ("latency", "async_completion_latency", "stall_reasons")
 PROBE_SCOPE = {"iterations": [1, 2]}  # one steady-state trip (trip 0 is the pipeline's prologue)
 
 
@@ -68,22 +75,26 @@ class McpEvaluator:
 
     async def diagnose(self, config: dict, shape: dict) -> tuple[Diagnosis, float]:
         start = time.perf_counter()
-        values, unanswered = [], []
-        asks = [[s for s in self.region_signals if s != "async_completion_latency"]]
-        if "async_completion_latency" in self.region_signals:
-            asks.append(["async_completion_latency"])
+        values, unanswered, asked = [], [], []
+        num_stages = config.get("num_stages", 1)
+        found = None
         try:
             version = await self.version(config, shape)
-            for signals in asks:
-                scope = PROBE_SCOPE if signals == ["async_completion_latency"] else None
+            for signal in (s for s in RULE_ORDER if s in self.region_signals):
+                scope = PROBE_SCOPE if signal == "async_completion_latency" else None
+                asked.append(signal)
                 try:
-                    report = await self.tools.query(version, self.spec.root_region, signals, scope)
+                    report = await self.tools.query(version, self.spec.root_region, [signal], scope)
+                    values += report["values"]
+                    unanswered += report["unanswered"]
                 except ToolCallError as exc:
-                    unanswered += [{"signal": s, "reason": str(exc)} for s in signals]
-                    continue
-                values += report["values"]
-                unanswered += report["unanswered"]
+                    unanswered.append({"signal": signal, "reason": str(exc)})
+                found = diagnose(values, self.spec.root_region, num_stages, unanswered)
+                if found.bottleneck is not None:
+                    break  # a later signal feeds only later rules: it cannot change this answer
         except ToolCallError as exc:
             unanswered.append({"signal": "fork", "reason": str(exc)})
-        found = diagnose(values, self.spec.root_region, config.get("num_stages", 1), unanswered)
+        if found is None or found.bottleneck is None:
+            found = diagnose(values, self.spec.root_region, num_stages, unanswered)
+        found = replace(found, evidence={**found.evidence, "asked": asked})
         return found, time.perf_counter() - start

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 ROW_COLUMNS = ["kernel", "shape", "policy", "trials_to_best", "best_speedup", "held_out", "start_ns", "best_ns",
-               "best_config", "failed_trials"]
+               "best_config", "failed_trials", "trials_run"]
 
 
 def _config_text(config: dict) -> str:
@@ -28,7 +28,8 @@ def result_rows(results: list[dict]) -> list[dict]:
                          "trials_to_best": r["best_trial"],
                          "best_speedup": None if s["speedup"] is None else round(s["speedup"], 4),
                          "held_out": s["held_out"], "start_ns": s["start_ns"], "best_ns": s["best_ns"],
-                         "best_config": _config_text(best["config"]), "failed_trials": failed})
+                         "best_config": _config_text(best["config"]), "failed_trials": failed,
+                         "trials_run": len(r["trials"])})
     return rows
 
 
@@ -63,9 +64,11 @@ def verdict(results: list[dict], min_gain: float) -> list[str]:
             word = "made no difference"
         held = (f"held-out geomean {hb:.3f} (regions) vs {ha:.3f} (time)" if ha and hb
                 else "held-out speedups incomplete (a held-out measurement failed)")
+        cut = (f"; cut off by the deadline: {len(b['trials'])} (regions) and {len(a['trials'])} (time) of "
+               f"{a['budget']} trials ran" if a.get("not_run") or b.get("not_run") else "")
         out.append(f"{kernel}: region evidence {word}: tuning speedup {sb:.3f} in {b['best_trial']} trials (regions) "
                    f"vs {sa:.3f} in {a['best_trial']} (time); {held}; diagnoses cost {b['diagnosis_seconds']:.0f} s "
-                   f"of wall time for {len(b['diagnoses'])} incumbents")
+                   f"of wall time for {len(b['diagnoses'])} incumbents{cut}")
     return out
 
 

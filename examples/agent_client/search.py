@@ -20,6 +20,12 @@ run-to-run noise does not walk the search.
   The diagnosis is asked once per incumbent, on the first tuning shape; its queries are not trials.
 
 Held-out shapes are measured after the search, for the start and the best configuration only.
+
+Deadline (``stop_at``, a :func:`time.monotonic` instant): before each trial the search estimates
+what the trial (and a diagnosis, if one is due) and the held-out measurements would cost, from the
+measurements it has made so far; if that would end past ``stop_at`` it stops there, so the trials
+left are *not run* (``SearchResult.not_run``) and the held-out shapes are still measured for the
+best configuration it has.
 """
 from __future__ import annotations
 
@@ -79,6 +85,7 @@ class SearchResult:
     diagnoses: list[dict] = field(default_factory=list)  # {"after_trial", "config", ...Diagnosis}
     shape_speedups: list[dict] = field(default_factory=list)  # per shape: start/best ns, speedup, held_out
     diagnosis_seconds: float = 0.0
+    not_run: list[int] = field(default_factory=list)  # trial indices the deadline left out
 
     @property
     def best_config(self) -> dict:
@@ -137,6 +144,22 @@ def move_label(move) -> str:
     return ", ".join(f"{knob} {d:+d}" for knob, d in move)
 
 
+class CostEstimate:
+    """Device seconds of what the search has yet to do, from what it has done (memoised answers, ~0 s,
+    do not count: they would make the next real measurement look free)."""
+
+    def __init__(self) -> None:
+        self.measurements: list[float] = []
+        self.diagnoses: list[float] = []
+
+    @staticmethod
+    def _mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+    def seconds(self, measurements: int, diagnoses: int = 0) -> float:
+        return measurements * self._mean(self.measurements) + diagnoses * self._mean(self.diagnoses)
+
+
 def geomean(values) -> float:
     values = list(values)
     return math.exp(sum(math.log(v) for v in values) / len(values))
@@ -144,23 +167,28 @@ def geomean(values) -> float:
 
 async def run_search(spec: KernelSpec, evaluator: Evaluator, tuning: list[dict], held_out: list[dict], *,
                      budget: int, policy: str, seed: int = 0, min_gain: float = 0.02, log=print,
-                     on_trial=None) -> SearchResult:
+                     on_trial=None, stop_at: float | None = None, clock=time.monotonic) -> SearchResult:
     """The search (module docstring); ``log`` gets one line per trial and diagnosis, ``on_trial`` each
-    :class:`Trial` as it ends (the CLI appends it to a progress file, so a cut-off run keeps it)."""
+    :class:`Trial` as it ends (the CLI appends it to a progress file, so a cut-off run keeps it);
+    ``stop_at``: the deadline on ``clock`` (module docstring)."""
     if policy not in POLICIES:
         raise SearchError(f"policy {policy!r} unknown; valid: {', '.join(POLICIES)}")
     if budget < 1:
         raise SearchError(f"--budget {budget}: needs at least 1 trial (the starting configuration)")
     labels = [shape_label(s) for s in tuning]
+    cost = CostEstimate()
 
     async def measure_all(config: dict) -> tuple[list[Measurement], float]:
         """Every tuning shape, stopping at the first that fails (the trial has failed: save the device)."""
-        start, out = time.perf_counter(), []
+        start, out = clock(), []
         for shape in tuning:
+            t0 = clock()
             out.append(await evaluator.measure(config, shape))
+            if clock() - t0 > 0.05:
+                cost.measurements.append(clock() - t0)
             if out[-1].time_ns is None:
                 break
-        return out, time.perf_counter() - start
+        return out, clock() - start
 
     start_cfg = spec.start
     base, secs = await measure_all(start_cfg)
@@ -177,11 +205,19 @@ async def run_search(spec: KernelSpec, evaluator: Evaluator, tuning: list[dict],
     tried = {config_key(start_cfg)}
     diagnoses: list[dict] = []
     diagnosis, diag_for, diag_seconds = None, None, 0.0
-    stopped = "budget spent"
+    stopped, not_run = "budget spent", []
     while len(trials) < budget:
-        if policy == "regions" and diag_for != config_key(incumbent):
+        diagnosis_due = policy == "regions" and diag_for != config_key(incumbent)
+        if stop_at is not None and clock() + cost.seconds(len(tuning) + 2 * len(held_out), diagnosis_due) > stop_at:
+            not_run = list(range(len(trials) + 1, budget + 1))
+            stopped = (f"deadline: trials {not_run[0]}-{budget} not run" if len(not_run) > 1
+                       else f"deadline: trial {budget} not run")
+            log(f"[{spec.name} {policy}] {stopped} (a trial and the held-out shapes would end past it)")
+            break
+        if diagnosis_due:
             diagnosis, took = await evaluator.diagnose(incumbent, tuning[0])
             diag_for, diag_seconds = config_key(incumbent), diag_seconds + took
+            cost.diagnoses.append(took)
             diagnoses.append({"after_trial": len(trials), "config": incumbent, "seconds": took, **diagnosis.to_dict()})
             log(f"[{spec.name} {policy}] diagnosis of {incumbent}: {diagnosis.bottleneck} ({diagnosis.rule})")
         moves = candidate_moves(spec, incumbent, tuning, tried)
@@ -213,4 +249,4 @@ async def run_search(spec: KernelSpec, evaluator: Evaluator, tuning: list[dict],
                          "speedup": s.time_ns / b.time_ns if ok else None,
                          "failure": None if ok else (s.failure and f"start: {s.failure}") or f"best: {b.failure}"})
     return SearchResult(spec.name, policy, budget, labels, [shape_label(s) for s in held_out], trials, best_trial,
-                        stopped, diagnoses, speedups, diag_seconds)
+                        stopped, diagnoses, speedups, diag_seconds, not_run)
