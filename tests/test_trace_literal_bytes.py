@@ -303,3 +303,41 @@ def test_control_block_clock_mode_values(clock, mode):
     ARGUS_CLOCK_CLOCK64 1 or ARGUS_CLOCK_ANCHORED 2."""
     ctl = np.asarray(TraceConfig(ctas=1, threads_per_cta=32, clock=clock).ctl_block(buffers=0)).tobytes()
     assert ctl[28:32] == bytes.fromhex(mode)
+
+
+# The columns of a58e52b's decoder (decode.EVENT_DTYPE / intervals.INTERVAL_DTYPE there), whose markers are
+# the default again: today's decoder adds `lanes` and nothing else.
+A58E52B_EVENT_FIELDS = ("ring", "sm", "cta", "warp", "index", "region_id", "coord", "kind", "time")
+A58E52B_INTERVAL_FIELDS = ("ring", "sm", "cta", "warp", "region_id", "coord", "depth", "parent", "start", "end",
+                           "duration")
+
+
+def _columns(rows, fields) -> list[tuple]:
+    return [tuple(int(r[f]) for f in fields) for r in rows]
+
+
+@pytest.mark.parametrize("rings, config", [(GLOBALTIMER_RINGS, globaltimer_config), (ANCHORED_RING, anchored_config)])
+def test_default_marker_records_decode_as_at_a58e52b(rings, config):
+    """Records of the default markers (one per warp and marker, no lane-group record) decode to what
+    a58e52b's decoder gave for these bytes (its events and intervals, every column: taken from a58e52b's
+    argus_rt/trace run on them), each made by the whole warp (lanes = LANES_WHOLE_WARP)."""
+    from argus_rt.trace.decode import EVENT_DTYPE, LANES_WHOLE_WARP
+    from argus_rt.trace.intervals import INTERVAL_DTYPE
+
+    assert EVENT_DTYPE.names == A58E52B_EVENT_FIELDS + ("lanes",)
+    assert INTERVAL_DTYPE.names == A58E52B_INTERVAL_FIELDS + ("lanes",)
+    t = decode(rings, config(), known_ids=[A, B])
+    iv = pair_intervals(t)
+    if rings is GLOBALTIMER_RINGS:
+        events = [(0, 7, 1, 0, 0, A, 1, 1, 200), (0, 7, 1, 0, 1, A, 1, 2, 260), (0, 7, 1, 0, 2, B, NONE, 1, 300),
+                  (0, 7, 1, 0, 3, B, NONE, 2, 330), (3, 130, 2, 1, 0, A, 0, 1, 1000), (3, 130, 2, 1, 1, A, 0, 2, 1096)]
+        intervals = [(0, 7, 1, 0, A, 1, 0, -1, 200, 260, 60), (0, 7, 1, 0, B, NONE, 0, -1, 300, 330, 30),
+                     (3, 130, 2, 1, A, 0, 0, -1, 1000, 1096, 96)]
+    else:
+        events = [(0, 11, 0, 0, 0, A, NONE, 1, 1_000_032), (0, 11, 0, 0, 1, B, 7, 1, 1_001_000),
+                  (0, 11, 0, 0, 2, B, 7, 2, 1_007_200), (0, 11, 0, 0, 3, A, NONE, 2, 1_008_000)]
+        intervals = [(0, 11, 0, 0, A, NONE, 0, -1, 1_000_032, 1_008_000, 7_968),
+                     (0, 11, 0, 0, B, 7, 1, 0, 1_001_000, 1_007_200, 6_200)]
+    assert _columns(t.events, A58E52B_EVENT_FIELDS) == events
+    assert _columns(iv.rows, A58E52B_INTERVAL_FIELDS) == intervals
+    assert set(t.events["lanes"].tolist()) == set(iv.rows["lanes"].tolist()) == {LANES_WHOLE_WARP}

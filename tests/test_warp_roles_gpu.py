@@ -6,7 +6,8 @@ by the CUDA kind before anything is decoded (a failed check fails the query).
 Checks: every load slice is on warp 0 and says ``producer``, every compute slice on warps 1-3 and says
 ``consumer``, each CTA's four warp tracks are named with their role, each consumer's compute of tile t
 begins after the producer's load of tile t began (the hand-off the roles describe), the file is valid
-against the schema and nested. ``ARGUS_PERFETTO_EXAMPLE=PATH`` also writes the timeline there.
+against the schema and nested. ``ARGUS_PERFETTO_EXAMPLE=PATH`` also writes the default markers' timeline there.
+Run with the default markers and, as a separate case, the opt-in fast markers (-DARGUS_FAST_MARKERS=1).
 """
 from __future__ import annotations
 
@@ -26,9 +27,21 @@ PROGRAM = Path(__file__).parent / "fixtures" / "ws_pipeline"
 ROLE = {0: "producer", 1: "consumer", 2: "consumer", 3: "consumer"}
 
 
-def test_a_warp_specialized_kernel_s_timeline_names_each_warp_s_role(tmp_path, capsys):
+def _fast_program(tmp_path: Path) -> Path:
+    """The fixture built with the opt-in fast markers (-DARGUS_FAST_MARKERS=1, unverified on GPU)."""
+    program = tmp_path / "ws_pipeline_fast"
+    shutil.copytree(PROGRAM, program)
+    spec = json.loads((program / "argus_program.json").read_text())
+    spec["flags"] = [*spec["flags"], "-DARGUS_FAST_MARKERS=1"]
+    (program / "argus_program.json").write_text(json.dumps(spec, indent=2))
+    return program
+
+
+@pytest.mark.parametrize("markers", ["default", "fast"])
+def test_a_warp_specialized_kernel_s_timeline_names_each_warp_s_role(markers, tmp_path, capsys):
+    program = PROGRAM if markers == "default" else _fast_program(tmp_path)
     out = tmp_path / "ws_pipeline.json"
-    rc = main(["query", str(PROGRAM), "--signals", "latency", "--workspace", str(tmp_path / "ws"), "--no-progress",
+    rc = main(["query", str(program), "--signals", "latency", "--workspace", str(tmp_path / "ws"), "--no-progress",
                "--perfetto", str(out)])
     assert rc == 0, capsys.readouterr().err
     doc = json.loads(out.read_text())
@@ -55,5 +68,5 @@ def test_a_warp_specialized_kernel_s_timeline_names_each_warp_s_role(tmp_path, c
                           round(load_start[(e["tid"] // 64, e["args"]["iteration"])] - e["ts"], 3)) for e in late[:6]])
     print(f"{len(slices)} slices on {len(threads)} warp tracks; {ctas} CTAs x {tiles} tiles")
     target = os.environ.get("ARGUS_PERFETTO_EXAMPLE")
-    if target:
+    if target and markers == "default":
         shutil.copyfile(out, target)
