@@ -280,3 +280,37 @@ def test_fast_slow_path_group_leaves_together(kernel):
     for s in starts:
         ret = next(i for i in range(s, len(lines)) if " RET." in lines[i])
         assert any("WARPSYNC" in ln for ln in lines[max(s, ret - 4): ret]), "\n".join(lines[max(s, ret - 6): ret + 1])
+
+
+def test_marker_cost_times_no_path_whose_check_fails_and_says_why():
+    """benchmarks/marker_cost.py: a path whose output or trace check fails gets unmeasured rows naming the
+    failure (one line, no table separator), and the run goes on; other errors are not swallowed."""
+    from argus_rt.trace.errors import MismatchedMarkersError
+    from benchmarks.marker_cost import OCCURRENCES, PATHS, check_failure, unmeasured_row
+    from benchmarks.results_doc import markdown_table
+
+    def mismatch():
+        raise MismatchedMarkersError("ring 0 (CTA 0 warp 0, SM 124) record 2: END of region 0xeaf59e52\n| no open region")
+
+    def broken():
+        raise RuntimeError("not a check")
+
+    assert check_failure(lambda: None) is None
+    why = check_failure(mismatch)
+    assert why.startswith("MismatchedMarkersError: ring 0 (CTA 0 warp 0, SM 124) record 2") and "\n" not in why
+    assert "|" not in why and check_failure(lambda: _fail("wrong count")) == "AssertionError: wrong count"
+    with pytest.raises(RuntimeError):
+        check_failure(broken)
+    row = unmeasured_row("fast_shared", "armed", "refexec_compute", why)
+    assert list(row) == ["cursor", "state", "kernel", "check", *(f"added_us_occ{o}" for o in OCCURRENCES),
+                         "per_marker_ns", "fixed_us", "spread"]
+    assert row["check"] == f"failed: {why}" and row["per_marker_ns"] is None
+    table = markdown_table([row], [k for k in row if k != "spread"])
+    assert table.splitlines()[2].count("unmeasured") == len(OCCURRENCES) + 2
+    assert {p for p in PATHS if p.startswith("fast_")} == {"fast_shared", "fast_shared_helper", "fast_shared_divergent"}
+    assert all(PATHS[p][1].get("ARGUS_FAST_MARKERS") == "1" for p in PATHS if p.startswith("fast_"))
+    assert not any("ARGUS_FAST_MARKERS" in PATHS[p][1] for p in ("shared", "shared_helper", "register"))
+
+
+def _fail(msg):
+    raise AssertionError(msg)
