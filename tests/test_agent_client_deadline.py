@@ -260,3 +260,19 @@ def test_a_merged_record_carries_the_device_runs_provenance(tmp_path, monkeypatc
     assert written == payload and written["gpu"] == "NVIDIA H200" and written["commit"] == "abc123"
     assert written["versions"] == PROVENANCE["versions"] and len(written["rows"]) == 8
     assert "agent_client" in (tmp_path / "docs" / "benchmarks.md").read_text()
+
+
+def test_a_cut_off_run_is_compared_at_the_trial_count_both_policies_reached():
+    from examples.agent_client.output import verdict
+
+    tuning, held = split_shapes(MATMUL, 2)
+    clock = Clock()
+    a = anyio.run(lambda: run_search(MATMUL, TimedModel(MATMUL, clock, 1.0), tuning, held, budget=25, policy="time",
+                                     log=lambda s: None, stop_at=6.0, clock=clock)).to_dict()
+    b = anyio.run(lambda: run_search(MATMUL, ModelEvaluator(MATMUL), tuning, held, budget=25, policy="regions",
+                                     log=lambda s: None)).to_dict()
+    n = len(a["trials"])
+    assert a["not_run"] and n < 25 and not b["not_run"]
+    (line,) = verdict([a, b], 0.02)
+    assert line.endswith(f"cut off by the deadline: 25 (regions) and {n} (time) of 25 trials ran, compared at trial {n}")
+    assert f"tuning speedup {b['trials'][n - 1]['best_score']:.3f} in " in line

@@ -38,11 +38,21 @@ def _geomean(values) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def _best_within(result: dict, n: int | None) -> tuple[float, int]:
+    """(incumbent's score, the trial that set it) after trial ``n`` (None: the whole search)."""
+    if n is None:
+        return result["trials"][result["best_trial"] - 1]["score"], result["best_trial"]
+    trials = result["trials"][:n]
+    return trials[-1]["best_score"], max(t["index"] for t in trials if t["accepted"])
+
+
 def verdict(results: list[dict], min_gain: float) -> list[str]:
     """Per kernel, whether region evidence helped, from the numbers alone: policy (b) helped if its
     tuning score beats (a)'s by more than ``min_gain``, or ties within it and got there in fewer
     trials; it hurt in the mirror cases; else no difference. Held-out speedups and the device
-    seconds the diagnoses cost are stated next to it, whatever the verdict."""
+    seconds the diagnoses cost are stated next to it, whatever the verdict. A run the deadline cut
+    off is compared at the trial count both policies reached (the held-out speedups stay those of
+    each policy's final best)."""
     out = []
     for kernel in dict.fromkeys(r["kernel"] for r in results):
         by = {r["policy"]: r for r in results if r["kernel"] == kernel}
@@ -50,25 +60,27 @@ def verdict(results: list[dict], min_gain: float) -> list[str]:
             out.append(f"{kernel}: only policy {', '.join(by)} ran; no comparison")
             continue
         a, b = by["time"], by["regions"]
-        sa, sb = (r["trials"][r["best_trial"] - 1]["score"] for r in (a, b))
+        cut = bool(a.get("not_run") or b.get("not_run"))
+        n = min(len(a["trials"]), len(b["trials"])) if cut else None
+        (sa, ta), (sb, tb) = (_best_within(r, n) for r in (a, b))
         ha, hb = (_geomean(s["speedup"] for s in r["shape_speedups"] if s["held_out"]) for r in (a, b))
         if sb > sa * (1 + min_gain):
             word = "helped (higher tuning speedup)"
         elif sa > sb * (1 + min_gain):
             word = "did not help (lower tuning speedup)"
-        elif b["best_trial"] < a["best_trial"]:
+        elif tb < ta:
             word = "helped (same speedup, fewer trials)"
-        elif b["best_trial"] > a["best_trial"]:
+        elif tb > ta:
             word = "did not help (same speedup, more trials)"
         else:
             word = "made no difference"
         held = (f"held-out geomean {hb:.3f} (regions) vs {ha:.3f} (time)" if ha and hb
                 else "held-out speedups incomplete (a held-out measurement failed)")
-        cut = (f"; cut off by the deadline: {len(b['trials'])} (regions) and {len(a['trials'])} (time) of "
-               f"{a['budget']} trials ran" if a.get("not_run") or b.get("not_run") else "")
-        out.append(f"{kernel}: region evidence {word}: tuning speedup {sb:.3f} in {b['best_trial']} trials (regions) "
-                   f"vs {sa:.3f} in {a['best_trial']} (time); {held}; diagnoses cost {b['diagnosis_seconds']:.0f} s "
-                   f"of wall time for {len(b['diagnoses'])} incumbents{cut}")
+        note = (f"; cut off by the deadline: {len(b['trials'])} (regions) and {len(a['trials'])} (time) of "
+                f"{a['budget']} trials ran, compared at trial {n}" if cut else "")
+        out.append(f"{kernel}: region evidence {word}: tuning speedup {sb:.3f} in {tb} trials (regions) "
+                   f"vs {sa:.3f} in {ta} (time); {held}; diagnoses cost {b['diagnosis_seconds']:.0f} s "
+                   f"of wall time for {len(b['diagnoses'])} incumbents{note}")
     return out
 
 
