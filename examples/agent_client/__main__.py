@@ -196,7 +196,7 @@ async def tune(args, tools) -> tuple[list[dict], list[str]]:
             errors.append(f"{name} {policy}: cut off at the deadline during trial {first}; trials "
                           f"{_trial_span(first, args.budget)} not run, the {len(ran)} before it only in progress.jsonl")
             print(f"agent_client: {errors[-1]}", file=sys.stderr, flush=True)
-            not_run += [{"kernel": name, "policy": policy, "trials": _trial_span(1, args.budget)}]
+            not_run += [{"kernel": name, "policy": policy, "trials": _trial_span(first, args.budget)}]
             not_run += [{"kernel": k, "policy": p, "trials": _trial_span(1, args.budget)} for k, p in searches[i + 1:]
                         if k not in failed_kernels]
             break
