@@ -9,13 +9,15 @@ ROOT = "decode"
 # Detail regions, nested in a leaf: recorded only by builds with -DMK_DETAIL_REGIONS=1 (csrc/megakernel/
 # regions.cuh), so the default builds record exactly REGION_LEAVES. core_loop/wait: thread 0's dependency
 # wait (its end is when the counter was seen); attention/*: the phases of an AttnPartial tile (scores,
-# softmax, pv) and of OProj's combine of the splits (combine_weights, combine_sum).
-DETAIL_REGIONS = {"core_loop": ("wait",), "attention": ("scores", "softmax", "pv", "combine_weights", "combine_sum")}
+# softmax, pv) and of OProj's combine of the splits (combine_weights, combine_sum); gemm/*: Down's gemm in
+# two, its activation load (down_vector) and its weight loop (down_weights).
+DETAIL_REGIONS = {"core_loop": ("wait",), "attention": ("scores", "softmax", "pv", "combine_weights", "combine_sum"),
+                  "gemm": ("down_vector", "down_weights")}
 
 
 def region_tree() -> RegionTree:
     """decode/{core_loop, gemm, attention, norm, kv_update, logits, sampling}, and the detail regions
-    nested in core_loop and attention."""
+    nested in core_loop, attention and gemm."""
     tree = RegionTree(PROGRAM)
     tree.add(ROOT)
     for leaf in REGION_LEAVES:

@@ -29,6 +29,9 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_BATCH_PLAIN
 #define MK_BATCH_PLAIN 0  // 1 (control, with MK_BATCH_QKV/O): gemv_tile_batch runs the plain loop (mk_chain_ctl)
 #endif
+#ifndef MK_VEC_BATCH
+#define MK_VEC_BATCH 0  // 1: load_vector issues all of a thread's loads before any store (gemv.cuh; mk_vecbatch, opt-in)
+#endif
 #ifndef MK_RING
 #define MK_RING 0  // N > 0: GEMV weights as N bulk-copied 16 KiB pages per CTA (ring.cuh; mk_ringN, opt-in)
 #endif
@@ -52,6 +55,7 @@ constexpr int GEMV_UNROLL = MK_GEMV_UNROLL;  // 16-byte chunks per row per loop 
 constexpr int COMBINE_PER_THREAD = 8;    // attention outputs per thread in the O-proj combine (hidden <= 8 * THREADS)
 constexpr int MAX_SPLITS = 32;           // attention splits per head (O-proj combine weights in shared memory)
 constexpr int MAX_GROUP = 8;             // query heads per KV head (GQA) kept in registers
+constexpr int VEC_SLOTS = 6;             // MK_VEC_BATCH's float4 loads per thread in flight (TinyLlama's 5632: 5-6)
 constexpr int SPREAD_SMS = 256;          // per-SM slot counters of MK_SM_SPREAD's registration (megakernel.cu: spread_rank)
 static_assert(THREADS % 32 == 0, "whole warps");
 static_assert(SMEM_FLOATS * 4 + MAX_TILE_ROWS * 4 <= 48 * 1024, "static shared memory stays under 48 KiB");

@@ -126,7 +126,33 @@ __device__ __noinline__ float load_rmsnorm(const float* x, const __nv_bfloat16* 
   return rsqrtf(total / (float)n + eps);
 }
 
-// xs = x (n fp32 values, n a multiple of 4), 16-byte loads through L2, unrolled so many are in flight.
+// xs = x (n fp32 values, n a multiple of 4, n <= SMEM_FLOATS), 16-byte loads through L2.
+#if MK_VEC_BATCH
+// All of a thread's first VEC_SLOTS loads before any store: each predicated on its chunk existing (no branch
+// between them; a slot that is off holds zeros, as an undefined one made ptxas spill), then the stores; the
+// rest (n > VEC_SLOTS * 4 * THREADS = 6144) one at a time. The default loop below runs fewer than 8 trips
+// (Down's 5632 values: 5-6 per thread) in its remainder loop, one load per trip: 5-6 dependent L2 round
+// trips before the first weight load (SASS 2026-12-02, NOTES.md "Ready: row 25"). Same copy, same xs.
+__device__ __noinline__ void load_vector(const float* x, int n, float* xs) {
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  float4* xs4 = reinterpret_cast<float4*>(xs);
+  const int n4 = n >> 2;
+  float4 v[VEC_SLOTS];
+#pragma unroll
+  for (int i = 0; i < VEC_SLOTS; ++i) {
+    const int c = threadIdx.x + i * THREADS;
+    v[i] = c < n4 ? __ldcg(x4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int i = 0; i < VEC_SLOTS; ++i) {
+    const int c = threadIdx.x + i * THREADS;
+    if (c < n4) xs4[c] = v[i];
+  }
+#pragma unroll 1
+  for (int c = threadIdx.x + VEC_SLOTS * THREADS; c < n4; c += THREADS) xs4[c] = __ldcg(x4 + c);
+  __syncthreads();
+}
+#else
 __device__ __noinline__ void load_vector(const float* x, int n, float* xs) {
   const float4* x4 = reinterpret_cast<const float4*>(x);
   float4* xs4 = reinterpret_cast<float4*>(xs);
@@ -134,5 +160,6 @@ __device__ __noinline__ void load_vector(const float* x, int n, float* xs) {
   for (int c = threadIdx.x; c < (n >> 2); c += THREADS) xs4[c] = __ldcg(x4 + c);
   __syncthreads();
 }
+#endif
 
 }  // namespace mk

@@ -283,9 +283,15 @@ __device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, 
 __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
   const int D = (int)p.hidden, F = (int)p.ffn;
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+  // Detail builds split the gemm region: the activation load (h, written by gate/up this step) and the
+  // weight loop, each ending at a CTA barrier (NOTES.md "Ready: row 25").
+  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_GEMM_DOWN_VECTOR, coord(step, layer));
   load_vector(p.h + (size_t)layer * F, F, s.xs);
+  MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_VECTOR, coord(step, layer));
+  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
   tile_gemv(p, s, p.wd + ((size_t)layer * D + row0) * F, F, rows);
   __syncthreads();
+  MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x[(size_t)(layer + 1) * D + row0 + r] = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
 }

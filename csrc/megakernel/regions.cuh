@@ -1,6 +1,7 @@
 // Region markers of the megakernel: MK_REGION for a converged warp, MK_DETAIL / MK_DETAIL_LANE for the
-// detail regions (the dependency wait, attention's phases), compiled in only with -DMK_DETAIL_REGIONS=1
-// so the default trace and marker-only builds record exactly the REGION_LEAVES of megakernel/regions.py.
+// detail regions (the dependency wait, attention's phases, Down's vector load and weight loop), compiled in
+// only with -DMK_DETAIL_REGIONS=1 so the default trace and marker-only builds record exactly the
+// REGION_LEAVES of megakernel/regions.py.
 #pragma once
 #include "argus/argus.cuh"
 #include "megakernel_regions.h"

@@ -8,6 +8,8 @@
 #define ARGUS_REGION_DECODE_CORE_LOOP 0x9e8a1fafu  /* decode/core_loop */
 #define ARGUS_REGION_DECODE_CORE_LOOP_WAIT 0x38307c0au  /* decode/core_loop/wait */
 #define ARGUS_REGION_DECODE_GEMM 0xc0cfbdc7u  /* decode/gemm */
+#define ARGUS_REGION_DECODE_GEMM_DOWN_VECTOR 0x80374444u  /* decode/gemm/down_vector */
+#define ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS 0xbc146d25u  /* decode/gemm/down_weights */
 #define ARGUS_REGION_DECODE_KV_UPDATE 0xce9d97aeu  /* decode/kv_update */
 #define ARGUS_REGION_DECODE_LOGITS 0x5dfe5db1u  /* decode/logits */
 #define ARGUS_REGION_DECODE_NORM 0x5b4e3e4bu  /* decode/norm */
