@@ -1,8 +1,9 @@
 /* argus_fast_markers.cuh: the opt-in fast shared-cursor markers (-DARGUS_FAST_MARKERS=1), work in progress.
  * NOT VERIFIED ON A GPU: on one H200 (2026-12-02, docs/gpu_runs/2026-12-02-0001-session7) the version of
  * bcbaa12 + 9f24c2a failed 4 marker GPU tests and the version of c5419d9 failed 15 (extra lane-group
- * records on every shared-cursor path). The default markers (argus_cursors.cuh without this define) are
- * the GPU-verified ones of a58e52b.
+ * records on every shared-cursor path). This is c5419d9's version with one fix for that failure (emit_slow:
+ * the lane group leaves together), itself not yet run on a GPU. The default markers (argus_cursors.cuh
+ * without this define) are the GPU-verified ones of a58e52b.
  *
  * What it replaces of argus_cursors.cuh: the shared cursor (WarpCursor, its claim, load and emit). A fast
  * path of one cursor load pair, one branch and unpredicated stores for a converged whole warp at a ready
