@@ -46,6 +46,18 @@ def _decoder(weights, **kw):
     return MegakernelDecoder(weights, **kw)
 
 
+def _assert_steps_match_interpreter(dec, prompt, label: str, sampling=None, steps: int = 36) -> None:
+    """Run ``steps`` one-step launches (tiny model: 3 attention splits; steps 9.. sample their next token on
+    the device) and localise each against the interpreter: the first instruction that differs fails."""
+    dec.set_prompt(prompt)
+    for step in range(steps):
+        before = dec.state.clone()
+        dec.run(step, 1)
+        extra = {"sampling": sampling} if sampling is not None else {}
+        wrong = localise(before, dec.state, step, n_forced=len(prompt), rtol=5e-3, device="cuda", **extra)
+        assert wrong is None, f"{label} step {step}: first instruction that differs from the interpreter: {wrong}"
+
+
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_sample_variant_matches_interpreter(name, temperature):
@@ -54,12 +66,7 @@ def test_sample_variant_matches_interpreter(name, temperature):
     tiles = dataclasses.replace(TINY_TILES, fused_sample=VARIANTS[name])
     dec = _decoder(weights, tiles=tiles, sampling=sampling)
     prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED)).tolist()
-    dec.set_prompt(prompt)
-    for step in range(36):  # 3 attention splits; steps 9.. sample their next token on the device
-        before = dec.state.clone()
-        dec.run(step, 1)
-        wrong = localise(before, dec.state, step, n_forced=len(prompt), sampling=sampling, rtol=5e-3, device="cuda")
-        assert wrong is None, f"{name} step {step}: first instruction that differs from the interpreter: {wrong}"
+    _assert_steps_match_interpreter(dec, prompt, name, sampling=sampling)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
@@ -113,12 +120,7 @@ def test_chain_row_matches_interpreter(name):
     weights = random_weights(get_config("tiny"), seed=SEED + 3, device="cuda")
     dec = _decoder(weights, tiles=TINY_TILES, build_flags=_row_flags(name))
     prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 4)).tolist()
-    dec.set_prompt(prompt)
-    for step in range(36):  # 3 attention splits; steps 9.. sample their next token on the device
-        before = dec.state.clone()
-        dec.run(step, 1)
-        wrong = localise(before, dec.state, step, n_forced=len(prompt), rtol=5e-3, device="cuda")
-        assert wrong is None, f"{name} step {step}: first instruction that differs from the interpreter: {wrong}"
+    _assert_steps_match_interpreter(dec, prompt, name)
 
 
 @pytest.mark.parametrize("name", CHAIN_ROWS)
@@ -228,12 +230,7 @@ def test_ring_row_matches_interpreter(name):
     weights = random_weights(get_config("tiny", **RING_CONFIG), seed=SEED + 7, device="cuda")
     dec = _decoder(weights, tiles=TINY_TILES, ring_pages=_ring_pages(name))
     prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 8)).tolist()
-    dec.set_prompt(prompt)
-    for step in range(36):
-        before = dec.state.clone()
-        dec.run(step, 1)
-        wrong = localise(before, dec.state, step, n_forced=len(prompt), rtol=5e-3, device="cuda")
-        assert wrong is None, f"{name} step {step}: first instruction that differs from the interpreter: {wrong}"
+    _assert_steps_match_interpreter(dec, prompt, name)
 
 
 # Rows whose sums are not the default's order or whose tiles differ (ring pages; one CTA per SM with
@@ -274,12 +271,7 @@ def test_spread_default_matches_interpreter(workers):
     dec = _decoder(weights, tiles=TINY_TILES, workers=workers)
     assert dec.spread_words > 0
     prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 14)).tolist()
-    dec.set_prompt(prompt)
-    for step in range(36):
-        before = dec.state.clone()
-        dec.run(step, 1)
-        wrong = localise(before, dec.state, step, n_forced=len(prompt), rtol=5e-3, device="cuda")
-        assert wrong is None, f"default step {step}: first instruction that differs from the interpreter: {wrong}"
+    _assert_steps_match_interpreter(dec, prompt, "default")
 
 
 @pytest.mark.parametrize("workers", [None, 37])
