@@ -13,7 +13,7 @@ source "$(dirname "$0")/gpu_env.sh"
 if ls .whl/mcp/*.whl >/dev/null 2>&1; then  # the MCP SDK for tests/test_mcp_gpu.py (not in the GPU image)
   python3 -m pip install -q --no-index --find-links .whl/mcp --target /tmp/site-mcp mcp==2.3.0 && export PYTHONPATH=/tmp/site-mcp:$PYTHONPATH
 fi
-PYTEST=(python3 -m pytest -q -p no:cacheprovider -rs -m "gpu or gpu2")
+PYTEST=(python3 -m pytest -q -p no:cacheprovider -rs --durations=12 -m "gpu or gpu2")  # durations: to plan device calls
 for s in ${STEPS:-kinds markers perfetto}; do
   case $s in
     kinds) step kinds "${KINDS_S:-450}" "${PYTEST[@]}" tests/test_proton_backend_gpu.py tests/test_e2e_query_gpu.py \
