@@ -257,4 +257,86 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
 }
 
+#if MK_LAST_COMBINE
+// The combined attention output of one KV head's query group (MK_LAST_COMBINE): what load_attention_combined
+// computes for heads [h0, h0 + group), with the same arithmetic in the same order per head and per output (so the
+// values are bit for bit the O-proj combine's), written to out[h0 * Dh, (h0 + group) * Dh) in global memory.
+// Run by the group's last-arriving AttnPartial tile; wts: shared memory for [group][used] weights. PER: outputs
+// per thread (group * head_dim <= PER * THREADS), a compile-time count so the loads in flight are all used.
+template <int PER>
+__device__ __noinline__ void combine_group_t(const Params& p, int layer, int kv_head, int pos, float* wts, float* out) {
+  const int Dh = (int)p.head_dim, H = (int)p.n_heads, NS = (int)p.n_splits;
+  const int group = H / (int)p.n_kv_heads, h0 = kv_head * group, n = group * Dh;
+  const int used = (pos + (int)p.attn_split) / (int)p.attn_split;  // ceil((pos + 1) / S)
+  const float* part = p.attn_part + ((size_t)layer * H + h0) * NS * (Dh + 2);  // the group's first head
+  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
+  for (int h = threadIdx.x; h < group; h += THREADS) {  // online max / sum over chunks of 8 splits
+    const float* ph = part + (size_t)h * NS * (Dh + 2);
+    float M = -INFINITY, den = 0.f;
+    for (int s0 = 0; s0 < used; s0 += 8) {
+      float m[8], l[8];
+#pragma unroll
+      for (int s = 0; s < 8; ++s) {
+        const int sc = min(s0 + s, used - 1);
+        m[s] = __ldcg(ph + sc * (Dh + 2) + Dh);
+        l[s] = __ldcg(ph + sc * (Dh + 2) + Dh + 1);
+      }
+      float Mn = M;
+#pragma unroll
+      for (int s = 0; s < 8; ++s) Mn = fmaxf(Mn, m[s]);
+      den *= __expf(M - Mn);
+#pragma unroll
+      for (int s = 0; s < 8; ++s) {
+        if (s0 + s < used) {
+          den = fmaf(__expf(m[s] - Mn), l[s], den);
+          wts[h * used + s0 + s] = m[s];
+        }
+      }
+      M = Mn;
+    }
+    const float inv = 1.f / den;
+    for (int s = 0; s < used; ++s) wts[h * used + s] = __expf(wts[h * used + s] - M) * inv;
+  }
+  __syncthreads();
+  MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
+  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
+  float acc[PER];
+#pragma unroll
+  for (int k = 0; k < PER; ++k) acc[k] = 0.f;
+  for (int s0 = 0; s0 < used; s0 += 2) {  // as the O-proj combine: 2 splits x PER loads in flight, clamped
+    float v[2][PER];
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int k = 0; k < PER; ++k) {
+        const int i = min(threadIdx.x + k * THREADS, n - 1);
+        const int h = i / Dh, d = i - h * Dh;
+        v[u][k] = __ldcg(part + ((size_t)h * NS + min(s0 + u, used - 1)) * (Dh + 2) + d);
+      }
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int k = 0; k < PER; ++k) {
+        const int i = min(threadIdx.x + k * THREADS, n - 1);
+        const float w = s0 + u < used ? wts[(i / Dh) * used + s0 + u] : 0.f;
+        acc[k] = fmaf(w, v[u][k], acc[k]);
+      }
+  }
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int i = threadIdx.x + k * THREADS;
+    if (i < n) out[(size_t)h0 * Dh + i] = acc[k];
+  }
+  MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
+}
+
+__device__ __forceinline__ void combine_group(const Params& p, int layer, int kv_head, int pos, float* wts, float* out) {
+  const int n = (int)(p.n_heads / p.n_kv_heads * p.head_dim);  // host-checked: <= COMBINE_PER_THREAD * THREADS
+  if (n <= THREADS) combine_group_t<1>(p, layer, kv_head, pos, wts, out);
+  else if (n <= 2 * THREADS) combine_group_t<2>(p, layer, kv_head, pos, wts, out);
+  else if (n <= 4 * THREADS) combine_group_t<4>(p, layer, kv_head, pos, wts, out);
+  else combine_group_t<COMBINE_PER_THREAD>(p, layer, kv_head, pos, wts, out);
+}
+#endif
+
 }  // namespace mk
