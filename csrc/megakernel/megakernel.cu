@@ -268,7 +268,7 @@ __device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, 
 // After the partial (written by the whole CTA): one arrival on the group's counter (A3), empty splits included;
 // the tile that brings it to (step + 1) * tiles per group combines the group's splits for O-proj. Every tile of
 // step s arrives before any of step s + 1 (s + 1's attention waits, through the layers, on s's Sample).
-__device__ void attn_arrive(const Params& p, Smem& s, int layer, int kv_head, int step) {
+__device__ __noinline__ void attn_arrive(const Params& p, Smem& s, int layer, int kv_head, int step) {
   __syncthreads();  // the partial's writes are done before thread 0's release
   if (threadIdx.x == 0) {
     const unsigned per_step = (unsigned)(p.n_splits * p.attn_head_parts);
