@@ -378,3 +378,31 @@ def test_lastcombine_equals_the_default_on_the_full_model(kv):
     err = _logits_error(states["last"], states["default"])
     assert err < 1e-3, f"kv {kv}: mk_lastcombine's logits differ from the default's by {err:.3g} of max |logit|"
     assert _differing_buffers(states["default"], states["last"]) == [], f"kv {kv}: logits error {err:.3g}"
+
+
+# A group of 8 heads of 64 dims with 32 splits of 16 positions: up to 15 used splits fit combine_group's shared-memory
+# copy, from position 240 on the combine loads the outputs from L2 after the weights (the fallback path).
+WIDE_GROUP = dict(n_heads=8, n_kv_heads=1, head_dim=64, hidden=512, max_seq=512)
+
+
+def test_lastcombine_both_combine_paths_equal_the_default():
+    """300 steps (used splits 1..19: the staged combine, then the fallback), the same launches for both builds: every
+    buffer equal to the default's; mk_lastcombine's step 290 (19 used splits) against the interpreter."""
+    weights = random_weights(get_config("tiny", **WIDE_GROUP), seed=SEED + 27, device="cuda")
+    prompt = torch.randint(0, weights.config.vocab, (301,), generator=torch.Generator().manual_seed(SEED + 28)).tolist()
+    states = {}
+    for row, tiles in (("default", TINY_TILES), ("last", LAST_TINY)):
+        dec = _decoder(weights, tiles=tiles)
+        dec.set_prompt(prompt)
+        for first in range(0, 290, 64):
+            dec.run(first, min(64, 290 - first))
+        before = dec.state.clone()
+        dec.run(290, 1)
+        if row == "last":
+            wrong = localise(before, dec.state, 290, n_forced=len(prompt), rtol=5e-3, device="cuda")
+            assert wrong is None, f"mk_lastcombine step 290: first instruction that differs from the interpreter: {wrong}"
+        dec.run(291, 9)
+        states[row] = _named_buffers(dec)
+        del dec, before
+    assert _logits_error(states["last"], states["default"]) < 1e-3
+    assert _differing_buffers(states["default"], states["last"]) == []
