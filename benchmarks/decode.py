@@ -113,6 +113,13 @@ def variant_rows() -> dict[str, dict]:
         # mk_g32 the spread with 32-feature tiles (measured as mk_spread at d5aef05)
         "mk_nospread": {"tiles": TileShape(gate_features=32), "build_flags": NO_SPREAD},
         "mk_g32": {"tiles": TileShape(gate_features=32)},
+        # row 26 (NOTES.md "Ready: row 26"): each KV-head group's attention combine once, by its last-arriving
+        # AttnPartial tile (TileShape.last_combine: MK_LAST_COMBINE=1), O-proj loads the combined vector;
+        # mk_oproj_combine is every O-proj tile combining all heads itself (today's default, kept for when the
+        # default flips); mk_lastcombine_detail adds the detail regions (the combine's weights / sum in attention)
+        "mk_lastcombine": {"tiles": TileShape(last_combine=True)},
+        "mk_oproj_combine": {"tiles": TileShape(last_combine=False)},
+        "mk_lastcombine_detail": {"tiles": TileShape(last_combine=True), "build_flags": ("-DMK_DETAIL_REGIONS=1",)},
         "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},

@@ -57,6 +57,10 @@ class TileShape:
     # On by default since 2026-12-01 (H200 15:08: 1.078 vs 1.093 ms/token, megakernel/NOTES.md row 14);
     # False compiles the Sample over all logits (the runtime's build flag MK_FUSED_SAMPLE=0).
     fused_sample: bool = True
+    # last_combine (row 26, opt-in; the build flag MK_LAST_COMBINE=1): each AttnPartial tile arrives on a
+    # per-(layer, KV head) counter, and the group's last arrival combines the group's splits into attn_out, which
+    # the O-proj tiles load instead of each combining every head's splits itself (the default, False).
+    last_combine: bool = False
 
     def check(self, c: LlamaConfig) -> None:
         for name, value, total in (("o_rows", self.o_rows, c.hidden), ("gate_features", self.gate_features, c.ffn),
@@ -69,8 +73,9 @@ class TileShape:
         if not isinstance(self.attn_head_parts, int) or self.attn_head_parts < 0 or c.group % self.head_parts(c):
             raise DagError(f"TileShape.attn_head_parts={self.attn_head_parts!r} must be a positive int dividing the "
                            f"query group ({c.group} heads per KV head)")
-        if not isinstance(self.fused_sample, bool):
-            raise DagError(f"TileShape.fused_sample must be a bool, got {self.fused_sample!r}")
+        for name in ("fused_sample", "last_combine"):
+            if not isinstance(getattr(self, name), bool):
+                raise DagError(f"TileShape.{name} must be a bool, got {getattr(self, name)!r}")
         if not isinstance(self.qkv_parts, int) or self.qkv_parts < 1 or c.head_dim % (4 * self.qkv_parts):
             raise DagError(f"TileShape.qkv_parts={self.qkv_parts!r} must be a positive int with head_dim "
                            f"({c.head_dim}) divisible by 4 * qkv_parts (whole, even RoPE pair blocks)")
@@ -125,6 +130,25 @@ class Program:
                     raise DagError(f"instruction {idx} ({ins}) waits on {self.counters[ins.wait]!r} before all "
                                    "its producers are earlier in the stream: deadlock")
             seen[ins.signal] += 1
+        self._check_arrivals()
+
+    def _check_arrivals(self) -> None:
+        """last_combine's arrival counters: each gets exactly one KV head's tiles (the kernel's last-arrival test
+        counts n_splits * head_parts per step) and is no dependency counter."""
+        c, tiles = self.config, self.tiles
+        arrivals: dict[int, list[AttnPartial]] = {}
+        for ins in self.instructions:
+            if isinstance(ins, AttnPartial) and ins.arrive != NO_COUNTER:
+                arrivals.setdefault(ins.arrive, []).append(ins)
+        if bool(arrivals) != tiles.last_combine:
+            raise DagError(f"TileShape.last_combine={tiles.last_combine} but {len(arrivals)} arrival counters")
+        waited = {ins.wait for ins in self.instructions} | {ins.signal for ins in self.instructions}
+        for ctr, group in arrivals.items():
+            heads = {(ins.layer, ins.kv_head) for ins in group}
+            if ctr in waited or not 0 <= ctr < len(self.counters) or len(heads) != 1 or \
+                    len(group) != tiles.n_splits(c) * tiles.head_parts(c):
+                raise DagError(f"arrival counter {ctr} must count one KV head's {tiles.n_splits(c)} x "
+                               f"{tiles.head_parts(c)} AttnPartial tiles and nothing else, got {sorted(heads)}")
 
 
 def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) -> Program:
@@ -150,9 +174,11 @@ def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) ->
                     emit(QkvHead(layer, prev, prev_count, 0, qkv, kind, head, part))
         attn = prog.counter(f"attn[{layer}]")
         for kv_head in range(c.n_kv_heads):
+            # last_combine: the group's arrival counter (nobody waits on it: the last arrival combines)
+            arrive = prog.counter(f"attn_arrive[{layer}][{kv_head}]") if tiles.last_combine else NO_COUNTER
             for split in range(n_splits):
                 for hp in range(tiles.head_parts(c)):
-                    emit(AttnPartial(layer, qkv, n_qkv, 0, attn, kv_head, split, hp))
+                    emit(AttnPartial(layer, qkv, n_qkv, 0, attn, kv_head, split, hp, arrive))
         o = prog.counter(f"o[{layer}]")
         for row0 in range(0, c.hidden, tiles.o_rows):
             emit(OProj(layer, attn, c.n_kv_heads * n_splits * tiles.head_parts(c), 0, o, row0, tiles.o_rows))

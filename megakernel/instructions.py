@@ -103,8 +103,11 @@ class AttnPartial(Instruction):
     kv_head: int
     split: int
     head_part: int = 0
+    # TileShape.last_combine: the counter of its (layer, KV head) group's arrivals; the arrival that completes
+    # the step's count combines the group's splits (NO_COUNTER: O-proj combines, the default)
+    arrive: int = NO_COUNTER
     OPCODE: ClassVar[int] = 3
-    ARGS: ClassVar[tuple[str, ...]] = ("kv_head", "split", "head_part")
+    ARGS: ClassVar[tuple[str, ...]] = ("kv_head", "split", "head_part", "arrive")
 
 
 @dataclass(frozen=True)

@@ -152,8 +152,16 @@ class Interpreter:
     def _attn(self, ins: AttnPartial, step: int) -> None:
         t, c, L = self.s.t, self.c, ins.layer
         lo, hi = self._split_range(ins.split, step)
-        if lo >= hi:
-            return  # beyond the current length: nothing to attend to
+        if lo < hi:  # beyond the current length: nothing to attend to
+            self._attn_partial(ins, lo, hi)
+        if ins.arrive >= 0:  # TileShape.last_combine: empty splits arrive too; the step's last arrival combines
+            t["counters"][ins.arrive] += 1
+            if int(t["counters"][ins.arrive]) == (step + 1) * self.tiles.n_splits(c) * self.tiles.head_parts(c):
+                heads = slice(ins.kv_head * c.group, (ins.kv_head + 1) * c.group)
+                t["attn_out"][L, heads.start * c.head_dim: heads.stop * c.head_dim] = self._combine(L, step, heads)
+
+    def _attn_partial(self, ins: AttnPartial, lo: int, hi: int) -> None:
+        t, c, L = self.s.t, self.c, ins.layer
         k = t["k_cache"][L, ins.kv_head, lo:hi].float()  # [n, Dh]
         v = t["v_cache"][L, ins.kv_head, lo:hi].float()
         for head in _attn_heads(ins, c, self.tiles):
@@ -165,19 +173,21 @@ class Interpreter:
             t["attn_part"][L, head, ins.split, c.head_dim] = m
             t["attn_part"][L, head, ins.split, c.head_dim + 1] = p.sum()
 
-    def _combine(self, layer: int, step: int) -> torch.Tensor:
-        """Attention output [hidden] from the used splits' (o, max, sum) partials."""
+    def _combine(self, layer: int, step: int, heads: slice = slice(None)) -> torch.Tensor:
+        """Attention output of ``heads`` (all: [hidden]) from the used splits' (o, max, sum) partials."""
         c = self.c
         used = -(-(step + 1) // self.tiles.attn_split)
-        part = self.s.t["attn_part"][layer, :, :used]  # [H, used, Dh + 2]
+        part = self.s.t["attn_part"][layer, heads, :used]  # [heads, used, Dh + 2]
         m = part[..., c.head_dim]
         w = torch.exp(m - m.max(dim=1, keepdim=True).values)  # [H, used]
         o = (w[..., None] * part[..., : c.head_dim]).sum(1) / (w * part[..., c.head_dim + 1]).sum(1, keepdim=True)
-        return o.reshape(c.hidden)
+        return o.reshape(-1)
 
     def _oproj(self, ins: OProj, step: int) -> None:
         t, L, r = self.s.t, ins.layer, slice(ins.row0, ins.row0 + ins.rows)
-        t["x_mid"][L, r] = t["x"][L, r] + t["wo"][L, r].float() @ self._combine(L, step)
+        # last_combine: the groups' last AttnPartial tiles combined the splits (attn_out); else this tile does
+        attn = t["attn_out"][L] if self.tiles.last_combine else self._combine(L, step)
+        t["x_mid"][L, r] = t["x"][L, r] + t["wo"][L, r].float() @ attn
 
     def _gateup(self, ins: GateUp, step: int) -> None:
         t, L, n = self.s.t, ins.layer, ins.features
@@ -238,9 +248,16 @@ def outputs_of(ins: Instruction, state: DecodeState, step: int) -> torch.Tensor:
             return t["q"][ins.layer, ins.head * c.head_dim + dims]
         return (t["k_cache"] if ins.kind == HEAD_K else t["v_cache"])[ins.layer, ins.head, step, dims]
     if isinstance(ins, AttnPartial):
-        lo = ins.split * state.program.tiles.attn_split
-        heads = _attn_heads(ins, c, state.program.tiles)
-        return t["attn_part"][ins.layer, heads.start: heads.stop, ins.split] if lo <= step else t["attn_part"][:0]
+        tiles = state.program.tiles
+        lo = ins.split * tiles.attn_split
+        heads = _attn_heads(ins, c, tiles)
+        part = t["attn_part"][ins.layer, heads.start: heads.stop, ins.split] if lo <= step else t["attn_part"][:0]
+        if ins.arrive >= 0 and (ins.split, ins.head_part) == (tiles.n_splits(c) - 1, tiles.head_parts(c) - 1):
+            # last_combine: the group's combined output, charged to its last tile in stream order (on the device
+            # whichever tile arrives last writes it)
+            rows = slice(ins.kv_head * c.group * c.head_dim, (ins.kv_head + 1) * c.group * c.head_dim)
+            return torch.cat([part.reshape(-1), t["attn_out"][ins.layer, rows]])
+        return part
     if isinstance(ins, OProj):
         return t["x_mid"][ins.layer, ins.row0: ins.row0 + ins.rows]
     if isinstance(ins, GateUp):

@@ -141,17 +141,19 @@ def prefetch_plan(program: Program, window_bytes: int | None, own: bool | tuple[
 
 
 # Macro only option_flags may set: it must agree with the tile shape the state was laid out for.
-OPTION_MACROS = ("MK_FUSED_SAMPLE",)
+OPTION_MACROS = ("MK_FUSED_SAMPLE", "MK_LAST_COMBINE")
 
 
 def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ...]:
     """Build flags of the tile options. Fused sampling is the kernel's default (no flag, so the runtime's
     default cubin is the plain ``python -m megakernel.build`` one); TileShape(fused_sample=False) compiles
-    the Sample over all logits. ``given`` (the caller's build flags) must not set the option's macro."""
+    the Sample over all logits; TileShape(last_combine=True) the combine by each group's last attention tile
+    (MK_LAST_COMBINE=1, row 26). ``given`` (the caller's build flags) must not set the options' macros."""
     clash = [f for f in given if any(f.startswith(f"-D{m}") for m in OPTION_MACROS)]
     if clash:
-        raise ValueError(f"build flags {clash} are set by TileShape.fused_sample, not by hand")
-    return () if tiles.fused_sample else ("-DMK_FUSED_SAMPLE=0",)
+        raise ValueError(f"build flags {clash} are set by TileShape.fused_sample / last_combine, not by hand")
+    return (() if tiles.fused_sample else ("-DMK_FUSED_SAMPLE=0",)) + \
+        (("-DMK_LAST_COMBINE=1",) if tiles.last_combine else ())
 
 
 def flag_value(flags: tuple[str, ...], macro: str) -> str | None:

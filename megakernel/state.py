@@ -58,13 +58,18 @@ def fusion_layout(config, tiles) -> dict:
     c = config
     parts = {"sample": c.vocab // tiles.logits_rows}
     attn = c.n_layers * c.n_heads * tiles.n_splits(c) * (c.head_dim + 2)
-    return {"parts": parts, "attn_part": 0, "sample_val": attn, "sample_idx": attn + parts["sample"],
-            "total": attn + 2 * parts["sample"]}
+    # TileShape.last_combine: the combined attention outputs [n_layers, hidden] between the partials and the
+    # sample pairs (megakernel.cu: attn_out_of); the default has none.
+    out = c.n_layers * c.hidden if tiles.last_combine else 0
+    lay = {"parts": parts, "attn_part": 0, "sample_val": attn + out, "sample_idx": attn + out + parts["sample"],
+           "total": attn + out + 2 * parts["sample"]}
+    return lay | ({"attn_out": attn} if tiles.last_combine else {})
 
 
 @dataclass
 class DecodeState:
-    """All tensors one decode needs; ``t[name]`` for any of WEIGHT_NAMES and BUFFER_NAMES."""
+    """All tensors one decode needs; ``t[name]`` for any of WEIGHT_NAMES and BUFFER_NAMES (and "attn_out" with
+    TileShape.last_combine)."""
 
     program: Program
     t: dict[str, torch.Tensor]
@@ -113,7 +118,10 @@ class DecodeState:
         # per-Logits-tile best (value, vocabulary index) (TileShape.fused_sample).
         lay = fusion_layout(c, tiles)
         flat = torch.full((lay["total"],), nan, **f32)
-        t["attn_part"] = flat[: lay["sample_val"]].view(c.n_layers, c.n_heads, tiles.n_splits(c), c.head_dim + 2)
+        attn_end = lay.get("attn_out", lay["sample_val"])
+        t["attn_part"] = flat[:attn_end].view(c.n_layers, c.n_heads, tiles.n_splits(c), c.head_dim + 2)
+        if tiles.last_combine:  # written by each group's last-arriving AttnPartial tile, read by O-proj
+            t["attn_out"] = flat[attn_end: lay["sample_val"]].view(c.n_layers, c.hidden)
         t["sample_val"] = flat[lay["sample_val"]: lay["sample_idx"]]
         t["sample_idx"] = flat[lay["sample_idx"]:].view(torch.int32)
         t["sample_idx"].fill_(-1)

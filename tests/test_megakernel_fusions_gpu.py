@@ -17,6 +17,11 @@ Row 25 (FUSION_K=vecbatch): mk_vecbatch's vector load bit for bit equal to the d
 The SM spread (the default's static ticket order since row 23; FUSION_K=spread): the default against the
 interpreter, bit for bit equal to the block-index order (MK_SM_SPREAD=0) with the same tiles, its registration
 spread over SMs, and mk_nospread's logits (the default before row 23) close to the default's.
+
+Row 26 (FUSION_K=lastcombine; TileShape(last_combine=True), benchmarks/decode.py mk_lastcombine): each KV-head
+group's combine by its last-arriving AttnPartial tile. Against the interpreter (tiny model, 3 used splits) and
+against the default on the tiny model and on the full model at KV positions ~128 and ~1024 (2 and 9 used splits):
+logits within 1e-3 of max |logit|, and then every buffer bit for bit (same arithmetic in the same order).
 """
 import dataclasses
 import os
@@ -325,3 +330,104 @@ def test_spread_equals_nospread_bit_for_bit_full_model(gate_features):
         torch.cuda.empty_cache()
     assert runs["spread"][0] == runs["nospread"][0]
     assert _differing_buffers(runs["nospread"][1], runs["spread"][1]) == []
+
+
+# Row 26 (NOTES.md "Ready: row 26"; FUSION_K=lastcombine): the combine once per KV-head group, by the group's last
+# arrival (csrc/megakernel/megakernel.cu: attn_arrive, attention.cuh: combine_group), O-proj loads attn_out.
+LAST_TINY = dataclasses.replace(TINY_TILES, last_combine=True)
+
+
+@pytest.mark.parametrize("workers", [None, 37])
+def test_lastcombine_matches_interpreter(workers):
+    """36 one-step launches (positions 0..35: up to 3 used splits of 16), each step localised."""
+    weights = random_weights(get_config("tiny"), seed=SEED + 21, device="cuda")
+    dec = _decoder(weights, tiles=LAST_TINY, workers=workers)
+    assert "-DMK_LAST_COMBINE=1" in dec.build_flags and "attn_out" in dec.state.t
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 22)).tolist()
+    dec.set_prompt(prompt)
+    for step in range(36):
+        before = dec.state.clone()
+        dec.run(step, 1)
+        wrong = localise(before, dec.state, step, n_forced=len(prompt), rtol=5e-3, device="cuda")
+        assert wrong is None, f"mk_lastcombine step {step}: first instruction that differs from the interpreter: {wrong}"
+    arrive = [i for i, n in enumerate(dec.program.counters) if n.startswith("attn_arrive")]
+    per_group = LAST_TINY.n_splits(weights.config) * LAST_TINY.head_parts(weights.config)
+    assert (dec.state.t["counters"][arrive] == 36 * per_group).all()  # every tile arrived, empty splits too
+
+
+def _logits_error(a: dict, b: dict) -> float:
+    return ((a["logits"] - b["logits"]).abs().max() / b["logits"].abs().max()).item()
+
+
+def _named_buffers(dec) -> dict[str, torch.Tensor]:
+    """_buffers with the counters by name: mk_lastcombine has the arrival counters besides the default's."""
+    out = _buffers(dec)
+    counters = out.pop("counters")
+    out.update({f"counter {n}": counters[i] for i, n in enumerate(dec.program.counters) if not n.startswith("attn_arrive")})
+    return out
+
+
+@pytest.mark.parametrize("workers", [None, 37])
+def test_lastcombine_equals_the_default_bit_for_bit_tiny(workers):
+    """36 steps in one launch (many steps' tiles in flight): every buffer equal to the default's."""
+    weights = random_weights(get_config("tiny"), seed=SEED + 23, device="cuda")
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 24)).tolist()
+    states = {}
+    for row, tiles in (("default", TINY_TILES), ("last", LAST_TINY)):
+        dec = _decoder(weights, tiles=tiles, workers=workers)
+        dec.set_prompt(prompt)
+        dec.run(0, 36)
+        states[row] = _named_buffers(dec)
+        del dec
+    assert _logits_error(states["last"], states["default"]) < 1e-3
+    assert set(states["default"]) == set(states["last"])
+    assert _differing_buffers(states["default"], states["last"]) == []
+
+
+@pytest.mark.parametrize("kv", [128, 1024])
+def test_lastcombine_equals_the_default_on_the_full_model(kv):
+    """Full TinyLlama, every token forced up to KV position kv + 2 (2 or 9 used splits of 128; launches of 64 steps):
+    logits within 1e-3 of max |logit| of the default's, then tokens and every buffer bit for bit."""
+    c = get_config("tinyllama-1.1b", max_seq=1152)
+    weights = random_weights(c, seed=SEED + 25, device="cuda")
+    prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 26)).tolist()
+    states = {}
+    for row, tiles in (("default", TileShape()), ("last", TileShape(last_combine=True))):
+        dec = _decoder(weights, tiles=tiles)
+        dec.set_prompt(prompt)
+        for first in range(0, kv + 3, 64):
+            dec.run(first, min(64, kv + 3 - first))
+        states[row] = _named_buffers(dec)
+        del dec
+        torch.cuda.empty_cache()
+    err = _logits_error(states["last"], states["default"])
+    assert err < 1e-3, f"kv {kv}: mk_lastcombine's logits differ from the default's by {err:.3g} of max |logit|"
+    assert _differing_buffers(states["default"], states["last"]) == [], f"kv {kv}: logits error {err:.3g}"
+
+
+# A group of 8 heads of 64 dims with 32 splits of 16 positions: up to 15 used splits fit combine_group's shared-memory
+# copy, from position 240 on the combine loads the outputs from L2 after the weights (the fallback path).
+WIDE_GROUP = dict(n_heads=8, n_kv_heads=1, head_dim=64, hidden=512, max_seq=512)
+
+
+def test_lastcombine_both_combine_paths_equal_the_default():
+    """300 steps (used splits 1..19: the staged combine, then the fallback), the same launches for both builds: every
+    buffer equal to the default's; mk_lastcombine's step 290 (19 used splits) against the interpreter."""
+    weights = random_weights(get_config("tiny", **WIDE_GROUP), seed=SEED + 27, device="cuda")
+    prompt = torch.randint(0, weights.config.vocab, (301,), generator=torch.Generator().manual_seed(SEED + 28)).tolist()
+    states = {}
+    for row, tiles in (("default", TINY_TILES), ("last", LAST_TINY)):
+        dec = _decoder(weights, tiles=tiles)
+        dec.set_prompt(prompt)
+        for first in range(0, 290, 64):
+            dec.run(first, min(64, 290 - first))
+        before = dec.state.clone()
+        dec.run(290, 1)
+        if row == "last":
+            wrong = localise(before, dec.state, 290, n_forced=len(prompt), rtol=5e-3, device="cuda")
+            assert wrong is None, f"mk_lastcombine step 290: first instruction that differs from the interpreter: {wrong}"
+        dec.run(291, 9)
+        states[row] = _named_buffers(dec)
+        del dec, before
+    assert _logits_error(states["last"], states["default"]) < 1e-3
+    assert _differing_buffers(states["default"], states["last"]) == []

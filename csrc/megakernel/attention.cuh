@@ -257,4 +257,106 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
 }
 
+#if MK_LAST_COMBINE
+// The combined attention output of one KV head's query group (MK_LAST_COMBINE): what load_attention_combined
+// computes for heads [h0, h0 + group), with the same arithmetic in the same order per head and per output (so the
+// values are bit for bit the O-proj combine's), written to out[h0 * Dh, (h0 + group) * Dh) in global memory.
+// Run by the group's last-arriving AttnPartial tile. One L2 round trip where it fits: warp 0 computes the weights
+// (a lane per head) while warps 1.. copy the used splits' outputs to shared memory, then the sum reads them there
+// (else the sum loads them from L2 after the weights, as the O-proj combine). PER: outputs per thread
+// (group * head_dim <= PER * THREADS), a compile-time count so the loads in flight are all used.
+template <int PER>
+__device__ __noinline__ void combine_group_t(const Params& p, int layer, int kv_head, int pos, float* smem, float* out) {
+  const int Dh = (int)p.head_dim, H = (int)p.n_heads, NS = (int)p.n_splits;
+  const int group = H / (int)p.n_kv_heads, h0 = kv_head * group, n = group * Dh;
+  const int used = (pos + (int)p.attn_split) / (int)p.attn_split;  // ceil((pos + 1) / S)
+  const float* part = p.attn_part + ((size_t)layer * H + h0) * NS * (Dh + 2);  // the group's first head
+  float* wts = smem;                                // [group][used] weights
+  float* os = smem + ((group * used + 1) & ~1);     // [group][used][Dh] the used splits' outputs (8-byte aligned)
+  const bool staged = (int)(os - smem) + group * used * Dh <= SMEM_FLOATS;
+  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
+  if (threadIdx.x < 32) {
+    for (int h = threadIdx.x; h < group; h += 32) {  // online max / sum over chunks of 8 splits (host: group <= 8)
+      const float* ph = part + (size_t)h * NS * (Dh + 2);
+      float M = -INFINITY, den = 0.f;
+      for (int s0 = 0; s0 < used; s0 += 8) {
+        float m[8], l[8];
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+          const int sc = min(s0 + s, used - 1);
+          m[s] = __ldcg(ph + sc * (Dh + 2) + Dh);
+          l[s] = __ldcg(ph + sc * (Dh + 2) + Dh + 1);
+        }
+        float Mn = M;
+#pragma unroll
+        for (int s = 0; s < 8; ++s) Mn = fmaxf(Mn, m[s]);
+        den *= __expf(M - Mn);
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+          if (s0 + s < used) {
+            den = fmaf(__expf(m[s] - Mn), l[s], den);
+            wts[h * used + s0 + s] = m[s];
+          }
+        }
+        M = Mn;
+      }
+      const float inv = 1.f / den;
+      for (int s = 0; s < used; ++s) wts[h * used + s] = __expf(wts[h * used + s] - M) * inv;
+    }
+  } else if (staged) {  // rows are Dh + 2 floats: 8-byte pieces, 8 per thread in flight
+    const int n2 = group * used * Dh / 2, C = THREADS - 32;
+    for (int j0 = (int)threadIdx.x - 32; j0 < n2; j0 += 8 * C) {
+      float2 v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int f = 2 * min(j0 + u * C, n2 - 1), hs = f / Dh, d = f - hs * Dh, h = hs / used, sp = hs - h * used;
+        v[u] = __ldcg(reinterpret_cast<const float2*>(part + ((size_t)h * NS + sp) * (Dh + 2) + d));
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u)
+        if (j0 + u * C < n2) reinterpret_cast<float2*>(os)[j0 + u * C] = v[u];
+    }
+  }
+  __syncthreads();
+  MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
+  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
+  float acc[PER];
+#pragma unroll
+  for (int k = 0; k < PER; ++k) acc[k] = 0.f;
+  for (int s0 = 0; s0 < used; s0 += 2) {  // as the O-proj combine: 2 splits x PER values, clamped, w = 0 past used
+    float v[2][PER];
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int k = 0; k < PER; ++k) {
+        const int i = min((int)threadIdx.x + k * THREADS, n - 1);
+        const int h = i / Dh, d = i - h * Dh, sp = min(s0 + u, used - 1);
+        v[u][k] = staged ? os[(h * used + sp) * Dh + d] : __ldcg(part + ((size_t)h * NS + sp) * (Dh + 2) + d);
+      }
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int k = 0; k < PER; ++k) {
+        const int i = min((int)threadIdx.x + k * THREADS, n - 1);
+        const float w = s0 + u < used ? wts[(i / Dh) * used + s0 + u] : 0.f;
+        acc[k] = fmaf(w, v[u][k], acc[k]);
+      }
+  }
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int i = threadIdx.x + k * THREADS;
+    if (i < n) out[(size_t)h0 * Dh + i] = acc[k];
+  }
+  MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
+}
+
+__device__ __forceinline__ void combine_group(const Params& p, int layer, int kv_head, int pos, float* smem, float* out) {
+  const int n = (int)(p.n_heads / p.n_kv_heads * p.head_dim);  // host-checked: <= COMBINE_PER_THREAD * THREADS
+  if (n <= THREADS) combine_group_t<1>(p, layer, kv_head, pos, smem, out);
+  else if (n <= 2 * THREADS) combine_group_t<2>(p, layer, kv_head, pos, smem, out);
+  else if (n <= 4 * THREADS) combine_group_t<4>(p, layer, kv_head, pos, smem, out);
+  else combine_group_t<COMBINE_PER_THREAD>(p, layer, kv_head, pos, smem, out);
+}
+#endif
+
 }  // namespace mk

@@ -44,6 +44,12 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_THREADFENCE
 #define MK_THREADFENCE 0  // 1: __threadfence() before each counter's release add (the old hand-off)
 #endif
+#ifndef MK_LAST_COMBINE
+// 1: the attention combine once per KV-head group, by its last-arriving AttnPartial tile, into a buffer O-proj
+// loads (attention.cuh: combine_group; TileShape(last_combine=True) sets it: benchmarks/decode.py mk_lastcombine).
+// 0: every O-proj tile combines all heads' splits itself (load_attention_combined), the default.
+#define MK_LAST_COMBINE 0
+#endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)
 #endif

@@ -18,6 +18,8 @@
 // run"): MK_BATCH_QKV / MK_BATCH_O (the batched GEMV loop only in the QKV / O-proj tiles), MK_BATCH_PLAIN
 // (their control) and MK_POLL2 (two pollers per dependency wait). Unset, the cubin is the default's, whose
 // static tickets go by an SM-spread worker rank (MK_SM_SPREAD, row 23; =0 is the block-index order).
+// MK_LAST_COMBINE (row 26, opt-in: TileShape(last_combine=True)): each KV-head group's attention combine runs once,
+// in its last-arriving AttnPartial tile (attn_arrive), and O-proj loads the combined vector.
 //
 // Build (megakernel/build.py does this, with generated headers in the build directory):
 //   nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -Icsrc -I<build> -DARGUS_MODE=0 megakernel.cu
@@ -47,9 +49,17 @@ namespace mk {
 // The Logits tiles' best values, then their indices ([parts] each, parts = vocab / logits rows), after
 // the attention partials in the same allocation (megakernel/state.py: fusion_layout): no parameter
 // field and no build flag, the part count comes from the instructions.
+#if MK_LAST_COMBINE
+// MK_LAST_COMBINE: the combined attention outputs [n_layers][hidden] lie between the partials and the sample pairs.
+__device__ __forceinline__ float* attn_out_of(const Params& p) {
+  return p.attn_part + (size_t)p.n_layers * p.n_heads * p.n_splits * (p.head_dim + 2);
+}
+__device__ __forceinline__ float* sample_val_of(const Params& p) { return attn_out_of(p) + (size_t)p.n_layers * p.hidden; }
+#else
 __device__ __forceinline__ float* sample_val_of(const Params& p) {
   return p.attn_part + (size_t)p.n_layers * p.n_heads * p.n_splits * (p.head_dim + 2);
 }
+#endif
 __device__ __forceinline__ int* sample_idx_of(const Params& p, int parts) {
   return reinterpret_cast<int*>(sample_val_of(p) + parts);
 }
@@ -69,6 +79,9 @@ struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
   int ok;
 #if MK_RING
   Ring ring;  // the weight page ring (ring.cuh; opt-in)
+#endif
+#if MK_LAST_COMBINE
+  int last_arrival;  // this AttnPartial tile was its group's last arrival: it combines the group
 #endif
 #if MK_POLL2
   int poll_seen;  // the two pollers' flag (sync.cuh: wait_counter_pair, poll_helper): 0 polling, 1 helper saw it, 2 done
@@ -251,11 +264,31 @@ __device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, 
   }
 }
 
+#if MK_LAST_COMBINE
+// After the partial (written by the whole CTA): one arrival on the group's counter (A3), empty splits included;
+// the tile that brings it to (step + 1) * tiles per group combines the group's splits for O-proj. Every tile of
+// step s arrives before any of step s + 1 (s + 1's attention waits, through the layers, on s's Sample).
+__device__ __noinline__ void attn_arrive(const Params& p, Smem& s, int layer, int kv_head, int step) {
+  __syncthreads();  // the partial's writes are done before thread 0's release
+  if (threadIdx.x == 0) {
+    const unsigned per_step = (unsigned)(p.n_splits * p.attn_head_parts);
+    const unsigned before = atom_acq_rel_add(p.counters + s.ins[W_A3], 1u);
+    s.last_arrival = before + 1u == (unsigned)(step + 1) * per_step;
+  }
+  __syncthreads();  // thread 0's acquire saw every arrival: the group's partials are visible after this
+  if (s.last_arrival) combine_group(p, layer, kv_head, step, s.xs, attn_out_of(p) + (size_t)layer * p.hidden);
+}
+#endif
+
 __device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
   const int D = (int)p.hidden;
   {
     MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
+#if MK_LAST_COMBINE
+    load_vector(attn_out_of(p) + (size_t)layer * D, D, s.xs);  // every group's combine signalled attn[layer]
+#else
     load_attention_combined(p, layer, step, s.xs);
+#endif
   }
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
   tile_gemv<MK_BATCH_O != 0>(p, s, p.wo + ((size_t)layer * D + row0) * D, D, rows);
@@ -594,6 +627,9 @@ __device__ void worker(const Params& p, Smem& s) {
       case OP_ATTN_PARTIAL: {
         MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
         attention_partial(p, layer, s.ins[W_A0], s.ins[W_A1], s.ins[W_A2], step, s.xs);
+#if MK_LAST_COMBINE
+        attn_arrive(p, s, layer, s.ins[W_A0], step);
+#endif
         break;
       }
       case OP_O_PROJ: op_oproj(p, s, layer, s.ins[W_A0], s.ins[W_A1], step); break;

@@ -45,6 +45,14 @@ __device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// Arrival count with acquire and release (MK_LAST_COMBINE: the tile that reads the last count sees every earlier
+// arrival's writes; its own writes are released to the later ones): returns the value before the add.
+__device__ __forceinline__ unsigned atom_acq_rel_add(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 __device__ __forceinline__ int error_code(const int* err) {
   return *(volatile const int*)err;
 }
