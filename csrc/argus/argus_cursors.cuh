@@ -190,28 +190,28 @@ __device__ __forceinline__ argus_u64 ring_header(const CtlView& v) {
   return gaddr;
 }
 
-#if !ARGUS_FAST_MARKERS
-/* First marker of a warp in a CTA instance: apply the filters, find the ring, (re)start it.
- * Runs once per warp per launch, on one lane. Inlined (no call ABI on this path).
+/* The ring-header part of a shared cursor's claim (both shared cursors use it): with this warp's
+ * control-block view `v`, count a warp the filters pass but no ring holds, or read its ring header and
+ * append to the ring (same arm) or start it afresh (anchored build: with its first anchors); a warp that
+ * records then gets its cursor `c` set up by take_ring, which each cursor defines for its own fields.
+ * Written so that both claims' SASS is byte-identical to what it was before they shared this code
+ * (cuobjdump, sm_90a; the default's is GPU-verified): the cursor is filled inside the branch (a returned
+ * flag tested after it moved code), and the view's tested fields are copied to locals first (testing them
+ * through the reference moved the anchored build's branches).
  * The ring header is this warp's alone: read as two 16-byte loads, written as two 16-byte stores. */
-__device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 grid, argus_u32 cta, argus_u32 warp) {
-  WarpCursor c;
-  c.grid = grid;
-  c.cta = cta;
-  c.count = 0;
-  c.cap_mask = 0;
-  c.ring = 0;
-  c.coord_begin = 0;
-  c.coord_end = 0;
-  const argus_u32 sm = sm_id();
-  const CtlView v = read_ctl(sm, cta, warp);
+template <class Cursor>
+__device__ __forceinline__ void claim_ring_header(Cursor& c, const CtlView& v, argus_u32 sm, argus_u32 cta, argus_u32 warp) {
   const argus_u32 seq = v.seq;
-  if (v.pass) {
+  const bool pass = v.pass, buffered = v.buffered;
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  const argus_u32 clock_mode = v.clock_mode;
+#endif
+  if (pass) {
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
     /* Another clock means the host expects 32-byte headers: count the warp, write nothing. */
-    if (!v.buffered || v.clock_mode != ARGUS_CLOCK_ANCHORED) {
+    if (!buffered || clock_mode != ARGUS_CLOCK_ANCHORED) {
 #else
-    if (!v.buffered) {
+    if (!buffered) {
 #endif
       atomicAdd(&argus_ctl.unbuffered, 1u);  // counted, never silent
     } else {
@@ -248,13 +248,35 @@ __device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 g
         }
 #endif
       }
-      c.count = count;
-      c.cap_mask = v.capacity - 1;
-      c.ring = gaddr | (v.clock_mode == ARGUS_CLOCK_CLOCK64 ? 1ull : 0ull);
-      c.coord_begin = v.coord_begin;
-      c.coord_end = v.coord_end;
+      take_ring(c, v, count, gaddr);
     }
   }
+}
+
+#if !ARGUS_FAST_MARKERS
+/* The cursor of a warp that records, after claim_ring_header found its ring. */
+__device__ __forceinline__ void take_ring(WarpCursor& c, const CtlView& v, argus_u32 count, argus_u64 gaddr) {
+  c.count = count;
+  c.cap_mask = v.capacity - 1;
+  c.ring = gaddr | (v.clock_mode == ARGUS_CLOCK_CLOCK64 ? 1ull : 0ull);
+  c.coord_begin = v.coord_begin;
+  c.coord_end = v.coord_end;
+}
+
+/* First marker of a warp in a CTA instance: apply the filters, find the ring, (re)start it
+ * (claim_ring_header). Runs once per warp per launch, on one lane. Inlined (no call ABI on this path). */
+__device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 grid, argus_u32 cta, argus_u32 warp) {
+  WarpCursor c;
+  c.grid = grid;
+  c.cta = cta;
+  c.count = 0;
+  c.cap_mask = 0;
+  c.ring = 0;
+  c.coord_begin = 0;
+  c.coord_end = 0;
+  const argus_u32 sm = sm_id();
+  const CtlView v = read_ctl(sm, cta, warp);
+  claim_ring_header(c, v, sm, cta, warp);
   store_cursor(cur_addr, c);
   return c;
 }

@@ -72,9 +72,21 @@ __device__ __forceinline__ argus_u64 scratch_slot(argus_u32 cta, argus_u32 warp)
   return gaddr;
 }
 
-/* First marker of a warp in a CTA instance: apply the filters, find the ring, (re)start it, publish the
- * cursor. Runs once per warp per CTA instance, on one lane (acquire_cursor serialises lane groups).
- * The ring header is this warp's alone: read as two 16-byte loads, written as two 16-byte stores.
+/* The cursor of a warp that records, after claim_ring_header found its ring (c.grid is still this launch's). */
+__device__ __forceinline__ void take_ring(WarpCursor& c, const CtlView& v, argus_u32 count, argus_u64 gaddr) {
+  c.count = count;
+  c.cap_mask = v.capacity - 1;
+  c.ring = gaddr;
+#if ARGUS_TIMESTAMP != ARGUS_TS_ANCHORED
+  if (v.clock_mode == ARGUS_CLOCK_CLOCK64) c.grid ^= ARGUS_CUR_SLOW_;  // cycle stamps: the slow path
+#endif
+  c.coord_begin = v.coord_begin;
+  c.coord_span = v.coord_end - v.coord_begin;
+}
+
+/* First marker of a warp in a CTA instance: apply the filters, find the ring, (re)start it
+ * (claim_ring_header), publish the cursor. Runs once per warp per CTA instance, on one lane
+ * (acquire_cursor serialises lane groups).
  * A warp that records nothing gets a cursor on its scratch slot (32 records: header offsets and
  * records stay inside the 64-record slot), so its markers run the same code as a recording warp. */
 __device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 grid, argus_u32 cta, argus_u32 warp) {
@@ -88,59 +100,7 @@ __device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 g
   c.coord_span = 0;
   const argus_u32 sm = sm_id();
   const CtlView v = read_ctl(sm, cta, warp);
-  const argus_u32 seq = v.seq;
-  if (v.pass) {
-#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-    /* Another clock means the host expects 32-byte headers: count the warp, write nothing. */
-    if (!v.buffered || v.clock_mode != ARGUS_CLOCK_ANCHORED) {
-#else
-    if (!v.buffered) {
-#endif
-      atomicAdd(&argus_ctl.unbuffered, 1u);  // counted, never silent
-    } else {
-      const argus_u64 gaddr = ring_header(v);
-      argus_u32 magic, hseq, written, claims;  // the header's other fields are only written here
-      asm volatile(
-          "{\n\t.reg .u32 x;\n\t"
-          "ld.volatile.global.v4.u32 {%0, %1, x, x}, [%4];\n\t"
-          "ld.volatile.global.v4.u32 {x, %2, x, %3}, [%4+16];\n\t}"
-          : "=r"(magic), "=r"(hseq), "=r"(written), "=r"(claims)
-          : "l"(gaddr)
-          : "memory");
-      argus_u32 count = 0;
-      if (magic == ARGUS_RING_MAGIC && hseq == seq) {
-        count = written;  // a later launch under the same arm appends
-        asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(gaddr + ARGUS_RING_CLAIMS_OFFSET),
-                     "r"(claims + 1) : "memory");
-      } else {
-        asm volatile(
-            "st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
-            "st.volatile.global.v4.u32 [%0+16], {%5, %6, %7, %8};"
-            ::"l"(gaddr), "r"(ARGUS_RING_MAGIC), "r"(seq), "r"(sm), "r"(cta), "r"(warp), "r"(0u), "r"(0u), "r"(1u)
-            : "memory");
-#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-        {
-          const argus_u64 clk = cycle_counter();  // clock first, then timer: same order as emit
-          const argus_u64 now = global_timer();
-          volatile ArgusRingAnchors* anc =
-              (volatile ArgusRingAnchors*)(ring_header_generic(v) + ARGUS_ANCHOR_FIRST_OFFSET);
-          anc->first_timer = now;
-          anc->first_clock = clk;
-          anc->last_timer = now;
-          anc->last_clock = clk;
-        }
-#endif
-      }
-      c.count = count;
-      c.cap_mask = v.capacity - 1;
-      c.ring = gaddr;
-#if ARGUS_TIMESTAMP != ARGUS_TS_ANCHORED
-      if (v.clock_mode == ARGUS_CLOCK_CLOCK64) c.grid = grid ^ ARGUS_CUR_SLOW_;  // cycle stamps: the slow path
-#endif
-      c.coord_begin = v.coord_begin;
-      c.coord_span = v.coord_end - v.coord_begin;
-    }
-  }
+  claim_ring_header(c, v, sm, cta, warp);
   publish_cursor(cur_addr, c);
   return c;
 }
