@@ -29,7 +29,9 @@ STAND_IN = r'''#!{python}
 """Stand-in ncu for a Triton mapping run: the runner's own compile, then its source page."""
 import json, os, re, sys, tempfile, time
 from pathlib import Path
-Path(os.environ["STANDIN_STARTED"]).write_text(json.dumps({"time": time.time(), "pid": os.getpid()}))
+_stamp = Path(os.environ["STANDIN_STARTED"] + ".part")  # renamed whole: the parent polls for the file
+_stamp.write_text(json.dumps({"time": time.time(), "pid": os.getpid()}))
+os.replace(_stamp, os.environ["STANDIN_STARTED"])
 mode = os.environ.get("STANDIN_MODE", "ok")
 if mode == "hang":
     time.sleep(300)
