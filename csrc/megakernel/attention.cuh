@@ -186,6 +186,39 @@ __device__ __forceinline__ void attention_partial(const Params& p, int layer, in
   }
 }
 
+// wts[h * used + s] = head h's combine weight of split s, e^(m_s - M) / sum_s'(l_s' e^(m_s' - M)), from the
+// splits' (max, sum) pairs at base + off (rows of Dh + 2 floats, NS per head): an online max / sum over chunks of 8
+// splits. Shared by both combines (load_attention_combined, combine_group_t) so their weights are bit-identical.
+// base and off stay apart (not one pointer) so the inlined address arithmetic is grouped as before the fold.
+__device__ __forceinline__ void combine_weights_head(const float* base, size_t off, float* wts, int h, int NS, int Dh,
+                                                     int used) {
+  const float* ph = base + off + (size_t)h * NS * (Dh + 2);
+  float den = 0.f, M = -INFINITY;  // declared in this order: load_attention_combined's SASS stays as before the fold
+  for (int s0 = 0; s0 < used; s0 += 8) {
+    float m[8], l[8];  // a chunk's (max, sum) pairs in flight at once
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      const int sc = min(s0 + s, used - 1);
+      m[s] = __ldcg(ph + sc * (Dh + 2) + Dh);
+      l[s] = __ldcg(ph + sc * (Dh + 2) + Dh + 1);
+    }
+    float Mn = M;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) Mn = fmaxf(Mn, m[s]);  // clamped repeats do not change the max
+    den *= __expf(M - Mn);  // 0 * exp(-inf) on the first chunk: den is 0 there, M - Mn = -inf -> 0
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      if (s0 + s < used) {
+        den = fmaf(__expf(m[s] - Mn), l[s], den);
+        wts[h * used + s0 + s] = m[s];  // the raw max for now
+      }
+    }
+    M = Mn;
+  }
+  const float inv = 1.f / den;
+  for (int s = 0; s < used; ++s) wts[h * used + s] = __expf(wts[h * used + s] - M) * inv;
+}
+
 // xs[h * Dh + d] = combined attention output of layer `layer` at position `pos`.
 // First one thread per head turns the splits' (max, sum) into weights e^(m_s - M) / sum_s'(...);
 // then every thread sums its COMBINE_PER_THREAD outputs over the splits with all loads in flight.
@@ -193,36 +226,13 @@ __device__ __forceinline__ void attention_partial(const Params& p, int layer, in
 __device__ __noinline__ void load_attention_combined(const Params& p, int layer, int pos, float* xs) {
   const int Dh = (int)p.head_dim, H = (int)p.n_heads, NS = (int)p.n_splits, D = (int)p.hidden;
   const int used = (pos + (int)p.attn_split) / (int)p.attn_split;  // ceil((pos + 1) / S)
-  const float* part = p.attn_part + (size_t)layer * H * NS * (Dh + 2);
+  const float* attn = p.attn_part;  // read once: the weights loop stores to shared memory, where p lives
+  const size_t off = (size_t)layer * H * NS * (Dh + 2);
+  const float* part = attn + off;
   float* wts = xs + D;
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
-  for (int h = threadIdx.x; h < H; h += THREADS) {  // online max / sum over chunks of 8 splits
-    const float* ph = part + (size_t)h * NS * (Dh + 2);
-    float M = -INFINITY, den = 0.f;
-    for (int s0 = 0; s0 < used; s0 += 8) {
-      float m[8], l[8];  // a chunk's (max, sum) pairs in flight at once
-#pragma unroll
-      for (int s = 0; s < 8; ++s) {
-        const int sc = min(s0 + s, used - 1);
-        m[s] = __ldcg(ph + sc * (Dh + 2) + Dh);
-        l[s] = __ldcg(ph + sc * (Dh + 2) + Dh + 1);
-      }
-      float Mn = M;
-#pragma unroll
-      for (int s = 0; s < 8; ++s) Mn = fmaxf(Mn, m[s]);  // clamped repeats do not change the max
-      den *= __expf(M - Mn);  // 0 * exp(-inf) on the first chunk: den is 0 there, M - Mn = -inf -> 0
-#pragma unroll
-      for (int s = 0; s < 8; ++s) {
-        if (s0 + s < used) {
-          den = fmaf(__expf(m[s] - Mn), l[s], den);
-          wts[h * used + s0 + s] = m[s];  // the raw max for now
-        }
-      }
-      M = Mn;
-    }
-    const float inv = 1.f / den;
-    for (int s = 0; s < used; ++s) wts[h * used + s] = __expf(wts[h * used + s] - M) * inv;
-  }
+  for (int h = threadIdx.x; h < H; h += THREADS)
+    combine_weights_head(attn, off, wts, h, NS, Dh, used);
   __syncthreads();
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
@@ -270,39 +280,16 @@ __device__ __noinline__ void combine_group_t(const Params& p, int layer, int kv_
   const int Dh = (int)p.head_dim, H = (int)p.n_heads, NS = (int)p.n_splits;
   const int group = H / (int)p.n_kv_heads, h0 = kv_head * group, n = group * Dh;
   const int used = (pos + (int)p.attn_split) / (int)p.attn_split;  // ceil((pos + 1) / S)
-  const float* part = p.attn_part + ((size_t)layer * H + h0) * NS * (Dh + 2);  // the group's first head
+  const float* attn = p.attn_part;  // read once, as in load_attention_combined
+  const size_t off = ((size_t)layer * H + h0) * NS * (Dh + 2);
+  const float* part = attn + off;  // the group's first head
   float* wts = smem;                                // [group][used] weights
   float* os = smem + ((group * used + 1) & ~1);     // [group][used][Dh] the used splits' outputs (8-byte aligned)
   const bool staged = (int)(os - smem) + group * used * Dh <= SMEM_FLOATS;
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
   if (threadIdx.x < 32) {
-    for (int h = threadIdx.x; h < group; h += 32) {  // online max / sum over chunks of 8 splits (host: group <= 8)
-      const float* ph = part + (size_t)h * NS * (Dh + 2);
-      float M = -INFINITY, den = 0.f;
-      for (int s0 = 0; s0 < used; s0 += 8) {
-        float m[8], l[8];
-#pragma unroll
-        for (int s = 0; s < 8; ++s) {
-          const int sc = min(s0 + s, used - 1);
-          m[s] = __ldcg(ph + sc * (Dh + 2) + Dh);
-          l[s] = __ldcg(ph + sc * (Dh + 2) + Dh + 1);
-        }
-        float Mn = M;
-#pragma unroll
-        for (int s = 0; s < 8; ++s) Mn = fmaxf(Mn, m[s]);
-        den *= __expf(M - Mn);
-#pragma unroll
-        for (int s = 0; s < 8; ++s) {
-          if (s0 + s < used) {
-            den = fmaf(__expf(m[s] - Mn), l[s], den);
-            wts[h * used + s0 + s] = m[s];
-          }
-        }
-        M = Mn;
-      }
-      const float inv = 1.f / den;
-      for (int s = 0; s < used; ++s) wts[h * used + s] = __expf(wts[h * used + s] - M) * inv;
-    }
+    for (int h = threadIdx.x; h < group; h += 32)  // a lane per head (host: group <= 8)
+      combine_weights_head(attn, off, wts, h, NS, Dh, used);
   } else if (staged) {  // rows are Dh + 2 floats: 8-byte pieces, 8 per thread in flight
     const int n2 = group * used * Dh / 2, C = THREADS - 32;
     for (int j0 = (int)threadIdx.x - 32; j0 < n2; j0 += 8 * C) {
