@@ -86,7 +86,7 @@ POLL2 = ("-DMK_POLL2=1",)
 ONE_CTA = ("-DMK_BLOCKS_PER_SM=1",)
 NO_SPREAD = ("-DMK_SM_SPREAD=0",)
 DETAIL = ("-DMK_DETAIL_REGIONS=1",)  # trace builds only: mode 0 (the timed cubin) is the same SASS without it
-VEC_BATCH = ("-DMK_VEC_BATCH=1",)
+VEC_SERIAL = ("-DMK_VEC_BATCH=0",)
 
 
 def variant_rows() -> dict[str, dict]:
@@ -100,10 +100,10 @@ def variant_rows() -> dict[str, dict]:
         # DETAIL_REGIONS): the dependency wait, attention's phases and Down's gemm split into its vector load
         # and weight loop, for the timeline (non-trace SASS = default)
         "mk_detail": {"build_flags": DETAIL},
-        # row 25 (NOTES.md "Ready: row 25"): load_vector (Down's 5632-value activation) issues all of a thread's
-        # loads before its stores (csrc/megakernel/gemv.cuh, MK_VEC_BATCH; the default's loop runs one load per
-        # trip); with the detail regions, so its timeline splits Down's gemm as mk_detail's does
-        "mk_vecbatch": {"build_flags": VEC_BATCH + DETAIL},
+        # row 25 (NOTES.md): the default's load_vector (Down's 5632-value activation) issues all of a thread's
+        # loads before its stores (csrc/megakernel/gemv.cuh, MK_VEC_BATCH); mk_vecserial is the loop before it,
+        # one load per trip, with the detail regions, so its timeline splits Down's gemm as mk_detail's does
+        "mk_vecserial": {"build_flags": VEC_SERIAL + DETAIL},
         # NOTES.md row 20: tickets by worker index, not the global counter (csrc/megakernel/megakernel.cu:
         # MK_STATIC_TICKETS; the default since row 20); mk_dynamic is the counter as measured before (no SM spread:
         # megakernel.cu makes MK_SM_SPREAD follow MK_STATIC_TICKETS)

@@ -1,10 +1,10 @@
-"""Row 25 (megakernel/NOTES.md "Ready: row 25"): mk_vecbatch (MK_VEC_BATCH: load_vector issues all of a
-thread's loads before its stores) and the detail regions that split Down's gemm (down_vector, down_weights).
+"""Row 25 (megakernel/NOTES.md): the default's MK_VEC_BATCH (load_vector issues all of a thread's loads
+before its stores; mk_vecserial is the serial loop before it) and the detail regions that split Down's gemm (down_vector, down_weights).
 On the CPU: the row is build flags only, the timeline keeps a split Down ticket a Down ticket, and with nvcc and
 nvdisasm the SASS property the row tests on the GPU (the default's load_vector has one load in flight before its
-first store, mk_vecbatch's VEC_SLOTS with no branch between them), no new spills, the timed (mode 0) binaries
+first store, the default's VEC_SLOTS with no branch between them), no new spills, the timed (mode 0) binaries
 unchanged by the detail flag, and the split only in detail trace builds. GPU: tests/test_megakernel_fusions_gpu.py
-(FUSION_K=vecbatch: bit for bit equal to the default)."""
+(FUSION_K=vecbatch: mk_vecserial bit for bit equal to the default)."""
 import re
 import struct
 from pathlib import Path
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from argus_rt.trace.intervals import INTERVAL_DTYPE
-from benchmarks.decode import DETAIL, VEC_BATCH, variant_rows
+from benchmarks.decode import DETAIL, VEC_SERIAL, variant_rows
 from megakernel import timeline
 from megakernel.dag import TileShape
 from megakernel.regions import REGION_LEAVES, coordinate, region_tree
@@ -24,8 +24,8 @@ SPLIT = ("decode/gemm/down_vector", "decode/gemm/down_weights")
 
 
 def test_the_row_is_build_flags_and_the_split_is_a_detail_region():
-    assert variant_rows()["mk_vecbatch"] == {"build_flags": VEC_BATCH + DETAIL}
-    option_flags(TileShape(), VEC_BATCH + DETAIL)  # no flag the tile shape owns
+    assert variant_rows()["mk_vecserial"] == {"build_flags": VEC_SERIAL + DETAIL}
+    option_flags(TileShape(), VEC_SERIAL + DETAIL)  # no flag the tile shape owns
     names = {r.name for r in region_tree()}
     assert set(SPLIT) <= names
     assert "gemm" in REGION_LEAVES and not any(leaf.startswith("down_") for leaf in REGION_LEAVES)
@@ -84,12 +84,13 @@ def _load_vector_batch(cubin) -> tuple[int, int, int]:
 @needs_nvcc
 def test_vecbatch_issues_all_its_loads_before_a_store(builds):
     _tools("nvdisasm")
-    _, default_before, _ = _load_vector_batch(builds(0).cubin)
-    assert default_before == 1  # the remainder loop: one load, then its store (5-6 trips at ffn 5632)
-    r = builds(0, VEC_BATCH + DETAIL)
+    serial = builds(0, VEC_SERIAL + DETAIL)
+    _, serial_before, _ = _load_vector_batch(serial.cubin)
+    assert serial_before == 1  # the remainder loop: one load, then its store (5-6 trips at ffn 5632)
+    r = builds(0)
     _, before, branches = _load_vector_batch(r.cubin)
     assert before == kernel_limits()["VEC_SLOTS"] and branches == 0
-    assert r.spill_bytes() == builds(0).spill_bytes() and r.registers() <= 128, r.ptxas_log
+    assert r.spill_bytes() == serial.spill_bytes() and r.registers() <= 128, r.ptxas_log
     assert re.search(r"load_vector\S*\n\s+0 bytes stack frame, 0 bytes spill stores", r.ptxas_log), r.ptxas_log
 
 
@@ -101,7 +102,7 @@ def test_detail_flag_leaves_the_timed_binary_and_splits_only_trace_builds(builds
     def sass(mode, flags=()):
         return sass_diff.normalized(sass_diff.sass_text(builds(mode, flags).cubin))
 
-    assert sass(0, DETAIL) == sass(0) and sass(0, VEC_BATCH + DETAIL) == sass(0, VEC_BATCH)
+    assert sass(0, DETAIL) == sass(0) and sass(0, VEC_SERIAL + DETAIL) == sass(0, VEC_SERIAL)
     # a marker's region ID is a 32-bit immediate: its little-endian bytes lie in the instruction words
     ids = [struct.pack("<I", r.id) for r in region_tree() if r.name in SPLIT]
     assert len(ids) == 2

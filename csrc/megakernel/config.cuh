@@ -30,7 +30,7 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #define MK_BATCH_PLAIN 0  // 1 (control, with MK_BATCH_QKV/O): gemv_tile_batch runs the plain loop (mk_chain_ctl)
 #endif
 #ifndef MK_VEC_BATCH
-#define MK_VEC_BATCH 0  // 1: load_vector issues all of a thread's loads before any store (gemv.cuh; mk_vecbatch, opt-in)
+#define MK_VEC_BATCH 1  // load_vector issues all of a thread's loads before any store (gemv.cuh; default since row 25; 0: mk_vecserial)
 #endif
 #ifndef MK_RING
 #define MK_RING 0  // N > 0: GEMV weights as N bulk-copied 16 KiB pages per CTA (ring.cuh; mk_ringN, opt-in)

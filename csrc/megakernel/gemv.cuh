@@ -130,9 +130,10 @@ __device__ __noinline__ float load_rmsnorm(const float* x, const __nv_bfloat16* 
 #if MK_VEC_BATCH
 // All of a thread's first VEC_SLOTS loads before any store: each predicated on its chunk existing (no branch
 // between them; a slot that is off holds zeros, as an undefined one made ptxas spill), then the stores; the
-// rest (n > VEC_SLOTS * 4 * THREADS = 6144) one at a time. The default loop below runs fewer than 8 trips
-// (Down's 5632 values: 5-6 per thread) in its remainder loop, one load per trip: 5-6 dependent L2 round
-// trips before the first weight load (SASS 2026-12-02, NOTES.md "Ready: row 25"). Same copy, same xs.
+// rest (n > VEC_SLOTS * 4 * THREADS = 6144) one at a time. The serial loop below (MK_VEC_BATCH=0,
+// mk_vecserial) runs fewer than 8 trips (Down's 5632 values: 5-6 per thread) in its remainder loop, one load
+// per trip: 5-6 dependent L2 round trips before the first weight load (SASS 2026-12-02, NOTES.md row 25).
+// Same copy, same xs; 2.3% / 1.9% faster per token at kv 128 / 1024 (H200, 2026-12-02, NOTES.md row 25).
 __device__ __noinline__ void load_vector(const float* x, int n, float* xs) {
   const float4* x4 = reinterpret_cast<const float4*>(x);
   float4* xs4 = reinterpret_cast<float4*>(xs);
