@@ -60,8 +60,9 @@ def _evidence_of(ctx, dep_id: str, cls: type[E]) -> E:
     return cls.from_outputs(lambda name: ctx.inputs.get(f"{dep_id}/{name}"))
 
 
-def _one_evidence(ctx, cls: type[E], needed_by: str) -> tuple[object, E]:
-    """The one dependency that published evidence of type ``cls``, with it; :class:`HandlerError` unless one did."""
+def one_evidence(ctx, cls: type[E], needed_by: str) -> tuple[object, E]:
+    """The one dependency that published evidence of type ``cls``, with it; :class:`HandlerError` unless one did.
+    Rules outside Argus (``argus mcp --import`` modules) read their evidence through it too."""
     found = ctx.input_list(cls.OUTPUT)
     if len(found) != 1:
         raise HandlerError(f"{needed_by} needs exactly one {cls.OUTPUT} evidence ({cls.FORMAT}), got {len(found)}")
@@ -179,7 +180,7 @@ def occurrences_method(doc: dict) -> str:
 def synth_latency(ctx) -> dict:
     """Per region in the subtree: count, mean, p50, p99, min, max, total of occurrence durations."""
     facts = _Facts(ctx)
-    src, ev = _one_evidence(ctx, RegionIntervals, "latency synthesis")
+    src, ev = one_evidence(ctx, RegionIntervals, "latency synthesis")
     method = occurrences_method({"method": ev.method, "source": ev.source})
     facts.cite(src, ev.source)
     arrays = ev.columns
@@ -222,7 +223,7 @@ def synth_latency(ctx) -> dict:
 def synth_pc_region_map(ctx) -> dict:
     """Validate n(r,p) and publish it with per-region entropy (whole program)."""
     facts = _Facts(ctx)
-    src, counts = _one_evidence(ctx, PcRegionCounts, "pc_region_map synthesis")
+    src, counts = one_evidence(ctx, PcRegionCounts, "pc_region_map synthesis")
     facts.cite(src)
     pmap = _map_of(counts.document())
     names = {r.id: r.name for r in ctx.program.regions}
@@ -372,7 +373,7 @@ def synth_iteration_waits(ctx) -> dict:
     included, whatever the scope: the probe join checks its CTAs against them); ``extra.ctas``: the
     grid; ``extra.median_by_iteration``: the one loop's medians when one loop is traced."""
     facts = _Facts(ctx)
-    src, ev = _one_evidence(ctx, IterationWaits, "iteration_waits synthesis")
+    src, ev = one_evidence(ctx, IterationWaits, "iteration_waits synthesis")
     facts.cite(src)
     path = ctx.input_of(src.id, IterationWaits.OUTPUT)
     cols = ev.columns
@@ -603,7 +604,7 @@ def _join_traced_loop(ctx, reference: dict, site: dict, op_id: str, it: int, ev:
 def synth_system_timeline(ctx) -> dict:
     """Total time and count per (category, name) of system events; optional ``step`` selection."""
     facts = _Facts(ctx)
-    src, timeline = _one_evidence(ctx, SystemTimeline, "system timeline synthesis")
+    src, timeline = one_evidence(ctx, SystemTimeline, "system timeline synthesis")
     facts.cite(src)
     events = timeline.events
     step = ctx.task.scope.get("step")

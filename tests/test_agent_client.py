@@ -218,15 +218,37 @@ def test_diagnosis_rules_in_order():
 # ---- kernel_time ------------------------------------------------------------------------------------
 def test_kernel_time_publishes_the_plain_kernel_time_from_the_jit_check():
     doc = {"format": "argus.region_intervals/1", "launches": 2, "reference_check": {"max_rel_err": 0.002},
-           "columns": {"start": [10, 12, 500, 520], "end": [100, 90, 610, 580], "launch": [0, 0, 1, 1]},
+           "columns": {"region_id": [1] * 4, "start": [10, 12, 500, 520], "end": [100, 90, 610, 580],
+                       "launch": [0, 0, 1, 1]},
            "jit_check": {"argus_ms": 0.0125, "jit_ms": 0.0126}}
-    got = {m: v for m, v, *_ in kernel_time.kernel_time_values(doc)}
+    from argus_rt.evidence import RegionIntervals
+
+    got = {m: v for m, v, *_ in kernel_time.kernel_time_values(RegionIntervals.from_document(doc))}
     assert got == {"untraced_median": 12500.0, "jit_median": 12600.0, "traced_span": 100.0,
                    "reference_rel_error": 0.002}
     from argus_rt.runtime.handlers import HandlerError
 
     with pytest.raises(HandlerError, match="no timed JIT check"):
-        kernel_time.kernel_time_values({**doc, "jit_check": None})
+        kernel_time.kernel_time_values(RegionIntervals.from_document({**doc, "jit_check": None}))
+
+
+def test_kernel_time_reads_the_typed_evidence_a_triton_trace_publishes(tmp_path, monkeypatch):
+    """What the GPU run gives the rule (H200, 2026-12-02: the rule refused 'argus.region_intervals/2'): the trace
+    adapter's .npy columns + metadata, committed to a workspace, with the JIT check in their details."""
+    from argus_rt.program import ProgramVersion
+    from tests.test_evidence_types import commit_and_synthesize, publish_triton_trace
+    from tests.test_synthesis import program
+
+    pv = ProgramVersion.from_sources("k", {"k.cu": "x"}, kind="triton", regions=program().regions)
+    rid = next(iter(pv.regions)).id
+    doc = {"format": "argus.region_intervals/1", "clock": "ns", "launches": 2, "reference_check": {"max_rel_err": 0.002},
+           "columns": {"region_id": [rid] * 4, "start": [10, 12, 500, 520], "end": [100, 90, 610, 580],
+                       "launch": [0, 0, 1, 1]},
+           "jit_check": {"argus_ms": 0.0125, "jit_ms": 0.0126}}
+    collect, files = publish_triton_trace(tmp_path, monkeypatch, pv, doc)
+    facts = commit_and_synthesize(tmp_path, files, collect, pv, rule="kernel_time")
+    assert {v["metric"]: v["value"] for v in facts["values"]} == {
+        "untraced_median": 12500.0, "jit_median": 12600.0, "traced_span": 100.0, "reference_rel_error": 0.002}
     from argus_rt.recipes import get_recipe
 
     assert get_recipe("kernel_time").evidence == get_recipe("latency").evidence  # one run serves both

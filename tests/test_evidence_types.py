@@ -162,9 +162,9 @@ def test_inline_documents_of_older_workspaces_are_read_and_checked(tmp_path):
         RegionIntervals.from_outputs({"region_intervals": tmp_path / "old.json"}.get)
 
 
-def _commit_and_synthesize(tmp_path, files: dict, collect: Task, pv) -> dict:
-    """Commit a collection's files into a real workspace and run the latency rule on its outputs, with the
-    inputs the scheduler gives (``<dep>/<name>`` -> blob path)."""
+def commit_and_synthesize(tmp_path, files: dict, collect: Task, pv, rule: str = "latency") -> dict:
+    """Commit a collection's files (under ``tmp_path/out``) into a real workspace and run synthesis ``rule`` on
+    its outputs, with the inputs the scheduler gives (``<dep>/<name>`` -> blob path)."""
     ws = Workspace(tmp_path / "ws")
     staged = ws.new_staging(collect.id)
     moved = {}
@@ -174,39 +174,45 @@ def _commit_and_synthesize(tmp_path, files: dict, collect: Task, pv) -> dict:
         Path(path).replace(target)
         moved[name] = target
     records = ws.commit(collect, moved, [])
-    synth = Task(kind="synthesize", op="latency", program=pv.id, region=None, deps=(collect.id,))
+    synth = Task(kind="synthesize", op=rule, program=pv.id, region=None, deps=(collect.id,))
     out = tmp_path / "synth"
     out.mkdir()
     ctx = TaskContext(task=synth, program=pv, programs=lambda pid: pv, outdir=out, deps={collect.id: collect},
                       inputs={f"{collect.id}/{n}": r.path for n, r in records.items()})
-    return json.loads(Path(get_handler("synthesize", "latency")(ctx)["facts"]).read_text())
+    return json.loads(Path(get_handler("synthesize", rule)(ctx)["facts"]).read_text())
+
+
+def publish_triton_trace(tmp_path, monkeypatch, pv, doc: dict) -> tuple[Task, dict]:
+    """(the collect task, its files under ``tmp_path/out``): the trace adapter's publication of a Triton
+    program's region trace, the run itself stood in for by ``doc`` (its inline document)."""
+    from argus_rt.backends.base import CollectContext
+    from argus_rt.backends.trace import TraceAdapter
+    from argus_rt.kinds.triton import region_trace, trace_run
+
+    monkeypatch.setattr(region_trace, "collect_triton_region_trace", lambda program, workdir, repeats: doc)
+    monkeypatch.setattr(trace_run, "require_hopper", lambda: None)
+    collect = Task(kind="collect", op="trace", program=pv.id, device="gpu", outputs=("region_intervals",))
+    (tmp_path / "out").mkdir()
+    ctx = CollectContext(task=collect, program=pv, config={}, scope=None, sampling={}, inputs={},
+                         outdir=tmp_path / "out", device="")
+    return collect, TraceAdapter().collect(ctx)
 
 
 def test_a_published_region_trace_gives_the_same_facts_as_its_inline_document(tmp_path, monkeypatch):
     """The trace adapter on a Triton program (its kind's trace_run hook) publishes .npy columns + metadata;
     committed to a workspace and read by the latency rule they give exactly the facts the same evidence
     gave as one inline JSON document."""
-    from argus_rt.backends.base import CollectContext
-    from argus_rt.backends.trace import TraceAdapter
-    from argus_rt.kinds.triton import region_trace, trace_run
-
     pv = ProgramVersion.from_sources("k", {"k.cu": "x"}, kind="triton", regions=program().regions)
     doc = region_doc(np.random.default_rng(3), pv)
-    monkeypatch.setattr(region_trace, "collect_triton_region_trace", lambda program, workdir, repeats: doc)
-    monkeypatch.setattr(trace_run, "require_hopper", lambda: None)  # the run itself is stood in for
-    collect = Task(kind="collect", op="trace", program=pv.id, device="gpu", outputs=("region_intervals",))
-    (tmp_path / "out").mkdir()
-    ctx = CollectContext(task=collect, program=pv, config={}, scope=None, sampling={}, inputs={},
-                         outdir=tmp_path / "out", device="")
-    files = TraceAdapter().collect(ctx)
+    collect, files = publish_triton_trace(tmp_path, monkeypatch, pv, doc)
     assert json.loads(Path(files["region_intervals"]).read_text())["format"] == "argus.region_intervals/2"
     assert {n for n in files if n.startswith("region_intervals.columns.")} == \
         {f"region_intervals.columns.{c}" for c in doc["columns"]}
-    typed = _commit_and_synthesize(tmp_path, files, collect, pv)
+    typed = commit_and_synthesize(tmp_path, files, collect, pv)
     legacy_dir = tmp_path / "legacy"
     (legacy_dir / "out").mkdir(parents=True)
     (legacy_dir / "out" / "region_intervals.json").write_text(json.dumps(doc))
-    inline = _commit_and_synthesize(legacy_dir, {"region_intervals": legacy_dir / "out" / "region_intervals.json"},
+    inline = commit_and_synthesize(legacy_dir, {"region_intervals": legacy_dir / "out" / "region_intervals.json"},
                                     collect, pv)
 
     def values(facts):

@@ -294,7 +294,10 @@ def test_fast_markers_exact_counts_and_order(torch_cuda, modules, variant):
     sess.arm()
     run(torch_cuda, mod)
     trace = sess.decode(known_ids=[r.id for r in TREE])
-    assert not trace.incomplete, trace.problems
+    # the fast build runs this kernel in under the anchored clock's 6.4 us fit window, so its cycles->ns rate
+    # is flagged approximate (H200, 2026-12-02 at d8ef444: 2816 ns of anchors); counts and order do not use it
+    problems = [p for p in trace.problems if not (variant == "anchored" and p.startswith("approximate:"))]
+    assert problems == [], trace.problems
     want = expected_sequence(ITERS)
     assert len(trace.rings) == CTAS * WARPS
     assert {int(w) for w in trace.rings["written"]} == {len(want)}, trace.rings[["ring", "written"]].tolist()

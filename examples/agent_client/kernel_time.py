@@ -19,17 +19,17 @@ Values (region ``null``: whole kernel; unit ns unless stated):
 * ``reference_rel_error``: the kernel output's relative error against the PyTorch reference
   (unit ``relative``; the collection fails above 0.01).
 
-A region-trace document without ``jit_check`` (not a Triton program) leaves the signal unanswered
-with that reason.
+It reads the collection's typed :class:`~argus_rt.evidence.RegionIntervals` (the JIT check and the
+reference check are in its ``details``). A region trace without ``jit_check`` (not a Triton program)
+leaves the signal unanswered with that reason.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
+from argus_rt.evidence import RegionIntervals
 from argus_rt.kinds.triton.jit_equivalence import TIMED_ROUNDS
 from argus_rt.recipes import REFERENCE_TRACE_SENSITIVE, Evidence, Recipe, get_recipe, register_recipe
 from argus_rt.runtime.handlers import HandlerError, register_synthesis
+from argus_rt.synthesis import one_evidence
 
 SIGNAL = "kernel_time"
 METRICS = ("untraced_median", "jit_median", "traced_span", "reference_rel_error")
@@ -57,19 +57,18 @@ def traced_span_ns(columns: dict) -> float | None:
     return float(statistics.median(hi - lo for lo, hi in spans.values()))
 
 
-def kernel_time_values(doc: dict) -> list[tuple[str, float | None, int | None, str, str]]:
-    """(metric, value, samples, unit, method) from one ``argus.region_intervals/1`` document."""
-    if doc.get("format") != "argus.region_intervals/1":
-        raise HandlerError(f"kernel_time needs argus.region_intervals/1 evidence, got {doc.get('format')!r}")
-    jit = doc.get("jit_check")
+def kernel_time_values(ev: RegionIntervals) -> list[tuple[str, float | None, int | None, str, str]]:
+    """(metric, value, samples, unit, method) from one collection's region intervals."""
+    jit = ev.details.get("jit_check")
     if not isinstance(jit, dict) or "argus_ms" not in jit:
         raise HandlerError("kernel_time: the region trace carries no timed JIT check (jit_check.argus_ms); "
                            "only Triton programs' collections time the plain kernel")
     rounds = TIMED_ROUNDS - 1  # the first launch of each loads its module and is not timed evidence
-    rel = (doc.get("reference_check") or {}).get("max_rel_err")
+    rel = (ev.details.get("reference_check") or {}).get("max_rel_err")
+    columns = {name: col.tolist() for name, col in ev.columns.items()}
     return [("untraced_median", float(jit["argus_ms"]) * 1e6, rounds, "ns", "CUDA events, plain kernel (JIT check)"),
             ("jit_median", float(jit["jit_ms"]) * 1e6, rounds, "ns", "CUDA events, launch through the JIT"),
-            ("traced_span", traced_span_ns(doc.get("columns", {})), doc.get("launches"), "ns",
+            ("traced_span", traced_span_ns(columns), ev.launches, "ns",
              "region trace: last end - first begin per launch"),
             ("reference_rel_error", None if rel is None else float(rel), None, "relative",
              "kernel output vs the module's PyTorch reference")]
@@ -77,16 +76,12 @@ def kernel_time_values(doc: dict) -> list[tuple[str, float | None, int | None, s
 
 @register_synthesis(SIGNAL)
 def synth_kernel_time(ctx) -> dict:
-    deps = ctx.deps_with_op("trace")
-    if len(deps) != 1:
-        raise HandlerError(f"kernel_time synthesis needs exactly one trace collection, got {len(deps)}")
-    src = deps[0]
-    doc = json.loads(Path(ctx.input_of(src.id, "region_intervals")).read_text(encoding="utf-8"))
+    src, ev = one_evidence(ctx, RegionIntervals, "kernel_time synthesis")
     evidence = [{"task": src.id, "backend": src.op, "program_version": src.program}]
     values = [{"signal": SIGNAL, "region": None, "metric": metric, "value": value, "unit": unit,
                "qualification": "observed", "provenance": {"task": ctx.task.id, "evidence": evidence, "method": method},
                "scope": ctx.task.scope, "ambiguity": None, "samples": samples, "notes": []}
-              for metric, value, samples, unit, method in kernel_time_values(doc)]
+              for metric, value, samples, unit, method in kernel_time_values(ev)]
     return {"facts": ctx.write_json("facts", {"format": "argus.facts/1", "signal": SIGNAL, "values": values,
                                               "extra": {}})}
 
