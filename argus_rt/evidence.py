@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 import tokenize
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -93,7 +94,7 @@ class Evidence:
             described = tables[table] = {}
             for col, arr in getattr(self, table).items():
                 arr = _storable(arr, table, col)
-                np.save(directory / _column_file(table, col), arr, allow_pickle=False)
+                _write_column(directory / _column_file(table, col), arr)
                 described[col] = {"dtype": arr.dtype.str, "length": int(arr.shape[0])}
         meta = {"format": self.FORMAT, "tables": tables, **{k: getattr(self, k) for k in self.META},
                 "details": self.details}
@@ -276,6 +277,34 @@ def _column_kind(spec: TableSpec, table: str, col: str, where: str) -> str:
     if kind is None:
         raise EvidenceError(f"{where}: unknown column {col!r} in {table!r}; valid: {', '.join(spec.columns)}")
     return kind
+
+
+COLUMN_WRITE_ATTEMPTS = 3
+
+
+def _write_column(path: Path, arr: np.ndarray) -> None:
+    """One column as a .npy file, written whole (a temporary file and a rename) and read back before it counts.
+
+    Why the read-back: on the H200 machine (2026-12-02) a column file twice held another column's bytes under
+    a header with null bytes, in processes where CUDA libraries ran threads of their own (a worker's warm-up,
+    the torch profiler), while the same np.save/np.load round trip was exact 6000 times in a plain process
+    (scripts/npy_roundtrip_check.py). A file that does not read back as written is written again; after
+    COLUMN_WRITE_ATTEMPTS it is an error naming the file, never a published column."""
+    from .fsutil import atomic_write_bytes
+
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    data = buf.getvalue()
+    for attempt in range(1, COLUMN_WRITE_ATTEMPTS + 1):
+        atomic_write_bytes(path, data)
+        got = path.read_bytes()
+        if got == data:
+            return
+        first = next((i for i, (a, b) in enumerate(zip(got, data)) if a != b), min(len(got), len(data)))
+        print(f"argus: {path} did not read back as written ({len(got)} of {len(data)} bytes, first difference at "
+              f"byte {first}); attempt {attempt} of {COLUMN_WRITE_ATTEMPTS}", file=sys.stderr, flush=True)
+    path.unlink(missing_ok=True)
+    raise EvidenceError(f"{path}: the column file did not read back as written in {COLUMN_WRITE_ATTEMPTS} attempts")
 
 
 def _storable(arr: np.ndarray, table: str, col: str) -> np.ndarray:

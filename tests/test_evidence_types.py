@@ -151,6 +151,32 @@ def test_string_columns_of_any_string_dtype_are_stored_fixed_width(tmp_path):
         SystemTimeline(events=cols, tool="torch_profiler").save(tmp_path / "u")
 
 
+def test_a_column_file_that_does_not_read_back_as_written_is_written_again_or_refused(tmp_path, monkeypatch, capsys):
+    """The H200's null-byte headers (2026-12-02): a column whose file holds other bytes than were written is
+    written again; one that never reads back right is an error naming the file, and no column file stays."""
+    from argus_rt import fsutil
+
+    real = fsutil.atomic_write_bytes
+    bad = {"left": 1}
+
+    def flaky(path, data):  # the first write(s) of columns.start come out with its header's tail zeroed
+        if Path(path).name == "columns.start.npy" and bad["left"]:
+            bad["left"] -= 1
+            data = data[:89] + bytes(38) + data[127:]
+        real(path, data)
+
+    monkeypatch.setattr(fsutil, "atomic_write_bytes", flaky)
+    doc = region_doc(np.random.default_rng(5), program())
+    ev = RegionIntervals.from_document(doc)
+    ev.save(tmp_path / "a")
+    assert RegionIntervals.load(tmp_path / "a").columns["start"].tolist() == doc["columns"]["start"]
+    assert "columns.start.npy did not read back as written" in capsys.readouterr().err
+    bad["left"] = 99
+    with pytest.raises(EvidenceError, match=r"columns.start.npy: the column file did not read back as written in 3"):
+        ev.save(tmp_path / "b")
+    assert not (tmp_path / "b" / "columns.start.npy").exists() and not (tmp_path / "b" / "meta.json").exists()
+
+
 def test_inline_documents_of_older_workspaces_are_read_and_checked(tmp_path):
     doc = region_doc(np.random.default_rng(2), program())
     (tmp_path / "old.json").write_text(json.dumps(doc))
