@@ -283,28 +283,42 @@ COLUMN_WRITE_ATTEMPTS = 3
 
 
 def _write_column(path: Path, arr: np.ndarray) -> None:
-    """One column as a .npy file, written whole (a temporary file and a rename) and read back before it counts.
+    """One column as a .npy file: serialised, checked to parse back to ``arr`` in memory, written whole (a
+    temporary file and a rename) and read back from disk before it counts.
 
-    Why the read-back: on the H200 machine (2026-12-02) a column file twice held another column's bytes under
-    a header with null bytes, in processes where CUDA libraries ran threads of their own (a worker's warm-up,
-    the torch profiler), while the same np.save/np.load round trip was exact 6000 times in a plain process
-    (scripts/npy_roundtrip_check.py). A file that does not read back as written is written again; after
-    COLUMN_WRITE_ATTEMPTS it is an error naming the file, never a published column."""
+    Why the checks: on the H200 machine (2026-12-02) a cupy example's first query published a region_id
+    column whose header padding (bytes 89-126) was zeros while its data was right, and a file that read back
+    exactly as written (so the bytes were wrong in memory, before the write); the systrace test's events.name
+    twice. The same np.save/np.load round trip was exact 6000 times in a plain process and after CUDA init
+    there (scripts/npy_roundtrip_check.py). A column whose bytes do not check is serialised and written again
+    (said on stderr); after COLUMN_WRITE_ATTEMPTS it is an error naming the file, never a published column."""
     from .fsutil import atomic_write_bytes
 
-    buf = io.BytesIO()
-    np.save(buf, arr, allow_pickle=False)
-    data = buf.getvalue()
     for attempt in range(1, COLUMN_WRITE_ATTEMPTS + 1):
-        atomic_write_bytes(path, data)
-        got = path.read_bytes()
-        if got == data:
+        buf = io.BytesIO()
+        np.save(buf, arr, allow_pickle=False)
+        data = buf.getvalue()
+        problem = _npy_problem(data, arr, "in memory")
+        if problem is None:
+            atomic_write_bytes(path, data)
+            problem = None if path.read_bytes() == data else "on disk: the file's bytes differ from those written"
+        if problem is None:
             return
-        first = next((i for i, (a, b) in enumerate(zip(got, data)) if a != b), min(len(got), len(data)))
-        print(f"argus: {path} did not read back as written ({len(got)} of {len(data)} bytes, first difference at "
-              f"byte {first}); attempt {attempt} of {COLUMN_WRITE_ATTEMPTS}", file=sys.stderr, flush=True)
+        print(f"argus: column file {path} did not check ({problem}); attempt {attempt} of {COLUMN_WRITE_ATTEMPTS}",
+              file=sys.stderr, flush=True)
     path.unlink(missing_ok=True)
-    raise EvidenceError(f"{path}: the column file did not read back as written in {COLUMN_WRITE_ATTEMPTS} attempts")
+    raise EvidenceError(f"{path}: the column file did not check in {COLUMN_WRITE_ATTEMPTS} attempts ({problem})")
+
+
+def _npy_problem(data: bytes, arr: np.ndarray, where: str) -> str | None:
+    """None when ``data`` (np.save's bytes) parses back to ``arr``; else what is wrong."""
+    try:
+        back = np.load(io.BytesIO(data), allow_pickle=False)
+    except (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError) as exc:
+        return f"{where}: not a readable .npy ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    if back.dtype != arr.dtype or not np.array_equal(back, arr):
+        return f"{where}: the values read back differ from the column's"
+    return None
 
 
 def _storable(arr: np.ndarray, table: str, col: str) -> np.ndarray:

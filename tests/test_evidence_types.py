@@ -1,6 +1,7 @@
 """Typed evidence (argus_rt.evidence): .npy columns plus JSON metadata, checked on load, read by synthesis
 through the workspace exactly as the older inline JSON documents were."""
 import ast
+import io
 import json
 from pathlib import Path
 
@@ -151,28 +152,42 @@ def test_string_columns_of_any_string_dtype_are_stored_fixed_width(tmp_path):
         SystemTimeline(events=cols, tool="torch_profiler").save(tmp_path / "u")
 
 
-def test_a_column_file_that_does_not_read_back_as_written_is_written_again_or_refused(tmp_path, monkeypatch, capsys):
-    """The H200's null-byte headers (2026-12-02): a column whose file holds other bytes than were written is
-    written again; one that never reads back right is an error naming the file, and no column file stays."""
+def test_a_column_whose_bytes_do_not_check_is_written_again_or_refused(tmp_path, monkeypatch, capsys):
+    """The H200's null-byte headers (2026-12-02): a column whose serialised bytes do not parse back (its header
+    padding zeroed, as seen there) or whose file holds other bytes than were written is written again; one
+    that never checks is an error naming the file, and no column file or metadata stays."""
     from argus_rt import fsutil
 
-    real = fsutil.atomic_write_bytes
-    bad = {"left": 1}
+    real_save, real_write = np.save, fsutil.atomic_write_bytes
+    left = {"save": 1, "write": 1}
 
-    def flaky(path, data):  # the first write(s) of columns.start come out with its header's tail zeroed
-        if Path(path).name == "columns.start.npy" and bad["left"]:
-            bad["left"] -= 1
-            data = data[:89] + bytes(38) + data[127:]
-        real(path, data)
+    def zeroed_padding_save(file, arr, allow_pickle=True):  # columns' bytes as seen on the H200
+        if left["save"] and isinstance(file, io.BytesIO):
+            left["save"] -= 1
+            scratch = io.BytesIO()
+            real_save(scratch, arr, allow_pickle=allow_pickle)
+            data = scratch.getvalue()
+            file.write(data[:89] + bytes(38) + data[127:])
+        else:
+            real_save(file, arr, allow_pickle=allow_pickle)
 
-    monkeypatch.setattr(fsutil, "atomic_write_bytes", flaky)
+    def torn_write(path, data):
+        if left["write"] and Path(path).name == "columns.start.npy":
+            left["write"] -= 1
+            data = data[:-8] + bytes(8)
+        real_write(path, data)
+
+    monkeypatch.setattr(np, "save", zeroed_padding_save)
+    monkeypatch.setattr(fsutil, "atomic_write_bytes", torn_write)
     doc = region_doc(np.random.default_rng(5), program())
     ev = RegionIntervals.from_document(doc)
     ev.save(tmp_path / "a")
-    assert RegionIntervals.load(tmp_path / "a").columns["start"].tolist() == doc["columns"]["start"]
-    assert "columns.start.npy did not read back as written" in capsys.readouterr().err
-    bad["left"] = 99
-    with pytest.raises(EvidenceError, match=r"columns.start.npy: the column file did not read back as written in 3"):
+    assert {c: a.tolist() for c, a in RegionIntervals.load(tmp_path / "a").columns.items()} == doc["columns"]
+    err = capsys.readouterr().err
+    assert "columns.region_id.npy did not check (in memory: not a readable .npy" in err
+    assert "columns.start.npy did not check (on disk: the file's bytes differ from those written)" in err
+    left["write"] = 99
+    with pytest.raises(EvidenceError, match=r"columns.start.npy: the column file did not check in 3 attempts"):
         ev.save(tmp_path / "b")
     assert not (tmp_path / "b" / "columns.start.npy").exists() and not (tmp_path / "b" / "meta.json").exists()
 
