@@ -145,6 +145,16 @@ def synchronize() -> None:
     _check(_driver().cuCtxSynchronize(), "cuCtxSynchronize")
 
 
+def host_copy_source(data) -> tuple[np.ndarray, bool]:
+    """The contiguous host array a copy of ``data`` reads, and whether it is the caller's own memory
+    (an array, or a view of one). False: a temporary made here (from bytes, or to make ``data``
+    contiguous), which an asynchronous copy must not outlive."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return np.frombuffer(bytes(data), dtype=np.uint8), False
+    buf = np.ascontiguousarray(data)
+    return buf, isinstance(data, np.ndarray) and np.may_share_memory(buf, data)
+
+
 class DeviceArray:
     """A device allocation holding one numpy array's bytes (``cuMemAlloc``), passed to a kernel as its
     pointer like a CUDA tensor: ``DeviceArray.from_host(a)``, launch, ``.to_host()``. Needs a current
@@ -226,17 +236,21 @@ class CubinModule:
     def write_global(self, name: str, data: bytes | np.ndarray, stream=None, blocking: bool = True) -> None:
         """Copy ``data`` into global ``name`` (its whole size). ``blocking=False`` enqueues the copy on
         ``stream`` (torch's current stream by default, when torch is loaded) from host memory the caller keeps unchanged
-        until the stream reaches it."""
+        until the stream reaches it. Bytes, or an array that must be copied to be contiguous, are copied
+        through a temporary this function owns: that copy is enqueued on ``stream`` and waited for
+        before returning, so the driver never reads the temporary after it is freed."""
         drv = _driver()
         ptr, size = self.global_address(name)
-        buf = np.ascontiguousarray(np.frombuffer(bytes(data), dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else data)
+        buf, callers = host_copy_source(data)
         if buf.nbytes != size:
             raise LaunchError(f"global {name!r} is {size} bytes, got {buf.nbytes} bytes to write")
         if blocking:
             _check(drv.cuMemcpyHtoD(ptr, buf.ctypes.data, size), f"cuMemcpyHtoD({name!r})")
-        else:
-            _check(drv.cuMemcpyHtoDAsync(ptr, buf.ctypes.data, size, drv.CUstream(_stream_handle(stream))),
-                   f"cuMemcpyHtoDAsync({name!r})")
+            return
+        handle = drv.CUstream(_stream_handle(stream))
+        _check(drv.cuMemcpyHtoDAsync(ptr, buf.ctypes.data, size, handle), f"cuMemcpyHtoDAsync({name!r})")
+        if not callers:  # ``buf`` dies with this call: the stream must be past the copy first
+            _check(drv.cuStreamSynchronize(handle), f"cuStreamSynchronize (write of {name!r})")
 
     def read_global(self, name: str) -> np.ndarray:
         """The bytes of global ``name`` (synchronous)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import threading
+import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -39,8 +40,13 @@ class PendingTrace:
     buffer: object  # torch uint8 tensor (device or host)
     config: TraceConfig
     unbuffered: int | None = None
+    ready: object = None  # event recorded after the copy on its stream (None: a host copy, done)
 
     def decode(self, known_ids=None) -> Trace:
+        # The copy was enqueued on the snapshot's stream; .cpu() reads on the current one, which
+        # need not be ordered after it (torch's side streams do not wait for each other).
+        if self.ready is not None:
+            self.ready.synchronize()
         return decode(self.buffer.cpu().numpy(), self.config, known_ids=known_ids, unbuffered=self.unbuffered)
 
 
@@ -86,6 +92,27 @@ def _keep_armed_buffer(target, buffer) -> None:
         ) from None
 
 
+def _wait_for_copies(events: list, staging) -> None:
+    """Wait for the control-block copies still in flight (a dropped session's finaliser). Until then
+    the finaliser holds ``staging``, the pinned block they read, which torch's host allocator, not
+    knowing about these copies, would otherwise hand out again while the device may still read it."""
+    for ev in events:
+        if ev is not None:
+            ev.synchronize()
+
+
+def _adopt_stream(buffer, alloc_stream, stream, seen: set) -> None:
+    """First use of ``buffer`` on ``stream`` (not the stream it was allocated on): order ``stream``
+    after the allocation's zero fill, and tell the caching allocator the buffer is used there, so
+    its memory is not reused for other tensors while launches on ``stream`` may still write rings."""
+    key = int(stream.cuda_stream)
+    if key == int(alloc_stream.cuda_stream) or key in seen:
+        return
+    stream.wait_stream(alloc_stream)
+    buffer.record_stream(stream)
+    seen.add(key)
+
+
 class TraceSession:
     """Trace buffers and control block of one traced module.
 
@@ -110,9 +137,14 @@ class TraceSession:
         self.buffer = torch.zeros(config.buffer_bytes, dtype=torch.uint8, device=device)
         self._armed: TraceConfig | None = None
         pin = self.buffer.device.type == "cuda"
+        self._alloc_stream = torch.cuda.current_stream(self.buffer.device) if pin else None
+        self._streams_seen: set = set()
         self._staging = torch.zeros((self.STAGING_SLOTS, layout.CTL_DTYPE.itemsize), dtype=torch.uint8, pin_memory=pin)
         self._events: list = [None] * self.STAGING_SLOTS
         self._slot = 0
+        # The finaliser's arguments keep the staging block alive until the copies from it are done.
+        done = weakref.finalize(self, _wait_for_copies, self._events, self._staging)
+        done.atexit = False  # the worker leaves by os._exit; at interpreter exit CUDA may be gone
 
     @property
     def armed(self) -> TraceConfig | None:
@@ -171,7 +203,9 @@ class TraceSession:
         if self.buffer.device.type != "cuda":
             self.buffer.zero_()
             return
-        with torch.cuda.stream(stream if stream is not None else torch.cuda.current_stream()):
+        s = stream if stream is not None else torch.cuda.current_stream()
+        _adopt_stream(self.buffer, self._alloc_stream, s, self._streams_seen)
+        with torch.cuda.stream(s):
             self.buffer.zero_()
 
     def disarm(self, stream=None) -> None:
@@ -193,10 +227,14 @@ class TraceSession:
 
         if self._armed is None:
             raise TraceError("snapshot() before arm(): nothing was recorded")
+        if self.buffer.device.type != "cuda":
+            return PendingTrace(self.buffer.clone(), self._armed, None)
         s = stream if stream is not None else torch.cuda.current_stream()
         with torch.cuda.stream(s):
             copy = self.buffer.clone()
-        return PendingTrace(copy, self._armed, None)
+        ready = torch.cuda.Event()
+        ready.record(s)
+        return PendingTrace(copy, self._armed, None, ready)
 
     def decode(self, known_ids=None) -> Trace:
         """Wait for the device, copy the rings to the host and decode the last arm's records."""

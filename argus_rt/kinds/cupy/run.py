@@ -69,16 +69,24 @@ class CupyGlobals:
         return ptr, size
 
     def write_global(self, name: str, data, stream=None, blocking: bool = True) -> None:
+        """Copy ``data`` into global ``name``; ``blocking=False`` enqueues it on ``stream`` from host memory
+        the caller keeps unchanged until the stream reaches the copy. Bytes (or an array that must be
+        copied to be contiguous) go through a temporary owned here: its copy is waited for before return."""
         from cupy.cuda import runtime
 
+        from ...launch import host_copy_source
+
         ptr, size = self._sized(name)
-        buf = np.ascontiguousarray(np.frombuffer(bytes(data), dtype=np.uint8) if isinstance(data, bytes) else data)
+        buf, callers = host_copy_source(data)
         if buf.nbytes != size:
             raise CupyProgramError(f"global {name!r} is {size} bytes, got {buf.nbytes} bytes to write")
         if blocking:
             runtime.memcpy(ptr, buf.ctypes.data, size, runtime.memcpyHostToDevice)
-        else:  # from host memory the caller keeps unchanged until the stream reaches the copy
-            runtime.memcpyAsync(ptr, buf.ctypes.data, size, runtime.memcpyHostToDevice, _stream_ptr(stream))
+            return
+        handle = _stream_ptr(stream)
+        runtime.memcpyAsync(ptr, buf.ctypes.data, size, runtime.memcpyHostToDevice, handle)
+        if not callers:  # ``buf`` dies with this call: the stream must be past the copy first
+            runtime.streamSynchronize(handle)
 
     def read_global(self, name: str) -> np.ndarray:
         from cupy.cuda import runtime
