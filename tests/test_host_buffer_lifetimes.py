@@ -240,3 +240,62 @@ def test_rings_used_on_another_stream_are_ordered_and_recorded_once():
     for _ in range(3):
         _adopt_stream(buf, alloc, side, seen)
     assert buf.used_on == [0x51] and side.waited == [0]
+
+
+# NVRTC writes its log and cubin into the ``char*`` cuda-python hands it, i.e. into the bytes object
+# passed. ``b" " * 1`` is not a new object: it is the constant ``b" "`` itself, and where the module
+# was compiled from source (no .pyc: PYTHONDONTWRITEBYTECODE=1, a fresh checkout) that constant is
+# CPython's one shared ``b" "``. An empty log has size 1 (its NUL), so every ``b" "`` in the process
+# becomes ``b"\x00"``: numpy's ``b" " * padlen`` then pads each .npy header with null bytes.
+_NVRTC_PROBE = r'''
+import ctypes, json, sys, tempfile
+from pathlib import Path
+import argus_rt.kinds.cuda.build as cuda_build
+
+space, handed = bytes([32]), []
+
+def address(buf):  # the char* cuda-python would pass for buf
+    if isinstance(buf, ctypes.Array):
+        return ctypes.addressof(buf)
+    if isinstance(buf, bytearray):
+        return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+    return ctypes.cast(ctypes.c_char_p(buf), ctypes.c_void_p).value
+
+def write(buf, data):  # what the C function does with the char* it is given
+    handed.append(buf)
+    ctypes.memmove(address(buf), data, len(data))
+
+class Nvrtc:
+    def nvrtcCreateProgram(self, src, name, n, headers, names): return (0, "prog")
+    def nvrtcCompileProgram(self, prog, n, opts): return (0,)
+    def nvrtcGetProgramLogSize(self, prog): return (0, 1)  # an empty log: its NUL only
+    def nvrtcGetProgramLog(self, prog, buf): write(buf, b"\0"); return (0,)
+    def nvrtcGetCUBINSize(self, prog): return (0, 8)
+    def nvrtcGetCUBIN(self, prog, buf): write(buf, b"\x7fELFcubn"); return (0,)
+    def nvrtcDestroyProgram(self, prog): return (0,)
+
+cuda_build.nvrtc = lambda: Nvrtc()
+src = Path(tempfile.mkdtemp()) / "k.cu"
+src.write_text("__global__ void k() {}\n")
+cubin, log = cuda_build.nvrtc_compile(src, [])
+consts = cuda_build.nvrtc_compile.__code__.co_consts
+print(json.dumps({"cubin": bytes(cubin).hex(), "log": log, "space_intact": space[0] == 32,
+                  "wrote_into_shared": [i for i, b in enumerate(handed) if any(b is c for c in consts) or b is space]}))
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="argus_rt/kinds/cuda/build.py nvrtc_compile hands NVRTC b' ' * size "
+                   "(for size 1 the shared constant b' ') to write into; fix there, then drop this mark")
+def test_nvrtc_compile_never_lets_nvrtc_write_into_a_shared_bytes_object():
+    import json
+    import os
+    import subprocess
+
+    # In a child process: with the bug, this interpreter's b" " would be zeroed for every later test.
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    out = subprocess.run([sys.executable, "-c", _NVRTC_PROBE], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["cubin"] == b"\x7fELFcubn".hex() and got["log"] == ""
+    assert got["wrote_into_shared"] == [], "NVRTC wrote into a bytes object shared with the rest of the interpreter"
+    assert got["space_intact"], "the interpreter's b' ' was overwritten (every .npy header would pad with NULs)"
