@@ -286,12 +286,11 @@ def _write_column(path: Path, arr: np.ndarray) -> None:
     """One column as a .npy file: serialised, checked to parse back to ``arr`` in memory, written whole (a
     temporary file and a rename) and read back from disk before it counts.
 
-    Why the checks: on the H200 machine (2026-12-02) a cupy example's first query published a region_id
-    column whose header padding (bytes 89-126) was zeros while its data was right, and a file that read back
-    exactly as written (so the bytes were wrong in memory, before the write); the systrace test's events.name
-    twice. The same np.save/np.load round trip was exact 6000 times in a plain process and after CUDA init
-    there (scripts/npy_roundtrip_check.py). A column whose bytes do not check is serialised and written again
-    (said on stderr); after COLUMN_WRITE_ATTEMPTS it is an error naming the file, never a published column."""
+    Why the checks: on the H200 (2026-12-02) columns were published whose .npy header padding was zeros,
+    so every later read failed. The cause was elsewhere in the process (NVRTC writing an empty log's NUL
+    into CPython's shared ``b" "``, fixed in argus_rt/kinds/cuda/build.py), but any such corruption must
+    stop at the writer: a column whose bytes do not check is serialised and written again (said on
+    stderr); after COLUMN_WRITE_ATTEMPTS it is an error naming the file, never a published column."""
     from .fsutil import atomic_write_bytes
 
     for attempt in range(1, COLUMN_WRITE_ATTEMPTS + 1):

@@ -284,8 +284,6 @@ print(json.dumps({"cubin": bytes(cubin).hex(), "log": log, "space_intact": space
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="argus_rt/kinds/cuda/build.py nvrtc_compile hands NVRTC b' ' * size "
-                   "(for size 1 the shared constant b' ') to write into; fix there, then drop this mark")
 def test_nvrtc_compile_never_lets_nvrtc_write_into_a_shared_bytes_object():
     import json
     import os

@@ -283,16 +283,24 @@ def nvrtc_compile(source: Path, options: list[str]) -> tuple[bytes | None, str]:
     try:
         encoded = [o.encode() for o in options]
         (status,) = api.nvrtcCompileProgram(prog, len(encoded), encoded)
-        log = b" " * _nvrtc_checked(api.nvrtcGetProgramLogSize(prog), "log size")
-        api.nvrtcGetProgramLog(prog, log)
+        log = _nvrtc_output(api.nvrtcGetProgramLog, prog, _nvrtc_checked(api.nvrtcGetProgramLogSize(prog), "log size"))
         text = log.decode(errors="replace").rstrip("\x00 ")
         if int(status) != 0:
             return None, text
-        cubin = b" " * _nvrtc_checked(api.nvrtcGetCUBINSize(prog), "cubin size")
-        api.nvrtcGetCUBIN(prog, cubin)
-        return cubin, text
+        return _nvrtc_output(api.nvrtcGetCUBIN, prog, _nvrtc_checked(api.nvrtcGetCUBINSize(prog), "cubin size")), text
     finally:
         api.nvrtcDestroyProgram(prog)
+
+
+def _nvrtc_output(get, prog, size: int) -> bytes:
+    """What NVRTC's ``get(prog, char*)`` writes into ``size`` bytes. NVRTC writes into the bytes object it is
+    handed, so that object must be this call's alone: ``b" " * 1`` (an empty log's size: its NUL) is CPython's
+    one shared ``b" "``, and writing into it turned every ``b" "`` of the process into ``b"\x00"`` (numpy's
+    .npy header padding among them: the H200's null-byte headers of 2026-12-02). ``bytes(n)`` with n >= 2 is
+    always a new object; the extra byte is never written."""
+    buf = bytes(size + 1)
+    get(prog, buf)
+    return buf[:size]
 
 
 def _nvrtc_checked(result, what: str):
