@@ -12,7 +12,8 @@ batched GEMV in QKV and/or O-proj tiles (mk_batch_qkv, mk_batch_o, mk_batch_chai
 the interpreter instruction by instruction (tiny model), and bit for bit equal to the default binary on the
 tiny and the full model (the batched loop sums each lane's chunks in the plain loop's order).
 
-Row 25 (FUSION_K=vecbatch): mk_vecserial's vector load (the default before row 25) bit for bit equal to the default's on the full and tiny models.
+Row 25 (FUSION_K=vecbatch): mk_vecserial's vector load (the default before row 25) bit for bit equal to the
+default's on the full and tiny models.
 
 The SM spread (the default's static ticket order since row 23; FUSION_K=spread): the default against the
 interpreter, bit for bit equal to the block-index order (MK_SM_SPREAD=0) with the same tiles, its registration
@@ -191,9 +192,10 @@ def test_ticket_rows_equal_the_default_bit_for_bit_full_model(name):
 
 
 # Row 25 (NOTES.md; FUSION_K=vecbatch): the default's load_vector with all of a thread's loads issued before
-# its stores (MK_VEC_BATCH) copies the same values as mk_vecserial's one load per trip, so every buffer equals the default binary's bit for bit: on
-# the full model (Down's 5632 values: 5-6 slots per thread) and on tiny models whose ffn fills the slots in part
-# (352), beyond them (6400: the one-at-a-time rest for threads 0-63) and at the largest ffn xs holds (8192).
+# its stores (MK_VEC_BATCH) copies the same values as mk_vecserial's one load per trip, so every buffer equals
+# the default binary's bit for bit: on the full model (Down's 5632 values: 5-6 slots per thread) and on tiny
+# models whose ffn fills the slots in part (352), beyond them (6400: the one-at-a-time rest for threads 0-63)
+# and at the largest ffn xs holds (8192).
 def test_vecbatch_equals_the_default_bit_for_bit_full_model():
     runs = _full_model_runs("mk_vecserial", SEED + 21)
     assert runs["mk_vecserial"][0] == runs["default"][0]
