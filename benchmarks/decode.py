@@ -120,6 +120,11 @@ def variant_rows() -> dict[str, dict]:
         "mk_lastcombine": {"tiles": TileShape(last_combine=True)},
         "mk_oproj_combine": {"tiles": TileShape(last_combine=False)},
         "mk_lastcombine_detail": {"tiles": TileShape(last_combine=True), "build_flags": ("-DMK_DETAIL_REGIONS=1",)},
+        # row 27 (NOTES.md "Ready: row 27"): one binary with both combines (MK_LAST_COMBINE=2), the form picked per
+        # launch: the O-proj combine while the launch's largest KV length is <= 512 positions (4 splits of 128), the
+        # last arrival above. 512: the last arrival measured +1.7% at kv 128 and -1.7% at kv 1024 (H200 02:41); by
+        # dependent round trips it is even at 3-4 used splits and ahead from 5 (TileShape.combine_threshold)
+        "mk_adaptive_combine": {"tiles": TileShape(last_combine="auto")},
         "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},

@@ -7,7 +7,7 @@ run: the order itself rules out deadlock.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -60,7 +60,15 @@ class TileShape:
     # last_combine (row 26, opt-in; the build flag MK_LAST_COMBINE=1): each AttnPartial tile arrives on a
     # per-(layer, KV head) counter, and the group's last arrival combines the group's splits into attn_out, which
     # the O-proj tiles load instead of each combining every head's splits itself (the default, False).
-    last_combine: bool = False
+    # "auto" (row 27, MK_LAST_COMBINE=2: one binary with both paths): each launch runs the O-proj combine when its
+    # largest KV length is <= combine_threshold and the last-arrival combine above it (combine_last_at).
+    last_combine: bool | str = False
+    # KV positions (used by last_combine="auto" only). 512 = 4 splits of 128. H200 2026-12-02 02:41: the last-arrival
+    # form +1.7% at kv 128 (2-3 used splits), -1.7% at kv 1024 (9-10). Break-even by the count of dependent L2 round
+    # trips (O-proj: ceil(u/8) + ceil(u/2); last arrival: atomic + ceil(u/8) + O-proj's vector load): equal at u = 3-4
+    # used splits, the last arrival ahead from u = 5 (513 positions); a straight line through the two measurements
+    # crosses at u ~ 5.6 (~720) and gives a launch between 513 and ~720 away ~0.3% at most (NOTES.md "Ready: row 27").
+    combine_threshold: int = 512
 
     def check(self, c: LlamaConfig) -> None:
         for name, value, total in (("o_rows", self.o_rows, c.hidden), ("gate_features", self.gate_features, c.ffn),
@@ -73,12 +81,24 @@ class TileShape:
         if not isinstance(self.attn_head_parts, int) or self.attn_head_parts < 0 or c.group % self.head_parts(c):
             raise DagError(f"TileShape.attn_head_parts={self.attn_head_parts!r} must be a positive int dividing the "
                            f"query group ({c.group} heads per KV head)")
-        for name in ("fused_sample", "last_combine"):
-            if not isinstance(getattr(self, name), bool):
-                raise DagError(f"TileShape.{name} must be a bool, got {getattr(self, name)!r}")
+        if not isinstance(self.fused_sample, bool):
+            raise DagError(f"TileShape.fused_sample must be a bool, got {self.fused_sample!r}")
+        if not (isinstance(self.last_combine, bool) or self.last_combine == "auto"):
+            raise DagError(f"TileShape.last_combine must be a bool or 'auto', got {self.last_combine!r}")
+        if not isinstance(self.combine_threshold, int) or isinstance(self.combine_threshold, bool) or \
+                self.combine_threshold < 0:
+            raise DagError(f"TileShape.combine_threshold must be an int >= 0 (KV positions), got "
+                           f"{self.combine_threshold!r}")
         if not isinstance(self.qkv_parts, int) or self.qkv_parts < 1 or c.head_dim % (4 * self.qkv_parts):
             raise DagError(f"TileShape.qkv_parts={self.qkv_parts!r} must be a positive int with head_dim "
                            f"({c.head_dim}) divisible by 4 * qkv_parts (whole, even RoPE pair blocks)")
+
+    def combine_last_at(self, kv_len: int) -> bool:
+        """Whether a launch whose largest KV length is ``kv_len`` (its last step's position + 1) runs the
+        last-arrival combine: always (True), never (False), or above combine_threshold ("auto")."""
+        if self.last_combine == "auto":
+            return kv_len > self.combine_threshold
+        return self.last_combine
 
     def head_parts(self, c: LlamaConfig) -> int:
         """AttnPartial tiles per (KV head, split) for this model (resolves attn_head_parts = 0)."""
@@ -102,9 +122,31 @@ class Program:
         self.counters.append(name)
         return len(self.counters) - 1
 
-    def words(self) -> np.ndarray:
-        """int32 array [n_instructions, WORDS]: what the kernel reads."""
-        return np.asarray([i.serialize() for i in self.instructions], dtype=np.int32).reshape(-1, WORDS)
+    def words(self, instructions: list[Instruction] | None = None) -> np.ndarray:
+        """int32 array [n_instructions, WORDS]: what the kernel reads (of ``instructions``: a form of this
+        program's list, by default the list itself)."""
+        ins = self.instructions if instructions is None else instructions
+        return np.asarray([i.serialize() for i in ins], dtype=np.int32).reshape(-1, WORDS)
+
+    def form(self, last: bool) -> list[Instruction]:
+        """The instruction list of one combine form: ``last``, the groups' last AttnPartial tiles combine (they
+        arrive on their counters, O-proj loads attn_out), else each O-proj tile combines. A last_combine="auto"
+        program's own list is the last-arrival form, the other one differs only there (same waits, signals and
+        counters: a launch may run either on the same state); other programs have only their own form."""
+        if self.tiles.last_combine != "auto":
+            if last != self.tiles.last_combine:
+                raise DagError(f"a TileShape.last_combine={self.tiles.last_combine} program has no "
+                               f"{'last-arrival' if last else 'O-proj'} combine form")
+            return self.instructions
+        if last:
+            return self.instructions
+        return [replace(ins, arrive=NO_COUNTER) if isinstance(ins, AttnPartial) else
+                replace(ins, combined=0) if isinstance(ins, OProj) else ins for ins in self.instructions]
+
+    def launch_form(self, step_end: int) -> list[Instruction]:
+        """The list a launch ending before step ``step_end`` runs: its largest KV length is step_end (step s
+        attends positions 0..s), TileShape.combine_last_at decides."""
+        return self.form(self.tiles.combine_last_at(step_end))
 
     def signals_per_step(self) -> list[int]:
         counts = [0] * len(self.counters)
@@ -140,8 +182,11 @@ class Program:
         for ins in self.instructions:
             if isinstance(ins, AttnPartial) and ins.arrive != NO_COUNTER:
                 arrivals.setdefault(ins.arrive, []).append(ins)
-        if bool(arrivals) != tiles.last_combine:
+        if bool(arrivals) != bool(tiles.last_combine):
             raise DagError(f"TileShape.last_combine={tiles.last_combine} but {len(arrivals)} arrival counters")
+        combined = {ins.combined for ins in self.instructions if isinstance(ins, OProj)}
+        if combined != {int(bool(tiles.last_combine))}:
+            raise DagError(f"TileShape.last_combine={tiles.last_combine} but OProj.combined in {sorted(combined)}")
         waited = {ins.wait for ins in self.instructions} | {ins.signal for ins in self.instructions}
         for ctr, group in arrivals.items():
             heads = {(ins.layer, ins.kv_head) for ins in group}
@@ -181,7 +226,8 @@ def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) ->
                     emit(AttnPartial(layer, qkv, n_qkv, 0, attn, kv_head, split, hp, arrive))
         o = prog.counter(f"o[{layer}]")
         for row0 in range(0, c.hidden, tiles.o_rows):
-            emit(OProj(layer, attn, c.n_kv_heads * n_splits * tiles.head_parts(c), 0, o, row0, tiles.o_rows))
+            emit(OProj(layer, attn, c.n_kv_heads * n_splits * tiles.head_parts(c), 0, o, row0, tiles.o_rows,
+                       int(bool(tiles.last_combine))))
         gate = prog.counter(f"gateup[{layer}]")
         for f0 in range(0, c.ffn, tiles.gate_features):
             emit(GateUp(layer, o, c.hidden // tiles.o_rows, 0, gate, f0, tiles.gate_features))

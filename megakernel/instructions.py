@@ -116,8 +116,11 @@ class OProj(Instruction):
 
     row0: int
     rows: int
+    # 1: load the combined vector attn_out[layer] that its KV groups' last AttnPartial tiles wrote (TileShape
+    # last_combine True, or "auto" in a launch of the last-arrival form); 0: combine every head's splits itself
+    combined: int = 0
     OPCODE: ClassVar[int] = 4
-    ARGS: ClassVar[tuple[str, ...]] = ("row0", "rows")
+    ARGS: ClassVar[tuple[str, ...]] = ("row0", "rows", "combined")
 
 
 @dataclass(frozen=True)

@@ -72,17 +72,21 @@ class Interpreter:
         self.sampling = sampling or SamplingParams()
 
     # ---- scheduling ---------------------------------------------------------------------------
-    def run_steps(self, first: int, count: int, order: str = "list", seed: int = 0) -> None:
+    def run_steps(self, first: int, count: int, order: str = "list", seed: int = 0,
+                  launch_end: int | None = None) -> None:
+        """Steps [first, first + count) as one launch: the list of its combine form (Program.launch_form), chosen
+        by the launch's end, ``launch_end`` when these steps are part of a longer launch (first + count)."""
         if order not in ("list", "random"):
             raise ValueError(f"order must be 'list' or 'random', got {order!r}")
         rng = random.Random(seed)
+        instructions = self.s.program.launch_form(first + count if launch_end is None else launch_end)
         for step in range(first, first + count):
             if order == "list":
-                for ins in self.s.program.instructions:
+                for ins in instructions:
                     self._check_ready(ins, step)
                     self.execute(ins, step)
             else:
-                self._run_random(step, rng)
+                self._run_random(instructions, step, rng)
 
     def _ready(self, ins: Instruction, step: int) -> bool:
         return ins.wait < 0 or int(self.s.t["counters"][ins.wait]) >= ins.expected(step)
@@ -93,8 +97,8 @@ class Interpreter:
                                    f"{self.s.program.counters[ins.wait]!r} = {int(self.s.t['counters'][ins.wait])}"
                                    f" < {ins.expected(step)}")
 
-    def _run_random(self, step: int, rng: random.Random) -> None:
-        pending = list(self.s.program.instructions)
+    def _run_random(self, instructions: list[Instruction], step: int, rng: random.Random) -> None:
+        pending = list(instructions)
         while pending:
             ready = [i for i, ins in enumerate(pending) if self._ready(ins, step)]
             if not ready:
@@ -156,9 +160,18 @@ class Interpreter:
             self._attn_partial(ins, lo, hi)
         if ins.arrive >= 0:  # TileShape.last_combine: empty splits arrive too; the step's last arrival combines
             t["counters"][ins.arrive] += 1
-            if int(t["counters"][ins.arrive]) == (step + 1) * self.tiles.n_splits(c) * self.tiles.head_parts(c):
+            if self._last_arrival(int(t["counters"][ins.arrive]), step):
                 heads = slice(ins.kv_head * c.group, (ins.kv_head + 1) * c.group)
                 t["attn_out"][L, heads.start * c.head_dim: heads.stop * c.head_dim] = self._combine(L, step, heads)
+
+    def _last_arrival(self, count: int, step: int) -> bool:
+        """The kernel's test (megakernel.cu: attn_arrive) on the arrival counter after this tile's add. "auto": a
+        whole multiple of the tiles per group, since launches of the O-proj form add no arrivals (every tile of a
+        step arrives before any of the next, so the multiple is this step's count); True: (step + 1) of them."""
+        per_step = self.tiles.n_splits(self.c) * self.tiles.head_parts(self.c)
+        if self.tiles.last_combine == "auto":
+            return count % per_step == 0
+        return count == (step + 1) * per_step
 
     def _attn_partial(self, ins: AttnPartial, lo: int, hi: int) -> None:
         t, c, L = self.s.t, self.c, ins.layer
@@ -185,8 +198,8 @@ class Interpreter:
 
     def _oproj(self, ins: OProj, step: int) -> None:
         t, L, r = self.s.t, ins.layer, slice(ins.row0, ins.row0 + ins.rows)
-        # last_combine: the groups' last AttnPartial tiles combined the splits (attn_out); else this tile does
-        attn = t["attn_out"][L] if self.tiles.last_combine else self._combine(L, step)
+        # combined: the groups' last AttnPartial tiles combined the splits (attn_out); else this tile does
+        attn = t["attn_out"][L] if ins.combined else self._combine(L, step)
         t["x_mid"][L, r] = t["x"][L, r] + t["wo"][L, r].float() @ attn
 
     def _gateup(self, ins: GateUp, step: int) -> None:
@@ -283,16 +296,18 @@ def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
 
 def localise(before: DecodeState, after: DecodeState, step: int, n_forced: int = 1,
              sampling: SamplingParams | None = None, rtol: float = 1e-2,
-             device: str | torch.device = "cpu") -> tuple[int, Instruction, float] | None:
+             device: str | torch.device = "cpu", launch_end: int | None = None) -> tuple[int, Instruction, float] | None:
     """Replay ``step`` from ``before`` in the interpreter; compare with the kernel's ``after``.
 
     Returns (index, instruction, relative error) of the first instruction in stream order whose
-    output differs by more than ``rtol`` (token mismatches count as error 1), or None.
+    output differs by more than ``rtol`` (token mismatches count as error 1), or None. ``launch_end``: the end
+    of the kernel's launch that ran ``step`` (default step + 1, a one-step launch), which picks the combine form.
     """
     ref = before.clone(device=device)  # the interpreter can run on the GPU too, for full-size models
     got = after.clone(device=device)
-    Interpreter(ref, n_forced=n_forced, sampling=sampling).run_steps(step, 1)
-    for idx, ins in enumerate(ref.program.instructions):
+    end = step + 1 if launch_end is None else launch_end
+    Interpreter(ref, n_forced=n_forced, sampling=sampling).run_steps(step, 1, launch_end=end)
+    for idx, ins in enumerate(ref.program.launch_form(end)):
         want, have = outputs_of(ins, ref, step), outputs_of(ins, got, step)
         if want.numel() == 0:
             continue

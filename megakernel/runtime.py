@@ -148,12 +148,27 @@ def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ..
     """Build flags of the tile options. Fused sampling is the kernel's default (no flag, so the runtime's
     default cubin is the plain ``python -m megakernel.build`` one); TileShape(fused_sample=False) compiles
     the Sample over all logits; TileShape(last_combine=True) the combine by each group's last attention tile
-    (MK_LAST_COMBINE=1, row 26). ``given`` (the caller's build flags) must not set the options' macros."""
+    (MK_LAST_COMBINE=1, row 26), last_combine="auto" both combines, picked per instruction (MK_LAST_COMBINE=2, row
+    27). ``given`` (the caller's build flags) must not set the options' macros."""
     clash = [f for f in given if any(f.startswith(f"-D{m}") for m in OPTION_MACROS)]
     if clash:
         raise ValueError(f"build flags {clash} are set by TileShape.fused_sample / last_combine, not by hand")
     return (() if tiles.fused_sample else ("-DMK_FUSED_SAMPLE=0",)) + \
-        (("-DMK_LAST_COMBINE=1",) if tiles.last_combine else ())
+        ((f"-DMK_LAST_COMBINE={2 if tiles.last_combine == 'auto' else 1}",) if tiles.last_combine else ())
+
+
+def form_words(program: Program, window_bytes: int | None, own: bool | tuple[str, ...] = False) -> dict[bool, np.ndarray]:
+    """The words of each combine form a launch may run (Program.form; key: last-arrival), with the prefetch plan:
+    both forms for a last_combine="auto" program (they differ only in AttnPartial's A3 and OProj's A2, the plan
+    is the same), else the program's own. The runtime swaps them per launch by the parameter block's pointer."""
+    plan = prefetch_plan(program, window_bytes, own)
+    forms = (False, True) if program.tiles.last_combine == "auto" else (bool(program.tiles.last_combine),)
+    out = {}
+    for last in forms:
+        words = plan.copy()
+        words[:, : I.W_PF_FLAGS] = program.words(program.form(last))[:, : I.W_PF_FLAGS]  # the plan owns the rest
+        out[last] = words
+    return out
 
 
 def flag_value(flags: tuple[str, ...], macro: str) -> str | None:
@@ -279,7 +294,7 @@ class MegakernelDecoder:
         self.program: Program = build_decode_program(self.config, self.tiles)
         self.state = DecodeState.create(self.program, weights, self.device)
         self.prefetch_window, self.prefetch_own = prefetch_window, prefetch_own
-        self.instructions = self._instruction_words(self.program)
+        self.forms = self._instruction_words(self.program)
         self.error = torch.zeros(len(ERROR_WORDS), dtype=torch.int32, device=self.device)
         self.step_ns = torch.zeros(self.config.max_seq + 1, dtype=torch.int64, device=self.device)
         self.params = torch.zeros(PARAM_BYTES, dtype=torch.uint8, device=self.device)
@@ -333,12 +348,22 @@ class MegakernelDecoder:
         if program.config != self.config or len(program.counters) != len(self.program.counters):
             raise ValueError("replacement program must have this decoder's config and counter set")
         self.program = program
-        self.instructions = self._instruction_words(program)
+        self.forms = self._instruction_words(program)
 
-    def _instruction_words(self, program: Program) -> torch.Tensor:
-        """The words the kernel reads: the program plus this decoder's prefetch plan (prefetch_plan)."""
-        words = prefetch_plan(program, self.prefetch_window, self.prefetch_own)
-        return torch.from_numpy(np.ascontiguousarray(words)).to(self.device)
+    def _instruction_words(self, program: Program) -> dict[bool, torch.Tensor]:
+        """The words the kernel reads, per combine form (form_words): the program plus this decoder's prefetch plan."""
+        return {last: torch.from_numpy(np.ascontiguousarray(words)).to(self.device)
+                for last, words in form_words(program, self.prefetch_window, self.prefetch_own).items()}
+
+    def instructions_for(self, step_end: int) -> torch.Tensor:
+        """The instruction words of a launch ending before step ``step_end``: its combine form
+        (TileShape.combine_last_at of its largest KV length, step_end)."""
+        return self.forms[self.tiles.combine_last_at(step_end)]
+
+    @property
+    def instructions(self) -> torch.Tensor:
+        """The program's own list (the last-arrival form of a last_combine="auto" program)."""
+        return self.forms[bool(self.tiles.last_combine)]
 
     def set_prompt(self, tokens: list[int]) -> None:
         """Start a new sequence at step 0: forced tokens, and dependency counters back to zero (they only
@@ -356,7 +381,7 @@ class MegakernelDecoder:
         t, c = self.state.t, self.config
         ptr = {name: int(tensor.data_ptr()) for name, tensor in t.items()}
         return {
-            "instructions": int(self.instructions.data_ptr()), "n_instr": len(self.program.instructions),
+            "instructions": int(self.instructions_for(step_end).data_ptr()), "n_instr": len(self.program.instructions),
             "counters": ptr["counters"], "ticket": int(self.ticket.data_ptr()), "error": int(self.error.data_ptr()),
             "stuck": int(self.stuck.data_ptr()), "step_ns": int(self.step_ns.data_ptr()),
             "ticket_end": step_end * len(self.program.instructions),

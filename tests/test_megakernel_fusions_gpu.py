@@ -23,6 +23,11 @@ Row 26 (FUSION_K=lastcombine; TileShape(last_combine=True), benchmarks/decode.py
 group's combine by its last-arriving AttnPartial tile. Against the interpreter (tiny model, 3 used splits) and
 against the default on the tiny model and on the full model at KV positions ~128 and ~1024 (2 and 9 used splits):
 logits within 1e-3 of max |logit|, and then every buffer bit for bit (same arithmetic in the same order).
+
+Row 27 (FUSION_K=adaptive; TileShape(last_combine="auto"), benchmarks/decode.py mk_adaptive_combine): one binary with
+both combines, the form per launch by its largest KV length. Against the interpreter in one-step launches of both
+forms (tiny model, 2 worker counts), bit for bit against the default with multi-step launches across the switch (tiny)
+and on the full model at KV ~128 (O-proj form only) and ~1024 (the switch after the launch ending at 512).
 """
 import dataclasses
 import os
@@ -433,3 +438,87 @@ def test_lastcombine_both_combine_paths_equal_the_default():
         del dec, before
     assert _logits_error(states["last"], states["default"]) < 1e-3
     assert _differing_buffers(states["default"], states["last"]) == []
+
+
+# Row 27 (NOTES.md "Ready: row 27"; FUSION_K=adaptive): one binary with both combines (MK_LAST_COMBINE=2), each launch
+# running the O-proj combine while its largest KV length is <= TileShape.combine_threshold, the last arrival above.
+AUTO_TINY = dataclasses.replace(TINY_TILES, last_combine="auto", combine_threshold=20)
+
+
+def _arrivals(dec) -> torch.Tensor:
+    arrive = [i for i, n in enumerate(dec.program.counters) if n.startswith("attn_arrive")]
+    return dec.state.t["counters"][arrive]
+
+
+@pytest.mark.parametrize("workers", [None, 37])
+def test_adaptive_matches_interpreter(workers):
+    """36 one-step launches: steps 0..19 (KV lengths <= 20) in the O-proj form (attn_out never written: still NaN),
+    20..35 by the last arrival, each step localised in its launch's form; only those 16 steps arrived."""
+    weights = random_weights(get_config("tiny"), seed=SEED + 29, device="cuda")
+    dec = _decoder(weights, tiles=AUTO_TINY, workers=workers)
+    assert "-DMK_LAST_COMBINE=2" in dec.build_flags and "attn_out" in dec.state.t
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 30)).tolist()
+    dec.set_prompt(prompt)
+    for step in range(36):
+        before = dec.state.clone()
+        dec.run(step, 1)
+        wrong = localise(before, dec.state, step, n_forced=len(prompt), rtol=5e-3, device="cuda")
+        assert wrong is None, f"mk_adaptive_combine step {step}: first instruction that differs from the interpreter: {wrong}"
+        if step == 19:
+            assert torch.isnan(dec.state.t["attn_out"]).all() and (_arrivals(dec) == 0).all()
+    per_group = AUTO_TINY.n_splits(weights.config) * AUTO_TINY.head_parts(weights.config)
+    assert (_arrivals(dec) == 16 * per_group).all()
+
+
+def _same_launches(weights, prompt, launches, rows) -> dict:
+    """_named_buffers of each row (label: TileShape) after the same launches (first, count) from the prompt."""
+    states = {}
+    for row, tiles in rows.items():
+        dec = _decoder(weights, tiles=tiles)
+        dec.set_prompt(prompt)
+        for first, count in launches:
+            dec.run(first, count)
+        states[row] = (_named_buffers(dec), _arrivals(dec).cpu())
+        del dec
+        torch.cuda.empty_cache()
+    return states
+
+
+@pytest.mark.parametrize("workers", [None, 37])
+def test_adaptive_equals_the_default_bit_for_bit_tiny(workers):
+    """Launches ending at 12 and at the threshold 20 (O-proj form), then one of 16 steps (last arrival, many steps in
+    flight): every buffer equal to the default's after the same launches."""
+    weights = random_weights(get_config("tiny"), seed=SEED + 31, device="cuda")
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 32)).tolist()
+    states = {}
+    for row, tiles in (("default", TINY_TILES), ("auto", AUTO_TINY)):
+        dec = _decoder(weights, tiles=tiles, workers=workers)
+        dec.set_prompt(prompt)
+        for first, count in ((0, 12), (12, 8), (20, 16)):
+            dec.run(first, count)
+        states[row] = _named_buffers(dec)
+        if row == "auto":
+            per_group = AUTO_TINY.n_splits(weights.config) * AUTO_TINY.head_parts(weights.config)
+            assert (_arrivals(dec) == 16 * per_group).all()
+        del dec
+    assert _logits_error(states["auto"], states["default"]) < 1e-3
+    assert _differing_buffers(states["default"], states["auto"]) == []
+
+
+@pytest.mark.parametrize("kv", [128, 1024])
+def test_adaptive_equals_the_default_on_the_full_model(kv):
+    """Full TinyLlama, the default threshold (512), launches of 64 steps to KV position kv + 2: at kv 128 all of the
+    O-proj form (no arrival), at kv 1024 the launch ending at 512 still O-proj, those after by the last arrival; logits
+    within 1e-3 of max |logit| of the default's, then tokens and every buffer bit for bit."""
+    c = get_config("tinyllama-1.1b", max_seq=1152)
+    weights = random_weights(c, seed=SEED + 33, device="cuda")
+    prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 34)).tolist()
+    launches = [(first, min(64, kv + 3 - first)) for first in range(0, kv + 3, 64)]
+    auto = TileShape(last_combine="auto")
+    states = _same_launches(weights, prompt, launches, {"default": TileShape(), "auto": auto})
+    err = _logits_error(states["auto"][0], states["default"][0])
+    assert err < 1e-3, f"kv {kv}: mk_adaptive_combine's logits differ from the default's by {err:.3g} of max |logit|"
+    assert _differing_buffers(states["default"][0], states["auto"][0]) == [], f"kv {kv}: logits error {err:.3g}"
+    last_steps = sum(n for first, n in launches if auto.combine_last_at(first + n))
+    assert last_steps == (0 if kv == 128 else kv + 3 - 512)
+    assert (states["auto"][1] == last_steps * auto.n_splits(c) * auto.head_parts(c)).all()

@@ -47,8 +47,12 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_LAST_COMBINE
 // 1: the attention combine once per KV-head group, by its last-arriving AttnPartial tile, into a buffer O-proj
 // loads (attention.cuh: combine_group; TileShape(last_combine=True) sets it: benchmarks/decode.py mk_lastcombine).
-// 0: every O-proj tile combines all heads' splits itself (load_attention_combined), the default.
+// 0: every O-proj tile combines all heads' splits itself (load_attention_combined), the default. 2 (row 27,
+// TileShape(last_combine="auto")): both, chosen per instruction (megakernel.cu), so per launch by the host.
 #define MK_LAST_COMBINE 0
+#endif
+#if MK_LAST_COMBINE < 0 || MK_LAST_COMBINE > 2
+#error "MK_LAST_COMBINE is 0 (O-proj combine), 1 (last arrival) or 2 (both, per instruction)"
 #endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)

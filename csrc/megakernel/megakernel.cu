@@ -19,7 +19,10 @@
 // (their control) and MK_POLL2 (two pollers per dependency wait). Unset, the cubin is the default's, whose
 // static tickets go by an SM-spread worker rank (MK_SM_SPREAD, row 23; =0 is the block-index order).
 // MK_LAST_COMBINE (row 26, opt-in: TileShape(last_combine=True)): each KV-head group's attention combine runs once,
-// in its last-arriving AttnPartial tile (attn_arrive), and O-proj loads the combined vector.
+// in its last-arriving AttnPartial tile (attn_arrive), and O-proj loads the combined vector. MK_LAST_COMBINE=2 (row 27:
+// TileShape(last_combine="auto")) compiles both combines and each instruction says which its launch runs: an
+// AttnPartial arrives iff its A3 names a counter, an O-proj tile loads the combined vector iff its A2 is set (the
+// host swaps two instruction lists per launch by the KV length: megakernel/runtime.py form_words).
 //
 // Build (megakernel/build.py does this, with generated headers in the build directory):
 //   nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -Icsrc -I<build> -DARGUS_MODE=0 megakernel.cu
@@ -268,15 +271,39 @@ __device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, 
 // After the partial (written by the whole CTA): one arrival on the group's counter (A3), empty splits included;
 // the tile that brings it to (step + 1) * tiles per group combines the group's splits for O-proj. Every tile of
 // step s arrives before any of step s + 1 (s + 1's attention waits, through the layers, on s's Sample).
+// MK_LAST_COMBINE=2: a tile whose A3 names no counter (a launch of the O-proj form) returns at once; those launches
+// add no arrivals, so the last arrival is the one that brings the counter to a whole multiple of the tiles per group
+// (by the same ordering, this step's multiple).
 __device__ __noinline__ void attn_arrive(const Params& p, Smem& s, int layer, int kv_head, int step) {
+#if MK_LAST_COMBINE == 2
+  if (s.ins[W_A3] == NO_COUNTER) return;  // the same for every thread: s.ins was written before a barrier
+#endif
   __syncthreads();  // the partial's writes are done before thread 0's release
   if (threadIdx.x == 0) {
     const unsigned per_step = (unsigned)(p.n_splits * p.attn_head_parts);
     const unsigned before = atom_acq_rel_add(p.counters + s.ins[W_A3], 1u);
+#if MK_LAST_COMBINE == 2
+    (void)step;
+    s.last_arrival = (before + 1u) % per_step == 0u;
+#else
     s.last_arrival = before + 1u == (unsigned)(step + 1) * per_step;
+#endif
   }
   __syncthreads();  // thread 0's acquire saw every arrival: the group's partials are visible after this
   if (s.last_arrival) combine_group(p, layer, kv_head, step, s.xs, attn_out_of(p) + (size_t)layer * p.hidden);
+}
+#endif
+
+#if MK_LAST_COMBINE == 2
+// O-proj's input in the form of this tile's launch (OProj.combined, A2): the groups' combined vector, or the combine
+// of every head's splits. ptxas (nvcc 13.0, 2026-12-02): with both combines in the binary the worker spills 20 B more
+// (stores; 168 B more loads: threadIdx.x, reloaded after each GEMV call) in every arrangement tried (megakernel/NOTES.md
+// "Ready: row 27"); with either combine alone, the default's spills.
+__device__ __forceinline__ void oproj_input(const Params& p, Smem& s, int layer, int step) {
+  if (s.ins[W_A2])
+    load_vector(attn_out_of(p) + (size_t)layer * p.hidden, (int)p.hidden, s.xs);
+  else
+    load_attention_combined(p, layer, step, s.xs);
 }
 #endif
 
@@ -284,8 +311,10 @@ __device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows
   const int D = (int)p.hidden;
   {
     MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
-#if MK_LAST_COMBINE
+#if MK_LAST_COMBINE == 1
     load_vector(attn_out_of(p) + (size_t)layer * D, D, s.xs);  // every group's combine signalled attn[layer]
+#elif MK_LAST_COMBINE == 2
+    oproj_input(p, s, layer, step);
 #else
     load_attention_combined(p, layer, step, s.xs);
 #endif
@@ -628,7 +657,7 @@ __device__ void worker(const Params& p, Smem& s) {
         MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
         attention_partial(p, layer, s.ins[W_A0], s.ins[W_A1], s.ins[W_A2], step, s.xs);
 #if MK_LAST_COMBINE
-        attn_arrive(p, s, layer, s.ins[W_A0], step);
+        attn_arrive(p, s, layer, s.ins[W_A0], step);  // MK_LAST_COMBINE=2: returns at once in an O-proj-form launch
 #endif
         break;
       }
