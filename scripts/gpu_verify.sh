@@ -42,3 +42,7 @@ for s in ${STEPS:-kinds markers perfetto}; do
 done
 grep -hE "^(FAILED|ERROR) " "$OUT"/*.log 2>/dev/null | sort -u | cut -c1-300 >> "$OUT/summary.txt"  # once, every step's
 cat "$OUT/summary.txt"
+# The device returns about 8 files per call (2026-12-02: the Perfetto example was left out behind 8 logs): the
+# summary, marker_cost.json and the Perfetto example stay files, every log goes into one archive.
+(cd "$OUT" && logs=$(ls | grep -v -E '^(summary\.txt|marker_cost\.json|perfetto)$') &&
+  [ -n "$logs" ] && tar czf logs.tgz --remove-files $logs)
