@@ -51,6 +51,12 @@ PATHS = {
     "fast_shared": ("refexec_compute", FAST_DEFINES),
     "fast_shared_helper": ("refexec_compute_helper", FAST_DEFINES),
     "fast_shared_divergent": ("refexec_compute_divergent", FAST_DEFINES),
+    # the opt-in lean markers (-DARGUS_LEAN_MARKERS=1, prototype: docs/marker_cost_anatomy.md); _guarded: the stamp
+    # read after a branch on the cursor load, as the default and fast markers read it
+    "lean_shared": ("refexec_compute", {"ARGUS_LEAN_MARKERS": "1"}),
+    "lean_shared_guarded": ("refexec_compute", {"ARGUS_LEAN_MARKERS": "1", "ARGUS_LEAN_GUARDED_STAMP": "1"}),
+    "lean_shared_helper": ("refexec_compute_helper", {"ARGUS_LEAN_MARKERS": "1"}),
+    "lean_shared_divergent": ("refexec_compute_divergent", {"ARGUS_LEAN_MARKERS": "1"}),
 }
 REGION_OCCURRENCE, REGION_REFEXEC = 0xEAF59E52, 0x08F8A352  # examples/cuda/reference_execution_regions.h
 SOURCE = ROOT / "examples" / "cuda" / "reference_execution.cu"

@@ -328,6 +328,8 @@ __device__ __forceinline__ bool in_window(argus_u32 coord, argus_u32 begin, argu
 
 #if ARGUS_FAST_MARKERS
 #include "argus_fast_markers.cuh"
+#elif defined(ARGUS_LEAN_MARKERS) && ARGUS_LEAN_MARKERS /* opt-in prototype, not run on a GPU */
+#include "argus_lean_markers.cuh"
 #else
 /* One marker. Every active lane reads the warp's cursor (one broadcast shared load) and computes
  * the record; only the lowest active lane stores, under a predicate, so the common path has no

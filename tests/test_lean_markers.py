@@ -1,0 +1,185 @@
+"""The opt-in lean markers (-DARGUS_LEAN_MARKERS=1, csrc/argus/argus_lean_markers.cuh; a prototype, not run on a
+GPU): they build in every mode for every marker-path kernel, leave the trace-free and marker-only builds
+unchanged, and their steady-state marker (whole warp, ready cursor) is straight-line SASS with none of the
+serialising instructions docs/marker_cost_anatomy.md finds on the default and fast shared paths.
+
+GPU: tests/test_marker_paths_gpu.py runs the lean_* rows of benchmarks/marker_cost.py's PATHS (decoded
+occurrences) and benchmarks/marker_cost.py times them.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from toolchain import needs_nvcc
+
+KERNELS = ("refexec_compute", "refexec_compute_helper", "refexec_compute_divergent")
+LEAN = {"ARGUS_LEAN_MARKERS": "1"}
+GUARDED = {**LEAN, "ARGUS_LEAN_GUARDED_STAMP": "1"}
+# Serialising or long-latency instructions the default / fast shared paths run per marker (the anatomy):
+# none may sit on the lean steady-state path.
+# S2UR (the CTA index, uniform datapath) may sit beside the load, but no special-register read may wait on it (the
+# fast helper's CTA-index S2Rs are predicated on its cursor test).
+FORBIDDEN = ("MATCH", "BAR", "MEMBAR", "BSSY", "BSYNC", "WARPSYNC", "ATOMS", "ATOMG", "RED", "REDG", "CALL", "LDG",
+             "S2R", "FENCE")
+# Instructions from the stamp read or cursor load through the stores, today (nvcc 13.0): 23 in the kernel body;
+# 31-38 in the __noinline__ helper, of which 7 are R2UR (the callee keeps the memory descriptor in ordinary registers
+# across its slow-path call and moves it to uniform ones per store) and up to 8 uniform-datapath ops (the CTA index,
+# beside the load). Per marker the default shared path runs 36-74, the register cursor 7-13
+# (docs/marker_cost_anatomy.md).
+MAX_INSTRUCTIONS = {"refexec_compute": 25, "refexec_compute_helper": 38, "refexec_compute_divergent": 25}
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _lines(mode: int, kernel: str | None, defines: dict | None = None, source: Path | None = None) -> list[str]:
+    from argus_rt.kinds.cuda.build import CudaBuildSpec, build, disassemble, sass_lines
+    from tests.test_cuda_build import SOURCES
+
+    src = source or SOURCES["reference_execution"]
+    name = f"{src.stem}.lean.m{mode}." + (".".join(f"{k}{v}" for k, v in sorted((defines or {}).items())) or "none")
+    return sass_lines(disassemble(build(CudaBuildSpec(name, [src], argus_mode=mode, defines=defines or {})).cubin, kernel))
+
+
+def _parse(lines: list[str]) -> list[tuple[int, str, str, str]]:
+    """(address, guard predicate or '', opcode, operands) of each SASS line."""
+    out = []
+    for ln in lines:
+        m = re.match(r"/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?(\S+)\s*(.*?)\s*;", ln)
+        if m:
+            out.append((int(m.group(1), 16), (m.group(2) or "").strip(), m.group(3), m.group(4)))
+    return out
+
+
+def _stamp_before(ins, i: int) -> list:
+    """The lean build reads its stamp before the cursor load: the unpredicated %globaltimer read in the straight-line
+    code before instruction i (back to the previous marker's stores, or a branch, call or return), as a list."""
+    for k in range(i - 1, max(-1, i - 40), -1):
+        _, guard, op, ops = ins[k]
+        if op.startswith(("BRA", "CALL", "RET", "EXIT", "STG", "LDS")):
+            break
+        if op == "CS2R" and "SR_GLOBALTIMERLO" in ops and not guard:
+            return [ins[k]]
+    return []
+
+
+def steady_paths(lines: list[str]) -> list[list[tuple[int, str, str, str]]]:
+    """Each lean marker's steady-state path, as a converged warp at a ready cursor runs it: its stamp read if that
+    comes before the cursor load (_stamp_before), then from the load (two LDS.128) through its stores. BRA.DIV
+    (taken only by a divergent warp) falls through; the first branch on the readiness vote (VOTE.ALL's predicate)
+    before the record store is taken (the guarded build branches to its stores); any other branch ends the path
+    (it skips the slow-path call, or leaves the marker)."""
+    ins = _parse(lines)
+    at = {a: i for i, (a, *_) in enumerate(ins)}
+    paths = []
+    for i in range(len(ins) - 1):
+        ahead = [op for _, _, op, _ in ins[i + 1: i + 20]]
+        # the first of the cursor-load pair, followed by the readiness vote (the slow path's loads have none)
+        if not (ins[i][2] == "LDS.128" and "LDS.128" in ahead[:4] and "VOTE.ALL" in ahead
+                and (i == 0 or "LDS.128" not in [op for _, _, op, _ in ins[max(0, i - 4): i]])):
+            continue
+        path, j, vote, recorded = _stamp_before(ins, i), i, None, False
+        while j < len(ins) and len(path) < 80:
+            _, guard, op, ops = ins[j]
+            if op == "BRA.DIV":
+                j += 1
+                continue
+            path.append(ins[j])
+            if op == "VOTE.ALL":
+                vote = ops.split(",")[0].strip()
+            elif op == "STG.E.128":
+                recorded = True
+            elif op == "BRA":
+                if vote and not recorded and guard.lstrip("@!") == vote:
+                    j, vote = at[int(ops.split()[-1], 16)], None  # the readiness branch, taken
+                    continue
+                break
+            elif op == "STG.E" and "+0x18]" in ops:  # the dropped count: the last of the marker's stores
+                nxt = ins[j + 1] if j + 1 < len(ins) else None
+                if nxt and nxt[2] == "BRA" and nxt[1]:
+                    path.append(nxt)  # the branch over the slow-path call
+                break
+            j += 1
+        paths.append(path)
+    return paths
+
+
+def _text(path) -> str:
+    return "\n".join(f"/*{a:04x}*/ {g} {op} {ops}" for a, g, op, ops in path)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_lean_markers_build_in_every_mode(kernel):
+    for mode in (0, 1, 2):
+        assert _lines(mode, kernel, LEAN)
+
+
+@needs_nvcc
+def test_trace_free_and_marker_only_builds_are_the_same_with_the_lean_define(tmp_path):
+    """The define only changes the trace build: modes 0 and 1 give the same SASS with or without it, and mode 0
+    the SASS of the source with its marker lines removed."""
+    from tests.test_cuda_build import SOURCES, _strip_markers
+
+    for mode in (0, 1):
+        assert _lines(mode, None, LEAN) == _lines(mode, None), mode
+    plain = _strip_markers(SOURCES["reference_execution"], tmp_path)
+    assert _lines(0, None, LEAN) == _lines(0, None, source=plain)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("defines", [LEAN, GUARDED], ids=["lean", "guarded"])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_lean_steady_state_marker_is_straight_line(kernel, defines):
+    paths = steady_paths(_lines(2, kernel, defines))
+    assert len(paths) >= 2, f"{kernel}: {len(paths)} lean markers found"
+    for p in paths:
+        ops = [op for _, _, op, _ in p]
+        text = _text(p)
+        assert not [op for op in ops if op.split(".")[0] in FORBIDDEN], text
+        assert not [op for _, g, op, _ in p if g and op.startswith(("S2R", "S2UR", "CS2R"))], text
+        assert ops.count("LDS.128") == 2 and ops.count("VOTE.ALL") == 1, text
+        timers = [ops_ for _, _, op, ops_ in p if op == "CS2R" and "SR_GLOBALTIMERLO" in ops_]
+        assert len(timers) == 1, text
+        records = [(g, ops_) for _, g, op, ops_ in p if op == "STG.E.128"]
+        assert len(records) == 1 and records[0][0], text  # one record store, predicated (no branch around it)
+        # lean: one branch (over the slow-path call); guarded: the branch to the stores, and at most one more
+        assert sum(op == "BRA" for op in ops) <= (2 if defines is GUARDED else 1), text
+        assert len(p) <= MAX_INSTRUCTIONS[kernel], f"{len(p)} instructions:\n{text}"
+
+
+@needs_nvcc
+@pytest.mark.parametrize("defines", [LEAN, GUARDED], ids=["lean", "guarded"])
+def test_where_the_lean_stamp_is_read_after_a_barrier(defines):
+    """ws_pipeline (tests/fixtures): a consumer's BEGIN right after bar.sync. The guarded build reads the stamp after
+    the cursor load and a branch on it, as the default and fast markers do; the lean build reads it alongside the
+    load, as the register cursor does (whether that dates a marker before the barrier's release: to be measured)."""
+    src = Path(__file__).parent / "fixtures" / "ws_pipeline" / "ws_pipeline.cu"
+    lines = _lines(2, "ws_pipeline", defines, source=src)
+    bars = [i for i, ln in enumerate(lines) if "BAR.SYNC" in ln]
+    assert bars
+    for b in bars:
+        timer = next(j for j in range(b, len(lines)) if "SR_GLOBALTIMER" in lines[j])
+        between = "\n".join(lines[b:timer])
+        after_branch = between.count("LDS.128") == 2 and re.search(r"@!?P\d BRA ", between) is not None
+        assert after_branch == (defines is GUARDED), "\n".join(lines[b: timer + 1])
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_lean_slow_path_is_out_of_line_and_its_group_leaves_together(kernel):
+    """The slow path (claim, lane groups, clock64) is one out-of-line function: a shared atomic takes the slots, and
+    each of its returns follows a WARPSYNC (the group leaves together: the fast markers' H200 failure of bf5d6b0)."""
+    lines = _lines(2, kernel, LEAN)
+    assert any("ATOMS.CAS" in ln for ln in lines) and any("ATOMS.ADD" in ln for ln in lines)
+    assert not [ln for ln in lines if " RET." in ln and "@" in ln.split("RET")[0]]
+    starts = [i for i, ln in enumerate(lines) if " BREV " in ln]  # __ffs(active): the slow path's lane election
+    assert starts, "no out-of-line slow path"
+    for s in starts:
+        ret = next(i for i in range(s, len(lines)) if " RET." in lines[i])
+        assert any("WARPSYNC" in ln for ln in lines[max(s, ret - 4): ret]), "\n".join(lines[max(s, ret - 6): ret + 1])
