@@ -57,9 +57,10 @@ def _decoder(weights, **kw):
     return MegakernelDecoder(weights, **kw)
 
 
-def _assert_steps_match_interpreter(dec, prompt, label: str, sampling=None, steps: int = 36) -> None:
+def _assert_steps_match_interpreter(dec, prompt, label: str, sampling=None, steps: int = 36, after_step=None) -> None:
     """Run ``steps`` one-step launches (tiny model: 3 attention splits; steps 9.. sample their next token on
-    the device) and localise each against the interpreter: the first instruction that differs fails."""
+    the device) and localise each against the interpreter: the first instruction that differs fails.
+    ``after_step(step)``: the caller's own checks after each step."""
     dec.set_prompt(prompt)
     for step in range(steps):
         before = dec.state.clone()
@@ -67,6 +68,8 @@ def _assert_steps_match_interpreter(dec, prompt, label: str, sampling=None, step
         extra = {"sampling": sampling} if sampling is not None else {}
         wrong = localise(before, dec.state, step, n_forced=len(prompt), rtol=5e-3, device="cuda", **extra)
         assert wrong is None, f"{label} step {step}: first instruction that differs from the interpreter: {wrong}"
+        if after_step is not None:
+            after_step(step)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
@@ -344,6 +347,11 @@ def test_spread_equals_nospread_bit_for_bit_full_model(gate_features):
 LAST_TINY = dataclasses.replace(TINY_TILES, last_combine=True)
 
 
+def _arrivals(dec) -> torch.Tensor:
+    arrive = [i for i, n in enumerate(dec.program.counters) if n.startswith("attn_arrive")]
+    return dec.state.t["counters"][arrive]
+
+
 @pytest.mark.parametrize("workers", [None, 37])
 def test_lastcombine_matches_interpreter(workers):
     """36 one-step launches (positions 0..35: up to 3 used splits of 16), each step localised."""
@@ -351,15 +359,9 @@ def test_lastcombine_matches_interpreter(workers):
     dec = _decoder(weights, tiles=LAST_TINY, workers=workers)
     assert "-DMK_LAST_COMBINE=1" in dec.build_flags and "attn_out" in dec.state.t
     prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 22)).tolist()
-    dec.set_prompt(prompt)
-    for step in range(36):
-        before = dec.state.clone()
-        dec.run(step, 1)
-        wrong = localise(before, dec.state, step, n_forced=len(prompt), rtol=5e-3, device="cuda")
-        assert wrong is None, f"mk_lastcombine step {step}: first instruction that differs from the interpreter: {wrong}"
-    arrive = [i for i, n in enumerate(dec.program.counters) if n.startswith("attn_arrive")]
+    _assert_steps_match_interpreter(dec, prompt, "mk_lastcombine")
     per_group = LAST_TINY.n_splits(weights.config) * LAST_TINY.head_parts(weights.config)
-    assert (dec.state.t["counters"][arrive] == 36 * per_group).all()  # every tile arrived, empty splits too
+    assert (_arrivals(dec) == 36 * per_group).all()  # every tile arrived, empty splits too
 
 
 def _logits_error(a: dict, b: dict) -> float:
@@ -445,11 +447,6 @@ def test_lastcombine_both_combine_paths_equal_the_default():
 AUTO_TINY = dataclasses.replace(TINY_TILES, last_combine="auto", combine_threshold=20)
 
 
-def _arrivals(dec) -> torch.Tensor:
-    arrive = [i for i, n in enumerate(dec.program.counters) if n.startswith("attn_arrive")]
-    return dec.state.t["counters"][arrive]
-
-
 @pytest.mark.parametrize("workers", [None, 37])
 def test_adaptive_matches_interpreter(workers):
     """36 one-step launches: steps 0..19 (KV lengths <= 20) in the O-proj form (attn_out never written: still NaN),
@@ -458,14 +455,12 @@ def test_adaptive_matches_interpreter(workers):
     dec = _decoder(weights, tiles=AUTO_TINY, workers=workers)
     assert "-DMK_LAST_COMBINE=2" in dec.build_flags and "attn_out" in dec.state.t
     prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 30)).tolist()
-    dec.set_prompt(prompt)
-    for step in range(36):
-        before = dec.state.clone()
-        dec.run(step, 1)
-        wrong = localise(before, dec.state, step, n_forced=len(prompt), rtol=5e-3, device="cuda")
-        assert wrong is None, f"mk_adaptive_combine step {step}: first instruction that differs from the interpreter: {wrong}"
+
+    def o_proj_form_so_far(step: int) -> None:
         if step == 19:
             assert torch.isnan(dec.state.t["attn_out"]).all() and (_arrivals(dec) == 0).all()
+
+    _assert_steps_match_interpreter(dec, prompt, "mk_adaptive_combine", after_step=o_proj_form_so_far)
     per_group = AUTO_TINY.n_splits(weights.config) * AUTO_TINY.head_parts(weights.config)
     assert (_arrivals(dec) == 16 * per_group).all()
 
