@@ -299,7 +299,7 @@ def _write_column(path: Path, arr: np.ndarray) -> None:
         data = buf.getvalue()
         problem = _npy_problem(data, arr, "in memory")
         if problem is None:
-            atomic_write_bytes(path, data)
+            atomic_write_bytes(path, data, durable=False)  # published to staging: Workspace.commit(durable) fsyncs
             problem = None if path.read_bytes() == data else "on disk: the file's bytes differ from those written"
         if problem is None:
             return

@@ -32,7 +32,9 @@ def _create_temp(directory: Path, name: str) -> tuple[int, Path]:
     raise FileExistsError(f"could not create a temporary file for {name!r} in {directory}")
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same directory and a rename; ``durable``: fsync
+    it before the rename (False where a later step decides durability, e.g. a workspace commit's own fsync)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _create_temp(path.parent, path.name)
@@ -40,7 +42,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:

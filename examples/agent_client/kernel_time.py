@@ -65,7 +65,7 @@ def kernel_time_values(ev: RegionIntervals) -> list[tuple[str, float | None, int
                            "only Triton programs' collections time the plain kernel")
     rounds = TIMED_ROUNDS - 1  # the first launch of each loads its module and is not timed evidence
     rel = (ev.details.get("reference_check") or {}).get("max_rel_err")
-    columns = {name: col.tolist() for name, col in ev.columns.items()}
+    columns = {name: ev.columns[name].tolist() for name in ("start", "end", "launch") if name in ev.columns}
     return [("untraced_median", float(jit["argus_ms"]) * 1e6, rounds, "ns", "CUDA events, plain kernel (JIT check)"),
             ("jit_median", float(jit["jit_ms"]) * 1e6, rounds, "ns", "CUDA events, launch through the JIT"),
             ("traced_span", traced_span_ns(columns), ev.launches, "ns",
