@@ -287,10 +287,11 @@ def _write_column(path: Path, arr: np.ndarray) -> None:
     temporary file and a rename) and read back from disk before it counts.
 
     Why the checks: on the H200 (2026-12-02) columns were published whose .npy header padding was zeros,
-    so every later read failed. The cause was elsewhere in the process (NVRTC writing an empty log's NUL
-    into CPython's shared ``b" "``, fixed in argus_rt/kinds/cuda/build.py), but any such corruption must
-    stop at the writer: a column whose bytes do not check is serialised and written again (said on
-    stderr); after COLUMN_WRITE_ATTEMPTS it is an error naming the file, never a published column."""
+    so every later read failed. The likely cause was elsewhere in the process (NVRTC writing an empty log's
+    NUL into CPython's shared ``b" "``, fixed in argus_rt/kinds/cuda/build.py; reproduced on the CPU with a
+    stand-in NVRTC, not yet confirmed on the GPU), but any such corruption must stop at the writer: a column
+    whose bytes do not check is serialised and written again (said on stderr); after COLUMN_WRITE_ATTEMPTS it
+    is an error naming the file, never a published column."""
     from .fsutil import atomic_write_bytes
 
     for attempt in range(1, COLUMN_WRITE_ATTEMPTS + 1):
