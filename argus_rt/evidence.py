@@ -280,6 +280,13 @@ def _column_kind(spec: TableSpec, table: str, col: str, where: str) -> str:
 
 
 COLUMN_WRITE_ATTEMPTS = 3
+# what np.load raises on a file that is not a readable .npy: not .npy, truncated, an object array (pickle
+# refused), or a header numpy cannot parse (SyntaxError, or tokenize.TokenError from its Python-2 header filter)
+NPY_READ_ERRORS = (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def _write_column(path: Path, arr: np.ndarray) -> None:
@@ -314,8 +321,8 @@ def _npy_problem(data: bytes, arr: np.ndarray, where: str) -> str | None:
     """None when ``data`` (np.save's bytes) parses back to ``arr``; else what is wrong."""
     try:
         back = np.load(io.BytesIO(data), allow_pickle=False)
-    except (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError) as exc:
-        return f"{where}: not a readable .npy ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    except NPY_READ_ERRORS as exc:
+        return f"{where}: not a readable .npy ({_first_line(exc)})"
     if back.dtype != arr.dtype or not np.array_equal(back, arr):
         return f"{where}: the values read back differ from the column's"
     return None
@@ -370,10 +377,8 @@ def _stored_column(column_source, info, spec: TableSpec, table: str, col: str, w
         arr = np.load(source, allow_pickle=False)
     except FileNotFoundError:
         raise EvidenceError(f"{name}: missing (column {table}.{col} of {where})") from None
-    # not .npy, truncated, an object array (pickle refused), or a header numpy cannot parse (SyntaxError,
-    # or tokenize.TokenError from its Python-2 header filter: seen on numpy 2.5.2, 2026-12-02)
-    except (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    except NPY_READ_ERRORS as exc:
+        first = _first_line(exc)
         raise EvidenceError(f"{name}: column {table}.{col} is not a readable .npy array ({first})") from None
     if not isinstance(arr, np.ndarray):
         raise EvidenceError(f"{name}: column {table}.{col} is not a .npy array")
