@@ -24,7 +24,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import sys
 import tokenize
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -279,7 +278,6 @@ def _column_kind(spec: TableSpec, table: str, col: str, where: str) -> str:
     return kind
 
 
-COLUMN_WRITE_ATTEMPTS = 3
 # what np.load raises on a file that is not a readable .npy: not .npy, truncated, an object array (pickle
 # refused), or a header numpy cannot parse (SyntaxError, or tokenize.TokenError from its Python-2 header filter)
 NPY_READ_ERRORS = (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError)
@@ -293,28 +291,24 @@ def _write_column(path: Path, arr: np.ndarray) -> None:
     """One column as a .npy file: serialised, checked to parse back to ``arr`` in memory, written whole (a
     temporary file and a rename) and read back from disk before it counts.
 
-    Why the checks: on the H200 (2026-12-02) columns were published whose .npy header padding was zeros,
-    so every later read failed. The likely cause was elsewhere in the process (NVRTC writing an empty log's
-    NUL into CPython's shared ``b" "``, fixed in argus_rt/kinds/cuda/build.py; reproduced on the CPU with a
-    stand-in NVRTC, not yet confirmed on the GPU), but any such corruption must stop at the writer: a column
-    whose bytes do not check is serialised and written again (said on stderr); after COLUMN_WRITE_ATTEMPTS it
-    is an error naming the file, never a published column."""
+    Why the checks: on the H200 (2026-12-02, before 032545f) columns were published whose .npy header padding
+    was zeros, so every later read failed. The cause was elsewhere in the process (NVRTC writing an empty
+    log's NUL into CPython's shared ``b" "``, fixed in argus_rt/kinds/cuda/build.py; at 8000724 the cupy
+    example passed 3 of 3 times with a fresh build cache, where it had failed 3 of 3), but any such
+    corruption must stop at the writer: a column whose bytes do not check is an error naming the file,
+    and nothing of it is left behind."""
     from .fsutil import atomic_write_bytes
 
-    for attempt in range(1, COLUMN_WRITE_ATTEMPTS + 1):
-        buf = io.BytesIO()
-        np.save(buf, arr, allow_pickle=False)
-        data = buf.getvalue()
-        problem = _npy_problem(data, arr, "in memory")
-        if problem is None:
-            atomic_write_bytes(path, data, durable=False)  # published to staging: Workspace.commit(durable) fsyncs
-            problem = None if path.read_bytes() == data else "on disk: the file's bytes differ from those written"
-        if problem is None:
-            return
-        print(f"argus: column file {path} did not check ({problem}); attempt {attempt} of {COLUMN_WRITE_ATTEMPTS}",
-              file=sys.stderr, flush=True)
-    path.unlink(missing_ok=True)
-    raise EvidenceError(f"{path}: the column file did not check in {COLUMN_WRITE_ATTEMPTS} attempts ({problem})")
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    data = buf.getvalue()
+    problem = _npy_problem(data, arr, "in memory")
+    if problem is None:
+        atomic_write_bytes(path, data, durable=False)  # published to staging: Workspace.commit(durable) fsyncs
+        problem = None if path.read_bytes() == data else "on disk: the file's bytes differ from those written"
+    if problem is not None:
+        path.unlink(missing_ok=True)
+        raise EvidenceError(f"{path}: the column file did not check ({problem})")
 
 
 def _npy_problem(data: bytes, arr: np.ndarray, where: str) -> str | None:
