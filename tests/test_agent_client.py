@@ -349,7 +349,7 @@ def test_client_dry_run_forks_and_plans_without_measuring(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--kernels", "nope"], "--kernels 'nope': unknown ['nope']; valid: tma_matmul, layernorm"),
+    (["--kernels", "nope"], "--kernels 'nope': unknown ['nope']; valid: tma_matmul, layernorm, tma_matmul_untuned"),
     (["--shapes", "5"], "--shapes 5: kernel tma_matmul has 4 shapes; valid: 2..4"),
     (["--budget", "0"], "--budget 0: needs at least 1"),
     (["--standin", "m", "--record"], "--record writes measured results only"),
