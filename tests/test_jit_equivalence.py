@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from argus_rt.kinds.triton.jit_equivalence import JitLaunch, argument_differences, first_difference, within_noise
+from argus_rt.kinds.triton.jit_equivalence import (
+    RETIMED_ROUNDS,
+    TIMED_ROUNDS,
+    JitLaunch,
+    argument_differences,
+    binary_difference,
+    first_difference,
+    timed_verdict,
+    within_noise,
+)
 
 
 def test_within_noise_allows_the_floor_and_the_spread_and_no_more():
@@ -68,3 +77,39 @@ def test_same_kernel_ignores_only_the_loc_definitions():
     moved = a.replace("/a/", "/b/")
     changed = moved.replace("tt.func @k()", "tt.func @k(%arg0: i32)")
     assert same_kernel(a, moved) and not same_kernel(a, changed)
+
+
+def test_a_timing_disagreement_is_decided_by_a_longer_second_series():
+    """A first series 8% apart (H200 2026-12-02: one matmul candidate, ratio 0.923) is timed again over
+    RETIMED_ROUNDS; that series decides, and the first ratio is kept. An agreeing first series is final."""
+    calls = []
+
+    def series_of(first, second):
+        def series(rounds):
+            calls.append(rounds)
+            ratio = first if len(calls) == 1 else second
+            return [ratio * (1 + 0.001 * (i % 3)) for i in range(rounds - 1)], [1.0 + 0.001 * (i % 3) for i in range(rounds - 1)]
+        return series
+
+    ok, times = timed_verdict(series_of(0.923, 1.01))
+    assert ok and calls == [TIMED_ROUNDS, RETIMED_ROUNDS] and times["first_ratio"] == pytest.approx(0.923)
+    calls.clear()
+    ok, times = timed_verdict(series_of(0.923, 0.925))
+    assert not ok and times["ratio"] == pytest.approx(0.925, rel=1e-3) and len(calls) == 2
+    calls.clear()
+    ok, times = timed_verdict(series_of(1.02, 0.5))
+    assert ok and calls == [TIMED_ROUNDS] and "first_ratio" not in times
+
+
+def test_binary_difference_says_whether_the_cubins_are_the_same():
+    class Meta:
+        num_warps, num_stages, num_ctas, shared, maxnreg = 4, 3, 1, 1024, None
+
+    class Kernel:
+        def __init__(self, cubin, shared=1024):
+            self.asm, self.metadata = {"cubin": cubin}, Meta()
+            self.metadata.shared = shared
+
+    assert "byte-identical" in binary_difference(Kernel(b"abc"), Kernel(b"abc"))
+    assert binary_difference(Kernel(b"abc"), Kernel(b"abcd", shared=2048)) == (
+        "the cubins differ (3 vs 4 bytes; metadata shared 1024 vs 2048)")
