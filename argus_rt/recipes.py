@@ -265,6 +265,15 @@ register_recipe(Recipe(
     scope_fields=_LAUNCH_SCOPE, collect_filters=_LAUNCH_SCOPE,
 ))
 register_recipe(Recipe(
+    signal="branch_profile", unit="instructions", qualification="attributed", synthesis="attributed_metric",
+    synthesis_config={"metrics": ["branch_inst_executed", "divergent_branches", "thread_inst_executed",
+                                  "predicated_off"]},
+    description="executed branch instructions and divergent branches (warp level), thread instructions executed "
+                "and predicated off (thread level), attributed to regions through n(r,p)",
+    evidence=(_MAP_RUN_COUNTERS,), prerequisites=("pc_region_map",),
+    scope_fields=_LAUNCH_SCOPE, collect_filters=_LAUNCH_SCOPE,
+))
+register_recipe(Recipe(
     signal="stall_reasons", unit="samples", qualification="attributed", synthesis="attributed_metric",
     synthesis_config={"metric_prefix": "stall:"},
     description="warp-stall samples per reason, attributed to regions through n(r,p)",

@@ -255,8 +255,8 @@ def _find_map(ctx) -> tuple[PcRegionMap, str, object, dict]:
 
 def _source_file_metric(cfg: dict) -> tuple[str, str] | None:
     """(per-PC metric whose -lineinfo view matches this attribution, label) or None when none does."""
-    if "metric_prefix" in cfg:
-        return None  # stall samples: the mapping run has no per-file view of them
+    if "metric_prefix" in cfg or "metrics" in cfg:
+        return None  # stall samples, branch and predication counts: the mapping run has no per-file view of them
     if set(cfg.get("opcodes", [])) == {"BAR"}:
         return "barrier_inst_executed", "BAR"
     return "inst_executed", "all instructions" if cfg.get("group_by") == "opcode" else cfg.get("metric", "")
@@ -293,7 +293,8 @@ def synth_attributed_metric(ctx) -> dict:
 
     Config: ``metric`` (a pc_counters metric) with optional ``group_by: "opcode"`` (one value per
     opcode family) or ``opcodes`` (only PCs whose opcode family is listed); or ``metric_prefix``
-    (every metric with that prefix, e.g. ``"stall:"``, one value each).
+    (every metric with that prefix, e.g. ``"stall:"``, one value each); or ``metrics`` (these named
+    metrics, one value each).
     """
     facts = _Facts(ctx)
     pmap, map_program, map_task, map_extra = _find_map(ctx)
@@ -323,6 +324,11 @@ def synth_attributed_metric(ctx) -> dict:
                 series[name[len(cfg["metric_prefix"]):]] = dict(zip(pcs, values))
         if not series:
             raise EvidenceError(f"no metric starts with {cfg['metric_prefix']!r}; metrics: {sorted(metrics)}")
+    elif "metrics" in cfg:
+        missing = [name for name in cfg["metrics"] if name not in metrics]
+        if missing:
+            raise EvidenceError(f"PC counters lack metric(s) {missing}; present: {sorted(metrics)}")
+        series = {name: dict(zip(pcs, metrics[name])) for name in cfg["metrics"]}
     else:
         name = cfg["metric"]
         if name not in metrics:

@@ -377,7 +377,7 @@ def test_signal_unsupported_by_kind_is_refused_at_plan_time():
     text = str(info.value)
     assert isinstance(info.value, ArgusInputError)
     assert "signal 'async_completion_latency' needs a triton program (TTGIR discovery" in text
-    assert "is cuda. Signals for cuda: barrier_count, instruction_mix, latency, stall_reasons, system_timeline" in text
+    assert "is cuda. Signals for cuda: barrier_count, branch_profile, instruction_mix, latency, stall_reasons, system_timeline" in text
     assert_one_line(run_cli("plan", "examples/ground_truth", "--signals", "async_completion_latency"),
                     "argus plan:", "'examples/ground_truth' is cuda", "needs a triton program")
     assert plan_query(load_program(ROOT / "examples" / "triton"), None, ["async_completion_latency"]).tasks

@@ -9,6 +9,7 @@ import pytest
 
 from argus_rt import sass
 from argus_rt.backends import ncu, pcmap
+from argus_rt.evidence import EvidenceError
 from argus_rt.program import load_program
 from argus_rt.tasks import Task
 from tests.test_ground_truth import captured_trips, load_truth
@@ -156,3 +157,25 @@ def test_terminal_view_prints_the_side_by_side_table(tmp_path, map_doc):
     text = console.export_text()
     assert "barrier_count: regions (n(r,p)) vs plain source files (-lineinfo)" in text
     assert "gt_helper.cuh" in text and f"{inner_barriers():.0f}" in text
+
+
+def test_branch_profile_lifts_each_named_counter_and_loses_none(tmp_path, map_doc):
+    """branch_profile: branch and divergent-branch counts (warp level), thread instructions executed and
+    predicated off, each lifted to the regions; per metric, regions + code outside the root region add up
+    to the capture's whole-kernel count, and no region has more predicated-off than executed thread
+    instructions. No per-file view (the mapping run has none of these counters)."""
+    doc, profile = map_doc
+    names = ["branch_inst_executed", "divergent_branches", "thread_inst_executed", "predicated_off"]
+    values, facts = _synthesize(tmp_path, map_doc, {"metrics": names}, "branch_profile")
+    assert not [k for k in values if k[0] is None] and "source_file_view" not in facts["extra"]
+    for name in names:
+        total = sum(profile.metrics[name])
+        regions = sum(v["value"] for (r, m), v in values.items() if r is not None and m == name)
+        assert regions + facts["extra"]["outside_subtree"][name] == pytest.approx(total), name
+    assert sum(profile.metrics["branch_inst_executed"]) > 0
+    for (region, metric), v in values.items():
+        if metric == "predicated_off":
+            assert v["value"] <= values[(region, "thread_inst_executed")]["value"] + 1e-9, region
+    (tmp_path / "bad").mkdir()
+    with pytest.raises(EvidenceError, match=r"lack metric\(s\) \['no_such_counter'\]"):
+        _synthesize(tmp_path / "bad", map_doc, {"metrics": ["no_such_counter"]}, "branch_profile")

@@ -82,7 +82,7 @@ def scope_columns(rows, doc: dict) -> dict:
     return arrays
 
 
-ATTRIBUTED_SIGNALS = ("instruction_mix", "barrier_count", "stall_reasons")
+ATTRIBUTED_SIGNALS = ("instruction_mix", "barrier_count", "stall_reasons", "branch_profile")
 METRICS_PER_SIGNAL = 8  # per region and signal, the largest values go on its slices
 
 
