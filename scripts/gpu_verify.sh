@@ -5,7 +5,8 @@
 # kinds: the program-kind re-cut (typed evidence, one trace adapter, kind hooks, build cache);
 # markers: the marker paths' GPU tests and benchmarks/marker_cost.py; perfetto: the warp-role timeline of
 # tests/fixtures/ws_pipeline, kept as docs/perfetto/ws_pipeline_warp_roles.json under $OUT; numba24: the numba
-# kind's GPU tests under numpy 2.4.6 from .whl/numpy24; rest: every other GPU test but the megakernel's.
+# kind's GPU tests under numpy 2.4.6 from .whl/numpy24; rest: every other GPU test but the megakernel's;
+# mkquery: argus query of the real megakernel with every PC-attributed signal (report under $OUT/mk_query).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # before anything runs
 OUT_DEFAULT=/tmp/argus-verify
@@ -37,12 +38,17 @@ for s in ${STEPS:-kinds markers perfetto}; do
           step rest "${REST_S:-300}" "${PYTEST[@]}" tests/test_agent_client_gpu.py tests/test_overlap_gpu.py \
             tests/test_perfetto_align_gpu.py tests/test_systrace_gpu.py tests/test_triton_jit_gpu.py \
             tests/test_overlap_gemm_regions.py tests/test_tinyllama_generate.py tests/test_examples.py -k "not numba" ;;
-    *) echo "unknown step '$s'; valid: kinds markers perfetto numba24 rest" | tee -a "$OUT/summary.txt" ;;
+    mkquery) # issue 16 item 1: the whole real megakernel through argus query, every PC-attributed signal, timed
+             mkdir -p "$OUT/mk_query"
+             step mk_query "${MKQUERY_S:-240}" python3 -m argus_rt.cli query examples/megakernel --region decode \
+               --signals latency,instruction_mix,barrier_count,stall_reasons,branch_profile --no-progress \
+               --json "$OUT/mk_query/report.json" --markdown "$OUT/mk_query/report.md" ;;
+    *) echo "unknown step '$s'; valid: kinds markers perfetto numba24 rest mkquery" | tee -a "$OUT/summary.txt" ;;
   esac
 done
 grep -hE "^(FAILED|ERROR) " "$OUT"/*.log 2>/dev/null | sort -u | cut -c1-300 >> "$OUT/summary.txt"  # once, every step's
 cat "$OUT/summary.txt"
 # The device returns about 8 files per call (2026-12-02: the Perfetto example was left out behind 8 logs): the
 # summary, marker_cost.json and the Perfetto example stay files, every log goes into one archive.
-(cd "$OUT" && logs=$(ls | grep -v -E '^(summary\.txt|marker_cost\.json|perfetto)$') &&
+(cd "$OUT" && logs=$(ls | grep -v -E '^(summary\.txt|marker_cost\.json|perfetto|mk_query)$') &&
   [ -n "$logs" ] && tar czf logs.tgz --remove-files $logs)
