@@ -5,10 +5,9 @@ The reference-execution compute kernel (examples/cuda/reference_execution.cu; 12
 threads, a chain of 4,096 dependent FMAs per thread) is built with 16, 64 and 256 region
 occurrences per thread (the FMAs split evenly among them), trace-free and traced. One row per marker
 path (PATHS): default markers in the kernel's body (shared-memory cursor), default markers inside a
-__noinline__ helper, the register cursor (ARGUS_WARP_STATE()), and the opt-in fast markers
-(-DARGUS_FAST_MARKERS=1: csrc/argus/argus_fast_markers.cuh) and the opt-in lean markers (-DARGUS_LEAN_MARKERS=1,
-a prototype: csrc/argus/argus_lean_markers.cuh, docs/marker_cost_anatomy.md) in the body, in the helper
-and under divergence (half of each warp in one region, half in another: each half records its own pairs
+__noinline__ helper, the register cursor (ARGUS_WARP_STATE()), and the opt-in lean markers
+(-DARGUS_LEAN_MARKERS=1: csrc/argus/argus_lean_markers.cuh, docs/marker_cost_anatomy.md) in the body, in the
+helper and under divergence (half of each warp in one region, half in another: each half records its own pairs
 with lane-group records; the default markers do not support this). Each path is compared with the
 trace-free build of its own kernel. Each build runs armed (every warp records) and disarmed (tracing
 off: markers run, nothing is claimed or stored).
@@ -43,18 +42,14 @@ from benchmarks.trace_overhead import fma_chain_reference  # noqa: E402
 
 CTAS, THREADS, FMAS_PER_THREAD = 128, 256, 4096
 OCCURRENCES = [16, 64, 256]
-FAST_DEFINES = {"ARGUS_FAST_MARKERS": "1"}  # the opt-in fast markers (correct on the H200 at d8ef444, not cheaper)
-OPT_IN_PREFIXES = ("fast_", "lean_")  # rows of opt-in marker builds: their failure is reported, not an exit status
+OPT_IN_PREFIXES = ("lean_",)  # rows of opt-in marker builds: their failure is reported, not an exit status
 # path -> (kernel, defines of the traced build); the default paths first, so they are built and checked first
 PATHS = {
     "shared": ("refexec_compute", {}),
     "shared_helper": ("refexec_compute_helper", {}),
     "register": ("refexec_compute", {"REFEXEC_WARP_STATE": "1"}),
-    "fast_shared": ("refexec_compute", FAST_DEFINES),
-    "fast_shared_helper": ("refexec_compute_helper", FAST_DEFINES),
-    "fast_shared_divergent": ("refexec_compute_divergent", FAST_DEFINES),
-    # the opt-in lean markers (-DARGUS_LEAN_MARKERS=1, prototype: docs/marker_cost_anatomy.md); _guarded: the stamp
-    # read after a branch on the cursor load, as the default and fast markers read it
+    # the opt-in lean markers (-DARGUS_LEAN_MARKERS=1, docs/marker_cost_anatomy.md); _guarded: the stamp read after
+    # the branch on the readiness vote
     "lean_shared": ("refexec_compute", {"ARGUS_LEAN_MARKERS": "1"}),
     "lean_shared_guarded": ("refexec_compute", {"ARGUS_LEAN_MARKERS": "1", "ARGUS_LEAN_GUARDED_STAMP": "1"}),
     "lean_shared_helper": ("refexec_compute_helper", {"ARGUS_LEAN_MARKERS": "1"}),
@@ -226,9 +221,9 @@ def main() -> int:
              f"per thread split over 16/64/256 occurrences (32/128/512 markers per warp). Trace-free: {free}. "
              "`added_us_occN` = median event time minus the trace-free build of the same kernel with the same "
              "occurrences (rows: shared = default markers in the kernel body, shared_helper = inside a __noinline__ "
-             "helper, register = ARGUS_WARP_STATE(); fast_* = the same with -DARGUS_FAST_MARKERS=1 (opt-in), "
-             "lean_* = with -DARGUS_LEAN_MARKERS=1 (opt-in prototype; _guarded: the stamp read after the cursor "
-             "test), *_divergent = half-warps in different regions, per marker of each half-warp); "
+             "helper, register = ARGUS_WARP_STATE(); lean_* = the same with -DARGUS_LEAN_MARKERS=1 (opt-in; "
+             "_guarded: the stamp read after the readiness branch), lean_shared_divergent = half-warps in "
+             "different regions, per marker of each half-warp); "
              "`check` = the path's output and decoded-trace check (a failed path is not timed); "
              "`per_marker_ns` / `fixed_us` = least-squares slope / intercept against markers per warp. "
              "Armed: every warp records (globaltimer); disarmed: tracing off.")

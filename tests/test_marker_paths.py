@@ -1,7 +1,7 @@
-"""Marker paths on the CPU: the default markers (a58e52b's, GPU-verified) and the opt-in fast markers
-(-DARGUS_FAST_MARKERS=1, csrc/argus/argus_fast_markers.cuh: fast path SASS, lane-group records), the helper
-and divergent kernels build in every mode with either, and the decoder pairs lane groups (ARGUS_KIND_LANES)
-of rings the Python mirror writes.
+"""Marker paths on the CPU: the default markers (a58e52b's, GPU-verified) and the opt-in lean markers
+(-DARGUS_LEAN_MARKERS=1, csrc/argus/argus_lean_markers.cuh: lane-group records; their fast-path SASS is checked in
+tests/test_lean_markers.py), the helper and divergent kernels build in every mode with either, and the decoder
+pairs lane groups (ARGUS_KIND_LANES) of rings the Python mirror writes.
 
 GPU: tests/test_marker_paths_gpu.py runs each path and checks its decoded occurrences.
 """
@@ -18,7 +18,7 @@ from tests.ring_writer import RingWriter
 from toolchain import needs_nvcc
 
 KERNELS = ("refexec_compute", "refexec_compute_helper", "refexec_compute_divergent")
-FAST = {"ARGUS_FAST_MARKERS": "1"}  # the opt-in fast markers (benchmarks/marker_cost.py: FAST_DEFINES)
+LEAN = {"ARGUS_LEAN_MARKERS": "1"}  # the opt-in lean markers (benchmarks/marker_cost.py: the lean_* PATHS)
 A, B = 0x1111_1111, 0x2222_2222
 
 
@@ -89,7 +89,7 @@ def _occurrences(cfg, w):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_divergent_kernel_ring_decodes_to_the_gpu_test_s_occurrences_in_any_interleaving(seed):
-    """benchmarks/marker_cost.py's check for the fast_shared_divergent path, on rings whose two halves take
+    """benchmarks/marker_cost.py's check for the lean_shared_divergent path, on rings whose two halves take
     slots in random interleavings (as their shared atomics may): every interleaving pairs per lane group."""
     import random
 
@@ -97,7 +97,7 @@ def test_divergent_kernel_ring_decodes_to_the_gpu_test_s_occurrences_in_any_inte
 
     order = [0] * 32 + [1] * 32
     random.Random(seed).shuffle(order)
-    assert _occurrences(*_divergent_ring(order)) == expected_occurrences("fast_shared_divergent", 16)
+    assert _occurrences(*_divergent_ring(order)) == expected_occurrences("lean_shared_divergent", 16)
 
 
 def test_slow_path_merging_both_halves_gives_the_h200_failure():
@@ -107,7 +107,7 @@ def test_slow_path_merging_both_halves_gives_the_h200_failure():
     from benchmarks.marker_cost import expected_occurrences
 
     got = _occurrences(*_divergent_ring([0, 1] * 32, merged=True))
-    want = expected_occurrences("fast_shared_divergent", 16)
+    want = expected_occurrences("lean_shared_divergent", 16)
     assert sorted(set(got) ^ set(want))[:4] == [(0x08F8A352, c, 0xFFFF0000) for c in range(4)]
     assert set(got) == {(0xEAF59E52, c, LANES_WHOLE_WARP) for c in range(16)}
 
@@ -178,7 +178,7 @@ def _sass(mode: int, kernel: str, defines: dict | None = None) -> list[str]:
     from argus_rt.kinds.cuda.build import CudaBuildSpec, build, disassemble, sass_lines
     from tests.test_cuda_build import SOURCES
 
-    name = f"refexec.paths.m{mode}" + (".fast" if defines else "")
+    name = f"refexec.paths.m{mode}" + (".lean" if defines else "")
     res = build(CudaBuildSpec(name, [SOURCES["reference_execution"]], argus_mode=mode, defines=defines or {}))
     return sass_lines(disassemble(res.cubin, kernel))
 
@@ -188,23 +188,8 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def _fast_paths(lines: list[str]) -> list[tuple[list[str], int]]:
-    """Each fast marker's fast path (ARGUS_FAST_MARKERS build): from its cursor load (the LDS.128 pair before the branch on it) to
-    the 16-byte record store, with the index of its %globaltimer read (unpredicated: the slow path's is
-    predicated) in that window."""
-    out = []
-    for i, ln in enumerate(lines):
-        if "SR_GLOBALTIMER" in ln and "@" not in ln.split("SR_GLOBALTIMER")[0]:
-            branch = max((j for j in range(i) if " BRA " in lines[j]), default=None)
-            loads = [j for j in range(branch or 0) if "LDS.128" in lines[j]]
-            end = next((j for j in range(i, len(lines)) if "STG.E.128" in lines[j]), None)
-            if branch is not None and len(loads) >= 2 and end is not None:
-                out.append((lines[loads[-2]: end + 1], i - loads[-2]))
-    return out
-
-
 @needs_nvcc
-@pytest.mark.parametrize("defines", [None, FAST], ids=["default", "fast"])
+@pytest.mark.parametrize("defines", [None, LEAN], ids=["default", "lean"])
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_every_marker_path_builds_in_every_mode(kernel, defines):
     for mode in (0, 1, 2):
@@ -212,51 +197,31 @@ def test_every_marker_path_builds_in_every_mode(kernel, defines):
 
 
 @needs_nvcc
-def test_trace_free_build_is_the_same_with_the_fast_define():
-    """ARGUS_FAST_MARKERS only changes the trace build: modes 0 and 1 give the same SASS with or without it."""
+def test_trace_free_build_is_the_same_with_the_lean_define():
+    """ARGUS_LEAN_MARKERS only changes the trace build: modes 0 and 1 give the same SASS with or without it."""
     for mode in (0, 1):
         for kernel in KERNELS:
-            assert _sass(mode, kernel, FAST) == _sass(mode, kernel), (mode, kernel)
+            assert _sass(mode, kernel, LEAN) == _sass(mode, kernel), (mode, kernel)
 
 
 @needs_nvcc
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_default_markers_take_no_lane_group_slots(kernel):
     """The default (a58e52b's markers): no shared-memory atomic (lane groups of a warp take no slots of their
-    own: the lowest active lane records for the warp). The fast build's slow path takes its slots with them."""
+    own: the lowest active lane records for the warp). The lean build's slow path takes its slots with them."""
     assert not any("ATOMS" in ln for ln in _sass(2, kernel))
-    assert any("ATOMS" in ln for ln in _sass(2, kernel, FAST))
+    assert any("ATOMS" in ln for ln in _sass(2, kernel, LEAN))
 
 
 @needs_nvcc
-def test_fast_marker_fast_path_is_one_shared_load_pair_one_branch_and_no_call():
-    # Measured proxy (no GPU here): SASS from the cursor load to the record store. The default path has a
-    # lane election, a claim branch with BSSY, a clock-select after the cursor load and two shared-load latencies.
-    paths = _fast_paths(_sass(2, "refexec_compute", FAST))
-    assert len(paths) >= 2
-    for p, timer in paths:
-        text = "\n".join(p)
-        assert text.count("LDS.128") == 2 and "CALL" not in text and "LDG" not in text, text
-        assert "SR_CLOCKLO" not in text and "FLO" not in text, text  # no clock select, no lane election
-        assert sum(" BRA " in ln for ln in p) == 1, text
-        # The timer is read after the branch on the cursor load (which waits for the load, and the load for a
-        # barrier before the marker): not next to a BAR.SYNC.DEFER_BLOCKING, where it could issue before release.
-        assert " BRA " in "\n".join(p[:timer]), text
-    # In the loop (the first marker, peeled before it, also computes the CTA index and warp slot): today 19-21.
-    for p, _ in paths[1:]:
-        assert len(p) <= 24, f"{len(p)} instructions from the cursor load to the record store:\n" + "\n".join(p)
-
-
-@needs_nvcc
-@pytest.mark.parametrize("defines", [None, FAST], ids=["default", "fast"])
-def test_barrier_then_marker_reads_the_timer_after_the_cursor_load(defines):
-    """ws_pipeline (tests/fixtures), default and fast markers: a consumer's compute BEGIN right after bar.sync. Its stamp must not be
+def test_barrier_then_marker_reads_the_timer_after_the_cursor_load():
+    """ws_pipeline (tests/fixtures), default markers: a consumer's compute BEGIN right after bar.sync. Its stamp must not be
     read in the barrier's shadow: between the BAR.SYNC and the timer read sit the cursor load and the branch
     on it (a stamp read before the barrier released the warp would date the compute before its tile's load)."""
     from argus_rt.kinds.cuda.build import CudaBuildSpec, build, disassemble, sass_lines
 
     src = Path(__file__).parent / "fixtures" / "ws_pipeline" / "ws_pipeline.cu"
-    spec = CudaBuildSpec("ws_pipeline.paths" + (".fast" if defines else ""), [src], argus_mode=2, defines=defines or {})
+    spec = CudaBuildSpec("ws_pipeline.paths", [src], argus_mode=2)
     lines = sass_lines(disassemble(build(spec).cubin, "ws_pipeline"))
     bars = [i for i, ln in enumerate(lines) if "BAR.SYNC" in ln]
     assert bars
@@ -264,22 +229,6 @@ def test_barrier_then_marker_reads_the_timer_after_the_cursor_load(defines):
         timer = next(j for j in range(b, len(lines)) if "SR_GLOBALTIMER" in lines[j])
         between = "\n".join(lines[b:timer])
         assert between.count("LDS.128") == 2 and " BRA " in between, "\n".join(lines[b: timer + 1])
-
-
-@needs_nvcc
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_fast_slow_path_group_leaves_together(kernel):
-    """bf5d6b0 on H200: lanes other than the slow path's recording lane returned at once (a predicated RET),
-    ran the next marker without it and wrote a lane group 0xfffffffe. Now every return of the out-of-line
-    slow path follows a WARPSYNC (on the call site's mask), and no RET is predicated."""
-    lines = _sass(2, kernel, FAST)
-    assert not [ln for ln in lines if " RET." in ln and "@" in ln.split("RET")[0]]
-    # The slow path starts by electing its group's lowest lane from the mask (__ffs: BREV, FLO).
-    starts = [i for i, ln in enumerate(lines) if " BREV " in ln]
-    assert starts, "no out-of-line slow path"
-    for s in starts:
-        ret = next(i for i in range(s, len(lines)) if " RET." in lines[i])
-        assert any("WARPSYNC" in ln for ln in lines[max(s, ret - 4): ret]), "\n".join(lines[max(s, ret - 6): ret + 1])
 
 
 def test_marker_cost_times_no_path_whose_check_fails_and_says_why():
@@ -301,15 +250,17 @@ def test_marker_cost_times_no_path_whose_check_fails_and_says_why():
     assert "|" not in why and check_failure(lambda: _fail("wrong count")) == "AssertionError: wrong count"
     with pytest.raises(RuntimeError):
         check_failure(broken)
-    row = unmeasured_row("fast_shared", "armed", "refexec_compute", why)
+    row = unmeasured_row("lean_shared", "armed", "refexec_compute", why)
     assert list(row) == ["cursor", "state", "kernel", "check", *(f"added_us_occ{o}" for o in OCCURRENCES),
                          "per_marker_ns", "fixed_us", "spread"]
     assert row["check"] == f"failed: {why}" and row["per_marker_ns"] is None
     table = markdown_table([row], [k for k in row if k != "spread"])
     assert table.splitlines()[2].count("unmeasured") == len(OCCURRENCES) + 2
-    assert {p for p in PATHS if p.startswith("fast_")} == {"fast_shared", "fast_shared_helper", "fast_shared_divergent"}
-    assert all(PATHS[p][1].get("ARGUS_FAST_MARKERS") == "1" for p in PATHS if p.startswith("fast_"))
-    assert not any("ARGUS_FAST_MARKERS" in PATHS[p][1] for p in ("shared", "shared_helper", "register"))
+    assert {p for p in PATHS if p.startswith("lean_")} == {"lean_shared", "lean_shared_guarded", "lean_shared_helper",
+                                                         "lean_shared_divergent"}
+    assert all(PATHS[p][1].get("ARGUS_LEAN_MARKERS") == "1" for p in PATHS if p.startswith("lean_"))
+    assert not any("ARGUS_LEAN_MARKERS" in PATHS[p][1] for p in ("shared", "shared_helper", "register"))
+    assert not [p for p in PATHS if "fast" in p]  # the fast markers were removed (one cheap opt-in path: lean)
 
 
 def _fail(msg):

@@ -1,7 +1,7 @@
 """Every marker path on the GPU (the kernels of benchmarks/marker_cost.py): output checked against the
 float64 model, then each warp's decoded occurrences. Default paths (shared, shared_helper, register: the
-GPU-verified markers of a58e52b) and, as a separate parametrisation, the opt-in fast markers
-(-DARGUS_FAST_MARKERS=1, unverified on GPU): fast_shared, fast_shared_helper and fast_shared_divergent (half-warps
+GPU-verified markers of a58e52b) and, as a separate parametrisation, the opt-in lean markers
+(-DARGUS_LEAN_MARKERS=1): lean_shared, lean_shared_guarded, lean_shared_helper and lean_shared_divergent (half-warps
 in different regions, paired per lane group; the default markers do not support it)."""
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from benchmarks.marker_cost import PATHS, build, check_output, check_trace
 pytestmark = pytest.mark.gpu
 
 OCC = 16
-DEFAULT_PATHS = [p for p in PATHS if not p.startswith("fast_")]
-FAST_PATHS = [p for p in PATHS if p.startswith("fast_")]
+DEFAULT_PATHS = [p for p in PATHS if not p.startswith("lean_")]
+LEAN_PATHS = [p for p in PATHS if p.startswith("lean_")]
 
 
 def _run(path, clock, tmp_path_factory):
@@ -40,7 +40,7 @@ def test_marker_path_records_every_occurrence(path, clock, tmp_path_factory):
     _run(path, clock, tmp_path_factory)
 
 
-@pytest.mark.parametrize("path", FAST_PATHS)
+@pytest.mark.parametrize("path", LEAN_PATHS)
 @pytest.mark.parametrize("clock", ["globaltimer", "clock64"])
-def test_fast_marker_path_records_every_occurrence(path, clock, tmp_path_factory):
+def test_lean_marker_path_records_every_occurrence(path, clock, tmp_path_factory):
     _run(path, clock, tmp_path_factory)

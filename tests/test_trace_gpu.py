@@ -19,7 +19,7 @@ EXAMPLE = ROOT / "examples" / "cuda" / "nested_regions.cu"
 TREE = RegionTree.load(ROOT / "examples" / "cuda" / "regions.json")
 EX, A, B, INNER = (TREE[n].id for n in ("example", "example/stage_a", "example/stage_b", "example/stage_b/inner"))
 CTAS, THREADS, ITERS, ROUNDS = 6, 96, 5, 16
-FAST = {"ARGUS_FAST_MARKERS": "1"}
+LEAN = {"ARGUS_LEAN_MARKERS": "1"}
 WARPS = THREADS // 32
 
 
@@ -68,10 +68,10 @@ def modules(tmp_path_factory):
         out[mode] = CubinModule.load(build(CudaBuildSpec(f"nested.m{mode}", [EXAMPLE], argus_mode=mode)).cubin)
     out["anchored"] = CubinModule.load(build(CudaBuildSpec(
         "nested.anchored", [EXAMPLE], argus_mode=2, defines={"ARGUS_TIMESTAMP": "ARGUS_TS_ANCHORED"})).cubin)
-    # The opt-in fast markers (csrc/argus/argus_fast_markers.cuh, unverified on GPU): their own tests below.
-    out["fast"] = CubinModule.load(build(CudaBuildSpec("nested.fast", [EXAMPLE], argus_mode=2, defines=FAST)).cubin)
-    out["fast_anchored"] = CubinModule.load(build(CudaBuildSpec(
-        "nested.fast_anchored", [EXAMPLE], argus_mode=2, defines={**FAST, "ARGUS_TIMESTAMP": "ARGUS_TS_ANCHORED"})).cubin)
+    # The opt-in lean markers (csrc/argus/argus_lean_markers.cuh): their own tests below.
+    out["lean"] = CubinModule.load(build(CudaBuildSpec("nested.lean", [EXAMPLE], argus_mode=2, defines=LEAN)).cubin)
+    out["lean_anchored"] = CubinModule.load(build(CudaBuildSpec(
+        "nested.lean_anchored", [EXAMPLE], argus_mode=2, defines={**LEAN, "ARGUS_TIMESTAMP": "ARGUS_TS_ANCHORED"})).cubin)
     return out
 
 
@@ -282,20 +282,21 @@ def test_anchored_ns_durations_match_globaltimer_build(torch_cuda, modules):
     assert abs(ratio - 1) <= 0.02, f"stage_b mean: anchored {mean_b['anchored']:.0f} ns vs globaltimer {mean_b['globaltimer']:.0f} ns"
 
 
-# ---- the opt-in fast markers (-DARGUS_FAST_MARKERS=1; work in progress, unverified on GPU) ------------
+# ---- the opt-in lean markers (-DARGUS_LEAN_MARKERS=1) ------------------------------------------------
 @pytest.mark.parametrize("variant", ["globaltimer", "clock64", "anchored"])
-def test_fast_markers_exact_counts_and_order(torch_cuda, modules, variant):
-    """The default's exact-sequence check on the fast build: every warp records the expected sequence once
-    (no extra lane-group markers: bf5d6b0 wrote 27 records per ring of 24), each by the whole warp."""
+def test_lean_markers_exact_counts_and_order(torch_cuda, modules, variant):
+    """The default's exact-sequence check on the lean build: every warp records the expected sequence once
+    (no extra lane-group markers: the removed fast markers' bf5d6b0 wrote 27 records per ring of 24), each by
+    the whole warp."""
     from argus_rt.trace.decode import LANES_WHOLE_WARP
 
-    mod = modules["fast_anchored" if variant == "anchored" else "fast"]
+    mod = modules["lean_anchored" if variant == "anchored" else "lean"]
     sess = TraceSession(mod, TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=64, clock=variant))
     sess.arm()
     run(torch_cuda, mod)
     trace = sess.decode(known_ids=[r.id for r in TREE])
-    # the fast build runs this kernel in under the anchored clock's 6.4 us fit window, so its cycles->ns rate
-    # is flagged approximate (H200, 2026-12-02 at d8ef444: 2816 ns of anchors); counts and order do not use it
+    # this kernel can run in under the anchored clock's 6.4 us fit window, so its cycles->ns rate may be flagged
+    # approximate (the fast build on the H200, 2026-12-02 at d8ef444: 2816 ns of anchors); counts and order do not use it
     problems = [p for p in trace.problems if not (variant == "anchored" and p.startswith("approximate:"))]
     assert problems == [], trace.problems
     want = expected_sequence(ITERS)

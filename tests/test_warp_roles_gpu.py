@@ -7,7 +7,7 @@ Checks: every load slice is on warp 0 and says ``producer``, every compute slice
 ``consumer``, each CTA's four warp tracks are named with their role, each consumer's compute of tile t
 begins after the producer's load of tile t began (the hand-off the roles describe), the file is valid
 against the schema and nested. ``ARGUS_PERFETTO_EXAMPLE=PATH`` also writes the default markers' timeline there.
-Run with the default markers and, as a separate case, the opt-in fast markers (-DARGUS_FAST_MARKERS=1).
+Run with the default markers and, as a separate case, the opt-in lean markers (-DARGUS_LEAN_MARKERS=1).
 """
 from __future__ import annotations
 
@@ -27,19 +27,19 @@ PROGRAM = Path(__file__).parent / "fixtures" / "ws_pipeline"
 ROLE = {0: "producer", 1: "consumer", 2: "consumer", 3: "consumer"}
 
 
-def _fast_program(tmp_path: Path) -> Path:
-    """The fixture built with the opt-in fast markers (-DARGUS_FAST_MARKERS=1, unverified on GPU)."""
-    program = tmp_path / "ws_pipeline_fast"
+def _lean_program(tmp_path: Path) -> Path:
+    """The fixture built with the opt-in lean markers (-DARGUS_LEAN_MARKERS=1)."""
+    program = tmp_path / "ws_pipeline_lean"
     shutil.copytree(PROGRAM, program)
     spec = json.loads((program / "argus_program.json").read_text())
-    spec["flags"] = [*spec["flags"], "-DARGUS_FAST_MARKERS=1"]
+    spec["flags"] = [*spec["flags"], "-DARGUS_LEAN_MARKERS=1"]
     (program / "argus_program.json").write_text(json.dumps(spec, indent=2))
     return program
 
 
-@pytest.mark.parametrize("markers", ["default", "fast"])
+@pytest.mark.parametrize("markers", ["default", "lean"])
 def test_a_warp_specialized_kernel_s_timeline_names_each_warp_s_role(markers, tmp_path, capsys):
-    program = PROGRAM if markers == "default" else _fast_program(tmp_path)
+    program = PROGRAM if markers == "default" else _lean_program(tmp_path)
     out = tmp_path / "ws_pipeline.json"
     rc = main(["query", str(program), "--signals", "latency", "--workspace", str(tmp_path / "ws"), "--no-progress",
                "--perfetto", str(out)])

@@ -50,7 +50,7 @@ EVENT_DTYPE = np.dtype(
 )
 
 # `lanes` of a record without a lane-group record after it: made by all the warp's lanes together. The default
-# markers write no lane-group record (all their events get this); the opt-in -DARGUS_FAST_MARKERS=1 build does.
+# markers write no lane-group record (all their events get this); the opt-in -DARGUS_LEAN_MARKERS=1 build does.
 LANES_WHOLE_WARP = 0xFFFFFFFF
 
 # One row per ring claimed under this arm.
@@ -281,7 +281,7 @@ def decode(
 
 
 def _split_lane_records(recs: np.ndarray, kinds: np.ndarray, i: int, cta: int, warp: int, *, wrapped: bool):
-    """Separate a ring's lane-group records (ARGUS_KIND_LANES, written by ARGUS_FAST_MARKERS builds after the
+    """Separate a ring's lane-group records (ARGUS_KIND_LANES, written by ARGUS_LEAN_MARKERS builds after the
     BEGIN/END of a divergent or partial lane group) from its markers. Returns (markers, their kinds, their lane masks, orphans): an
     orphan is a lane-group record at the oldest slot of a wrapped ring, whose marker was overwritten."""
     is_lanes = kinds == layout.KIND_LANES

@@ -9,18 +9,14 @@
  * (relocatable device code).
  *
  * Shared-cursor markers: by default the GPU-verified ones (the lowest active lane of the warp records;
- * device code as at a58e52b). -DARGUS_FAST_MARKERS=1 swaps in argus_fast_markers.cuh (fast path plus
- * out-of-line slow path with lane-group records): work in progress, NOT VERIFIED ON A GPU (see its
- * header). The register cursor (ARGUS_WARP_STATE) is the same in both.
+ * device code as at a58e52b). -DARGUS_LEAN_MARKERS=1 swaps in argus_lean_markers.cuh (opt-in: a
+ * straight-line fast path plus an out-of-line slow path with lane-group records). The register cursor
+ * (ARGUS_WARP_STATE) is the same in both.
  */
 #ifndef ARGUS_CURSORS_CUH_
 #define ARGUS_CURSORS_CUH_
 
 #include "argus_host.h"
-
-#ifndef ARGUS_FAST_MARKERS
-#define ARGUS_FAST_MARKERS 0 /* 1: the opt-in fast shared-cursor markers (argus_fast_markers.cuh), unverified on GPU */
-#endif
 
 /* Bytes in front of a ring's records: the default expression is kept verbatim (same SASS). */
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
@@ -63,7 +59,6 @@ __device__ ArgusRecord argus_scratch[ARGUS_SCRATCH_RECORDS];
 
 namespace argus_detail {
 
-#if !ARGUS_FAST_MARKERS  /* the default shared cursor: the opt-in one is in argus_fast_markers.cuh */
 /* Per-warp cursor in shared memory. It belongs to one CTA instance of one launch: (grid, cta)
  * identify that instance, so no kernel prologue is needed; a stale cursor (left by an earlier CTA
  * or launch on this SM) fails the check and the warp claims its ring again. Loaded with two
@@ -83,7 +78,6 @@ __device__ __forceinline__ WarpCursor* warp_cursors() {
   __shared__ WarpCursor cursors[ARGUS_MAX_WARPS_PER_CTA];
   return cursors;
 }
-#endif
 
 /* 32-bit shared-window address of a generic pointer (inline PTX: NVRTC and nvcc alike). */
 __device__ __forceinline__ argus_u32 shared_address(const void* p) {
@@ -134,7 +128,6 @@ __device__ __forceinline__ argus_u32 warp_in_cta() {
   return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) >> 5;
 }
 
-#if !ARGUS_FAST_MARKERS
 /* Write a whole cursor with two 16-byte shared stores (explicit, like load_cursor). */
 __device__ __forceinline__ void store_cursor(argus_u32 addr, const WarpCursor& c) {
   asm volatile(
@@ -144,7 +137,6 @@ __device__ __forceinline__ void store_cursor(argus_u32 addr, const WarpCursor& c
       "r"(c.coord_begin), "r"(c.coord_end)
       : "memory");
 }
-#endif
 
 /* The control block as a claiming warp sees it. Read with plain (L1-cached) loads, all issued before
  * any test: every warp of the grid reads the same line here, and uncached loads of one line from ~1000
@@ -253,7 +245,6 @@ __device__ __forceinline__ void claim_ring_header(Cursor& c, const CtlView& v, a
   }
 }
 
-#if !ARGUS_FAST_MARKERS
 /* The cursor of a warp that records, after claim_ring_header found its ring. */
 __device__ __forceinline__ void take_ring(WarpCursor& c, const CtlView& v, argus_u32 count, argus_u64 gaddr) {
   c.count = count;
@@ -296,7 +287,6 @@ __device__ __forceinline__ WarpCursor load_cursor(const WarpCursor* cur) {
   c.ring = ((argus_u64)ring_hi << 32) | ring_lo;
   return c;
 }
-#endif
 
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
 /* Anchored build: records 1, 2, 4, ... (so short rings get a span too; record 0 too) and every
@@ -326,9 +316,7 @@ __device__ __forceinline__ bool in_window(argus_u32 coord, argus_u32 begin, argu
   return coord == ARGUS_COORD_NONE || coord - begin < span;
 }
 
-#if ARGUS_FAST_MARKERS
-#include "argus_fast_markers.cuh"
-#elif defined(ARGUS_LEAN_MARKERS) && ARGUS_LEAN_MARKERS /* opt-in prototype, not run on a GPU */
+#if defined(ARGUS_LEAN_MARKERS) && ARGUS_LEAN_MARKERS /* opt-in (docs/marker_cost_anatomy.md) */
 #include "argus_lean_markers.cuh"
 #else
 /* One marker. Every active lane reads the warp's cursor (one broadcast shared load) and computes

@@ -29,7 +29,7 @@ typedef long long argus_i64; /* the int64 words of the Triton buffers (argus_reg
 /* Record kinds, stored in the top two bits of ArgusRecord.stamp. 0 means "never written". */
 #define ARGUS_KIND_BEGIN 1u
 #define ARGUS_KIND_END 2u
-/* Lane-group record, right after the BEGIN/END it describes, written (by ARGUS_FAST_MARKERS builds only) when
+/* Lane-group record, right after the BEGIN/END it describes, written (by ARGUS_LEAN_MARKERS builds only) when
  * a divergent (or partial) group of the warp's lanes ran that marker: region_id = the group's active-lane mask,
  * coord = its lowest lane, stamp = the marker's time | kind. Records without one were made by all the warp's lanes. */
 #define ARGUS_KIND_LANES 3u

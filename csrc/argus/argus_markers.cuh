@@ -8,10 +8,10 @@
  * keeps the ring cursor in registers of that function (cheapest markers; restrictions at
  * argus_detail::RegCursor); without it the cursor lives in shared memory (any function).
  *
- * Opt-in, work in progress, NOT VERIFIED ON A GPU: -DARGUS_FAST_MARKERS=1 builds the shared-cursor
- * markers of argus_fast_markers.cuh (a shorter fast path; divergent lane groups record into the
- * warp's ring with their own slots and a lane-group record, ARGUS_KIND_LANES, and the decoder pairs
- * each group's BEGIN/END). Without it the markers are the GPU-verified ones of a58e52b.
+ * Opt-in: -DARGUS_LEAN_MARKERS=1 builds the shared-cursor markers of argus_lean_markers.cuh (a
+ * straight-line fast path for a converged warp; divergent lane groups record into the warp's ring
+ * with their own slots and a lane-group record, ARGUS_KIND_LANES, and the decoder pairs each group's
+ * BEGIN/END). Without it the markers are the GPU-verified ones of a58e52b.
  */
 #ifndef ARGUS_MARKERS_CUH_
 #define ARGUS_MARKERS_CUH_
