@@ -193,3 +193,14 @@ def test_the_bulk_copies_start_at_the_plan_and_after_each_staged_gemv(builds):
         after = [c for c in copies[1:] if any(s < c < s + 60 and any(l.startswith("BAR.SYNC") for l in loop[s:c])
                                               for s in staged)]
         assert len(after) == n_copies - 1, (name, copies, staged)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("flags,match", [(("-DMK_STATIC_TICKETS=0",), "needs MK_STATIC_TICKETS=1"),
+                                         (("-DMK_RING=2",), "MK_STAGE_NEXT and MK_RING")])
+def test_the_kernel_refuses_what_the_host_refuses(tmp_path, flags, match):
+    """Behind the host's checks, the source itself: no stage_next build with the ticket counter or the page ring."""
+    from megakernel.build import BuildError, build
+
+    with pytest.raises(BuildError, match=match):
+        build(0, build_dir=tmp_path, extra_flags=FLAG + flags)
