@@ -532,11 +532,12 @@ def _stage_next(stage: int) -> dict:
     return {"stage_bytes": stage, "stage_next": True}
 
 
-def _staged_tickets(dec, steps: int) -> int:
-    """Tickets whose tile a launch of ``steps`` steps copies one ticket early (host model of the kernel's rule)."""
+def _staged_tickets(dec, steps: int) -> dict[str, int]:
+    """Where a launch of ``steps`` steps copies tiles one ticket early (host model of the kernel's rule): tickets
+    staged, copies issued before a wait (early) and after a staged GEMV (deferred)."""
     from megakernel.runtime import stage_next_schedule
 
-    return stage_next_schedule(dec.program, dec.stage_bytes, dec.launch_info.workers, steps)["staged"]
+    return stage_next_schedule(dec.program, dec.stage_bytes, dec.launch_info.workers, steps)
 
 
 @pytest.mark.parametrize("workers,stage", [(7, STAGE_SMALL), (37, STAGE_SMALL), (7, STAGE_ALL)])
@@ -544,7 +545,9 @@ def test_stage_next_matches_interpreter(workers, stage):
     """36 one-step launches (a tiny step is ~214 tickets: every worker has several, so tiles are staged in each)."""
     weights = random_weights(get_config("tiny"), seed=SEED + 35, device="cuda")
     dec = _decoder(weights, tiles=TINY_TILES, workers=workers, **_stage_next(stage))
-    assert "-DMK_STAGE_NEXT=1" in dec.build_flags and _staged_tickets(dec, 1) > 0
+    plan = _staged_tickets(dec, 1)
+    # both issue sites in every launch (7 workers, 4 KiB: 28 copies before a wait, 46 after a staged GEMV)
+    assert "-DMK_STAGE_NEXT=1" in dec.build_flags and plan["early"] > 0 and plan["deferred"] > 0
     prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 36)).tolist()
     _assert_steps_match_interpreter(dec, prompt, f"mk_stage_next (workers {workers}, page {stage})")
 
@@ -559,7 +562,7 @@ def test_stage_next_equals_the_default_bit_for_bit_tiny(workers, stage):
     for row, kw in (("default", {}), ("stage_next", _stage_next(stage))):
         dec = _decoder(weights, tiles=TINY_TILES, workers=workers, **kw)
         if kw:
-            assert _staged_tickets(dec, 36) > 0
+            assert _staged_tickets(dec, 36)["staged"] > 0
         dec.set_prompt(prompt)
         dec.run(0, 36)
         states[row] = _buffers(dec)
