@@ -92,6 +92,7 @@ VEC_SERIAL = ("-DMK_VEC_BATCH=0",)
 def variant_rows() -> dict[str, dict]:
     """The opt-in megakernel rows of --variants: name -> MegakernelDecoder keywords."""
     from megakernel.dag import TileShape
+    from megakernel.runtime import STAGE_NEXT_BYTES
 
     one_cta = ONE_CTA
     return {  # opt-in rows (--variants NAME,...): tuning experiments against the default
@@ -125,6 +126,10 @@ def variant_rows() -> dict[str, dict]:
         # last arrival above. 512: the last arrival measured +1.7% at kv 128 and -1.7% at kv 1024 (H200 02:41); by
         # dependent round trips it is even at 3-4 used splits and ahead from 5 (TileShape.combine_threshold)
         "mk_adaptive_combine": {"tiles": TileShape(last_combine="auto")},
+        # row 28 (NOTES.md "Ready: row 28"): each worker bulk-copies its next static ticket's whole weight tile into a
+        # 64 KiB shared-memory page one ticket early (QKV parts and O-proj tiles fit; MK_STAGE_NEXT=1), so those GEMVs
+        # read shared memory; the copy of the current tile at ticket time (mk_stage72 / 48, rows 10-12) lost
+        "mk_stage_next": {"stage_bytes": STAGE_NEXT_BYTES, "stage_next": True},
         "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},
@@ -340,6 +345,7 @@ def main() -> int:
         dec = MegakernelDecoder(weights, **kw)
         extra[name] = {"workers": dec.launch_info.workers, "registers": dec.build.registers(),
                        "spill_bytes": dec.build.spill_bytes(), "stage_bytes": dec.stage_bytes,
+                       "stage_next": dec.stage_next,
                        "build_flags": list(dec.build_flags), "tiles": dec.tiles.__dict__,
                        "prefetch_window": dec.prefetch_window, "prefetch_own": dec.prefetch_own,
                        "instructions_per_step": len(dec.program.instructions)}

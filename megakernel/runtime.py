@@ -47,6 +47,9 @@ MAX_STAGE_BYTES = 190 * 1024
 RING_PAGE_BYTES = 16 * 1024  # csrc/megakernel/ring.cuh: RING_PAGE (tests/test_megakernel_ring.py checks they agree)
 # A stage that holds a 16-row down tile (16 x 5632 bf16) and a 16-feature gate/up tile (128 KiB).
 STAGE_DOWN16 = 16 * 5632 * 2
+# Row 28's page (MegakernelDecoder(stage_next=True)): one QKV part (64 rows / 4 parts x 2048 bf16) or one O-proj tile
+# (16 rows x 2048) of TinyLlama at the default tiles; static ~34 KiB + 64 KiB per CTA keeps 2 CTAs on a 228 KiB SM.
+STAGE_NEXT_BYTES = 64 * 1024
 
 
 def tile_weight_ranges(program: Program) -> list[tuple[int, int, int]]:
@@ -171,6 +174,51 @@ def form_words(program: Program, window_bytes: int | None, own: bool | tuple[str
     return out
 
 
+def stage_next_flags(stage_next: bool, stage_bytes: int, given: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Build flags of row 28 (csrc/megakernel/megakernel.cu: stage_next_plan): each worker bulk-copies its next static
+    ticket's whole weight tile, if it fits the ``stage_bytes`` page, into shared memory one ticket early. Needs a page
+    (stage_bytes > 0) and the static tickets (not mk_dynamic's counter, whose next ticket is unknown); MK_STAGE_NEXT is
+    set here only, so a binary's staging always matches its decoder's page."""
+    if not isinstance(stage_next, bool):
+        raise ValueError(f"stage_next must be a bool, got {stage_next!r}")
+    if any(f.startswith("-DMK_STAGE_NEXT") for f in given):
+        raise ValueError("MK_STAGE_NEXT is set by MegakernelDecoder(stage_next=True), not by build flags")
+    if not stage_next:
+        return ()
+    if stage_bytes <= 0:
+        raise ValueError(f"stage_next=True needs a stage page: stage_bytes > 0 (e.g. STAGE_NEXT_BYTES = "
+                         f"{STAGE_NEXT_BYTES}), got {stage_bytes}")
+    if flag_value(given, "MK_STATIC_TICKETS") == "0":
+        raise ValueError("stage_next=True stages the next static ticket (t + workers): it cannot run with "
+                         "-DMK_STATIC_TICKETS=0 (mk_dynamic's ticket counter: the next ticket is not known)")
+    return ("-DMK_STAGE_NEXT=1",)
+
+
+def stage_next_tiles(program: Program, stage_bytes: int) -> np.ndarray:
+    """Per instruction, the weight bytes a stage_next build copies into the page for it (its whole tile if that fits
+    ``stage_bytes``, else 0): the kernel's stage_next_plan rule on tile_weight_ranges."""
+    n = np.array([b for _, _, b in tile_weight_ranges(program)], dtype=np.int64)
+    return np.where((n > 0) & (n <= stage_bytes), n, 0)
+
+
+def stage_next_schedule(program: Program, stage_bytes: int, workers: int, steps: int = 1) -> dict[str, int]:
+    """Where a stage_next launch of ``steps`` steps from step 0 issues its copies (static tickets, worker stride
+    ``workers``): tickets staged (their tile came in one ticket early), of those issued early (the previous ticket
+    does not read the page: before its dependency wait) or deferred (after its staged GEMV), the staged bytes, and
+    the tickets that fit but are a worker's first (nothing staged yet: register loads)."""
+    fit = stage_next_tiles(program, stage_bytes)
+    n = len(fit)
+    t = np.arange(steps * n)
+    fits = fit[t % n] > 0
+    staged = fits & (t >= workers)  # a worker's first ticket (t < workers) was not copied by an earlier one
+    prev_reads = np.zeros_like(staged)  # ticket t - workers (the same worker's previous one) read the page
+    if workers < len(t):
+        prev_reads[workers:] = staged[:-workers]
+    return {"staged": int(staged.sum()), "early": int((staged & ~prev_reads).sum()),
+            "deferred": int((staged & prev_reads).sum()), "bytes": int(fit[t % n][staged].sum()),
+            "first_unstaged": int((fits & ~staged).sum())}
+
+
 def flag_value(flags: tuple[str, ...], macro: str) -> str | None:
     """The value the last ``-DMACRO[=V]`` of ``flags`` gives (``-DMACRO`` alone is ``1``); None if unset."""
     value = None
@@ -276,7 +324,7 @@ class MegakernelDecoder:
                  prefetch_ahead: int = 0, timeout_s: float = 2.0, argus_mode: int = 0,
                  sampling: SamplingParams | None = None, device: int = 0, stage_bytes: int = 0,
                  build_flags: tuple[str, ...] = (), prefetch_window: int | None = None,
-                 prefetch_own: bool | tuple[str, ...] = False, ring_pages: int = 0):
+                 prefetch_own: bool | tuple[str, ...] = False, ring_pages: int = 0, stage_next: bool = False):
         from argus_rt.launch import CubinModule
 
         self.config = weights.config
@@ -290,6 +338,8 @@ class MegakernelDecoder:
         # dynamic shared memory with staging: one or the other
         if not isinstance(ring_pages, int) or not 0 <= ring_pages <= 8 or (ring_pages and stage_bytes):
             raise ValueError(f"ring_pages must be an int in [0, 8] and 0 when stage_bytes is set, got {ring_pages!r}")
+        # stage_next (row 28): the page holds the next static ticket's whole tile, not the current tile's leading rows
+        next_flags = stage_next_flags(stage_next, stage_bytes, tuple(build_flags))
         self.device = torch.device("cuda", device)
         self.program: Program = build_decode_program(self.config, self.tiles)
         self.state = DecodeState.create(self.program, weights, self.device)
@@ -303,6 +353,7 @@ class MegakernelDecoder:
             raise ValueError(f"stage_bytes must be a multiple of 16 in [0, {MAX_STAGE_BYTES}] (0 = no shared-memory "
                              f"staging of weight tiles), got {stage_bytes}")
         self.stage_bytes = stage_bytes
+        self.stage_next = stage_next
         self.ring_pages = ring_pages
         self.dynamic_smem = stage_bytes + ring_smem_bytes(ring_pages)
         self.timeout_ns = int(timeout_s * 1e9)
@@ -311,7 +362,7 @@ class MegakernelDecoder:
         self.argus_mode = argus_mode
         # e.g. ("-DMK_BLOCKS_PER_SM=2",): csrc/megakernel/config.cuh knobs; plus the flags of the tile options
         self.build_flags = tuple(build_flags) + option_flags(self.tiles, tuple(build_flags)) + \
-            ((f"-DMK_RING={ring_pages}",) if ring_pages else ())
+            ((f"-DMK_RING={ring_pages}",) if ring_pages else ()) + next_flags
         self.build = build(argus_mode, extra_flags=self.build_flags)
         self.module = CubinModule.load(self.build.cubin, device=device)
         if self.dynamic_smem:  # static (~35 KiB) + dynamic shared memory above 48 KiB needs the opt-in

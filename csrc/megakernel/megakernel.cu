@@ -86,6 +86,12 @@ struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
 #if MK_LAST_COMBINE
   int last_arrival;  // this AttnPartial tile was its group's last arrival: it combines the group
 #endif
+#if MK_STAGE_NEXT
+  int next_ins[INSTR_WORDS];  // the words of this worker's next ticket (t + W), loaded with this ticket's
+  const char* next_src;       // that ticket's weight tile ...
+  int next_staged;            // ... and its bytes, if it is (to be) copied whole into the stage page (0: not staged)
+  int stage_off;              // a staged copy timed out: this CTA stages nothing more
+#endif
 #if MK_POLL2
   int poll_seen;  // the two pollers' flag (sync.cuh: wait_counter_pair, poll_helper): 0 polling, 1 helper saw it, 2 done
 #endif
@@ -139,6 +145,34 @@ __device__ __forceinline__ void prefetch_tile(const char* ptr, unsigned bytes) {
     prefetch_l2(ptr + off, min(piece, bytes - off));
 }
 
+#if MK_STAGE_NEXT
+#if MK_RING
+#error "MK_STAGE_NEXT and MK_RING both use the dynamic shared memory: one or the other"
+#endif
+// Row 28 (megakernel/NOTES.md "Ready: row 28"): static tickets (worker r runs first + r, + W, ...) let a worker know
+// its next ticket, and weights never depend on activations, so the next ticket's whole tile (if it fits the stage
+// page: QKV parts and O-proj tiles at the default shapes, 64 KiB) is bulk-copied into shared memory one ticket
+// early, off the critical path, instead of at its own ticket time as the staging of rows 10-12 / the ring of row 18
+// did. One page, one copy in flight at most: a ticket that reads the page issues the next copy after its GEMV.
+// Thread 0, at the start of ticket t (before its dependency wait): s.next_ins holds ticket t + W's words.
+__device__ __forceinline__ void stage_next_plan(const Params& p, Smem& s, bool has_next) {
+  const char* w;
+  unsigned bytes, row_bytes;
+  tile_weights(p, s.next_ins, &w, &bytes, &row_bytes);
+  const bool fits = has_next && !s.stage_off && bytes > 0 && bytes <= (unsigned)p.stage_bytes;
+  s.next_staged = fits ? (int)bytes : 0;
+  s.next_src = w;
+  if (fits && !s.staged) stage_issue(&s.stage_bar, w, bytes);  // the page is free: start now
+}
+
+// Every thread, after a staged GEMV (the page's reader): issue the copy stage_next_plan deferred.
+__device__ __forceinline__ void stage_next_deferred(Smem& s) {
+  if (!s.next_staged) return;  // shared: the same for every thread
+  __syncthreads();  // every warp has read this tile from the page before the copy engine overwrites it
+  if (threadIdx.x == 0) stage_issue(&s.stage_bar, s.next_src, (unsigned)s.next_staged);
+}
+#endif
+
 // GEMV of the current tile. s.staged = bytes of its leading rows bulk-copied into the stage buffer
 // (0: none): the rows past them stream from global first (their loads go out while the copy lands),
 // then the staged rows are read from shared memory.
@@ -158,10 +192,19 @@ __device__ __forceinline__ void tile_gemv(const Params& p, Smem& s, const __nv_b
     if (srows < rows) gemv_tile_as<kBatch>(W + (size_t)srows * K, K, rows - srows, s.xs, s.out + srows);
     const bool landed = stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);
     if (__syncthreads_or(!landed)) {  // every thread takes the same branch, even at the deadline's edge
-      if (threadIdx.x == 0) raise_error(p, ERROR_STAGE_TIMEOUT, -1, -1, -1, -1);
+      if (threadIdx.x == 0) {
+        raise_error(p, ERROR_STAGE_TIMEOUT, -1, -1, -1, -1);
+#if MK_STAGE_NEXT
+        s.next_staged = 0;  // the next ticket's copy is never issued (nor any later one): none waits for it
+        s.stage_off = 1;
+#endif
+      }
       return;  // outputs are garbage, but the launch stops and the host raises
     }
     gemv_tile_staged(reinterpret_cast<const __nv_bfloat16*>(stage_buffer), K, srows, s.xs, s.out);
+#if MK_STAGE_NEXT
+    stage_next_deferred(s);  // the page is free again: the next ticket's tile may come in now
+#endif
   } else {
     gemv_tile_as<kBatch>(W, K, rows, s.xs, s.out);
   }
@@ -499,6 +542,9 @@ __device__ __forceinline__ unsigned take_ticket(const Params& p, unsigned end) {
 #if MK_SM_SPREAD && !MK_STATIC_TICKETS
 #error "MK_SM_SPREAD orders the static tickets: it needs MK_STATIC_TICKETS=1"
 #endif
+#if MK_STAGE_NEXT && !MK_STATIC_TICKETS
+#error "MK_STAGE_NEXT stages the next static ticket's tile (t + W): it needs MK_STATIC_TICKETS=1 (not mk_dynamic)"
+#endif
 #if MK_SM_SPREAD
 __device__ __forceinline__ unsigned sm_id() {
   unsigned id;
@@ -561,6 +607,10 @@ __device__ void worker(const Params& p, Smem& s) {
 #endif
     s.stage_phase = 0;
     s.staged = 0;
+#if MK_STAGE_NEXT
+    s.next_staged = 0;
+    s.stage_off = 0;
+#endif
 #if MK_POLL2
     s.poll_seen = 0;
 #endif
@@ -575,6 +625,14 @@ __device__ void worker(const Params& p, Smem& s) {
     if (t >= end) break;
     const int step = (int)(t / n_instr), index = (int)(t % n_instr);
     if (threadIdx.x < INSTR_WORDS) s.ins[threadIdx.x] = __ldg(p.instructions + (size_t)index * INSTR_WORDS + threadIdx.x);
+#if MK_STAGE_NEXT
+    const bool has_next = t + (gridDim.x - 1) < end;  // the last ticket of the launch has none
+    if (threadIdx.x >= INSTR_WORDS && threadIdx.x < 2 * INSTR_WORDS && has_next) {  // same warp, same round trip
+      const unsigned next_index = (t + (gridDim.x - 1)) % n_instr;
+      s.next_ins[threadIdx.x - INSTR_WORDS] =
+          __ldg(p.instructions + (size_t)next_index * INSTR_WORDS + threadIdx.x - INSTR_WORDS);
+    }
+#endif
     __syncthreads();
     const int op = s.ins[W_OPCODE], layer = s.ins[W_LAYER];
     ARGUS_BEGIN_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
@@ -582,6 +640,12 @@ __device__ void worker(const Params& p, Smem& s) {
       const char* w;
       unsigned bytes, row_bytes;
       tile_weights(p, s.ins, &w, &bytes, &row_bytes);
+#if MK_STAGE_NEXT
+      // This tile is in the page iff the previous ticket copied it there (whole); the next one's copy starts now
+      // if the page is free, else after this GEMV.
+      const unsigned stage = (unsigned)s.staged;
+      if (threadIdx.x == 0) stage_next_plan(p, s, has_next);
+#else
       // Leading whole rows (an even count: GEMV_ROWS pairs) that fit the stage buffer go to shared memory.
       unsigned stage = 0;
       if (bytes > 0 && p.stage_bytes > 0) {
@@ -589,13 +653,16 @@ __device__ void worker(const Params& p, Smem& s) {
         stage = min(bytes, fit * row_bytes);
       }
       if (stage && threadIdx.x == 0) stage_issue(&s.stage_bar, w, stage);  // into shared memory
+#endif
 #if MK_RING
       // Whole rows of 256 bf16 multiples (ring_gemv's warp-per-row-piece reads); other tiles take gemv_tile.
       if (threadIdx.x == 0 && bytes > 0 && !stage && (row_bytes & 511u) == 0) ring_start_tile(s.ring, w, bytes);
 #else
       if (bytes > stage && !(s.ins[W_PF_FLAGS] & 1)) prefetch_tile(w + stage, bytes - stage);  // the rest into L2
 #endif
+#if !MK_STAGE_NEXT
       if (threadIdx.x == 0) s.staged = (int)stage;
+#endif
       // The host's prefetch plan: up to two weight ranges further down the stream (a byte window ahead).
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -643,7 +710,13 @@ __device__ void worker(const Params& p, Smem& s) {
     __syncthreads();
     ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
     if (!s.ok) {
+#if MK_STAGE_NEXT
+      // At most one copy in flight, of phase stage_phase: this tile's (then the next one's was deferred) or, if this
+      // tile is not staged, the next one's, issued before the wait
+      if (s.staged || s.next_staged) stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);
+#else
       if (s.staged) stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);  // no copy outlives the CTA
+#endif
 #if MK_RING
       if (s.ring.bytes) ring_drain(s.ring, (unsigned long long)p.timeout_ns);
 #endif
@@ -680,6 +753,9 @@ __device__ void worker(const Params& p, Smem& s) {
       red_release_add(p.counters + s.ins[W_SIGNAL], 1u);  // ... before the counter says so
       s.ticket = s.next_ticket;
       if (s.staged) s.stage_phase ^= 1u;
+#if MK_STAGE_NEXT
+      s.staged = s.next_staged;  // the next ticket (s.ticket) reads the page iff its copy was planned
+#endif
 #if MK_RING
       ring_end_tile(s.ring);
 #endif
