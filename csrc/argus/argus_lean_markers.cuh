@@ -136,7 +136,9 @@ __device__ __forceinline__ LeanCursor lean_acquire(argus_u32 addr, argus_u32 gri
   for (;;) {
     const LeanCursor c = lean_load(addr);
     if (c.cta == cta && c.grid == grid) {
-      asm volatile("membar.cta;" ::: "memory");  // the body was published before the tag
+      /* The body was published before the tag (membar.cta there); an acquire-release fence here is enough to read
+       * it after the tag (MEMBAR.ALL.CTA, not the sequentially consistent MEMBAR.SC.CTA). */
+      asm volatile("fence.acq_rel.cta;" ::: "memory");
       return lean_load(addr);
     }
     if (c.grid == (grid ^ ARGUS_LEAN_CLAIMING_)) continue;  // another lane group of this warp is claiming
