@@ -211,9 +211,9 @@ __device__ __forceinline__ argus_u32 thread_in_cta() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }
 
-/* The fast path's global stores, predicated on `take`: the record, and the ring's written and dropped counts
- * (dropped = max(n + 1 - capacity, 0), so no compare waits before the store). No "memory" clobber: the C++
- * code never reads the ring. */
+/* The fast path's global stores, all predicated on `take` alone: the record, and the ring's written and dropped
+ * counts (dropped = max(n + 1 - capacity, 0): a select, not a second predicate). No "memory" clobber: the C++ code
+ * never reads the ring. */
 __device__ __forceinline__ void lean_store(argus_u32 take, const LeanCursor& c, argus_u32 n, argus_u32 id,
                                            argus_u32 coord, argus_u64 t, argus_u32 kind) {
   const argus_u64 rec = c.ring + ARGUS_RING_HEAD_BYTES_ + (argus_u64)(n & c.cap_mask) * sizeof(ArgusRecord);
@@ -269,8 +269,8 @@ __device__ __forceinline__ void lean_after_slow(LeanCursor* cur, argus_u32* coun
  * is why the stamp is read after the cursor). A converged warp's lanes hold the same values unless a lane group
  * ran markers without the rest of the warp: then its lanes' counts are marked stale, and the next whole-warp
  * marker takes the slow path. Fast path: the whole warp, its cursor ready (this launch and CTA, the default
- * clock), no stale count: one VOTE.ALL; predicated record stores (no branch before them); one uniform branch
- * after them, over the slow-path call. */
+ * clock), no stale count: one VOTE.ALL, one uniform branch on it (taken: ptxas lays the slow-path call out in
+ * line), then the predicated record stores and the write-back. */
 __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coord) {
   const argus_u32 tid = thread_in_cta();
   LeanCursor* cur = lean_cursors() + (tid >> 5);
