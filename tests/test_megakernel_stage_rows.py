@@ -149,11 +149,12 @@ def test_at_263_workers_most_copies_are_deferred_behind_a_staged_gemv():
     assert s["first_unstaged"] == 160 and 0.36 < s["early"] / s["staged"] < 0.38
 
 
-def test_the_source_accepts_modes_0_1_2_only():
-    from megakernel.build import CSRC
+@needs_nvcc
+def test_the_source_accepts_modes_0_1_2_only(tmp_path):
+    from megakernel.build import BuildError, build
 
-    src = (CSRC / "megakernel" / "megakernel.cu").read_text()
-    assert "#if MK_STAGE_NEXT != 1 && MK_STAGE_NEXT != 2\n#error" in src
+    with pytest.raises(BuildError, match="MK_STAGE_NEXT is 0 \\(off\\), 1"):
+        build(0, build_dir=tmp_path, extra_flags=("-DMK_STAGE_NEXT=3",))
 
 
 @pytest.fixture(scope="module")
