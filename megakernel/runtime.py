@@ -174,14 +174,17 @@ def form_words(program: Program, window_bytes: int | None, own: bool | tuple[str
     return out
 
 
+STAGE_NEXT_ROWS = {"rows": 2, "rows_nodown": 3}  # stage_next's string values -> MK_STAGE_NEXT
+
+
 def stage_next_mode(stage_next: bool | str) -> int:
     """MK_STAGE_NEXT of a decoder's ``stage_next``: False 0 (off), True 1 (row 28: whole tiles that fit the page),
-    "rows" 2 (row 29: also the leading whole rows of the larger tiles)."""
+    "rows" 2 (row 29: also the leading whole rows of the larger tiles), "rows_nodown" 3 (2 without Down's prefixes)."""
     if isinstance(stage_next, bool):
         return int(stage_next)
-    if isinstance(stage_next, str) and stage_next == "rows":
-        return 2
-    raise ValueError(f"stage_next must be a bool or 'rows', got {stage_next!r}")
+    if isinstance(stage_next, str) and stage_next in STAGE_NEXT_ROWS:
+        return STAGE_NEXT_ROWS[stage_next]
+    raise ValueError(f"stage_next must be a bool, 'rows' or 'rows_nodown', got {stage_next!r}")
 
 
 def stage_next_flags(stage_next: bool | str, stage_bytes: int, given: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -204,26 +207,31 @@ def stage_next_flags(stage_next: bool | str, stage_bytes: int, given: tuple[str,
     return (f"-DMK_STAGE_NEXT={mode}",)
 
 
-def stage_next_tiles(program: Program, stage_bytes: int, rows: bool = False) -> np.ndarray:
-    """Per instruction, the weight bytes a stage_next build copies into the page for it: its whole tile if that fits
-    ``stage_bytes``, else 0, or with ``rows`` (stage_next="rows") its leading whole rows that fit, an even count (the
-    kernel's stage_next_plan rule on tile_weight_ranges; a Down row is ffn weights, the others hidden)."""
+def stage_next_tiles(program: Program, stage_bytes: int, stage_next: bool | str = True) -> np.ndarray:
+    """Per instruction, the weight bytes a build of ``stage_next`` copies into the page for it: its whole tile if that
+    fits ``stage_bytes``, else 0 (True), or else its leading whole rows that fit, an even count ("rows"; "rows_nodown":
+    not for Down tiles). The kernel's stage_next_plan rule on tile_weight_ranges; a Down row is ffn weights, the
+    others hidden."""
+    mode = stage_next_mode(stage_next)
     n = np.array([b for _, _, b in tile_weight_ranges(program)], dtype=np.int64)
-    if not rows:
-        return np.where((n > 0) & (n <= stage_bytes), n, 0)
+    whole = np.where((n > 0) & (n <= stage_bytes), n, 0)
+    if mode < 2:
+        return whole * mode
     c = program.config
-    row = np.array([2 * (c.ffn if isinstance(ins, Down) else c.hidden) for ins in program.instructions], dtype=np.int64)
-    return np.minimum(n, (stage_bytes // row & ~1) * row)
+    down = np.array([isinstance(ins, Down) for ins in program.instructions])
+    row = np.where(down, 2 * c.ffn, 2 * c.hidden).astype(np.int64)
+    prefix = np.minimum(n, (stage_bytes // row & ~1) * row)
+    return np.where(down & (prefix < n), whole, prefix) if mode == 3 else prefix
 
 
 def stage_next_schedule(program: Program, stage_bytes: int, workers: int, steps: int = 1,
-                        rows: bool = False) -> dict[str, int]:
-    """Where a stage_next launch of ``steps`` steps from step 0 issues its copies (static tickets, worker stride
-    ``workers``; ``rows``: stage_next="rows"): tickets staged (their tile or its leading rows came in one ticket
-    early), of those issued early (the previous ticket does not read the page: before its dependency wait) or deferred
-    (after its staged GEMV), the staged bytes, and the tickets that fit but are a worker's first (nothing staged yet:
-    register loads)."""
-    fit = stage_next_tiles(program, stage_bytes, rows)
+                        stage_next: bool | str = True) -> dict[str, int]:
+    """Where a launch of ``steps`` steps from step 0 of a ``stage_next`` build issues its copies (static tickets,
+    worker stride ``workers``): tickets staged (their tile or its leading rows came in one ticket early), of those
+    issued early (the previous ticket does not read the page: before its dependency wait) or deferred (after its
+    staged GEMV), the staged bytes, and the tickets that fit but are a worker's first (nothing staged yet: register
+    loads)."""
+    fit = stage_next_tiles(program, stage_bytes, stage_next)
     n = len(fit)
     t = np.arange(steps * n)
     fits = fit[t % n] > 0

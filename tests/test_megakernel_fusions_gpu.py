@@ -541,28 +541,29 @@ def _staged_tickets(dec, steps: int) -> dict[str, int]:
     staged, copies issued before a wait (early) and after a staged GEMV (deferred)."""
     from megakernel.runtime import stage_next_schedule
 
-    return stage_next_schedule(dec.program, dec.stage_bytes, dec.launch_info.workers, steps,
-                               rows=dec.stage_next == "rows")
+    return stage_next_schedule(dec.program, dec.stage_bytes, dec.launch_info.workers, steps, dec.stage_next)
 
 
 def _partly_staged(dec) -> int:
     """Instructions of which the decoder's page holds only the leading rows (host model; none with stage_next=True)."""
     from megakernel.runtime import stage_next_tiles, tile_weight_ranges
 
-    fit = stage_next_tiles(dec.program, dec.stage_bytes, rows=dec.stage_next == "rows")
+    fit = stage_next_tiles(dec.program, dec.stage_bytes, dec.stage_next)
     whole = torch.tensor([n for _, _, n in tile_weight_ranges(dec.program)])
     return int(((torch.from_numpy(fit) > 0) & (torch.from_numpy(fit) < whole)).sum())
 
 
 def _check_stage_matches_interpreter(mode, workers, stage, seed):
     """36 one-step launches (a tiny step is ~214 tickets: every worker has several, so tiles are staged in each)."""
+    from megakernel.runtime import stage_next_mode
+
     weights = random_weights(get_config("tiny"), seed=seed, device="cuda")
     dec = _decoder(weights, tiles=TINY_TILES, workers=workers, **_stage_next(stage, mode))
     plan = _staged_tickets(dec, 1)
     # both issue sites in every launch (row 28, 7 workers, 4 KiB: 28 copies before a wait, 46 after a staged GEMV)
-    assert f"-DMK_STAGE_NEXT={2 if mode == 'rows' else 1}" in dec.build_flags
+    assert f"-DMK_STAGE_NEXT={stage_next_mode(mode)}" in dec.build_flags
     assert plan["early"] > 0 and plan["deferred"] > 0
-    assert (_partly_staged(dec) > 0) == (mode == "rows")
+    assert (_partly_staged(dec) > 0) == isinstance(mode, str)  # "rows" / "rows_nodown"
     prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(seed + 1)).tolist()
     _assert_steps_match_interpreter(dec, prompt, f"stage_next={mode!r} (workers {workers}, page {stage})")
 
@@ -701,3 +702,17 @@ def test_stage_rows_watchdog_leaves_no_copy_behind():
     from megakernel.instructions import GateUp
 
     _check_stage_watchdog("rows", GateUp, r"o\[1\]", SEED + 53)
+
+
+# Row 29b (stage_next="rows_nodown", mk_stage_next_rows_nodown, MK_STAGE_NEXT=3): row 29 without Down's prefixes.
+@pytest.mark.parametrize("workers,stage", [(7, STAGE_SMALL), (37, STAGE_HALF)])
+def test_stage_rows_nodown_matches_interpreter(workers, stage):
+    _check_stage_matches_interpreter("rows_nodown", workers, stage, SEED + 55)
+
+
+def test_stage_rows_nodown_equals_the_default_bit_for_bit_tiny():
+    _check_stage_equals_the_default_tiny("rows_nodown", None, STAGE_SMALL, SEED + 57)
+
+
+def test_stage_rows_nodown_equals_the_default_in_64_step_launches_full_model():
+    _check_stage_64_step_launches_full_model("mk_stage_next_rows_nodown", SEED + 59)

@@ -1,6 +1,7 @@
 """Row 29 (megakernel/NOTES.md "Ready: row 29"; MegakernelDecoder(stage_next="rows"), build flag MK_STAGE_NEXT=2,
 benchmarks/decode.py mk_stage_next_rows): row 28's next-ticket staging, plus the leading whole rows (an even count) of
-the tiles larger than the page; tile_gemv streams their other rows from global first. On the CPU: the row and its
+the tiles larger than the page; tile_gemv streams their other rows from global first. Row 29b (stage_next="rows_nodown",
+MK_STAGE_NEXT=3, mk_stage_next_rows_nodown): the same without Down's prefixes. On the CPU: the row and its
 flags, the refusals, what the page holds at the default shapes and at the GPU tests' tiny pages, where a launch issues
 its copies (row 28's ticket-by-ticket protocol simulation, tests/test_megakernel_stage_next.py: _protocol), and with
 nvcc the build's registers, spills, shared memory and the SASS sites of its bulk copies. GPU:
@@ -27,6 +28,7 @@ from tinyllama.config import get_config
 from toolchain import needs_nvcc
 
 FLAG = ("-DMK_STAGE_NEXT=2",)
+NODOWN = ("-DMK_STAGE_NEXT=3",)
 W = 263  # H200 workers: 2 CTAs x 132 SMs - the scheduler
 LAYERS = 22
 
@@ -37,11 +39,14 @@ def _tinyllama():
 
 def test_the_row_and_its_flags():
     assert variant_rows()["mk_stage_next_rows"] == {"stage_bytes": STAGE_NEXT_BYTES, "stage_next": "rows"}
-    assert [stage_next_mode(m) for m in (False, True, "rows")] == [0, 1, 2]
+    assert variant_rows()["mk_stage_next_rows_nodown"] == {"stage_bytes": STAGE_NEXT_BYTES, "stage_next": "rows_nodown"}
+    assert [stage_next_mode(m) for m in (False, True, "rows", "rows_nodown")] == [0, 1, 2, 3]
     assert stage_next_flags("rows", STAGE_NEXT_BYTES) == FLAG
+    assert stage_next_flags("rows_nodown", STAGE_NEXT_BYTES) == NODOWN
     assert stage_next_flags(True, STAGE_NEXT_BYTES) == ("-DMK_STAGE_NEXT=1",)  # row 28 unchanged
     assert stage_next_flags("rows", 4096, ("-DMK_SM_SPREAD=0", "-DMK_STATIC_TICKETS=1")) == FLAG
     option_flags(TileShape(), FLAG)  # not a tile option's macro
+    option_flags(TileShape(), NODOWN)
 
 
 @pytest.mark.parametrize("args,match", [
@@ -49,8 +54,10 @@ def test_the_row_and_its_flags():
     (("rows", STAGE_NEXT_BYTES, ("-DMK_STATIC_TICKETS=0",)), "cannot run with -DMK_STATIC_TICKETS=0"),
     ((False, 0, FLAG), "set by MegakernelDecoder"),
     (("rows", STAGE_NEXT_BYTES, ("-DMK_STAGE_NEXT=1",)), "set by MegakernelDecoder"),
-    ((2, STAGE_NEXT_BYTES), "must be a bool or 'rows'"),
-    (("row", STAGE_NEXT_BYTES), "must be a bool or 'rows'"),
+    (("rows_nodown", 0), "needs a stage page"),
+    (("rows_nodown", STAGE_NEXT_BYTES, ("-DMK_STATIC_TICKETS=0",)), "cannot run with -DMK_STATIC_TICKETS=0"),
+    ((2, STAGE_NEXT_BYTES), "must be a bool, 'rows' or 'rows_nodown'"),
+    (("row", STAGE_NEXT_BYTES), "must be a bool, 'rows' or 'rows_nodown'"),
 ])
 def test_bad_settings_are_refused(args, match):
     with pytest.raises(ValueError, match=match):
@@ -63,7 +70,7 @@ def test_bad_settings_are_refused(args, match):
      "mk_dynamic's ticket counter"),
     ({"stage_next": "rows", "stage_bytes": STAGE_NEXT_BYTES, "ring_pages": 2}, "ring_pages must be"),
     ({"stage_bytes": STAGE_NEXT_BYTES, "build_flags": FLAG}, "set by MegakernelDecoder"),
-    ({"stage_next": "Rows", "stage_bytes": STAGE_NEXT_BYTES}, "must be a bool or 'rows'"),
+    ({"stage_next": "Rows", "stage_bytes": STAGE_NEXT_BYTES}, "must be a bool, 'rows' or 'rows_nodown'"),
 ])
 def test_the_decoder_refuses_before_any_gpu_work(kw, match, monkeypatch):
     from megakernel import runtime
@@ -75,10 +82,10 @@ def test_the_decoder_refuses_before_any_gpu_work(kw, match, monkeypatch):
         runtime.MegakernelDecoder(weights, **kw)
 
 
-def _staged_rows(prog, stage: int) -> Counter:
-    """(op, tile rows, staged rows) -> instructions, under the rows rule."""
+def _staged_rows(prog, stage: int, mode: str = "rows") -> Counter:
+    """(op, tile rows, staged rows) -> instructions, under the rule of ``mode``."""
     c = prog.config
-    fit = stage_next_tiles(prog, stage, rows=True)
+    fit = stage_next_tiles(prog, stage, mode)
     out = Counter()
     for ins, (_, _, n), f in zip(prog.instructions, tile_weight_ranges(prog), fit):
         if n:
@@ -95,9 +102,14 @@ def test_at_the_default_shapes_the_page_holds_whole_tiles_or_their_leading_rows(
     assert _staged_rows(prog, STAGE_NEXT_BYTES) == {
         (QkvHead, 16, 16): LAYERS * 160, (OProj, 16, 16): LAYERS * 128, (GateUp, 44, 16): LAYERS * 256,
         (Down, 16, 4): LAYERS * 128, (Logits, 64, 16): 500}
-    whole, rows = stage_next_tiles(prog, STAGE_NEXT_BYTES), stage_next_tiles(prog, STAGE_NEXT_BYTES, rows=True)
+    whole, rows = stage_next_tiles(prog, STAGE_NEXT_BYTES), stage_next_tiles(prog, STAGE_NEXT_BYTES, stage_next="rows")
     assert (rows[whole > 0] == whole[whole > 0]).all()  # row 28's tiles are staged the same way
     assert rows.sum() == LAYERS * (288 * 65536 + 256 * 65536 + 128 * 4 * 11264) + 500 * 65536
+    nodown = _staged_rows(prog, STAGE_NEXT_BYTES, "rows_nodown")  # 29b: Down keeps the register loads (817 MB)
+    assert nodown == {(QkvHead, 16, 16): LAYERS * 160, (OProj, 16, 16): LAYERS * 128, (GateUp, 44, 16): LAYERS * 256,
+                      (Down, 16, 0): LAYERS * 128, (Logits, 64, 16): 500}
+    # a Down tile that fits the page whole is still staged (row 28's rule)
+    assert (stage_next_tiles(prog, 180224, "rows_nodown") == stage_next_tiles(prog, 180224, "rows")).all()
 
 
 @pytest.mark.parametrize("stage,want", [
@@ -109,14 +121,18 @@ def test_at_the_default_shapes_the_page_holds_whole_tiles_or_their_leading_rows(
 def test_the_gpu_tests_tiny_pages_stage_leading_rows_of_every_larger_kind(stage, want):
     """The tiny model's pages of the FUSION_K=stage_rows tests: 4 KiB as TinyLlama's 64 KiB (whole QKV / O-proj,
     the leading rows of gate/up, down and logits), 2 KiB with O-proj partial too."""
-    assert _staged_rows(build_decode_program(get_config("tiny"), TINY_TILES), stage) == want
+    tiny = build_decode_program(get_config("tiny"), TINY_TILES)
+    assert _staged_rows(tiny, stage) == want
+    assert _staged_rows(tiny, stage, "rows_nodown") == {k if k[0] is not Down else (Down, 16, 0): v
+                                                         for k, v in want.items()}
 
 
+@pytest.mark.parametrize("mode", ["rows", "rows_nodown"])
 @pytest.mark.parametrize("workers,steps", [(W, 3), (37, 2), (7, 1), (5000, 1)])
-def test_where_a_launch_issues_its_copies(workers, steps):
+def test_where_a_launch_issues_its_copies(workers, steps, mode):
     prog = _tinyllama()
-    want = _protocol(stage_next_tiles(prog, STAGE_NEXT_BYTES, rows=True), workers, steps)
-    got = stage_next_schedule(prog, STAGE_NEXT_BYTES, workers, steps, rows=True)
+    want = _protocol(stage_next_tiles(prog, STAGE_NEXT_BYTES, mode), workers, steps)
+    got = stage_next_schedule(prog, STAGE_NEXT_BYTES, workers, steps, mode)
     assert got == want
     assert got["early"] + got["deferred"] == got["staged"]
     assert (got["staged"] > 0) == (workers < len(prog.instructions))
@@ -128,7 +144,7 @@ def test_at_263_workers_most_copies_are_deferred_behind_a_staged_gemv():
     O-proj ones as in row 28, gate/up 135 per layer before an attention tile's wait and 121 after an O-proj GEMV, down
     and logits all after a GEMV. 5632 copies (369 MB) start before a wait, 9652 (575 MB) after a GEMV."""
     prog = _tinyllama()
-    n, fit = len(prog.instructions), stage_next_tiles(prog, STAGE_NEXT_BYTES, rows=True)
+    n, fit = len(prog.instructions), stage_next_tiles(prog, STAGE_NEXT_BYTES, stage_next="rows")
     log: list = []
     _protocol(fit, W, 3, log)
     mid = [(t, how) for _, t, how in log if n <= t < 2 * n]
@@ -145,16 +161,40 @@ def test_at_263_workers_most_copies_are_deferred_behind_a_staged_gemv():
     assert issuers["Logits", "QkvHead"] == 160
     early = sum(int(fit[t % n]) for t, how in mid if how == "early")
     assert len([1 for _, how in mid if how == "early"]) == 5632 and early == 369_098_752
-    s = stage_next_schedule(prog, STAGE_NEXT_BYTES, W, steps=64, rows=True)
+    s = stage_next_schedule(prog, STAGE_NEXT_BYTES, W, steps=64, stage_next="rows")
     assert s["first_unstaged"] == 160 and 0.36 < s["early"] / s["staged"] < 0.38
 
 
+def _copies_by_op(prog, mode: str) -> tuple[Counter, Counter]:
+    """A middle step of a 3-step launch at 263 workers: copies by (staged op, where) and by (issuing op, staged op)."""
+    n, fit = len(prog.instructions), stage_next_tiles(prog, STAGE_NEXT_BYTES, mode)
+    log: list = []
+    _protocol(fit, W, 3, log)
+    mid = [(i, t, how) for i, t, how in log if n <= t < 2 * n]
+    kind = [type(ins).__name__ for ins in prog.instructions]
+    return Counter((kind[t % n], how) for _, t, how in mid), Counter((kind[i % n], kind[t % n]) for i, t, _ in mid)
+
+
+def test_without_downs_prefixes_the_down_tickets_issue_before_their_wait():
+    """Row 29b: Down tickets no longer read the page, so the 25 QKV parts per layer that follow a down ticket and the
+    128 logits tiles that follow the last layer's down tiles are copied before the down ticket's wait again (as in
+    row 28), and the gate/up tickets' deferred down copies are gone: per step 6285 copies (412 MB) early, 6183 (405 MB)
+    deferred."""
+    by_where, by_issuer = _copies_by_op(_tinyllama(), "rows_nodown")
+    assert by_where == {("QkvHead", "early"): 21 * 25, ("QkvHead", "deferred"): 21 * 135 + 160,
+                        ("OProj", "early"): LAYERS * 121, ("OProj", "deferred"): LAYERS * 7,
+                        ("GateUp", "early"): LAYERS * 135, ("GateUp", "deferred"): LAYERS * 121,
+                        ("Logits", "early"): 128, ("Logits", "deferred"): 372}
+    assert by_issuer["Down", "QkvHead"] == 21 * 25 and by_issuer["Down", "Logits"] == 128
+    assert not any(staged == "Down" for _, staged in by_issuer)
+
+
 @needs_nvcc
-def test_the_source_accepts_modes_0_1_2_only(tmp_path):
+def test_the_source_accepts_modes_0_to_3_only(tmp_path):
     from megakernel.build import BuildError, build
 
     with pytest.raises(BuildError, match="MK_STAGE_NEXT is 0 \\(off\\), 1"):
-        build(0, build_dir=tmp_path, extra_flags=("-DMK_STAGE_NEXT=3",))
+        build(0, build_dir=tmp_path, extra_flags=("-DMK_STAGE_NEXT=4",))
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +202,7 @@ def builds(tmp_path_factory):
     from megakernel.build import build
 
     out = {}
-    flags = {"default": (), "stage_next": ("-DMK_STAGE_NEXT=1",), "stage_rows": FLAG}
+    flags = {"default": (), "stage_next": ("-DMK_STAGE_NEXT=1",), "stage_rows": FLAG, "stage_rows_nodown": NODOWN}
 
     def get(name: str, mode: int = 0):
         if (name, mode) not in out:
@@ -173,12 +213,13 @@ def builds(tmp_path_factory):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("name", ["stage_rows", "stage_rows_nodown"])
 @pytest.mark.parametrize("mode", [0, 2])
-def test_the_variant_compiles_with_no_new_spill(builds, mode):
+def test_the_variant_compiles_with_no_new_spill(builds, mode, name):
     """128 registers; no function spills more than in row 28's build (nvcc 13.0, 2026-12-02: the same bytes in every
     function, the worker 32 B of stores in mode 0, 20 in mode 2) or the default's; the same static shared memory as row
     28, so two CTAs with the 64 KiB page fit an SM's 228 KiB."""
-    rows, sn, base = builds("stage_rows", mode), builds("stage_next", mode), builds("default", mode)
+    rows, sn, base = builds(name, mode), builds("stage_next", mode), builds("default", mode)
     assert rows.registers() is not None and rows.registers() <= 128
     got = _spills(rows.ptxas_log)
     for ref in (_spills(sn.ptxas_log), _spills(base.ptxas_log)):
@@ -189,7 +230,8 @@ def test_the_variant_compiles_with_no_new_spill(builds, mode):
 
 
 @needs_nvcc
-def test_the_bulk_copies_start_where_row_28s_do(builds):
+@pytest.mark.parametrize("name", ["stage_rows", "stage_rows_nodown"])
+def test_the_bulk_copies_start_where_row_28s_do(builds, name):
     """SASS: 6 UBLKCP in the worker loop, as in row 28: one at the plan, between the registration wait and the
     dependency wait, and one after each of the 5 GEMV ops' gemv_tile_staged calls behind a CTA barrier; none elsewhere."""
     from argus_rt.tools import tool_or_none
@@ -197,7 +239,7 @@ def test_the_bulk_copies_start_where_row_28s_do(builds):
 
     if tool_or_none("nvdisasm") is None:
         pytest.skip("needs nvdisasm")
-    fns = sass_diff.functions(sass_diff.disassembly(builds("stage_rows").cubin))
+    fns = sass_diff.functions(sass_diff.disassembly(builds(name).cubin))
     loop = fns["argus_megakernel"]
     copies = [i for i, line in enumerate(loop) if line.startswith("UBLKCP")]
     assert len(copies) == 6
