@@ -704,15 +704,16 @@ def test_stage_rows_watchdog_leaves_no_copy_behind():
     _check_stage_watchdog("rows", GateUp, r"o\[1\]", SEED + 53)
 
 
-# Row 29b (stage_next="rows_nodown", mk_stage_next_rows_nodown, MK_STAGE_NEXT=3): row 29 without Down's prefixes.
+# Row 29b (FUSION_K=stage_nodown, not matched by stage_rows; stage_next="rows_nodown", mk_stage_next_rows_nodown,
+# MK_STAGE_NEXT=3): row 29 without Down's prefixes.
 @pytest.mark.parametrize("workers,stage", [(7, STAGE_SMALL), (37, STAGE_HALF)])
-def test_stage_rows_nodown_matches_interpreter(workers, stage):
+def test_stage_nodown_matches_interpreter(workers, stage):
     _check_stage_matches_interpreter("rows_nodown", workers, stage, SEED + 55)
 
 
-def test_stage_rows_nodown_equals_the_default_bit_for_bit_tiny():
+def test_stage_nodown_equals_the_default_bit_for_bit_tiny():
     _check_stage_equals_the_default_tiny("rows_nodown", None, STAGE_SMALL, SEED + 57)
 
 
-def test_stage_rows_nodown_equals_the_default_in_64_step_launches_full_model():
+def test_stage_nodown_equals_the_default_in_64_step_launches_full_model():
     _check_stage_64_step_launches_full_model("mk_stage_next_rows_nodown", SEED + 59)
