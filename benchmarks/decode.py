@@ -130,6 +130,12 @@ def variant_rows() -> dict[str, dict]:
         # 64 KiB shared-memory page one ticket early (QKV parts and O-proj tiles fit; MK_STAGE_NEXT=1), so those GEMVs
         # read shared memory; the copy of the current tile at ticket time (mk_stage72 / 48, rows 10-12) lost
         "mk_stage_next": {"stage_bytes": STAGE_NEXT_BYTES, "stage_next": True},
+        # row 29 (NOTES.md "Ready: row 29"): mk_stage_next plus the leading whole rows of the larger tiles (gate/up 16
+        # of 44 rows, down 4 of 16, logits 16 of 64; MK_STAGE_NEXT=2); their GEMVs stream the other rows from global
+        "mk_stage_next_rows": {"stage_bytes": STAGE_NEXT_BYTES, "stage_next": "rows"},
+        # row 29b: mk_stage_next_rows without Down's prefixes (MK_STAGE_NEXT=3): a 16-row Down tile is one row pair per
+        # warp, so its 4 staged rows shorten no warp's global stream, while its tickets would read the page
+        "mk_stage_next_rows_nodown": {"stage_bytes": STAGE_NEXT_BYTES, "stage_next": "rows_nodown"},
         "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},

@@ -174,39 +174,64 @@ def form_words(program: Program, window_bytes: int | None, own: bool | tuple[str
     return out
 
 
-def stage_next_flags(stage_next: bool, stage_bytes: int, given: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Build flags of row 28 (csrc/megakernel/megakernel.cu: stage_next_plan): each worker bulk-copies its next static
-    ticket's whole weight tile, if it fits the ``stage_bytes`` page, into shared memory one ticket early. Needs a page
-    (stage_bytes > 0) and the static tickets (not mk_dynamic's counter, whose next ticket is unknown); MK_STAGE_NEXT is
-    set here only, so a binary's staging always matches its decoder's page."""
-    if not isinstance(stage_next, bool):
-        raise ValueError(f"stage_next must be a bool, got {stage_next!r}")
+STAGE_NEXT_ROWS = {"rows": 2, "rows_nodown": 3}  # stage_next's string values -> MK_STAGE_NEXT
+
+
+def stage_next_mode(stage_next: bool | str) -> int:
+    """MK_STAGE_NEXT of a decoder's ``stage_next``: False 0 (off), True 1 (row 28: whole tiles that fit the page),
+    "rows" 2 (row 29: also the leading whole rows of the larger tiles), "rows_nodown" 3 (2 without Down's prefixes)."""
+    if isinstance(stage_next, bool):
+        return int(stage_next)
+    if isinstance(stage_next, str) and stage_next in STAGE_NEXT_ROWS:
+        return STAGE_NEXT_ROWS[stage_next]
+    raise ValueError(f"stage_next must be a bool, 'rows' or 'rows_nodown', got {stage_next!r}")
+
+
+def stage_next_flags(stage_next: bool | str, stage_bytes: int, given: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Build flags of rows 28-29 (csrc/megakernel/megakernel.cu: stage_next_plan): each worker bulk-copies its next
+    static ticket's weight tile into the ``stage_bytes`` page one ticket early, if it fits whole (True), or also the
+    leading whole rows that fit of a larger one ("rows"). Needs a page (stage_bytes > 0) and the static tickets (not
+    mk_dynamic's counter, whose next ticket is unknown); MK_STAGE_NEXT is set here only, so a binary's staging always
+    matches its decoder's page."""
+    mode = stage_next_mode(stage_next)
     if any(f.startswith("-DMK_STAGE_NEXT") for f in given):
-        raise ValueError("MK_STAGE_NEXT is set by MegakernelDecoder(stage_next=True), not by build flags")
-    if not stage_next:
+        raise ValueError("MK_STAGE_NEXT is set by MegakernelDecoder(stage_next=True / 'rows'), not by build flags")
+    if not mode:
         return ()
     if stage_bytes <= 0:
-        raise ValueError(f"stage_next=True needs a stage page: stage_bytes > 0 (e.g. STAGE_NEXT_BYTES = "
+        raise ValueError(f"stage_next={stage_next!r} needs a stage page: stage_bytes > 0 (e.g. STAGE_NEXT_BYTES = "
                          f"{STAGE_NEXT_BYTES}), got {stage_bytes}")
     if flag_value(given, "MK_STATIC_TICKETS") == "0":
-        raise ValueError("stage_next=True stages the next static ticket (t + workers): it cannot run with "
+        raise ValueError(f"stage_next={stage_next!r} stages the next static ticket (t + workers): it cannot run with "
                          "-DMK_STATIC_TICKETS=0 (mk_dynamic's ticket counter: the next ticket is not known)")
-    return ("-DMK_STAGE_NEXT=1",)
+    return (f"-DMK_STAGE_NEXT={mode}",)
 
 
-def stage_next_tiles(program: Program, stage_bytes: int) -> np.ndarray:
-    """Per instruction, the weight bytes a stage_next build copies into the page for it (its whole tile if that fits
-    ``stage_bytes``, else 0): the kernel's stage_next_plan rule on tile_weight_ranges."""
+def stage_next_tiles(program: Program, stage_bytes: int, stage_next: bool | str = True) -> np.ndarray:
+    """Per instruction, the weight bytes a build of ``stage_next`` copies into the page for it: its whole tile if that
+    fits ``stage_bytes``, else 0 (True), or else its leading whole rows that fit, an even count ("rows"; "rows_nodown":
+    not for Down tiles). The kernel's stage_next_plan rule on tile_weight_ranges; a Down row is ffn weights, the
+    others hidden."""
+    mode = stage_next_mode(stage_next)
     n = np.array([b for _, _, b in tile_weight_ranges(program)], dtype=np.int64)
-    return np.where((n > 0) & (n <= stage_bytes), n, 0)
+    whole = np.where((n > 0) & (n <= stage_bytes), n, 0)
+    if mode < 2:
+        return whole * mode
+    c = program.config
+    down = np.array([isinstance(ins, Down) for ins in program.instructions])
+    row = np.where(down, 2 * c.ffn, 2 * c.hidden).astype(np.int64)
+    prefix = np.minimum(n, (stage_bytes // row & ~1) * row)
+    return np.where(down & (prefix < n), whole, prefix) if mode == 3 else prefix
 
 
-def stage_next_schedule(program: Program, stage_bytes: int, workers: int, steps: int = 1) -> dict[str, int]:
-    """Where a stage_next launch of ``steps`` steps from step 0 issues its copies (static tickets, worker stride
-    ``workers``): tickets staged (their tile came in one ticket early), of those issued early (the previous ticket
-    does not read the page: before its dependency wait) or deferred (after its staged GEMV), the staged bytes, and
-    the tickets that fit but are a worker's first (nothing staged yet: register loads)."""
-    fit = stage_next_tiles(program, stage_bytes)
+def stage_next_schedule(program: Program, stage_bytes: int, workers: int, steps: int = 1,
+                        stage_next: bool | str = True) -> dict[str, int]:
+    """Where a launch of ``steps`` steps from step 0 of a ``stage_next`` build issues its copies (static tickets,
+    worker stride ``workers``): tickets staged (their tile or its leading rows came in one ticket early), of those
+    issued early (the previous ticket does not read the page: before its dependency wait) or deferred (after its
+    staged GEMV), the staged bytes, and the tickets that fit but are a worker's first (nothing staged yet: register
+    loads)."""
+    fit = stage_next_tiles(program, stage_bytes, stage_next)
     n = len(fit)
     t = np.arange(steps * n)
     fits = fit[t % n] > 0
@@ -324,7 +349,8 @@ class MegakernelDecoder:
                  prefetch_ahead: int = 0, timeout_s: float = 2.0, argus_mode: int = 0,
                  sampling: SamplingParams | None = None, device: int = 0, stage_bytes: int = 0,
                  build_flags: tuple[str, ...] = (), prefetch_window: int | None = None,
-                 prefetch_own: bool | tuple[str, ...] = False, ring_pages: int = 0, stage_next: bool = False):
+                 prefetch_own: bool | tuple[str, ...] = False, ring_pages: int = 0,
+                 stage_next: bool | str = False):
         from argus_rt.launch import CubinModule
 
         self.config = weights.config
@@ -338,7 +364,8 @@ class MegakernelDecoder:
         # dynamic shared memory with staging: one or the other
         if not isinstance(ring_pages, int) or not 0 <= ring_pages <= 8 or (ring_pages and stage_bytes):
             raise ValueError(f"ring_pages must be an int in [0, 8] and 0 when stage_bytes is set, got {ring_pages!r}")
-        # stage_next (row 28): the page holds the next static ticket's whole tile, not the current tile's leading rows
+        # stage_next (rows 28-29): the page holds the next static ticket's whole tile (True) or also a larger one's
+        # leading rows ("rows"), not the current tile's leading rows
         next_flags = stage_next_flags(stage_next, stage_bytes, tuple(build_flags))
         self.device = torch.device("cuda", device)
         self.program: Program = build_decode_program(self.config, self.tiles)

@@ -525,11 +525,15 @@ def test_adaptive_equals_the_default_on_the_full_model(kv):
 # per-lane chunk order, so the same fp32 sums: every buffer bit for bit). Tiny model pages: 4 KiB holds its QKV parts
 # (2 KiB) and O-proj tiles (4 KiB) as 64 KiB does TinyLlama's, 16 KiB every GEMV tile (each ticket then reads the page
 # itself, so most copies take the deferred path, after the GEMV).
-STAGE_SMALL, STAGE_ALL = 4096, 16384
+# Row 29 (NOTES.md "Ready: row 29"; FUSION_K=stage_rows; stage_next="rows", mk_stage_next_rows, MK_STAGE_NEXT=2): the
+# same tests with the leading whole rows of the larger tiles staged too (tile_gemv streams the other rows from global
+# first). Tiny pages: 4 KiB stages gate/up 16 of 32 rows, down 4 of 16, logits 16 of 64 (as 64 KiB does on TinyLlama:
+# 16 of 44, 4 of 16, 16 of 64); 2 KiB also O-proj 8 of 16 rows (QKV parts still whole).
+STAGE_SMALL, STAGE_ALL, STAGE_HALF = 4096, 16384, 2048
 
 
-def _stage_next(stage: int) -> dict:
-    return {"stage_bytes": stage, "stage_next": True}
+def _stage_next(stage: int, mode: bool | str = True) -> dict:
+    return {"stage_bytes": stage, "stage_next": mode}
 
 
 def _staged_tickets(dec, steps: int) -> dict[str, int]:
@@ -537,29 +541,40 @@ def _staged_tickets(dec, steps: int) -> dict[str, int]:
     staged, copies issued before a wait (early) and after a staged GEMV (deferred)."""
     from megakernel.runtime import stage_next_schedule
 
-    return stage_next_schedule(dec.program, dec.stage_bytes, dec.launch_info.workers, steps)
+    return stage_next_schedule(dec.program, dec.stage_bytes, dec.launch_info.workers, steps, dec.stage_next)
 
 
-@pytest.mark.parametrize("workers,stage", [(7, STAGE_SMALL), (37, STAGE_SMALL), (7, STAGE_ALL)])
-def test_stage_next_matches_interpreter(workers, stage):
+def _partly_staged(dec) -> int:
+    """Instructions of which the decoder's page holds only the leading rows (host model; none with stage_next=True)."""
+    from megakernel.runtime import stage_next_tiles, tile_weight_ranges
+
+    fit = stage_next_tiles(dec.program, dec.stage_bytes, dec.stage_next)
+    whole = torch.tensor([n for _, _, n in tile_weight_ranges(dec.program)])
+    return int(((torch.from_numpy(fit) > 0) & (torch.from_numpy(fit) < whole)).sum())
+
+
+def _check_stage_matches_interpreter(mode, workers, stage, seed):
     """36 one-step launches (a tiny step is ~214 tickets: every worker has several, so tiles are staged in each)."""
-    weights = random_weights(get_config("tiny"), seed=SEED + 35, device="cuda")
-    dec = _decoder(weights, tiles=TINY_TILES, workers=workers, **_stage_next(stage))
+    from megakernel.runtime import stage_next_mode
+
+    weights = random_weights(get_config("tiny"), seed=seed, device="cuda")
+    dec = _decoder(weights, tiles=TINY_TILES, workers=workers, **_stage_next(stage, mode))
     plan = _staged_tickets(dec, 1)
-    # both issue sites in every launch (7 workers, 4 KiB: 28 copies before a wait, 46 after a staged GEMV)
-    assert "-DMK_STAGE_NEXT=1" in dec.build_flags and plan["early"] > 0 and plan["deferred"] > 0
-    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 36)).tolist()
-    _assert_steps_match_interpreter(dec, prompt, f"mk_stage_next (workers {workers}, page {stage})")
+    # both issue sites in every launch (row 28, 7 workers, 4 KiB: 28 copies before a wait, 46 after a staged GEMV)
+    assert f"-DMK_STAGE_NEXT={stage_next_mode(mode)}" in dec.build_flags
+    assert plan["early"] > 0 and plan["deferred"] > 0
+    assert (_partly_staged(dec) > 0) == isinstance(mode, str)  # "rows" / "rows_nodown"
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(seed + 1)).tolist()
+    _assert_steps_match_interpreter(dec, prompt, f"stage_next={mode!r} (workers {workers}, page {stage})")
 
 
-@pytest.mark.parametrize("workers,stage", [(None, STAGE_SMALL), (37, STAGE_SMALL), (None, STAGE_ALL)])
-def test_stage_next_equals_the_default_bit_for_bit_tiny(workers, stage):
+def _check_stage_equals_the_default_tiny(mode, workers, stage, seed):
     """36 steps in one launch (tiles of many steps in flight): logits within 1e-3 of max |logit| of the default's (says
     whether a failure below is an order difference or a bug), then every buffer bit for bit."""
-    weights = random_weights(get_config("tiny"), seed=SEED + 37, device="cuda")
-    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 38)).tolist()
+    weights = random_weights(get_config("tiny"), seed=seed, device="cuda")
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(seed + 1)).tolist()
     states = {}
-    for row, kw in (("default", {}), ("stage_next", _stage_next(stage))):
+    for row, kw in (("default", {}), ("staged", _stage_next(stage, mode))):
         dec = _decoder(weights, tiles=TINY_TILES, workers=workers, **kw)
         if kw:
             assert _staged_tickets(dec, 36)["staged"] > 0
@@ -567,39 +582,39 @@ def test_stage_next_equals_the_default_bit_for_bit_tiny(workers, stage):
         dec.run(0, 36)
         states[row] = _buffers(dec)
         del dec
-    assert _logits_error(states["stage_next"], states["default"]) < 1e-3
-    assert _differing_buffers(states["default"], states["stage_next"]) == []
+    assert _logits_error(states["staged"], states["default"]) < 1e-3
+    assert _differing_buffers(states["default"], states["staged"]) == []
 
 
-def test_stage_next_generation_equals_the_default_full_model():
-    """Full TinyLlama, mk_stage_next's own settings (64 KiB page: QKV parts and O-proj tiles), 40 steps generated in
-    launches of 8: the same tokens, then every buffer bit for bit."""
+def _check_stage_generation_full_model(row, seed):
+    """Full TinyLlama, the row's own settings (64 KiB page), 40 steps generated in launches of 8: the same tokens,
+    then every buffer bit for bit."""
     from benchmarks.decode import variant_rows
 
     c = get_config("tinyllama-1.1b", max_seq=256)
-    weights = random_weights(c, seed=SEED + 39, device="cuda")
-    prompt = torch.randint(0, c.vocab, (8,), generator=torch.Generator().manual_seed(SEED + 40)).tolist()
+    weights = random_weights(c, seed=seed, device="cuda")
+    prompt = torch.randint(0, c.vocab, (8,), generator=torch.Generator().manual_seed(seed + 1)).tolist()
     runs = {}
-    for label, kw in (("default", {}), ("mk_stage_next", variant_rows()["mk_stage_next"])):
+    for label, kw in (("default", {}), (row, variant_rows()[row])):
         dec = _decoder(weights, **kw)
         runs[label] = (dec.generate(prompt, n_new=32, chunk=8), _buffers(dec))
         del dec
         torch.cuda.empty_cache()
-    assert runs["mk_stage_next"][0] == runs["default"][0]
-    err = _logits_error(runs["mk_stage_next"][1], runs["default"][1])
-    assert _differing_buffers(runs["default"][1], runs["mk_stage_next"][1]) == [], f"logits error {err:.3g}"
+    assert runs[row][0] == runs["default"][0]
+    err = _logits_error(runs[row][1], runs["default"][1])
+    assert _differing_buffers(runs["default"][1], runs[row][1]) == [], f"logits error {err:.3g}"
 
 
-def test_stage_next_equals_the_default_in_64_step_launches_full_model():
+def _check_stage_64_step_launches_full_model(row, seed):
     """The benchmark's launch length (64 steps, ~1.3M tickets each) to KV position ~130, every token forced: logits
     within 1e-3 of max |logit| of the default's, then every buffer bit for bit."""
     from benchmarks.decode import variant_rows
 
     c = get_config("tinyllama-1.1b", max_seq=256)
-    weights = random_weights(c, seed=SEED + 41, device="cuda")
-    prompt = torch.randint(0, c.vocab, (132,), generator=torch.Generator().manual_seed(SEED + 42)).tolist()
+    weights = random_weights(c, seed=seed, device="cuda")
+    prompt = torch.randint(0, c.vocab, (132,), generator=torch.Generator().manual_seed(seed + 1)).tolist()
     states = {}
-    for label, kw in (("default", {}), ("mk_stage_next", variant_rows()["mk_stage_next"])):
+    for label, kw in (("default", {}), (row, variant_rows()[row])):
         dec = _decoder(weights, **kw)
         dec.set_prompt(prompt)
         for first, n in ((0, 64), (64, 64), (128, 3)):
@@ -607,35 +622,98 @@ def test_stage_next_equals_the_default_in_64_step_launches_full_model():
         states[label] = _buffers(dec)
         del dec
         torch.cuda.empty_cache()
-    err = _logits_error(states["mk_stage_next"], states["default"])
-    assert err < 1e-3, f"mk_stage_next's logits differ from the default's by {err:.3g} of max |logit|"
-    assert _differing_buffers(states["default"], states["mk_stage_next"]) == [], f"logits error {err:.3g}"
+    err = _logits_error(states[row], states["default"])
+    assert err < 1e-3, f"{row}'s logits differ from the default's by {err:.3g} of max |logit|"
+    assert _differing_buffers(states["default"], states[row]) == [], f"logits error {err:.3g}"
 
 
-def test_stage_next_watchdog_leaves_no_copy_behind():
-    """An O-proj tile (staged) that waits for ever: the watchdog names it within seconds (workers leave with a copy
-    possibly in flight: they wait for it first), and the next launch of the good program on the same decoder equals the
-    default's bit for bit."""
+def _check_stage_watchdog(mode, op, counter: str, seed):
+    """A staged tile of layer 1 (``op``) that waits for ever: the watchdog names it within seconds (workers leave with
+    a copy possibly in flight: they wait for it first), and the next launch of the good program on the same decoder
+    equals the default's bit for bit."""
     from megakernel.dag import build_decode_program
-    from megakernel.instructions import OProj
     from megakernel.runtime import MegakernelError
 
-    weights = random_weights(get_config("tiny"), seed=SEED + 43, device="cuda")
-    dec = _decoder(weights, tiles=TINY_TILES, workers=7, timeout_s=0.2, **_stage_next(STAGE_SMALL))
+    weights = random_weights(get_config("tiny"), seed=seed, device="cuda")
+    dec = _decoder(weights, tiles=TINY_TILES, workers=7, timeout_s=0.2, **_stage_next(STAGE_SMALL, mode))
     good = dec.program
     bad = build_decode_program(weights.config, TINY_TILES)
-    idx = next(i for i, ins in enumerate(bad.instructions) if isinstance(ins, OProj) and ins.layer == 1)
+    idx = next(i for i, ins in enumerate(bad.instructions) if isinstance(ins, op) and ins.layer == 1)
     bad.instructions[idx] = dataclasses.replace(bad.instructions[idx], wait_count=bad.instructions[idx].wait_count + 1000)
     dec.replace_program(bad)
     dec.set_prompt([1, 2, 3])
     start = time.perf_counter()
-    with pytest.raises(MegakernelError, match=rf"instruction {idx} OProj\(layer=1.*counter 'attn\[1\]'"):
+    with pytest.raises(MegakernelError, match=rf"instruction {idx} {op.__name__}\(layer=1.*counter '{counter}'"):
         dec.run(0, 2)
     assert time.perf_counter() - start < 5.0
     dec.replace_program(good)
-    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 44)).tolist()
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(seed + 1)).tolist()
     ref = _decoder(weights, tiles=TINY_TILES, workers=7)
     for d in (dec, ref):
         d.set_prompt(prompt)
         d.run(0, 20)
     assert _differing_buffers(_buffers(ref), _buffers(dec)) == []
+
+
+@pytest.mark.parametrize("workers,stage", [(7, STAGE_SMALL), (37, STAGE_SMALL), (7, STAGE_ALL)])
+def test_stage_next_matches_interpreter(workers, stage):
+    _check_stage_matches_interpreter(True, workers, stage, SEED + 35)
+
+
+@pytest.mark.parametrize("workers,stage", [(None, STAGE_SMALL), (37, STAGE_SMALL), (None, STAGE_ALL)])
+def test_stage_next_equals_the_default_bit_for_bit_tiny(workers, stage):
+    _check_stage_equals_the_default_tiny(True, workers, stage, SEED + 37)
+
+
+def test_stage_next_generation_equals_the_default_full_model():
+    _check_stage_generation_full_model("mk_stage_next", SEED + 39)
+
+
+def test_stage_next_equals_the_default_in_64_step_launches_full_model():
+    _check_stage_64_step_launches_full_model("mk_stage_next", SEED + 41)
+
+
+def test_stage_next_watchdog_leaves_no_copy_behind():
+    from megakernel.instructions import OProj
+
+    _check_stage_watchdog(True, OProj, r"attn\[1\]", SEED + 43)
+
+
+@pytest.mark.parametrize("workers,stage", [(7, STAGE_SMALL), (37, STAGE_SMALL), (7, STAGE_HALF)])
+def test_stage_rows_matches_interpreter(workers, stage):
+    _check_stage_matches_interpreter("rows", workers, stage, SEED + 45)
+
+
+@pytest.mark.parametrize("workers,stage", [(None, STAGE_SMALL), (37, STAGE_SMALL), (None, STAGE_HALF)])
+def test_stage_rows_equals_the_default_bit_for_bit_tiny(workers, stage):
+    _check_stage_equals_the_default_tiny("rows", workers, stage, SEED + 47)
+
+
+def test_stage_rows_generation_equals_the_default_full_model():
+    _check_stage_generation_full_model("mk_stage_next_rows", SEED + 49)
+
+
+def test_stage_rows_equals_the_default_in_64_step_launches_full_model():
+    _check_stage_64_step_launches_full_model("mk_stage_next_rows", SEED + 51)
+
+
+def test_stage_rows_watchdog_leaves_no_copy_behind():
+    """A gate/up tile (16 of its 32 rows staged at 4 KiB) that waits for ever."""
+    from megakernel.instructions import GateUp
+
+    _check_stage_watchdog("rows", GateUp, r"o\[1\]", SEED + 53)
+
+
+# Row 29b (FUSION_K=stage_nodown, not matched by stage_rows; stage_next="rows_nodown", mk_stage_next_rows_nodown,
+# MK_STAGE_NEXT=3): row 29 without Down's prefixes.
+@pytest.mark.parametrize("workers,stage", [(7, STAGE_SMALL), (37, STAGE_HALF)])
+def test_stage_nodown_matches_interpreter(workers, stage):
+    _check_stage_matches_interpreter("rows_nodown", workers, stage, SEED + 55)
+
+
+def test_stage_nodown_equals_the_default_bit_for_bit_tiny():
+    _check_stage_equals_the_default_tiny("rows_nodown", None, STAGE_SMALL, SEED + 57)
+
+
+def test_stage_nodown_equals_the_default_in_64_step_launches_full_model():
+    _check_stage_64_step_launches_full_model("mk_stage_next_rows_nodown", SEED + 59)

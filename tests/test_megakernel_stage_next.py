@@ -80,9 +80,10 @@ def test_at_the_default_shapes_qkv_parts_and_oproj_tiles_fill_the_page():
     assert not stage_next_tiles(prog, STAGE_NEXT_BYTES - 16).any()  # whole tiles only
 
 
-def _protocol(fit: np.ndarray, workers: int, steps: int) -> dict[str, int]:
+def _protocol(fit: np.ndarray, workers: int, steps: int, log: list | None = None) -> dict[str, int]:
     """The kernel's per-worker page protocol (megakernel.cu: stage_next_plan, stage_next_deferred, the ticket end),
-    ticket by ticket: returns the same counts as stage_next_schedule and checks one copy in flight at most."""
+    ticket by ticket: returns the same counts as stage_next_schedule and checks one copy in flight at most. ``log``
+    (tests/test_megakernel_stage_rows.py): gets (issuing ticket, staged ticket, "early" / "deferred") per copy."""
     n, end = len(fit), steps * len(fit)
     out = {"staged": 0, "early": 0, "deferred": 0, "bytes": 0, "first_unstaged": 0}
     for r in range(min(workers, end)):
@@ -98,11 +99,15 @@ def _protocol(fit: np.ndarray, workers: int, steps: int) -> dict[str, int]:
                 if nb:
                     out["deferred"] += 1
                     in_flight += 1
+                    if log is not None:
+                        log.append((t, nxt, "deferred"))
             else:
                 out["first_unstaged"] += bool(fit[t % n]) and t < workers
                 if nb:  # before this ticket's dependency wait
                     out["early"] += 1
                     in_flight += 1
+                    if log is not None:
+                        log.append((t, nxt, "early"))
             assert in_flight <= 1
             staged = nb
         assert in_flight == 0, f"worker {r}: a copy in flight at the launch's end"

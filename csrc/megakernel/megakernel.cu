@@ -149,16 +149,32 @@ __device__ __forceinline__ void prefetch_tile(const char* ptr, unsigned bytes) {
 #if MK_RING
 #error "MK_STAGE_NEXT and MK_RING both use the dynamic shared memory: one or the other"
 #endif
+#if MK_STAGE_NEXT < 1 || MK_STAGE_NEXT > 3
+#error "MK_STAGE_NEXT is 0 (off), 1 (whole tiles that fit the page), 2 (also the leading rows of larger tiles) or 3 (2 without Down's)"
+#endif
 // Row 28 (megakernel/NOTES.md "Ready: row 28"): static tickets (worker r runs first + r, + W, ...) let a worker know
 // its next ticket, and weights never depend on activations, so the next ticket's whole tile (if it fits the stage
 // page: QKV parts and O-proj tiles at the default shapes, 64 KiB) is bulk-copied into shared memory one ticket
 // early, off the critical path, instead of at its own ticket time as the staging of rows 10-12 / the ring of row 18
 // did. One page, one copy in flight at most: a ticket that reads the page issues the next copy after its GEMV.
+// MK_STAGE_NEXT=2 (row 29) also stages the leading rows of the tiles that do not fit (gate/up, down, logits), so
+// nearly every GEMV ticket reads the page and most copies take that deferred path; MK_STAGE_NEXT=3 not Down's.
 // Thread 0, at the start of ticket t (before its dependency wait): s.next_ins holds ticket t + W's words.
 __device__ __forceinline__ void stage_next_plan(const Params& p, Smem& s, bool has_next) {
   const char* w;
   unsigned bytes, row_bytes;
   tile_weights(p, s.next_ins, &w, &bytes, &row_bytes);
+#if MK_STAGE_NEXT >= 2
+  // Row 29 (NOTES.md "Ready: row 29"): of a tile larger than the page, its leading whole rows that fit (an even
+  // count: GEMV_ROWS pairs, the current-tile staging's rule); tile_gemv streams the rest from global first.
+  const unsigned whole = bytes;
+  bytes = min(bytes, (((unsigned)p.stage_bytes / row_bytes) & ~1u) * row_bytes);
+#if MK_STAGE_NEXT == 3
+  // Not a Down tile's prefix: its 16 rows are one pair per warp, so 6 warps would still stream a whole pair from
+  // global (its tile time is a fixed cost: row 23's 8-row tiles took as long), while its tickets would read the page
+  if (s.next_ins[W_OPCODE] == OP_DOWN && bytes < whole) bytes = 0;
+#endif
+#endif
   const bool fits = has_next && !s.stage_off && bytes > 0 && bytes <= (unsigned)p.stage_bytes;
   s.next_staged = fits ? (int)bytes : 0;
   s.next_src = w;
@@ -641,8 +657,8 @@ __device__ void worker(const Params& p, Smem& s) {
       unsigned bytes, row_bytes;
       tile_weights(p, s.ins, &w, &bytes, &row_bytes);
 #if MK_STAGE_NEXT
-      // This tile is in the page iff the previous ticket copied it there (whole); the next one's copy starts now
-      // if the page is free, else after this GEMV.
+      // This tile is in the page iff the previous ticket copied it there (whole; MK_STAGE_NEXT>=2: its leading rows
+      // that fit); the next one's copy starts now if the page is free, else after this GEMV.
       const unsigned stage = (unsigned)s.staged;
       if (threadIdx.x == 0) stage_next_plan(p, s, has_next);
 #else
