@@ -18,12 +18,19 @@ from pathlib import Path
 
 
 def _by_region(values: list[dict], signal: str) -> dict[str, dict[str, float]]:
+    """{region: {metric: value}}, the regions with a non-zero value only (a region compiled out of the
+    profiled build, or one that owns no PC, has zeros: listed by :func:`_empty` instead)."""
     out: dict[str, dict[str, float]] = defaultdict(dict)
     for v in values:
         metric = str(v.get("metric", ""))
         if v.get("signal") == signal and v.get("region") and v.get("value") is not None and "(inclusive)" not in metric:
             out[v["region"]][metric] = float(v["value"])
-    return out
+    return {r: {k: x for k, x in m.items() if x} for r, m in out.items() if any(m.values())}
+
+
+def _empty(values: list[dict], signal: str) -> list[str]:
+    named = {v["region"] for v in values if v.get("signal") == signal and v.get("region")}
+    return sorted(named - set(_by_region(values, signal)))
 
 
 def _files(values: list[dict], signal: str) -> dict[str, float]:
@@ -106,6 +113,8 @@ def main(argv=None) -> int:
         if signal in signals:
             print(f"### {title} (`{signal}`)\n")
             print("\n".join(table()) + "\n")
+            if _empty(values, signal):
+                print(f"Regions with no counts: {', '.join(_empty(values, signal))}\n")
         else:
             print(f"### {title}: `{signal}` not in the report\n")
     if doc.get("unanswered"):
