@@ -4,8 +4,7 @@
  * over it are in argus_markers.cuh.
  *
  * Mode 2 defines `argus_ctl` and `argus_scratch` (1 MiB of device memory, where register-cursor
- * warps that record nothing write) and uses 1 KiB of static shared memory (per-warp ring cursors; 5 KiB with
- * -DARGUS_LEAN_MARKERS=1, which adds a count per thread):
+ * warps that record nothing write) and uses 1 KiB of static shared memory (per-warp ring cursors):
  * include argus.cuh in one translation unit per module, or define ARGUS_CTL_EXTERN in the others
  * (relocatable device code).
  *
