@@ -42,14 +42,20 @@ def _share(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
 
 
-def instruction_table(values: list[dict], top: int) -> list[str]:
-    per = _by_region(values, "instruction_mix")
+def _largest_table(values: list[dict], signal: str, count_label: str, parts_label: str, top: int) -> list[str]:
+    """Per region (largest first): its total, its share of all regions', and its ``top`` largest metrics."""
+    per = _by_region(values, signal)
     total = sum(sum(m.values()) for m in per.values())
-    rows = ["| region | warp instructions | share | largest opcode families |", "|---|---|---|---|"]
-    for region, mix in sorted(per.items(), key=lambda kv: -sum(kv[1].values())):
-        n = sum(mix.values())
-        fams = ", ".join(f"{k} {_share(v, n)}" for k, v in sorted(mix.items(), key=lambda kv: -kv[1])[:top])
-        rows.append(f"| {region} | {n:.4g} | {_share(n, total)} | {fams} |")
+    rows = [f"| region | {count_label} | share | {parts_label} |", "|---|---|---|---|"]
+    for region, parts in sorted(per.items(), key=lambda kv: -sum(kv[1].values())):
+        n = sum(parts.values())
+        largest = ", ".join(f"{k} {_share(v, n)}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])[:top])
+        rows.append(f"| {region} | {n:.4g} | {_share(n, total)} | {largest} |")
+    return rows
+
+
+def instruction_table(values: list[dict], top: int) -> list[str]:
+    rows = _largest_table(values, "instruction_mix", "warp instructions", "largest opcode families", top)
     files = _files(values, "instruction_mix")
     if files:
         rows += ["", "| -lineinfo file view | warp instructions | share |", "|---|---|---|"]
@@ -63,7 +69,7 @@ def barrier_table(values: list[dict]) -> list[str]:
     stalls = _by_region(values, "stall_reasons")
     all_samples = sum(sum(m.values()) for m in stalls.values())
     rows = ["| region | BAR executed | barrier-stall samples | share of all samples |", "|---|---|---|---|"]
-    regions = sorted(set(bars) | set(stalls), key=lambda r: -stalls.get(r, {}).get("barrier", 0.0))
+    regions = sorted(set(bars) | set(stalls), key=lambda r: (-stalls.get(r, {}).get("barrier", 0.0), r))
     for r in regions:
         b = sum(bars.get(r, {}).values())
         s = stalls.get(r, {}).get("barrier", 0.0)
@@ -72,14 +78,7 @@ def barrier_table(values: list[dict]) -> list[str]:
 
 
 def stall_table(values: list[dict], top: int) -> list[str]:
-    per = _by_region(values, "stall_reasons")
-    total = sum(sum(m.values()) for m in per.values())
-    rows = ["| region | stall samples | share | largest reasons |", "|---|---|---|---|"]
-    for region, reasons in sorted(per.items(), key=lambda kv: -sum(kv[1].values())):
-        n = sum(reasons.values())
-        top_reasons = ", ".join(f"{k} {_share(v, n)}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:top])
-        rows.append(f"| {region} | {n:.4g} | {_share(n, total)} | {top_reasons} |")
-    return rows
+    return _largest_table(values, "stall_reasons", "stall samples", "largest reasons", top)
 
 
 def branch_table(values: list[dict]) -> list[str]:
