@@ -4,6 +4,7 @@ Fresh random inputs every run (the seed is printed, so a failure can be replayed
 """
 import dataclasses
 import os
+import re
 import time
 
 import numpy as np
@@ -174,16 +175,22 @@ def test_watchdog_turns_a_deadlock_into_an_error(tiny):
 
 
 def check_watchdog(tiny, stage):
+    dec = _decoder(tiny, tiles=TINY_TILES, timeout_s=0.2, stage_bytes=stage)
+    expect_watchdog_names_the_stuck_tile(dec, tiny.config, TINY_TILES, OProj, "attn[1]")
+
+
+def expect_watchdog_names_the_stuck_tile(dec, config, tiles, op, counter: str) -> None:
+    """``dec`` runs a program whose first layer-1 ``op`` tile waits for ever (its wait count +1000): the watchdog
+    names that instruction and its ``counter`` within 5 s. ``dec`` keeps the stuck program (replace it to go on)."""
     from megakernel.runtime import MegakernelError
 
-    dec = _decoder(tiny, tiles=TINY_TILES, timeout_s=0.2, stage_bytes=stage)
-    prog = build_decode_program(tiny.config, TINY_TILES)
-    idx = next(i for i, ins in enumerate(prog.instructions) if isinstance(ins, OProj) and ins.layer == 1)
+    prog = build_decode_program(config, tiles)
+    idx = next(i for i, ins in enumerate(prog.instructions) if isinstance(ins, op) and ins.layer == 1)
     prog.instructions[idx] = dataclasses.replace(prog.instructions[idx], wait_count=prog.instructions[idx].wait_count + 1000)
     dec.replace_program(prog)
     dec.set_prompt([1, 2, 3])
     start = time.perf_counter()
-    with pytest.raises(MegakernelError, match=rf"instruction {idx} OProj\(layer=1.*counter 'attn\[1\]'"):
+    with pytest.raises(MegakernelError, match=rf"instruction {idx} {op.__name__}\(layer=1.*counter '{re.escape(counter)}'"):
         dec.run(0, 2)
     assert time.perf_counter() - start < 5.0
 
