@@ -59,6 +59,11 @@ class KernelSpec:
     start_overrides: dict = field(default_factory=dict)
     family: str = ""               # the kernel whose validity and candidate rules apply ("" = name)
 
+    @property
+    def rules(self) -> str:
+        """The kernel whose validity, candidate and warp-specialisation rules apply: its family, or itself."""
+        return self.family or self.name
+
     def knob(self, name: str) -> Knob:
         for k in self.knobs:
             if k.name == name:
@@ -86,16 +91,16 @@ class KernelSpec:
 
     def valid(self, config: dict, shape: dict) -> str | None:
         """Why ``config`` cannot run at ``shape`` without going out of bounds (None: it can)."""
-        return _VALIDITY[self.family or self.name](config, shape)
+        return _VALIDITY[self.rules](config, shape)
 
     def candidate(self, config: dict, shape: dict, base_launch: dict) -> tuple[dict, dict]:
         """(edits, launch) for ``fork``: the module with the candidate's constants, and the launch keys."""
         for k in self.knobs:
             k.index(config[k.name])
-        constants, launch = _CANDIDATES[self.family or self.name](config, shape, base_launch)
+        constants, launch = _CANDIDATES[self.rules](config, shape, base_launch)
         text = self.module_text()
         if config.get("warp_specialize"):
-            text = _warp_specialised(text, self.family or self.name)
+            text = _warp_specialised(text, self.rules)
         block = "\n".join(f"{name} = {value!r}" for name, value in constants.items())
         return {self.module: f"{text.rstrip()}\n\n\n{OVERRIDE_HEADER}\n{block}\n"}, launch
 
