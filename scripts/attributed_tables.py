@@ -112,8 +112,9 @@ def main(argv=None) -> int:
         if signal in signals:
             print(f"### {title} (`{signal}`)\n")
             print("\n".join(table()) + "\n")
-            if _empty(values, signal):
-                print(f"Regions with no counts: {', '.join(_empty(values, signal))}\n")
+            empty = _empty(values, signal)
+            if empty:
+                print(f"Regions with no counts: {', '.join(empty)}\n")
         else:
             print(f"### {title}: `{signal}` not in the report\n")
     if doc.get("unanswered"):
