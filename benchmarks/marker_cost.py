@@ -8,7 +8,9 @@ path (PATHS): default markers in the kernel's body (shared-memory cursor), defau
 __noinline__ helper, the register cursor (ARGUS_WARP_STATE()), and the opt-in lean markers
 (-DARGUS_LEAN_MARKERS=1: csrc/argus/argus_lean_markers.cuh, docs/marker_cost_anatomy.md) in the body, in the
 helper and under divergence (half of each warp in one region, half in another: each half records its own pairs
-with lane-group records; the default markers do not support this). Each path is compared with the
+with lane-group records; the default markers do not support this), and the register cursor with lane groups
+(-DARGUS_REG_LANE_GROUPS=1, opt-in: register_lanes in the body, register_helper_inline and register_helper in a
+__forceinline__ and a __noinline__ helper taking ARGUS_STATE_PARAM, register_divergent under divergence). Each path is compared with the
 trace-free build of its own kernel. Each build runs armed (every warp records) and disarmed (tracing
 off: markers run, nothing is claimed or stored).
 A least-squares line through added time vs. markers per warp gives the per-marker cost (slope)
@@ -43,6 +45,8 @@ from benchmarks.trace_overhead import fma_chain_reference  # noqa: E402
 CTAS, THREADS, FMAS_PER_THREAD = 128, 256, 4096
 OCCURRENCES = [16, 64, 256]
 OPT_IN_PREFIXES = ("lean_",)  # rows of opt-in marker builds: their failure is reported, not an exit status
+OPT_IN_DEFINES = ("ARGUS_LEAN_MARKERS", "ARGUS_REG_LANE_GROUPS")  # likewise, rows built with these
+REG_LANES = {"REFEXEC_WARP_STATE": "1", "ARGUS_REG_LANE_GROUPS": "1"}
 # path -> (kernel, defines of the traced build); the default paths first, so they are built and checked first
 PATHS = {
     "shared": ("refexec_compute", {}),
@@ -54,9 +58,20 @@ PATHS = {
     "lean_shared_guarded": ("refexec_compute", {"ARGUS_LEAN_MARKERS": "1", "ARGUS_LEAN_GUARDED_STAMP": "1"}),
     "lean_shared_helper": ("refexec_compute_helper", {"ARGUS_LEAN_MARKERS": "1"}),
     "lean_shared_divergent": ("refexec_compute_divergent", {"ARGUS_LEAN_MARKERS": "1"}),
+    # the register cursor with lane groups (-DARGUS_REG_LANE_GROUPS=1, opt-in): in the body (the convergence test's
+    # cost), in a __forceinline__ and a __noinline__ helper (ARGUS_STATE_PARAM), and under divergence
+    "register_lanes": ("refexec_compute", REG_LANES),
+    "register_helper_inline": ("refexec_compute_helper_inline", REG_LANES),
+    "register_helper": ("refexec_compute_helper", REG_LANES),
+    "register_divergent": ("refexec_compute_divergent", REG_LANES),
 }
 REGION_OCCURRENCE, REGION_REFEXEC = 0xEAF59E52, 0x08F8A352  # examples/cuda/reference_execution_regions.h
 SOURCE = ROOT / "examples" / "cuda" / "reference_execution.cu"
+
+
+def opt_in(path: str) -> bool:
+    """Is the path an opt-in marker build (its failed check is reported, not an exit status)?"""
+    return path.startswith(OPT_IN_PREFIXES) or any(d in PATHS[path][1] for d in OPT_IN_DEFINES)
 
 
 def inner_for(occ: int) -> int:
@@ -223,7 +238,10 @@ def main() -> int:
              "occurrences (rows: shared = default markers in the kernel body, shared_helper = inside a __noinline__ "
              "helper, register = ARGUS_WARP_STATE(); lean_* = the same with -DARGUS_LEAN_MARKERS=1 (opt-in; "
              "_guarded: the stamp read after the readiness branch), lean_shared_divergent = half-warps in "
-             "different regions, per marker of each half-warp); "
+             "different regions, per marker of each half-warp; register_* = ARGUS_WARP_STATE() with "
+             "-DARGUS_REG_LANE_GROUPS=1 (opt-in): register_lanes in the body, register_helper_inline / register_helper "
+             "in a __forceinline__ / __noinline__ helper taking ARGUS_STATE_PARAM, register_divergent = half-warps "
+             "recording lane groups); "
              "`check` = the path's output and decoded-trace check (a failed path is not timed); "
              "`per_marker_ns` / `fixed_us` = least-squares slope / intercept against markers per warp. "
              "Armed: every warp records (globaltimer); disarmed: tracing off.")
@@ -231,7 +249,7 @@ def main() -> int:
     record("marker_cost", rows, title="Cost of one marker (fixed + per-marker fit)", notes=notes, gpu=gpu_name(),
            not_recorded=not_recorded or None)
     print(notes)
-    return 1 if any(not p.startswith(OPT_IN_PREFIXES) for p in failed) else 0
+    return 1 if any(not opt_in(p) for p in failed) else 0
 
 
 if __name__ == "__main__":

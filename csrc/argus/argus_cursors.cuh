@@ -387,7 +387,17 @@ __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coo
  * declaration must reach the end of the function. Markers in called functions use the shared cursor;
  * mixing the two overwrites records (the decoder then reports the ring as corrupt: its timestamps go
  * backwards). A kernel that traps before returning leaves its ring unclaimed. */
+#ifndef ARGUS_REG_LANE_GROUPS
+#define ARGUS_REG_LANE_GROUPS 0
+#endif
+#if ARGUS_REG_LANE_GROUPS
+/* Lane-group build: bits 26..27 of mask_flags are free (capacity <= 2^26), 28 and 29 send markers to the slow path. */
+#define ARGUS_REG_CAP_BITS_ 0x0FFFFFFFu
+#define ARGUS_REG_PARTIAL_ (1u << 28) /* the warp has fewer than 32 lanes at launch: every marker is a slow one */
+#define ARGUS_REG_DIRTY_ (1u << 29)   /* this lane ran a lane-group marker since the warp last folded `extra` in */
+#else
 #define ARGUS_REG_CAP_BITS_ 0x3FFFFFFFu
+#endif
 __device__ __forceinline__ argus_u32* reg_cursor_seq() {
   __shared__ argus_u32 seq;
   return &seq;
@@ -396,12 +406,24 @@ __device__ __forceinline__ argus_u32* reg_cursor_seq() {
  * on a warp that records nothing, "count me as unbuffered" (set on one lane). */
 #define ARGUS_REG_FLAG30_ (1u << 30)
 #define ARGUS_REG_LEAD_ (1u << 31)
-struct RegCursor {
+#if ARGUS_REG_LANE_GROUPS
+/* Slots taken by lane groups of each warp since its count was last folded (reg_fold): a partial group's record goes
+ * to slot count + extra, so it never overwrites one of the whole warp's. Zeroed by the declaration. */
+__device__ __forceinline__ argus_u32* reg_extra() {
+  __shared__ argus_u32 extra[ARGUS_MAX_WARPS_PER_CTA];
+  return extra;
+}
+#endif
+/* The cursor's registers, trivially copyable (a helper may take it by value: ARGUS_STATE_PARAM_VALUE). */
+struct RegState {
   argus_u64 records; /* global address of the ring's record 0, or of a scratch slot when not recording */
   argus_u32 count;   /* records produced, with those of earlier launches under this arm */
-  argus_u32 mask_flags; /* bits 0..29: capacity - 1 (host caps capacity at 2^26), or the scratch slot's 63 when not recording;
+  argus_u32 mask_flags; /* bits 0..29: capacity - 1 (host caps capacity at 2^26), or the scratch slot's 63 when not recording
+                           (lane-group build: bits 0..27, and 28/29 as ARGUS_REG_PARTIAL_/DIRTY_);
                            30: see ARGUS_REG_FLAG30_ below; 31: this lane writes the header at scope exit */
   argus_u32 coord_begin, coord_span; /* window [begin, begin + span) */
+};
+struct RegCursor : RegState {
   __device__ __forceinline__ RegCursor() {
     const argus_u32 warp = warp_in_cta();
     const argus_u32 cta = cta_linear();
@@ -440,9 +462,16 @@ struct RegCursor {
     const bool flag30 = rec ? append : (v.pass && is_lead);
     mask_flags = (rec ? (v.capacity - 1u) & ARGUS_REG_CAP_BITS_ : ARGUS_SCRATCH_SLOT_RECORDS - 1u) | (flag30 ? ARGUS_REG_FLAG30_ : 0u) |
                  (rec && is_lead ? ARGUS_REG_LEAD_ : 0u);
+#if ARGUS_REG_LANE_GROUPS
+    reg_extra()[warp] = 0u;  // every lane stores the same word
+    if (warps_in_block() == warp + 1u && (blockDim.x * blockDim.y * blockDim.z & 31u)) mask_flags |= ARGUS_REG_PARTIAL_;
+#endif
   }
   __device__ __forceinline__ ~RegCursor() {
     if (mask_flags & ARGUS_REG_LEAD_) {
+#if ARGUS_REG_LANE_GROUPS
+      count += atomicExch(reg_extra() + warp_in_cta(), 0u);  // slots lane groups took after the last fold
+#endif
       const argus_u64 hdr = records - ARGUS_RING_HEAD_BYTES_;
       const argus_u32 capacity = (mask_flags & ARGUS_REG_CAP_BITS_) + 1u;
       const argus_u32 dropped = count > capacity ? count - capacity : 0u;
@@ -473,7 +502,111 @@ __device__ __forceinline__ void emit_with(NoRegCursor&, argus_u32 kind, argus_u3
   emit(kind, id, coord);
 }
 
-__device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
+__device__ __forceinline__ argus_u64 reg_stamp() {
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  return cycle_counter();
+#else
+  return global_timer();
+#endif
+}
+
+#if ARGUS_REG_LANE_GROUPS
+/* Lanes warp `warp` has at launch (fewer than 32 in the last warp of a block not a multiple of 32). */
+__device__ __forceinline__ argus_u32 reg_warp_lanes(argus_u32 warp) {
+  const argus_u32 left = blockDim.x * blockDim.y * blockDim.z - 32u * warp;
+  return left >= 32u ? 0xFFFFFFFFu : (1u << left) - 1u;
+}
+
+/* What the marker's common store does after the slow path: its address, and the cursor's count and flags (the
+ * common code then adds `take` to the count). */
+struct RegSlow {
+  argus_u64 at;
+  argus_u32 count, mask_flags, anchor; /* anchor: the common store's record refreshes an anchor (anchored build) */
+};
+
+__device__ __forceinline__ argus_u64 reg_slot(const RegState& rc, argus_u32 n) {
+  return rc.records + (argus_u64)(n & rc.mask_flags & ARGUS_REG_CAP_BITS_) * sizeof(ArgusRecord);
+}
+
+/* The whole warp is back together after lane groups recorded (or a warp of fewer than 32 lanes): the slots the
+ * groups took join the count (every lane gets the value from the lowest lane) and the record takes the next slot. */
+__device__ __forceinline__ RegSlow reg_fold(RegState rc, argus_u32* extra, argus_u32 active) {
+  const argus_u32 lead = (argus_u32)(__ffs(active) - 1);
+  __syncwarp(active);  // every group's atomic is done before the exchange
+  argus_u32 e = 0u;
+  if (lane_id() == lead) e = atomicExch(extra, 0u);
+  rc.count += __shfl_sync(active, e, lead);
+  return {reg_slot(rc, rc.count), rc.count, rc.mask_flags & ~ARGUS_REG_DIRTY_, 1u};
+}
+
+/* A lane group's marker (not the whole warp): its lowest lane takes two slots past the count and the other groups'
+ * (a shared atomic on the warp's `extra`); the group writes a lane-group record (ARGUS_KIND_LANES: its mask and
+ * lowest lane) in the second, the pair the lean markers write and the decoder pairs per group, and the common store
+ * writes the marker's record in the first. The count is unchanged; every lane of the group is then dirty, so the
+ * next whole-warp marker folds first. Outside the window the common store goes to the warp's scratch slot. */
+__device__ __forceinline__ RegSlow reg_group(const RegState& rc, argus_u32* extra, argus_u32 coord, argus_u64 t,
+                                             argus_u32 active, argus_u32 warp) {
+  const argus_u32 take = (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
+  if (!take) {
+    argus_u64 scratch;
+    asm("cvta.to.global.u64 %0, %1;" : "=l"(scratch)
+        : "l"((argus_u64)&argus_scratch[ARGUS_SCRATCH_SLOT_RECORDS * ((cta_linear() * warps_in_block() + warp) % ARGUS_SCRATCH_SLOTS)]));
+    return {scratch, rc.count, rc.mask_flags, 0u};
+  }
+  const argus_u32 lane = lane_id(), lead = (argus_u32)(__ffs(active) - 1);
+  argus_u32 n = 0u;
+  if (lane == lead) n = atomicAdd(extra, 2u);
+  n = rc.count + __shfl_sync(active, n, lead);
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(reg_slot(rc, n + 1u)), "r"(active), "r"(lead),
+               "r"((argus_u32)t), "r"(stamp_hi(t, ARGUS_KIND_LANES)) : "memory");
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  if (lane == lead && (rc.mask_flags >> 31)) {
+    const argus_u32 cap_mask = rc.mask_flags & ARGUS_REG_CAP_BITS_;
+    store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, n, cap_mask, t, true);
+    store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, n + 1u, cap_mask, t);
+  }
+#endif
+  return {reg_slot(rc, n), rc.count - 1u, rc.mask_flags | ARGUS_REG_DIRTY_, 0u};
+}
+
+/* Off the converged path, out of line (so the converged path has one uniform branch over the call and no
+ * convergence barrier; the cursor goes by value, in registers). The group leaves together (__syncwarp), so no
+ * lane runs its next marker before the group's slots are taken. */
+__device__ __noinline__ RegSlow reg_emit_slow(RegState rc, argus_u32 coord, argus_u64 t, argus_u32 active) {
+  const argus_u32 warp = warp_in_cta();
+  argus_u32* extra = reg_extra() + warp;
+  const RegSlow r = active == reg_warp_lanes(warp) ? reg_fold(rc, extra, active) : reg_group(rc, extra, coord, t, active, warp);
+  __syncwarp(active);
+  return r;
+}
+
+/* One marker: the converged warp (all 32 lanes here, none dirty: one vote) stores at its slot with no branch
+ * of its own; any other marker first calls the slow path, which says where the common store goes. */
+__device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
+  const argus_u64 t = reg_stamp();  // first: the convergence test runs in its shadow
+  const argus_u32 active = __activemask();
+  const argus_u32 take = (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
+  argus_u64 at = reg_slot(rc, rc.count);
+  argus_u32 anchor = 1u;
+  if (__builtin_expect(!__all_sync(active, (~active | (rc.mask_flags & (ARGUS_REG_PARTIAL_ | ARGUS_REG_DIRTY_))) == 0u), 0)) {
+    const RegSlow r = reg_emit_slow(rc, coord, t, active);
+    at = r.at;
+    rc.count = r.count;
+    rc.mask_flags = r.mask_flags;
+    anchor = r.anchor;
+  }
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  if ((rc.mask_flags >> 31) & take & anchor)
+    store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, rc.count, rc.mask_flags & ARGUS_REG_CAP_BITS_, t, true);
+#else
+  (void)anchor;
+#endif
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(at), "r"(id), "r"(coord), "r"((argus_u32)t),
+               "r"(stamp_hi(t, kind)));
+  rc.count += take;
+}
+#else
+__device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
   const argus_u32 take = (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
   const argus_u64 t = cycle_counter();
@@ -481,13 +614,14 @@ __device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u
 #else
   const argus_u64 t = global_timer();
 #endif
-  /* Every lane stores the same 16 bytes to the same slot (one transaction): no predicate. A record outside
-   * the window is overwritten by the next one (the count does not advance). */
+  /* Every lane stores the same 16 bytes to the same slot (one transaction): no predicate. A record outside the
+   * window is overwritten by the next one (the count does not advance). */
   const argus_u64 at = rc.records + (argus_u64)(rc.count & rc.mask_flags & ARGUS_REG_CAP_BITS_) * sizeof(ArgusRecord);
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(at), "r"(id), "r"(coord), "r"((argus_u32)t),
                "r"(stamp_hi(t, kind)));
   rc.count += take;
 }
+#endif
 
 
 template <class Cursor>

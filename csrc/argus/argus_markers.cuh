@@ -6,7 +6,11 @@
  * converged (or accept that each divergent path records separately). BEGIN and END of one
  * occurrence must carry the same coordinate. ARGUS_WARP_STATE(); as a function's first statement
  * keeps the ring cursor in registers of that function (cheapest markers; restrictions at
- * argus_detail::RegCursor); without it the cursor lives in shared memory (any function).
+ * argus_detail::RegCursor); without it the cursor lives in shared memory (any function). A __device__ helper
+ * takes the caller's register cursor with ARGUS_STATE_PARAM in its parameter list and ARGUS_STATE_ARG at the
+ * call (both nothing in modes 0 and 1). With -DARGUS_REG_LANE_GROUPS=1 (opt-in) register-cursor markers may
+ * also run under divergence: each lane group records its own pairs (ARGUS_KIND_LANES records, as the lean
+ * markers write them).
  *
  * Opt-in: -DARGUS_LEAN_MARKERS=1 builds the shared-cursor markers of argus_lean_markers.cuh (a
  * straight-line fast path for a converged warp; divergent lane groups record into the warp's ring
@@ -31,6 +35,8 @@
 #define ARGUS_SCOPE(id) ((void)0)
 #define ARGUS_SCOPE_AT(id, coord) ((void)0)
 #define ARGUS_WARP_STATE() ((void)0)
+#define ARGUS_STATE_PARAM
+#define ARGUS_STATE_ARG
 
 /* ------------------------------------------------------------------------------------------ */
 #elif ARGUS_MODE == 1
@@ -60,11 +66,18 @@ struct MarkerScope {
 #define ARGUS_SCOPE(id) argus_detail::MarkerScope<(id)> ARGUS_CAT_(argus_scope_, __LINE__)
 #define ARGUS_SCOPE_AT(id, coord) argus_detail::MarkerScope<(id)> ARGUS_CAT_(argus_scope_, __LINE__)
 #define ARGUS_WARP_STATE() ((void)0)
+#define ARGUS_STATE_PARAM
+#define ARGUS_STATE_ARG
 
 /* ------------------------------------------------------------------------------------------ */
 #else /* ARGUS_MODE == 2: trace */
 
 #define ARGUS_WARP_STATE() argus_detail::RegCursor argus_warp_state_
+/* A helper's markers on its caller's register cursor: `float f(float a ARGUS_STATE_PARAM)`, called as
+ * `f(a ARGUS_STATE_ARG)` from a function with ARGUS_WARP_STATE() (or from another such helper). A caller without
+ * one passes the shared cursor's placeholder, which does not convert: refused at compile time. */
+#define ARGUS_STATE_PARAM , argus_detail::RegState& argus_warp_state_
+#define ARGUS_STATE_ARG , argus_warp_state_
 #define ARGUS_BEGIN(id) argus_detail::emit_with(argus_warp_state_, ARGUS_KIND_BEGIN, (id), ARGUS_COORD_NONE)
 #define ARGUS_END(id) argus_detail::emit_with(argus_warp_state_, ARGUS_KIND_END, (id), ARGUS_COORD_NONE)
 #define ARGUS_BEGIN_AT(id, coord) argus_detail::emit_with(argus_warp_state_, ARGUS_KIND_BEGIN, (id), (coord))

@@ -5,7 +5,9 @@
 //   compute: 8 dependent FP32 FMAs                      a = fma(a, b, c)
 //   memory:  one indexed load (LCG index into a table), then 4 dependent FMAs on the loaded value.
 // Build with -DARGUS_MODE=0 (trace-free), 1 (marker-only) or 2 (trace); with -DREFEXEC_WARP_STATE=1
-// the trace build keeps the ring cursor in registers (ARGUS_WARP_STATE). With -DREFEXEC_INNER=<n> the
+// the trace build keeps the ring cursor in registers (ARGUS_WARP_STATE) in every kernel: the helpers take it
+// with ARGUS_STATE_PARAM; the divergent kernel only with -DARGUS_REG_LANE_GROUPS=1 (without it, half-warps'
+// register-cursor markers would overwrite each other's records, so it keeps the shared cursor). With -DREFEXEC_INNER=<n> the
 // inner loop's trip count is the compile-time constant n (the `inner` argument is then ignored; callers
 // pass n): ptxas unrolls it and drops the run-time trip-count tests that sit next to the markers.
 // Outputs are checked against NumPy references in benchmarks/trace_overhead.py before timing. The
@@ -24,6 +26,21 @@
 #define REFEXEC_TRIPS (REFEXEC_INNER)
 #else
 #define REFEXEC_TRIPS inner
+#endif
+
+#if REFEXEC_WARP_STATE
+#define REFEXEC_STATE_DECL() ARGUS_WARP_STATE()
+#define REFEXEC_STATE_PARAM ARGUS_STATE_PARAM
+#define REFEXEC_STATE_ARG ARGUS_STATE_ARG
+#else
+#define REFEXEC_STATE_DECL() ((void)0)
+#define REFEXEC_STATE_PARAM
+#define REFEXEC_STATE_ARG
+#endif
+#if REFEXEC_WARP_STATE && defined(ARGUS_REG_LANE_GROUPS) && ARGUS_REG_LANE_GROUPS
+#define REFEXEC_DIVERGENT_STATE_DECL() ARGUS_WARP_STATE()
+#else
+#define REFEXEC_DIVERGENT_STATE_DECL() ((void)0)
 #endif
 
 #define LCG_MUL 1664525u
@@ -73,7 +90,7 @@ extern "C" __global__ void __launch_bounds__(256) refexec_memory(float* out, con
 // Marker-path variants of refexec_compute (benchmarks/marker_cost.py, tests/test_marker_paths*.py); same
 // arithmetic and arguments, so the same float64 reference checks them.
 // refexec_compute_helper: each occurrence runs in a __noinline__ helper that holds the markers.
-__device__ __noinline__ float refexec_occurrence(float a, float b, float c, int occ, int inner) {
+__device__ __noinline__ float refexec_occurrence(float a, float b, float c, int occ, int inner REFEXEC_STATE_PARAM) {
   ARGUS_BEGIN_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
   for (int j = 0; j < REFEXEC_TRIPS; ++j) {
 #pragma unroll
@@ -85,10 +102,34 @@ __device__ __noinline__ float refexec_occurrence(float a, float b, float c, int 
 
 extern "C" __global__ void __launch_bounds__(256) refexec_compute_helper(float* out, const float* a0, const float* bs,
                                                                          const float* cs, int inner) {
+  REFEXEC_STATE_DECL();
   const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
   float a = a0[t];
   const float b = bs[t], c = cs[t];
-  for (int occ = 0; occ < OCCURRENCES; ++occ) a = refexec_occurrence(a, b, c, occ, inner);
+  for (int occ = 0; occ < OCCURRENCES; ++occ) a = refexec_occurrence(a, b, c, occ, inner REFEXEC_STATE_ARG);
+  out[t] = a;
+}
+
+// refexec_compute_helper_inline: the same with a __forceinline__ helper (its markers cost what the body's do).
+__device__ __forceinline__ float refexec_occurrence_inline(float a, float b, float c, int occ,
+                                                           int inner REFEXEC_STATE_PARAM) {
+  ARGUS_BEGIN_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
+  for (int j = 0; j < REFEXEC_TRIPS; ++j) {
+#pragma unroll
+    for (int f = 0; f < 8; ++f) a = fmaf(a, b, c);
+  }
+  ARGUS_END_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
+  return a;
+}
+
+extern "C" __global__ void __launch_bounds__(256) refexec_compute_helper_inline(float* out, const float* a0,
+                                                                                const float* bs, const float* cs,
+                                                                                int inner) {
+  REFEXEC_STATE_DECL();
+  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+  float a = a0[t];
+  const float b = bs[t], c = cs[t];
+  for (int occ = 0; occ < OCCURRENCES; ++occ) a = refexec_occurrence_inline(a, b, c, occ, inner REFEXEC_STATE_ARG);
   out[t] = a;
 }
 
@@ -98,6 +139,7 @@ extern "C" __global__ void __launch_bounds__(256) refexec_compute_helper(float* 
 extern "C" __global__ void __launch_bounds__(256) refexec_compute_divergent(float* out, const float* a0,
                                                                             const float* bs, const float* cs,
                                                                             int inner) {
+  REFEXEC_DIVERGENT_STATE_DECL();
   const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
   float a = a0[t];
   const float b = bs[t], c = cs[t];
