@@ -114,6 +114,8 @@ __device__ void tile_weights(const Params& p, const int* ins, const char** ptr, 
       break;
     }
     case OP_O_PROJ: w = p.wo + ((size_t)layer * D + ins[W_A0]) * D; n = (size_t)ins[W_A1] * D; break;
+    // MK_FUSED_FFN: a fused tile's Down slice is not in this range; the host refuses every path that reads it with
+    // fused_ffn (megakernel/runtime.py: fused_ffn_check)
     case OP_GATE_UP: w = p.wgu + ((size_t)layer * 2 * F + 2 * (size_t)ins[W_A0]) * D; n = 2 * (size_t)ins[W_A1] * D; break;
     case OP_DOWN: w = p.wd + ((size_t)layer * D + ins[W_A0]) * F; n = (size_t)ins[W_A1] * F; k = F; break;
     case OP_LOGITS: w = p.lm_head + (size_t)ins[W_A0] * D; n = (size_t)ins[W_A1] * D; break;
