@@ -31,7 +31,7 @@ and on the full model at KV ~128 (O-proj form only) and ~1024 (the switch after 
 
 Row 30 (FUSION_K=fused_ffn; TileShape(fused_ffn=True), benchmarks/decode.py mk_fused_ffn): GateUp tiles reduce their
 Down slice into x[layer + 1] in arbitrary order. Against the interpreter (tiny, rtol 5e-3), close to the default (tiny:
-activations within 1e-4 relative; full model, 64-step launches: logits within 1e-3 of max |logit|, top-1 where the
+activations within 1e-3 relative; full model, 64-step launches: logits within 1e-3 of max |logit|, top-1 where the
 margin allows).
 """
 import dataclasses
@@ -718,7 +718,7 @@ def test_stage_nodown_equals_the_default_in_64_step_launches_full_model():
 # Row 30 (FUSION_K=fused_ffn; TileShape(fused_ffn=True), benchmarks/decode.py mk_fused_ffn, MK_FUSED_FFN=1): no Down
 # tiles, each GateUp tile reduces its split-K share of Down into x[layer + 1] (float4 reductions in arbitrary order),
 # so not bit for bit the default's: against the interpreter instruction by instruction (rtol 5e-3, as every row), and
-# against the default within fp32 reordering (tiny: activations within 1e-4 relative; full model: logits within 1e-3
+# against the default within fp32 reordering (tiny: activations within 1e-3 relative; full model: logits within 1e-3
 # of max |logit|, and the same top-1 token wherever the default's top-2 margin exceeds twice the largest difference).
 FUSED_TINY = dataclasses.replace(TINY_TILES, fused_ffn=True)
 FUSED_CLOSE = ("x", "x_mid", "q", "h", "logits")  # fp32 buffers both write in full
@@ -751,7 +751,7 @@ def test_fused_ffn_is_close_to_the_default_tiny(workers):
         states[row] = _buffers(dec)
         del dec
     errs = {n: relative_error(states["fused"][n], states["default"][n]) for n in FUSED_CLOSE}
-    assert max(errs.values()) < 1e-4, errs
+    assert max(errs.values()) < 1e-3, errs  # fp32 reordering (and a rare bf16 KV rounding flip); a lost tile is ~1e-2
     assert torch.equal(states["fused"]["tokens"], states["default"]["tokens"])
     for cache in ("k_cache", "v_cache"):  # bf16: a rounding may flip a last bit
         assert relative_error(states["fused"][cache], states["default"][cache]) < 1e-3, cache
