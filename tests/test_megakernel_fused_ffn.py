@@ -113,6 +113,21 @@ def test_the_fused_interpreter_agrees_with_the_unfused_one(tiny, order):
     assert torch.equal(a.t["tokens"][:41], b.t["tokens"][:41])
 
 
+def test_the_fused_interpreter_agrees_at_tinyllamas_widths():
+    """hidden 2048, ffn 5632, 22-feature tiles (the GPU row's slices), 2 layers and a small vocabulary: 3 steps."""
+    c = get_config("tinyllama-1.1b", n_layers=2, vocab=512, max_seq=64)
+    w = random_weights(c, seed=1)
+    states = [DecodeState.create(build_decode_program(c, TileShape(fused_ffn=f)), w) for f in (False, True)]
+    for s in states:
+        s.set_prompt([1, 2, 3, 4])
+    runs = [Interpreter(s, n_forced=4) for s in states]
+    for step in range(3):
+        for run in runs:
+            run.run_steps(step, 1)
+        for name in ("x", "logits"):
+            assert relative_error(states[1].t[name], states[0].t[name]) < 1e-5, (step, name)
+
+
 def test_localise_charges_a_wrong_sum_to_the_layers_last_gate_up_tile(tiny):
     c, w = tiny
     state = DecodeState.create(build_decode_program(c, FUSED), w)
