@@ -68,6 +68,13 @@ __device__ __forceinline__ int* sample_idx_of(const Params& p, int parts) {
 }
 #endif
 
+#ifndef MK_FUSED_FFN
+// 1 (row 30, opt-in: TileShape(fused_ffn=True), benchmarks/decode.py mk_fused_ffn): no Down tiles; each GateUp tile
+// (GateUp.fused_down, A2) also multiplies its h features by their Wd columns and reduces the partial into x[layer + 1]
+// (ffn_down_slice), which the O-proj tiles initialised to x_mid (OProj.init_next, A3). 0: the default.
+#define MK_FUSED_FFN 0
+#endif
+
 struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
   float xs[SMEM_FLOATS];
   float out[MAX_TILE_ROWS];
@@ -395,29 +402,24 @@ __device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows
 #endif
 }
 
-#ifndef MK_FUSED_FFN
-// 1 (row 30, opt-in: TileShape(fused_ffn=True), benchmarks/decode.py mk_fused_ffn): no Down tiles; each GateUp tile
-// (GateUp.fused_down, A2) also multiplies its h features by their Wd columns and reduces the partial into x[layer + 1]
-// (ffn_down_slice), which the O-proj tiles initialised to x_mid (OProj.init_next, A3). 0: the default.
-#define MK_FUSED_FFN 0
-#endif
 #if MK_FUSED_FFN
 #ifndef MK_FFN_DOWN_BATCH
 #define MK_FFN_DOWN_BATCH 22  // Wd rows per thread in flight: a default 22-feature tile's whole slice in one round trip
 #endif
-// Row 30 (megakernel/NOTES.md "Ready: row 30"): y += wt[0:nf, :]^T-applied h, i.e. y[d] += sum_f wt[f][d] * hs[f],
-// wt = this tile's nf rows of the transposed Wd ([ffn, hidden] per layer, megakernel/state.py: transpose_down), hs
-// its h features in shared memory. Each thread owns 8 consecutive outputs (one 16-byte chunk of every row):
-// MK_FFN_DOWN_BATCH row loads issued before any is used (a clamped index repeats the last row, not used), fp32 sums
-// in feature order, then two float4 reductions at L2 (red_add_v4; the order of the tiles' adds is arbitrary). The
-// caller's barrier and the tile's release add order the reductions before its counter (sync.cuh).
-// y[0..3] += v with one fp32 reduction at L2 (REDG.E.ADD.F32x4; atomicAdd on a float4 compiles to a generic ATOM
-// here, the pointer's space being unknown in a non-inlined function). Relaxed: the tile's release add orders it.
+// y[0..3] += (a, b, c, d) with one fp32 reduction at L2 (REDG.E.ADD.F32x4; atomicAdd on a float4 compiles to a
+// generic ATOM here, the pointer's space being unknown in a non-inlined function). Relaxed: the tile's release add
+// orders it. The vector form flushes subnormals (FTZ).
 __device__ __forceinline__ void red_add_v4(float* y, float a, float b, float c, float d) {
   asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
                ::"l"(__cvta_generic_to_global(y)), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }
 
+// Row 30 (megakernel/NOTES.md "Ready: row 30"): y[d] += sum_f wt[f][d] * hs[f] for d < D, wt = this tile's nf rows of
+// the transposed Wd ([ffn, hidden] per layer, megakernel/state.py: transpose_down), hs its h features in shared
+// memory. Each thread owns 8 consecutive outputs (one 16-byte chunk of every row): MK_FFN_DOWN_BATCH row loads issued
+// before any is used (a clamped index repeats the last row, not used), fp32 sums in feature order, then two float4
+// reductions (the order of the tiles' adds is arbitrary). The caller's barrier and the tile's release add order the
+// reductions before its counter (sync.cuh).
 __device__ __noinline__ void ffn_down_slice(const __nv_bfloat16* __restrict__ wt, int D, int nf,
                                             const float* __restrict__ hs, float* y) {
   const int chunks = D >> 3;
