@@ -136,6 +136,13 @@ def variant_rows() -> dict[str, dict]:
         # row 29b: mk_stage_next_rows without Down's prefixes (MK_STAGE_NEXT=3): a 16-row Down tile is one row pair per
         # warp, so its 4 staged rows shorten no warp's global stream, while its tickets would read the page
         "mk_stage_next_rows_nodown": {"stage_bytes": STAGE_NEXT_BYTES, "stage_next": "rows_nodown"},
+        # row 30 (NOTES.md "Ready: row 30"): no Down tiles; each GateUp tile also applies its features' columns of Wd
+        # (split-K, Wd packed transposed) and reduces the partial into x[layer + 1] with float4 reductions
+        # (TileShape.fused_ffn: MK_FUSED_FFN=1): one dependent hop per layer less (Down's wait, h load, hand-off)
+        "mk_fused_ffn": {"tiles": TileShape(fused_ffn=True)},
+        # its control for the burst: 8 of the slice's 22 Wd rows in flight per thread (3 round trips, ~32 KiB per CTA
+        # instead of 88), in case a whole-phase burst is served slower (row 16: 64 KB bursts per CTA at 2.4 TB/s)
+        "mk_fused_ffn_b8": {"tiles": TileShape(fused_ffn=True), "build_flags": ("-DMK_FFN_DOWN_BATCH=8",)},
         "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},

@@ -67,7 +67,7 @@ def tile_weight_ranges(program: Program) -> list[tuple[int, int, int]]:
             out.append((I.SEG_WQKV * 256 + layer, 2 * base * D, 2 * rows * D))
         elif op == OProj.OPCODE:
             out.append((I.SEG_WO * 256 + layer, 2 * a0 * D, 2 * a1 * D))
-        elif op == GateUp.OPCODE:
+        elif op == GateUp.OPCODE:  # a fused_down tile also reads down_slice_range (not here: see fused_ffn_check)
             out.append((I.SEG_WGU * 256 + layer, 2 * 2 * a0 * D, 2 * 2 * a1 * D))
         elif op == Down.OPCODE:
             out.append((I.SEG_WD * 256 + layer, 2 * a0 * F, 2 * a1 * F))
@@ -76,6 +76,28 @@ def tile_weight_ranges(program: Program) -> list[tuple[int, int, int]]:
         else:
             out.append((0, 0, 0))
     return out
+
+
+def down_slice_range(program: Program, ins: GateUp) -> tuple[int, int, int]:
+    """(segment, byte offset, bytes) of the transposed Wd rows a fused GateUp tile (TileShape.fused_ffn) reads after
+    its gate/up rows: features f0..f0+n of its layer's [ffn, hidden] Wd (megakernel.cu: ffn_down_slice)."""
+    D = program.config.hidden
+    return I.SEG_WD * 256 + ins.layer, 2 * ins.f0 * D, 2 * ins.features * D
+
+
+def fused_ffn_check(tiles: TileShape, *, stage_bytes: int = 0, stage_next: bool | str = False,
+                    prefetch_own: bool | tuple[str, ...] = False, prefetch_window: int | None = None,
+                    prefetch_ahead: int = 0, ring_pages: int = 0) -> None:
+    """TileShape.fused_ffn with a weight path that plans by tile_weight_ranges (one range per tile, which leaves out a
+    fused GateUp tile's Down slice) is refused, naming both: staging, stage_next, the ring and the L2 prefetches."""
+    if not tiles.fused_ffn:
+        return
+    used = {"stage_bytes": stage_bytes, "stage_next": stage_next, "prefetch_own": prefetch_own,
+            "prefetch_window": prefetch_window is not None, "prefetch_ahead": prefetch_ahead, "ring_pages": ring_pages}
+    on = [name for name, value in used.items() if value]
+    if on:
+        raise ValueError(f"TileShape(fused_ffn=True) cannot run with {on[0]}: its weight plan counts one range per "
+                         "tile and a fused GateUp tile also reads its Down slice")
 
 
 OWN_PREFETCH_OPS = {"qkv": QkvHead, "oproj": OProj, "gateup": GateUp, "down": Down, "logits": Logits}
@@ -144,7 +166,7 @@ def prefetch_plan(program: Program, window_bytes: int | None, own: bool | tuple[
 
 
 # Macro only option_flags may set: it must agree with the tile shape the state was laid out for.
-OPTION_MACROS = ("MK_FUSED_SAMPLE", "MK_LAST_COMBINE")
+OPTION_MACROS = ("MK_FUSED_SAMPLE", "MK_LAST_COMBINE", "MK_FUSED_FFN")
 
 
 def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -152,12 +174,14 @@ def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ..
     default cubin is the plain ``python -m megakernel.build`` one); TileShape(fused_sample=False) compiles
     the Sample over all logits; TileShape(last_combine=True) the combine by each group's last attention tile
     (MK_LAST_COMBINE=1, row 26), last_combine="auto" both combines, picked per instruction (MK_LAST_COMBINE=2, row
-    27). ``given`` (the caller's build flags) must not set the options' macros."""
+    27); TileShape(fused_ffn=True) the GateUp tiles with their Down slice (MK_FUSED_FFN=1, row 30). ``given`` (the
+    caller's build flags) must not set the options' macros."""
     clash = [f for f in given if any(f.startswith(f"-D{m}") for m in OPTION_MACROS)]
     if clash:
-        raise ValueError(f"build flags {clash} are set by TileShape.fused_sample / last_combine, not by hand")
+        raise ValueError(f"build flags {clash} are set by TileShape.fused_sample / last_combine / fused_ffn, not by hand")
     return (() if tiles.fused_sample else ("-DMK_FUSED_SAMPLE=0",)) + \
-        ((f"-DMK_LAST_COMBINE={2 if tiles.last_combine == 'auto' else 1}",) if tiles.last_combine else ())
+        ((f"-DMK_LAST_COMBINE={2 if tiles.last_combine == 'auto' else 1}",) if tiles.last_combine else ()) + \
+        (("-DMK_FUSED_FFN=1",) if tiles.fused_ffn else ())
 
 
 def form_words(program: Program, window_bytes: int | None, own: bool | tuple[str, ...] = False) -> dict[bool, np.ndarray]:
@@ -367,6 +391,8 @@ class MegakernelDecoder:
         # stage_next (rows 28-29): the page holds the next static ticket's whole tile (True) or also a larger one's
         # leading rows ("rows"), not the current tile's leading rows
         next_flags = stage_next_flags(stage_next, stage_bytes, tuple(build_flags))
+        fused_ffn_check(self.tiles, stage_bytes=stage_bytes, stage_next=stage_next, prefetch_own=prefetch_own,
+                        prefetch_window=prefetch_window, prefetch_ahead=prefetch_ahead, ring_pages=ring_pages)
         self.device = torch.device("cuda", device)
         self.program: Program = build_decode_program(self.config, self.tiles)
         self.state = DecodeState.create(self.program, weights, self.device)

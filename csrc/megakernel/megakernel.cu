@@ -68,6 +68,13 @@ __device__ __forceinline__ int* sample_idx_of(const Params& p, int parts) {
 }
 #endif
 
+#ifndef MK_FUSED_FFN
+// 1 (row 30, opt-in: TileShape(fused_ffn=True), benchmarks/decode.py mk_fused_ffn): no Down tiles; each GateUp tile
+// (GateUp.fused_down, A2) also multiplies its h features by their Wd columns and reduces the partial into x[layer + 1]
+// (ffn_down_slice), which the O-proj tiles initialised to x_mid (OProj.init_next, A3). 0: the default.
+#define MK_FUSED_FFN 0
+#endif
+
 struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
   float xs[SMEM_FLOATS];
   float out[MAX_TILE_ROWS];
@@ -114,6 +121,8 @@ __device__ void tile_weights(const Params& p, const int* ins, const char** ptr, 
       break;
     }
     case OP_O_PROJ: w = p.wo + ((size_t)layer * D + ins[W_A0]) * D; n = (size_t)ins[W_A1] * D; break;
+    // MK_FUSED_FFN: a fused tile's Down slice is not in this range; the host refuses every path that reads it with
+    // fused_ffn (megakernel/runtime.py: fused_ffn_check)
     case OP_GATE_UP: w = p.wgu + ((size_t)layer * 2 * F + 2 * (size_t)ins[W_A0]) * D; n = 2 * (size_t)ins[W_A1] * D; break;
     case OP_DOWN: w = p.wd + ((size_t)layer * D + ins[W_A0]) * F; n = (size_t)ins[W_A1] * F; k = F; break;
     case OP_LOGITS: w = p.lm_head + (size_t)ins[W_A0] * D; n = (size_t)ins[W_A1] * D; break;
@@ -381,9 +390,69 @@ __device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
   tile_gemv<MK_BATCH_O != 0>(p, s, p.wo + ((size_t)layer * D + row0) * D, D, rows);
   __syncthreads();
+#if MK_FUSED_FFN
+  for (int r = threadIdx.x; r < rows; r += THREADS) {
+    const float v = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
+    p.x_mid[(size_t)layer * D + row0 + r] = v;
+    if (s.ins[W_A3]) p.x[(size_t)(layer + 1) * D + row0 + r] = v;  // OProj.init_next: the fused Down's accumulator
+  }
+#else
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x_mid[(size_t)layer * D + row0 + r] = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
+#endif
 }
+
+#if MK_FUSED_FFN
+#ifndef MK_FFN_DOWN_BATCH
+#define MK_FFN_DOWN_BATCH 22  // Wd rows per thread in flight: a default 22-feature tile's whole slice in one round trip
+#endif
+// y[0..3] += (a, b, c, d) with one fp32 reduction at L2 (REDG.E.ADD.F32x4; atomicAdd on a float4 compiles to a
+// generic ATOM here, the pointer's space being unknown in a non-inlined function). Relaxed: the tile's release add
+// orders it. The vector form flushes subnormals (FTZ).
+__device__ __forceinline__ void red_add_v4(float* y, float a, float b, float c, float d) {
+  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
+               ::"l"(__cvta_generic_to_global(y)), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+
+// Row 30 (megakernel/NOTES.md "Ready: row 30"): y[d] += sum_f wt[f][d] * hs[f] for d < D, wt = this tile's nf rows of
+// the transposed Wd ([ffn, hidden] per layer, megakernel/state.py: transpose_down), hs its h features in shared
+// memory. Each thread owns 8 consecutive outputs (one 16-byte chunk of every row): MK_FFN_DOWN_BATCH row loads issued
+// before any is used (a clamped index repeats the last row, not used), fp32 sums in feature order, then two float4
+// reductions (the order of the tiles' adds is arbitrary). The caller's barrier and the tile's release add order the
+// reductions before its counter (sync.cuh).
+__device__ __noinline__ void ffn_down_slice(const __nv_bfloat16* __restrict__ wt, int D, int nf,
+                                            const float* __restrict__ hs, float* y) {
+  const int chunks = D >> 3;
+  const char* base = reinterpret_cast<const char*>(wt);
+  for (int c = threadIdx.x; c < chunks; c += THREADS) {
+    float acc[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] = 0.f;
+    for (int f0 = 0; f0 < nf; f0 += MK_FFN_DOWN_BATCH) {
+      uint4 w[MK_FFN_DOWN_BATCH];
+#pragma unroll
+      for (int u = 0; u < MK_FFN_DOWN_BATCH; ++u)
+        w[u] = ld_weights(base + ((size_t)min(f0 + u, nf - 1) * chunks + c) * 16);
+#pragma unroll
+      for (int u = 0; u < MK_FFN_DOWN_BATCH; ++u) {
+        if (f0 + u < nf) {
+          const float hv = hs[f0 + u];
+          acc[0] += bf_lo(w[u].x) * hv;
+          acc[1] += bf_hi(w[u].x) * hv;
+          acc[2] += bf_lo(w[u].y) * hv;
+          acc[3] += bf_hi(w[u].y) * hv;
+          acc[4] += bf_lo(w[u].z) * hv;
+          acc[5] += bf_hi(w[u].z) * hv;
+          acc[6] += bf_lo(w[u].w) * hv;
+          acc[7] += bf_hi(w[u].w) * hv;
+        }
+      }
+    }
+    red_add_v4(y + 8 * c, acc[0], acc[1], acc[2], acc[3]);  // no result: nothing waits for the L2 round trip
+    red_add_v4(y + 8 * c + 4, acc[4], acc[5], acc[6], acc[7]);
+  }
+}
+#endif
 
 __device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, int step) {
   const int D = (int)p.hidden;
@@ -398,7 +467,18 @@ __device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, 
   for (int f = threadIdx.x; f < nf; f += THREADS) {  // SiLU(gate) * up, fused into the GEMV tile
     const float g = s.out[f] * rstd, u = s.out[nf + f] * rstd;
     p.h[(size_t)layer * p.ffn + f0 + f] = g / (1.f + expf(-g)) * u;
+#if MK_FUSED_FFN
+    s.xs[f] = g / (1.f + expf(-g)) * u;  // the Down slice's input (xs is free: every warp's GEMV ended at the barrier)
+#endif
   }
+#if MK_FUSED_FFN
+  if (s.ins[W_A2]) {  // GateUp.fused_down: the same for every thread
+    __syncthreads();
+    MK_SUB_BEGIN(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
+    ffn_down_slice(p.wd + ((size_t)layer * p.ffn + f0) * D, D, nf, s.xs, p.x + (size_t)(layer + 1) * D);
+    MK_SUB_END(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
+  }
+#endif
 }
 
 __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
