@@ -10,7 +10,8 @@ __noinline__ helper, the register cursor (ARGUS_WARP_STATE()), and the opt-in le
 helper and under divergence (half of each warp in one region, half in another: each half records its own pairs
 with lane-group records; the default markers do not support this), and the register cursor with lane groups
 (-DARGUS_REG_LANE_GROUPS=1, opt-in: register_lanes in the body, register_helper_inline and register_helper in a
-__forceinline__ and a __noinline__ helper taking ARGUS_STATE_PARAM, register_divergent under divergence). Each path is compared with the
+__forceinline__ and a __noinline__ helper taking ARGUS_STATE_PARAM, register_helper_value in the __noinline__ helper
+taking it by value and returning its count, register_divergent under divergence). Each path is compared with the
 trace-free build of its own kernel. Each build runs armed (every warp records) and disarmed (tracing
 off: markers run, nothing is claimed or stored).
 A least-squares line through added time vs. markers per warp gives the per-marker cost (slope)
@@ -59,10 +60,12 @@ PATHS = {
     "lean_shared_helper": ("refexec_compute_helper", {"ARGUS_LEAN_MARKERS": "1"}),
     "lean_shared_divergent": ("refexec_compute_divergent", {"ARGUS_LEAN_MARKERS": "1"}),
     # the register cursor with lane groups (-DARGUS_REG_LANE_GROUPS=1, opt-in): in the body (the convergence test's
-    # cost), in a __forceinline__ and a __noinline__ helper (ARGUS_STATE_PARAM), and under divergence
+    # cost), in a __forceinline__ and a __noinline__ helper (ARGUS_STATE_PARAM: by reference; _value: by value in,
+    # count returned, ARGUS_STATE_VALUE_PARAM), and under divergence
     "register_lanes": ("refexec_compute", REG_LANES),
     "register_helper_inline": ("refexec_compute_helper_inline", REG_LANES),
     "register_helper": ("refexec_compute_helper", REG_LANES),
+    "register_helper_value": ("refexec_compute_helper_value", REG_LANES),  # by value in, count returned
     "register_divergent": ("refexec_compute_divergent", REG_LANES),
 }
 REGION_OCCURRENCE, REGION_REFEXEC = 0xEAF59E52, 0x08F8A352  # examples/cuda/reference_execution_regions.h
@@ -240,8 +243,9 @@ def main() -> int:
              "_guarded: the stamp read after the readiness branch), lean_shared_divergent = half-warps in "
              "different regions, per marker of each half-warp; register_* = ARGUS_WARP_STATE() with "
              "-DARGUS_REG_LANE_GROUPS=1 (opt-in): register_lanes in the body, register_helper_inline / register_helper "
-             "in a __forceinline__ / __noinline__ helper taking ARGUS_STATE_PARAM, register_divergent = half-warps "
-             "recording lane groups); "
+             "in a __forceinline__ / __noinline__ helper taking ARGUS_STATE_PARAM (by reference), register_helper_value "
+             "= the __noinline__ helper taking it by value and returning its count (ARGUS_STATE_VALUE_PARAM), "
+             "register_divergent = half-warps recording lane groups); "
              "`check` = the path's output and decoded-trace check (a failed path is not timed); "
              "`per_marker_ns` / `fixed_us` = least-squares slope / intercept against markers per warp. "
              "Armed: every warp records (globaltimer); disarmed: tracing off.")

@@ -15,7 +15,8 @@ from argus_rt.trace.decode import LANES_WHOLE_WARP
 from tests.ring_writer import RingWriter
 from toolchain import needs_nvcc
 
-KERNELS = ("refexec_compute", "refexec_compute_helper", "refexec_compute_helper_inline", "refexec_compute_divergent")
+KERNELS = ("refexec_compute", "refexec_compute_helper", "refexec_compute_helper_value", "refexec_compute_helper_inline",
+           "refexec_compute_divergent")
 REG = {"REFEXEC_WARP_STATE": "1"}
 REG_LANES = {**REG, "ARGUS_REG_LANE_GROUPS": "1"}
 
@@ -86,6 +87,16 @@ def test_inlined_helper_costs_what_the_body_costs():
         body = [ln.split("*/", 1)[-1] for ln in _sass(2, "refexec_compute", defines)]
         inline = [ln.split("*/", 1)[-1] for ln in _sass(2, "refexec_compute_helper_inline", defines)]
         assert inline == body
+
+
+@needs_nvcc
+def test_noinline_helper_by_value_keeps_the_cursor_out_of_local_memory():
+    """By reference (ARGUS_STATE_PARAM) a __noinline__ helper's caller keeps its cursor in local memory (STL/LDL
+    around every marker); by value in, count returned (ARGUS_STATE_VALUE_PARAM), nothing goes to local memory."""
+    for kernel, local in (("refexec_compute_helper", True), ("refexec_compute_helper_value", False)):
+        lines = _sass(2, kernel, REG_LANES)
+        assert any(op in ln for ln in lines for op in ("LDL", "STL")) == local, kernel
+        assert any("CALL.REL" in ln for ln in lines)
 
 
 REFUSED = r"""

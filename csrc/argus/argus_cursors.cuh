@@ -498,6 +498,27 @@ struct RegCursor : RegState {
 
 struct NoRegCursor {};
 
+/* A __noinline__ helper's cheapest form (ARGUS_STATE_VALUE_PARAM, ARGUS_RETURNS_STATE, ARGUS_RETURN_STATE,
+ * ARGUS_TAKE_STATE): the cursor goes in by value and its count and flags come back with the helper's result,
+ * all in registers (a reference would put the caller's cursor in local memory). */
+template <class T>
+struct WithState {
+  T value;
+  argus_u32 count, mask_flags;
+};
+
+template <class T>
+__device__ __forceinline__ WithState<T> with_state(const T& value, const RegState& s) {
+  return {value, s.count, s.mask_flags};
+}
+
+template <class T>
+__device__ __forceinline__ T take_state(const WithState<T>& r, RegState& s) {
+  s.count = r.count;
+  s.mask_flags = r.mask_flags;
+  return r.value;
+}
+
 __device__ __forceinline__ void emit_with(NoRegCursor&, argus_u32 kind, argus_u32 id, argus_u32 coord) {
   emit(kind, id, coord);
 }
@@ -540,42 +561,46 @@ __device__ __forceinline__ RegSlow reg_fold(RegState rc, argus_u32* extra, argus
 }
 
 /* A lane group's marker (not the whole warp): its lowest lane takes two slots past the count and the other groups'
- * (a shared atomic on the warp's `extra`); the group writes a lane-group record (ARGUS_KIND_LANES: its mask and
- * lowest lane) in the second, the pair the lean markers write and the decoder pairs per group, and the common store
- * writes the marker's record in the first. The count is unchanged; every lane of the group is then dirty, so the
- * next whole-warp marker folds first. Outside the window the common store goes to the warp's scratch slot. */
-__device__ __forceinline__ RegSlow reg_group(const RegState& rc, argus_u32* extra, argus_u32 coord, argus_u64 t,
-                                             argus_u32 active, argus_u32 warp) {
+ * (a shared atomic on the warp's `extra`) and writes the marker's record and a lane-group record after it
+ * (ARGUS_KIND_LANES: the group's mask and lowest lane), the pair the lean markers write and the decoder pairs per
+ * group. The common store then goes to the warp's scratch slot (no shuffle of the slot to the group). The count is
+ * unchanged; every lane of the group is dirty, so the next whole-warp marker folds first. Outside the window
+ * nothing is reserved. */
+__device__ __forceinline__ RegSlow reg_group(const RegState& rc, argus_u32* extra, argus_u32 kind, argus_u32 id,
+                                             argus_u32 coord, argus_u64 t, argus_u32 active, argus_u32 warp) {
+  argus_u64 scratch;
+  asm("cvta.to.global.u64 %0, %1;" : "=l"(scratch)
+      : "l"((argus_u64)&argus_scratch[ARGUS_SCRATCH_SLOT_RECORDS * ((cta_linear() * warps_in_block() + warp) % ARGUS_SCRATCH_SLOTS)]));
   const argus_u32 take = (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
-  if (!take) {
-    argus_u64 scratch;
-    asm("cvta.to.global.u64 %0, %1;" : "=l"(scratch)
-        : "l"((argus_u64)&argus_scratch[ARGUS_SCRATCH_SLOT_RECORDS * ((cta_linear() * warps_in_block() + warp) % ARGUS_SCRATCH_SLOTS)]));
-    return {scratch, rc.count, rc.mask_flags, 0u};
-  }
-  const argus_u32 lane = lane_id(), lead = (argus_u32)(__ffs(active) - 1);
-  argus_u32 n = 0u;
-  if (lane == lead) n = atomicAdd(extra, 2u);
-  n = rc.count + __shfl_sync(active, n, lead);
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(reg_slot(rc, n + 1u)), "r"(active), "r"(lead),
-               "r"((argus_u32)t), "r"(stamp_hi(t, ARGUS_KIND_LANES)) : "memory");
+  if (!take) return {scratch, rc.count, rc.mask_flags, 0u};
+  const argus_u32 lane = lane_id();
+  if (lane == (argus_u32)(__ffs(active) - 1)) {
+    const argus_u32 n = rc.count + atomicAdd(extra, 2u);
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n\t"
+                 "st.global.v4.b32 [%5], {%6, %7, %3, %8};" ::"l"(reg_slot(rc, n)), "r"(id), "r"(coord), "r"((argus_u32)t),
+                 "r"(stamp_hi(t, kind)), "l"(reg_slot(rc, n + 1u)), "r"(active), "r"(lane),
+                 "r"(stamp_hi(t, ARGUS_KIND_LANES))
+                 : "memory");
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-  if (lane == lead && (rc.mask_flags >> 31)) {
-    const argus_u32 cap_mask = rc.mask_flags & ARGUS_REG_CAP_BITS_;
-    store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, n, cap_mask, t, true);
-    store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, n + 1u, cap_mask, t);
-  }
+    if (rc.mask_flags >> 31) {
+      const argus_u32 cap_mask = rc.mask_flags & ARGUS_REG_CAP_BITS_;
+      store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, n, cap_mask, t, true);
+      store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, n + 1u, cap_mask, t);
+    }
 #endif
-  return {reg_slot(rc, n), rc.count - 1u, rc.mask_flags | ARGUS_REG_DIRTY_, 0u};
+  }
+  return {scratch, rc.count - take, rc.mask_flags | ARGUS_REG_DIRTY_, 0u};
 }
 
 /* Off the converged path, out of line (so the converged path has one uniform branch over the call and no
  * convergence barrier; the cursor goes by value, in registers). The group leaves together (__syncwarp), so no
  * lane runs its next marker before the group's slots are taken. */
-__device__ __noinline__ RegSlow reg_emit_slow(RegState rc, argus_u32 coord, argus_u64 t, argus_u32 active) {
+__device__ __noinline__ RegSlow reg_emit_slow(RegState rc, argus_u32 kind, argus_u32 id, argus_u32 coord, argus_u64 t,
+                                              argus_u32 active) {
   const argus_u32 warp = warp_in_cta();
   argus_u32* extra = reg_extra() + warp;
-  const RegSlow r = active == reg_warp_lanes(warp) ? reg_fold(rc, extra, active) : reg_group(rc, extra, coord, t, active, warp);
+  const RegSlow r = active == reg_warp_lanes(warp) ? reg_fold(rc, extra, active)
+                                                   : reg_group(rc, extra, kind, id, coord, t, active, warp);
   __syncwarp(active);
   return r;
 }
@@ -589,7 +614,7 @@ __device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u3
   argus_u64 at = reg_slot(rc, rc.count);
   argus_u32 anchor = 1u;
   if (__builtin_expect(!__all_sync(active, (~active | (rc.mask_flags & (ARGUS_REG_PARTIAL_ | ARGUS_REG_DIRTY_))) == 0u), 0)) {
-    const RegSlow r = reg_emit_slow(rc, coord, t, active);
+    const RegSlow r = reg_emit_slow(rc, kind, id, coord, t, active);
     at = r.at;
     rc.count = r.count;
     rc.mask_flags = r.mask_flags;

@@ -37,6 +37,10 @@
 #define ARGUS_WARP_STATE() ((void)0)
 #define ARGUS_STATE_PARAM
 #define ARGUS_STATE_ARG
+#define ARGUS_STATE_VALUE_PARAM
+#define ARGUS_RETURNS_STATE(type) type
+#define ARGUS_RETURN_STATE(expr) return (expr)
+#define ARGUS_TAKE_STATE(call) (call)
 
 /* ------------------------------------------------------------------------------------------ */
 #elif ARGUS_MODE == 1
@@ -68,6 +72,10 @@ struct MarkerScope {
 #define ARGUS_WARP_STATE() ((void)0)
 #define ARGUS_STATE_PARAM
 #define ARGUS_STATE_ARG
+#define ARGUS_STATE_VALUE_PARAM
+#define ARGUS_RETURNS_STATE(type) type
+#define ARGUS_RETURN_STATE(expr) return (expr)
+#define ARGUS_TAKE_STATE(call) (call)
 
 /* ------------------------------------------------------------------------------------------ */
 #else /* ARGUS_MODE == 2: trace */
@@ -78,6 +86,14 @@ struct MarkerScope {
  * one passes the shared cursor's placeholder, which does not convert: refused at compile time. */
 #define ARGUS_STATE_PARAM , argus_detail::RegState& argus_warp_state_
 #define ARGUS_STATE_ARG , argus_warp_state_
+/* The same for a __noinline__ helper, in registers (by reference the caller's cursor would live in local memory):
+ *   __device__ __noinline__ ARGUS_RETURNS_STATE(float) f(float a ARGUS_STATE_VALUE_PARAM) { ...; ARGUS_RETURN_STATE(a); }
+ *   a = ARGUS_TAKE_STATE(f(a ARGUS_STATE_ARG));
+ * The cursor goes in by value; its count and flags come back with the result. */
+#define ARGUS_STATE_VALUE_PARAM , argus_detail::RegState argus_warp_state_
+#define ARGUS_RETURNS_STATE(type) argus_detail::WithState<type>
+#define ARGUS_RETURN_STATE(expr) return argus_detail::with_state((expr), argus_warp_state_)
+#define ARGUS_TAKE_STATE(call) argus_detail::take_state((call), argus_warp_state_)
 #define ARGUS_BEGIN(id) argus_detail::emit_with(argus_warp_state_, ARGUS_KIND_BEGIN, (id), ARGUS_COORD_NONE)
 #define ARGUS_END(id) argus_detail::emit_with(argus_warp_state_, ARGUS_KIND_END, (id), ARGUS_COORD_NONE)
 #define ARGUS_BEGIN_AT(id, coord) argus_detail::emit_with(argus_warp_state_, ARGUS_KIND_BEGIN, (id), (coord))

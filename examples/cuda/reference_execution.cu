@@ -32,10 +32,18 @@
 #define REFEXEC_STATE_DECL() ARGUS_WARP_STATE()
 #define REFEXEC_STATE_PARAM ARGUS_STATE_PARAM
 #define REFEXEC_STATE_ARG ARGUS_STATE_ARG
+#define REFEXEC_STATE_VALUE_PARAM ARGUS_STATE_VALUE_PARAM
+#define REFEXEC_RETURNS_STATE(type) ARGUS_RETURNS_STATE(type)
+#define REFEXEC_RETURN_STATE(expr) ARGUS_RETURN_STATE(expr)
+#define REFEXEC_TAKE_STATE(call) ARGUS_TAKE_STATE(call)
 #else
 #define REFEXEC_STATE_DECL() ((void)0)
 #define REFEXEC_STATE_PARAM
 #define REFEXEC_STATE_ARG
+#define REFEXEC_STATE_VALUE_PARAM
+#define REFEXEC_RETURNS_STATE(type) type
+#define REFEXEC_RETURN_STATE(expr) return (expr)
+#define REFEXEC_TAKE_STATE(call) (call)
 #endif
 #if REFEXEC_WARP_STATE && defined(ARGUS_REG_LANE_GROUPS) && ARGUS_REG_LANE_GROUPS
 #define REFEXEC_DIVERGENT_STATE_DECL() ARGUS_WARP_STATE()
@@ -107,6 +115,31 @@ extern "C" __global__ void __launch_bounds__(256) refexec_compute_helper(float* 
   float a = a0[t];
   const float b = bs[t], c = cs[t];
   for (int occ = 0; occ < OCCURRENCES; ++occ) a = refexec_occurrence(a, b, c, occ, inner REFEXEC_STATE_ARG);
+  out[t] = a;
+}
+
+// refexec_compute_helper_value: the same __noinline__ helper taking the register cursor by value and returning its
+// count with the result (ARGUS_STATE_VALUE_PARAM: registers only; the reference form passes through local memory).
+__device__ __noinline__ REFEXEC_RETURNS_STATE(float) refexec_occurrence_value(float a, float b, float c, int occ,
+                                                                            int inner REFEXEC_STATE_VALUE_PARAM) {
+  ARGUS_BEGIN_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
+  for (int j = 0; j < REFEXEC_TRIPS; ++j) {
+#pragma unroll
+    for (int f = 0; f < 8; ++f) a = fmaf(a, b, c);
+  }
+  ARGUS_END_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
+  REFEXEC_RETURN_STATE(a);
+}
+
+extern "C" __global__ void __launch_bounds__(256) refexec_compute_helper_value(float* out, const float* a0,
+                                                                               const float* bs, const float* cs,
+                                                                               int inner) {
+  REFEXEC_STATE_DECL();
+  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+  float a = a0[t];
+  const float b = bs[t], c = cs[t];
+  for (int occ = 0; occ < OCCURRENCES; ++occ)
+    a = REFEXEC_TAKE_STATE(refexec_occurrence_value(a, b, c, occ, inner REFEXEC_STATE_ARG));
   out[t] = a;
 }
 
