@@ -381,12 +381,20 @@ __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coo
  * with clock="clock64" gets no records from register-cursor warps: they count as `unbuffered`
  * (reported by the decoder) rather than writing stamps the host would misread; build with
  * -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED for cycle stamps.
- * Restrictions: every marker executed while it is alive must be in that function's own body, executed
- * by the whole warp together, with the same coordinate on every lane (lanes that disagree would
- * disagree on the count and write different slots); the lane that was lowest-active at the
- * declaration must reach the end of the function. Markers in called functions use the shared cursor;
- * mixing the two overwrites records (the decoder then reports the ring as corrupt: its timestamps go
- * backwards). A kernel that traps before returning leaves its ring unclaimed. */
+ * Restrictions: every marker executed while it is alive must be in that function's own body or in a helper
+ * given the cursor (ARGUS_STATE_PARAM / ARGUS_STATE_ARG, or the by-value form for __noinline__ helpers:
+ * argus_markers.cuh), with the same coordinate on every lane (lanes that disagree would write different
+ * bytes to one slot); the lane that was lowest-active at the declaration must reach the end of the
+ * function. By default every marker must also be executed by the whole warp together (a divergent marker
+ * leaves the lanes' counts disagreeing, and records overwrite each other). With -DARGUS_REG_LANE_GROUPS=1
+ * (opt-in) divergence is recorded: the converged marker adds one vote (all 32 lanes here, none dirty)
+ * and a uniform branch over an out-of-line slow path, where a lane group takes its slots past the count
+ * with a shared atomic on the warp's `extra` and writes its record and an ARGUS_KIND_LANES record, and the
+ * whole warp, back together, folds `extra` into the count (128 more bytes of shared memory; a warp of
+ * fewer than 32 lanes takes the slow path at every marker). Markers in called functions that were not
+ * given the cursor use the shared cursor; mixing the two overwrites records (the decoder then reports the
+ * ring as corrupt: its timestamps go backwards). A kernel that traps before returning leaves its ring
+ * unclaimed. */
 #ifndef ARGUS_REG_LANE_GROUPS
 #define ARGUS_REG_LANE_GROUPS 0
 #endif
