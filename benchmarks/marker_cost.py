@@ -11,7 +11,8 @@ helper and under divergence (half of each warp in one region, half in another: e
 with lane-group records; the default markers do not support this), and the register cursor with lane groups
 (-DARGUS_REG_LANE_GROUPS=1, opt-in: register_lanes in the body, register_helper_inline and register_helper in a
 __forceinline__ and a __noinline__ helper taking ARGUS_STATE_PARAM, register_helper_value in the __noinline__ helper
-taking it by value and returning its count, register_divergent under divergence). Each path is compared with the
+taking it by value and returning its count, register_divergent under divergence, register_mixed: a whole-warp
+region around the low half-warp's region, so whole-warp markers follow lane-group records). Each path is compared with the
 trace-free build of its own kernel. Each build runs armed (every warp records) and disarmed (tracing
 off: markers run, nothing is claimed or stored).
 A least-squares line through added time vs. markers per warp gives the per-marker cost (slope)
@@ -67,6 +68,8 @@ PATHS = {
     "register_helper": ("refexec_compute_helper", REG_LANES),
     "register_helper_value": ("refexec_compute_helper_value", REG_LANES),  # by value in, count returned
     "register_divergent": ("refexec_compute_divergent", REG_LANES),
+    # a whole-warp region around the low half-warp's: the whole warp's END folds the half's slots into the count
+    "register_mixed": ("refexec_compute_mixed", REG_LANES),
 }
 REGION_OCCURRENCE, REGION_REFEXEC = 0xEAF59E52, 0x08F8A352  # examples/cuda/reference_execution_regions.h
 SOURCE = ROOT / "examples" / "cuda" / "reference_execution.cu"
@@ -110,6 +113,9 @@ def expected_occurrences(path: str, occ: int) -> dict:
     if PATHS[path][0] == "refexec_compute_divergent":
         return {**{(REGION_OCCURRENCE, c, 0x0000FFFF): 1 for c in range(occ)},
                 **{(REGION_REFEXEC, c, 0xFFFF0000): 1 for c in range(occ)}}
+    if PATHS[path][0] == "refexec_compute_mixed":
+        return {**{(REGION_REFEXEC, c, LANES_WHOLE_WARP): 1 for c in range(occ)},
+                **{(REGION_OCCURRENCE, c, 0x0000FFFF): 1 for c in range(occ)}}
     return {(REGION_OCCURRENCE, c, LANES_WHOLE_WARP): 1 for c in range(occ)}
 
 
@@ -182,8 +188,9 @@ def main() -> int:
                 continue
             mod = build(2, occ, defines)
             # the divergent kernel's two half-warps each record every marker: 2048 records per warp at 256
-            # occurrences (H200 2026-12-02: a 1024-record ring wrapped and the row went unmeasured)
-            capacity = 2048 if kernel == "refexec_compute_divergent" else 1024
+            # occurrences (H200 2026-12-02: a 1024-record ring wrapped and the row went unmeasured); the mixed
+            # kernel's 6 records per occurrence make 1536
+            capacity = 2048 if kernel in ("refexec_compute_divergent", "refexec_compute_mixed") else 1024
             sess = TraceSession(mod, TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=capacity))
 
             def check(sess=sess, mod=mod, kernel=kernel, path=path):
@@ -245,7 +252,8 @@ def main() -> int:
              "-DARGUS_REG_LANE_GROUPS=1 (opt-in): register_lanes in the body, register_helper_inline / register_helper "
              "in a __forceinline__ / __noinline__ helper taking ARGUS_STATE_PARAM (by reference), register_helper_value "
              "= the __noinline__ helper taking it by value and returning its count (ARGUS_STATE_VALUE_PARAM), "
-             "register_divergent = half-warps recording lane groups); "
+             "register_divergent = half-warps recording lane groups, register_mixed = a whole-warp region around "
+             "the low half-warp's, per marker of the warp and of the half); "
              "`check` = the path's output and decoded-trace check (a failed path is not timed); "
              "`per_marker_ns` / `fixed_us` = least-squares slope / intercept against markers per warp. "
              "Armed: every warp records (globaltimer); disarmed: tracing off.")

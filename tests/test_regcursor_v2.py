@@ -16,7 +16,7 @@ from tests.ring_writer import RingWriter
 from toolchain import needs_nvcc
 
 KERNELS = ("refexec_compute", "refexec_compute_helper", "refexec_compute_helper_value", "refexec_compute_helper_inline",
-           "refexec_compute_divergent")
+           "refexec_compute_divergent", "refexec_compute_mixed")
 REG = {"REFEXEC_WARP_STATE": "1"}
 REG_LANES = {**REG, "ARGUS_REG_LANE_GROUPS": "1"}
 
@@ -176,3 +176,31 @@ def test_a_fast_marker_over_unfolded_lane_group_slots_is_reported_not_paired():
     h["written"] = 5
     with pytest.raises((CorruptTraceError, MismatchedMarkersError)):
         pair_intervals(decode(w.bytes(), cfg))
+
+
+def test_mixed_kernel_ring_decodes_to_the_gpu_check_s_occurrences():
+    """benchmarks/marker_cost.py's check for register_mixed, on the ring the lane-group build writes for one warp of
+    refexec_compute_mixed (16 occurrences): whole-warp BEGIN, the low half's two pairs, the whole warp's END after
+    the fold, per occurrence."""
+    from collections import Counter
+
+    from benchmarks.marker_cost import REGION_OCCURRENCE, REGION_REFEXEC, expected_occurrences
+
+    cfg = TraceConfig(ctas=1, threads_per_cta=32, capacity=128)
+    w = RingWriter(cfg)
+    h = w._header(cfg.ring_of(0, 0))
+    t = 1000
+    for c in range(16):
+        w.emit(0, 0, 2, "begin", REGION_REFEXEC, t, coord=c)
+        n = int(h["written"][0])
+        _group_pair(w, n, "begin", REGION_OCCURRENCE, c, 0x0000FFFF, t + 5)
+        _group_pair(w, n + 2, "end", REGION_OCCURRENCE, c, 0x0000FFFF, t + 50)
+        h["written"] = n + 4
+        w.emit(0, 0, 2, "end", REGION_REFEXEC, t + 60, coord=c)
+        t += 100
+    trace = decode(w.bytes(), cfg)
+    assert not trace.incomplete, trace.problems
+    rows = pair_intervals(trace).rows
+    got = Counter(zip(rows["region_id"].tolist(), rows["coord"].tolist(), rows["lanes"].tolist()))
+    assert got == expected_occurrences("register_mixed", 16)
+    assert set(rows[rows["lanes"] == 0x0000FFFF]["depth"].tolist()) == {1}

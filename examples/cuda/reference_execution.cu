@@ -197,3 +197,34 @@ extern "C" __global__ void __launch_bounds__(256) refexec_compute_divergent(floa
   }
   out[t] = a;
 }
+
+// refexec_compute_mixed: each occurrence is a whole-warp region refexec around the low half-warp's region
+// refexec/occurrence (lanes 16-31 run the same FMAs with no marker of their own), so the whole warp's END follows
+// lane-group records: with the register cursor and -DARGUS_REG_LANE_GROUPS=1 it folds their slots into the count.
+extern "C" __global__ void __launch_bounds__(256) refexec_compute_mixed(float* out, const float* a0, const float* bs,
+                                                                        const float* cs, int inner) {
+  REFEXEC_DIVERGENT_STATE_DECL();
+  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+  float a = a0[t];
+  const float b = bs[t], c = cs[t];
+  const bool low = (threadIdx.x & 31u) < 16u;
+  const int trips = low ? REFEXEC_TRIPS : 2 * REFEXEC_TRIPS;
+  for (int occ = 0; occ < OCCURRENCES; ++occ) {
+    ARGUS_BEGIN_AT(ARGUS_REGION_REFEXEC, occ);
+    if (low) {
+      ARGUS_BEGIN_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
+      for (int j = 0; j < trips; ++j) {
+#pragma unroll
+        for (int f = 0; f < 8; ++f) a = fmaf(a, b, c);
+      }
+      ARGUS_END_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
+    } else {
+      for (int j = 0; j < trips; ++j) {
+#pragma unroll
+        for (int f = 0; f < 4; ++f) a = fmaf(a, b, c);
+      }
+    }
+    ARGUS_END_AT(ARGUS_REGION_REFEXEC, occ);
+  }
+  out[t] = a;
+}
