@@ -121,6 +121,40 @@ def test_helper_taking_the_state_refuses_a_caller_without_a_register_cursor(tmp_
         build(CudaBuildSpec("refused.m2", [src], argus_mode=2))
 
 
+SCOPES = r"""
+#include "argus/argus.cuh"
+#define ARGUS_REGION_X 0x12345678u
+__device__ __forceinline__ float by_ref(float a, int i ARGUS_STATE_PARAM) {
+  ARGUS_SCOPE_AT(ARGUS_REGION_X, i);
+  return a * 2.0f;
+}
+__device__ __noinline__ ARGUS_RETURNS_STATE(float) by_value(float a, int i ARGUS_STATE_VALUE_PARAM) {
+  { ARGUS_SCOPE(ARGUS_REGION_X); a = by_ref(a, i ARGUS_STATE_ARG); }
+  ARGUS_RETURN_STATE(a + 1.0f);
+}
+extern "C" __global__ void scopes(float* out, int n) {
+  ARGUS_WARP_STATE();
+  float a = out[threadIdx.x];
+  for (int i = 0; i < n; ++i) a = ARGUS_TAKE_STATE(by_value(a, i ARGUS_STATE_ARG));
+  out[threadIdx.x] = a;
+}
+"""
+
+
+@needs_nvcc
+@pytest.mark.parametrize("defines", [{}, {"ARGUS_REG_LANE_GROUPS": "1"}], ids=["register", "register_lanes"])
+def test_scopes_in_helpers_of_both_forms_build_in_every_mode(tmp_path, defines):
+    """ARGUS_SCOPE / ARGUS_SCOPE_AT in a helper taking the cursor by reference, called from one taking it by value."""
+    from argus_rt.kinds.cuda.build import CudaBuildSpec, build, disassemble, sass_lines
+
+    src = tmp_path / "scopes.cu"
+    src.write_text(SCOPES)
+    for mode in (0, 1, 2):
+        res = build(CudaBuildSpec(f"scopes.m{mode}.{len(defines)}", [src], argus_mode=mode, defines=defines))
+        timers = sum("SR_GLOBALTIMER" in ln for ln in sass_lines(disassemble(res.cubin, "scopes")))
+        assert (timers >= 4) == (mode == 2), (mode, timers)
+
+
 def _group_pair(w: RingWriter, slot: int, kind: str, region: int, coord: int, lanes: int, time: int) -> None:
     """The two slots a lane group's register-cursor marker writes: its record (the common store) and the lane-group
     record (mask, lowest lane) after it, at slots count + extra and + 1."""

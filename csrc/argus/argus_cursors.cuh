@@ -603,7 +603,7 @@ __device__ __forceinline__ RegSlow reg_group(const RegState& rc, argus_u32* extr
 /* Off the converged path, out of line (so the converged path has one uniform branch over the call and no
  * convergence barrier; the cursor goes by value, in registers). The group leaves together (__syncwarp), so no
  * lane runs its next marker before the group's slots are taken. */
-__device__ __noinline__ RegSlow reg_emit_slow(RegState rc, argus_u32 kind, argus_u32 id, argus_u32 coord, argus_u64 t,
+static __device__ __noinline__ RegSlow reg_emit_slow(RegState rc, argus_u32 kind, argus_u32 id, argus_u32 coord, argus_u64 t,
                                               argus_u32 active) {
   const argus_u32 warp = warp_in_cta();
   argus_u32* extra = reg_extra() + warp;
