@@ -620,19 +620,21 @@ __device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u3
   const argus_u32 active = __activemask();
   const argus_u32 take = (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
   argus_u64 at = reg_slot(rc, rc.count);
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
   argus_u32 anchor = 1u;
+#endif
   if (__builtin_expect(!__all_sync(active, (~active | (rc.mask_flags & (ARGUS_REG_PARTIAL_ | ARGUS_REG_DIRTY_))) == 0u), 0)) {
     const RegSlow r = reg_emit_slow(rc, kind, id, coord, t, active);
     at = r.at;
     rc.count = r.count;
     rc.mask_flags = r.mask_flags;
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
     anchor = r.anchor;
+#endif
   }
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
   if ((rc.mask_flags >> 31) & take & anchor)
     store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, rc.count, rc.mask_flags & ARGUS_REG_CAP_BITS_, t, true);
-#else
-  (void)anchor;
 #endif
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(at), "r"(id), "r"(coord), "r"((argus_u32)t),
                "r"(stamp_hi(t, kind)));
