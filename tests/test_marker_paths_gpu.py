@@ -35,7 +35,7 @@ def _run(path, clock, tmp_path_factory):
 @pytest.mark.parametrize("path", DEFAULT_PATHS)
 @pytest.mark.parametrize("clock", ["globaltimer", "clock64"])
 def test_marker_path_records_every_occurrence(path, clock, tmp_path_factory):
-    if path == "register" and clock == "clock64":
+    if path.startswith("register") and clock == "clock64":
         pytest.skip("the register cursor refuses clock64 (tests/test_trace_regcursor_gpu.py)")
     _run(path, clock, tmp_path_factory)
 
