@@ -26,7 +26,13 @@ import numpy as np
 from . import layout
 from .anchors import RingAnchors, cycles_to_ns, fit_rates
 from .config import TraceConfig
-from .errors import ClockConversionError, CorruptTraceError, TruncatedTraceError, UnknownRegionIdError
+from .errors import (
+    ClockConversionError,
+    CorruptTraceError,
+    DivergentMarkersError,
+    TruncatedTraceError,
+    UnknownRegionIdError,
+)
 
 # Longest span of timestamps one trace may hold before it is flagged: 2**40 ns is 18.3 minutes
 # (2**42 cycles: 37 minutes at 2 GHz). A region inside one kernel launch lasting that long is far
@@ -164,6 +170,8 @@ def decode(
             )
             continue
         cta, warp, sm = int(h["cta"]), int(h["warp"]), int(h["sm"])
+        if warp & layout.RING_WARP_DIVERGENT:
+            raise DivergentMarkersError(_divergent_message(i, sm, cta, warp & ~layout.RING_WARP_DIVERGENT))
         if config.ring_of(cta, warp) != i or warp >= config.warps_per_cta or not config.cta_begin <= cta < config.cta_end:
             raise CorruptTraceError(
                 f"ring {i}: header says CTA {cta} warp {warp}, which maps to ring {config.ring_of(cta, warp)} "
@@ -278,6 +286,14 @@ def decode(
     events = np.concatenate(chunks) if chunks else np.zeros(0, dtype=EVENT_DTYPE)
     rings = np.array(ring_rows, dtype=RING_DTYPE) if ring_rows else np.zeros(0, dtype=RING_DTYPE)
     return Trace(config=config, events=events, rings=rings, unbuffered=unbuffered, problems=problems)
+
+
+def _divergent_message(i: int, sm: int, cta: int, warp: int) -> str:
+    """One line: which warp, what happened, what to do."""
+    return (f"ring {i} (SM {sm}, CTA {cta}, warp {warp}) refused: a register-cursor marker (ARGUS_WARP_STATE) ran "
+            "on part of the warp's lanes, so their records overwrote each other; run that function's markers on the "
+            "whole warp, or remove its ARGUS_WARP_STATE() so its markers use the shared cursor (-DARGUS_LEAN_MARKERS=1 "
+            "records each lane group's pairs)")
 
 
 def _split_lane_records(recs: np.ndarray, kinds: np.ndarray, i: int, cta: int, warp: int, *, wrapped: bool):

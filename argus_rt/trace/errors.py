@@ -24,6 +24,11 @@ class UnknownRegionIdError(TraceError):
     """A record carries a region ID that is not in the program's region tree."""
 
 
+class DivergentMarkersError(TraceError):
+    """A register-cursor warp ran a marker on part of its lanes (its ring header says so): its records overwrote
+    each other, so the ring is refused."""
+
+
 class MismatchedMarkersError(TraceError):
     """BEGIN/END markers of a warp do not nest (wrong order, wrong ID or coordinate, unclosed)."""
 

@@ -25,6 +25,9 @@ CLOCK_UNITS = {CLOCK_GLOBALTIMER: "ns", CLOCK_CLOCK64: "cycles", CLOCK_ANCHORED:
 ANCHOR_PERIOD = 32  # the anchored build refreshes the latest anchor at records 1, 2, 4, 8, 16 and n % 32 == 0
 
 RING_MAGIC = 0x52475241  # "ARGR"
+# Bit of the ring header's `warp` word: a register-cursor marker of that warp ran without all its launch lanes
+# (its records overwrote each other); the decoder refuses the ring.
+RING_WARP_DIVERGENT = 1 << 31
 
 MAX_SMS = 256
 SM_MASK_WORDS = MAX_SMS // 32

@@ -68,11 +68,16 @@ struct ArgusRingHeader {
   argus_u32 seq;     /* ArgusCtl.seq of the arm that claimed it */
   argus_u32 sm;      /* %smid of the warp at claim */
   argus_u32 cta;     /* linear CTA index */
-  argus_u32 warp;    /* warp index within the CTA (linear thread index / 32) */
+  argus_u32 warp;    /* warp index within the CTA (linear thread index / 32) | ARGUS_RING_WARP_DIVERGENT */
   argus_u32 written; /* records produced since the arm, lost ones included */
   argus_u32 dropped; /* records lost: overwritten by the wrapping ring (= written - capacity) */
   argus_u32 claims;  /* CTA instances that wrote here under this arm (launches under one arm) */
 };
+
+/* Bit of ArgusRingHeader.warp (warp indices are < 32): a register-cursor marker (ARGUS_WARP_STATE) of this warp ran
+ * without all of the warp's launch lanes, so the warp's lanes kept different counts and their records overwrote each
+ * other. Set by the warp at scope exit; the decoder refuses the ring (DivergentMarkersError). */
+#define ARGUS_RING_WARP_DIVERGENT 0x80000000u
 
 /* Anchored build only: (globaltimer ns, clock64 cycles) pairs read back to back by the warp's
  * recording lane. `first` is taken when the ring is claimed, `last` at the latest anchor record. */
