@@ -1,5 +1,5 @@
-"""The opt-in lean markers (-DARGUS_LEAN_MARKERS=1, csrc/argus/argus_lean_markers.cuh; a prototype, not run on a
-GPU): they build in every mode for every marker-path kernel, leave the trace-free and marker-only builds
+"""The opt-in lean markers (-DARGUS_LEAN_MARKERS=1, csrc/argus/argus_lean_markers.cuh; a prototype, ~70 ns per
+marker on H200): they build in every mode for every marker-path kernel, leave the trace-free and marker-only builds
 unchanged, and their steady-state marker (whole warp, ready cursor) is straight-line SASS with none of the
 serialising instructions docs/marker_cost_anatomy.md finds on the default and fast shared paths.
 
@@ -17,14 +17,13 @@ from toolchain import needs_nvcc
 
 KERNELS = ("refexec_compute", "refexec_compute_helper", "refexec_compute_divergent")
 LEAN = {"ARGUS_LEAN_MARKERS": "1"}
-GUARDED = {**LEAN, "ARGUS_LEAN_GUARDED_STAMP": "1"}
 # Serialising or long-latency instructions the default / fast shared paths run per marker (the anatomy):
 # none may sit on the lean steady-state path.
 # S2UR (the CTA index, uniform datapath) may sit beside the load, but no special-register read may wait on it (the
 # fast helper's CTA-index S2Rs are predicated on its cursor test).
 FORBIDDEN = ("MATCH", "BAR", "MEMBAR", "BSSY", "BSYNC", "WARPSYNC", "ATOMS", "ATOMG", "RED", "REDG", "CALL", "LDG",
              "S2R", "FENCE")
-# Instructions from the stamp read or cursor load through the stores, today (nvcc 13.0): 23 in the kernel body;
+# Instructions from the cursor load through the stores, today (nvcc 13.0): 23 in the kernel body;
 # 31-38 in the __noinline__ helper, of which 7 are R2UR (the callee keeps the memory descriptor in ordinary registers
 # across its slow-path call and moves it to uniform ones per store) and up to 8 uniform-datapath ops (the CTA index,
 # beside the load). Per marker the default shared path runs 36-74, the register cursor 7-13
@@ -56,23 +55,11 @@ def _parse(lines: list[str]) -> list[tuple[int, str, str, str]]:
     return out
 
 
-def _stamp_before(ins, i: int) -> list:
-    """The lean build reads its stamp before the cursor load: the unpredicated %globaltimer read in the straight-line
-    code before instruction i (back to the previous marker's stores, or a branch, call or return), as a list."""
-    for k in range(i - 1, max(-1, i - 40), -1):
-        _, guard, op, ops = ins[k]
-        if op.startswith(("BRA", "CALL", "RET", "EXIT", "STG", "LDS")):
-            break
-        if op == "CS2R" and "SR_GLOBALTIMERLO" in ops and not guard:
-            return [ins[k]]
-    return []
-
-
 def steady_paths(lines: list[str]) -> list[list[tuple[int, str, str, str]]]:
-    """Each lean marker's steady-state path, as a converged warp at a ready cursor runs it: its stamp read if that
-    comes before the cursor load (_stamp_before), then from the load (two LDS.128) through its stores. BRA.DIV
+    """Each lean marker's steady-state path, as a converged warp at a ready cursor runs it: from the cursor load (two
+    LDS.128) through its stamp read and stores. BRA.DIV
     (taken only by a divergent warp) falls through; the first branch on the readiness vote (VOTE.ALL's predicate)
-    before the record store is taken (the guarded build branches to its stores); any other branch ends the path
+    before the record store is taken (it branches to the stamp and stores); any other branch ends the path
     (it skips the slow-path call, or leaves the marker)."""
     ins = _parse(lines)
     at = {a: i for i, (a, *_) in enumerate(ins)}
@@ -83,7 +70,7 @@ def steady_paths(lines: list[str]) -> list[list[tuple[int, str, str, str]]]:
         if not (ins[i][2] == "LDS.128" and "LDS.128" in ahead[:4] and "VOTE.ALL" in ahead
                 and (i == 0 or "LDS.128" not in [op for _, _, op, _ in ins[max(0, i - 4): i]])):
             continue
-        path, j, vote, recorded = _stamp_before(ins, i), i, None, False
+        path, j, vote, recorded = [], i, None, False
         while j < len(ins) and len(path) < 80:
             _, guard, op, ops = ins[j]
             if op == "BRA.DIV":
@@ -133,10 +120,9 @@ def test_trace_free_and_marker_only_builds_are_the_same_with_the_lean_define(tmp
 
 
 @needs_nvcc
-@pytest.mark.parametrize("defines", [LEAN, GUARDED], ids=["lean", "guarded"])
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_lean_steady_state_marker_is_straight_line(kernel, defines):
-    paths = steady_paths(_lines(2, kernel, defines))
+def test_lean_steady_state_marker_is_straight_line(kernel):
+    paths = steady_paths(_lines(2, kernel, LEAN))
     assert len(paths) >= 2, f"{kernel}: {len(paths)} lean markers found"
     for p in paths:
         ops = [op for _, _, op, _ in p]
@@ -148,26 +134,24 @@ def test_lean_steady_state_marker_is_straight_line(kernel, defines):
         assert len(timers) == 1, text
         records = [(g, ops_) for _, g, op, ops_ in p if op == "STG.E.128"]
         assert len(records) == 1 and records[0][0], text  # one record store, predicated (no branch around it)
-        # lean: one branch (over the slow-path call); guarded: the branch to the stores, and at most one more
-        assert sum(op == "BRA" for op in ops) <= (2 if defines is GUARDED else 1), text
+        # the branch to the stamp and stores, and at most one more
+        assert sum(op == "BRA" for op in ops) <= 2, text
         assert len(p) <= MAX_INSTRUCTIONS[kernel], f"{len(p)} instructions:\n{text}"
 
 
 @needs_nvcc
-@pytest.mark.parametrize("defines", [LEAN, GUARDED], ids=["lean", "guarded"])
-def test_where_the_lean_stamp_is_read_after_a_barrier(defines):
-    """ws_pipeline (tests/fixtures): a consumer's BEGIN right after bar.sync. The guarded build reads the stamp after
-    the cursor load and a branch on it, as the default and fast markers do; the lean build reads it alongside the
-    load, as the register cursor does (whether that dates a marker before the barrier's release: to be measured)."""
+def test_the_lean_stamp_after_a_barrier_waits_for_the_cursor_load():
+    """ws_pipeline (tests/fixtures): a consumer's BEGIN right after bar.sync. The stamp is read after the cursor load
+    and a branch on it, as the default markers read it: a read before the load was dated before the barrier's release
+    (H200, 2026-12-02: consumers ~0.8 us before the producer's load)."""
     src = Path(__file__).parent / "fixtures" / "ws_pipeline" / "ws_pipeline.cu"
-    lines = _lines(2, "ws_pipeline", defines, source=src)
+    lines = _lines(2, "ws_pipeline", LEAN, source=src)
     bars = [i for i, ln in enumerate(lines) if "BAR.SYNC" in ln]
     assert bars
     for b in bars:
         timer = next(j for j in range(b, len(lines)) if "SR_GLOBALTIMER" in lines[j])
         between = "\n".join(lines[b:timer])
-        after_branch = between.count("LDS.128") == 2 and re.search(r"@!?P\d BRA ", between) is not None
-        assert after_branch == (defines is GUARDED), "\n".join(lines[b: timer + 1])
+        assert between.count("LDS.128") == 2 and re.search(r"@!?P\d BRA ", between), "\n".join(lines[b: timer + 1])
 
 
 @needs_nvcc

@@ -375,9 +375,12 @@ __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coo
  * compiler can issue the kernel's own first loads alongside and the warp's first marker is the first
  * thing to wait for them. The ring header is written once, by one lane, when the cursor goes out of
  * scope (the function returns): magic, seq, SM, CTA, warp, written, dropped, claims (a ring
- * continued under the same arm gets its counts and one more claim). Six live registers, plus 4 bytes
+ * continued under the same arm gets its counts and one more claim). Seven live registers, plus 4 bytes
  * of shared memory.
- * Timestamps: %globaltimer (ns) in the default build, clock64 in the anchored build. A module armed
+ * Timestamps: %globaltimer (ns) in the default build, clock64 in the anchored build, each read after a
+ * __syncwarp on the marker's lanes: a read right after bar.sync is otherwise issued before the barrier
+ * releases the warp (H200, 2026-12-02, scripts/timer_after_barrier.py: 2000 of 2000 stamps early; with
+ * __syncwarp first, 0 of 2000). A module armed
  * with clock="clock64" gets no records from register-cursor warps: they count as `unbuffered`
  * (reported by the decoder) rather than writing stamps the host would misread; build with
  * -DARGUS_TIMESTAMP=ARGUS_TS_ANCHORED for cycle stamps.
@@ -385,52 +388,41 @@ __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coo
  * given the cursor (ARGUS_STATE_PARAM / ARGUS_STATE_ARG, or the by-value form for __noinline__ helpers:
  * argus_markers.cuh), with the same coordinate on every lane (lanes that disagree would write different
  * bytes to one slot); the lane that was lowest-active at the declaration must reach the end of the
- * function. By default every marker must also be executed by the whole warp together (a divergent marker
- * leaves the lanes' counts disagreeing, and records overwrite each other). With -DARGUS_REG_LANE_GROUPS=1
- * (opt-in) divergence is recorded: the converged marker adds one vote (all 32 lanes here, none dirty)
- * and a uniform branch over an out-of-line slow path, where a lane group takes its slots past the count
- * with a shared atomic on the warp's `extra` and writes its record and an ARGUS_KIND_LANES record, and the
- * whole warp, back together, folds `extra` into the count (128 more bytes of shared memory; a warp of
- * fewer than 32 lanes takes the slow path at every marker). Markers in called functions that were not
- * given the cursor use the shared cursor; mixing the two overwrites records (the decoder then reports the
- * ring as corrupt: its timestamps go backwards). A kernel that traps before returning leaves its ring
- * unclaimed. */
-#ifndef ARGUS_REG_LANE_GROUPS
-#define ARGUS_REG_LANE_GROUPS 0
-#endif
-#if ARGUS_REG_LANE_GROUPS
-/* Lane-group build: bits 26..27 of mask_flags are free (capacity <= 2^26), 28 and 29 send markers to the slow path. */
-#define ARGUS_REG_CAP_BITS_ 0x0FFFFFFFu
-#define ARGUS_REG_PARTIAL_ (1u << 28) /* the warp has fewer than 32 lanes at launch: every marker is a slow one */
-#define ARGUS_REG_DIRTY_ (1u << 29)   /* this lane ran a lane-group marker since the warp last folded `extra` in */
-#else
-#define ARGUS_REG_CAP_BITS_ 0x3FFFFFFFu
-#endif
+ * function. Every marker must be executed by all of the warp's launch lanes together: a divergent marker
+ * leaves the lanes' counts disagreeing, and records overwrite each other. That is refused, never silent: each
+ * lane ANDs the marker's __activemask() into `lanes` (beside the timer-to-store chain, no branch), the lanes vote
+ * at scope exit, and the lead lane sets ARGUS_RING_WARP_DIVERGENT in the ring header, which the decoder refuses
+ * (at decode time, not at compile time). A lane group that runs markers without the lead lane and returns before
+ * meeting it again is not in that vote; its records then lie past the header's count, which the decoder reports
+ * (an unwrapped ring). Markers in called functions that were not given the cursor use the shared cursor;
+ * mixing the two overwrites records (the decoder then reports the ring as corrupt: its timestamps go
+ * backwards). A kernel that traps before returning leaves its ring unclaimed. */
 __device__ __forceinline__ argus_u32* reg_cursor_seq() {
   __shared__ argus_u32 seq;
   return &seq;
 }
+/* Bits 0..29 of mask_flags: capacity - 1 (the host caps capacity at 2^26). */
+#define ARGUS_REG_CAP_BITS_ 0x3FFFFFFFu
 /* Bit 30 of mask_flags: on a recording warp, "appending" (the ring was claimed earlier under this arm);
  * on a warp that records nothing, "count me as unbuffered" (set on one lane). */
 #define ARGUS_REG_FLAG30_ (1u << 30)
 #define ARGUS_REG_LEAD_ (1u << 31)
-#if ARGUS_REG_LANE_GROUPS
-/* Slots taken by lane groups of each warp since its count was last folded (reg_fold): a partial group's record goes
- * to slot count + extra, so it never overwrites one of the whole warp's. Zeroed by the declaration. */
-__device__ __forceinline__ argus_u32* reg_extra() {
-  __shared__ argus_u32 extra[ARGUS_MAX_WARPS_PER_CTA];
-  return extra;
-}
-#endif
-/* The cursor's registers, trivially copyable (a helper may take it by value: ARGUS_STATE_PARAM_VALUE). */
+/* The cursor's registers, trivially copyable (a helper may take it by value: ARGUS_STATE_VALUE_PARAM). */
 struct RegState {
   argus_u64 records; /* global address of the ring's record 0, or of a scratch slot when not recording */
   argus_u32 count;   /* records produced, with those of earlier launches under this arm */
-  argus_u32 mask_flags; /* bits 0..29: capacity - 1 (host caps capacity at 2^26), or the scratch slot's 63 when not recording
-                           (lane-group build: bits 0..27, and 28/29 as ARGUS_REG_PARTIAL_/DIRTY_);
-                           30: see ARGUS_REG_FLAG30_ below; 31: this lane writes the header at scope exit */
+  argus_u32 mask_flags; /* bits 0..29: capacity - 1, or the scratch slot's 63 when not recording;
+                           30: see ARGUS_REG_FLAG30_ above; 31: this lane writes the header at scope exit */
   argus_u32 coord_begin, coord_span; /* window [begin, begin + span) */
+  argus_u32 lanes; /* AND of every marker's __activemask() on this lane: below the launch lanes = a divergent marker */
 };
+
+/* Lanes warp `warp` has at launch (fewer than 32 in the last warp of a block not a multiple of 32). */
+__device__ __forceinline__ argus_u32 reg_warp_lanes(argus_u32 warp) {
+  const argus_u32 left = blockDim.x * blockDim.y * blockDim.z - 32u * warp;
+  return left >= 32u ? 0xFFFFFFFFu : (1u << left) - 1u;
+}
+
 struct RegCursor : RegState {
   __device__ __forceinline__ RegCursor() {
     const argus_u32 warp = warp_in_cta();
@@ -444,6 +436,7 @@ struct RegCursor : RegState {
     *reg_cursor_seq() = v.seq;
     coord_begin = v.coord_begin;
     coord_span = v.coord_end - v.coord_begin;
+    lanes = 0xFFFFFFFFu;
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
     const bool clock_ok = v.clock_mode == ARGUS_CLOCK_ANCHORED;
 #else
@@ -470,16 +463,12 @@ struct RegCursor : RegState {
     const bool flag30 = rec ? append : (v.pass && is_lead);
     mask_flags = (rec ? (v.capacity - 1u) & ARGUS_REG_CAP_BITS_ : ARGUS_SCRATCH_SLOT_RECORDS - 1u) | (flag30 ? ARGUS_REG_FLAG30_ : 0u) |
                  (rec && is_lead ? ARGUS_REG_LEAD_ : 0u);
-#if ARGUS_REG_LANE_GROUPS
-    reg_extra()[warp] = 0u;  // every lane stores the same word
-    if (warps_in_block() == warp + 1u && (blockDim.x * blockDim.y * blockDim.z & 31u)) mask_flags |= ARGUS_REG_PARTIAL_;
-#endif
   }
   __device__ __forceinline__ ~RegCursor() {
+    const argus_u32 warp = warp_in_cta();
+    /* Did any lane here run a marker without all the warp's lanes? (Every lane votes; only the lead's group's vote is used.) */
+    const argus_u32 divergent = __any_sync(__activemask(), lanes != reg_warp_lanes(warp)) ? ARGUS_RING_WARP_DIVERGENT : 0u;
     if (mask_flags & ARGUS_REG_LEAD_) {
-#if ARGUS_REG_LANE_GROUPS
-      count += atomicExch(reg_extra() + warp_in_cta(), 0u);  // slots lane groups took after the last fold
-#endif
       const argus_u64 hdr = records - ARGUS_RING_HEAD_BYTES_;
       const argus_u32 capacity = (mask_flags & ARGUS_REG_CAP_BITS_) + 1u;
       const argus_u32 dropped = count > capacity ? count - capacity : 0u;
@@ -490,12 +479,13 @@ struct RegCursor : RegState {
             "red.global.add.u32 [%0+28], 1;"
             ::"l"(hdr), "r"(count), "r"(dropped)
             : "memory");
+        if (divergent) asm volatile("red.global.or.b32 [%0+16], %1;" ::"l"(hdr), "r"(divergent) : "memory");
       } else {
         asm volatile(
             "st.global.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
             "st.global.v4.u32 [%0+16], {%5, %6, %7, %8};"
             ::"l"(hdr), "r"(ARGUS_RING_MAGIC), "r"(*reg_cursor_seq()), "r"(sm_id()), "r"(cta_linear()),
-              "r"(warp_in_cta()), "r"(count), "r"(dropped), "r"(1u)
+              "r"(warp | divergent), "r"(count), "r"(dropped), "r"(1u)
             : "memory");
       }
     } else if (mask_flags & ARGUS_REG_FLAG30_) {
@@ -507,23 +497,24 @@ struct RegCursor : RegState {
 struct NoRegCursor {};
 
 /* A __noinline__ helper's cheapest form (ARGUS_STATE_VALUE_PARAM, ARGUS_RETURNS_STATE, ARGUS_RETURN_STATE,
- * ARGUS_TAKE_STATE): the cursor goes in by value and its count and flags come back with the helper's result,
- * all in registers (a reference would put the caller's cursor in local memory). */
+ * ARGUS_TAKE_STATE): the cursor goes in by value and what its markers change (count, flags, lanes) comes back with
+ * the helper's result, all in registers (a reference would put the caller's cursor in local memory). */
 template <class T>
 struct WithState {
   T value;
-  argus_u32 count, mask_flags;
+  argus_u32 count, mask_flags, lanes;
 };
 
 template <class T>
 __device__ __forceinline__ WithState<T> with_state(const T& value, const RegState& s) {
-  return {value, s.count, s.mask_flags};
+  return {value, s.count, s.mask_flags, s.lanes};
 }
 
 template <class T>
 __device__ __forceinline__ T take_state(const WithState<T>& r, RegState& s) {
   s.count = r.count;
   s.mask_flags = r.mask_flags;
+  s.lanes = r.lanes;
   return r.value;
 }
 
@@ -531,118 +522,13 @@ __device__ __forceinline__ void emit_with(NoRegCursor&, argus_u32 kind, argus_u3
   emit(kind, id, coord);
 }
 
-__device__ __forceinline__ argus_u64 reg_stamp() {
-#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-  return cycle_counter();
-#else
-  return global_timer();
-#endif
-}
-
-#if ARGUS_REG_LANE_GROUPS
-/* Lanes warp `warp` has at launch (fewer than 32 in the last warp of a block not a multiple of 32). */
-__device__ __forceinline__ argus_u32 reg_warp_lanes(argus_u32 warp) {
-  const argus_u32 left = blockDim.x * blockDim.y * blockDim.z - 32u * warp;
-  return left >= 32u ? 0xFFFFFFFFu : (1u << left) - 1u;
-}
-
-/* What the marker's common store does after the slow path: its address, and the cursor's count and flags (the
- * common code then adds `take` to the count). */
-struct RegSlow {
-  argus_u64 at;
-  argus_u32 count, mask_flags, anchor; /* anchor: the common store's record refreshes an anchor (anchored build) */
-};
-
-__device__ __forceinline__ argus_u64 reg_slot(const RegState& rc, argus_u32 n) {
-  return rc.records + (argus_u64)(n & rc.mask_flags & ARGUS_REG_CAP_BITS_) * sizeof(ArgusRecord);
-}
-
-/* The whole warp is back together after lane groups recorded (or a warp of fewer than 32 lanes): the slots the
- * groups took join the count (every lane gets the value from the lowest lane) and the record takes the next slot. */
-__device__ __forceinline__ RegSlow reg_fold(RegState rc, argus_u32* extra, argus_u32 active) {
-  const argus_u32 lead = (argus_u32)(__ffs(active) - 1);
-  __syncwarp(active);  // every group's atomic is done before the exchange
-  argus_u32 e = 0u;
-  if (lane_id() == lead) e = atomicExch(extra, 0u);
-  rc.count += __shfl_sync(active, e, lead);
-  return {reg_slot(rc, rc.count), rc.count, rc.mask_flags & ~ARGUS_REG_DIRTY_, 1u};
-}
-
-/* A lane group's marker (not the whole warp): its lowest lane takes two slots past the count and the other groups'
- * (a shared atomic on the warp's `extra`) and writes the marker's record and a lane-group record after it
- * (ARGUS_KIND_LANES: the group's mask and lowest lane), the pair the lean markers write and the decoder pairs per
- * group. The common store then goes to the warp's scratch slot (no shuffle of the slot to the group). The count is
- * unchanged; every lane of the group is dirty, so the next whole-warp marker folds first. Outside the window
- * nothing is reserved. */
-__device__ __forceinline__ RegSlow reg_group(const RegState& rc, argus_u32* extra, argus_u32 kind, argus_u32 id,
-                                             argus_u32 coord, argus_u64 t, argus_u32 active, argus_u32 warp) {
-  argus_u64 scratch;
-  asm("cvta.to.global.u64 %0, %1;" : "=l"(scratch)
-      : "l"((argus_u64)&argus_scratch[ARGUS_SCRATCH_SLOT_RECORDS * ((cta_linear() * warps_in_block() + warp) % ARGUS_SCRATCH_SLOTS)]));
-  const argus_u32 take = (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
-  if (!take) return {scratch, rc.count, rc.mask_flags, 0u};
-  const argus_u32 lane = lane_id();
-  if (lane == (argus_u32)(__ffs(active) - 1)) {
-    const argus_u32 n = rc.count + atomicAdd(extra, 2u);
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n\t"
-                 "st.global.v4.b32 [%5], {%6, %7, %3, %8};" ::"l"(reg_slot(rc, n)), "r"(id), "r"(coord), "r"((argus_u32)t),
-                 "r"(stamp_hi(t, kind)), "l"(reg_slot(rc, n + 1u)), "r"(active), "r"(lane),
-                 "r"(stamp_hi(t, ARGUS_KIND_LANES))
-                 : "memory");
-#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-    if (rc.mask_flags >> 31) {
-      const argus_u32 cap_mask = rc.mask_flags & ARGUS_REG_CAP_BITS_;
-      store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, n, cap_mask, t, true);
-      store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, n + 1u, cap_mask, t);
-    }
-#endif
-  }
-  return {scratch, rc.count - take, rc.mask_flags | ARGUS_REG_DIRTY_, 0u};
-}
-
-/* Off the converged path, out of line (so the converged path has one uniform branch over the call and no
- * convergence barrier; the cursor goes by value, in registers). The group leaves together (__syncwarp), so no
- * lane runs its next marker before the group's slots are taken. */
-static __device__ __noinline__ RegSlow reg_emit_slow(RegState rc, argus_u32 kind, argus_u32 id, argus_u32 coord, argus_u64 t,
-                                              argus_u32 active) {
-  const argus_u32 warp = warp_in_cta();
-  argus_u32* extra = reg_extra() + warp;
-  const RegSlow r = active == reg_warp_lanes(warp) ? reg_fold(rc, extra, active)
-                                                   : reg_group(rc, extra, kind, id, coord, t, active, warp);
-  __syncwarp(active);
-  return r;
-}
-
-/* One marker: the converged warp (all 32 lanes here, none dirty: one vote) stores at its slot with no branch
- * of its own; any other marker first calls the slow path, which says where the common store goes. */
+/* One marker. The lanes' mask is folded into `lanes` beside the chain (no branch); the __syncwarp on those lanes
+ * makes the stamp wait for a barrier right before it (and never waits for lanes that are elsewhere). */
 __device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
-  const argus_u64 t = reg_stamp();  // first: the convergence test runs in its shadow
+  const argus_u32 take = (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
   const argus_u32 active = __activemask();
-  const argus_u32 take = (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
-  argus_u64 at = reg_slot(rc, rc.count);
-#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-  argus_u32 anchor = 1u;
-#endif
-  if (__builtin_expect(!__all_sync(active, (~active | (rc.mask_flags & (ARGUS_REG_PARTIAL_ | ARGUS_REG_DIRTY_))) == 0u), 0)) {
-    const RegSlow r = reg_emit_slow(rc, kind, id, coord, t, active);
-    at = r.at;
-    rc.count = r.count;
-    rc.mask_flags = r.mask_flags;
-#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-    anchor = r.anchor;
-#endif
-  }
-#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-  if ((rc.mask_flags >> 31) & take & anchor)
-    store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, rc.count, rc.mask_flags & ARGUS_REG_CAP_BITS_, t, true);
-#endif
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(at), "r"(id), "r"(coord), "r"((argus_u32)t),
-               "r"(stamp_hi(t, kind)));
-  rc.count += take;
-}
-#else
-__device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
-  const argus_u32 take = (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
+  rc.lanes &= active;
+  __syncwarp(active);
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
   const argus_u64 t = cycle_counter();
   if ((rc.mask_flags >> 31) & take) store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, rc.count, rc.mask_flags & ARGUS_REG_CAP_BITS_, t, true);
@@ -656,8 +542,6 @@ __device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u3
                "r"(stamp_hi(t, kind)));
   rc.count += take;
 }
-#endif
-
 
 template <class Cursor>
 struct TraceScope {

@@ -1,28 +1,25 @@
 /* argus_lean_markers.cuh: the opt-in lean shared-cursor markers (-DARGUS_LEAN_MARKERS=1), a prototype.
- * NOT RUN ON A GPU YET. Built from the SASS anatomy of docs/marker_cost_anatomy.md (2026-12-02): on the
- * default and fast shared paths the record store waits on a serial chain (warp-index S2R -> cursor LDS ->
- * compares -> branch -> timer read -> store) that the register cursor does not have.
+ * Measured on H200 (2026-12-02): ~70 ns per marker, so still opt-in. Built from the SASS anatomy of
+ * docs/marker_cost_anatomy.md: on the default shared path the record store waits on a serial chain
+ * (warp-index S2R -> cursor LDS -> compares -> branch -> timer read -> store) that the register cursor does not have.
  *
  * What it replaces of argus_cursors.cuh: the shared cursor's emit (the default WarpCursor code stays
  * compiled but unused). The steady-state marker (whole warp, ready cursor, default clock) is straight-line
- * (22-23 SASS instructions in a kernel body, 31-38 in a __noinline__ helper; tests/test_lean_markers.py):
- *   - the %globaltimer read first, then one cursor load pair (two LDS.128 issued back to back: one shared
- *     latency, overlapping the timer read's); the cursor's 32-bit shared address depends on nothing the
- *     loop changes, so ptxas computes it once per kernel body (in a helper: once per call);
+ * up to one branch (tests/test_lean_markers.py):
+ *   - one cursor load pair (two LDS.128 issued back to back: one shared latency); the cursor's 32-bit shared
+ *     address depends on nothing the loop changes, so ptxas computes it once per kernel body (in a helper: once
+ *     per call);
  *   - the readiness test (gridid, CTA, all 32 lanes active) folded into one predicate with no
- *     short-circuit, so no special-register read waits on the load (the fast helper's did), then made
+ *     short-circuit, so no special-register read waits on the load, then made
  *     warp-uniform by a vote (__all_sync on the call site's mask: VOTE.ALL), so the branch to the slow path
  *     needs no convergence barrier (no BSSY/BSYNC);
- *   - no branch, MATCH, MEMBAR or atomic before the stores: the record, the new count (STS) and the ring's
- *     written count are predicated stores; a marker outside the coordinate window stores nothing (so it
- *     never overwrites a kept record of a wrapped ring);
- *   - one uniform branch after the stores, over the in-line call to the out-of-line slow path (taken in the
- *     steady state: ptxas lays the call out in line).
- * Timestamp: by default read before the cursor load (as the register cursor's: nothing before it waits).
- * The default and fast markers read it after a branch on the load, because a stamp read right after a
- * BAR.SYNC dated tests/fixtures/ws_pipeline's consumers early (H200, not confirmed as the cause):
- * -DARGUS_LEAN_GUARDED_STAMP=1 does the same (a branch on the readiness vote, then the stamp and the
- * stores), so a GPU run can price the guard.
+ *   - after the branch on the vote: the %globaltimer read and the stores, with no MATCH, MEMBAR or atomic: the
+ *     record, the new count (STS) and the ring's written count are predicated stores; a marker outside the
+ *     coordinate window stores nothing (so it never overwrites a kept record of a wrapped ring).
+ * Timestamp: read after a branch on the cursor load (which waits for the load), as the default markers read it. A
+ * read before the load is issued before a bar.sync right ahead of the marker releases the warp (H200, 2026-12-02:
+ * tests/fixtures/ws_pipeline's consumers were dated ~0.8 us before the producer's load; the after-the-load order
+ * was correct and cost the same, 69.65 vs 70.98 ns per marker, so it is the only order).
  * Slow path (lean_emit_slow, out of line): claim, divergent or partial lane groups, clock64 stamps and the
  * anchored build, as the fast markers do it: each lane group's lowest lane takes its slot(s) with a shared
  * atomic and writes an ARGUS_KIND_LANES record after a marker not run by the whole warp. So every marker of
@@ -31,10 +28,6 @@
  * Included by argus_cursors.cuh inside namespace argus_detail, after the helpers it uses. */
 #ifndef ARGUS_CURSORS_CUH_
 #error "argus_lean_markers.cuh is included by argus_cursors.cuh only"
-#endif
-
-#ifndef ARGUS_LEAN_GUARDED_STAMP
-#define ARGUS_LEAN_GUARDED_STAMP 0
 #endif
 
 /* State bits of the cursor's grid word: a clock64 cursor takes the slow path (SLOW); a claim in progress
@@ -220,10 +213,6 @@ __device__ __forceinline__ void lean_store(argus_u32 take, argus_u32 addr, const
  * stores nothing here and goes to lean_emit_slow. */
 __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coord) {
   const argus_u32 active = __activemask();
-#if !ARGUS_LEAN_GUARDED_STAMP
-  /* Read first, so its latency overlaps the cursor load's (as the register cursor's read: nothing before it waits). */
-  const argus_u64 t = global_timer();
-#endif
   const argus_u32 addr = lean_cursor_addr(warp_in_cta());
   const LeanCursor c = lean_load(addr);
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
@@ -233,15 +222,10 @@ __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coo
   const bool ready = __all_sync(active, ((c.grid ^ grid_id_lo()) | (c.cta ^ cta_linear()) | ~active) == 0u);
 #endif
   const argus_u32 take = (argus_u32)ready & (argus_u32)in_window(coord, c.coord_begin, c.coord_span);
-#if ARGUS_LEAN_GUARDED_STAMP
-  /* The stamp is read after the branch on the cursor load, which waits for the load. */
+  /* The stamp is read after the branch on the cursor load, which waits for the load (and so for a barrier before it). */
   if (__builtin_expect(ready, 1)) {
     lean_store(take, addr, c, id, coord, global_timer(), kind);
     return;
   }
-#else
-  lean_store(take, addr, c, id, coord, t, kind);
-  if (__builtin_expect(ready, 1)) return;
-#endif
   lean_emit_slow(kind, id, coord, active);
 }

@@ -8,9 +8,9 @@
  * keeps the ring cursor in registers of that function (cheapest markers; restrictions at
  * argus_detail::RegCursor); without it the cursor lives in shared memory (any function). A __device__ helper
  * takes the caller's register cursor with ARGUS_STATE_PARAM in its parameter list and ARGUS_STATE_ARG at the
- * call (both nothing in modes 0 and 1). With -DARGUS_REG_LANE_GROUPS=1 (opt-in) register-cursor markers may
- * also run under divergence: each lane group records its own pairs (ARGUS_KIND_LANES records, as the lean
- * markers write them).
+ * call (both nothing in modes 0 and 1). Register-cursor markers must run on the whole warp: a warp whose marker ran
+ * on part of its lanes marks its ring divergent, and the decoder refuses that ring (at decode time, not at compile
+ * time).
  *
  * Opt-in: -DARGUS_LEAN_MARKERS=1 builds the shared-cursor markers of argus_lean_markers.cuh (a
  * straight-line fast path for a converged warp; divergent lane groups record into the warp's ring

@@ -6,8 +6,9 @@
 //   memory:  one indexed load (LCG index into a table), then 4 dependent FMAs on the loaded value.
 // Build with -DARGUS_MODE=0 (trace-free), 1 (marker-only) or 2 (trace); with -DREFEXEC_WARP_STATE=1
 // the trace build keeps the ring cursor in registers (ARGUS_WARP_STATE) in every kernel: the helpers take it
-// with ARGUS_STATE_PARAM; the divergent kernel only with -DARGUS_REG_LANE_GROUPS=1 (without it, half-warps'
-// register-cursor markers would overwrite each other's records, so it keeps the shared cursor). With -DREFEXEC_INNER=<n> the
+// with ARGUS_STATE_PARAM. The divergent kernel's half-warps then overwrite each other's records: the warp marks its
+// ring divergent and the decoder refuses it (benchmarks/marker_cost.py's register_divergent row expects that).
+// With -DREFEXEC_INNER=<n> the
 // inner loop's trip count is the compile-time constant n (the `inner` argument is then ignored; callers
 // pass n): ptxas unrolls it and drops the run-time trip-count tests that sit next to the markers.
 // Outputs are checked against NumPy references in benchmarks/trace_overhead.py before timing. The
@@ -44,11 +45,6 @@
 #define REFEXEC_RETURNS_STATE(type) type
 #define REFEXEC_RETURN_STATE(expr) return (expr)
 #define REFEXEC_TAKE_STATE(call) (call)
-#endif
-#if REFEXEC_WARP_STATE && defined(ARGUS_REG_LANE_GROUPS) && ARGUS_REG_LANE_GROUPS
-#define REFEXEC_DIVERGENT_STATE_DECL() ARGUS_WARP_STATE()
-#else
-#define REFEXEC_DIVERGENT_STATE_DECL() ((void)0)
 #endif
 
 #define LCG_MUL 1664525u
@@ -168,11 +164,12 @@ extern "C" __global__ void __launch_bounds__(256) refexec_compute_helper_inline(
 
 // refexec_compute_divergent: lanes 0-15 of each warp run occurrence `occ` as region refexec/occurrence
 // (inner x 8 FMAs), lanes 16-31 as region refexec (2 inner x 4 FMAs: the same chain, in a loop the
-// compiler cannot merge with the other), so each half-warp records its own BEGIN/END pairs.
+// compiler cannot merge with the other), so each half-warp records its own BEGIN/END pairs (shared cursor; the
+// register cursor refuses the ring instead).
 extern "C" __global__ void __launch_bounds__(256) refexec_compute_divergent(float* out, const float* a0,
                                                                             const float* bs, const float* cs,
                                                                             int inner) {
-  REFEXEC_DIVERGENT_STATE_DECL();
+  REFEXEC_STATE_DECL();
   const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
   float a = a0[t];
   const float b = bs[t], c = cs[t];
@@ -194,37 +191,6 @@ extern "C" __global__ void __launch_bounds__(256) refexec_compute_divergent(floa
       }
       ARGUS_END_AT(ARGUS_REGION_REFEXEC, occ);
     }
-  }
-  out[t] = a;
-}
-
-// refexec_compute_mixed: each occurrence is a whole-warp region refexec around the low half-warp's region
-// refexec/occurrence (lanes 16-31 run the same FMAs with no marker of their own), so the whole warp's END follows
-// lane-group records: with the register cursor and -DARGUS_REG_LANE_GROUPS=1 it folds their slots into the count.
-extern "C" __global__ void __launch_bounds__(256) refexec_compute_mixed(float* out, const float* a0, const float* bs,
-                                                                        const float* cs, int inner) {
-  REFEXEC_DIVERGENT_STATE_DECL();
-  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
-  float a = a0[t];
-  const float b = bs[t], c = cs[t];
-  const bool low = (threadIdx.x & 31u) < 16u;
-  const int trips = low ? REFEXEC_TRIPS : 2 * REFEXEC_TRIPS;
-  for (int occ = 0; occ < OCCURRENCES; ++occ) {
-    ARGUS_BEGIN_AT(ARGUS_REGION_REFEXEC, occ);
-    if (low) {
-      ARGUS_BEGIN_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
-      for (int j = 0; j < trips; ++j) {
-#pragma unroll
-        for (int f = 0; f < 8; ++f) a = fmaf(a, b, c);
-      }
-      ARGUS_END_AT(ARGUS_REGION_REFEXEC_OCCURRENCE, occ);
-    } else {
-      for (int j = 0; j < trips; ++j) {
-#pragma unroll
-        for (int f = 0; f < 4; ++f) a = fmaf(a, b, c);
-      }
-    }
-    ARGUS_END_AT(ARGUS_REGION_REFEXEC, occ);
   }
   out[t] = a;
 }
