@@ -8,13 +8,12 @@ path (PATHS): default markers in the kernel's body (shared-memory cursor), defau
 __noinline__ helper, the register cursor (ARGUS_WARP_STATE()), and the opt-in lean markers
 (-DARGUS_LEAN_MARKERS=1: csrc/argus/argus_lean_markers.cuh, docs/marker_cost_anatomy.md) in the body, in the
 helper and under divergence (half of each warp in one region, half in another: each half records its own pairs
-with lane-group records; the default markers do not support this), and the register cursor with lane groups
-(-DARGUS_REG_LANE_GROUPS=1, opt-in: register_lanes in the body, register_helper_inline and register_helper in a
-__forceinline__ and a __noinline__ helper taking ARGUS_STATE_PARAM, register_helper_value in the __noinline__ helper
-taking it by value and returning its count, register_divergent under divergence, register_mixed: a whole-warp
-region around the low half-warp's region, so whole-warp markers follow lane-group records). Each path is compared with the
-trace-free build of its own kernel. Each build runs armed (every warp records) and disarmed (tracing
-off: markers run, nothing is claimed or stored).
+with lane-group records; the default markers do not support this), and the register cursor in helpers
+(register_helper_inline and register_helper in a __forceinline__ and a __noinline__ helper taking ARGUS_STATE_PARAM,
+register_helper_value in the __noinline__ helper taking it by value and returning its count) and under divergence
+(register_divergent: the register cursor refuses that ring, so the row's check expects the decoder's refusal and the
+row is not timed). Each path is compared with the trace-free build of its own kernel. Each build runs armed (every
+warp records) and disarmed (tracing off: markers run, nothing is claimed or stored).
 A least-squares line through added time vs. markers per warp gives the per-marker cost (slope)
 and the fixed cost per launch (intercept: first-marker claim, scope exit, store drain).
 
@@ -26,7 +25,7 @@ events around each
 launch, queued behind a GPU busy-wait (so the events time the kernel, not Python's launch), median
 over many launches, builds interleaved.
 
-Usage: python benchmarks/marker_cost.py [--reps N] [--paths register,register_lanes,...]
+Usage: python benchmarks/marker_cost.py [--reps N] [--paths register,register_helper,...]
 """
 from __future__ import annotations
 
@@ -47,30 +46,26 @@ from benchmarks.trace_overhead import fma_chain_reference  # noqa: E402
 CTAS, THREADS, FMAS_PER_THREAD = 128, 256, 4096
 OCCURRENCES = [16, 64, 256]
 OPT_IN_PREFIXES = ("lean_",)  # rows of opt-in marker builds: their failure is reported, not an exit status
-OPT_IN_DEFINES = ("ARGUS_LEAN_MARKERS", "ARGUS_REG_LANE_GROUPS")  # likewise, rows built with these
-REG_LANES = {"REFEXEC_WARP_STATE": "1", "ARGUS_REG_LANE_GROUPS": "1"}
+OPT_IN_DEFINES = ("ARGUS_LEAN_MARKERS",)  # likewise, rows built with these
+REG = {"REFEXEC_WARP_STATE": "1"}
 # path -> (kernel, defines of the traced build); the default paths first, so they are built and checked first
 PATHS = {
     "shared": ("refexec_compute", {}),
     "shared_helper": ("refexec_compute_helper", {}),
-    "register": ("refexec_compute", {"REFEXEC_WARP_STATE": "1"}),
-    # the opt-in lean markers (-DARGUS_LEAN_MARKERS=1, docs/marker_cost_anatomy.md); _guarded: the stamp read after
-    # the branch on the readiness vote
+    "register": ("refexec_compute", REG),
+    # the opt-in lean markers (-DARGUS_LEAN_MARKERS=1, docs/marker_cost_anatomy.md)
     "lean_shared": ("refexec_compute", {"ARGUS_LEAN_MARKERS": "1"}),
-    "lean_shared_guarded": ("refexec_compute", {"ARGUS_LEAN_MARKERS": "1", "ARGUS_LEAN_GUARDED_STAMP": "1"}),
     "lean_shared_helper": ("refexec_compute_helper", {"ARGUS_LEAN_MARKERS": "1"}),
     "lean_shared_divergent": ("refexec_compute_divergent", {"ARGUS_LEAN_MARKERS": "1"}),
-    # the register cursor with lane groups (-DARGUS_REG_LANE_GROUPS=1, opt-in): in the body (the convergence test's
-    # cost), in a __forceinline__ and a __noinline__ helper (ARGUS_STATE_PARAM: by reference; _value: by value in,
-    # count returned, ARGUS_STATE_VALUE_PARAM), and under divergence
-    "register_lanes": ("refexec_compute", REG_LANES),
-    "register_helper_inline": ("refexec_compute_helper_inline", REG_LANES),
-    "register_helper": ("refexec_compute_helper", REG_LANES),
-    "register_helper_value": ("refexec_compute_helper_value", REG_LANES),  # by value in, count returned
-    "register_divergent": ("refexec_compute_divergent", REG_LANES),
-    # a whole-warp region around the low half-warp's: the whole warp's END folds the half's slots into the count
-    "register_mixed": ("refexec_compute_mixed", REG_LANES),
+    # the register cursor in a __forceinline__ and a __noinline__ helper (ARGUS_STATE_PARAM: by reference; _value: by
+    # value in, count returned, ARGUS_STATE_VALUE_PARAM), and under divergence (refused: REFUSED)
+    "register_helper_inline": ("refexec_compute_helper_inline", REG),
+    "register_helper": ("refexec_compute_helper", REG),
+    "register_helper_value": ("refexec_compute_helper_value", REG),
+    "register_divergent": ("refexec_compute_divergent", REG),
 }
+# paths whose rings the decoder must refuse (the check expects the refusal; the row reports it and is not timed)
+REFUSED = ("register_divergent",)
 REGION_OCCURRENCE, REGION_REFEXEC = 0xEAF59E52, 0x08F8A352  # examples/cuda/reference_execution_regions.h
 SOURCE = ROOT / "examples" / "cuda" / "reference_execution.cu"
 
@@ -113,18 +108,30 @@ def expected_occurrences(path: str, occ: int) -> dict:
     if PATHS[path][0] == "refexec_compute_divergent":
         return {**{(REGION_OCCURRENCE, c, 0x0000FFFF): 1 for c in range(occ)},
                 **{(REGION_REFEXEC, c, 0xFFFF0000): 1 for c in range(occ)}}
-    if PATHS[path][0] == "refexec_compute_mixed":
-        return {**{(REGION_REFEXEC, c, LANES_WHOLE_WARP): 1 for c in range(occ)},
-                **{(REGION_OCCURRENCE, c, 0x0000FFFF): 1 for c in range(occ)}}
     return {(REGION_OCCURRENCE, c, LANES_WHOLE_WARP): 1 for c in range(occ)}
 
 
-def check_trace(sess, path: str, occ: int) -> None:
-    """Every warp's ring decodes, pairs, and holds exactly the occurrences the kernel ran."""
+def check_refused(sess, path: str) -> str:
+    """A REFUSED path: the decoder refuses the trace as divergent (one line, naming the warp); returns that line."""
+    from argus_rt.trace.errors import DivergentMarkersError
+
+    try:
+        sess.decode()
+    except DivergentMarkersError as e:
+        assert "\n" not in str(e), str(e)
+        return str(e)
+    raise AssertionError(f"{path}: the divergent register-cursor trace decoded; it must be refused")
+
+
+def check_trace(sess, path: str, occ: int) -> str | None:
+    """Every warp's ring decodes, pairs, and holds exactly the occurrences the kernel ran (a REFUSED path: the
+    decoder refuses it, and the refusal is returned)."""
     from collections import Counter
 
     from argus_rt.trace import pair_intervals
 
+    if path in REFUSED:
+        return check_refused(sess, path)
     t = sess.decode()
     assert not t.incomplete, t.problems[:3]
     assert len(t.rings) == CTAS * THREADS // 32, f"{path}: {len(t.rings)} rings"
@@ -136,6 +143,7 @@ def check_trace(sess, path: str, occ: int) -> None:
         assert got == want, (f"{path}, ring {int(ring)}: missing {sorted(set(want) - set(got))[:4]}, "
                              f"unexpected {sorted(set(got) - set(want))[:4]}, "
                              f"miscounted {sorted(k for k in set(got) & set(want) if got[k] != want[k])[:4]}")
+    return None
 
 
 def check_failure(check) -> str | None:
@@ -151,9 +159,10 @@ def check_failure(check) -> str | None:
     return None
 
 
-def unmeasured_row(path: str, state: str, kernel: str, why: str) -> dict:
-    """The row of a path whose check failed: the same columns as a timed row, each unmeasured (None)."""
-    row = {"cursor": path, "state": state, "kernel": kernel, "check": f"failed: {why}"}
+def unmeasured_row(path: str, state: str, kernel: str, why: str, check: str = "failed") -> dict:
+    """The row of a path whose check failed (or of a REFUSED path, ``check="refused"``): the same columns as a timed
+    row, each unmeasured (None)."""
+    row = {"cursor": path, "state": state, "kernel": kernel, "check": f"{check}: {why}"}
     row.update({f"added_us_occ{o}": None for o in OCCURRENCES})
     row.update({"per_marker_ns": None, "fixed_us": None, "spread": {}})
     return row
@@ -181,6 +190,7 @@ def main() -> int:
     gen = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
     runs = {}  # key -> (module, kernel, session or None, armed?)
     failed = {}  # path -> why its check failed (its rows are unmeasured)
+    refused = {}  # REFUSED path -> the decoder's refusal (its rows report it, untimed)
     for occ in OCCURRENCES:
         free = build(0, occ, {})
         for kernel in sorted({"refexec_compute", *(k for k, _ in paths.values())}):  # the notes quote its time
@@ -191,20 +201,24 @@ def main() -> int:
                 continue
             mod = build(2, occ, defines)
             # the divergent kernel's two half-warps each record every marker: 2048 records per warp at 256
-            # occurrences (H200 2026-12-02: a 1024-record ring wrapped and the row went unmeasured); the mixed
-            # kernel's 6 records per occurrence make 1536
-            capacity = 2048 if kernel in ("refexec_compute_divergent", "refexec_compute_mixed") else 1024
+            # occurrences (H200 2026-12-02: a 1024-record ring wrapped and the row went unmeasured)
+            capacity = 2048 if kernel == "refexec_compute_divergent" else 1024
             sess = TraceSession(mod, TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=capacity))
 
             def check(sess=sess, mod=mod, kernel=kernel, path=path):
                 sess.arm()
                 check_output(torch, mod, occ, gen, kernel)
-                check_trace(sess, path, occ)
+                refusal = check_trace(sess, path, occ)
+                if refusal is not None:
+                    refused[path] = refusal
 
             why = check_failure(check)
             if why is not None:
                 failed[path] = f"occurrences={occ}: {why}"
                 print(f"{path}: check FAILED, not timed: {failed[path]}", flush=True)
+                continue
+            if path in REFUSED:
+                print(f"{path}: refused by the decoder, as expected (not timed): {refused[path]}", flush=True)
                 continue
             runs[(path, "armed", occ)] = (mod, kernel, sess, True)
             runs[(path, "disarmed", occ)] = (mod, kernel, sess, False)
@@ -230,6 +244,10 @@ def main() -> int:
                 rows.append(unmeasured_row(path, state, kernel, failed[path]))
                 print(f"{path:22s} {state:8s} unmeasured: check failed", flush=True)
                 continue
+            if path in REFUSED:
+                rows.append(unmeasured_row(path, state, kernel, refused[path], check="refused"))
+                print(f"{path:22s} {state:8s} refused (as expected), not timed", flush=True)
+                continue
             added = [us[(path, state, o)] - us[("free", kernel, o)] for o in OCCURRENCES]
             slope, intercept = fit([2 * o for o in OCCURRENCES], added)
             # Still keyed "cursor" (the earlier rows' column): a PATHS name.
@@ -249,14 +267,12 @@ def main() -> int:
              f"per thread split over 16/64/256 occurrences (32/128/512 markers per warp). Trace-free: {free}. "
              "`added_us_occN` = median event time minus the trace-free build of the same kernel with the same "
              "occurrences (rows: shared = default markers in the kernel body, shared_helper = inside a __noinline__ "
-             "helper, register = ARGUS_WARP_STATE(); lean_* = the same with -DARGUS_LEAN_MARKERS=1 (opt-in; "
-             "_guarded: the stamp read after the readiness branch), lean_shared_divergent = half-warps in "
-             "different regions, per marker of each half-warp; register_* = ARGUS_WARP_STATE() with "
-             "-DARGUS_REG_LANE_GROUPS=1 (opt-in): register_lanes in the body, register_helper_inline / register_helper "
-             "in a __forceinline__ / __noinline__ helper taking ARGUS_STATE_PARAM (by reference), register_helper_value "
-             "= the __noinline__ helper taking it by value and returning its count (ARGUS_STATE_VALUE_PARAM), "
-             "register_divergent = half-warps recording lane groups, register_mixed = a whole-warp region around "
-             "the low half-warp's, per marker of the warp and of the half); "
+             "helper, register = ARGUS_WARP_STATE(); lean_* = the same with -DARGUS_LEAN_MARKERS=1 (opt-in), "
+             "lean_shared_divergent = half-warps in different regions, per marker of each half-warp; "
+             "register_helper_inline / register_helper = ARGUS_WARP_STATE() in a __forceinline__ / __noinline__ helper "
+             "taking ARGUS_STATE_PARAM (by reference), register_helper_value = the __noinline__ helper taking it by "
+             "value and returning its count (ARGUS_STATE_VALUE_PARAM), register_divergent = half-warps on the register "
+             "cursor, whose trace the decoder must refuse (check `refused`, not timed)); "
              "`check` = the path's output and decoded-trace check (a failed path is not timed); "
              "`per_marker_ns` / `fixed_us` = least-squares slope / intercept against markers per warp. "
              "Armed: every warp records (globaltimer); disarmed: tracing off.")

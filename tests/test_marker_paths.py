@@ -256,8 +256,7 @@ def test_marker_cost_times_no_path_whose_check_fails_and_says_why():
     assert row["check"] == f"failed: {why}" and row["per_marker_ns"] is None
     table = markdown_table([row], [k for k in row if k != "spread"])
     assert table.splitlines()[2].count("unmeasured") == len(OCCURRENCES) + 2
-    assert {p for p in PATHS if p.startswith("lean_")} == {"lean_shared", "lean_shared_guarded", "lean_shared_helper",
-                                                         "lean_shared_divergent"}
+    assert {p for p in PATHS if p.startswith("lean_")} == {"lean_shared", "lean_shared_helper", "lean_shared_divergent"}
     assert all(PATHS[p][1].get("ARGUS_LEAN_MARKERS") == "1" for p in PATHS if p.startswith("lean_"))
     assert not any("ARGUS_LEAN_MARKERS" in PATHS[p][1] for p in ("shared", "shared_helper", "register"))
     assert not [p for p in PATHS if "fast" in p]  # the fast markers were removed (one cheap opt-in path: lean)

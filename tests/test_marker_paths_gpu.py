@@ -1,8 +1,9 @@
 """Every marker path on the GPU (the kernels of benchmarks/marker_cost.py): output checked against the
 float64 model, then each warp's decoded occurrences. Default paths (shared, shared_helper, register: the
 GPU-verified markers of a58e52b) and, as a separate parametrisation, the opt-in lean markers
-(-DARGUS_LEAN_MARKERS=1): lean_shared, lean_shared_guarded, lean_shared_helper and lean_shared_divergent (half-warps
-in different regions, paired per lane group; the default markers do not support it)."""
+(-DARGUS_LEAN_MARKERS=1): lean_shared, lean_shared_helper and lean_shared_divergent (half-warps in different regions,
+paired per lane group; the default markers do not support it). The register_* paths are default paths too:
+register_divergent's check expects the decoder to refuse its trace."""
 from __future__ import annotations
 
 import os

@@ -1,8 +1,8 @@
-"""The register cursor with helpers and lane groups (ARGUS_STATE_PARAM / ARGUS_STATE_ARG, -DARGUS_REG_LANE_GROUPS=1)
-on the CPU: the trace-free and marker-only builds are SASS-identical with and without them, every kernel of
-examples/cuda/reference_execution.cu builds with the register cursor, the converged marker has no convergence
-barrier, a helper taking the state from a caller without one is refused at compile time, and the decoder pairs
-the record pairs a register-cursor ring holds after divergent lane groups.
+"""The register cursor with helpers (ARGUS_STATE_PARAM / ARGUS_STATE_ARG, the by-value form) and its divergence
+refusal, on the CPU: the trace-free and marker-only builds are SASS-identical with and without the register cursor,
+every kernel of examples/cuda/reference_execution.cu builds with it, a helper taking the state from a caller without
+one is refused at compile time, and the decoder refuses a ring whose header says a marker ran on part of the warp
+(the divergent kernel's half-warps: refused at decode time, not at compile time).
 
 GPU: tests/test_regcursor_v2_gpu.py runs the register_* paths of benchmarks/marker_cost.py.
 """
@@ -11,14 +11,12 @@ from __future__ import annotations
 import pytest
 
 from argus_rt.trace import TraceConfig, decode, layout, pair_intervals
-from argus_rt.trace.decode import LANES_WHOLE_WARP
 from tests.ring_writer import RingWriter
 from toolchain import needs_nvcc
 
 KERNELS = ("refexec_compute", "refexec_compute_helper", "refexec_compute_helper_value", "refexec_compute_helper_inline",
-           "refexec_compute_divergent", "refexec_compute_mixed")
+           "refexec_compute_divergent")
 REG = {"REFEXEC_WARP_STATE": "1"}
-REG_LANES = {**REG, "ARGUS_REG_LANE_GROUPS": "1"}
 
 
 @pytest.fixture(autouse=True)
@@ -42,51 +40,21 @@ def test_state_macros_leave_the_trace_free_and_marker_only_builds_unchanged(mode
     for kernel in KERNELS:
         plain = _sass(mode, kernel, {})
         assert _sass(mode, kernel, REG) == plain, kernel
-        assert _sass(mode, kernel, REG_LANES) == plain, kernel
 
 
 @needs_nvcc
-@pytest.mark.parametrize("defines", [REG, REG_LANES], ids=["register", "register_lanes"])
-def test_every_kernel_builds_with_the_register_cursor(defines):
+def test_every_kernel_builds_with_the_register_cursor():
     for kernel in KERNELS:
-        lines = _sass(2, kernel, defines)
+        lines = _sass(2, kernel, REG)
         assert sum("SR_GLOBALTIMER" in ln for ln in lines) >= 2, kernel
-
-
-def _converged_markers(lines: list[str]) -> list[list[str]]:
-    """Each marker's fast path: from its timer read to the next 16-byte store."""
-    out = []
-    for i, ln in enumerate(lines):
-        if "SR_GLOBALTIMER" in ln:
-            end = next(j for j in range(i, len(lines)) if "STG.E.128" in lines[j])
-            out.append(lines[i : end + 1])
-    return out
-
-
-@needs_nvcc
-@pytest.mark.parametrize("kernel", ["refexec_compute", "refexec_compute_helper_inline"])
-def test_lane_group_build_s_converged_marker_has_one_vote_and_no_convergence_barrier(kernel):
-    """The converged path adds the convergence test (activemask, one VOTE.ALL, one uniform branch over the out-of-line
-    slow path) and nothing that waits for memory or reconverges the warp; the slow path takes lane-group slots with a
-    shared atomic and folds them with an exchange."""
-    lines = _sass(2, kernel, REG_LANES)
-    windows = _converged_markers(lines)
-    assert len(windows) >= 2
-    for w in windows:
-        text = "\n".join(w)
-        assert text.count("VOTE.ALL") == 1 and "CALL.REL" in text, text
-        assert not any(op in text for op in ("BSSY", "BSYNC", "LDS", "LDL", "LDG", "ATOMS", "MEMBAR")), text
-        assert "@" not in w[-1].split("STG.E.128")[0], w[-1]  # the record store is not predicated
-    assert any("ATOMS.ADD" in ln for ln in lines) and any("ATOMS.EXCH" in ln for ln in lines)
 
 
 @needs_nvcc
 def test_inlined_helper_costs_what_the_body_costs():
     """A __forceinline__ helper taking ARGUS_STATE_PARAM compiles to the body kernel's SASS (same arithmetic)."""
-    for defines in (REG, REG_LANES):
-        body = [ln.split("*/", 1)[-1] for ln in _sass(2, "refexec_compute", defines)]
-        inline = [ln.split("*/", 1)[-1] for ln in _sass(2, "refexec_compute_helper_inline", defines)]
-        assert inline == body
+    body = [ln.split("*/", 1)[-1] for ln in _sass(2, "refexec_compute", REG)]
+    inline = [ln.split("*/", 1)[-1] for ln in _sass(2, "refexec_compute_helper_inline", REG)]
+    assert inline == body
 
 
 @needs_nvcc
@@ -94,7 +62,7 @@ def test_noinline_helper_by_value_keeps_the_cursor_out_of_local_memory():
     """By reference (ARGUS_STATE_PARAM) a __noinline__ helper's caller keeps its cursor in local memory (STL/LDL
     around every marker); by value in, count returned (ARGUS_STATE_VALUE_PARAM), nothing goes to local memory."""
     for kernel, local in (("refexec_compute_helper", True), ("refexec_compute_helper_value", False)):
-        lines = _sass(2, kernel, REG_LANES)
+        lines = _sass(2, kernel, REG)
         assert any(op in ln for ln in lines for op in ("LDL", "STL")) == local, kernel
         assert any("CALL.REL" in ln for ln in lines)
 
@@ -142,99 +110,55 @@ extern "C" __global__ void scopes(float* out, int n) {
 
 
 @needs_nvcc
-@pytest.mark.parametrize("defines", [{}, {"ARGUS_REG_LANE_GROUPS": "1"}], ids=["register", "register_lanes"])
-def test_scopes_in_helpers_of_both_forms_build_in_every_mode(tmp_path, defines):
+def test_scopes_in_helpers_of_both_forms_build_in_every_mode(tmp_path):
     """ARGUS_SCOPE / ARGUS_SCOPE_AT in a helper taking the cursor by reference, called from one taking it by value."""
     from argus_rt.kinds.cuda.build import CudaBuildSpec, build, disassemble, sass_lines
 
     src = tmp_path / "scopes.cu"
     src.write_text(SCOPES)
     for mode in (0, 1, 2):
-        res = build(CudaBuildSpec(f"scopes.m{mode}.{len(defines)}", [src], argus_mode=mode, defines=defines))
+        res = build(CudaBuildSpec(f"scopes.m{mode}", [src], argus_mode=mode))
         timers = sum("SR_GLOBALTIMER" in ln for ln in sass_lines(disassemble(res.cubin, "scopes")))
         assert (timers >= 4) == (mode == 2), (mode, timers)
 
 
-def _group_pair(w: RingWriter, slot: int, kind: str, region: int, coord: int, lanes: int, time: int) -> None:
-    """The two slots a lane group's register-cursor marker writes: its record (the common store) and the lane-group
-    record (mask, lowest lane) after it, at slots count + extra and + 1."""
-    cfg = w.config
-    rec = w._records(cfg.ring_of(0, 0))
-    code = {"begin": layout.KIND_BEGIN, "end": layout.KIND_END}[kind]
-    lowest = (lanes & -lanes).bit_length() - 1
-    rec[slot] = (region, coord, (time & layout.TIME_MASK) | (code << layout.KIND_SHIFT))
-    rec[slot + 1] = (lanes, lowest, (time & layout.TIME_MASK) | (layout.KIND_LANES << layout.KIND_SHIFT))
-
-
-def test_register_cursor_ring_with_divergent_lane_groups_pairs_per_group():
-    """A warp's ring as the lane-group build writes it: a whole-warp BEGIN (slot 0: count 0 -> 1), then two half-warps
-    interleaving their pairs at slots 1 + extra (their stamps not in time order across the halves), then the
-    whole warp's END after the fold (count 1 + 8 extra = 9) and the header's written count at scope exit (10)."""
+def _divergent_ring(flagged: bool) -> bytes:
+    """One warp's ring as the register cursor leaves it after refexec_compute_divergent: the two half-warps kept their
+    own counts, so their pairs went to the same slots and the last store of each slot won (here: the high half's
+    BEGIN over the low half's, the low half's END over the high half's), and the lead lane wrote the header with the
+    low half's count. With ``flagged`` the header carries the lanes' vote (ARGUS_RING_WARP_DIVERGENT)."""
     from benchmarks.marker_cost import REGION_OCCURRENCE, REGION_REFEXEC
 
-    cfg = TraceConfig(ctas=1, threads_per_cta=32, capacity=16)
+    cfg = TraceConfig(ctas=2, threads_per_cta=64, capacity=16)
     w = RingWriter(cfg)
-    outer = 0x0AAA_0001
-    w.emit(0, 0, 7, "begin", outer, 1000)
-    low, high = 0x0000FFFF, 0xFFFF0000
-    steps = [("begin", REGION_OCCURRENCE, low, 1010), ("begin", REGION_REFEXEC, high, 1005),
-             ("end", REGION_REFEXEC, high, 1300), ("end", REGION_OCCURRENCE, low, 1200)]
-    for k, (kind, region, lanes, t) in enumerate(steps):
-        _group_pair(w, 1 + 2 * k, kind, region, 3, lanes, t)
-    h = w._header(cfg.ring_of(0, 0))
-    h["written"] = 9
-    w.emit(0, 0, 7, "end", outer, 1400)
-    t = decode(w.bytes(), cfg)
-    assert not t.incomplete, t.problems
-    rows = pair_intervals(t).rows
-    got = sorted(zip(rows["region_id"].tolist(), rows["lanes"].tolist(), rows["duration"].tolist(),
-                     rows["depth"].tolist()))
-    assert got == sorted([(outer, LANES_WHOLE_WARP, 400, 0), (REGION_OCCURRENCE, low, 190, 1),
-                          (REGION_REFEXEC, high, 295, 1)])
+    w.emit(1, 1, 42, "begin", REGION_REFEXEC, 1000, coord=0)
+    w.emit(1, 1, 42, "end", REGION_OCCURRENCE, 1300, coord=0)
+    if flagged:
+        w._header(cfg.ring_of(1, 1))["warp"] |= layout.RING_WARP_DIVERGENT
+    return w.bytes(), cfg
 
 
-def test_a_fast_marker_over_unfolded_lane_group_slots_is_reported_not_paired():
-    """What the convergence test prevents: a whole-warp marker written at the count without folding the groups'
-    slots overwrites a group's record, leaving its lane-group record after the wrong marker. The decoder does not
-    pair that silently."""
+def test_a_ring_flagged_divergent_is_refused_in_one_line_naming_the_warp():
+    from argus_rt.trace.errors import DivergentMarkersError
+
+    raw, cfg = _divergent_ring(flagged=True)
+    with pytest.raises(DivergentMarkersError) as e:
+        decode(raw, cfg)
+    msg = str(e.value)
+    assert "\n" not in msg and "SM 42, CTA 1, warp 1" in msg, msg
+    assert "whole warp" in msg and "ARGUS_WARP_STATE" in msg, msg
+
+
+def test_the_same_ring_without_the_flag_is_what_divergence_left_before_it():
+    """Why the flag is needed: without it the overwritten ring is refused only by luck (here, an END of a region
+    with no open one); other interleavings pair silently into wrong regions."""
     from argus_rt.trace.errors import CorruptTraceError, MismatchedMarkersError
 
-    cfg = TraceConfig(ctas=1, threads_per_cta=32, capacity=16)
-    w = RingWriter(cfg)
-    outer = 0x0AAA_0001
-    w.emit(0, 0, 7, "begin", outer, 1000)
-    _group_pair(w, 1, "begin", 0x0BBB_0002, 3, 0x0000FFFF, 1010)
-    _group_pair(w, 3, "end", 0x0BBB_0002, 3, 0x0000FFFF, 1100)
-    w.emit(0, 0, 7, "end", outer, 1400)  # the emit's slot is the header's written (1): over the group's BEGIN
-    h = w._header(cfg.ring_of(0, 0))
-    h["written"] = 5
+    raw, cfg = _divergent_ring(flagged=False)
+    t = decode(raw, cfg)
     with pytest.raises((CorruptTraceError, MismatchedMarkersError)):
-        pair_intervals(decode(w.bytes(), cfg))
+        pair_intervals(t)
 
 
-def test_mixed_kernel_ring_decodes_to_the_gpu_check_s_occurrences():
-    """benchmarks/marker_cost.py's check for register_mixed, on the ring the lane-group build writes for one warp of
-    refexec_compute_mixed (16 occurrences): whole-warp BEGIN, the low half's two pairs, the whole warp's END after
-    the fold, per occurrence."""
-    from collections import Counter
-
-    from benchmarks.marker_cost import REGION_OCCURRENCE, REGION_REFEXEC, expected_occurrences
-
-    cfg = TraceConfig(ctas=1, threads_per_cta=32, capacity=128)
-    w = RingWriter(cfg)
-    h = w._header(cfg.ring_of(0, 0))
-    t = 1000
-    for c in range(16):
-        w.emit(0, 0, 2, "begin", REGION_REFEXEC, t, coord=c)
-        n = int(h["written"][0])
-        _group_pair(w, n, "begin", REGION_OCCURRENCE, c, 0x0000FFFF, t + 5)
-        _group_pair(w, n + 2, "end", REGION_OCCURRENCE, c, 0x0000FFFF, t + 50)
-        h["written"] = n + 4
-        w.emit(0, 0, 2, "end", REGION_REFEXEC, t + 60, coord=c)
-        t += 100
-    trace = decode(w.bytes(), cfg)
-    assert not trace.incomplete, trace.problems
-    rows = pair_intervals(trace).rows
-    got = Counter(zip(rows["region_id"].tolist(), rows["coord"].tolist(), rows["lanes"].tolist()))
-    assert got == expected_occurrences("register_mixed", 16)
-    assert set(rows[rows["lanes"] == 0x0000FFFF]["depth"].tolist()) == {1}
+def test_the_divergent_flag_is_a_bit_no_warp_index_uses():
+    assert layout.RING_WARP_DIVERGENT == 1 << 31 and layout.MAX_WARPS_PER_CTA <= 32

@@ -1,8 +1,8 @@
-"""The register cursor with helpers and lane groups on the GPU (-DARGUS_REG_LANE_GROUPS=1, ARGUS_STATE_PARAM): the
-register_* paths of benchmarks/marker_cost.py (body, __forceinline__ and __noinline__ helper, half-warps in
-different regions), each checked as the benchmark checks it (output against the float64 model, then every warp's
-decoded occurrences, per lane group for the divergent kernel), armed and then disarmed; and a block whose last
-warp has 16 lanes (every marker of that warp takes the slow path and records as a whole warp)."""
+"""The register cursor in helpers and under divergence on the GPU: the register_* paths of benchmarks/marker_cost.py
+(__forceinline__ and __noinline__ helpers, by reference and by value), each checked as the benchmark checks it (output
+against the float64 model, then every warp's decoded occurrences), armed and then disarmed; half-warps in different
+regions (register_divergent), whose trace the decoder must refuse, naming the warp; and a block whose last warp has
+16 lanes (its markers run on all of its launch lanes: recorded as a whole warp, not refused)."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from argus_rt.trace import TraceConfig, TraceSession, pair_intervals
-from benchmarks.marker_cost import PATHS, REG_LANES, REGION_OCCURRENCE, build, check_output, check_trace
+from benchmarks.marker_cost import PATHS, REFUSED, REG, REGION_OCCURRENCE, build, check_output, check_trace
 
 pytestmark = pytest.mark.gpu
 
@@ -30,20 +30,22 @@ def test_register_path_records_every_occurrence_of_every_warp(path):
     import torch
 
     kernel, defines = PATHS[path]
-    assert defines.get("ARGUS_REG_LANE_GROUPS") == "1"
+    assert defines == REG
     mod = build(2, OCC, defines)
     sess = TraceSession(mod, TraceConfig(ctas=128, threads_per_cta=256, capacity=256))
     gen = np.random.default_rng(11)
     sess.arm()
     check_output(torch, mod, OCC, gen, kernel)
-    check_trace(sess, path, OCC)
-    sess.disarm()  # markers run, nothing recorded: the slow path writes the scratch slots; outputs unchanged
+    refusal = check_trace(sess, path, OCC)
+    if path in REFUSED:  # one line naming SM, CTA and warp
+        assert refusal and "SM " in refusal and "CTA " in refusal and "warp " in refusal, refusal
+    sess.disarm()  # markers run, nothing recorded: they write the scratch slots; outputs unchanged
     check_output(torch, mod, OCC, gen, kernel)
 
 
 def test_partial_last_warp_records_as_a_whole_warp():
-    """240 threads per CTA: warp 7 has 16 lanes, so its markers all take the slow path (fold, then the common
-    store) and record whole-warp occurrences, like the seven full warps."""
+    """240 threads per CTA: warp 7 has 16 lanes, all of them at every marker, so it is not divergent: it records
+    whole-warp occurrences, like the seven full warps."""
     import torch
 
     from argus_rt.trace.decode import LANES_WHOLE_WARP
@@ -51,7 +53,7 @@ def test_partial_last_warp_records_as_a_whole_warp():
     from benchmarks.trace_overhead import fma_chain_reference
 
     ctas, threads = 8, 240
-    mod = build(2, OCC, REG_LANES)
+    mod = build(2, OCC, REG)
     sess = TraceSession(mod, TraceConfig(ctas=ctas, threads_per_cta=threads, capacity=256))
     sess.arm()
     n = ctas * threads
