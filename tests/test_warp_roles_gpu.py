@@ -5,9 +5,11 @@ by the CUDA kind before anything is decoded (a failed check fails the query).
 
 Checks: every load slice is on warp 0 and says ``producer``, every compute slice on warps 1-3 and says
 ``consumer``, each CTA's four warp tracks are named with their role, each consumer's compute of tile t
-begins after the producer's load of tile t began (the hand-off the roles describe), the file is valid
-against the schema and nested. ``ARGUS_PERFETTO_EXAMPLE=PATH`` also writes the default markers' timeline there.
-Run with the default markers and, as a separate case, the opt-in lean markers (-DARGUS_LEAN_MARKERS=1).
+begins after the producer's load of tile t ended (the barrier the consumer waits at comes after the load's END: a
+stamp dated before the barrier's release fails this), the file is valid against the schema and nested.
+``ARGUS_PERFETTO_EXAMPLE=PATH`` also writes the default markers' timeline there. Run with the default markers and, as
+separate cases, the opt-in lean markers (-DARGUS_LEAN_MARKERS=1) and the register cursor (-DWS_REG_CURSOR=1:
+ARGUS_WARP_STATE() as the kernel's first statement).
 """
 from __future__ import annotations
 
@@ -27,19 +29,24 @@ PROGRAM = Path(__file__).parent / "fixtures" / "ws_pipeline"
 ROLE = {0: "producer", 1: "consumer", 2: "consumer", 3: "consumer"}
 
 
-def _lean_program(tmp_path: Path) -> Path:
-    """The fixture built with the opt-in lean markers (-DARGUS_LEAN_MARKERS=1)."""
-    program = tmp_path / "ws_pipeline_lean"
+FLAGS = {"default": [], "lean": ["-DARGUS_LEAN_MARKERS=1"], "register": ["-DWS_REG_CURSOR=1"]}
+
+
+def _program(tmp_path: Path, markers: str) -> Path:
+    """The fixture, or a copy built with the markers' extra flags."""
+    if not FLAGS[markers]:
+        return PROGRAM
+    program = tmp_path / f"ws_pipeline_{markers}"
     shutil.copytree(PROGRAM, program)
     spec = json.loads((program / "argus_program.json").read_text())
-    spec["flags"] = [*spec["flags"], "-DARGUS_LEAN_MARKERS=1"]
+    spec["flags"] = [*spec["flags"], *FLAGS[markers]]
     (program / "argus_program.json").write_text(json.dumps(spec, indent=2))
     return program
 
 
-@pytest.mark.parametrize("markers", ["default", "lean"])
+@pytest.mark.parametrize("markers", list(FLAGS))
 def test_a_warp_specialized_kernel_s_timeline_names_each_warp_s_role(markers, tmp_path, capsys):
-    program = PROGRAM if markers == "default" else _lean_program(tmp_path)
+    program = _program(tmp_path, markers)
     out = tmp_path / "ws_pipeline.json"
     rc = main(["query", str(program), "--signals", "latency", "--workspace", str(tmp_path / "ws"), "--no-progress",
                "--perfetto", str(out)])
@@ -60,12 +67,15 @@ def test_a_warp_specialized_kernel_s_timeline_names_each_warp_s_role(markers, tm
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
     assert len(threads) == 4 * ctas
     assert all(name == f"CTA {tid // 64} warp {tid % 64} ({ROLE[tid % 64]})" for (_, tid), name in threads.items())
-    load_start = {(e["tid"] // 64, e["args"]["iteration"]): e["ts"] for e in by_name["pipeline/load"]}
-    late = [e for e in by_name["pipeline/compute"] if e["ts"] < load_start[(e["tid"] // 64, e["args"]["iteration"])]]
-    # a consumer never computes a tile before its load began; on failure: which tiles, and by how much (us)
-    assert late == [], (len(late), sorted({e["args"]["iteration"] for e in late})[:8],
-                        [(e["pid"], e["tid"], e["args"]["iteration"],
-                          round(load_start[(e["tid"] // 64, e["args"]["iteration"])] - e["ts"], 3)) for e in late[:6]])
+    load_end = {(e["tid"] // 64, e["args"]["iteration"]): e["ts"] + e["dur"] for e in by_name["pipeline/load"]}
+
+    def early(e) -> float:  # us by which a compute slice begins before its tile's load ended (1e-6: float rounding)
+        return load_end[(e["tid"] // 64, e["args"]["iteration"])] - e["ts"]
+
+    too_early = [e for e in by_name["pipeline/compute"] if early(e) > 1e-6]
+    # a consumer never computes a tile before its load ended; on failure: which tiles, and by how much (us)
+    assert too_early == [], (len(too_early), sorted({e["args"]["iteration"] for e in too_early})[:8],
+                             [(e["pid"], e["tid"], e["args"]["iteration"], round(early(e), 3)) for e in too_early[:6]])
     print(f"{len(slices)} slices on {len(threads)} warp tracks; {ctas} CTAs x {tiles} tiles")
     target = os.environ.get("ARGUS_PERFETTO_EXAMPLE")
     if target and markers == "default":
