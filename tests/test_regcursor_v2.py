@@ -50,6 +50,20 @@ def test_every_kernel_builds_with_the_register_cursor():
 
 
 @needs_nvcc
+def test_scope_exit_votes_and_writes_the_divergent_flag_into_the_header():
+    """After the occurrence loop: the lanes' vote (VOTE.ANY to a predicate), the flag selected from it, and the
+    appending header write's RED.OR of the flag into the warp word (a fresh header stores warp | flag)."""
+    import re
+
+    lines = _sass(2, "refexec_compute", REG)
+    vote = next(i for i, ln in enumerate(lines) if re.search(r"VOTE\.ANY P\d, !?P\d", ln))
+    exit_code = "\n".join(lines[vote:])
+    assert re.search(r"SEL R\d+, RZ, 0x80000000", exit_code), exit_code
+    assert "REDG.E.OR" in exit_code, exit_code
+    assert not any("SR_GLOBALTIMER" in ln for ln in lines[vote:])  # no marker after it
+
+
+@needs_nvcc
 def test_inlined_helper_costs_what_the_body_costs():
     """A __forceinline__ helper taking ARGUS_STATE_PARAM compiles to the body kernel's SASS (same arithmetic)."""
     body = [ln.split("*/", 1)[-1] for ln in _sass(2, "refexec_compute", REG)]
