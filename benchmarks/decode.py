@@ -92,7 +92,6 @@ VEC_SERIAL = ("-DMK_VEC_BATCH=0",)
 def variant_rows() -> dict[str, dict]:
     """The opt-in megakernel rows of --variants: name -> MegakernelDecoder keywords."""
     from megakernel.dag import TileShape
-    from megakernel.runtime import STAGE_NEXT_BYTES
 
     one_cta = ONE_CTA
     return {  # opt-in rows (--variants NAME,...): tuning experiments against the default
@@ -126,23 +125,6 @@ def variant_rows() -> dict[str, dict]:
         # last arrival above. 512: the last arrival measured +1.7% at kv 128 and -1.7% at kv 1024 (H200 02:41); by
         # dependent round trips it is even at 3-4 used splits and ahead from 5 (TileShape.combine_threshold)
         "mk_adaptive_combine": {"tiles": TileShape(last_combine="auto")},
-        # row 28 (NOTES.md "Ready: row 28"): each worker bulk-copies its next static ticket's whole weight tile into a
-        # 64 KiB shared-memory page one ticket early (QKV parts and O-proj tiles fit; MK_STAGE_NEXT=1), so those GEMVs
-        # read shared memory; the copy of the current tile at ticket time (mk_stage72 / 48, rows 10-12) lost
-        "mk_stage_next": {"stage_bytes": STAGE_NEXT_BYTES, "stage_next": True},
-        # row 29 (NOTES.md "Ready: row 29"): mk_stage_next plus the leading whole rows of the larger tiles (gate/up 16
-        # of 44 rows, down 4 of 16, logits 16 of 64; MK_STAGE_NEXT=2); their GEMVs stream the other rows from global
-        "mk_stage_next_rows": {"stage_bytes": STAGE_NEXT_BYTES, "stage_next": "rows"},
-        # row 29b: mk_stage_next_rows without Down's prefixes (MK_STAGE_NEXT=3): a 16-row Down tile is one row pair per
-        # warp, so its 4 staged rows shorten no warp's global stream, while its tickets would read the page
-        "mk_stage_next_rows_nodown": {"stage_bytes": STAGE_NEXT_BYTES, "stage_next": "rows_nodown"},
-        # row 30 (NOTES.md "Ready: row 30"): no Down tiles; each GateUp tile also applies its features' columns of Wd
-        # (split-K, Wd packed transposed) and reduces the partial into x[layer + 1] with float4 reductions
-        # (TileShape.fused_ffn: MK_FUSED_FFN=1): one dependent hop per layer less (Down's wait, h load, hand-off)
-        "mk_fused_ffn": {"tiles": TileShape(fused_ffn=True)},
-        # its control for the burst: 8 of the slice's 22 Wd rows in flight per thread (3 round trips, ~32 KiB per CTA
-        # instead of 88), in case a whole-phase burst is served slower (row 16: 64 KB bursts per CTA at 2.4 TB/s)
-        "mk_fused_ffn_b8": {"tiles": TileShape(fused_ffn=True), "build_flags": ("-DMK_FFN_DOWN_BATCH=8",)},
         "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},
@@ -358,7 +340,6 @@ def main() -> int:
         dec = MegakernelDecoder(weights, **kw)
         extra[name] = {"workers": dec.launch_info.workers, "registers": dec.build.registers(),
                        "spill_bytes": dec.build.spill_bytes(), "stage_bytes": dec.stage_bytes,
-                       "stage_next": dec.stage_next,
                        "build_flags": list(dec.build_flags), "tiles": dec.tiles.__dict__,
                        "prefetch_window": dec.prefetch_window, "prefetch_own": dec.prefetch_own,
                        "instructions_per_step": len(dec.program.instructions)}

@@ -69,11 +69,6 @@ class TileShape:
     # used splits, the last arrival ahead from u = 5 (513 positions); a straight line through the two measurements
     # crosses at u ~ 5.6 (~720) and gives a launch between 513 and ~720 away ~0.3% at most (NOTES.md "Ready: row 27").
     combine_threshold: int = 512
-    # fused_ffn (row 30, opt-in; the build flag MK_FUSED_FFN=1): no Down instructions; each GateUp tile also applies
-    # its features' columns of Wd (split-K: the decoder packs Wd transposed, [ffn, hidden] per layer) and adds the
-    # partial product into x[layer + 1] with fp32 reductions, which each OProj tile initialises to its x_mid rows.
-    # One dependent hop less per layer; sums in arbitrary order (not bit for bit the default's). down_rows is unused.
-    fused_ffn: bool = False
 
     def check(self, c: LlamaConfig) -> None:
         for name, value, total in (("o_rows", self.o_rows, c.hidden), ("gate_features", self.gate_features, c.ffn),
@@ -88,8 +83,6 @@ class TileShape:
                            f"query group ({c.group} heads per KV head)")
         if not isinstance(self.fused_sample, bool):
             raise DagError(f"TileShape.fused_sample must be a bool, got {self.fused_sample!r}")
-        if not isinstance(self.fused_ffn, bool):
-            raise DagError(f"TileShape.fused_ffn must be a bool, got {self.fused_ffn!r}")
         if not (isinstance(self.last_combine, bool) or self.last_combine == "auto"):
             raise DagError(f"TileShape.last_combine must be a bool or 'auto', got {self.last_combine!r}")
         if not isinstance(self.combine_threshold, int) or isinstance(self.combine_threshold, bool) or \
@@ -234,13 +227,10 @@ def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) ->
         o = prog.counter(f"o[{layer}]")
         for row0 in range(0, c.hidden, tiles.o_rows):
             emit(OProj(layer, attn, c.n_kv_heads * n_splits * tiles.head_parts(c), 0, o, row0, tiles.o_rows,
-                       int(bool(tiles.last_combine)), int(tiles.fused_ffn)))
+                       int(bool(tiles.last_combine))))
         gate = prog.counter(f"gateup[{layer}]")
         for f0 in range(0, c.ffn, tiles.gate_features):
-            emit(GateUp(layer, o, c.hidden // tiles.o_rows, 0, gate, f0, tiles.gate_features, int(tiles.fused_ffn)))
-        if tiles.fused_ffn:  # the GateUp tiles completed x[layer + 1]: the next layer (or Logits) waits on them
-            prev, prev_count = gate, c.ffn // tiles.gate_features
-            continue
+            emit(GateUp(layer, o, c.hidden // tiles.o_rows, 0, gate, f0, tiles.gate_features))
         down = prog.counter(f"down[{layer}]")
         for row0 in range(0, c.hidden, tiles.down_rows):
             emit(Down(layer, gate, c.ffn // tiles.gate_features, 0, down, row0, tiles.down_rows))

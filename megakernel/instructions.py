@@ -119,25 +119,18 @@ class OProj(Instruction):
     # 1: load the combined vector attn_out[layer] that its KV groups' last AttnPartial tiles wrote (TileShape
     # last_combine True, or "auto" in a launch of the last-arrival form); 0: combine every head's splits itself
     combined: int = 0
-    # 1 (TileShape.fused_ffn): also write the same rows into x[layer + 1], the accumulator the fused GateUp tiles
-    # reduce their Down partials into (every GateUp tile of the layer waits on all OProj tiles)
-    init_next: int = 0
     OPCODE: ClassVar[int] = 4
-    ARGS: ClassVar[tuple[str, ...]] = ("row0", "rows", "combined", "init_next")
+    ARGS: ClassVar[tuple[str, ...]] = ("row0", "rows", "combined")
 
 
 @dataclass(frozen=True)
 class GateUp(Instruction):
-    """Features [f0, f0 + features) of h = SiLU(RMSNorm(x_mid) @ Wg^T) * (RMSNorm(x_mid) @ Wu^T).
-
-    fused_down (TileShape.fused_ffn): then x[layer + 1] += Wd[:, f0:f0 + features] @ h[f0:f0 + features] (fp32
-    reductions into the rows OProj initialised to x_mid; the decoder's Wd is packed transposed, [ffn, hidden])."""
+    """Features [f0, f0 + features) of h = SiLU(RMSNorm(x_mid) @ Wg^T) * (RMSNorm(x_mid) @ Wu^T)."""
 
     f0: int
     features: int
-    fused_down: int = 0
     OPCODE: ClassVar[int] = 5
-    ARGS: ClassVar[tuple[str, ...]] = ("f0", "features", "fused_down")
+    ARGS: ClassVar[tuple[str, ...]] = ("f0", "features")
 
 
 @dataclass(frozen=True)

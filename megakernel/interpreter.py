@@ -201,8 +201,6 @@ class Interpreter:
         # combined: the groups' last AttnPartial tiles combined the splits (attn_out); else this tile does
         attn = t["attn_out"][L] if ins.combined else self._combine(L, step)
         t["x_mid"][L, r] = t["x"][L, r] + t["wo"][L, r].float() @ attn
-        if ins.init_next:  # fused_ffn: the accumulator the layer's GateUp tiles add their Down partials into
-            t["x"][L + 1, r] = t["x_mid"][L, r]
 
     def _gateup(self, ins: GateUp, step: int) -> None:
         t, L, n = self.s.t, ins.layer, ins.features
@@ -210,8 +208,6 @@ class Interpreter:
         rows = t["wgu"][L, 2 * ins.f0: 2 * ins.f0 + 2 * n].float()  # tile: n gate rows, then n up rows
         y = rows @ xn
         t["h"][L, ins.f0: ins.f0 + n] = torch.nn.functional.silu(y[:n]) * y[n:]
-        if ins.fused_down:  # fused_ffn: this tile's split-K share of Down (wd is [F, D] per layer: transpose_down)
-            t["x"][L + 1] += t["h"][L, ins.f0: ins.f0 + n] @ t["wd"][L, ins.f0: ins.f0 + n].float()
 
     def _down(self, ins: Down, step: int) -> None:
         t, L, r = self.s.t, ins.layer, slice(ins.row0, ins.row0 + ins.rows)
@@ -278,11 +274,7 @@ def outputs_of(ins: Instruction, state: DecodeState, step: int) -> torch.Tensor:
     if isinstance(ins, OProj):
         return t["x_mid"][ins.layer, ins.row0: ins.row0 + ins.rows]
     if isinstance(ins, GateUp):
-        h = t["h"][ins.layer, ins.f0: ins.f0 + ins.features]
-        if ins.fused_down and ins.f0 + ins.features == c.ffn:
-            # fused_ffn: x[layer + 1], the sum of every tile's Down partial, charged to the last tile in stream order
-            return torch.cat([h, t["x"][ins.layer + 1]])
-        return h
+        return t["h"][ins.layer, ins.f0: ins.f0 + ins.features]
     if isinstance(ins, Down):
         return t["x"][ins.layer + 1, ins.row0: ins.row0 + ins.rows]
     if isinstance(ins, Logits):

@@ -10,9 +10,7 @@ ROOT = "decode"
 # regions.cuh), so the default builds record exactly REGION_LEAVES. core_loop/wait: thread 0's dependency
 # wait (its end is when the counter was seen); attention/*: the phases of an AttnPartial tile (scores,
 # softmax, pv) and of OProj's combine of the splits (combine_weights, combine_sum); gemm/*: Down's gemm in
-# two, its activation load (down_vector) and its weight loop (down_weights). gemm/down_weights is also the Down slice
-# of a fused GateUp tile (TileShape.fused_ffn, row 30), which every trace build of that row records (regions.cuh:
-# MK_SUB_*): the same loop over Wd, inside the GateUp tile's gemm.
+# two, its activation load (down_vector) and its weight loop (down_weights).
 DETAIL_REGIONS = {"core_loop": ("wait",), "attention": ("scores", "softmax", "pv", "combine_weights", "combine_sum"),
                   "gemm": ("down_vector", "down_weights")}
 

@@ -47,9 +47,6 @@ MAX_STAGE_BYTES = 190 * 1024
 RING_PAGE_BYTES = 16 * 1024  # csrc/megakernel/ring.cuh: RING_PAGE (tests/test_megakernel_ring.py checks they agree)
 # A stage that holds a 16-row down tile (16 x 5632 bf16) and a 16-feature gate/up tile (128 KiB).
 STAGE_DOWN16 = 16 * 5632 * 2
-# Row 28's page (MegakernelDecoder(stage_next=True)): one QKV part (64 rows / 4 parts x 2048 bf16) or one O-proj tile
-# (16 rows x 2048) of TinyLlama at the default tiles; static ~34 KiB + 64 KiB per CTA keeps 2 CTAs on a 228 KiB SM.
-STAGE_NEXT_BYTES = 64 * 1024
 
 
 def tile_weight_ranges(program: Program) -> list[tuple[int, int, int]]:
@@ -67,7 +64,7 @@ def tile_weight_ranges(program: Program) -> list[tuple[int, int, int]]:
             out.append((I.SEG_WQKV * 256 + layer, 2 * base * D, 2 * rows * D))
         elif op == OProj.OPCODE:
             out.append((I.SEG_WO * 256 + layer, 2 * a0 * D, 2 * a1 * D))
-        elif op == GateUp.OPCODE:  # a fused_down tile also reads down_slice_range (not here: see fused_ffn_check)
+        elif op == GateUp.OPCODE:
             out.append((I.SEG_WGU * 256 + layer, 2 * 2 * a0 * D, 2 * 2 * a1 * D))
         elif op == Down.OPCODE:
             out.append((I.SEG_WD * 256 + layer, 2 * a0 * F, 2 * a1 * F))
@@ -76,28 +73,6 @@ def tile_weight_ranges(program: Program) -> list[tuple[int, int, int]]:
         else:
             out.append((0, 0, 0))
     return out
-
-
-def down_slice_range(program: Program, ins: GateUp) -> tuple[int, int, int]:
-    """(segment, byte offset, bytes) of the transposed Wd rows a fused GateUp tile (TileShape.fused_ffn) reads after
-    its gate/up rows: features f0..f0+n of its layer's [ffn, hidden] Wd (megakernel.cu: ffn_down_slice)."""
-    D = program.config.hidden
-    return I.SEG_WD * 256 + ins.layer, 2 * ins.f0 * D, 2 * ins.features * D
-
-
-def fused_ffn_check(tiles: TileShape, *, stage_bytes: int = 0, stage_next: bool | str = False,
-                    prefetch_own: bool | tuple[str, ...] = False, prefetch_window: int | None = None,
-                    prefetch_ahead: int = 0, ring_pages: int = 0) -> None:
-    """TileShape.fused_ffn with a weight path that plans by tile_weight_ranges (one range per tile, which leaves out a
-    fused GateUp tile's Down slice) is refused, naming both: staging, stage_next, the ring and the L2 prefetches."""
-    if not tiles.fused_ffn:
-        return
-    used = {"stage_bytes": stage_bytes, "stage_next": stage_next, "prefetch_own": prefetch_own,
-            "prefetch_window": prefetch_window is not None, "prefetch_ahead": prefetch_ahead, "ring_pages": ring_pages}
-    on = [name for name, value in used.items() if value]
-    if on:
-        raise ValueError(f"TileShape(fused_ffn=True) cannot run with {on[0]}: its weight plan counts one range per "
-                         "tile and a fused GateUp tile also reads its Down slice")
 
 
 OWN_PREFETCH_OPS = {"qkv": QkvHead, "oproj": OProj, "gateup": GateUp, "down": Down, "logits": Logits}
@@ -166,7 +141,7 @@ def prefetch_plan(program: Program, window_bytes: int | None, own: bool | tuple[
 
 
 # Macro only option_flags may set: it must agree with the tile shape the state was laid out for.
-OPTION_MACROS = ("MK_FUSED_SAMPLE", "MK_LAST_COMBINE", "MK_FUSED_FFN")
+OPTION_MACROS = ("MK_FUSED_SAMPLE", "MK_LAST_COMBINE")
 
 
 def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -174,14 +149,12 @@ def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ..
     default cubin is the plain ``python -m megakernel.build`` one); TileShape(fused_sample=False) compiles
     the Sample over all logits; TileShape(last_combine=True) the combine by each group's last attention tile
     (MK_LAST_COMBINE=1, row 26), last_combine="auto" both combines, picked per instruction (MK_LAST_COMBINE=2, row
-    27); TileShape(fused_ffn=True) the GateUp tiles with their Down slice (MK_FUSED_FFN=1, row 30). ``given`` (the
-    caller's build flags) must not set the options' macros."""
+    27). ``given`` (the caller's build flags) must not set the options' macros."""
     clash = [f for f in given if any(f.startswith(f"-D{m}") for m in OPTION_MACROS)]
     if clash:
-        raise ValueError(f"build flags {clash} are set by TileShape.fused_sample / last_combine / fused_ffn, not by hand")
+        raise ValueError(f"build flags {clash} are set by TileShape.fused_sample / last_combine, not by hand")
     return (() if tiles.fused_sample else ("-DMK_FUSED_SAMPLE=0",)) + \
-        ((f"-DMK_LAST_COMBINE={2 if tiles.last_combine == 'auto' else 1}",) if tiles.last_combine else ()) + \
-        (("-DMK_FUSED_FFN=1",) if tiles.fused_ffn else ())
+        ((f"-DMK_LAST_COMBINE={2 if tiles.last_combine == 'auto' else 1}",) if tiles.last_combine else ())
 
 
 def form_words(program: Program, window_bytes: int | None, own: bool | tuple[str, ...] = False) -> dict[bool, np.ndarray]:
@@ -196,76 +169,6 @@ def form_words(program: Program, window_bytes: int | None, own: bool | tuple[str
         words[:, : I.W_PF_FLAGS] = program.words(program.form(last))[:, : I.W_PF_FLAGS]  # the plan owns the rest
         out[last] = words
     return out
-
-
-STAGE_NEXT_ROWS = {"rows": 2, "rows_nodown": 3}  # stage_next's string values -> MK_STAGE_NEXT
-
-
-def stage_next_mode(stage_next: bool | str) -> int:
-    """MK_STAGE_NEXT of a decoder's ``stage_next``: False 0 (off), True 1 (row 28: whole tiles that fit the page),
-    "rows" 2 (row 29: also the leading whole rows of the larger tiles), "rows_nodown" 3 (2 without Down's prefixes)."""
-    if isinstance(stage_next, bool):
-        return int(stage_next)
-    if isinstance(stage_next, str) and stage_next in STAGE_NEXT_ROWS:
-        return STAGE_NEXT_ROWS[stage_next]
-    raise ValueError(f"stage_next must be a bool, 'rows' or 'rows_nodown', got {stage_next!r}")
-
-
-def stage_next_flags(stage_next: bool | str, stage_bytes: int, given: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Build flags of rows 28-29 (csrc/megakernel/megakernel.cu: stage_next_plan): each worker bulk-copies its next
-    static ticket's weight tile into the ``stage_bytes`` page one ticket early, if it fits whole (True), or also the
-    leading whole rows that fit of a larger one ("rows"). Needs a page (stage_bytes > 0) and the static tickets (not
-    mk_dynamic's counter, whose next ticket is unknown); MK_STAGE_NEXT is set here only, so a binary's staging always
-    matches its decoder's page."""
-    mode = stage_next_mode(stage_next)
-    if any(f.startswith("-DMK_STAGE_NEXT") for f in given):
-        raise ValueError("MK_STAGE_NEXT is set by MegakernelDecoder(stage_next=True / 'rows'), not by build flags")
-    if not mode:
-        return ()
-    if stage_bytes <= 0:
-        raise ValueError(f"stage_next={stage_next!r} needs a stage page: stage_bytes > 0 (e.g. STAGE_NEXT_BYTES = "
-                         f"{STAGE_NEXT_BYTES}), got {stage_bytes}")
-    if flag_value(given, "MK_STATIC_TICKETS") == "0":
-        raise ValueError(f"stage_next={stage_next!r} stages the next static ticket (t + workers): it cannot run with "
-                         "-DMK_STATIC_TICKETS=0 (mk_dynamic's ticket counter: the next ticket is not known)")
-    return (f"-DMK_STAGE_NEXT={mode}",)
-
-
-def stage_next_tiles(program: Program, stage_bytes: int, stage_next: bool | str = True) -> np.ndarray:
-    """Per instruction, the weight bytes a build of ``stage_next`` copies into the page for it: its whole tile if that
-    fits ``stage_bytes``, else 0 (True), or else its leading whole rows that fit, an even count ("rows"; "rows_nodown":
-    not for Down tiles). The kernel's stage_next_plan rule on tile_weight_ranges; a Down row is ffn weights, the
-    others hidden."""
-    mode = stage_next_mode(stage_next)
-    n = np.array([b for _, _, b in tile_weight_ranges(program)], dtype=np.int64)
-    whole = np.where((n > 0) & (n <= stage_bytes), n, 0)
-    if mode < 2:
-        return whole * mode
-    c = program.config
-    down = np.array([isinstance(ins, Down) for ins in program.instructions])
-    row = np.where(down, 2 * c.ffn, 2 * c.hidden).astype(np.int64)
-    prefix = np.minimum(n, (stage_bytes // row & ~1) * row)
-    return np.where(down & (prefix < n), whole, prefix) if mode == 3 else prefix
-
-
-def stage_next_schedule(program: Program, stage_bytes: int, workers: int, steps: int = 1,
-                        stage_next: bool | str = True) -> dict[str, int]:
-    """Where a launch of ``steps`` steps from step 0 of a ``stage_next`` build issues its copies (static tickets,
-    worker stride ``workers``): tickets staged (their tile or its leading rows came in one ticket early), of those
-    issued early (the previous ticket does not read the page: before its dependency wait) or deferred (after its
-    staged GEMV), the staged bytes, and the tickets that fit but are a worker's first (nothing staged yet: register
-    loads)."""
-    fit = stage_next_tiles(program, stage_bytes, stage_next)
-    n = len(fit)
-    t = np.arange(steps * n)
-    fits = fit[t % n] > 0
-    staged = fits & (t >= workers)  # a worker's first ticket (t < workers) was not copied by an earlier one
-    prev_reads = np.zeros_like(staged)  # ticket t - workers (the same worker's previous one) read the page
-    if workers < len(t):
-        prev_reads[workers:] = staged[:-workers]
-    return {"staged": int(staged.sum()), "early": int((staged & ~prev_reads).sum()),
-            "deferred": int((staged & prev_reads).sum()), "bytes": int(fit[t % n][staged].sum()),
-            "first_unstaged": int((fits & ~staged).sum())}
 
 
 def flag_value(flags: tuple[str, ...], macro: str) -> str | None:
@@ -373,8 +276,7 @@ class MegakernelDecoder:
                  prefetch_ahead: int = 0, timeout_s: float = 2.0, argus_mode: int = 0,
                  sampling: SamplingParams | None = None, device: int = 0, stage_bytes: int = 0,
                  build_flags: tuple[str, ...] = (), prefetch_window: int | None = None,
-                 prefetch_own: bool | tuple[str, ...] = False, ring_pages: int = 0,
-                 stage_next: bool | str = False):
+                 prefetch_own: bool | tuple[str, ...] = False, ring_pages: int = 0):
         from argus_rt.launch import CubinModule
 
         self.config = weights.config
@@ -388,11 +290,6 @@ class MegakernelDecoder:
         # dynamic shared memory with staging: one or the other
         if not isinstance(ring_pages, int) or not 0 <= ring_pages <= 8 or (ring_pages and stage_bytes):
             raise ValueError(f"ring_pages must be an int in [0, 8] and 0 when stage_bytes is set, got {ring_pages!r}")
-        # stage_next (rows 28-29): the page holds the next static ticket's whole tile (True) or also a larger one's
-        # leading rows ("rows"), not the current tile's leading rows
-        next_flags = stage_next_flags(stage_next, stage_bytes, tuple(build_flags))
-        fused_ffn_check(self.tiles, stage_bytes=stage_bytes, stage_next=stage_next, prefetch_own=prefetch_own,
-                        prefetch_window=prefetch_window, prefetch_ahead=prefetch_ahead, ring_pages=ring_pages)
         self.device = torch.device("cuda", device)
         self.program: Program = build_decode_program(self.config, self.tiles)
         self.state = DecodeState.create(self.program, weights, self.device)
@@ -406,7 +303,6 @@ class MegakernelDecoder:
             raise ValueError(f"stage_bytes must be a multiple of 16 in [0, {MAX_STAGE_BYTES}] (0 = no shared-memory "
                              f"staging of weight tiles), got {stage_bytes}")
         self.stage_bytes = stage_bytes
-        self.stage_next = stage_next
         self.ring_pages = ring_pages
         self.dynamic_smem = stage_bytes + ring_smem_bytes(ring_pages)
         self.timeout_ns = int(timeout_s * 1e9)
@@ -415,7 +311,7 @@ class MegakernelDecoder:
         self.argus_mode = argus_mode
         # e.g. ("-DMK_BLOCKS_PER_SM=2",): csrc/megakernel/config.cuh knobs; plus the flags of the tile options
         self.build_flags = tuple(build_flags) + option_flags(self.tiles, tuple(build_flags)) + \
-            ((f"-DMK_RING={ring_pages}",) if ring_pages else ()) + next_flags
+            ((f"-DMK_RING={ring_pages}",) if ring_pages else ())
         self.build = build(argus_mode, extra_flags=self.build_flags)
         self.module = CubinModule.load(self.build.cubin, device=device)
         if self.dynamic_smem:  # static (~35 KiB) + dynamic shared memory above 48 KiB needs the opt-in

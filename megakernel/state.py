@@ -29,12 +29,6 @@ def interleave_gate_up(w_gate: torch.Tensor, w_up: torch.Tensor, features: int) 
     return torch.cat([g, u], dim=1).reshape(2 * F, D)
 
 
-def transpose_down(w_down: torch.Tensor) -> torch.Tensor:
-    """[F, D] = Wd.T (TileShape.fused_ffn): a GateUp tile's features f0..f0+n are n contiguous rows of hidden values
-    (its whole Down slice in one 16-byte-aligned range), read by each thread as 8 consecutive outputs."""
-    return w_down.t().contiguous()
-
-
 def qkv_row_order(head_dim: int, parts: int) -> list[int]:
     """Row order of one q/k head in the packed Wqkv: part p's rows are its RoPE pairs
     [p*h, (p+1)*h) then [Dh/2 + p*h, Dh/2 + (p+1)*h), h = Dh / (2 * parts); identity for 1 part."""
@@ -95,9 +89,7 @@ class DecodeState:
             "wo": bf(torch.stack([layer["wo"] for layer in weights.layers])),
             "wgu": bf(torch.stack([interleave_gate_up(layer["w_gate"], layer["w_up"], tiles.gate_features)
                                    for layer in weights.layers])),
-            # fused_ffn: [n_layers, ffn, hidden] (transpose_down) instead of [n_layers, hidden, ffn], not both
-            "wd": bf(torch.stack([transpose_down(layer["w_down"]) if tiles.fused_ffn else layer["w_down"]
-                                  for layer in weights.layers])),
+            "wd": bf(torch.stack([layer["w_down"] for layer in weights.layers])),
             "attn_norm": bf(torch.stack([layer["attn_norm"] for layer in weights.layers])),
             "ffn_norm": bf(torch.stack([layer["ffn_norm"] for layer in weights.layers])),
             "final_norm": bf(weights.final_norm),

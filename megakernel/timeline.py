@@ -2,8 +2,7 @@
 
 Each worker ticket records ``core_loop`` (ticket, instruction fetch, dependency wait) and then the
 regions of its op body; the op is told apart by which body regions follow (QkvHead: norm + gemm +
-kv_update; AttnPartial: attention; OProj: attention + gemm; GateUp: norm + gemm (TileShape.fused_ffn: its Down slice
-nested in gemm as gemm/down_weights, and no Down phase); Down: gemm;
+kv_update; AttnPartial: attention; OProj: attention + gemm; GateUp: norm + gemm; Down: gemm;
 Logits: norm + logits; Sample: sampling; Embed: nothing). Per (step, layer, op) this gives the
 phase's tiles, when its first body started (its dependency resolved), when its last body ended,
 and so the hand-off gap from the previous phase's last end to this phase's first start.

@@ -35,15 +35,6 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_RING
 #define MK_RING 0  // N > 0: GEMV weights as N bulk-copied 16 KiB pages per CTA (ring.cuh; mk_ringN, opt-in)
 #endif
-#ifndef MK_STAGE_NEXT
-// 1 (row 28, opt-in: MegakernelDecoder(stage_next=True), benchmarks/decode.py mk_stage_next): a worker stages the
-// whole weight tile of its NEXT static ticket (t + W) into the stage page (p.stage_bytes of dynamic shared memory)
-// while it runs ticket t, so that tile's GEMV reads shared memory (megakernel.cu: stage_next_plan). 0: the default.
-// 2 (row 29, opt-in: stage_next="rows", mk_stage_next_rows): also the leading whole rows of the tiles larger than
-// the page (an even count); their GEMV streams the other rows from global, then reads the staged ones. 3 (row 29b:
-// stage_next="rows_nodown", mk_stage_next_rows_nodown): 2 without Down's prefixes (Down keeps the register loads).
-#define MK_STAGE_NEXT 0
-#endif
 #ifndef MK_POLL2
 #define MK_POLL2 0  // 1: two pollers per dependency wait, staggered by half a poll period (sync.cuh; mk_poll2)
 #endif

@@ -68,13 +68,6 @@ __device__ __forceinline__ int* sample_idx_of(const Params& p, int parts) {
 }
 #endif
 
-#ifndef MK_FUSED_FFN
-// 1 (row 30, opt-in: TileShape(fused_ffn=True), benchmarks/decode.py mk_fused_ffn): no Down tiles; each GateUp tile
-// (GateUp.fused_down, A2) also multiplies its h features by their Wd columns and reduces the partial into x[layer + 1]
-// (ffn_down_slice), which the O-proj tiles initialised to x_mid (OProj.init_next, A3). 0: the default.
-#define MK_FUSED_FFN 0
-#endif
-
 struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
   float xs[SMEM_FLOATS];
   float out[MAX_TILE_ROWS];
@@ -92,12 +85,6 @@ struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
 #endif
 #if MK_LAST_COMBINE
   int last_arrival;  // this AttnPartial tile was its group's last arrival: it combines the group
-#endif
-#if MK_STAGE_NEXT
-  int next_ins[INSTR_WORDS];  // the words of this worker's next ticket (t + W), loaded with this ticket's
-  const char* next_src;       // that ticket's weight tile ...
-  int next_staged;            // ... and its bytes, if it is (to be) copied whole into the stage page (0: not staged)
-  int stage_off;              // a staged copy timed out: this CTA stages nothing more
 #endif
 #if MK_POLL2
   int poll_seen;  // the two pollers' flag (sync.cuh: wait_counter_pair, poll_helper): 0 polling, 1 helper saw it, 2 done
@@ -121,8 +108,6 @@ __device__ void tile_weights(const Params& p, const int* ins, const char** ptr, 
       break;
     }
     case OP_O_PROJ: w = p.wo + ((size_t)layer * D + ins[W_A0]) * D; n = (size_t)ins[W_A1] * D; break;
-    // MK_FUSED_FFN: a fused tile's Down slice is not in this range; the host refuses every path that reads it with
-    // fused_ffn (megakernel/runtime.py: fused_ffn_check)
     case OP_GATE_UP: w = p.wgu + ((size_t)layer * 2 * F + 2 * (size_t)ins[W_A0]) * D; n = 2 * (size_t)ins[W_A1] * D; break;
     case OP_DOWN: w = p.wd + ((size_t)layer * D + ins[W_A0]) * F; n = (size_t)ins[W_A1] * F; k = F; break;
     case OP_LOGITS: w = p.lm_head + (size_t)ins[W_A0] * D; n = (size_t)ins[W_A1] * D; break;
@@ -154,50 +139,6 @@ __device__ __forceinline__ void prefetch_tile(const char* ptr, unsigned bytes) {
     prefetch_l2(ptr + off, min(piece, bytes - off));
 }
 
-#if MK_STAGE_NEXT
-#if MK_RING
-#error "MK_STAGE_NEXT and MK_RING both use the dynamic shared memory: one or the other"
-#endif
-#if MK_STAGE_NEXT < 1 || MK_STAGE_NEXT > 3
-#error "MK_STAGE_NEXT is 0 (off), 1 (whole tiles that fit the page), 2 (also the leading rows of larger tiles) or 3 (2 without Down's)"
-#endif
-// Row 28 (megakernel/NOTES.md "Ready: row 28"): static tickets (worker r runs first + r, + W, ...) let a worker know
-// its next ticket, and weights never depend on activations, so the next ticket's whole tile (if it fits the stage
-// page: QKV parts and O-proj tiles at the default shapes, 64 KiB) is bulk-copied into shared memory one ticket
-// early, off the critical path, instead of at its own ticket time as the staging of rows 10-12 / the ring of row 18
-// did. One page, one copy in flight at most: a ticket that reads the page issues the next copy after its GEMV.
-// MK_STAGE_NEXT=2 (row 29) also stages the leading rows of the tiles that do not fit (gate/up, down, logits), so
-// nearly every GEMV ticket reads the page and most copies take that deferred path; MK_STAGE_NEXT=3 not Down's.
-// Thread 0, at the start of ticket t (before its dependency wait): s.next_ins holds ticket t + W's words.
-__device__ __forceinline__ void stage_next_plan(const Params& p, Smem& s, bool has_next) {
-  const char* w;
-  unsigned bytes, row_bytes;
-  tile_weights(p, s.next_ins, &w, &bytes, &row_bytes);
-#if MK_STAGE_NEXT >= 2
-  // Row 29 (NOTES.md "Ready: row 29"): of a tile larger than the page, its leading whole rows that fit (an even
-  // count: GEMV_ROWS pairs, the current-tile staging's rule); tile_gemv streams the rest from global first.
-  const unsigned whole = bytes;
-  bytes = min(bytes, (((unsigned)p.stage_bytes / row_bytes) & ~1u) * row_bytes);
-#if MK_STAGE_NEXT == 3
-  // Not a Down tile's prefix: its 16 rows are one pair per warp, so 6 warps would still stream a whole pair from
-  // global (its tile time is a fixed cost: row 23's 8-row tiles took as long), while its tickets would read the page
-  if (s.next_ins[W_OPCODE] == OP_DOWN && bytes < whole) bytes = 0;
-#endif
-#endif
-  const bool fits = has_next && !s.stage_off && bytes > 0 && bytes <= (unsigned)p.stage_bytes;
-  s.next_staged = fits ? (int)bytes : 0;
-  s.next_src = w;
-  if (fits && !s.staged) stage_issue(&s.stage_bar, w, bytes);  // the page is free: start now
-}
-
-// Every thread, after a staged GEMV (the page's reader): issue the copy stage_next_plan deferred.
-__device__ __forceinline__ void stage_next_deferred(Smem& s) {
-  if (!s.next_staged) return;  // shared: the same for every thread
-  __syncthreads();  // every warp has read this tile from the page before the copy engine overwrites it
-  if (threadIdx.x == 0) stage_issue(&s.stage_bar, s.next_src, (unsigned)s.next_staged);
-}
-#endif
-
 // GEMV of the current tile. s.staged = bytes of its leading rows bulk-copied into the stage buffer
 // (0: none): the rows past them stream from global first (their loads go out while the copy lands),
 // then the staged rows are read from shared memory.
@@ -217,19 +158,10 @@ __device__ __forceinline__ void tile_gemv(const Params& p, Smem& s, const __nv_b
     if (srows < rows) gemv_tile_as<kBatch>(W + (size_t)srows * K, K, rows - srows, s.xs, s.out + srows);
     const bool landed = stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);
     if (__syncthreads_or(!landed)) {  // every thread takes the same branch, even at the deadline's edge
-      if (threadIdx.x == 0) {
-        raise_error(p, ERROR_STAGE_TIMEOUT, -1, -1, -1, -1);
-#if MK_STAGE_NEXT
-        s.next_staged = 0;  // the next ticket's copy is never issued (nor any later one): none waits for it
-        s.stage_off = 1;
-#endif
-      }
+      if (threadIdx.x == 0) raise_error(p, ERROR_STAGE_TIMEOUT, -1, -1, -1, -1);
       return;  // outputs are garbage, but the launch stops and the host raises
     }
     gemv_tile_staged(reinterpret_cast<const __nv_bfloat16*>(stage_buffer), K, srows, s.xs, s.out);
-#if MK_STAGE_NEXT
-    stage_next_deferred(s);  // the page is free again: the next ticket's tile may come in now
-#endif
   } else {
     gemv_tile_as<kBatch>(W, K, rows, s.xs, s.out);
   }
@@ -390,69 +322,9 @@ __device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
   tile_gemv<MK_BATCH_O != 0>(p, s, p.wo + ((size_t)layer * D + row0) * D, D, rows);
   __syncthreads();
-#if MK_FUSED_FFN
-  for (int r = threadIdx.x; r < rows; r += THREADS) {
-    const float v = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
-    p.x_mid[(size_t)layer * D + row0 + r] = v;
-    if (s.ins[W_A3]) p.x[(size_t)(layer + 1) * D + row0 + r] = v;  // OProj.init_next: the fused Down's accumulator
-  }
-#else
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x_mid[(size_t)layer * D + row0 + r] = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
-#endif
 }
-
-#if MK_FUSED_FFN
-#ifndef MK_FFN_DOWN_BATCH
-#define MK_FFN_DOWN_BATCH 22  // Wd rows per thread in flight: a default 22-feature tile's whole slice in one round trip
-#endif
-// y[0..3] += (a, b, c, d) with one fp32 reduction at L2 (REDG.E.ADD.F32x4; atomicAdd on a float4 compiles to a
-// generic ATOM here, the pointer's space being unknown in a non-inlined function). Relaxed: the tile's release add
-// orders it. The vector form flushes subnormals (FTZ).
-__device__ __forceinline__ void red_add_v4(float* y, float a, float b, float c, float d) {
-  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
-               ::"l"(__cvta_generic_to_global(y)), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-}
-
-// Row 30 (megakernel/NOTES.md "Ready: row 30"): y[d] += sum_f wt[f][d] * hs[f] for d < D, wt = this tile's nf rows of
-// the transposed Wd ([ffn, hidden] per layer, megakernel/state.py: transpose_down), hs its h features in shared
-// memory. Each thread owns 8 consecutive outputs (one 16-byte chunk of every row): MK_FFN_DOWN_BATCH row loads issued
-// before any is used (a clamped index repeats the last row, not used), fp32 sums in feature order, then two float4
-// reductions (the order of the tiles' adds is arbitrary). The caller's barrier and the tile's release add order the
-// reductions before its counter (sync.cuh).
-__device__ __noinline__ void ffn_down_slice(const __nv_bfloat16* __restrict__ wt, int D, int nf,
-                                            const float* __restrict__ hs, float* y) {
-  const int chunks = D >> 3;
-  const char* base = reinterpret_cast<const char*>(wt);
-  for (int c = threadIdx.x; c < chunks; c += THREADS) {
-    float acc[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc[j] = 0.f;
-    for (int f0 = 0; f0 < nf; f0 += MK_FFN_DOWN_BATCH) {
-      uint4 w[MK_FFN_DOWN_BATCH];
-#pragma unroll
-      for (int u = 0; u < MK_FFN_DOWN_BATCH; ++u)
-        w[u] = ld_weights(base + ((size_t)min(f0 + u, nf - 1) * chunks + c) * 16);
-#pragma unroll
-      for (int u = 0; u < MK_FFN_DOWN_BATCH; ++u) {
-        if (f0 + u < nf) {
-          const float hv = hs[f0 + u];
-          acc[0] += bf_lo(w[u].x) * hv;
-          acc[1] += bf_hi(w[u].x) * hv;
-          acc[2] += bf_lo(w[u].y) * hv;
-          acc[3] += bf_hi(w[u].y) * hv;
-          acc[4] += bf_lo(w[u].z) * hv;
-          acc[5] += bf_hi(w[u].z) * hv;
-          acc[6] += bf_lo(w[u].w) * hv;
-          acc[7] += bf_hi(w[u].w) * hv;
-        }
-      }
-    }
-    red_add_v4(y + 8 * c, acc[0], acc[1], acc[2], acc[3]);  // no result: nothing waits for the L2 round trip
-    red_add_v4(y + 8 * c + 4, acc[4], acc[5], acc[6], acc[7]);
-  }
-}
-#endif
 
 __device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, int step) {
   const int D = (int)p.hidden;
@@ -467,18 +339,7 @@ __device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, 
   for (int f = threadIdx.x; f < nf; f += THREADS) {  // SiLU(gate) * up, fused into the GEMV tile
     const float g = s.out[f] * rstd, u = s.out[nf + f] * rstd;
     p.h[(size_t)layer * p.ffn + f0 + f] = g / (1.f + expf(-g)) * u;
-#if MK_FUSED_FFN
-    s.xs[f] = g / (1.f + expf(-g)) * u;  // the Down slice's input (xs is free: every warp's GEMV ended at the barrier)
-#endif
   }
-#if MK_FUSED_FFN
-  if (s.ins[W_A2]) {  // GateUp.fused_down: the same for every thread
-    __syncthreads();
-    MK_SUB_BEGIN(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
-    ffn_down_slice(p.wd + ((size_t)layer * p.ffn + f0) * D, D, nf, s.xs, p.x + (size_t)(layer + 1) * D);
-    MK_SUB_END(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
-  }
-#endif
 }
 
 __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows, int step) {
@@ -638,9 +499,6 @@ __device__ __forceinline__ unsigned take_ticket(const Params& p, unsigned end) {
 #if MK_SM_SPREAD && !MK_STATIC_TICKETS
 #error "MK_SM_SPREAD orders the static tickets: it needs MK_STATIC_TICKETS=1"
 #endif
-#if MK_STAGE_NEXT && !MK_STATIC_TICKETS
-#error "MK_STAGE_NEXT stages the next static ticket's tile (t + W): it needs MK_STATIC_TICKETS=1 (not mk_dynamic)"
-#endif
 #if MK_SM_SPREAD
 __device__ __forceinline__ unsigned sm_id() {
   unsigned id;
@@ -703,10 +561,6 @@ __device__ void worker(const Params& p, Smem& s) {
 #endif
     s.stage_phase = 0;
     s.staged = 0;
-#if MK_STAGE_NEXT
-    s.next_staged = 0;
-    s.stage_off = 0;
-#endif
 #if MK_POLL2
     s.poll_seen = 0;
 #endif
@@ -721,14 +575,6 @@ __device__ void worker(const Params& p, Smem& s) {
     if (t >= end) break;
     const int step = (int)(t / n_instr), index = (int)(t % n_instr);
     if (threadIdx.x < INSTR_WORDS) s.ins[threadIdx.x] = __ldg(p.instructions + (size_t)index * INSTR_WORDS + threadIdx.x);
-#if MK_STAGE_NEXT
-    const bool has_next = t + (gridDim.x - 1) < end;  // the last ticket of the launch has none
-    if (threadIdx.x >= INSTR_WORDS && threadIdx.x < 2 * INSTR_WORDS && has_next) {  // same warp, same round trip
-      const unsigned next_index = (t + (gridDim.x - 1)) % n_instr;
-      s.next_ins[threadIdx.x - INSTR_WORDS] =
-          __ldg(p.instructions + (size_t)next_index * INSTR_WORDS + threadIdx.x - INSTR_WORDS);
-    }
-#endif
     __syncthreads();
     const int op = s.ins[W_OPCODE], layer = s.ins[W_LAYER];
     ARGUS_BEGIN_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
@@ -736,12 +582,6 @@ __device__ void worker(const Params& p, Smem& s) {
       const char* w;
       unsigned bytes, row_bytes;
       tile_weights(p, s.ins, &w, &bytes, &row_bytes);
-#if MK_STAGE_NEXT
-      // This tile is in the page iff the previous ticket copied it there (whole; MK_STAGE_NEXT>=2: its leading rows
-      // that fit); the next one's copy starts now if the page is free, else after this GEMV.
-      const unsigned stage = (unsigned)s.staged;
-      if (threadIdx.x == 0) stage_next_plan(p, s, has_next);
-#else
       // Leading whole rows (an even count: GEMV_ROWS pairs) that fit the stage buffer go to shared memory.
       unsigned stage = 0;
       if (bytes > 0 && p.stage_bytes > 0) {
@@ -749,16 +589,13 @@ __device__ void worker(const Params& p, Smem& s) {
         stage = min(bytes, fit * row_bytes);
       }
       if (stage && threadIdx.x == 0) stage_issue(&s.stage_bar, w, stage);  // into shared memory
-#endif
 #if MK_RING
       // Whole rows of 256 bf16 multiples (ring_gemv's warp-per-row-piece reads); other tiles take gemv_tile.
       if (threadIdx.x == 0 && bytes > 0 && !stage && (row_bytes & 511u) == 0) ring_start_tile(s.ring, w, bytes);
 #else
       if (bytes > stage && !(s.ins[W_PF_FLAGS] & 1)) prefetch_tile(w + stage, bytes - stage);  // the rest into L2
 #endif
-#if !MK_STAGE_NEXT
       if (threadIdx.x == 0) s.staged = (int)stage;
-#endif
       // The host's prefetch plan: up to two weight ranges further down the stream (a byte window ahead).
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -806,13 +643,7 @@ __device__ void worker(const Params& p, Smem& s) {
     __syncthreads();
     ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
     if (!s.ok) {
-#if MK_STAGE_NEXT
-      // At most one copy in flight, of phase stage_phase: this tile's (then the next one's was deferred) or, if this
-      // tile is not staged, the next one's, issued before the wait
-      if (s.staged || s.next_staged) stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);
-#else
       if (s.staged) stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);  // no copy outlives the CTA
-#endif
 #if MK_RING
       if (s.ring.bytes) ring_drain(s.ring, (unsigned long long)p.timeout_ns);
 #endif
@@ -849,9 +680,6 @@ __device__ void worker(const Params& p, Smem& s) {
       red_release_add(p.counters + s.ins[W_SIGNAL], 1u);  // ... before the counter says so
       s.ticket = s.next_ticket;
       if (s.staged) s.stage_phase ^= 1u;
-#if MK_STAGE_NEXT
-      s.staged = s.next_staged;  // the next ticket (s.ticket) reads the page iff its copy was planned
-#endif
 #if MK_RING
       ring_end_tile(s.ring);
 #endif

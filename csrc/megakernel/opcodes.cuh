@@ -21,9 +21,6 @@ enum InstrWord : int {
   W_WAIT_COUNT = 3,
   W_WAIT_DELTA = 4,
   W_SIGNAL = 5,
-  // Op arguments (megakernel/instructions.py ARGS, in order). Row 30 (MK_FUSED_FFN) uses two words that are free in
-  // the default: OP_GATE_UP's A2 (fused_down: apply the tile's Down slice) and OP_O_PROJ's A3 (init_next: also write
-  // x[layer + 1]); 0 in every default instruction.
   W_A0 = 6,
   W_A1 = 7,
   W_A2 = 8,

@@ -50,22 +50,4 @@ __device__ __forceinline__ unsigned coord(int step, int layer) { return ((unsign
 #define MK_DETAIL_LANE(id, c) ((void)0)
 #endif
 
-// A nested region every trace build of an opt-in row records (not only detail builds): gemm/down_weights around the
-// fused GateUp tile's Down slice (MK_FUSED_FFN, megakernel.cu). The default build has no such call site.
-#if ARGUS_MODE != 0
-#define MK_SUB_BEGIN(id, c) \
-  do {                      \
-    __syncwarp();           \
-    ARGUS_BEGIN_AT(id, c);  \
-  } while (0)
-#define MK_SUB_END(id, c) \
-  do {                    \
-    __syncwarp();         \
-    ARGUS_END_AT(id, c);  \
-  } while (0)
-#else
-#define MK_SUB_BEGIN(id, c) ((void)0)
-#define MK_SUB_END(id, c) ((void)0)
-#endif
-
 }  // namespace mk
