@@ -1,10 +1,11 @@
 // timer_after_barrier.cu: is a %globaltimer read that follows a named barrier taken after the barrier released?
 //
-// Why: the opt-in lean markers read the timer first thing in a marker. On H200 (2026-12-02, docs/marker_cost_anatomy.md
-// "Stamps after a barrier") their compute slices in tests/fixtures/ws_pipeline began ~0.8 us before the producer's
+// Why: the opt-in lean markers read the timer first thing in a marker (until 2026-12-02). On H200 (2026-12-02,
+// docs/marker_cost_anatomy.md "Stamps after a barrier") their compute slices in tests/fixtures/ws_pipeline began ~0.8 us before the producer's
 // load that the barrier waits for: ptxas emits BAR.SYNC.DEFER_BLOCKING and the warp issues the CS2R that follows
-// before the barrier resolves. The register cursor reads the timer the same way. This kernel measures, per way of
-// reading the timer after bar.sync, whether the stamp can precede the release, and what each way costs.
+// before the barrier resolves. The register cursor read the timer the same way. (Both fixed after this measurement:
+// the lean markers read it after the cursor load, the register cursor after a __syncwarp.) This kernel measures, per
+// way of reading the timer after bar.sync, whether the stamp can precede the release, and what each way costs.
 //
 // One CTA of 64 threads per launch, `trials` rounds. Warp 0 waits `delay_ns` (a timer spin), stamps t_rel, then
 // arrives on barrier 1; warp 1 syncs on barrier 1 and stamps by method METHOD. out[2 * i] = t_rel, out[2 * i + 1] = t.
