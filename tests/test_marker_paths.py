@@ -231,6 +231,47 @@ def test_barrier_then_marker_reads_the_timer_after_the_cursor_load():
         assert between.count("LDS.128") == 2 and " BRA " in between, "\n".join(lines[b: timer + 1])
 
 
+@needs_nvcc
+def test_barrier_then_register_cursor_marker_syncs_the_warp_before_the_timer_read():
+    """ws_pipeline with -DWS_REG_CURSOR=1 (ARGUS_WARP_STATE): after every BAR.SYNC the marker's __syncwarp (a NOP, or a
+    WARPSYNC) comes before its timer read. Without it the CS2R issues before the barrier releases the warp (H200,
+    2026-12-02: 2000 of 2000 stamps early, scripts/timer_after_barrier.py)."""
+    from argus_rt.kinds.cuda.build import CudaBuildSpec, build, disassemble, sass_lines
+
+    src = Path(__file__).parent / "fixtures" / "ws_pipeline" / "ws_pipeline.cu"
+    spec = CudaBuildSpec("ws_pipeline.paths.reg", [src], argus_mode=2, defines={"WS_REG_CURSOR": "1"})
+    lines = sass_lines(disassemble(build(spec).cubin, "ws_pipeline"))
+    bars = [i for i, ln in enumerate(lines) if "BAR.SYNC" in ln]
+    assert bars
+    for b in bars:
+        timer = next(j for j in range(b, len(lines)) if "SR_GLOBALTIMER" in lines[j])
+        assert not any("LDS" in ln for ln in lines[b:timer])  # the register cursor: nothing loaded before the stamp
+        assert any(op in ln for ln in lines[b:timer] for op in (" NOP ", " WARPSYNC")), "\n".join(lines[b: timer + 1])
+
+
+def test_marker_cost_expects_the_register_cursor_s_divergent_trace_to_be_refused():
+    """register_divergent's check passes when the decoder refuses the trace (and returns the refusal for the row), and
+    fails when the trace decodes."""
+    from argus_rt.trace.errors import DivergentMarkersError
+    from benchmarks.marker_cost import REFUSED, check_failure, check_trace, unmeasured_row
+
+    class Session:
+        def __init__(self, error):
+            self.error = error
+
+        def decode(self):
+            if self.error:
+                raise self.error
+            return object()  # a trace that decoded
+
+    refusal = "ring 3 (SM 7, CTA 0, warp 3) refused: ..."
+    assert REFUSED == ("register_divergent",)
+    assert check_trace(Session(DivergentMarkersError(refusal)), "register_divergent", 16) == refusal
+    why = check_failure(lambda: check_trace(Session(None), "register_divergent", 16))
+    assert why is not None and why.startswith("AssertionError") and "must be refused" in why
+    assert unmeasured_row("register_divergent", "armed", "k", refusal, check="refused")["check"] == f"refused: {refusal}"
+
+
 def test_marker_cost_times_no_path_whose_check_fails_and_says_why():
     """benchmarks/marker_cost.py: a path whose output or trace check fails gets unmeasured rows naming the
     failure (one line, no table separator), and the run goes on; other errors are not swallowed."""
