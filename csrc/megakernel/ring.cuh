@@ -192,7 +192,7 @@ struct Loader {
   unsigned long long full[MK_LOADER];   // page landed: the loader's arrival + the copy's bytes
   unsigned long long empty[MK_LOADER];  // page read: one arrival per consumer warp
   unsigned seq;                         // consumers: sequence number of the next ring tile's first page
-  volatile int stop;                    // consumers left the ticket loop early (an error): the loader stops
+  volatile int stop;                    // consumers stopped (an error: they left the ticket loop or lost a page)
 };
 
 __device__ __forceinline__ bool loader_tile(unsigned bytes, unsigned row_bytes) {
@@ -232,9 +232,11 @@ __device__ __forceinline__ void loader_drain(Loader& l, unsigned issued, unsigne
 
 // Every consumer thread: out[row] = W[row, :] . xs for the next ring tile (`bytes` = rows x K bf16, K a multiple
 // of 256), page by page as they land; each warp releases a page once it has read it. One barrier at the end.
-// False (every thread) when a page did not land by the deadline.
+// False (every thread) when a page did not land by the deadline, and from then on (the page sequence is lost: the
+// loader stops too, and the tiles after it fail at once instead of each waiting out the deadline).
 __device__ __noinline__ bool loader_gemv(Loader& l, unsigned bytes, int K, int rows, const float* __restrict__ xs,
-                            float* __restrict__ out, unsigned long long timeout_ns) {
+                                         float* __restrict__ out, unsigned long long timeout_ns) {
+  if (l.stop) return false;  // the same for every thread: written before the barrier after the failed tile
   const unsigned cpr = (unsigned)K >> 3, chunks_per_page = RING_PAGE / 16u, base = l.seq;
   const unsigned pages = ring_pages_of(bytes);
   float* parts = ring_zero_parts(rows);
@@ -252,7 +254,10 @@ __device__ __noinline__ bool loader_gemv(Loader& l, unsigned bytes, int K, int r
     __syncwarp();  // the warp's reads of the page come before its release
     if ((threadIdx.x & 31) == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(&l.empty[slot])) : "memory");
   }
-  if (MK_SYNC_OR(!ok)) return false;  // every warp's partials are visible, and every thread has read l.seq
+  if (MK_SYNC_OR(!ok)) {  // every warp's partials are visible, and every thread has read l.seq and l.stop
+    if (threadIdx.x == 0) l.stop = 1;
+    return false;
+  }
   ring_sum_parts(rows, out);
   if (threadIdx.x == 0) l.seq = base + pages;
   return true;
