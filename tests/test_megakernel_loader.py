@@ -116,12 +116,13 @@ def test_loader_registers_fit_two_ctas_of_288_threads():
     print(f"mk_loader4: {r.registers()} registers, {r.spill_bytes()} B spill stores")
 
 
-def test_loader_shared_memory_fits_4_pages_at_2_ctas_and_11_at_1():
-    static = _static_smem(_build(("-DMK_LOADER=4",)))
+@pytest.mark.parametrize("mode", [0, 2])  # the timed build and the trace build of the timeline
+def test_loader_shared_memory_fits_4_pages_at_2_ctas_and_11_at_1(mode):
+    static = _static_smem(_build(("-DMK_LOADER=4",), mode))
     assert ring_smem_bytes(4) == 4 * RING_PAGE_BYTES + kernel_limits()["MAX_TILE_ROWS"] * kernel_limits()["NWARPS"] * 4
     assert 2 * (static + ring_smem_bytes(4) + 1024) <= SMEM_PER_SM
     assert 2 * (static + ring_smem_bytes(5) + 1024) > SMEM_PER_SM  # why the row has 4 pages, not 5
-    static1 = _static_smem(_build(("-DMK_LOADER=11", "-DMK_BLOCKS_PER_SM=1")))
+    static1 = _static_smem(_build(("-DMK_LOADER=11", "-DMK_BLOCKS_PER_SM=1"), mode))
     assert static1 + ring_smem_bytes(11) <= SMEM_PER_CTA
     assert static1 + ring_smem_bytes(12) > SMEM_PER_CTA
 

@@ -23,6 +23,9 @@
 // TileShape(last_combine="auto")) compiles both combines and each instruction says which its launch runs: an
 // AttnPartial arrives iff its A3 names a counter, an O-proj tile loads the combined vector iff its A2 is set (the
 // host swaps two instruction lists per launch by the KV length: megakernel/runtime.py form_words).
+// MK_LOADER=N (row 31, opt-in: MegakernelDecoder(loader_pages=N)): each worker CTA has a 9th warp whose lane 0 streams the
+// worker's upcoming GEMV tiles through an N-page ring (ring.cuh: Loader; loader_run below), and the 8 consumer warps'
+// barriers are named barrier 1 (common.cuh: MK_SYNC); only the kernel's and the worker's start barriers are the CTA's.
 //
 // Build (megakernel/build.py does this, with generated headers in the build directory):
 //   nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -Icsrc -I<build> -DARGUS_MODE=0 megakernel.cu
