@@ -197,8 +197,6 @@ def variant_rows() -> dict[str, dict]:
         # through a page ring across tickets and dependency waits (csrc/megakernel/ring.cuh: Loader). 4 pages is what
         # fits 2 CTAs/SM next to the ~34 KiB of static shared memory; at 1 CTA/SM (131 workers) 11 pages fit.
         "mk_loader4": {"loader_pages": 4},
-        "mk_loader3": {"loader_pages": 3},  # 07:38: mk_loader4 ran at 1 CTA/SM (131 workers) by the occupancy query
-        "mk_loader2": {"loader_pages": 2},
         "mk_loader_1cta": {"loader_pages": 11, "build_flags": ONE_CTA},
         "mk_pf_batch": {"prefetch_own": True, "build_flags": ("-DMK_GEMV_BATCH=1",)},
         "mk_pfffn_batch": {"prefetch_own": ("gateup", "down"), "build_flags": ("-DMK_GEMV_BATCH=1",)},
