@@ -193,11 +193,6 @@ def variant_rows() -> dict[str, dict]:
         "mk_ring2": {"ring_pages": 2},
         "mk_ring3": {"ring_pages": 3},
         "mk_ring4": {"ring_pages": 4},
-        # Row 31 (NOTES.md "Ready: row 31"): a 9th warp per worker streams the worker's upcoming tiles (static tickets)
-        # through a page ring across tickets and dependency waits (csrc/megakernel/ring.cuh: Loader). 4 pages is what
-        # fits 2 CTAs/SM next to the ~34 KiB of static shared memory; at 1 CTA/SM (131 workers) 11 pages fit.
-        "mk_loader4": {"loader_pages": 4},
-        "mk_loader_1cta": {"loader_pages": 11, "build_flags": ONE_CTA},
         "mk_pf_batch": {"prefetch_own": True, "build_flags": ("-DMK_GEMV_BATCH=1",)},
         "mk_pfffn_batch": {"prefetch_own": ("gateup", "down"), "build_flags": ("-DMK_GEMV_BATCH=1",)},
         "mk_pfsmall_bchain": {"prefetch_own": ("qkv", "oproj"), "build_flags": BATCH_QKV + BATCH_O},
@@ -345,7 +340,6 @@ def main() -> int:
         dec = MegakernelDecoder(weights, **kw)
         extra[name] = {"workers": dec.launch_info.workers, "registers": dec.build.registers(),
                        "spill_bytes": dec.build.spill_bytes(), "stage_bytes": dec.stage_bytes,
-                       "loader_pages": dec.loader_pages, "threads": dec.launch_info.threads,
                        "build_flags": list(dec.build_flags), "tiles": dec.tiles.__dict__,
                        "prefetch_window": dec.prefetch_window, "prefetch_own": dec.prefetch_own,
                        "instructions_per_step": len(dec.program.instructions)}

@@ -157,13 +157,6 @@ def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ..
         ((f"-DMK_LAST_COMBINE={2 if tiles.last_combine == 'auto' else 1}",) if tiles.last_combine else ())
 
 
-def decoder_flags(given: tuple[str, ...], tiles: TileShape, ring_pages: int = 0, loader_pages: int = 0) -> tuple[str, ...]:
-    """A decoder's build flags: the caller's, the tile options' (option_flags), MK_RING for ring_pages and MK_LOADER
-    for loader_pages (row 31). Neither page count adds a flag at 0, so the default cubin is the plain build's."""
-    return given + option_flags(tiles, given) + ((f"-DMK_RING={ring_pages}",) if ring_pages else ()) + \
-        ((f"-DMK_LOADER={loader_pages}",) if loader_pages else ())
-
-
 def form_words(program: Program, window_bytes: int | None, own: bool | tuple[str, ...] = False) -> dict[bool, np.ndarray]:
     """The words of each combine form a launch may run (Program.form; key: last-arrival), with the prefetch plan:
     both forms for a last_combine="auto" program (they differ only in AttnPartial's A3 and OProj's A2, the plan
@@ -205,33 +198,9 @@ def spread_words(flags: tuple[str, ...], grid: int) -> int:
 
 
 def ring_smem_bytes(pages: int) -> int:
-    """Dynamic shared memory of a ring or loader build (ring.cuh): the pages, then a partial sum per (tile row, warp)."""
+    """Dynamic shared memory of a ring build (ring.cuh): the pages, then a partial sum per (tile row, warp)."""
     lim = kernel_limits()
     return pages * RING_PAGE_BYTES + lim["MAX_TILE_ROWS"] * lim["NWARPS"] * 4 if pages else 0
-
-
-MAX_LOADER_PAGES = 16  # csrc/megakernel/ring.cuh: the static_assert on MK_LOADER
-
-
-def loader_check(loader_pages, stage_bytes: int, ring_pages: int, prefetch_ahead: int, prefetch_window, prefetch_own,
-                 build_flags: tuple[str, ...]) -> None:
-    """Raise a one-line ValueError for a loader setting the kernel cannot run (row 31, csrc/megakernel/ring.cuh:
-    Loader): the loader owns the dynamic shared memory and the weight stream, so no staging, page ring or prefetch
-    beside it, and it walks the static tickets."""
-    if not isinstance(loader_pages, int) or isinstance(loader_pages, bool) or not 0 <= loader_pages <= MAX_LOADER_PAGES:
-        raise ValueError(f"loader_pages must be an int in [0, {MAX_LOADER_PAGES}], got {loader_pages!r}")
-    if flag_value(build_flags, "MK_LOADER") is not None:
-        raise ValueError("-DMK_LOADER is set by loader_pages (the block size follows it), not by hand")
-    if not loader_pages:
-        return
-    others = {"stage_bytes": stage_bytes, "ring_pages": ring_pages, "prefetch_ahead": prefetch_ahead,
-              "prefetch_window": prefetch_window, "prefetch_own": prefetch_own}
-    clash = [name for name, value in others.items() if value not in (0, None, False, ())]
-    if clash:
-        raise ValueError(f"loader_pages={loader_pages} streams the weights itself: {clash[0]} must be off, got "
-                         f"{others[clash[0]]!r}")
-    if flag_value(build_flags, "MK_STATIC_TICKETS") == "0":
-        raise ValueError("loader_pages walks the workers' static tickets: not with -DMK_STATIC_TICKETS=0")
 
 
 class MegakernelError(RuntimeError):
@@ -307,7 +276,7 @@ class MegakernelDecoder:
                  prefetch_ahead: int = 0, timeout_s: float = 2.0, argus_mode: int = 0,
                  sampling: SamplingParams | None = None, device: int = 0, stage_bytes: int = 0,
                  build_flags: tuple[str, ...] = (), prefetch_window: int | None = None,
-                 prefetch_own: bool | tuple[str, ...] = False, ring_pages: int = 0, loader_pages: int = 0):
+                 prefetch_own: bool | tuple[str, ...] = False, ring_pages: int = 0):
         from argus_rt.launch import CubinModule
 
         self.config = weights.config
@@ -321,9 +290,6 @@ class MegakernelDecoder:
         # dynamic shared memory with staging: one or the other
         if not isinstance(ring_pages, int) or not 0 <= ring_pages <= 8 or (ring_pages and stage_bytes):
             raise ValueError(f"ring_pages must be an int in [0, 8] and 0 when stage_bytes is set, got {ring_pages!r}")
-        # loader_pages > 0 (row 31): a 9th warp per worker streams its upcoming tiles through that many 16 KiB pages
-        loader_check(loader_pages, stage_bytes, ring_pages, prefetch_ahead, prefetch_window, prefetch_own,
-                     tuple(build_flags))
         self.device = torch.device("cuda", device)
         self.program: Program = build_decode_program(self.config, self.tiles)
         self.state = DecodeState.create(self.program, weights, self.device)
@@ -337,14 +303,15 @@ class MegakernelDecoder:
             raise ValueError(f"stage_bytes must be a multiple of 16 in [0, {MAX_STAGE_BYTES}] (0 = no shared-memory "
                              f"staging of weight tiles), got {stage_bytes}")
         self.stage_bytes = stage_bytes
-        self.ring_pages, self.loader_pages = ring_pages, loader_pages
-        self.dynamic_smem = stage_bytes + ring_smem_bytes(ring_pages or loader_pages)
+        self.ring_pages = ring_pages
+        self.dynamic_smem = stage_bytes + ring_smem_bytes(ring_pages)
         self.timeout_ns = int(timeout_s * 1e9)
         self.sampling = sampling or SamplingParams()
         self.n_forced = 1
         self.argus_mode = argus_mode
         # e.g. ("-DMK_BLOCKS_PER_SM=2",): csrc/megakernel/config.cuh knobs; plus the flags of the tile options
-        self.build_flags = decoder_flags(tuple(build_flags), self.tiles, ring_pages, loader_pages)
+        self.build_flags = tuple(build_flags) + option_flags(self.tiles, tuple(build_flags)) + \
+            ((f"-DMK_RING={ring_pages}",) if ring_pages else ())
         self.build = build(argus_mode, extra_flags=self.build_flags)
         self.module = CubinModule.load(self.build.cubin, device=device)
         if self.dynamic_smem:  # static (~35 KiB) + dynamic shared memory above 48 KiB needs the opt-in
@@ -362,7 +329,7 @@ class MegakernelDecoder:
         from argus_rt.launch import _check, _driver
 
         drv = _driver()
-        threads = kernel_limits()["THREADS"] + (32 if self.loader_pages else 0)  # config.cuh: BLOCK_THREADS
+        threads = kernel_limits()["THREADS"]
         sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         per_sm = _check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.module.function(KERNEL_NAME), threads,
                                                                          self.dynamic_smem),
@@ -478,8 +445,7 @@ class MegakernelDecoder:
                                   f"{ins}; NaN logits in the previous step leave token -1")
         if err["code"] == ERROR_STAGE_TIMEOUT:
             raise MegakernelError(f"a weight-tile bulk copy into shared memory did not land within "
-                                  f"{self.timeout_ns / 1e9:g} s (CTA {err['block']}, stage_bytes={self.stage_bytes}, "
-                                  f"ring_pages={self.ring_pages}, loader_pages={self.loader_pages})")
+                                  f"{self.timeout_ns / 1e9:g} s (CTA {err['block']}, stage_bytes={self.stage_bytes})")
         if err["code"] == ERROR_BAD_OPCODE:
             raise MegakernelError(f"step {err['step']}: unknown opcode {err['opcode']} at instruction {index}")
         raise MegakernelError(f"kernel error slot holds unknown code {err['code']}: {err}")

@@ -37,7 +37,6 @@ import pytest
 import torch
 
 from megakernel.dag import TileShape
-from megakernel.instructions import OProj
 from megakernel.interpreter import SamplingParams, localise
 from tinyllama.config import get_config
 from tinyllama.weights import random_weights
@@ -249,74 +248,10 @@ def test_ring_row_matches_interpreter(name):
     _assert_steps_match_interpreter(dec, prompt, name)
 
 
-# Row 31 (FUSION_K=loader; csrc/megakernel/ring.cuh: Loader): a 9th warp per worker streams the worker's ring tiles
-# (rows of a multiple of 256 bf16) through a page ring across tickets and dependency waits. RING_CONFIG makes every
-# GEMV a ring tile; its sums are the ring's per-(row, warp) order, so close to the interpreter's and the default's,
-# and the same bits however the pages' timing falls (one-step launches against one launch of many steps).
-LOADER_ROWS = ("mk_loader4", "mk_loader_1cta")
-
-
-def _loader_decoder(name: str, weights, **kw):
-    from benchmarks.decode import variant_rows
-
-    row = variant_rows()[name]
-    assert set(row) <= {"loader_pages", "build_flags"} and row["loader_pages"], f"{name}: {row}"
-    return _decoder(weights, **row, **kw)
-
-
-@pytest.mark.parametrize("name, workers", [("mk_loader4", None), ("mk_loader4", 37), ("mk_loader_1cta", None)])
-def test_loader_row_matches_interpreter(name, workers):
-    weights = random_weights(get_config("tiny", **RING_CONFIG), seed=SEED + 11, device="cuda")
-    dec = _loader_decoder(name, weights, tiles=TINY_TILES, workers=workers)
-    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 12)).tolist()
-    _assert_steps_match_interpreter(dec, prompt, f"{name} workers={workers}")
-
-
-@pytest.mark.parametrize("name", LOADER_ROWS)
-def test_loader_one_launch_equals_one_step_launches_bit_for_bit(name):
-    """36 steps in one launch (the loader streams across steps, far ahead of dependency waits) and in 36 one-step
-    launches (its ring starts empty each step): every buffer equal bit for bit."""
-    weights = random_weights(get_config("tiny", **RING_CONFIG), seed=SEED + 13, device="cuda")
-    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 14)).tolist()
-    dec = _loader_decoder(name, weights, tiles=TINY_TILES)
-    states = {}
-    for label, launches in (("one", [(0, 36)]), ("steps", [(s, 1) for s in range(36)])):
-        dec.set_prompt(prompt)
-        for begin, n in launches:
-            dec.run(begin, n)
-        states[label] = _buffers(dec)
-    assert _differing_buffers(states["one"], states["steps"]) == []
-
-
-def test_loader_build_without_ring_tiles_equals_the_default_bit_for_bit_tiny():
-    """The tiny model's rows (128 and 352 bf16) are no ring tiles: the loader issues nothing and the consumers run the
-    default's arithmetic behind named barriers, 36 steps in one launch, bit for bit the default binary's."""
-    weights = random_weights(get_config("tiny"), seed=SEED + 15, device="cuda")
-    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 16)).tolist()
-    states = {}
-    for label, kw in (("default", {}), ("loader", {"loader_pages": 4})):
-        dec = _decoder(weights, tiles=TINY_TILES, **kw)
-        dec.set_prompt(prompt)
-        dec.run(0, 36)
-        states[label] = _buffers(dec)
-        del dec
-    assert _differing_buffers(states["default"], states["loader"]) == []
-
-
-def test_loader_watchdog_names_the_stuck_tile():
-    """A layer-1 O-proj tile that waits for ever is named by the watchdog (not lost behind the loader's page waits),
-    within the helper's 5 s, with every GEMV a ring tile."""
-    from test_megakernel_gpu import expect_watchdog_names_the_stuck_tile
-
-    weights = random_weights(get_config("tiny", **RING_CONFIG), seed=SEED + 17, device="cuda")
-    dec = _decoder(weights, tiles=TINY_TILES, timeout_s=0.2, loader_pages=4)
-    expect_watchdog_names_the_stuck_tile(dec, weights.config, TINY_TILES, OProj, "attn[1]")
-
-
 # Rows whose sums are not the default's order or whose tiles differ (ring pages; one CTA per SM with
-# one-wave tiles, NOTES.md "Ready: row 19"; mk_nospread: the default before row 23, 32-feature gate/up tiles;
-# the loader rows of row 31): the same forced sequence on the full model gives logits close to the default binary's.
-FULL_MODEL_ROWS = RING_ROWS + ("mk_1cta_w128", "mk_1cta_w128_q4", "mk_nospread") + LOADER_ROWS
+# one-wave tiles, NOTES.md "Ready: row 19"; mk_nospread: the default before row 23, 32-feature gate/up tiles):
+# the same forced sequence on the full model gives logits close to the default binary's.
+FULL_MODEL_ROWS = RING_ROWS + ("mk_1cta_w128", "mk_1cta_w128_q4", "mk_nospread")
 
 
 @pytest.mark.parametrize("name", FULL_MODEL_ROWS)

@@ -29,7 +29,7 @@ __device__ __noinline__ void attention_partial_t(const Params& p, int layer, int
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_SCORES, at);
   const float4* q4 = reinterpret_cast<const float4*>(p.q + (size_t)layer * p.hidden + q0 * Dh);
   for (int i = threadIdx.x; i < G * Dh / 4; i += THREADS) reinterpret_cast<float4*>(qs)[i] = __ldcg(q4 + i);
-  MK_SYNC();
+  __syncthreads();
   const float scale = rsqrtf((float)Dh);
   const size_t head_base = ((size_t)layer * p.n_kv_heads + kv_head) * p.max_seq;
   // The split's V rows (S x Dh bf16) go to shared memory during the score pass when they fit in the
@@ -84,7 +84,7 @@ __device__ __noinline__ void attention_partial_t(const Params& p, int layer, int
       }
     }
   }
-  MK_SYNC();
+  __syncthreads();
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_SCORES, at);
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_SOFTMAX, at);
   for (int j = warp; j < G; j += NWARPS) {  // softmax pieces, one warp per query head
@@ -103,7 +103,7 @@ __device__ __noinline__ void attention_partial_t(const Params& p, int layer, int
       ml[2 * j + 1] = l;
     }
   }
-  MK_SYNC();
+  __syncthreads();
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_SOFTMAX, at);
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_PV, at);
   // o = sum_t p_t v_t for all G heads at once (they share each V row): a warp reads ROWS_PER_WARP
@@ -142,7 +142,7 @@ __device__ __noinline__ void attention_partial_t(const Params& p, int layer, int
         }
       }
     }
-    MK_SYNC();  // every warp has read its V rows from `vs` before `red` (the same bytes) is written
+    __syncthreads();  // every warp has read its V rows from `vs` before `red` (the same bytes) is written
 #pragma unroll
     for (int j = 0; j < G; ++j) {
       if (j < G) {
@@ -159,7 +159,7 @@ __device__ __noinline__ void attention_partial_t(const Params& p, int layer, int
         }
       }
     }
-    MK_SYNC();
+    __syncthreads();
     for (int i = threadIdx.x; i < G * Dh; i += THREADS) {
       const int j = i / Dh, d = i - j * Dh;
       float o = 0.f;
@@ -233,7 +233,7 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
   for (int h = threadIdx.x; h < H; h += THREADS)
     combine_weights_head(attn, off, wts, h, NS, Dh, used);
-  MK_SYNC();
+  __syncthreads();
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
   float acc[COMBINE_PER_THREAD];
@@ -263,7 +263,7 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
     const int i = threadIdx.x + k * THREADS;
     if (i < D) xs[i] = acc[k];
   }
-  MK_SYNC();
+  __syncthreads();
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
 }
 
@@ -304,7 +304,7 @@ __device__ __noinline__ void combine_group_t(const Params& p, int layer, int kv_
         if (j0 + u * C < n2) reinterpret_cast<float2*>(os)[j0 + u * C] = v[u];
     }
   }
-  MK_SYNC();
+  __syncthreads();
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
   float acc[PER];

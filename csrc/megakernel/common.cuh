@@ -5,31 +5,6 @@
 
 namespace mk {
 
-// The consumer threads' CTA barrier. With MK_LOADER the loader warp (threadIdx.x >= THREADS) never joins the
-// worker's barriers, so they are named barrier 1 of THREADS threads; without it, __syncthreads (the default SASS).
-#if MK_LOADER
-__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory"); }
-__device__ __forceinline__ int consumer_sync_or(int v) {
-  unsigned r;
-  asm volatile("{ .reg .pred p, q; setp.ne.s32 p, %1, 0; bar.red.or.pred q, 1, %2, p; selp.u32 %0, 1, 0, q; }"
-               : "=r"(r) : "r"(v), "n"(THREADS) : "memory");
-  return (int)r;
-}
-__device__ __forceinline__ int consumer_sync_count(int v) {
-  unsigned r;
-  asm volatile("{ .reg .pred p; setp.ne.s32 p, %1, 0; bar.red.popc.u32 %0, 1, %2, p; }"
-               : "=r"(r) : "r"(v), "n"(THREADS) : "memory");
-  return (int)r;
-}
-#define MK_SYNC() mk::consumer_sync()
-#define MK_SYNC_OR(v) mk::consumer_sync_or((int)(v))
-#define MK_SYNC_COUNT(v) mk::consumer_sync_count((int)(v))
-#else
-#define MK_SYNC() __syncthreads()
-#define MK_SYNC_OR(v) __syncthreads_or(v)
-#define MK_SYNC_COUNT(v) __syncthreads_count(v)
-#endif
-
 // Weights are read once per step: non-coherent path, no L1 allocation (they are in L2 after the
 // look-ahead prefetch, if any).
 // MK_L2_HINTS (build flag): 1 = weight loads evict_first in L2 (a streamed weight is dead once read,
@@ -115,9 +90,9 @@ __device__ __forceinline__ float warp_max(float v) {
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
   v = warp_sum(v);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  MK_SYNC();
+  __syncthreads();
   if (lane == 0) scratch[warp] = v;
-  MK_SYNC();
+  __syncthreads();
   float total = 0.f;
 #pragma unroll
   for (int w = 0; w < NWARPS; ++w) total += scratch[w];

@@ -35,12 +35,6 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_RING
 #define MK_RING 0  // N > 0: GEMV weights as N bulk-copied 16 KiB pages per CTA (ring.cuh; mk_ringN, opt-in)
 #endif
-#ifndef MK_LOADER
-// N > 0 (row 31, opt-in: MegakernelDecoder(loader_pages=N)): a 9th warp per worker CTA streams the worker's upcoming
-// GEMV tiles, ticket after ticket, through an N-page ring of 16 KiB bulk copies (ring.cuh: loader); the 8 consumer
-// warps then synchronise on named barrier 1 (common.cuh: MK_SYNC). 0: the default build, which has none of it.
-#define MK_LOADER 0
-#endif
 #ifndef MK_POLL2
 #define MK_POLL2 0  // 1: two pollers per dependency wait, staggered by half a poll period (sync.cuh; mk_poll2)
 #endif
@@ -66,7 +60,6 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_BLOCKS_PER_SM
 #define MK_BLOCKS_PER_SM 2  // CTAs co-resident per SM (__launch_bounds__ min blocks: caps registers at 128)
 #endif
-constexpr int BLOCK_THREADS = THREADS + (MK_LOADER ? 32 : 0);  // blockDim.x: the consumers, then the loader warp
 constexpr int GEMV_ROWS = MK_GEMV_ROWS;      // rows a warp streams at once (loads in flight = rows x unroll)
 constexpr int GEMV_UNROLL = MK_GEMV_UNROLL;  // 16-byte chunks per row per loop trip
 constexpr int COMBINE_PER_THREAD = 8;    // attention outputs per thread in the O-proj combine (hidden <= 8 * THREADS)

@@ -151,7 +151,7 @@ __device__ __noinline__ void load_vector(const float* x, int n, float* xs) {
   }
 #pragma unroll 1
   for (int c = threadIdx.x + VEC_SLOTS * THREADS; c < n4; c += THREADS) xs4[c] = __ldcg(x4 + c);
-  MK_SYNC();
+  __syncthreads();
 }
 #else
 __device__ __noinline__ void load_vector(const float* x, int n, float* xs) {
@@ -159,7 +159,7 @@ __device__ __noinline__ void load_vector(const float* x, int n, float* xs) {
   float4* xs4 = reinterpret_cast<float4*>(xs);
 #pragma unroll 8
   for (int c = threadIdx.x; c < (n >> 2); c += THREADS) xs4[c] = __ldcg(x4 + c);
-  MK_SYNC();
+  __syncthreads();
 }
 #endif
 

@@ -23,9 +23,6 @@
 // TileShape(last_combine="auto")) compiles both combines and each instruction says which its launch runs: an
 // AttnPartial arrives iff its A3 names a counter, an O-proj tile loads the combined vector iff its A2 is set (the
 // host swaps two instruction lists per launch by the KV length: megakernel/runtime.py form_words).
-// MK_LOADER=N (row 31, opt-in: MegakernelDecoder(loader_pages=N)): each worker CTA has a 9th warp whose lane 0 streams the
-// worker's upcoming GEMV tiles through an N-page ring (ring.cuh: Loader; loader_run below), and the 8 consumer warps'
-// barriers are named barrier 1 (common.cuh: MK_SYNC); only the kernel's and the worker's start barriers are the CTA's.
 //
 // Build (megakernel/build.py does this, with generated headers in the build directory):
 //   nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -Icsrc -I<build> -DARGUS_MODE=0 megakernel.cu
@@ -85,9 +82,6 @@ struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
   int ok;
 #if MK_RING
   Ring ring;  // the weight page ring (ring.cuh; opt-in)
-#endif
-#if MK_LOADER
-  Loader loader;  // the loader warp's page ring (ring.cuh; opt-in, row 31)
 #endif
 #if MK_LAST_COMBINE
   int last_arrival;  // this AttnPartial tile was its group's last arrival: it combines the group
@@ -152,14 +146,6 @@ __device__ __forceinline__ void prefetch_tile(const char* ptr, unsigned bytes) {
 // with MK_BATCH_QKV / MK_BATCH_O), otherwise gemv_tile.
 template <bool kBatch = false>
 __device__ __forceinline__ void tile_gemv(const Params& p, Smem& s, const __nv_bfloat16* W, int K, int rows) {
-#if MK_LOADER
-  const unsigned bytes = 2u * (unsigned)rows * (unsigned)K;  // tile_weights' bytes of this tile: the loader's rule
-  if (loader_tile(bytes, 2u * (unsigned)K)) {
-    if (!loader_gemv(s.loader, bytes, K, rows, s.xs, s.out, (unsigned long long)p.timeout_ns) && threadIdx.x == 0)
-      raise_error(p, ERROR_STAGE_TIMEOUT, -1, -1, -1, -1);
-    return;
-  }
-#endif
 #if MK_RING
   if (s.ring.bytes) {  // the tile's pages were started at ticket time (ring.cuh)
     if (!ring_gemv(s.ring, K, rows, s.xs, s.out, (unsigned long long)p.timeout_ns) && threadIdx.x == 0)
@@ -171,7 +157,7 @@ __device__ __forceinline__ void tile_gemv(const Params& p, Smem& s, const __nv_b
     const int srows = (int)(s.staged / (2u * (unsigned)K));
     if (srows < rows) gemv_tile_as<kBatch>(W + (size_t)srows * K, K, rows - srows, s.xs, s.out + srows);
     const bool landed = stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);
-    if (MK_SYNC_OR(!landed)) {  // every thread takes the same branch, even at the deadline's edge
+    if (__syncthreads_or(!landed)) {  // every thread takes the same branch, even at the deadline's edge
       if (threadIdx.x == 0) raise_error(p, ERROR_STAGE_TIMEOUT, -1, -1, -1, -1);
       return;  // outputs are garbage, but the launch stops and the host raises
     }
@@ -211,7 +197,7 @@ __device__ __forceinline__ void block_argmax(Smem& s, float* best, int* best_i) 
     s.scratch[warp] = b;
     s.argmax_idx[warp] = bi;
   }
-  MK_SYNC();
+  __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < NWARPS; ++w)
       if (s.scratch[w] > b || (s.scratch[w] == b && s.argmax_idx[w] < bi)) {
@@ -254,7 +240,7 @@ __device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, 
     MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
     const size_t base = (kind == HEAD_Q ? 0 : kind == HEAD_K ? D : D + KV) + (size_t)head * Dh + (size_t)part * rows;
     tile_gemv<MK_BATCH_QKV != 0>(p, s, p.wqkv + ((size_t)layer * (D + 2 * KV) + base) * D, D, rows);
-    MK_SYNC();
+    __syncthreads();
   }
   MK_REGION(ARGUS_REGION_DECODE_KV_UPDATE, coord(step, layer));
   const int t = threadIdx.x;
@@ -292,7 +278,7 @@ __device__ __noinline__ void attn_arrive(const Params& p, Smem& s, int layer, in
 #if MK_LAST_COMBINE == 2
   if (s.ins[W_A3] == NO_COUNTER) return;  // the same for every thread: s.ins was written before a barrier
 #endif
-  MK_SYNC();  // the partial's writes are done before thread 0's release
+  __syncthreads();  // the partial's writes are done before thread 0's release
   if (threadIdx.x == 0) {
     const unsigned per_step = (unsigned)(p.n_splits * p.attn_head_parts);
     const unsigned before = atom_acq_rel_add(p.counters + s.ins[W_A3], 1u);
@@ -303,7 +289,7 @@ __device__ __noinline__ void attn_arrive(const Params& p, Smem& s, int layer, in
     s.last_arrival = before + 1u == (unsigned)(step + 1) * per_step;
 #endif
   }
-  MK_SYNC();  // thread 0's acquire saw every arrival: the group's partials are visible after this
+  __syncthreads();  // thread 0's acquire saw every arrival: the group's partials are visible after this
   if (s.last_arrival) combine_group(p, layer, kv_head, step, s.xs, attn_out_of(p) + (size_t)layer * p.hidden);
 }
 #endif
@@ -335,7 +321,7 @@ __device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows
   }
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
   tile_gemv<MK_BATCH_O != 0>(p, s, p.wo + ((size_t)layer * D + row0) * D, D, rows);
-  MK_SYNC();
+  __syncthreads();
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x_mid[(size_t)layer * D + row0 + r] = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
 }
@@ -349,7 +335,7 @@ __device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, 
   }
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
   tile_gemv(p, s, p.wgu + ((size_t)layer * 2 * p.ffn + 2 * (size_t)f0) * D, D, 2 * nf);
-  MK_SYNC();
+  __syncthreads();
   for (int f = threadIdx.x; f < nf; f += THREADS) {  // SiLU(gate) * up, fused into the GEMV tile
     const float g = s.out[f] * rstd, u = s.out[nf + f] * rstd;
     p.h[(size_t)layer * p.ffn + f0 + f] = g / (1.f + expf(-g)) * u;
@@ -366,7 +352,7 @@ __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows,
   MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_VECTOR, coord(step, layer));
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
   tile_gemv(p, s, p.wd + ((size_t)layer * D + row0) * F, F, rows);
-  MK_SYNC();
+  __syncthreads();
   MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x[(size_t)(layer + 1) * D + row0 + r] = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
@@ -381,7 +367,7 @@ __device__ void op_logits(const Params& p, Smem& s, int row0, int rows, int step
   }
   MK_REGION(ARGUS_REGION_DECODE_LOGITS, coord(step, L));
   tile_gemv(p, s, p.lm_head + (size_t)row0 * D, D, rows);
-  MK_SYNC();
+  __syncthreads();
   for (int r = threadIdx.x; r < rows; r += THREADS) p.logits[row0 + r] = s.out[r] * rstd;
 #if MK_FUSED_SAMPLE
   {  // this tile's argmax partial, exactly the values op_sample would compare
@@ -472,7 +458,7 @@ __device__ void op_sample(const Params& p, Smem& s, int step) {
     s.scratch[warp] = best;
     s.argmax_idx[warp] = best_i;
   }
-  MK_SYNC();
+  __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < NWARPS; ++w)
       if (s.scratch[w] > best || (s.scratch[w] == best && s.argmax_idx[w] < best_i)) {
@@ -539,12 +525,12 @@ __device__ unsigned spread_rank(const Params& p) {
     const WaitSite site{-1, (int)p.step_begin, -1, -1, -1, -1};  // no instruction: the registration round
     failed = !wait_counter(p, arrived, W, site, (unsigned long long)p.timeout_ns);
   }
-  if (MK_SYNC_OR(failed)) return W;  // thread 0's acquire saw every arrival: the keys are visible after this
+  if (__syncthreads_or(failed)) return W;  // thread 0's acquire saw every arrival: the keys are visible after this
   const unsigned mine = __ldcg(keys + blockIdx.x - 1);
   unsigned rank = 0;
   for (unsigned j0 = 0; j0 < W; j0 += THREADS) {
     const unsigned j = j0 + threadIdx.x;
-    rank += (unsigned)MK_SYNC_COUNT(j < W && __ldcg(keys + j) < mine);
+    rank += (unsigned)__syncthreads_count(j < W && __ldcg(keys + j) < mine);
   }
   return rank;
 }
@@ -562,45 +548,7 @@ __device__ __forceinline__ unsigned first_ticket(const Params& p, unsigned end) 
 #endif
 }
 
-#if MK_LOADER
-#if !MK_STATIC_TICKETS
-#error "MK_LOADER walks the worker's static tickets: it needs MK_STATIC_TICKETS=1"
-#endif
-// Lane 0 of the loader warp (ring.cuh: Loader): the worker's tickets from `first` in its consumers' order, each ring
-// tile's weights page by page into the ring as soon as a slot is free. It reads only the instruction words, never a
-// dependency counter. Its deadline is twice the watchdog's, so a stuck dependency is reported by the consumer that
-// waits on it (the page wait of a tile behind it would otherwise time out first); on a timeout or once the consumers
-// stopped it records nothing and ends (a consumer's page wait reports, if any still waits).
-__device__ __noinline__ void loader_run(const Params& p, Loader& l, unsigned first) {
-  const unsigned n_instr = (unsigned)p.n_instr, end = (unsigned)p.ticket_end, stride = gridDim.x - 1;
-  const unsigned long long timeout_ns = 2ull * (unsigned long long)p.timeout_ns;
-  unsigned seq = 0;
-  for (unsigned t = first; t < end; t += stride) {
-    const char* w;
-    unsigned bytes, row_bytes;
-    tile_weights(p, p.instructions + (size_t)(t % n_instr) * INSTR_WORDS, &w, &bytes, &row_bytes);
-    if (!loader_tile(bytes, row_bytes)) continue;
-    for (unsigned off = 0; off < bytes; off += RING_PAGE, ++seq) {
-      const unsigned slot = seq % MK_LOADER;
-      if (seq >= (unsigned)MK_LOADER && !loader_wait_empty(l, slot, (seq / MK_LOADER - 1u) & 1u, timeout_ns)) {
-        loader_drain(l, seq, timeout_ns);
-        return;
-      }
-      ring_copy_page(&l.full[slot], ring_page(seq), w + off, min(RING_PAGE, bytes - off));
-    }
-  }
-  loader_drain(l, seq, timeout_ns);
-}
-#endif
-
 __device__ void worker(const Params& p, Smem& s) {
-#if MK_LOADER
-  if (threadIdx.x >= THREADS) {  // the loader warp: joins only the start barrier; lane 0 streams, the others leave
-    __syncthreads();
-    if (threadIdx.x == THREADS) loader_run(p, s.loader, s.ticket);
-    return;
-  }
-#endif
   const unsigned n_instr = (unsigned)p.n_instr, end = (unsigned)p.ticket_end;
 #if MK_SM_SPREAD
   const unsigned first = first_ticket(p, end);  // collective: before the thread-0 block
@@ -620,17 +568,14 @@ __device__ void worker(const Params& p, Smem& s) {
 #if MK_RING
     ring_init(s.ring);
 #endif
-#if MK_LOADER
-    loader_init(s.loader);
-#endif
   }
-  __syncthreads();  // the whole CTA: with MK_LOADER the loader warp starts from s.ticket and the initialised ring
+  __syncthreads();
   for (;;) {
     const unsigned t = s.ticket;
     if (t >= end) break;
     const int step = (int)(t / n_instr), index = (int)(t % n_instr);
     if (threadIdx.x < INSTR_WORDS) s.ins[threadIdx.x] = __ldg(p.instructions + (size_t)index * INSTR_WORDS + threadIdx.x);
-    MK_SYNC();
+    __syncthreads();
     const int op = s.ins[W_OPCODE], layer = s.ins[W_LAYER];
     ARGUS_BEGIN_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
     if (threadIdx.x < 32) {  // stream weights while the dependency resolves
@@ -695,13 +640,10 @@ __device__ void worker(const Params& p, Smem& s) {
       if (wait != NO_COUNTER && need > 0) poll_helper(p.counters + wait, (unsigned)need, &s.poll_seen);
     }
 #endif
-    MK_SYNC();
+    __syncthreads();
     ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
     if (!s.ok) {
       if (s.staged) stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);  // no copy outlives the CTA
-#if MK_LOADER
-      if (threadIdx.x == 0) s.loader.stop = 1;  // the loader drains its pages in flight and ends
-#endif
 #if MK_RING
       if (s.ring.bytes) ring_drain(s.ring, (unsigned long long)p.timeout_ns);
 #endif
@@ -728,7 +670,7 @@ __device__ void worker(const Params& p, Smem& s) {
     }
     if (bad && threadIdx.x == 0)
       raise_error(p, op == OP_EMBED ? ERROR_BAD_TOKEN : ERROR_BAD_OPCODE, (int)t, step, index, op);
-    MK_SYNC();  // every thread's writes of this tile are done ...
+    __syncthreads();  // every thread's writes of this tile are done ...
     if (threadIdx.x == 0) {
 #if MK_THREADFENCE
       __threadfence();  // before 2026-12-01 12:50; measured 1.3% slower (megakernel/NOTES.md)
@@ -745,7 +687,7 @@ __device__ void worker(const Params& p, Smem& s) {
       s.poll_seen = 0;  // both pollers left their loops before the barrier after the wait
 #endif
     }
-    MK_SYNC();
+    __syncthreads();
   }
 }
 
@@ -766,22 +708,14 @@ __device__ void scheduler(const Params& p, Smem& s) {
 
 }  // namespace mk
 
-#if MK_LOADER
-// __launch_bounds__(288, 2) gets 96 registers from ptxas (nvcc 13.0: it rounds the block up), while the register file
-// holds 2 CTAs x 9 warps x 112 (64512 of 65536): cap the registers at what MK_BLOCKS_PER_SM CTAs of 288 threads fit.
-#define MK_MAX_REGS ((65536 / (MK_BLOCKS_PER_SM * (mk::THREADS + 32)) & ~7) > 255 ? 255 : (65536 / (MK_BLOCKS_PER_SM * (mk::THREADS + 32)) & ~7))
-#define MK_KERNEL_BOUNDS __maxnreg__(MK_MAX_REGS)
-#else
-#define MK_KERNEL_BOUNDS __launch_bounds__(mk::BLOCK_THREADS, MK_BLOCKS_PER_SM)
-#endif
-extern "C" __global__ void MK_KERNEL_BOUNDS argus_megakernel(const Params* __restrict__ params) {
+extern "C" __global__ void __launch_bounds__(mk::THREADS, MK_BLOCKS_PER_SM) argus_megakernel(const Params* __restrict__ params) {
   __shared__ mk::Smem smem;
   __shared__ Params p;
   // The parameter block is 8-byte words: copy it once into shared memory.
   const unsigned long long* src = reinterpret_cast<const unsigned long long*>(params);
   unsigned long long* dst = reinterpret_cast<unsigned long long*>(&p);
-  for (int i = threadIdx.x; i < (int)(sizeof(Params) / 8); i += mk::BLOCK_THREADS) dst[i] = src[i];
-  __syncthreads();  // the whole CTA, loader warp included
+  for (int i = threadIdx.x; i < (int)(sizeof(Params) / 8); i += mk::THREADS) dst[i] = src[i];
+  __syncthreads();
   if (blockIdx.x == 0)
     mk::scheduler(p, smem);
   else

@@ -33,20 +33,15 @@ __device__ __forceinline__ void stage_issue(unsigned long long* bar, const char*
   }
 }
 
-// Whether mbarrier `bar` completed the phase of parity `phase` (a bounded try_wait; acquire).
-__device__ __forceinline__ bool mbar_try_wait(unsigned long long* bar, unsigned phase) {
-  unsigned done;
-  asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-               : "=r"(done) : "r"(smem_addr(bar)), "r"(phase) : "memory");
-  return done != 0;
-}
-
 // Every thread: wait until the copy of phase `phase` (0/1, alternating per staged tile) landed.
 // Bounded like every other wait: past `timeout_ns` it returns false (the caller reports an error).
 __device__ __forceinline__ bool stage_wait(unsigned long long* bar, unsigned phase, unsigned long long timeout_ns) {
+  unsigned done = 0;
   unsigned long long start = 0;
   for (unsigned spins = 0;; ++spins) {
-    if (mbar_try_wait(bar, phase)) return true;
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(smem_addr(bar)), "r"(phase) : "memory");
+    if (done) return true;
     unsigned long long now;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
     if (spins == 0) start = now;
