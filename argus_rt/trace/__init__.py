@@ -29,7 +29,8 @@ API summary (all times in the trace's ``unit``: "ns" for globaltimer, "cycles" f
     sess.save("run.npz"); load_raw("run.npz")          # raw rings + config, no pickle
 
 Errors (argus_rt.trace.errors): TraceConfigError, TruncatedTraceError, CorruptTraceError,
-UnknownRegionIdError, MismatchedMarkersError, ClockConversionError (anchored traces whose anchors are
+UnknownRegionIdError, MismatchedMarkersError, DivergentMarkersError (a register-cursor ring whose markers ran on part
+of the warp: refused, not mixed up), ClockConversionError (anchored traces whose anchors are
 too close to convert cycles to ns; a rate fitted over less than 6.4 us is used but flagged "approximate").
 Lost records (wrapped rings, warps without rings) set ``incomplete`` and are listed in ``problems``; they
 never disappear silently.
@@ -45,6 +46,7 @@ from .decode import EVENT_DTYPE, RING_DTYPE, Trace, decode
 from .errors import (
     ClockConversionError,
     CorruptTraceError,
+    DivergentMarkersError,
     MismatchedMarkersError,
     TraceConfigError,
     TraceError,
@@ -58,7 +60,8 @@ from .stats import RegionStats, region_stats
 
 __all__ = [
     "layout", "chrome_trace", "write_chrome_trace", "TraceConfig", "EVENT_DTYPE", "RING_DTYPE", "Trace", "decode",
-    "ClockConversionError", "CorruptTraceError", "MismatchedMarkersError", "TraceConfigError", "TraceError", "TruncatedTraceError",
+    "ClockConversionError", "CorruptTraceError", "DivergentMarkersError", "MismatchedMarkersError", "TraceConfigError",
+    "TraceError", "TruncatedTraceError",
     "UnknownRegionIdError", "INTERVAL_DTYPE", "Intervals", "pair_intervals", "PendingTrace", "TraceSession",
     "load_raw", "save_raw", "RegionStats", "region_stats",
     "ClockAlignmentError", "ClockOffset", "align_with_profiler", "launch_span",
