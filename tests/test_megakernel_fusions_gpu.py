@@ -517,3 +517,52 @@ def test_adaptive_equals_the_default_on_the_full_model(kv):
     last_steps = sum(n for first, n in launches if auto.combine_last_at(first + n))
     assert last_steps == (0 if kv == 128 else kv + 3 - 512)
     assert (states["auto"][1] == last_steps * auto.n_splits(c) * auto.head_parts(c)).all()
+
+
+# Row 32 (NOTES.md "Ready: row 32"; FUSION_K=attn_v2; benchmarks/decode.py mk_attn_v2, MK_ATTN_V2=1): AttnPartial
+# tiles of 1-2 query heads with the softmax and PV per lane in registers (an online softmax: fp32 sums in another
+# order). Against the interpreter (tiny model, 2 and 1 heads per tile, 2 worker counts), and against the default on
+# the full model at KV positions ~128 and ~1024: logits within 1e-3 of max |logit|, the partials close and NaN-free
+# where the default's are.
+ATTN_V2_FLAGS = ("-DMK_ATTN_V2=1",)
+
+
+@pytest.mark.parametrize("head_parts", [1, 2], ids=["2heads", "1head"])
+@pytest.mark.parametrize("workers", [None, 37])
+def test_attn_v2_matches_interpreter(head_parts, workers):
+    assert _row_flags("mk_attn_v2") == ATTN_V2_FLAGS
+    weights = random_weights(get_config("tiny"), seed=SEED + 35, device="cuda")
+    tiles = dataclasses.replace(TINY_TILES, attn_head_parts=head_parts)
+    dec = _decoder(weights, tiles=tiles, workers=workers, build_flags=ATTN_V2_FLAGS)
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 36)).tolist()
+    _assert_steps_match_interpreter(dec, prompt, f"mk_attn_v2 head_parts={head_parts}")
+
+
+def _partials_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest |a - b| over the entries b holds (written partials), relative to max |b| there; NaN where a is not
+    written where b is."""
+    written = torch.isfinite(b)
+    if not torch.isfinite(a[written]).all():
+        return float("nan")
+    return ((a[written] - b[written]).abs().max() / b[written].abs().max()).item()
+
+
+@pytest.mark.parametrize("kv", [128, 1024])
+def test_attn_v2_matches_the_default_on_the_full_model(kv):
+    """Full TinyLlama, every token forced up to KV position kv + 2 (launches of 64 steps), 2 and 9 used splits."""
+    c = get_config("tinyllama-1.1b", max_seq=1152)
+    weights = random_weights(c, seed=SEED + 37, device="cuda")
+    prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 38)).tolist()
+    states = {}
+    for row, flags in (("default", ()), ("v2", ATTN_V2_FLAGS)):
+        dec = _decoder(weights, build_flags=flags)
+        dec.set_prompt(prompt)
+        for first in range(0, kv + 3, 64):
+            dec.run(first, min(64, kv + 3 - first))
+        states[row] = _buffers(dec)
+        del dec
+        torch.cuda.empty_cache()
+    err = _logits_error(states["v2"], states["default"])
+    assert err < 1e-3, f"kv {kv}: mk_attn_v2's logits differ from the default's by {err:.3g} of max |logit|"
+    part = _partials_error(states["v2"]["attn_part"], states["default"]["attn_part"])
+    assert part < 1e-3, f"kv {kv}: attention partials (o, m, l) differ by {part:.3g} of their max"

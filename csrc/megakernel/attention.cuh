@@ -176,11 +176,172 @@ __device__ __noinline__ void attention_partial_t(const Params& p, int layer, int
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_PV, at);
 }
 
+#if MK_ATTN_V2
+// Row 32 (MK_ATTN_V2=1; NOTES.md "Ready: row 32"), tiles of 1 or 2 query heads: the same (o, m, l) per head as attention_partial_t, with a
+// shorter dependent chain. Each lane owns the rows (positions) it loads: its K and V rows and the tile's q are
+// issued together (one round trip instead of q, barrier, then K/V), its scores stay in registers and feed an
+// online softmax and the PV sum over its own rows (no score, probability or V round trip through shared memory).
+// The lanes of a warp combine by shuffles (max, then the rescaled sums), the warps through shared memory after the
+// one CTA barrier. U: rows per lane in flight per trip (all 128 of a split in one trip at Dh 64).
+template <int G>
+__device__ __noinline__ void attention_partial_v2_t(const Params& p, int layer, int kv_head, int split, int head_part,
+                                                    int pos, float* smem) {
+  constexpr int U = 4;
+  const int Dh = (int)p.head_dim, S = (int)p.attn_split;
+  const int lo = split * S;
+  const int n = min(lo + S, pos + 1) - lo;
+  if (n <= 0) return;  // split past the current length
+  const int q0 = kv_head * (int)(p.n_heads / p.n_kv_heads) + head_part * G;  // first query head of the tile
+  [[maybe_unused]] const unsigned at = coord(pos, layer);  // the detail regions' coordinate
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int lpr = Dh / 8, rpw = 32 / lpr, sub = lane / lpr, c8 = lane - sub * lpr, stride = NWARPS * rpw;
+  const size_t head_base = ((size_t)layer * p.n_kv_heads + kv_head) * p.max_seq;
+  const uint4* kbase = reinterpret_cast<const uint4*>(p.k_cache + (head_base + lo) * Dh) + c8;
+  const uint4* vbase = reinterpret_cast<const uint4*>(p.v_cache + (head_base + lo) * Dh) + c8;
+  // read before the shared stores below: p lives in shared memory, so a later read would wait on them
+  float* const out0 = p.attn_part + (((size_t)layer * p.n_heads + q0) * p.n_splits + split) * (Dh + 2);
+  const size_t head_stride = (size_t)p.n_splits * (Dh + 2);
+  const float scale = rsqrtf((float)Dh);
+  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_SCORES, at);
+  float4 qa[G], qb[G];  // this lane's 8 dims of each head's q: issued with the first trip's K/V loads
+  const float* qg = p.q + (size_t)layer * p.hidden + (size_t)q0 * Dh + 8 * c8;
+#pragma unroll
+  for (int j = 0; j < G; ++j) {
+    qa[j] = __ldcg(reinterpret_cast<const float4*>(qg + j * Dh));
+    qb[j] = __ldcg(reinterpret_cast<const float4*>(qg + j * Dh + 4));
+  }
+  float m[G], l[G], acc[G][8];  // this lane's running max, sum and PV sum (its 8 dims) per head, over its rows
+#pragma unroll
+  for (int j = 0; j < G; ++j) {
+    m[j] = -INFINITY;
+    l[j] = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[j][e] = 0.f;
+  }
+  for (int base = warp * rpw; base < n; base += U * stride) {  // warp-uniform trips (shuffles inside)
+    uint4 k[U], v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) k[u] = __ldcg(kbase + (size_t)min(base + sub + u * stride, n - 1) * lpr);
+#pragma unroll
+    for (int u = 0; u < U; ++u) v[u] = __ldcg(vbase + (size_t)min(base + sub + u * stride, n - 1) * lpr);
+    float s[U][G];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const float f[8] = {bf_lo(k[u].x), bf_hi(k[u].x), bf_lo(k[u].y), bf_hi(k[u].y),
+                          bf_lo(k[u].z), bf_hi(k[u].z), bf_lo(k[u].w), bf_hi(k[u].w)};
+#pragma unroll
+      for (int j = 0; j < G; ++j) {
+        const float q[8] = {qa[j].x, qa[j].y, qa[j].z, qa[j].w, qb[j].x, qb[j].y, qb[j].z, qb[j].w};
+        float d = 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d = fmaf(f[e], q[e], d);
+        s[u][j] = d;
+      }
+    }
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {  // a row's lanes sum its dot: all U x G trees side by side, one level a time
+      if (o < lpr) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int j = 0; j < G; ++j) s[u][j] += __shfl_xor_sync(0xffffffffu, s[u][j], o);
+      }
+    }
+    MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_SCORES, at);
+    MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_SOFTMAX, at);
+#pragma unroll
+    for (int j = 0; j < G; ++j) {  // online softmax over this lane's rows (rows past n reload n - 1: weight 0)
+      float mn = m[j];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        s[u][j] = base + sub + u * stride < n ? s[u][j] * scale : -INFINITY;
+        mn = fmaxf(mn, s[u][j]);
+      }
+      const float a = mn == -INFINITY ? 1.f : __expf(m[j] - mn);  // m = -inf, mn finite: 0
+      l[j] *= a;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[j][e] *= a;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const float pt = s[u][j] == -INFINITY ? 0.f : __expf(s[u][j] - mn);
+        l[j] += pt;
+        const float f[8] = {bf_lo(v[u].x), bf_hi(v[u].x), bf_lo(v[u].y), bf_hi(v[u].y),
+                            bf_lo(v[u].z), bf_hi(v[u].z), bf_lo(v[u].w), bf_hi(v[u].w)};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[j][e] = fmaf(pt, f[e], acc[j][e]);
+      }
+      m[j] = mn;
+    }
+    MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_SOFTMAX, at);
+    MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_SCORES, at);
+  }
+  MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_SCORES, at);
+  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_PV, at);
+  // The warp's row groups (lanes with the same c8): max, then rescaled sums, by shuffles. A warp without rows keeps
+  // m = -inf, l = 0, acc = 0 (its weight below is 0).
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    if (o >= lpr) {
+#pragma unroll
+      for (int j = 0; j < G; ++j) {
+        const float mo = __shfl_xor_sync(0xffffffffu, m[j], o);
+        const float mn = fmaxf(m[j], mo);
+        const float a = m[j] == -INFINITY ? 0.f : __expf(m[j] - mn), b = mo == -INFINITY ? 0.f : __expf(mo - mn);
+        l[j] = l[j] * a + __shfl_xor_sync(0xffffffffu, l[j], o) * b;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[j][e] = acc[j][e] * a + __shfl_xor_sync(0xffffffffu, acc[j][e], o) * b;
+        m[j] = mn;
+      }
+    }
+  }
+  float* red = smem;                  // [NWARPS][G][Dh] the warps' PV sums
+  float* wml = smem + NWARPS * G * Dh;  // [NWARPS][G][2] their (max, sum)
+  if (sub == 0) {
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      float4* dst = reinterpret_cast<float4*>(red + ((size_t)warp * G + j) * Dh + 8 * c8);
+      dst[0] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+      dst[1] = make_float4(acc[j][4], acc[j][5], acc[j][6], acc[j][7]);
+      if (c8 == 0) {
+        wml[2 * (warp * G + j)] = m[j];
+        wml[2 * (warp * G + j) + 1] = l[j];
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < G * Dh; i += THREADS) {  // the warps' sums, weighted by e^(m_w - M)
+    const int j = i / Dh, d = i - j * Dh;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < NWARPS; ++w) M = fmaxf(M, wml[2 * (w * G + j)]);  // finite: the split has a row
+    float o = 0.f, den = 0.f;
+#pragma unroll
+    for (int w = 0; w < NWARPS; ++w) {
+      const float a = __expf(wml[2 * (w * G + j)] - M);  // a warp without rows: e^-inf = 0
+      o = fmaf(a, red[((size_t)w * G + j) * Dh + d], o);
+      den = fmaf(a, wml[2 * (w * G + j) + 1], den);
+    }
+    float* out = out0 + j * head_stride;
+    out[d] = o;
+    if (d == 0) {
+      out[Dh] = M;
+      out[Dh + 1] = den;
+    }
+  }
+  MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_PV, at);
+}
+#endif
+
 __device__ __forceinline__ void attention_partial(const Params& p, int layer, int kv_head, int split, int head_part,
                                                   int pos, float* smem) {
   switch ((int)(p.n_heads / p.n_kv_heads / p.attn_head_parts)) {  // host-checked: 1, 2, 4 or 8
+#if MK_ATTN_V2  // 1 or 2 heads per tile (the default's 2); 4 and 8 keep the three-pass tile (v2 would spill there)
+    case 1: attention_partial_v2_t<1>(p, layer, kv_head, split, head_part, pos, smem); break;
+    case 2: attention_partial_v2_t<2>(p, layer, kv_head, split, head_part, pos, smem); break;
+#else
     case 1: attention_partial_t<1>(p, layer, kv_head, split, head_part, pos, smem); break;
     case 2: attention_partial_t<2>(p, layer, kv_head, split, head_part, pos, smem); break;
+#endif
     case 4: attention_partial_t<4>(p, layer, kv_head, split, head_part, pos, smem); break;
     default: attention_partial_t<8>(p, layer, kv_head, split, head_part, pos, smem); break;
   }

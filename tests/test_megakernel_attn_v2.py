@@ -1,0 +1,134 @@
+"""Row 32 (megakernel/NOTES.md "Ready: row 32"): MK_ATTN_V2, AttnPartial tiles of 1-2 query heads with q, K and V
+issued in one round trip, softmax and PV per lane in registers and one CTA barrier (attention_partial_v2_t).
+On the CPU: the rows are build flags only; with nvcc and nvdisasm the SASS facts the row is built on (the default
+tile's 5 CTA barriers and its q load alone before the first barrier, the variant's one barrier and all its global
+loads before the first FFMA), no spill stores in the variant's functions, the default cubin unchanged by
+MK_ATTN_V2=0, and the 4- and 8-head tiles left as they are. GPU: tests/test_megakernel_fusions_gpu.py -k attn_v2."""
+import hashlib
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from benchmarks.decode import ATTN_V2, DETAIL, variant_rows
+from megakernel.dag import TileShape
+from megakernel.runtime import option_flags
+from toolchain import needs_nvcc
+
+
+def test_the_rows_are_build_flags():
+    rows = variant_rows()
+    assert rows["mk_attn_v2"] == {"build_flags": ATTN_V2}
+    assert rows["mk_attn_v2_detail"] == {"build_flags": ATTN_V2 + DETAIL}
+    option_flags(TileShape(), ATTN_V2 + DETAIL)  # no flag the tile shape owns
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    from megakernel.build import build
+
+    out = {}
+
+    def get(mode: int, flags: tuple[str, ...] = ()):
+        if (mode, flags) not in out:
+            out[mode, flags] = build(mode, build_dir=tmp_path_factory.mktemp(f"m{mode}"), extra_flags=flags)
+        return out[mode, flags]
+
+    return get
+
+
+def _tools(*names):
+    from argus_rt.tools import tool_or_none
+
+    missing = [n for n in names if tool_or_none(n) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}")
+
+
+def _function(cubin, base: str, heads: int) -> list[str]:
+    """SASS lines of the template instance base<heads> (Itanium mangling: <length><name>ILi<heads>E)."""
+    from megakernel import sass_diff
+
+    fns = sass_diff.functions(sass_diff.disassembly(cubin))
+    hits = [n for n in fns if f"{len(base)}{base}ILi{heads}E" in n]
+    assert len(hits) == 1, hits
+    return fns[hits[0]]
+
+
+def _count(fn: list[str], pattern: str) -> int:
+    return sum(1 for line in fn if re.search(pattern, line))
+
+
+def _first(fn: list[str], pattern: str) -> int:
+    return next(i for i, line in enumerate(fn) if re.search(pattern, line))
+
+
+BAR, LDG, FFMA = r"\bBAR\.SYNC\b", r"\bLDG\.", r"\bFFMA\b"
+
+
+@needs_nvcc
+def test_default_tile_is_five_barriers_with_q_alone_before_the_first(builds):
+    """The reading the row starts from: q's load is the only global load before the first barrier."""
+    _tools("nvdisasm")
+    fn = _function(builds(0).cubin, "attention_partial_t", 2)
+    assert _count(fn, BAR) == 5
+    bar = _first(fn, BAR)
+    before = [i for i, line in enumerate(fn) if re.search(LDG, line) and i < bar]
+    assert before and all("STRONG.GPU" in fn[i] for i in before)
+    assert _first(fn, FFMA) > bar  # no dot before q has gone through shared memory
+
+
+@needs_nvcc
+@pytest.mark.parametrize("heads", [1, 2])
+def test_variant_is_one_barrier_with_every_load_before_the_first_ffma(builds, heads):
+    _tools("nvdisasm")
+    fn = _function(builds(0, ATTN_V2).cubin, "attention_partial_v2_t", heads)
+    assert _count(fn, BAR) == 1
+    loads = [i for i, line in enumerate(fn) if re.search(LDG, line)]
+    assert len(loads) == 2 * heads + 8  # q (2 per head), 4 K and 4 V rows per lane: one trip at head_dim 64
+    assert max(loads) < _first(fn, FFMA) < _first(fn, BAR)
+    assert _count(fn, r"\bSTS\b|\bSTS\.") <= 2 * heads + 2  # the warp's PV sums and (max, sum): no score or V rows
+    assert _count(fn[loads[0]:_first(fn, BAR)], r"\bLDS") == 0  # no shared-memory round trip before the barrier
+
+
+@needs_nvcc
+def test_variant_compiles_without_spill_stores_in_its_tiles(builds):
+    r = builds(0, ATTN_V2)
+    assert r.registers() <= 128, r.ptxas_log
+    for heads in (1, 2):
+        m = re.search(rf"attention_partial_v2_tILi{heads}E\S*\n\s+(\d+) bytes stack frame, (\d+) bytes spill stores",
+                      r.ptxas_log)
+        assert m and m.group(1) == "0" and m.group(2) == "0", r.ptxas_log
+    # the 4- and 8-head tiles keep the three-pass body (the variant would spill there)
+    assert "attention_partial_v2_tILi4E" not in r.ptxas_log and "attention_partial_tILi4E" in r.ptxas_log
+    assert "attention_partial_tILi8E" in r.ptxas_log
+
+
+@needs_nvcc
+@pytest.mark.parametrize("mode", [0, 2])
+def test_attn_v2_off_is_the_default_cubin(builds, mode):
+    def sha(flags):
+        return hashlib.sha256(Path(builds(mode, flags).cubin).read_bytes()).hexdigest()
+
+    assert sha(("-DMK_ATTN_V2=0",)) == sha(())
+    assert sha(ATTN_V2) != sha(())
+
+
+@needs_nvcc
+def test_detail_build_marks_the_variants_three_pieces(builds):
+    """mk_attn_v2_detail's trace build records scores, softmax and pv (a marker's region ID is a 32-bit immediate in
+    the instruction words); its timed build is mk_attn_v2's SASS."""
+    _tools("cuobjdump")
+    from megakernel import sass_diff
+    from megakernel.regions import region_tree
+
+    def sass(flags):
+        return sass_diff.normalized(sass_diff.sass_text(builds(0, flags).cubin))
+
+    assert sass(ATTN_V2 + DETAIL) == sass(ATTN_V2)
+    names = ("decode/attention/scores", "decode/attention/softmax", "decode/attention/pv")
+    ids = [struct.pack("<I", r.id) for r in region_tree() if r.name in names]
+    assert len(ids) == 3
+    trace, detail = (Path(builds(2, flags).cubin).read_bytes() for flags in (ATTN_V2, ATTN_V2 + DETAIL))
+    assert all(i not in trace for i in ids) and all(i in detail for i in ids)
