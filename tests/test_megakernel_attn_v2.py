@@ -14,7 +14,7 @@ import pytest
 from benchmarks.decode import ATTN_V2, DETAIL, variant_rows
 from megakernel.dag import TileShape
 from megakernel.runtime import option_flags
-from toolchain import needs_nvcc
+from toolchain import megakernel_builds, needs_nvcc, skip_without_tools  # noqa: F401 (megakernel_builds: the builds fixture)
 
 
 def test_the_rows_are_build_flags():
@@ -22,28 +22,6 @@ def test_the_rows_are_build_flags():
     assert rows["mk_attn_v2"] == {"build_flags": ATTN_V2}
     assert rows["mk_attn_v2_detail"] == {"build_flags": ATTN_V2 + DETAIL}
     option_flags(TileShape(), ATTN_V2 + DETAIL)  # no flag the tile shape owns
-
-
-@pytest.fixture(scope="module")
-def builds(tmp_path_factory):
-    from megakernel.build import build
-
-    out = {}
-
-    def get(mode: int, flags: tuple[str, ...] = ()):
-        if (mode, flags) not in out:
-            out[mode, flags] = build(mode, build_dir=tmp_path_factory.mktemp(f"m{mode}"), extra_flags=flags)
-        return out[mode, flags]
-
-    return get
-
-
-def _tools(*names):
-    from argus_rt.tools import tool_or_none
-
-    missing = [n for n in names if tool_or_none(n) is None]
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)}")
 
 
 def _function(cubin, base: str, heads: int) -> list[str]:
@@ -70,7 +48,7 @@ BAR, LDG, FFMA = r"\bBAR\.SYNC\b", r"\bLDG\.", r"\bFFMA\b"
 @needs_nvcc
 def test_default_tile_is_five_barriers_with_q_alone_before_the_first(builds):
     """The reading the row starts from: q's load is the only global load before the first barrier."""
-    _tools("nvdisasm")
+    skip_without_tools("nvdisasm")
     fn = _function(builds(0).cubin, "attention_partial_t", 2)
     assert _count(fn, BAR) == 5
     bar = _first(fn, BAR)
@@ -82,7 +60,7 @@ def test_default_tile_is_five_barriers_with_q_alone_before_the_first(builds):
 @needs_nvcc
 @pytest.mark.parametrize("heads", [1, 2])
 def test_variant_is_one_barrier_with_every_load_before_the_first_ffma(builds, heads):
-    _tools("nvdisasm")
+    skip_without_tools("nvdisasm")
     fn = _function(builds(0, ATTN_V2).cubin, "attention_partial_v2_t", heads)
     assert _count(fn, BAR) == 1
     loads = [i for i, line in enumerate(fn) if re.search(LDG, line)]
@@ -119,7 +97,7 @@ def test_attn_v2_off_is_the_default_cubin(builds, mode):
 def test_detail_build_marks_the_variants_three_pieces(builds):
     """mk_attn_v2_detail's trace build records scores, softmax and pv (a marker's region ID is a 32-bit immediate in
     the instruction words); its timed build is mk_attn_v2's SASS."""
-    _tools("cuobjdump")
+    skip_without_tools("cuobjdump")
     from megakernel import sass_diff
     from megakernel.regions import region_tree
 

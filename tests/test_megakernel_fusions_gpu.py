@@ -368,6 +368,26 @@ def _logits_error(a: dict, b: dict) -> float:
     return ((a["logits"] - b["logits"]).abs().max() / b["logits"].abs().max()).item()
 
 
+def _same_launches(weights, prompt, launches, rows: dict, read) -> dict:
+    """read(decoder) of each row (label: MegakernelDecoder keyword arguments) after the same launches (first, count)
+    from the prompt; one decoder at a time, freed before the next (full-model rows do not fit together)."""
+    states = {}
+    for row, kw in rows.items():
+        dec = _decoder(weights, **kw)
+        dec.set_prompt(prompt)
+        for first, count in launches:
+            dec.run(first, count)
+        states[row] = read(dec)
+        del dec
+        torch.cuda.empty_cache()
+    return states
+
+
+def _launches_to(kv: int) -> list[tuple[int, int]]:
+    """Launches of up to 64 steps that force every token of the prompt up to KV position kv + 2."""
+    return [(first, min(64, kv + 3 - first)) for first in range(0, kv + 3, 64)]
+
+
 def _named_buffers(dec) -> dict[str, torch.Tensor]:
     """_buffers with the counters by name: mk_lastcombine has the arrival counters besides the default's."""
     out = _buffers(dec)
@@ -400,15 +420,8 @@ def test_lastcombine_equals_the_default_on_the_full_model(kv):
     c = get_config("tinyllama-1.1b", max_seq=1152)
     weights = random_weights(c, seed=SEED + 25, device="cuda")
     prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 26)).tolist()
-    states = {}
-    for row, tiles in (("default", TileShape()), ("last", TileShape(last_combine=True))):
-        dec = _decoder(weights, tiles=tiles)
-        dec.set_prompt(prompt)
-        for first in range(0, kv + 3, 64):
-            dec.run(first, min(64, kv + 3 - first))
-        states[row] = _named_buffers(dec)
-        del dec
-        torch.cuda.empty_cache()
+    rows = {"default": {"tiles": TileShape()}, "last": {"tiles": TileShape(last_combine=True)}}
+    states = _same_launches(weights, prompt, _launches_to(kv), rows, _named_buffers)
     err = _logits_error(states["last"], states["default"])
     assert err < 1e-3, f"kv {kv}: mk_lastcombine's logits differ from the default's by {err:.3g} of max |logit|"
     assert _differing_buffers(states["default"], states["last"]) == [], f"kv {kv}: logits error {err:.3g}"
@@ -465,18 +478,6 @@ def test_adaptive_matches_interpreter(workers):
     assert (_arrivals(dec) == 16 * per_group).all()
 
 
-def _same_launches(weights, prompt, launches, rows) -> dict:
-    """_named_buffers of each row (label: TileShape) after the same launches (first, count) from the prompt."""
-    states = {}
-    for row, tiles in rows.items():
-        dec = _decoder(weights, tiles=tiles)
-        dec.set_prompt(prompt)
-        for first, count in launches:
-            dec.run(first, count)
-        states[row] = (_named_buffers(dec), _arrivals(dec).cpu())
-        del dec
-        torch.cuda.empty_cache()
-    return states
 
 
 @pytest.mark.parametrize("workers", [None, 37])
@@ -508,9 +509,10 @@ def test_adaptive_equals_the_default_on_the_full_model(kv):
     c = get_config("tinyllama-1.1b", max_seq=1152)
     weights = random_weights(c, seed=SEED + 33, device="cuda")
     prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 34)).tolist()
-    launches = [(first, min(64, kv + 3 - first)) for first in range(0, kv + 3, 64)]
+    launches = _launches_to(kv)
     auto = TileShape(last_combine="auto")
-    states = _same_launches(weights, prompt, launches, {"default": TileShape(), "auto": auto})
+    states = _same_launches(weights, prompt, launches, {"default": {"tiles": TileShape()}, "auto": {"tiles": auto}},
+                            lambda dec: (_named_buffers(dec), _arrivals(dec).cpu()))
     err = _logits_error(states["auto"][0], states["default"][0])
     assert err < 1e-3, f"kv {kv}: mk_adaptive_combine's logits differ from the default's by {err:.3g} of max |logit|"
     assert _differing_buffers(states["default"][0], states["auto"][0]) == [], f"kv {kv}: logits error {err:.3g}"
@@ -553,15 +555,8 @@ def test_attn_v2_matches_the_default_on_the_full_model(kv):
     c = get_config("tinyllama-1.1b", max_seq=1152)
     weights = random_weights(c, seed=SEED + 37, device="cuda")
     prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 38)).tolist()
-    states = {}
-    for row, flags in (("default", ()), ("v2", ATTN_V2_FLAGS)):
-        dec = _decoder(weights, build_flags=flags)
-        dec.set_prompt(prompt)
-        for first in range(0, kv + 3, 64):
-            dec.run(first, min(64, kv + 3 - first))
-        states[row] = _buffers(dec)
-        del dec
-        torch.cuda.empty_cache()
+    rows = {"default": {}, "v2": {"build_flags": ATTN_V2_FLAGS}}
+    states = _same_launches(weights, prompt, _launches_to(kv), rows, _buffers)
     err = _logits_error(states["v2"], states["default"])
     assert err < 1e-3, f"kv {kv}: mk_attn_v2's logits differ from the default's by {err:.3g} of max |logit|"
     part = _partials_error(states["v2"]["attn_part"], states["default"]["attn_part"])

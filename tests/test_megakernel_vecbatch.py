@@ -10,7 +10,6 @@ import struct
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from argus_rt.trace.intervals import INTERVAL_DTYPE
 from benchmarks.decode import DETAIL, VEC_SERIAL, variant_rows
@@ -18,7 +17,7 @@ from megakernel import timeline
 from megakernel.dag import TileShape
 from megakernel.regions import REGION_LEAVES, coordinate, region_tree
 from megakernel.runtime import kernel_limits, option_flags
-from toolchain import needs_nvcc
+from toolchain import megakernel_builds, needs_nvcc, skip_without_tools  # noqa: F401 (megakernel_builds: the builds fixture)
 
 SPLIT = ("decode/gemm/down_vector", "decode/gemm/down_weights")
 
@@ -47,28 +46,6 @@ def test_a_split_down_ticket_stays_a_down_ticket():
     assert "gemm/down_vector 0.20" in timeline.format_summary(s)
 
 
-@pytest.fixture(scope="module")
-def builds(tmp_path_factory):
-    from megakernel.build import build
-
-    out = {}
-
-    def get(mode: int, flags: tuple[str, ...] = ()):
-        if (mode, flags) not in out:
-            out[mode, flags] = build(mode, build_dir=tmp_path_factory.mktemp(f"m{mode}"), extra_flags=flags)
-        return out[mode, flags]
-
-    return get
-
-
-def _tools(*names):
-    from argus_rt.tools import tool_or_none
-
-    missing = [n for n in names if tool_or_none(n) is None]
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)}")
-
-
 def _load_vector_batch(cubin) -> tuple[int, int, int]:
     """(loads, loads before the first shared store, branches among those loads) of load_vector's SASS."""
     from megakernel import sass_diff
@@ -83,7 +60,7 @@ def _load_vector_batch(cubin) -> tuple[int, int, int]:
 
 @needs_nvcc
 def test_vecbatch_issues_all_its_loads_before_a_store(builds):
-    _tools("nvdisasm")
+    skip_without_tools("nvdisasm")
     serial = builds(0, VEC_SERIAL + DETAIL)
     _, serial_before, _ = _load_vector_batch(serial.cubin)
     assert serial_before == 1  # the remainder loop: one load, then its store (5-6 trips at ffn 5632)
@@ -96,7 +73,7 @@ def test_vecbatch_issues_all_its_loads_before_a_store(builds):
 
 @needs_nvcc
 def test_detail_flag_leaves_the_timed_binary_and_splits_only_trace_builds(builds):
-    _tools("cuobjdump")
+    skip_without_tools("cuobjdump")
     from megakernel import sass_diff
 
     def sass(mode, flags=()):

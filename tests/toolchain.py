@@ -8,3 +8,25 @@ from argus_rt import tools
 
 NVCC = tools.tool_or_none("nvcc")  # Path or None
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="no nvcc where argus_rt.tools looks")
+
+
+def skip_without_tools(*names: str) -> None:
+    """Skip the calling test unless argus_rt.tools finds every named tool (nvdisasm, cuobjdump, ...)."""
+    missing = [n for n in names if tools.tool_or_none(n) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}")
+
+
+@pytest.fixture(scope="module", name="builds")
+def megakernel_builds(tmp_path_factory):
+    """builds(mode, flags=()) -> megakernel.build.build's result, compiled once per (mode, flags) per test module."""
+    from megakernel.build import build
+
+    out = {}
+
+    def get(mode: int, flags: tuple[str, ...] = ()):
+        if (mode, flags) not in out:
+            out[mode, flags] = build(mode, build_dir=tmp_path_factory.mktemp(f"m{mode}"), extra_flags=flags)
+        return out[mode, flags]
+
+    return get
