@@ -25,6 +25,18 @@
 #define ARGUS_CAT_INNER_(a, b) a##b
 #define ARGUS_CAT_(a, b) ARGUS_CAT_INNER_(a, b)
 
+#if ARGUS_MODE != 2
+/* Without the trace build there is no cursor: the register-cursor declaration and the helper forms vanish, so the
+ * trace-free and marker-only builds compile as if they were not written. */
+#define ARGUS_WARP_STATE() ((void)0)
+#define ARGUS_STATE_PARAM
+#define ARGUS_STATE_ARG
+#define ARGUS_STATE_VALUE_PARAM
+#define ARGUS_RETURNS_STATE(type) type
+#define ARGUS_RETURN_STATE(expr) return (expr)
+#define ARGUS_TAKE_STATE(call) (call)
+#endif
+
 /* ------------------------------------------------------------------------------------------ */
 #if ARGUS_MODE == 0
 
@@ -34,13 +46,6 @@
 #define ARGUS_END_AT(id, coord) ((void)0)
 #define ARGUS_SCOPE(id) ((void)0)
 #define ARGUS_SCOPE_AT(id, coord) ((void)0)
-#define ARGUS_WARP_STATE() ((void)0)
-#define ARGUS_STATE_PARAM
-#define ARGUS_STATE_ARG
-#define ARGUS_STATE_VALUE_PARAM
-#define ARGUS_RETURNS_STATE(type) type
-#define ARGUS_RETURN_STATE(expr) return (expr)
-#define ARGUS_TAKE_STATE(call) (call)
 
 /* ------------------------------------------------------------------------------------------ */
 #elif ARGUS_MODE == 1
@@ -69,13 +74,6 @@ struct MarkerScope {
 #define ARGUS_END_AT(id, coord) ARGUS_MARK_(ARGUS_MARKER_END, id)
 #define ARGUS_SCOPE(id) argus_detail::MarkerScope<(id)> ARGUS_CAT_(argus_scope_, __LINE__)
 #define ARGUS_SCOPE_AT(id, coord) argus_detail::MarkerScope<(id)> ARGUS_CAT_(argus_scope_, __LINE__)
-#define ARGUS_WARP_STATE() ((void)0)
-#define ARGUS_STATE_PARAM
-#define ARGUS_STATE_ARG
-#define ARGUS_STATE_VALUE_PARAM
-#define ARGUS_RETURNS_STATE(type) type
-#define ARGUS_RETURN_STATE(expr) return (expr)
-#define ARGUS_TAKE_STATE(call) (call)
 
 /* ------------------------------------------------------------------------------------------ */
 #else /* ARGUS_MODE == 2: trace */
