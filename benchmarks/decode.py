@@ -87,7 +87,7 @@ ONE_CTA = ("-DMK_BLOCKS_PER_SM=1",)
 NO_SPREAD = ("-DMK_SM_SPREAD=0",)
 DETAIL = ("-DMK_DETAIL_REGIONS=1",)  # trace builds only: mode 0 (the timed cubin) is the same SASS without it
 VEC_SERIAL = ("-DMK_VEC_BATCH=0",)
-ATTN_V2 = ("-DMK_ATTN_V2=1",)
+ATTN_V1 = ("-DMK_ATTN_V2=0",)  # row 32's control: the three-pass attention tile
 
 
 def variant_rows() -> dict[str, dict]:
@@ -126,12 +126,11 @@ def variant_rows() -> dict[str, dict]:
         # last arrival above. 512: the last arrival measured +1.7% at kv 128 and -1.7% at kv 1024 (H200 02:41); by
         # dependent round trips it is even at 3-4 used splits and ahead from 5 (TileShape.combine_threshold)
         "mk_adaptive_combine": {"tiles": TileShape(last_combine="auto")},
-        # row 32 (NOTES.md "Ready: row 32"): AttnPartial tiles of 1-2 query heads with q, K and V in one round trip,
-        # softmax and PV per lane in registers and one CTA barrier (csrc/megakernel/attention.cuh: MK_ATTN_V2);
-        # mk_attn_v2_detail adds the detail regions (scores: loads + dots, softmax: per-lane softmax + PV, pv: the
-        # lane / warp combine and the stores)
-        "mk_attn_v2": {"build_flags": ATTN_V2},
-        "mk_attn_v2_detail": {"build_flags": ATTN_V2 + DETAIL},
+        # row 32's control (NOTES.md "Row 32 measured"): the three-pass attention tile the default had before
+        # MK_ATTN_V2 (q, barrier, K/V scores through shared memory, softmax warps, a PV pass; 5 CTA barriers).
+        # mk_attn_v1_detail adds its detail regions (scores, softmax, pv) for timelines beside mk_detail's
+        "mk_attn_v1": {"build_flags": ATTN_V1},
+        "mk_attn_v1_detail": {"build_flags": ATTN_V1 + DETAIL},
         "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},

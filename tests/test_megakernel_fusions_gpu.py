@@ -521,23 +521,24 @@ def test_adaptive_equals_the_default_on_the_full_model(kv):
     assert (states["auto"][1] == last_steps * auto.n_splits(c) * auto.head_parts(c)).all()
 
 
-# Row 32 (NOTES.md "Ready: row 32"; FUSION_K=attn_v2; benchmarks/decode.py mk_attn_v2, MK_ATTN_V2=1): AttnPartial
-# tiles of 1-2 query heads with the softmax and PV per lane in registers (an online softmax: fp32 sums in another
-# order). Against the interpreter (tiny model, 2 and 1 heads per tile, 2 worker counts), and against the default on
-# the full model at KV positions ~128 and ~1024: logits within 1e-3 of max |logit|, the partials close and NaN-free
-# where the default's are.
-ATTN_V2_FLAGS = ("-DMK_ATTN_V2=1",)
+# Row 32 (NOTES.md "Ready: row 32", "Row 32 measured"; FUSION_K=attn_v): MK_ATTN_V2=1, the default since its H200
+# run, AttnPartial tiles of 1-2 query heads with the softmax and PV per lane in registers (an online softmax: fp32
+# sums in another order), against its control mk_attn_v1 (MK_ATTN_V2=0, the three-pass tile). Both against the
+# interpreter (tiny model, 2 and 1 heads per tile, 2 worker counts), and against each other on the full model at KV
+# positions ~128 and ~1024: logits within 1e-3 of max |logit|, the partials close and NaN-free where v1's are.
+ATTN_V1_FLAGS = ("-DMK_ATTN_V2=0",)
 
 
+@pytest.mark.parametrize("flags", [(), ATTN_V1_FLAGS], ids=["v2", "v1"])
 @pytest.mark.parametrize("head_parts", [1, 2], ids=["2heads", "1head"])
 @pytest.mark.parametrize("workers", [None, 37])
-def test_attn_v2_matches_interpreter(head_parts, workers):
-    assert _row_flags("mk_attn_v2") == ATTN_V2_FLAGS
+def test_attn_v_matches_interpreter(head_parts, workers, flags):
+    assert _row_flags("mk_attn_v1") == ATTN_V1_FLAGS
     weights = random_weights(get_config("tiny"), seed=SEED + 35, device="cuda")
     tiles = dataclasses.replace(TINY_TILES, attn_head_parts=head_parts)
-    dec = _decoder(weights, tiles=tiles, workers=workers, build_flags=ATTN_V2_FLAGS)
+    dec = _decoder(weights, tiles=tiles, workers=workers, build_flags=flags)
     prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 36)).tolist()
-    _assert_steps_match_interpreter(dec, prompt, f"mk_attn_v2 head_parts={head_parts}")
+    _assert_steps_match_interpreter(dec, prompt, f"attention {flags or 'v2'} head_parts={head_parts}")
 
 
 def _partials_error(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -550,14 +551,22 @@ def _partials_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("kv", [128, 1024])
-def test_attn_v2_matches_the_default_on_the_full_model(kv):
+def test_attn_v2_matches_v1_on_the_full_model(kv):
     """Full TinyLlama, every token forced up to KV position kv + 2 (launches of 64 steps), 2 and 9 used splits."""
     c = get_config("tinyllama-1.1b", max_seq=1152)
     weights = random_weights(c, seed=SEED + 37, device="cuda")
     prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 38)).tolist()
-    rows = {"default": {}, "v2": {"build_flags": ATTN_V2_FLAGS}}
+    rows = {"v1": {"build_flags": ATTN_V1_FLAGS}, "v2": {}}
     states = _same_launches(weights, prompt, _launches_to(kv), rows, _buffers)
-    err = _logits_error(states["v2"], states["default"])
-    assert err < 1e-3, f"kv {kv}: mk_attn_v2's logits differ from the default's by {err:.3g} of max |logit|"
-    part = _partials_error(states["v2"]["attn_part"], states["default"]["attn_part"])
-    assert part < 1e-3, f"kv {kv}: attention partials (o, m, l) differ by {part:.3g} of their max"
+    err = _logits_error(states["v2"], states["v1"])
+    assert err < 1e-3, f"kv {kv}: v2's logits differ from mk_attn_v1's by {err:.3g} of max |logit|"
+    # Layer 0's K/V cache and q are the same bits in both runs (nothing upstream of them changed), so its partials
+    # compare the two attention tiles alone: only the fp32 sums' order differs. Later layers see earlier layers'
+    # rounding differences through the bf16 K/V cache (one flipped bf16 rounding is 4e-3 of an element), so their
+    # partials are held to the propagated bound the logits check above already implies.
+    for cache in ("k_cache", "v_cache"):
+        assert torch.equal(_bits(states["v2"][cache][0]), _bits(states["v1"][cache][0])), f"layer 0's {cache}"
+    part0 = _partials_error(states["v2"]["attn_part"][0], states["v1"]["attn_part"][0])
+    assert part0 < 1e-4, f"kv {kv}: layer 0's attention partials (o, m, l) differ by {part0:.3g} of their max"
+    part = _partials_error(states["v2"]["attn_part"], states["v1"]["attn_part"])
+    assert part < 1e-2, f"kv {kv}: attention partials (o, m, l) differ by {part:.3g} of their max"

@@ -55,10 +55,11 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #error "MK_LAST_COMBINE is 0 (O-proj combine), 1 (last arrival) or 2 (both, per instruction)"
 #endif
 #ifndef MK_ATTN_V2
-// 1 (row 32, opt-in: benchmarks/decode.py mk_attn_v2): AttnPartial tiles of 1, 2 or 4 query heads run
-// attention_partial_v2_t (attention.cuh): q, K and V in one round trip, softmax and PV per lane in registers, one
-// CTA barrier. 0: the three-pass tile (attention_partial_t), the default.
-#define MK_ATTN_V2 0
+// 1 (row 32, the default since its H200 run: -5.2% at kv 128, -3.9% at kv 1024): AttnPartial tiles of 1 or 2
+// query heads run attention_partial_v2_t (attention.cuh): q, K and V in one round trip, softmax and PV per lane in
+// registers, one CTA barrier; 4- and 8-head tiles keep the three-pass tile. 0 (benchmarks/decode.py mk_attn_v1, the
+// control): every tile runs the three-pass attention_partial_t.
+#define MK_ATTN_V2 1
 #endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)
