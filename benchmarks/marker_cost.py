@@ -4,25 +4,29 @@
 The reference-execution compute kernel (examples/cuda/reference_execution.cu; 128 CTAs x 256
 threads, a chain of 4,096 dependent FMAs per thread) is built with 16, 64 and 256 region
 occurrences per thread (the FMAs split evenly among them), trace-free and traced. One row per marker
-path (PATHS): default markers in the kernel's body (shared-memory cursor), default markers inside a
-__noinline__ helper, the register cursor (ARGUS_WARP_STATE()), and the opt-in lean markers
-(-DARGUS_LEAN_MARKERS=1: csrc/argus/argus_lean_markers.cuh, docs/marker_cost_anatomy.md) in the body, in the
-helper and under divergence (half of each warp in one region, half in another: each half records its own pairs
-with lane-group records; the default markers do not support this), and the register cursor in helpers
+path (PATHS): the shared-cursor markers (no ARGUS_WARP_STATE(); csrc/argus/argus_shared_cursor.cuh,
+docs/marker_cost_anatomy.md) in the kernel's body, inside a __noinline__ helper and under divergence (half of each
+warp in one region, half in another: each half records its own pairs with lane-group records), the register cursor
+(ARGUS_WARP_STATE()) in the body, and the register cursor in helpers
 (register_helper_inline and register_helper in a __forceinline__ and a __noinline__ helper taking ARGUS_STATE_PARAM,
 register_helper_value in the __noinline__ helper taking it by value and returning its count) and under divergence
 (register_divergent: the register cursor refuses that ring, so the row's check expects the decoder's refusal and the
-row is not timed). Each path is compared with the trace-free build of its own kernel. Each build runs armed (every
-warp records) and disarmed (tracing off: markers run, nothing is claimed or stored).
+row is not timed). Row names before issue 20's default change (records up to the 2026-12-02 14:00 run):
+shared / shared_helper measured a58e52b's shared-cursor markers (removed), lean_shared / lean_shared_helper /
+lean_shared_divergent the -DARGUS_LEAN_MARKERS=1 build that is now the shared cursor, so today's shared,
+shared_helper and shared_divergent continue the lean_* rows. Each path is compared with the trace-free build of
+its own kernel. Each build runs armed (every warp records) and disarmed (tracing off: markers run, nothing is
+claimed or stored).
+shared_clock64 arms the shared row's build with clock="clock64", which sends every shared-cursor marker to the
+slow path (a converged warp's cost there; armed only, as disarmed it is the shared row).
 A least-squares line through added time vs. markers per warp gives the per-marker cost (slope)
 and the fixed cost per launch (intercept: first-marker claim, scope exit, store drain).
 
 Outputs are checked against a float64 NumPy model (rel. error < 1e-4) and armed rings are decoded and
 paired (every warp: exactly the expected occurrences, per lane group for the divergent path) before
 anything is timed. A path whose check fails is not timed: its rows say why (column `check`, the rest
-unmeasured), the other paths are timed, and the exit status is 1 if a default (not opt-in) path failed. Timing: CUDA
-events around each
-launch, queued behind a GPU busy-wait (so the events time the kernel, not Python's launch), median
+unmeasured), the other paths are timed, and the exit status is 1 if any path failed. Timing: CUDA
+events around each launch, queued behind a GPU busy-wait (so the events time the kernel, not Python's launch), median
 over many launches, builds interleaved.
 
 Usage: python benchmarks/marker_cost.py [--reps N] [--paths register,register_helper,...]
@@ -45,18 +49,15 @@ from benchmarks.trace_overhead import fma_chain_reference  # noqa: E402
 
 CTAS, THREADS, FMAS_PER_THREAD = 128, 256, 4096
 OCCURRENCES = [16, 64, 256]
-OPT_IN_PREFIXES = ("lean_",)  # rows of opt-in marker builds: their failure is reported, not an exit status
-OPT_IN_DEFINES = ("ARGUS_LEAN_MARKERS",)  # likewise, rows built with these
 REG = {"REFEXEC_WARP_STATE": "1"}
-# path -> (kernel, defines of the traced build); the default paths first, so they are built and checked first
+# path -> (kernel, defines of the traced build)
 PATHS = {
+    # the shared-cursor markers (the lean_* rows of records before issue 20's default change)
     "shared": ("refexec_compute", {}),
     "shared_helper": ("refexec_compute_helper", {}),
+    "shared_divergent": ("refexec_compute_divergent", {}),
+    "shared_clock64": ("refexec_compute", {}),  # armed with clock64 (CLOCK): every marker takes the slow path
     "register": ("refexec_compute", REG),
-    # the opt-in lean markers (-DARGUS_LEAN_MARKERS=1, docs/marker_cost_anatomy.md)
-    "lean_shared": ("refexec_compute", {"ARGUS_LEAN_MARKERS": "1"}),
-    "lean_shared_helper": ("refexec_compute_helper", {"ARGUS_LEAN_MARKERS": "1"}),
-    "lean_shared_divergent": ("refexec_compute_divergent", {"ARGUS_LEAN_MARKERS": "1"}),
     # the register cursor in a __forceinline__ and a __noinline__ helper (ARGUS_STATE_PARAM: by reference; _value: by
     # value in, count returned, ARGUS_STATE_VALUE_PARAM), and under divergence (refused: REFUSED)
     "register_helper_inline": ("refexec_compute_helper_inline", REG),
@@ -64,15 +65,12 @@ PATHS = {
     "register_helper_value": ("refexec_compute_helper_value", REG),
     "register_divergent": ("refexec_compute_divergent", REG),
 }
+# paths armed with another clock than %globaltimer; armed only (disarmed, the build is its globaltimer row's)
+CLOCK = {"shared_clock64": "clock64"}
 # paths whose rings the decoder must refuse (the check expects the refusal; the row reports it and is not timed)
 REFUSED = ("register_divergent",)
 REGION_OCCURRENCE, REGION_REFEXEC = 0xEAF59E52, 0x08F8A352  # examples/cuda/reference_execution_regions.h
 SOURCE = ROOT / "examples" / "cuda" / "reference_execution.cu"
-
-
-def opt_in(path: str) -> bool:
-    """Is the path an opt-in marker build (its failed check is reported, not an exit status)?"""
-    return path.startswith(OPT_IN_PREFIXES) or any(d in PATHS[path][1] for d in OPT_IN_DEFINES)
 
 
 def inner_for(occ: int) -> int:
@@ -203,7 +201,8 @@ def main() -> int:
             # the divergent kernel's two half-warps each record every marker: 2048 records per warp at 256
             # occurrences (H200 2026-12-02: a 1024-record ring wrapped and the row went unmeasured)
             capacity = 2048 if kernel == "refexec_compute_divergent" else 1024
-            sess = TraceSession(mod, TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=capacity))
+            sess = TraceSession(mod, TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=capacity,
+                                                 clock=CLOCK.get(path, "globaltimer")))
 
             def check(sess=sess, mod=mod, kernel=kernel, path=path):
                 sess.arm()
@@ -221,7 +220,8 @@ def main() -> int:
                 print(f"{path}: refused by the decoder, as expected (not timed): {refused[path]}", flush=True)
                 continue
             runs[(path, "armed", occ)] = (mod, kernel, sess, True)
-            runs[(path, "disarmed", occ)] = (mod, kernel, sess, False)
+            if path not in CLOCK:
+                runs[(path, "disarmed", occ)] = (mod, kernel, sess, False)
     runs = {key: run for key, run in runs.items() if key[0] not in failed}  # a later occurrence count failed
 
     n = CTAS * THREADS
@@ -239,7 +239,7 @@ def main() -> int:
 
     rows = []
     for path, (kernel, _) in paths.items():
-        for state in ("armed", "disarmed"):
+        for state in ("armed",) if path in CLOCK else ("armed", "disarmed"):
             if path in failed:
                 rows.append(unmeasured_row(path, state, kernel, failed[path]))
                 print(f"{path:22s} {state:8s} unmeasured: check failed", flush=True)
@@ -266,21 +266,24 @@ def main() -> int:
     notes = (f"Reference-execution compute kernel, {CTAS} CTAs x {THREADS} threads, {FMAS_PER_THREAD} dependent FMAs "
              f"per thread split over 16/64/256 occurrences (32/128/512 markers per warp). Trace-free: {free}. "
              "`added_us_occN` = median event time minus the trace-free build of the same kernel with the same "
-             "occurrences (rows: shared = default markers in the kernel body, shared_helper = inside a __noinline__ "
-             "helper, register = ARGUS_WARP_STATE(); lean_* = the same with -DARGUS_LEAN_MARKERS=1 (opt-in), "
-             "lean_shared_divergent = half-warps in different regions, per marker of each half-warp; "
+             "occurrences (rows: shared = shared-cursor markers (no ARGUS_WARP_STATE()) in the kernel body, "
+             "shared_helper = inside a __noinline__ helper, shared_divergent = half-warps in different regions, per "
+             "marker of each half-warp (records before issue 20's default change name these lean_shared, "
+             "lean_shared_helper, lean_shared_divergent; their shared / shared_helper rows measured a58e52b's "
+             "markers, since removed), shared_clock64 = the shared row's build armed with clock64 (every marker on "
+             "the slow path; armed only); register = ARGUS_WARP_STATE(); "
              "register_helper_inline / register_helper = ARGUS_WARP_STATE() in a __forceinline__ / __noinline__ helper "
              "taking ARGUS_STATE_PARAM (by reference), register_helper_value = the __noinline__ helper taking it by "
              "value and returning its count (ARGUS_STATE_VALUE_PARAM), register_divergent = half-warps on the register "
              "cursor, whose trace the decoder must refuse (check `refused`, not timed)); "
              "`check` = the path's output and decoded-trace check (a failed path is not timed); "
              "`per_marker_ns` / `fixed_us` = least-squares slope / intercept against markers per warp. "
-             "Armed: every warp records (globaltimer); disarmed: tracing off.")
+             "Armed: every warp records (globaltimer, clock64 for shared_clock64); disarmed: tracing off.")
     not_recorded = {f"rows of {p}": f"its check failed, so it was not timed: {why}" for p, why in failed.items()}
     record("marker_cost", rows, title="Cost of one marker (fixed + per-marker fit)", notes=notes, gpu=gpu_name(),
            not_recorded=not_recorded or None)
     print(notes)
-    return 1 if any(not opt_in(p) for p in failed) else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """A pure-Python writer with the device's ring semantics, for tests (no GPU).
 
-It follows ``argus_detail::claim_ring`` / ``emit`` in csrc/argus/argus_cursors.cuh step for step, so a
-decoder test can state what the device would have written without a GPU. It lays the bytes out with
+It follows ``argus_detail::claim_ring`` / ``emit`` in csrc/argus/argus_shared_cursor.cuh step for step for a
+converged warp (one record per marker; tests that need a lane group's ARGUS_KIND_LANES record write it themselves,
+tests/test_marker_paths.py), so a decoder test can state what the device would have written without a GPU. It lays the bytes out with
 argus_rt.trace.layout, the module the decoder reads them with, so a layout bug they share cannot show
 in tests built on it: tests/test_trace_literal_bytes.py decodes bytes written out by hand from
 csrc/argus/argus_layout.h for that (and checks this writer against them).

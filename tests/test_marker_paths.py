@@ -1,7 +1,7 @@
-"""Marker paths on the CPU: the default markers (a58e52b's, GPU-verified) and the opt-in lean markers
-(-DARGUS_LEAN_MARKERS=1, csrc/argus/argus_lean_markers.cuh: lane-group records; their fast-path SASS is checked in
-tests/test_lean_markers.py), the helper and divergent kernels build in every mode with either, and the decoder
-pairs lane groups (ARGUS_KIND_LANES) of rings the Python mirror writes.
+"""Marker paths on the CPU: the helper and divergent kernels build in every mode with the shared cursor
+(csrc/argus/argus_shared_cursor.cuh, the default since issue 20: lane-group records; its fast-path SASS is checked in
+tests/test_shared_cursor.py), the decoder pairs lane groups (ARGUS_KIND_LANES) of rings the Python mirror writes, and
+benchmarks/marker_cost.py's rows and checks.
 
 GPU: tests/test_marker_paths_gpu.py runs each path and checks its decoded occurrences.
 """
@@ -18,7 +18,6 @@ from tests.ring_writer import RingWriter
 from toolchain import needs_nvcc
 
 KERNELS = ("refexec_compute", "refexec_compute_helper", "refexec_compute_divergent")
-LEAN = {"ARGUS_LEAN_MARKERS": "1"}  # the opt-in lean markers (benchmarks/marker_cost.py: the lean_* PATHS)
 A, B = 0x1111_1111, 0x2222_2222
 
 
@@ -89,7 +88,7 @@ def _occurrences(cfg, w):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_divergent_kernel_ring_decodes_to_the_gpu_test_s_occurrences_in_any_interleaving(seed):
-    """benchmarks/marker_cost.py's check for the lean_shared_divergent path, on rings whose two halves take
+    """benchmarks/marker_cost.py's check for the shared_divergent path, on rings whose two halves take
     slots in random interleavings (as their shared atomics may): every interleaving pairs per lane group."""
     import random
 
@@ -97,7 +96,7 @@ def test_divergent_kernel_ring_decodes_to_the_gpu_test_s_occurrences_in_any_inte
 
     order = [0] * 32 + [1] * 32
     random.Random(seed).shuffle(order)
-    assert _occurrences(*_divergent_ring(order)) == expected_occurrences("lean_shared_divergent", 16)
+    assert _occurrences(*_divergent_ring(order)) == expected_occurrences("shared_divergent", 16)
 
 
 def test_slow_path_merging_both_halves_gives_the_h200_failure():
@@ -107,7 +106,7 @@ def test_slow_path_merging_both_halves_gives_the_h200_failure():
     from benchmarks.marker_cost import expected_occurrences
 
     got = _occurrences(*_divergent_ring([0, 1] * 32, merged=True))
-    want = expected_occurrences("lean_shared_divergent", 16)
+    want = expected_occurrences("shared_divergent", 16)
     assert sorted(set(got) ^ set(want))[:4] == [(0x08F8A352, c, 0xFFFF0000) for c in range(4)]
     assert set(got) == {(0xEAF59E52, c, LANES_WHOLE_WARP) for c in range(16)}
 
@@ -174,12 +173,11 @@ def test_orphan_lane_record_of_a_wrapped_ring_is_dropped():
     assert int(t.rings["dropped"][0]) == 2  # 1 overwritten + the orphan
 
 
-def _sass(mode: int, kernel: str, defines: dict | None = None) -> list[str]:
+def _sass(mode: int, kernel: str) -> list[str]:
     from argus_rt.kinds.cuda.build import CudaBuildSpec, build, disassemble, sass_lines
     from tests.test_cuda_build import SOURCES
 
-    name = f"refexec.paths.m{mode}" + (".lean" if defines else "")
-    res = build(CudaBuildSpec(name, [SOURCES["reference_execution"]], argus_mode=mode, defines=defines or {}))
+    res = build(CudaBuildSpec(f"refexec.paths.m{mode}", [SOURCES["reference_execution"]], argus_mode=mode))
     return sass_lines(disassemble(res.cubin, kernel))
 
 
@@ -189,46 +187,18 @@ def _private_cache(tmp_path, monkeypatch):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("defines", [None, LEAN], ids=["default", "lean"])
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_every_marker_path_builds_in_every_mode(kernel, defines):
+def test_every_marker_path_builds_in_every_mode(kernel):
     for mode in (0, 1, 2):
-        assert _sass(mode, kernel, defines)
-
-
-@needs_nvcc
-def test_trace_free_build_is_the_same_with_the_lean_define():
-    """ARGUS_LEAN_MARKERS only changes the trace build: modes 0 and 1 give the same SASS with or without it."""
-    for mode in (0, 1):
-        for kernel in KERNELS:
-            assert _sass(mode, kernel, LEAN) == _sass(mode, kernel), (mode, kernel)
+        assert _sass(mode, kernel)
 
 
 @needs_nvcc
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_default_markers_take_no_lane_group_slots(kernel):
-    """The default (a58e52b's markers): no shared-memory atomic (lane groups of a warp take no slots of their
-    own: the lowest active lane records for the warp). The lean build's slow path takes its slots with them."""
-    assert not any("ATOMS" in ln for ln in _sass(2, kernel))
-    assert any("ATOMS" in ln for ln in _sass(2, kernel, LEAN))
-
-
-@needs_nvcc
-def test_barrier_then_marker_reads_the_timer_after_the_cursor_load():
-    """ws_pipeline (tests/fixtures), default markers: a consumer's compute BEGIN right after bar.sync. Its stamp must not be
-    read in the barrier's shadow: between the BAR.SYNC and the timer read sit the cursor load and the branch
-    on it (a stamp read before the barrier released the warp would date the compute before its tile's load)."""
-    from argus_rt.kinds.cuda.build import CudaBuildSpec, build, disassemble, sass_lines
-
-    src = Path(__file__).parent / "fixtures" / "ws_pipeline" / "ws_pipeline.cu"
-    spec = CudaBuildSpec("ws_pipeline.paths", [src], argus_mode=2)
-    lines = sass_lines(disassemble(build(spec).cubin, "ws_pipeline"))
-    bars = [i for i, ln in enumerate(lines) if "BAR.SYNC" in ln]
-    assert bars
-    for b in bars:
-        timer = next(j for j in range(b, len(lines)) if "SR_GLOBALTIMER" in lines[j])
-        between = "\n".join(lines[b:timer])
-        assert between.count("LDS.128") == 2 and " BRA " in between, "\n".join(lines[b: timer + 1])
+def test_shared_cursor_lane_groups_take_their_own_slots(kernel):
+    """The shared cursor's slow path takes a lane group's slots with a shared-memory atomic (a58e52b's markers, removed,
+    had none: the lowest active lane wrote an unlabelled record at the warp's count)."""
+    assert any("ATOMS" in ln for ln in _sass(2, kernel))
 
 
 @needs_nvcc
@@ -276,7 +246,7 @@ def test_marker_cost_times_no_path_whose_check_fails_and_says_why():
     """benchmarks/marker_cost.py: a path whose output or trace check fails gets unmeasured rows naming the
     failure (one line, no table separator), and the run goes on; other errors are not swallowed."""
     from argus_rt.trace.errors import MismatchedMarkersError
-    from benchmarks.marker_cost import OCCURRENCES, PATHS, check_failure, unmeasured_row
+    from benchmarks.marker_cost import CLOCK, OCCURRENCES, PATHS, check_failure, unmeasured_row
     from benchmarks.results_doc import markdown_table
 
     def mismatch():
@@ -291,16 +261,18 @@ def test_marker_cost_times_no_path_whose_check_fails_and_says_why():
     assert "|" not in why and check_failure(lambda: _fail("wrong count")) == "AssertionError: wrong count"
     with pytest.raises(RuntimeError):
         check_failure(broken)
-    row = unmeasured_row("lean_shared", "armed", "refexec_compute", why)
+    row = unmeasured_row("shared", "armed", "refexec_compute", why)
     assert list(row) == ["cursor", "state", "kernel", "check", *(f"added_us_occ{o}" for o in OCCURRENCES),
                          "per_marker_ns", "fixed_us", "spread"]
     assert row["check"] == f"failed: {why}" and row["per_marker_ns"] is None
     table = markdown_table([row], [k for k in row if k != "spread"])
     assert table.splitlines()[2].count("unmeasured") == len(OCCURRENCES) + 2
-    assert {p for p in PATHS if p.startswith("lean_")} == {"lean_shared", "lean_shared_helper", "lean_shared_divergent"}
-    assert all(PATHS[p][1].get("ARGUS_LEAN_MARKERS") == "1" for p in PATHS if p.startswith("lean_"))
-    assert not any("ARGUS_LEAN_MARKERS" in PATHS[p][1] for p in ("shared", "shared_helper", "register"))
-    assert not [p for p in PATHS if "fast" in p]  # the fast markers were removed (one cheap opt-in path: lean)
+    # one row per path and build: the shared cursor (the lean_* rows before issue 20's default change) has no define
+    assert {p for p in PATHS if p.startswith("shared")} == {"shared", "shared_helper", "shared_divergent", "shared_clock64"}
+    assert all(PATHS[p][1] == {} for p in PATHS if p.startswith("shared"))
+    runs = {(k, tuple(sorted(d.items())), CLOCK.get(p, "globaltimer")) for p, (k, d) in PATHS.items()}
+    assert len(runs) == len(PATHS) and set(CLOCK) <= set(PATHS)
+    assert not [p for p in PATHS if "fast" in p or "lean" in p]  # the fast markers and the lean define are gone
 
 
 def _fail(msg):

@@ -1,9 +1,8 @@
 """Every marker path on the GPU (the kernels of benchmarks/marker_cost.py): output checked against the
-float64 model, then each warp's decoded occurrences. Default paths (shared, shared_helper, register: the
-GPU-verified markers of a58e52b) and, as a separate parametrisation, the opt-in lean markers
-(-DARGUS_LEAN_MARKERS=1): lean_shared, lean_shared_helper and lean_shared_divergent (half-warps in different regions,
-paired per lane group; the default markers do not support it). The register_* paths are default paths too:
-register_divergent's check expects the decoder to refuse its trace."""
+float64 model, then each warp's decoded occurrences. The shared-cursor paths (shared, shared_helper, shared_divergent:
+half-warps in different regions, paired per lane group; before issue 20's default change these were the opt-in
+lean_* paths) run under globaltimer and clock64 stamps (shared_clock64: clock64 only); the register_* paths under
+globaltimer (register_divergent's check expects the decoder to refuse its trace)."""
 from __future__ import annotations
 
 import os
@@ -12,13 +11,11 @@ import numpy as np
 import pytest
 
 from argus_rt.trace import TraceConfig, TraceSession
-from benchmarks.marker_cost import PATHS, build, check_output, check_trace
+from benchmarks.marker_cost import CLOCK, PATHS, build, check_output, check_trace
 
 pytestmark = pytest.mark.gpu
 
 OCC = 16
-DEFAULT_PATHS = [p for p in PATHS if not p.startswith("lean_")]
-LEAN_PATHS = [p for p in PATHS if p.startswith("lean_")]
 
 
 def _run(path, clock, tmp_path_factory):
@@ -33,15 +30,11 @@ def _run(path, clock, tmp_path_factory):
     check_trace(sess, path, OCC)
 
 
-@pytest.mark.parametrize("path", DEFAULT_PATHS)
+@pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("clock", ["globaltimer", "clock64"])
 def test_marker_path_records_every_occurrence(path, clock, tmp_path_factory):
     if path.startswith("register") and clock == "clock64":
         pytest.skip("the register cursor refuses clock64 (tests/test_trace_regcursor_gpu.py)")
-    _run(path, clock, tmp_path_factory)
-
-
-@pytest.mark.parametrize("path", LEAN_PATHS)
-@pytest.mark.parametrize("clock", ["globaltimer", "clock64"])
-def test_lean_marker_path_records_every_occurrence(path, clock, tmp_path_factory):
+    if CLOCK.get(path, clock) != clock:
+        pytest.skip(f"{path} is armed with {CLOCK[path]} only (under {clock} it is another row's run)")
     _run(path, clock, tmp_path_factory)

@@ -19,7 +19,6 @@ EXAMPLE = ROOT / "examples" / "cuda" / "nested_regions.cu"
 TREE = RegionTree.load(ROOT / "examples" / "cuda" / "regions.json")
 EX, A, B, INNER = (TREE[n].id for n in ("example", "example/stage_a", "example/stage_b", "example/stage_b/inner"))
 CTAS, THREADS, ITERS, ROUNDS = 6, 96, 5, 16
-LEAN = {"ARGUS_LEAN_MARKERS": "1"}
 WARPS = THREADS // 32
 
 
@@ -68,10 +67,6 @@ def modules(tmp_path_factory):
         out[mode] = CubinModule.load(build(CudaBuildSpec(f"nested.m{mode}", [EXAMPLE], argus_mode=mode)).cubin)
     out["anchored"] = CubinModule.load(build(CudaBuildSpec(
         "nested.anchored", [EXAMPLE], argus_mode=2, defines={"ARGUS_TIMESTAMP": "ARGUS_TS_ANCHORED"})).cubin)
-    # The opt-in lean markers (csrc/argus/argus_lean_markers.cuh): their own tests below.
-    out["lean"] = CubinModule.load(build(CudaBuildSpec("nested.lean", [EXAMPLE], argus_mode=2, defines=LEAN)).cubin)
-    out["lean_anchored"] = CubinModule.load(build(CudaBuildSpec(
-        "nested.lean_anchored", [EXAMPLE], argus_mode=2, defines={**LEAN, "ARGUS_TIMESTAMP": "ARGUS_TS_ANCHORED"})).cubin)
     return out
 
 
@@ -282,15 +277,15 @@ def test_anchored_ns_durations_match_globaltimer_build(torch_cuda, modules):
     assert abs(ratio - 1) <= 0.02, f"stage_b mean: anchored {mean_b['anchored']:.0f} ns vs globaltimer {mean_b['globaltimer']:.0f} ns"
 
 
-# ---- the opt-in lean markers (-DARGUS_LEAN_MARKERS=1) ------------------------------------------------
+# ---- the shared cursor's slow path (clock64, anchored) and fast path give one whole-warp record per marker --------
 @pytest.mark.parametrize("variant", ["globaltimer", "clock64", "anchored"])
-def test_lean_markers_exact_counts_and_order(torch_cuda, modules, variant):
-    """The default's exact-sequence check on the lean build: every warp records the expected sequence once
-    (no extra lane-group markers: the removed fast markers' bf5d6b0 wrote 27 records per ring of 24), each by
-    the whole warp."""
+def test_converged_markers_are_whole_warp_records(torch_cuda, modules, variant):
+    """The exact-sequence check, on the fast path (globaltimer) and the slow path (clock64 stamps, the anchored
+    build): every warp records the expected sequence once (no extra lane-group markers: the removed fast markers'
+    bf5d6b0 wrote 27 records per ring of 24), each by the whole warp."""
     from argus_rt.trace.decode import LANES_WHOLE_WARP
 
-    mod = modules["lean_anchored" if variant == "anchored" else "lean"]
+    mod = modules["anchored" if variant == "anchored" else 2]
     sess = TraceSession(mod, TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=64, clock=variant))
     sess.arm()
     run(torch_cuda, mod)

@@ -7,9 +7,9 @@ Checks: every load slice is on warp 0 and says ``producer``, every compute slice
 ``consumer``, each CTA's four warp tracks are named with their role, each consumer's compute of tile t
 begins after the producer's load of tile t ended (the barrier the consumer waits at comes after the load's END: a
 stamp dated before the barrier's release fails this), the file is valid against the schema and nested.
-``ARGUS_PERFETTO_EXAMPLE=PATH`` also writes the default markers' timeline there. Run with the default markers and, as
-separate cases, the opt-in lean markers (-DARGUS_LEAN_MARKERS=1) and the register cursor (-DWS_REG_CURSOR=1:
-ARGUS_WARP_STATE() as the kernel's first statement).
+``ARGUS_PERFETTO_EXAMPLE=PATH`` also writes the default markers' timeline there. Run with the default (shared-cursor)
+markers and, as a separate case, the register cursor (-DWS_REG_CURSOR=1: ARGUS_WARP_STATE() as the kernel's first
+statement). The lean case of earlier runs built the shared cursor that is now the default.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ PROGRAM = Path(__file__).parent / "fixtures" / "ws_pipeline"
 ROLE = {0: "producer", 1: "consumer", 2: "consumer", 3: "consumer"}
 
 
-FLAGS = {"default": [], "lean": ["-DARGUS_LEAN_MARKERS=1"], "register": ["-DWS_REG_CURSOR=1"]}
+FLAGS = {"default": [], "register": ["-DWS_REG_CURSOR=1"]}
 
 
 def _program(tmp_path: Path, markers: str) -> Path:

@@ -55,8 +55,9 @@ EVENT_DTYPE = np.dtype(
     ]
 )
 
-# `lanes` of a record without a lane-group record after it: made by all the warp's lanes together. The default
-# markers write no lane-group record (all their events get this); the opt-in -DARGUS_LEAN_MARKERS=1 build does.
+# `lanes` of a record without a lane-group record after it: made by all the warp's lanes together. The register
+# cursor writes no lane-group record (all its events get this); the shared-cursor markers write one after each
+# marker of a divergent or partial lane group.
 LANES_WHOLE_WARP = 0xFFFFFFFF
 
 # One row per ring claimed under this arm.
@@ -292,12 +293,12 @@ def _divergent_message(i: int, sm: int, cta: int, warp: int) -> str:
     """One line: which warp, what happened, what to do."""
     return (f"ring {i} (SM {sm}, CTA {cta}, warp {warp}) refused: a register-cursor marker (ARGUS_WARP_STATE) ran "
             "on part of the warp's lanes, so their records overwrote each other; run that function's markers on the "
-            "whole warp, or remove its ARGUS_WARP_STATE() so its markers use the shared cursor (-DARGUS_LEAN_MARKERS=1 "
-            "records each lane group's pairs)")
+            "whole warp, or remove its ARGUS_WARP_STATE() so its markers use the shared cursor (which records each lane "
+            "group's pairs)")
 
 
 def _split_lane_records(recs: np.ndarray, kinds: np.ndarray, i: int, cta: int, warp: int, *, wrapped: bool):
-    """Separate a ring's lane-group records (ARGUS_KIND_LANES, written by ARGUS_LEAN_MARKERS builds after the
+    """Separate a ring's lane-group records (ARGUS_KIND_LANES, written by the shared-cursor markers after the
     BEGIN/END of a divergent or partial lane group) from its markers. Returns (markers, their kinds, their lane masks, orphans): an
     orphan is a lane-group record at the oldest slot of a wrapped ring, whose marker was overwritten."""
     is_lanes = kinds == layout.KIND_LANES

@@ -3,20 +3,25 @@
  * ARGUS_WARP_STATE). Included by argus.cuh in device compilation of mode 2 only; the marker macros
  * over it are in argus_markers.cuh.
  *
- * Mode 2 defines `argus_ctl` and `argus_scratch` (1 MiB of device memory, where register-cursor
- * warps that record nothing write) and uses 1 KiB of static shared memory (per-warp ring cursors):
+ * Mode 2 defines `argus_ctl` and `argus_scratch` (1 MiB of device memory, where warps that record
+ * nothing write) and uses 1 KiB of static shared memory (per-warp ring cursors):
  * include argus.cuh in one translation unit per module, or define ARGUS_CTL_EXTERN in the others
  * (relocatable device code).
  *
- * Shared-cursor markers: by default the GPU-verified ones (the lowest active lane of the warp records;
- * device code as at a58e52b). -DARGUS_LEAN_MARKERS=1 swaps in argus_lean_markers.cuh (opt-in: a
- * straight-line fast path plus an out-of-line slow path with lane-group records). The register cursor
- * (ARGUS_WARP_STATE) is the same in both.
+ * Shared-cursor markers (any function without ARGUS_WARP_STATE()): argus_shared_cursor.cuh, a straight-line
+ * fast path plus an out-of-line slow path with lane-group records (the default since issue 20; before, the opt-in
+ * -DARGUS_LEAN_MARKERS=1 build). The register cursor (ARGUS_WARP_STATE) is below.
  */
 #ifndef ARGUS_CURSORS_CUH_
 #define ARGUS_CURSORS_CUH_
 
 #include "argus_host.h"
+
+/* The lean markers are the shared cursor now: -DARGUS_LEAN_MARKERS=1 (the old opt-in) changes nothing, and the
+ * markers it replaced (a58e52b's, selected by leaving it out) are removed. */
+#if defined(ARGUS_LEAN_MARKERS) && !ARGUS_LEAN_MARKERS
+#error "ARGUS_LEAN_MARKERS=0: a58e52b's shared-cursor markers were removed (issue 20); drop the define"
+#endif
 
 /* Bytes in front of a ring's records: the default expression is kept verbatim (same SASS). */
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
@@ -41,7 +46,8 @@ __device__ argus_u32 argus_ts_anchored = 1u;
 #endif
 #endif
 
-/* Where register-cursor markers of a warp that records nothing write (every marker stores; see RegCursor):
+/* Where markers of a warp that records nothing write (register cursor: every marker stores, see RegCursor; shared
+ * cursor: its uncoordinated markers, claim_ring):
  * a 64-record slot per warp, indexed by the warp's place in the launch (CTA, then warp in the CTA; not by the
  * control block, which is all zeros in a module nobody armed) and written round like a ring, so up to 1024
  * warps of a launch write different sectors and no warp stores to one address again and again. Measured on H200 (memory
@@ -58,33 +64,6 @@ __device__ ArgusRecord argus_scratch[ARGUS_SCRATCH_RECORDS];
 #endif
 
 namespace argus_detail {
-
-/* Per-warp cursor in shared memory. It belongs to one CTA instance of one launch: (grid, cta)
- * identify that instance, so no kernel prologue is needed; a stale cursor (left by an earlier CTA
- * or launch on this SM) fails the check and the warp claims its ring again. Loaded with two
- * 16-byte shared loads issued back to back, so the fast path waits for one shared-memory latency. */
-struct __align__(16) WarpCursor {
-  argus_u32 grid;        /* low 32 bits of %gridid of the launch that owns this cursor */
-  argus_u32 cta;         /* linear CTA index of the owner */
-  argus_u32 count;       /* records produced so far (the next slot is count & cap_mask) */
-  argus_u32 cap_mask;    /* capacity - 1 */
-  argus_u64 ring;        /* global address of the ring header | clock_mode in bit 0; 0 = no recording */
-  argus_u32 coord_begin; /* iteration window copied from argus_ctl at claim */
-  argus_u32 coord_end;
-};
-static_assert(sizeof(WarpCursor) == 32, "WarpCursor is two 16-byte shared loads");
-
-__device__ __forceinline__ WarpCursor* warp_cursors() {
-  __shared__ WarpCursor cursors[ARGUS_MAX_WARPS_PER_CTA];
-  return cursors;
-}
-
-/* 32-bit shared-window address of a generic pointer (inline PTX: NVRTC and nvcc alike). */
-__device__ __forceinline__ argus_u32 shared_address(const void* p) {
-  argus_u32 a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
 
 __device__ __forceinline__ argus_u32 grid_id_lo() {
   argus_u64 g;
@@ -128,14 +107,10 @@ __device__ __forceinline__ argus_u32 warp_in_cta() {
   return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) >> 5;
 }
 
-/* Write a whole cursor with two 16-byte shared stores (explicit, like load_cursor). */
-__device__ __forceinline__ void store_cursor(argus_u32 addr, const WarpCursor& c) {
-  asm volatile(
-      "st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
-      "st.shared.v4.u32 [%0+16], {%5, %6, %7, %8};" ::"r"(addr),
-      "r"(c.grid), "r"(c.cta), "r"(c.count), "r"(c.cap_mask), "r"((argus_u32)c.ring), "r"((argus_u32)(c.ring >> 32)),
-      "r"(c.coord_begin), "r"(c.coord_end)
-      : "memory");
+/* Lanes warp `warp` has at launch (fewer than 32 in the last warp of a block not a multiple of 32). */
+__device__ __forceinline__ argus_u32 warp_lanes(argus_u32 warp) {
+  const argus_u32 left = blockDim.x * blockDim.y * blockDim.z - 32u * warp;
+  return left >= 32u ? 0xFFFFFFFFu : (1u << left) - 1u;
 }
 
 /* The control block as a claiming warp sees it. Read with plain (L1-cached) loads, all issued before
@@ -182,112 +157,6 @@ __device__ __forceinline__ argus_u64 ring_header(const CtlView& v) {
   return gaddr;
 }
 
-/* The ring-header part of a shared cursor's claim (both shared cursors use it): with this warp's
- * control-block view `v`, count a warp the filters pass but no ring holds, or read its ring header and
- * append to the ring (same arm) or start it afresh (anchored build: with its first anchors); a warp that
- * records then gets its cursor `c` set up by take_ring, which each cursor defines for its own fields.
- * Written so that both claims' SASS is byte-identical to what it was before they shared this code
- * (cuobjdump, sm_90a; the default's is GPU-verified): the cursor is filled inside the branch (a returned
- * flag tested after it moved code), and the view's tested fields are copied to locals first (testing them
- * through the reference moved the anchored build's branches).
- * The ring header is this warp's alone: read as two 16-byte loads, written as two 16-byte stores. */
-template <class Cursor>
-__device__ __forceinline__ void claim_ring_header(Cursor& c, const CtlView& v, argus_u32 sm, argus_u32 cta, argus_u32 warp) {
-  const argus_u32 seq = v.seq;
-  const bool pass = v.pass, buffered = v.buffered;
-#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-  const argus_u32 clock_mode = v.clock_mode;
-#endif
-  if (pass) {
-#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-    /* Another clock means the host expects 32-byte headers: count the warp, write nothing. */
-    if (!buffered || clock_mode != ARGUS_CLOCK_ANCHORED) {
-#else
-    if (!buffered) {
-#endif
-      atomicAdd(&argus_ctl.unbuffered, 1u);  // counted, never silent
-    } else {
-      const argus_u64 gaddr = ring_header(v);
-      argus_u32 magic, hseq, written, claims;  // the header's other fields are only written here
-      asm volatile(
-          "{\n\t.reg .u32 x;\n\t"
-          "ld.volatile.global.v4.u32 {%0, %1, x, x}, [%4];\n\t"
-          "ld.volatile.global.v4.u32 {x, %2, x, %3}, [%4+16];\n\t}"
-          : "=r"(magic), "=r"(hseq), "=r"(written), "=r"(claims)
-          : "l"(gaddr)
-          : "memory");
-      argus_u32 count = 0;
-      if (magic == ARGUS_RING_MAGIC && hseq == seq) {
-        count = written;  // a later launch under the same arm appends
-        asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(gaddr + ARGUS_RING_CLAIMS_OFFSET),
-                     "r"(claims + 1) : "memory");
-      } else {
-        asm volatile(
-            "st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
-            "st.volatile.global.v4.u32 [%0+16], {%5, %6, %7, %8};"
-            ::"l"(gaddr), "r"(ARGUS_RING_MAGIC), "r"(seq), "r"(sm), "r"(cta), "r"(warp), "r"(0u), "r"(0u), "r"(1u)
-            : "memory");
-#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-        {
-          const argus_u64 clk = cycle_counter();  // clock first, then timer: same order as emit
-          const argus_u64 now = global_timer();
-          volatile ArgusRingAnchors* anc =
-              (volatile ArgusRingAnchors*)(ring_header_generic(v) + ARGUS_ANCHOR_FIRST_OFFSET);
-          anc->first_timer = now;
-          anc->first_clock = clk;
-          anc->last_timer = now;
-          anc->last_clock = clk;
-        }
-#endif
-      }
-      take_ring(c, v, count, gaddr);
-    }
-  }
-}
-
-/* The cursor of a warp that records, after claim_ring_header found its ring. */
-__device__ __forceinline__ void take_ring(WarpCursor& c, const CtlView& v, argus_u32 count, argus_u64 gaddr) {
-  c.count = count;
-  c.cap_mask = v.capacity - 1;
-  c.ring = gaddr | (v.clock_mode == ARGUS_CLOCK_CLOCK64 ? 1ull : 0ull);
-  c.coord_begin = v.coord_begin;
-  c.coord_end = v.coord_end;
-}
-
-/* First marker of a warp in a CTA instance: apply the filters, find the ring, (re)start it
- * (claim_ring_header). Runs once per warp per launch, on one lane. Inlined (no call ABI on this path). */
-__device__ __forceinline__ WarpCursor claim_ring(argus_u32 cur_addr, argus_u32 grid, argus_u32 cta, argus_u32 warp) {
-  WarpCursor c;
-  c.grid = grid;
-  c.cta = cta;
-  c.count = 0;
-  c.cap_mask = 0;
-  c.ring = 0;
-  c.coord_begin = 0;
-  c.coord_end = 0;
-  const argus_u32 sm = sm_id();
-  const CtlView v = read_ctl(sm, cta, warp);
-  claim_ring_header(c, v, sm, cta, warp);
-  store_cursor(cur_addr, c);
-  return c;
-}
-
-/* Both halves of the cursor in one statement, so the fast path waits for one shared latency. */
-__device__ __forceinline__ WarpCursor load_cursor(const WarpCursor* cur) {
-  WarpCursor c;
-  argus_u32 ring_lo, ring_hi;
-  const argus_u32 addr = shared_address(cur);
-  asm volatile(
-      "ld.shared.v4.u32 {%0, %1, %2, %3}, [%8];\n\t"
-      "ld.shared.v4.u32 {%4, %5, %6, %7}, [%8+16];"
-      : "=r"(c.grid), "=r"(c.cta), "=r"(c.count), "=r"(c.cap_mask), "=r"(ring_lo), "=r"(ring_hi),
-        "=r"(c.coord_begin), "=r"(c.coord_end)
-      : "r"(addr)
-      : "memory");
-  c.ring = ((argus_u64)ring_hi << 32) | ring_lo;
-  return c;
-}
-
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
 /* Anchored build: records 1, 2, 4, ... (so short rings get a span too; record 0 too) and every
  * ARGUS_ANCHOR_PERIOD-th record (and so every wrap: capacity and period are powers of two) pair
@@ -316,52 +185,7 @@ __device__ __forceinline__ bool in_window(argus_u32 coord, argus_u32 begin, argu
   return coord == ARGUS_COORD_NONE || coord - begin < span;
 }
 
-#if defined(ARGUS_LEAN_MARKERS) && ARGUS_LEAN_MARKERS /* opt-in (docs/marker_cost_anatomy.md) */
-#include "argus_lean_markers.cuh"
-#else
-/* One marker. Every active lane reads the warp's cursor (one broadcast shared load) and computes
- * the record; only the lowest active lane stores, under a predicate, so the common path has no
- * divergent branch. Only the storing lane's values matter: it alone claims the ring (once per warp
- * per launch) and reads back its own writes, so no lane waits for another (no __syncwarp, which
- * would also keep the compiler from hoisting the warp's index math out of the caller's loops). */
-__device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coord) {
-  const argus_u32 active = __activemask();
-  const argus_u32 lead = (argus_u32)(lane_id() == (argus_u32)(__ffs(active) - 1));
-  const argus_u32 warp = warp_in_cta();
-  WarpCursor* cur = warp_cursors() + warp;
-  const argus_u32 grid = grid_id_lo();
-  const argus_u32 cta = cta_linear();
-  const argus_u32 cur_addr = shared_address(cur);
-  WarpCursor c = load_cursor(cur);
-  if (lead && (c.grid != grid || c.cta != cta)) c = claim_ring(cur_addr, grid, cta, warp);
-  const argus_u32 take = (argus_u32)(c.ring != 0) & (argus_u32)in_window(coord, c.coord_begin, c.coord_end - c.coord_begin);
-#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-  const argus_u64 t = cycle_counter();
-#else
-  const argus_u64 t = (c.ring & 1ull) ? cycle_counter() : global_timer();
-#endif
-  const argus_u32 n = c.count;
-  const argus_u64 hdr = c.ring & ~1ull;
-  const argus_u64 rec = hdr + ARGUS_RING_HEAD_BYTES_ + (argus_u64)(n & c.cap_mask) * sizeof(ArgusRecord);
-  const argus_u32 hi = stamp_hi(t, kind);
-  /* Only the storing lane's view of the count matters, and it reads back its own write. */
-  asm volatile(
-      "{\n\t.reg .pred p, q;\n\t"
-      "setp.ne.u32 p, %0, 0;\n\t"
-      "@p st.shared.u32 [%1+8], %2;\n\t"
-      "@p st.global.v4.b32 [%3], {%4, %5, %6, %7};\n\t"
-      "@p st.global.b32 [%8], %2;\n\t"
-      "setp.gt.and.u32 q, %2, %9, p;\n\t"
-      "@q st.global.b32 [%10], %11;\n\t}"
-      ::"r"(lead & take), "r"(cur_addr), "r"(n + 1), "l"(rec), "r"(id), "r"(coord), "r"((argus_u32)t), "r"(hi),
-        "l"(hdr + ARGUS_RING_WRITTEN_OFFSET), "r"(c.cap_mask + 1), "l"(hdr + ARGUS_RING_DROPPED_OFFSET),
-        "r"(n - c.cap_mask)
-      : "memory");
-#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-  if (lead & take) store_anchor(hdr, n, c.cap_mask, t);
-#endif
-}
-#endif
+#include "argus_shared_cursor.cuh"
 
 /* Opt-in register cursor (ARGUS_WARP_STATE): the warp's ring cursor lives in registers of the
  * declaring function (every lane holds the same cursor) and a marker is straight-line code with no
@@ -417,12 +241,6 @@ struct RegState {
   argus_u32 lanes; /* AND of every marker's __activemask() on this lane: below the launch lanes = a divergent marker */
 };
 
-/* Lanes warp `warp` has at launch (fewer than 32 in the last warp of a block not a multiple of 32). */
-__device__ __forceinline__ argus_u32 reg_warp_lanes(argus_u32 warp) {
-  const argus_u32 left = blockDim.x * blockDim.y * blockDim.z - 32u * warp;
-  return left >= 32u ? 0xFFFFFFFFu : (1u << left) - 1u;
-}
-
 struct RegCursor : RegState {
   __device__ __forceinline__ RegCursor() {
     const argus_u32 warp = warp_in_cta();
@@ -467,7 +285,7 @@ struct RegCursor : RegState {
   __device__ __forceinline__ ~RegCursor() {
     const argus_u32 warp = warp_in_cta();
     /* Did any lane here run a marker without all the warp's lanes? (Every lane votes; only the lead's group's vote is used.) */
-    const argus_u32 divergent = __any_sync(__activemask(), lanes != reg_warp_lanes(warp)) ? ARGUS_RING_WARP_DIVERGENT : 0u;
+    const argus_u32 divergent = __any_sync(__activemask(), lanes != warp_lanes(warp)) ? ARGUS_RING_WARP_DIVERGENT : 0u;
     if (mask_flags & ARGUS_REG_LEAD_) {
       const argus_u64 hdr = records - ARGUS_RING_HEAD_BYTES_;
       const argus_u32 capacity = (mask_flags & ARGUS_REG_CAP_BITS_) + 1u;

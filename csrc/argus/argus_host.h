@@ -21,9 +21,9 @@
  *     (or per SM / per launch when a ring's anchors are too close; flagged when it cannot).
  *     Such a module must be armed with clock="anchored" (TraceConfig); any other clock makes
  *     its warps count as `unbuffered` instead of writing a layout the host would misread.
- *   Anchored markers elect the recording lane exactly like the default ones: executed by a
- *   converged warp they record once per warp; executed by divergent paths, each path records
- *   separately (own records, own anchor refreshes), as in the default build.
+ *   Anchored shared-cursor markers all take the slow path (argus_shared_cursor.cuh): executed by a
+ *   converged warp they record once per warp; executed by divergent paths, each lane group records
+ *   separately (own slots and lane-group record, own anchor refreshes), as in the default build.
  */
 #ifndef ARGUS_HOST_H_
 #define ARGUS_HOST_H_

@@ -2,8 +2,8 @@
  * WARP_STATE) for the build mode (argus_host.h): nothing (0), PMTRIG immediates (1), or records
  * through the cursors of argus_cursors.cuh (2). Included by argus.cuh in device compilation only.
  *
- * Markers are warp-level: the lowest active lane of the warp records. Put them where the warp is
- * converged (or accept that each divergent path records separately). BEGIN and END of one
+ * Markers are warp-level: a converged warp records once. Put them where the warp is converged (or
+ * accept that each divergent lane group records separately, labelled by its lanes). BEGIN and END of one
  * occurrence must carry the same coordinate. ARGUS_WARP_STATE(); as a function's first statement
  * keeps the ring cursor in registers of that function (cheapest markers; restrictions at
  * argus_detail::RegCursor); without it the cursor lives in shared memory (any function). A __device__ helper
@@ -12,10 +12,11 @@
  * on part of its lanes marks its ring divergent, and the decoder refuses that ring (at decode time, not at compile
  * time).
  *
- * Opt-in: -DARGUS_LEAN_MARKERS=1 builds the shared-cursor markers of argus_lean_markers.cuh (a
- * straight-line fast path for a converged warp; divergent lane groups record into the warp's ring
- * with their own slots and a lane-group record, ARGUS_KIND_LANES, and the decoder pairs each group's
- * BEGIN/END). Without it the markers are the GPU-verified ones of a58e52b.
+ * Shared-cursor markers (argus_shared_cursor.cuh; the default since issue 20, before it the opt-in
+ * -DARGUS_LEAN_MARKERS=1 build, which is now the only one): a straight-line fast path for a converged warp;
+ * divergent lane groups record into the warp's ring with their own slots and a lane-group record
+ * (ARGUS_KIND_LANES), and the decoder pairs each group's BEGIN/END, so lanes of a warp in different regions are
+ * recorded correctly.
  */
 #ifndef ARGUS_MARKERS_CUH_
 #define ARGUS_MARKERS_CUH_

@@ -1,9 +1,9 @@
-"""The opt-in lean markers (-DARGUS_LEAN_MARKERS=1, csrc/argus/argus_lean_markers.cuh; a prototype, ~70 ns per
-marker on H200): they build in every mode for every marker-path kernel, leave the trace-free and marker-only builds
-unchanged, and their steady-state marker (whole warp, ready cursor) is straight-line SASS with none of the
-serialising instructions docs/marker_cost_anatomy.md finds on the default and fast shared paths.
+"""The shared-cursor markers (csrc/argus/argus_shared_cursor.cuh; the default since issue 20, before it the opt-in
+-DARGUS_LEAN_MARKERS=1 build; ~70 ns per marker on H200): they build in every mode for every marker-path kernel, the
+old define changes nothing, and their steady-state marker (whole warp, ready cursor) is straight-line SASS with none of
+the serialising instructions docs/marker_cost_anatomy.md found on a58e52b's shared path (removed).
 
-GPU: tests/test_marker_paths_gpu.py runs the lean_* rows of benchmarks/marker_cost.py's PATHS (decoded
+GPU: tests/test_marker_paths_gpu.py runs the shared_* rows of benchmarks/marker_cost.py's PATHS (decoded
 occurrences) and benchmarks/marker_cost.py times them.
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 from toolchain import needs_nvcc
 
 KERNELS = ("refexec_compute", "refexec_compute_helper", "refexec_compute_divergent")
-LEAN = {"ARGUS_LEAN_MARKERS": "1"}
-# Serialising or long-latency instructions the default / fast shared paths run per marker (the anatomy):
-# none may sit on the lean steady-state path.
+LEAN = {"ARGUS_LEAN_MARKERS": "1"}  # the old opt-in define: accepted, changes nothing
+# Serialising or long-latency instructions a58e52b's and the fast shared paths ran per marker (the anatomy):
+# none may sit on the steady-state path.
 # S2UR (the CTA index, uniform datapath) may sit beside the load, but no special-register read may wait on it (the
 # fast helper's CTA-index S2Rs are predicated on its cursor test).
 FORBIDDEN = ("MATCH", "BAR", "MEMBAR", "BSSY", "BSYNC", "WARPSYNC", "ATOMS", "ATOMG", "RED", "REDG", "CALL", "LDG",
@@ -26,7 +26,7 @@ FORBIDDEN = ("MATCH", "BAR", "MEMBAR", "BSSY", "BSYNC", "WARPSYNC", "ATOMS", "AT
 # Instructions from the cursor load through the stores, today (nvcc 13.0): 23 in the kernel body;
 # 31-38 in the __noinline__ helper, of which 7 are R2UR (the callee keeps the memory descriptor in ordinary registers
 # across its slow-path call and moves it to uniform ones per store) and up to 8 uniform-datapath ops (the CTA index,
-# beside the load). Per marker the default shared path runs 36-74, the register cursor 7-13
+# beside the load). Per marker a58e52b's shared path ran 36-74, the register cursor runs 7-13
 # (docs/marker_cost_anatomy.md).
 MAX_INSTRUCTIONS = {"refexec_compute": 25, "refexec_compute_helper": 38, "refexec_compute_divergent": 25}
 
@@ -41,7 +41,7 @@ def _lines(mode: int, kernel: str | None, defines: dict | None = None, source: P
     from tests.test_cuda_build import SOURCES
 
     src = source or SOURCES["reference_execution"]
-    name = f"{src.stem}.lean.m{mode}." + (".".join(f"{k}{v}" for k, v in sorted((defines or {}).items())) or "none")
+    name = f"{src.stem}.shared.m{mode}." + (".".join(f"{k}{v}" for k, v in sorted((defines or {}).items())) or "none")
     return sass_lines(disassemble(build(CudaBuildSpec(name, [src], argus_mode=mode, defines=defines or {})).cubin, kernel))
 
 
@@ -56,7 +56,7 @@ def _parse(lines: list[str]) -> list[tuple[int, str, str, str]]:
 
 
 def steady_paths(lines: list[str]) -> list[list[tuple[int, str, str, str]]]:
-    """Each lean marker's steady-state path, as a converged warp at a ready cursor runs it: from the cursor load (two
+    """Each shared-cursor marker's steady-state path, as a converged warp at a ready cursor runs it: from the cursor load (two
     LDS.128) through its stamp read and stores. BRA.DIV
     (taken only by a divergent warp) falls through; the first branch on the readiness vote (VOTE.ALL's predicate)
     before the record store is taken (it branches to the stamp and stores); any other branch ends the path
@@ -102,28 +102,37 @@ def _text(path) -> str:
 
 @needs_nvcc
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_lean_markers_build_in_every_mode(kernel):
+def test_shared_cursor_markers_build_in_every_mode(kernel):
     for mode in (0, 1, 2):
-        assert _lines(mode, kernel, LEAN)
+        assert _lines(mode, kernel)
 
 
 @needs_nvcc
-def test_trace_free_and_marker_only_builds_are_the_same_with_the_lean_define(tmp_path):
-    """The define only changes the trace build: modes 0 and 1 give the same SASS with or without it, and mode 0
+def test_the_old_lean_define_changes_no_build_and_mode_0_is_marker_free(tmp_path):
+    """-DARGUS_LEAN_MARKERS=1 (the old opt-in, kept in users' flags) gives the same SASS in modes 0-2, and mode 0
     the SASS of the source with its marker lines removed."""
     from tests.test_cuda_build import SOURCES, _strip_markers
 
-    for mode in (0, 1):
+    for mode in (0, 1, 2):
         assert _lines(mode, None, LEAN) == _lines(mode, None), mode
     plain = _strip_markers(SOURCES["reference_execution"], tmp_path)
-    assert _lines(0, None, LEAN) == _lines(0, None, source=plain)
+    assert _lines(0, None) == _lines(0, None, source=plain)
+
+
+@needs_nvcc
+def test_the_removed_markers_define_is_refused_in_one_line():
+    """-DARGUS_LEAN_MARKERS=0 asked for a58e52b's markers, which are gone: the trace build stops with one line saying so."""
+    from argus_rt.kinds.cuda.build import CudaBuildError
+
+    with pytest.raises(CudaBuildError, match="ARGUS_LEAN_MARKERS=0: a58e52b's shared-cursor markers were removed"):
+        _lines(2, None, {"ARGUS_LEAN_MARKERS": "0"})
 
 
 @needs_nvcc
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_lean_steady_state_marker_is_straight_line(kernel):
-    paths = steady_paths(_lines(2, kernel, LEAN))
-    assert len(paths) >= 2, f"{kernel}: {len(paths)} lean markers found"
+def test_steady_state_marker_is_straight_line(kernel):
+    paths = steady_paths(_lines(2, kernel))
+    assert len(paths) >= 2, f"{kernel}: {len(paths)} shared-cursor markers found"
     for p in paths:
         ops = [op for _, _, op, _ in p]
         text = _text(p)
@@ -140,12 +149,12 @@ def test_lean_steady_state_marker_is_straight_line(kernel):
 
 
 @needs_nvcc
-def test_the_lean_stamp_after_a_barrier_waits_for_the_cursor_load():
+def test_the_stamp_after_a_barrier_waits_for_the_cursor_load():
     """ws_pipeline (tests/fixtures): a consumer's BEGIN right after bar.sync. The stamp is read after the cursor load
-    and a branch on it, as the default markers read it: a read before the load was dated before the barrier's release
-    (H200, 2026-12-02: consumers ~0.8 us before the producer's load)."""
+    and a branch on it: a read before the load was dated before the barrier's release (H200, 2026-12-02: the lean
+    build's consumers ~0.8 us before the producer's load)."""
     src = Path(__file__).parent / "fixtures" / "ws_pipeline" / "ws_pipeline.cu"
-    lines = _lines(2, "ws_pipeline", LEAN, source=src)
+    lines = _lines(2, "ws_pipeline", source=src)
     bars = [i for i, ln in enumerate(lines) if "BAR.SYNC" in ln]
     assert bars
     for b in bars:
@@ -156,10 +165,10 @@ def test_the_lean_stamp_after_a_barrier_waits_for_the_cursor_load():
 
 @needs_nvcc
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_lean_slow_path_is_out_of_line_and_its_group_leaves_together(kernel):
+def test_slow_path_is_out_of_line_and_its_group_leaves_together(kernel):
     """The slow path (claim, lane groups, clock64) is one out-of-line function: a shared atomic takes the slots, and
     each of its returns follows a WARPSYNC (the group leaves together: the fast markers' H200 failure of bf5d6b0)."""
-    lines = _lines(2, kernel, LEAN)
+    lines = _lines(2, kernel)
     assert any("ATOMS.CAS" in ln for ln in lines) and any("ATOMS.ADD" in ln for ln in lines)
     assert not [ln for ln in lines if " RET." in ln and "@" in ln.split("RET")[0]]
     starts = [i for i, ln in enumerate(lines) if " BREV " in ln]  # __ffs(active): the slow path's lane election
