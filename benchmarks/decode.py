@@ -155,6 +155,10 @@ def variant_rows() -> dict[str, dict]:
         "mk_gemv_old": {"build_flags": ("-DMK_GEMV_BATCH=0",)},  # the plain GEMV loop (2 loads in flight per warp)
         "mk_gemv_batch": {"build_flags": ("-DMK_GEMV_BATCH=1",)},  # 16 loads in flight per warp
         "mk_pfown": {"prefetch_own": True},  # L2 prefetch of a ticket's own tile before its wait
+        # row 34 (NOTES.md "Ready: row 34"): only the leading 8 / 16 / 32 KiB of the own tile (MK_PF_OWN_CAP)
+        "mk_pfhead8": {"prefetch_own": True, "build_flags": ("-DMK_PF_OWN_CAP=8192",)},
+        "mk_pfhead16": {"prefetch_own": True, "build_flags": ("-DMK_PF_OWN_CAP=16384",)},
+        "mk_pfhead32": {"prefetch_own": True, "build_flags": ("-DMK_PF_OWN_CAP=32768",)},
         "mk_pfsmall": {"prefetch_own": ("qkv", "oproj")},  # ... only for the small QKV and O-proj tiles
         "mk_pfffn": {"prefetch_own": ("gateup", "down")},
         "mk_fence": {"build_flags": ("-DMK_THREADFENCE=1",)},  # __threadfence before each release add

@@ -54,6 +54,16 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if MK_LAST_COMBINE < 0 || MK_LAST_COMBINE > 2
 #error "MK_LAST_COMBINE is 0 (O-proj combine), 1 (last arrival) or 2 (both, per instruction)"
 #endif
+#ifndef MK_PF_OWN_CAP
+// Row 34 (opt-in, with MegakernelDecoder(prefetch_own=...): benchmarks/decode.py mk_pfhead*): a ticket's L2 prefetch of
+// its own tile before the dependency wait covers at most this many leading bytes of the tile (0: the whole tile,
+// the mk_pfown of rows 10-11, which measured slower). The head is what the tile's first loads read when the wait
+// ends, so their DRAM latency can pass during the wait while the extra traffic stays small (263 x cap per phase).
+#define MK_PF_OWN_CAP 0
+#endif
+#if MK_PF_OWN_CAP < 0 || MK_PF_OWN_CAP % 16
+#error "MK_PF_OWN_CAP is a byte count, a multiple of 16 (0: the whole tile)"
+#endif
 #ifndef MK_ATTN_V2
 // 1 (row 32, the default since its H200 run: -5.2% at kv 128, -3.9% at kv 1024): AttnPartial tiles of 1 or 2
 // query heads run attention_partial_v2_t (attention.cuh): q, K and V in one round trip, softmax and PV per lane in

@@ -593,7 +593,8 @@ __device__ void worker(const Params& p, Smem& s) {
       // Whole rows of 256 bf16 multiples (ring_gemv's warp-per-row-piece reads); other tiles take gemv_tile.
       if (threadIdx.x == 0 && bytes > 0 && !stage && (row_bytes & 511u) == 0) ring_start_tile(s.ring, w, bytes);
 #else
-      if (bytes > stage && !(s.ins[W_PF_FLAGS] & 1)) prefetch_tile(w + stage, bytes - stage);  // the rest into L2
+      if (bytes > stage && !(s.ins[W_PF_FLAGS] & 1))  // the rest into L2 (MK_PF_OWN_CAP: only its head)
+        prefetch_tile(w + stage, MK_PF_OWN_CAP ? min(bytes - stage, (unsigned)MK_PF_OWN_CAP) : bytes - stage);
 #endif
       if (threadIdx.x == 0) s.staged = (int)stage;
       // The host's prefetch plan: up to two weight ranges further down the stream (a byte window ahead).
