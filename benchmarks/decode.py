@@ -88,6 +88,7 @@ NO_SPREAD = ("-DMK_SM_SPREAD=0",)
 DETAIL = ("-DMK_DETAIL_REGIONS=1",)  # trace builds only: mode 0 (the timed cubin) is the same SASS without it
 VEC_SERIAL = ("-DMK_VEC_BATCH=0",)
 ATTN_V1 = ("-DMK_ATTN_V2=0",)  # row 32's control: the three-pass attention tile
+COMBINE_V2 = ("-DMK_COMBINE_V2=1",)  # row 33: O-proj's attention combine in one round trip
 
 
 def variant_rows() -> dict[str, dict]:
@@ -131,6 +132,12 @@ def variant_rows() -> dict[str, dict]:
         # mk_attn_v1_detail adds its detail regions (scores, softmax, pv) for timelines beside mk_detail's
         "mk_attn_v1": {"build_flags": ATTN_V1},
         "mk_attn_v1_detail": {"build_flags": ATTN_V1 + DETAIL},
+        # row 33 (NOTES.md "Ready: row 33"): O-proj's attention combine with each thread's outputs and their heads'
+        # (max, sum) loaded in one round trip per 4 splits and folded by an online rescale (attention.cuh,
+        # MK_COMBINE_V2): no weights pass and no barrier before the sum. mk_combine_v2_detail: its detail regions
+        # (combine_weights = loads and fold, combine_sum = stores and barrier) beside mk_detail's
+        "mk_combine_v2": {"build_flags": COMBINE_V2},
+        "mk_combine_v2_detail": {"build_flags": COMBINE_V2 + DETAIL},
         "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},

@@ -570,3 +570,47 @@ def test_attn_v2_matches_v1_on_the_full_model(kv):
     assert part0 < 1e-4, f"kv {kv}: layer 0's attention partials (o, m, l) differ by {part0:.3g} of their max"
     part = _partials_error(states["v2"]["attn_part"], states["v1"]["attn_part"])
     assert part < 1e-2, f"kv {kv}: attention partials (o, m, l) differ by {part:.3g} of their max"
+
+
+# Row 33 (NOTES.md "Ready: row 33"; FUSION_K=combine_v2): MK_COMBINE_V2=1 (benchmarks/decode.py mk_combine_v2), O-proj's
+# attention combine in one round trip per 4 splits with an online rescale (fp32 sums in another order). Against the
+# interpreter on tiny models: head_dim 32 (the shuffle path) with 1 chunk (attn_split 16: <= 3 used splits) and 3
+# chunks (attn_split 4: <= 9), head_dim 16 (the per-lane path, one split per trip); and against the default on the full
+# model at KV ~128 and ~1024 (2 and 9 used splits): logits within 1e-3 of max |logit|, and layer 0's O-proj output,
+# whose inputs (layer 0's partials and residual) are the same bits in both runs, within 1e-4 of its max.
+def _combine_v2_flags() -> tuple[str, ...]:
+    flags = _row_flags("mk_combine_v2")
+    assert flags == ("-DMK_COMBINE_V2=1",)
+    return flags
+
+
+@pytest.mark.parametrize("workers", [None, 37])
+@pytest.mark.parametrize("model, split", [("dh32", 16), ("dh32", 4), ("dh16", 16)],
+                         ids=["dh32-1chunk", "dh32-3chunks", "dh16-perlane"])
+def test_combine_v2_matches_interpreter(model, split, workers):
+    over = {"dh32": {"max_seq": 128}, "dh16": {"max_seq": 128, "n_heads": 8, "n_kv_heads": 4, "head_dim": 16}}[model]
+    weights = random_weights(get_config("tiny", **over), seed=SEED + 41, device="cuda")
+    tiles = dataclasses.replace(TINY_TILES, attn_split=split)
+    dec = _decoder(weights, tiles=tiles, workers=workers, build_flags=_combine_v2_flags())
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 42)).tolist()
+    _assert_steps_match_interpreter(dec, prompt, f"combine v2 {model} attn_split={split}")
+
+
+@pytest.mark.parametrize("kv", [128, 1024])
+def test_combine_v2_matches_the_default_on_the_full_model(kv):
+    """Full TinyLlama, every token forced up to KV position kv + 2 (launches of 64 steps), 2 and 9 used splits."""
+    c = get_config("tinyllama-1.1b", max_seq=1152)
+    weights = random_weights(c, seed=SEED + 43, device="cuda")
+    prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 44)).tolist()
+    rows = {"default": {}, "v2": {"build_flags": _combine_v2_flags()}}
+    states = _same_launches(weights, prompt, _launches_to(kv), rows, _buffers)
+    err = _logits_error(states["v2"], states["default"])
+    assert err < 1e-3, f"kv {kv}: combine v2's logits differ from the default's by {err:.3g} of max |logit|"
+    # Layer 0's attention partials and residual input are upstream of every combine, so the same bits in both runs:
+    # its x_mid - x (the last step's O-proj output) compares the two combines through the same GEMV alone.
+    for name in ("attn_part", "x"):
+        assert torch.equal(_bits(states["v2"][name][0]), _bits(states["default"][name][0])), f"layer 0's {name}"
+    out = {row: s["x_mid"][0] - s["x"][0] for row, s in states.items()}
+    assert torch.isfinite(out["v2"]).all()
+    rel = ((out["v2"] - out["default"]).abs().max() / out["default"].abs().max()).item()
+    assert rel < 1e-4, f"kv {kv}: layer 0's O-proj output differs by {rel:.3g} of its max"

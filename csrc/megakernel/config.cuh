@@ -71,6 +71,14 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 // control): every tile runs the three-pass attention_partial_t.
 #define MK_ATTN_V2 1
 #endif
+#ifndef MK_COMBINE_V2
+// 1 (row 33, opt-in: benchmarks/decode.py mk_combine_v2): O-proj's attention combine (load_attention_combined) in
+// one round trip per COMBINE_V2_CHUNK splits: each thread loads its outputs and their heads' (max, sum) together and
+// folds them with an online rescale, no weights pass, no barrier before the sum. 0: the weights by one thread per
+// head, a barrier, then the sum. With MK_LAST_COMBINE=2 the O-proj form keeps the 0 combine (the group combine,
+// combine_group_t, is bit for bit that one); MK_LAST_COMBINE=1 has no O-proj combine.
+#define MK_COMBINE_V2 0
+#endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)
 #endif
@@ -80,6 +88,11 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 constexpr int GEMV_ROWS = MK_GEMV_ROWS;      // rows a warp streams at once (loads in flight = rows x unroll)
 constexpr int GEMV_UNROLL = MK_GEMV_UNROLL;  // 16-byte chunks per row per loop trip
 constexpr int COMBINE_PER_THREAD = 8;    // attention outputs per thread in the O-proj combine (hidden <= 8 * THREADS)
+#ifndef MK_COMBINE_V2_CHUNK
+#define MK_COMBINE_V2_CHUNK 4  // MK_COMBINE_V2: splits per round trip, 1..4 (a lane per (split, output): 8 x 4 = 32)
+#endif
+constexpr int COMBINE_V2_CHUNK = MK_COMBINE_V2_CHUNK;
+static_assert(COMBINE_V2_CHUNK >= 1 && COMBINE_V2_CHUNK <= 4, "MK_COMBINE_V2_CHUNK is 1..4");
 constexpr int MAX_SPLITS = 32;           // attention splits per head (O-proj combine weights in shared memory)
 constexpr int MAX_GROUP = 8;             // query heads per KV head (GQA) kept in registers
 constexpr int VEC_SLOTS = 6;             // MK_VEC_BATCH's float4 loads per thread in flight (TinyLlama's 5632: 5-6)
