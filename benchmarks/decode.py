@@ -87,8 +87,8 @@ ONE_CTA = ("-DMK_BLOCKS_PER_SM=1",)
 NO_SPREAD = ("-DMK_SM_SPREAD=0",)
 DETAIL = ("-DMK_DETAIL_REGIONS=1",)  # trace builds only: mode 0 (the timed cubin) is the same SASS without it
 VEC_SERIAL = ("-DMK_VEC_BATCH=0",)
+WHOLE_OWN = ("-DMK_PF_OWN_CAP=0",)  # rows 10-17's own-tile prefetch of the whole tile (row 34 cut it to 32 KiB)
 ATTN_V1 = ("-DMK_ATTN_V2=0",)  # row 32's control: the three-pass attention tile
-COMBINE_V2 = ("-DMK_COMBINE_V2=1",)  # row 33: O-proj's attention combine in one round trip
 
 
 def variant_rows() -> dict[str, dict]:
@@ -132,12 +132,6 @@ def variant_rows() -> dict[str, dict]:
         # mk_attn_v1_detail adds its detail regions (scores, softmax, pv) for timelines beside mk_detail's
         "mk_attn_v1": {"build_flags": ATTN_V1},
         "mk_attn_v1_detail": {"build_flags": ATTN_V1 + DETAIL},
-        # row 33 (NOTES.md "Ready: row 33"): O-proj's attention combine with each thread's outputs and their heads'
-        # (max, sum) loaded in one round trip per 4 splits and folded by an online rescale (attention.cuh,
-        # MK_COMBINE_V2): no weights pass and no barrier before the sum. mk_combine_v2_detail: its detail regions
-        # (combine_weights = loads and fold, combine_sum = stores and barrier) beside mk_detail's
-        "mk_combine_v2": {"build_flags": COMBINE_V2},
-        "mk_combine_v2_detail": {"build_flags": COMBINE_V2 + DETAIL},
         "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},
@@ -158,23 +152,24 @@ def variant_rows() -> dict[str, dict]:
         # the default before 2026-12-01 12:50: own-tile L2 prefetch before the wait, __threadfence hand-off,
         # Sample over all logits with 4 loads in flight per thread, the GEMV loop that kept 2 loads in flight
         "mk_old": {"prefetch_own": True, "tiles": TileShape(fused_sample=False),
-                   "build_flags": ("-DMK_THREADFENCE=1", "-DMK_SAMPLE_BATCH=4", "-DMK_GEMV_BATCH=0")},
+                   "build_flags": ("-DMK_THREADFENCE=1", "-DMK_SAMPLE_BATCH=4", "-DMK_GEMV_BATCH=0") + WHOLE_OWN},
         "mk_gemv_old": {"build_flags": ("-DMK_GEMV_BATCH=0",)},  # the plain GEMV loop (2 loads in flight per warp)
         "mk_gemv_batch": {"build_flags": ("-DMK_GEMV_BATCH=1",)},  # 16 loads in flight per warp
-        "mk_pfown": {"prefetch_own": True},  # L2 prefetch of a ticket's own tile before its wait
-        # row 34 (NOTES.md "Ready: row 34"): only the leading 8 / 16 / 32 KiB of the own tile (MK_PF_OWN_CAP)
-        "mk_pfhead8": {"prefetch_own": True, "build_flags": ("-DMK_PF_OWN_CAP=8192",)},
-        "mk_pfhead16": {"prefetch_own": True, "build_flags": ("-DMK_PF_OWN_CAP=16384",)},
-        "mk_pfhead32": {"prefetch_own": True, "build_flags": ("-DMK_PF_OWN_CAP=32768",)},
-        "mk_pfsmall": {"prefetch_own": ("qkv", "oproj")},  # ... only for the small QKV and O-proj tiles
-        "mk_pfffn": {"prefetch_own": ("gateup", "down")},
+        # L2 prefetch of a ticket's whole own tile before its wait (rows 10-11; the cap 0 since row 34's default)
+        "mk_pfown": {"build_flags": WHOLE_OWN},
+        # row 34 (NOTES.md "Row 34 measured"): the default prefetches the leading 32 KiB of its own tile; its control
+        # prefetches nothing of its own tile, mk_pfhead16 the leading 16 KiB
+        "mk_nopfhead": {"prefetch_own": False},
+        "mk_pfhead16": {"build_flags": ("-DMK_PF_OWN_CAP=16384",)},
+        "mk_pfsmall": {"prefetch_own": ("qkv", "oproj"), "build_flags": WHOLE_OWN},  # ... only for the small QKV and O-proj tiles
+        "mk_pfffn": {"prefetch_own": ("gateup", "down"), "build_flags": WHOLE_OWN},
         "mk_fence": {"build_flags": ("-DMK_THREADFENCE=1",)},  # __threadfence before each release add
         "mk_sample4": {"tiles": TileShape(fused_sample=False), "build_flags": ("-DMK_SAMPLE_BATCH=4",)},  # unfused only
         "mk_relax": {"build_flags": ("-DMK_RELAXED_POLL=1",)},  # relaxed polls, one acquire fence
         "mk_win8": {"prefetch_window": 8 << 20},  # each ticket prefetches the bytes 8 MiB further on
         "mk_win24": {"prefetch_window": 24 << 20},
         "mk_hint1": {"build_flags": ("-DMK_L2_HINTS=1",)},  # weight loads evict_first
-        "mk_hint2": {"build_flags": ("-DMK_L2_HINTS=2",), "prefetch_own": True},  # + prefetches evict_last
+        "mk_hint2": {"build_flags": ("-DMK_L2_HINTS=2",) + WHOLE_OWN},  # + prefetches evict_last
         "mk_stage72": {"stage_bytes": 72 * 1024},  # leading rows of each tile bulk-copied to shared memory
         "mk_stage48": {"stage_bytes": 48 * 1024},
         "mk_r4u4": {"build_flags": ("-DMK_GEMV_ROWS=4", "-DMK_GEMV_UNROLL=4")},
@@ -210,9 +205,9 @@ def variant_rows() -> dict[str, dict]:
         "mk_ring2": {"ring_pages": 2},
         "mk_ring3": {"ring_pages": 3},
         "mk_ring4": {"ring_pages": 4},
-        "mk_pf_batch": {"prefetch_own": True, "build_flags": ("-DMK_GEMV_BATCH=1",)},
-        "mk_pfffn_batch": {"prefetch_own": ("gateup", "down"), "build_flags": ("-DMK_GEMV_BATCH=1",)},
-        "mk_pfsmall_bchain": {"prefetch_own": ("qkv", "oproj"), "build_flags": BATCH_QKV + BATCH_O},
+        "mk_pf_batch": {"build_flags": ("-DMK_GEMV_BATCH=1",) + WHOLE_OWN},
+        "mk_pfffn_batch": {"prefetch_own": ("gateup", "down"), "build_flags": ("-DMK_GEMV_BATCH=1",) + WHOLE_OWN},
+        "mk_pfsmall_bchain": {"prefetch_own": ("qkv", "oproj"), "build_flags": BATCH_QKV + BATCH_O + WHOLE_OWN},
     }
 
 

@@ -83,7 +83,8 @@ def prefetch_plan(program: Program, window_bytes: int | None, own: bool | tuple[
 
     ``own``: each GEMV ticket L2-prefetches its own tile's weights before its dependency wait (True),
     or only the ops named (keys of OWN_PREFETCH_OPS). On from 6e5cdf1 to 2026-12-01 12:38, when
-    turning it off measured 4.7% faster (megakernel/NOTES.md). ``window_bytes``: ticket i also prefetches the weight bytes that lie
+    turning it off measured 4.7% faster (megakernel/NOTES.md); on again since row 34 (2026-12-02), cut to
+    the tile's leading MK_PF_OWN_CAP bytes (config.cuh: 32 KiB). ``window_bytes``: ticket i also prefetches the weight bytes that lie
     ``window_bytes`` further down the step's weight stream (tiles in ticket order, wrapping into the
     next step) than its own, as many bytes as its own tile has, so the prefetch front runs a fixed
     number of bytes ahead of consumption and every weight byte is prefetched once."""
@@ -276,7 +277,7 @@ class MegakernelDecoder:
                  prefetch_ahead: int = 0, timeout_s: float = 2.0, argus_mode: int = 0,
                  sampling: SamplingParams | None = None, device: int = 0, stage_bytes: int = 0,
                  build_flags: tuple[str, ...] = (), prefetch_window: int | None = None,
-                 prefetch_own: bool | tuple[str, ...] = False, ring_pages: int = 0):
+                 prefetch_own: bool | tuple[str, ...] = True, ring_pages: int = 0):
         from argus_rt.launch import CubinModule
 
         self.config = weights.config

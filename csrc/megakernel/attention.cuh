@@ -380,111 +380,6 @@ __device__ __forceinline__ void combine_weights_head(const float* base, size_t o
   for (int s = 0; s < used; ++s) wts[h * used + s] = __expf(wts[h * used + s] - M) * inv;
 }
 
-#if MK_COMBINE_V2 && MK_LAST_COMBINE != 2
-// Row 33 (MK_COMBINE_V2): acc[k] = the combined attention output i = tid + k * THREADS (clamped to D - 1), in one
-// round trip per C splits: the loads of the thread's outputs and of their heads' (max, sum) pairs all in flight,
-// then an online rescale (running max M, sum den) folds them in, the weights e^(m_s - M) / sum_s l_s e^(m_s - M)
-// applied at the end. WARP: head_dim % 32 == 0, so output k's head is the same in all lanes of a warp: lane
-// 8u + k loads that pair for split s0 + u once and the lanes read it by shuffles (every lane's own 8 x C pairs spill
-// already at C = 2: ptxas, nvcc 13.0); else every lane loads its own pairs (C = 1).
-template <int C, bool WARP>
-__device__ __forceinline__ void combine_v2(const Params& p, int layer, int pos, float (&acc)[COMBINE_PER_THREAD]) {
-  static_assert(!WARP || (COMBINE_PER_THREAD == 8 && 8 * C <= 32), "a lane per (split, output) pair");
-  const int Dh = (int)p.head_dim, H = (int)p.n_heads, NS = (int)p.n_splits, D = (int)p.hidden;
-  const int used = (pos + (int)p.attn_split) / (int)p.attn_split;  // ceil((pos + 1) / S)
-  const int row = Dh + 2;                                           // a split's row: o[Dh], m, l
-  const float* part = p.attn_part + (size_t)layer * H * NS * row;
-  // Output k's head and column by steps of THREADS = dq heads + dr columns: two divisions, not one per output.
-  const int dq = THREADS / Dh, dr = THREADS - dq * Dh;
-  int ov[COMBINE_PER_THREAD], om[COMBINE_PER_THREAD];  // output k's value and (max, sum) in split 0's row
-  {
-    int h = (int)threadIdx.x / Dh, d = (int)threadIdx.x - h * Dh;
-#pragma unroll
-    for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
-      const bool in = (int)threadIdx.x + k * THREADS < D;
-      om[k] = (in ? h : H - 1) * NS * row + Dh;
-      ov[k] = om[k] - Dh + (in ? d : Dh - 1);
-      h += dq;
-      d += dr;
-      if (d >= Dh) d -= Dh, ++h;
-    }
-  }
-  const int lane = (int)threadIdx.x & 31;
-  int oml = 0;  // WARP: this lane's pair, output lane % 8 of split s0 + lane / 8 (lanes >= 8C: a repeat)
-  if (WARP) {
-    const int k = lane & 7, i = min((int)threadIdx.x - lane + k * THREADS, D - 1), h = i / Dh;
-    oml = (h * NS + (lane >> 3) % C) * row + Dh;
-  }
-  float den[COMBINE_PER_THREAD], M[COMBINE_PER_THREAD];
-#pragma unroll
-  for (int k = 0; k < COMBINE_PER_THREAD; ++k) acc[k] = 0.f, den[k] = 0.f, M[k] = -INFINITY;
-#pragma unroll 1
-  for (int s0 = 0; s0 < used; s0 += C) {  // one round trip per chunk: every load of the chunk before any use
-    float v[C][COMBINE_PER_THREAD];
-    float2 ml[WARP ? 1 : C][COMBINE_PER_THREAD];
-#pragma unroll
-    for (int u = 0; u < C; ++u) {
-      const bool on = s0 + u < used;  // predicated, not clamped: no repeat loads past the used splits
-#pragma unroll
-      for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
-        v[u][k] = on ? __ldcg(part + ov[k] + (s0 + u) * row) : 0.f;
-        if (!WARP)
-          ml[u][k] = on ? __ldcg(reinterpret_cast<const float2*>(part + om[k] + (s0 + u) * row))
-                        : make_float2(-INFINITY, 0.f);
-      }
-    }
-    if (WARP) {  // rows start 8-byte aligned (Dh + 2 even)
-      const bool on = s0 + (lane >> 3) % C < used;
-      ml[0][0] = on ? __ldcg(reinterpret_cast<const float2*>(part + oml + s0 * row)) : make_float2(-INFINITY, 0.f);
-    }
-#pragma unroll
-    for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
-      float m[C], l[C];  // side by side: 2C independent shuffles, no branch (the invalid splits' e is 0)
-#pragma unroll
-      for (int u = 0; u < C; ++u) {
-        m[u] = WARP ? __shfl_sync(0xffffffffu, ml[0][0].x, 8 * u + k) : ml[u][k].x;
-        l[u] = WARP ? __shfl_sync(0xffffffffu, ml[0][0].y, 8 * u + k) : ml[u][k].y;
-      }
-      float Mn = M[k];
-#pragma unroll
-      for (int u = 0; u < C; ++u) Mn = fmaxf(Mn, s0 + u < used ? m[u] : -INFINITY);
-      const float r = __expf(M[k] - Mn);  // 0 on the first chunk (M = -inf), where den and acc are 0
-      den[k] *= r;
-      acc[k] *= r;
-#pragma unroll
-      for (int u = 0; u < C; ++u) {
-        const float e = s0 + u < used ? __expf(m[u] - Mn) : 0.f;
-        den[k] = fmaf(e, l[u], den[k]);
-        acc[k] = fmaf(e, v[u][k], acc[k]);
-      }
-      M[k] = Mn;
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < COMBINE_PER_THREAD; ++k) acc[k] *= 1.f / den[k];
-}
-
-// xs[h * Dh + d] = combined attention output of layer `layer` at position `pos` (MK_COMBINE_V2): combine_v2, then
-// the stores and the one barrier that publishes xs. Shared memory: xs[hidden] only.
-__device__ __noinline__ void load_attention_combined(const Params& p, int layer, int pos, float* xs) {
-  float acc[COMBINE_PER_THREAD];
-  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
-  if (p.head_dim % 32 == 0)  // TinyLlama's 64 (host: head_dim is 8 .. 256, a power of 2)
-    combine_v2<COMBINE_V2_CHUNK, true>(p, layer, pos, acc);
-  else
-    combine_v2<1, false>(p, layer, pos, acc);
-  MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
-  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
-  const int D = (int)p.hidden;
-#pragma unroll
-  for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
-    const int i = threadIdx.x + k * THREADS;
-    if (i < D) xs[i] = acc[k];
-  }
-  __syncthreads();
-  MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
-}
-#else
 // xs[h * Dh + d] = combined attention output of layer `layer` at position `pos`.
 // First one thread per head turns the splits' (max, sum) into weights e^(m_s - M) / sum_s'(...);
 // then every thread sums its COMBINE_PER_THREAD outputs over the splits with all loads in flight.
@@ -532,7 +427,6 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
   __syncthreads();
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
 }
-#endif
 
 #if MK_LAST_COMBINE
 // The combined attention output of one KV head's query group (MK_LAST_COMBINE): what load_attention_combined

@@ -55,11 +55,12 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #error "MK_LAST_COMBINE is 0 (O-proj combine), 1 (last arrival) or 2 (both, per instruction)"
 #endif
 #ifndef MK_PF_OWN_CAP
-// Row 34 (opt-in, with MegakernelDecoder(prefetch_own=...): benchmarks/decode.py mk_pfhead*): a ticket's L2 prefetch of
-// its own tile before the dependency wait covers at most this many leading bytes of the tile (0: the whole tile,
-// the mk_pfown of rows 10-11, which measured slower). The head is what the tile's first loads read when the wait
-// ends, so their DRAM latency can pass during the wait while the extra traffic stays small (263 x cap per phase).
-#define MK_PF_OWN_CAP 0
+// Row 34 (the default since its H200 run, 2026-12-02 14:41: kv 128 unchanged, kv 1024 -2.0%; with the decoder's
+// prefetch_own=True): a ticket's L2 prefetch of its own tile before the dependency wait covers at most this many
+// leading bytes of the tile (0: the whole tile, mk_pfown, rows 10-11, which measured slower). The head is what the
+// tile's first loads read when the wait ends, so their DRAM latency can pass during the wait while the extra traffic
+// stays small (263 x cap per phase). Control: benchmarks/decode.py mk_nopfhead (no own prefetch).
+#define MK_PF_OWN_CAP 32768
 #endif
 #if MK_PF_OWN_CAP < 0 || MK_PF_OWN_CAP % 16
 #error "MK_PF_OWN_CAP is a byte count, a multiple of 16 (0: the whole tile)"
@@ -71,14 +72,6 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 // control): every tile runs the three-pass attention_partial_t.
 #define MK_ATTN_V2 1
 #endif
-#ifndef MK_COMBINE_V2
-// 1 (row 33, opt-in: benchmarks/decode.py mk_combine_v2): O-proj's attention combine (load_attention_combined) in
-// one round trip per COMBINE_V2_CHUNK splits: each thread loads its outputs and their heads' (max, sum) together and
-// folds them with an online rescale, no weights pass, no barrier before the sum. 0: the weights by one thread per
-// head, a barrier, then the sum. With MK_LAST_COMBINE=2 the O-proj form keeps the 0 combine (the group combine,
-// combine_group_t, is bit for bit that one); MK_LAST_COMBINE=1 has no O-proj combine.
-#define MK_COMBINE_V2 0
-#endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)
 #endif
@@ -88,11 +81,6 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 constexpr int GEMV_ROWS = MK_GEMV_ROWS;      // rows a warp streams at once (loads in flight = rows x unroll)
 constexpr int GEMV_UNROLL = MK_GEMV_UNROLL;  // 16-byte chunks per row per loop trip
 constexpr int COMBINE_PER_THREAD = 8;    // attention outputs per thread in the O-proj combine (hidden <= 8 * THREADS)
-#ifndef MK_COMBINE_V2_CHUNK
-#define MK_COMBINE_V2_CHUNK 4  // MK_COMBINE_V2: splits per round trip, 1..4 (a lane per (split, output): 8 x 4 = 32)
-#endif
-constexpr int COMBINE_V2_CHUNK = MK_COMBINE_V2_CHUNK;
-static_assert(COMBINE_V2_CHUNK >= 1 && COMBINE_V2_CHUNK <= 4, "MK_COMBINE_V2_CHUNK is 1..4");
 constexpr int MAX_SPLITS = 32;           // attention splits per head (O-proj combine weights in shared memory)
 constexpr int MAX_GROUP = 8;             // query heads per KV head (GQA) kept in registers
 constexpr int VEC_SLOTS = 6;             // MK_VEC_BATCH's float4 loads per thread in flight (TinyLlama's 5632: 5-6)
