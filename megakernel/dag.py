@@ -69,6 +69,17 @@ class TileShape:
     # used splits, the last arrival ahead from u = 5 (513 positions); a straight line through the two measurements
     # crosses at u ~ 5.6 (~720) and gives a launch between 513 and ~720 away ~0.3% at most (NOTES.md "Ready: row 27").
     combine_threshold: int = 512
+    # attn_split_long (row 35, opt-in; 0 = off): a launch whose largest KV length is above split_threshold runs the
+    # program of attn_split_long-position splits, the others attn_split's (split_at, Program.launch_program). The state
+    # keeps attn_split's slots (the more splits); the kernel reads the split length from the parameter block, so no
+    # build flag and the default cubin. H200 2026-12-02 14:30: TileShape(attn_split=256) -5.8% at kv 1024, +1.2% at
+    # kv 128 against 128 (NOTES.md "Ready: row 35").
+    attn_split_long: int = 0
+    # KV positions (attn_split_long only). 512 = 4 splits of 128: a 256-split tile with more than 128 positions takes
+    # two K/V trips (row 32's tile: 128 rows per trip at Dh 64), which the combine gains back only from 3 used
+    # 128-splits (kv > 256), and it is ahead from kv 769 (NOTES.md "Ready: row 35"); 512 keeps every step of a launch
+    # of up to 257 steps above kv 256 when it runs the long splits.
+    split_threshold: int = 512
 
     def check(self, c: LlamaConfig) -> None:
         for name, value, total in (("o_rows", self.o_rows, c.hidden), ("gate_features", self.gate_features, c.ffn),
@@ -89,6 +100,16 @@ class TileShape:
                 self.combine_threshold < 0:
             raise DagError(f"TileShape.combine_threshold must be an int >= 0 (KV positions), got "
                            f"{self.combine_threshold!r}")
+        long = self.attn_split_long
+        if not isinstance(long, int) or isinstance(long, bool) or long < 0 or long % 2 or 0 < long <= self.attn_split:
+            raise DagError(f"TileShape.attn_split_long must be 0 (off) or an even int > attn_split ({self.attn_split}), "
+                           f"got {long!r}")
+        if long and self.last_combine is not False:
+            raise DagError(f"TileShape.attn_split_long={long} needs last_combine=False (the last-arrival count per group "
+                           f"is one split length's), got last_combine={self.last_combine!r}")
+        if not isinstance(self.split_threshold, int) or isinstance(self.split_threshold, bool) or \
+                self.split_threshold < 0:
+            raise DagError(f"TileShape.split_threshold must be an int >= 0 (KV positions), got {self.split_threshold!r}")
         if not isinstance(self.qkv_parts, int) or self.qkv_parts < 1 or c.head_dim % (4 * self.qkv_parts):
             raise DagError(f"TileShape.qkv_parts={self.qkv_parts!r} must be a positive int with head_dim "
                            f"({c.head_dim}) divisible by 4 * qkv_parts (whole, even RoPE pair blocks)")
@@ -100,12 +121,22 @@ class TileShape:
             return kv_len > self.combine_threshold
         return self.last_combine
 
+    def split_at(self, kv_len: int) -> int:
+        """KV positions per AttnPartial tile of a launch whose largest KV length is ``kv_len`` (its last step's
+        position + 1): attn_split_long above split_threshold when set, else attn_split."""
+        return self.attn_split_long if self.attn_split_long and kv_len > self.split_threshold else self.attn_split
+
+    def splits(self) -> tuple[int, ...]:
+        """The split lengths a launch may run (the short one first)."""
+        return (self.attn_split,) + ((self.attn_split_long,) if self.attn_split_long else ())
+
     def head_parts(self, c: LlamaConfig) -> int:
         """AttnPartial tiles per (KV head, split) for this model (resolves attn_head_parts = 0)."""
         return self.attn_head_parts or max(1, c.group // 2)
 
     def n_splits(self, c: LlamaConfig) -> int:
-        """AttnPartial tiles per KV head (covers the whole KV-cache capacity)."""
+        """AttnPartial tiles per KV head (covers the whole KV-cache capacity) of attn_split; with attn_split_long also
+        the state's partial slots per head (the kernel's p.n_splits: their stride in every launch)."""
         return -(-c.max_seq // self.attn_split)
 
 
@@ -117,6 +148,10 @@ class Program:
     tiles: TileShape
     instructions: list[Instruction] = field(default_factory=list)
     counters: list[str] = field(default_factory=list)
+    # TileShape.attn_split_long: the concrete program of each split length (split -> Program; same counters, their
+    # lists differ in the AttnPartial tiles and O-proj's wait count); this program's own list is attn_split's
+    split_programs: dict[int, "Program"] = field(default_factory=dict)
+    _split_counts: dict | None = field(default=None, repr=False, compare=False)  # launch_counters' cache
 
     def counter(self, name: str) -> int:
         self.counters.append(name)
@@ -143,10 +178,29 @@ class Program:
         return [replace(ins, arrive=NO_COUNTER) if isinstance(ins, AttnPartial) else
                 replace(ins, combined=0) if isinstance(ins, OProj) else ins for ins in self.instructions]
 
+    def launch_program(self, step_end: int) -> "Program":
+        """The program a launch ending before step ``step_end`` runs: with TileShape.attn_split_long the one of
+        split_at(step_end) (its largest KV length: step s attends positions 0..s), else this one."""
+        return self.split_programs[self.tiles.split_at(step_end)] if self.split_programs else self
+
     def launch_form(self, step_end: int) -> list[Instruction]:
-        """The list a launch ending before step ``step_end`` runs: its largest KV length is step_end (step s
-        attends positions 0..s), TileShape.combine_last_at decides."""
-        return self.form(self.tiles.combine_last_at(step_end))
+        """The list a launch ending before step ``step_end`` runs: its program (launch_program), and in it the
+        combine form of its largest KV length, step_end (TileShape.combine_last_at)."""
+        return self.launch_program(step_end).form(self.tiles.combine_last_at(step_end))
+
+    def launch_counters(self, step_begin: int, step_end: int) -> dict[int, int]:
+        """Counter index -> the value a launch of steps [step_begin, step_end) starts from, for the counters whose
+        signals per step differ between the split programs (attn[L]): step_begin x the launch program's count.
+        Counters carry across launches and a wait expects (step + 1) x count, so after a launch of the other split
+        length they hold step_begin x the other count; every other counter already holds its value. Empty without
+        split programs."""
+        if not self.split_programs:
+            return {}
+        if self._split_counts is None:  # cached: one pass over each list, not one per launch
+            counts = {s: p.signals_per_step() for s, p in self.split_programs.items()}
+            differ = [i for i in range(len(self.counters)) if len({cs[i] for cs in counts.values()}) > 1]
+            self._split_counts = {s: {i: cs[i] for i in differ} for s, cs in counts.items()}
+        return {i: step_begin * n for i, n in self._split_counts[self.tiles.split_at(step_end)].items()}
 
     def signals_per_step(self) -> list[int]:
         counts = [0] * len(self.counters)
@@ -201,6 +255,14 @@ def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) ->
     c = config
     tiles = tiles or TileShape()
     tiles.check(c)
+    if tiles.attn_split_long:  # row 35: one program per split length on one state (Program.launch_program)
+        forms = {s: build_decode_program(c, replace(tiles, attn_split=s, attn_split_long=0)) for s in tiles.splits()}
+        short = forms[tiles.attn_split]
+        if any(p.counters != short.counters for p in forms.values()):
+            raise DagError("the split programs' counters differ: a launch of one could not follow a launch of another")
+        prog = Program(c, tiles, list(short.instructions), list(short.counters), split_programs=forms)
+        prog.check()
+        return prog
     prog = Program(c, tiles)
     emit = prog.instructions.append
     n_splits = tiles.n_splits(c)

@@ -70,16 +70,23 @@ class Interpreter:
         self.tiles = state.program.tiles
         self.n_forced = n_forced
         self.sampling = sampling or SamplingParams()
+        self.split = self.tiles.attn_split  # KV positions per AttnPartial tile of the launch (run_steps sets it)
 
     # ---- scheduling ---------------------------------------------------------------------------
     def run_steps(self, first: int, count: int, order: str = "list", seed: int = 0,
                   launch_end: int | None = None) -> None:
-        """Steps [first, first + count) as one launch: the list of its combine form (Program.launch_form), chosen
-        by the launch's end, ``launch_end`` when these steps are part of a longer launch (first + count)."""
+        """Steps [first, first + count) as one launch: the list of its program and combine form
+        (Program.launch_form), chosen by the launch's end, ``launch_end`` when these steps are part of a longer
+        launch (first + count). With split programs (TileShape.attn_split_long) the launch first sets the attention
+        counters as the runtime does (Program.launch_counters) and runs its split length."""
         if order not in ("list", "random"):
             raise ValueError(f"order must be 'list' or 'random', got {order!r}")
         rng = random.Random(seed)
-        instructions = self.s.program.launch_form(first + count if launch_end is None else launch_end)
+        end = first + count if launch_end is None else launch_end
+        for ctr, value in self.s.program.launch_counters(first, end).items():
+            self.s.t["counters"][ctr] = value
+        self.split = self.tiles.split_at(end)
+        instructions = self.s.program.launch_form(end)
         for step in range(first, first + count):
             if order == "list":
                 for ins in instructions:
@@ -150,8 +157,8 @@ class Interpreter:
             cache[L, ins.head, step, dims] = y.to(torch.bfloat16)
 
     def _split_range(self, split: int, step: int) -> tuple[int, int]:
-        lo = split * self.tiles.attn_split
-        return lo, min(lo + self.tiles.attn_split, step + 1)
+        lo = split * self.split
+        return lo, min(lo + self.split, step + 1)
 
     def _attn(self, ins: AttnPartial, step: int) -> None:
         t, c, L = self.s.t, self.c, ins.layer
@@ -189,7 +196,7 @@ class Interpreter:
     def _combine(self, layer: int, step: int, heads: slice = slice(None)) -> torch.Tensor:
         """Attention output of ``heads`` (all: [hidden]) from the used splits' (o, max, sum) partials."""
         c = self.c
-        used = -(-(step + 1) // self.tiles.attn_split)
+        used = -(-(step + 1) // self.split)
         part = self.s.t["attn_part"][layer, heads, :used]  # [heads, used, Dh + 2]
         m = part[..., c.head_dim]
         w = torch.exp(m - m.max(dim=1, keepdim=True).values)  # [H, used]
@@ -250,8 +257,9 @@ def _attn_heads(ins: AttnPartial, c, tiles) -> range:
 
 
 # ---- localisation ---------------------------------------------------------------------------------
-def outputs_of(ins: Instruction, state: DecodeState, step: int) -> torch.Tensor:
-    """View of what ``ins`` writes in ``step`` (empty for a split past the current length)."""
+def outputs_of(ins: Instruction, state: DecodeState, step: int, launch_end: int | None = None) -> torch.Tensor:
+    """View of what ``ins`` writes in ``step`` (empty for a split past the current length) in a launch ending at
+    ``launch_end`` (default step + 1: its split length, TileShape.split_at)."""
     t, c = state.t, state.program.config
     if isinstance(ins, Embed):
         return t["x"][0]
@@ -262,7 +270,7 @@ def outputs_of(ins: Instruction, state: DecodeState, step: int) -> torch.Tensor:
         return (t["k_cache"] if ins.kind == HEAD_K else t["v_cache"])[ins.layer, ins.head, step, dims]
     if isinstance(ins, AttnPartial):
         tiles = state.program.tiles
-        lo = ins.split * tiles.attn_split
+        lo = ins.split * tiles.split_at(step + 1 if launch_end is None else launch_end)
         heads = _attn_heads(ins, c, tiles)
         part = t["attn_part"][ins.layer, heads.start: heads.stop, ins.split] if lo <= step else t["attn_part"][:0]
         if ins.arrive >= 0 and (ins.split, ins.head_part) == (tiles.n_splits(c) - 1, tiles.head_parts(c) - 1):
@@ -301,14 +309,15 @@ def localise(before: DecodeState, after: DecodeState, step: int, n_forced: int =
 
     Returns (index, instruction, relative error) of the first instruction in stream order whose
     output differs by more than ``rtol`` (token mismatches count as error 1), or None. ``launch_end``: the end
-    of the kernel's launch that ran ``step`` (default step + 1, a one-step launch), which picks the combine form.
+    of the kernel's launch that ran ``step`` (default step + 1, a one-step launch), which picks the program (split
+    length) and the combine form.
     """
     ref = before.clone(device=device)  # the interpreter can run on the GPU too, for full-size models
     got = after.clone(device=device)
     end = step + 1 if launch_end is None else launch_end
     Interpreter(ref, n_forced=n_forced, sampling=sampling).run_steps(step, 1, launch_end=end)
     for idx, ins in enumerate(ref.program.launch_form(end)):
-        want, have = outputs_of(ins, ref, step), outputs_of(ins, got, step)
+        want, have = outputs_of(ins, ref, step, end), outputs_of(ins, got, step, end)
         if want.numel() == 0:
             continue
         if want.dtype in (torch.int32, torch.int64):

@@ -223,8 +223,8 @@ def attn_smem_floats(c: LlamaConfig, tiles: TileShape, nwarps: int) -> int:
     """Shared floats of one AttnPartial tile: q, scores, (max, sum), padding, per-warp PV sums."""
     g = c.group // tiles.head_parts(c)  # query heads per tile
     # q, scores, (max, sum), then the PV sums (the kernel parks the split's V rows there too when a
-    # max(PV sums, V rows) area still fits: csrc/megakernel/attention.cuh)
-    return ((g * (c.head_dim + tiles.attn_split + 2) + 3) & ~3) + nwarps * g * c.head_dim
+    # max(PV sums, V rows) area still fits: csrc/megakernel/attention.cuh); of the longest split a launch may run
+    return ((g * (c.head_dim + max(tiles.splits()) + 2) + 3) & ~3) + nwarps * g * c.head_dim
 
 
 def check_fits(config: LlamaConfig, tiles: TileShape) -> None:
@@ -296,6 +296,7 @@ class MegakernelDecoder:
         self.state = DecodeState.create(self.program, weights, self.device)
         self.prefetch_window, self.prefetch_own = prefetch_window, prefetch_own
         self.forms = self._instruction_words(self.program)
+        self.launched = self.program  # the last launch's program (split programs: its split length's)
         self.error = torch.zeros(len(ERROR_WORDS), dtype=torch.int32, device=self.device)
         self.step_ns = torch.zeros(self.config.max_seq + 1, dtype=torch.int64, device=self.device)
         self.params = torch.zeros(PARAM_BYTES, dtype=torch.uint8, device=self.device)
@@ -348,22 +349,33 @@ class MegakernelDecoder:
         """Run a different instruction stream on the same state (tests: a deliberately broken DAG)."""
         if program.config != self.config or len(program.counters) != len(self.program.counters):
             raise ValueError("replacement program must have this decoder's config and counter set")
-        self.program = program
+        self.program = self.launched = program
         self.forms = self._instruction_words(program)
 
-    def _instruction_words(self, program: Program) -> dict[bool, torch.Tensor]:
-        """The words the kernel reads, per combine form (form_words): the program plus this decoder's prefetch plan."""
-        return {last: torch.from_numpy(np.ascontiguousarray(words)).to(self.device)
-                for last, words in form_words(program, self.prefetch_window, self.prefetch_own).items()}
+    def _instruction_words(self, program: Program) -> dict[bool | int, torch.Tensor]:
+        """The words the kernel reads, per combine form (form_words) or, with split programs
+        (TileShape.attn_split_long), per split length: the program plus this decoder's prefetch plan."""
+        if program.split_programs:
+            words = {s: form_words(p, self.prefetch_window, self.prefetch_own)[False]
+                     for s, p in program.split_programs.items()}
+        else:
+            words = form_words(program, self.prefetch_window, self.prefetch_own)
+        return {key: torch.from_numpy(np.ascontiguousarray(w)).to(self.device) for key, w in words.items()}
 
     def instructions_for(self, step_end: int) -> torch.Tensor:
-        """The instruction words of a launch ending before step ``step_end``: its combine form
-        (TileShape.combine_last_at of its largest KV length, step_end)."""
+        """The instruction words of a launch ending before step ``step_end``: of its split length
+        (TileShape.split_at) with split programs, else of its combine form (TileShape.combine_last_at), both by
+        its largest KV length, step_end."""
+        if self.program.split_programs:
+            return self.forms[self.tiles.split_at(step_end)]
         return self.forms[self.tiles.combine_last_at(step_end)]
 
     @property
     def instructions(self) -> torch.Tensor:
-        """The program's own list (the last-arrival form of a last_combine="auto" program)."""
+        """The program's own list (the last-arrival form of a last_combine="auto" program, attn_split's list with
+        split programs)."""
+        if self.program.split_programs:
+            return self.forms[self.tiles.attn_split]
         return self.forms[bool(self.tiles.last_combine)]
 
     def set_prompt(self, tokens: list[int]) -> None:
@@ -381,18 +393,21 @@ class MegakernelDecoder:
     def _param_values(self, step_begin: int, step_end: int) -> dict:
         t, c = self.state.t, self.config
         ptr = {name: int(tensor.data_ptr()) for name, tensor in t.items()}
+        n_instr = len(self.program.launch_program(step_end).instructions)  # split programs: per split length
         return {
-            "instructions": int(self.instructions_for(step_end).data_ptr()), "n_instr": len(self.program.instructions),
+            "instructions": int(self.instructions_for(step_end).data_ptr()), "n_instr": n_instr,
             "counters": ptr["counters"], "ticket": int(self.ticket.data_ptr()), "error": int(self.error.data_ptr()),
             "stuck": int(self.stuck.data_ptr()), "step_ns": int(self.step_ns.data_ptr()),
-            "ticket_end": step_end * len(self.program.instructions),
+            "ticket_end": step_end * n_instr,
             "step_begin": step_begin, "step_end": step_end,
             **{k: ptr[k] for k in ("embed", "wqkv", "wo", "wgu", "wd", "attn_norm", "ffn_norm", "final_norm",
                                    "lm_head", "k_cache", "v_cache", "x", "x_mid", "q", "attn_part", "h", "logits",
                                    "rope_cos", "rope_sin", "tokens")},
             "n_layers": c.n_layers, "hidden": c.hidden, "ffn": c.ffn, "n_heads": c.n_heads,
             "n_kv_heads": c.n_kv_heads, "head_dim": c.head_dim, "vocab": c.vocab, "max_seq": c.max_seq,
-            "attn_split": self.tiles.attn_split, "n_splits": self.tiles.n_splits(c), "qkv_parts": self.tiles.qkv_parts,
+            # the launch's split length; n_splits: the state's partial slots per head (their stride), in every launch
+            "attn_split": self.tiles.split_at(step_end), "n_splits": self.tiles.n_splits(c),
+            "qkv_parts": self.tiles.qkv_parts,
             "attn_head_parts": self.tiles.head_parts(c),
             "n_forced": self.n_forced,
             "sample_counter": self.program.counters.index("sample"), "seed": self.sampling.seed & 0xFFFFFFFF,
@@ -406,12 +421,19 @@ class MegakernelDecoder:
         if n_steps < 1 or step_begin < 0 or step_begin + n_steps > c.max_seq:
             raise ValueError(f"steps [{step_begin}, {step_begin + n_steps}) must lie in [0, {c.max_seq}) "
                              f"(the KV-cache capacity) and be non-empty")
-        n_instr = len(self.program.instructions)
-        if (step_begin + n_steps) * n_instr >= 2**31:
-            raise ValueError(f"{step_begin + n_steps} steps x {n_instr} instructions overflow the int32 ticket")
-        blob = pack_params(self._param_values(step_begin, step_begin + n_steps))
+        step_end = step_begin + n_steps
+        prog = self.program.launch_program(step_end)
+        n_instr = len(prog.instructions)
+        if step_end * n_instr >= 2**31:
+            raise ValueError(f"{step_end} steps x {n_instr} instructions overflow the int32 ticket")
+        blob = pack_params(self._param_values(step_begin, step_end))
         self.params.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8), non_blocking=False)
         self.ticket[:1].fill_(step_begin * n_instr)  # dispatch cursor only; dependency counters are never reset
+        rebase = self.program.launch_counters(step_begin, step_end) if prog is not self.launched else {}
+        if rebase:  # split programs, the other split than the last launch's: attn[L] counts this launch's tiles
+            idx = torch.tensor(list(rebase), dtype=torch.int64, device=self.device)
+            self.state.t["counters"][idx] = torch.tensor(list(rebase.values()), dtype=torch.int32, device=self.device)
+        self.launched = prog  # check_error names its instructions
         if self.spread_words:
             self.ticket[1:].zero_()  # a fresh registration round (the CTA-to-SM placement may differ per launch)
         self.error.zero_()
@@ -434,7 +456,8 @@ class MegakernelDecoder:
                 block = next(b for b, r in enumerate(self.stuck.cpu().tolist()) if r[0] == low["ticket"])
                 err.update(low, block=block)
         index = err["index"]
-        ins = deserialize(self.program.words()[index]) if 0 <= index < len(self.program.instructions) else None
+        prog = self.launched
+        ins = deserialize(prog.words()[index]) if 0 <= index < len(prog.instructions) else None
         counter = self.program.counters[err["counter"]] if 0 <= err["counter"] < len(self.program.counters) else None
         if err["code"] == ERROR_DEADLOCK:
             raise MegakernelError(

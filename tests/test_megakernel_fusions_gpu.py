@@ -28,6 +28,11 @@ Row 27 (FUSION_K=adaptive; TileShape(last_combine="auto"), benchmarks/decode.py 
 both combines, the form per launch by its largest KV length. Against the interpreter in one-step launches of both
 forms (tiny model, 2 worker counts), bit for bit against the default with multi-step launches across the switch (tiny)
 and on the full model at KV ~128 (O-proj form only) and ~1024 (the switch after the launch ending at 512).
+
+Row 35 (FUSION_K=split_auto; TileShape(attn_split_long=256), benchmarks/decode.py mk_split_auto): the default binary,
+each launch's attention split length by its largest KV length. Against the interpreter in one-step and multi-step
+launches across the switch (tiny model, 2 worker counts), and against the default (bit for bit at KV ~128, where no
+launch switches) and mk_split256 (logits) on the full model at KV ~128 and ~1024.
 """
 import dataclasses
 import os
@@ -570,3 +575,89 @@ def test_attn_v2_matches_v1_on_the_full_model(kv):
     assert part0 < 1e-4, f"kv {kv}: layer 0's attention partials (o, m, l) differ by {part0:.3g} of their max"
     part = _partials_error(states["v2"]["attn_part"], states["v1"]["attn_part"])
     assert part < 1e-2, f"kv {kv}: attention partials (o, m, l) differ by {part:.3g} of their max"
+
+
+# Row 35 (NOTES.md "Ready: row 35"; FUSION_K=split_auto; TileShape(attn_split_long=256), benchmarks/decode.py
+# mk_split_auto): the default binary, each launch's attention split length by its largest KV length (attn_split up to
+# TileShape.split_threshold, attn_split_long above), on one state laid out for the short split's slots; the runtime
+# points the parameter block at that split's list and sets the attention counters to step_begin x its tiles per layer.
+SPLIT_AUTO_TINY = dataclasses.replace(TINY_TILES, attn_split_long=32, split_threshold=20)
+
+
+def _attn_counts(dec) -> torch.Tensor:
+    attn = [i for i, n in enumerate(dec.program.counters) if n.startswith("attn[")]
+    return dec.state.t["counters"][attn].cpu()
+
+
+@pytest.mark.parametrize("workers", [None, 37])
+def test_split_auto_matches_interpreter(workers):
+    """36 one-step launches: steps 0..19 (KV lengths <= 20) with 16-position splits, 20..35 with 32-position splits
+    (the switch at step 20), each step localised in its launch's split; attn[L] counts each launch's own tiles."""
+    weights = random_weights(get_config("tiny"), seed=SEED + 39, device="cuda")
+    dec = _decoder(weights, tiles=SPLIT_AUTO_TINY, workers=workers)
+    assert dec.build_flags == ()  # the default's build flags: its (cached) cubin
+    c = weights.config
+    per_layer = {s: c.n_kv_heads * SPLIT_AUTO_TINY.head_parts(c) * -(-c.max_seq // s) for s in (16, 32)}
+    prompt = torch.randint(0, c.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 40)).tolist()
+
+    def counted(step: int) -> None:
+        want = (step + 1) * per_layer[16 if step + 1 <= 20 else 32]
+        assert (_attn_counts(dec) == want).all(), f"step {step}: attn counters {_attn_counts(dec)}, want {want}"
+
+    _assert_steps_match_interpreter(dec, prompt, "mk_split_auto", after_step=counted)
+
+
+@pytest.mark.parametrize("workers", [None, 37])
+def test_split_auto_multistep_launches_match_interpreter(workers):
+    """Launches ending at 12 and at the threshold 20 (16-position splits), then one of 16 steps (32-position splits,
+    many steps in flight), then 4 more: logits within 1e-3 of max |logit| of the interpreter's after the same
+    launches, the same tokens (steps 10.. sample on the device) and the same counters."""
+    from megakernel.interpreter import Interpreter
+    from megakernel.state import DecodeState
+
+    weights = random_weights(get_config("tiny"), seed=SEED + 41, device="cuda")
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 42)).tolist()
+    dec = _decoder(weights, tiles=SPLIT_AUTO_TINY, workers=workers)
+    dec.set_prompt(prompt)
+    ref = DecodeState.create(dec.program, weights, device="cuda")
+    ref.set_prompt(prompt)
+    interp = Interpreter(ref, n_forced=len(prompt))
+    for first, count in ((0, 12), (12, 8), (20, 16), (36, 4)):
+        dec.run(first, count)
+        interp.run_steps(first, count)
+        got, want = _buffers(dec), {n: ref.t[n].cpu() for n in ("logits", "tokens", "counters")}
+        err = _logits_error(got, want)
+        assert err < 1e-3, f"launch ending at {first + count}: logits differ by {err:.3g} of max |logit|"
+        assert torch.equal(got["tokens"], want["tokens"]), f"launch ending at {first + count}: tokens"
+        assert torch.equal(got["counters"], want["counters"]), f"launch ending at {first + count}: counters"
+
+
+@pytest.mark.parametrize("kv", [128, 1024])
+def test_split_auto_equals_the_default_on_the_full_model(kv):
+    """Full TinyLlama, the default threshold (512), every token forced up to KV position kv + 2 (launches of 64 steps).
+    kv 128: every launch ends at <= 131, so the default's program and parameters: every buffer bit for bit. kv 1024:
+    from the launch ending at 576 on, 256-position splits (5 of the 9 slots used at most); logits within 1e-3 of max
+    |logit| of the default's and of mk_split256's, layer 0's K/V cache the same bits, attn[L] at 1027 x 80 tiles."""
+    c = get_config("tinyllama-1.1b", max_seq=1152)
+    weights = random_weights(c, seed=SEED + 43, device="cuda")
+    prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 44)).tolist()
+    launches = _launches_to(kv)
+    auto = TileShape(attn_split_long=256)
+    rows = {"default": {"tiles": TileShape()}, "auto": {"tiles": auto}}
+    if kv == 1024:
+        rows["split256"] = {"tiles": TileShape(attn_split=256)}
+    states = _same_launches(weights, prompt, launches, rows, lambda dec: (_named_buffers(dec), _attn_counts(dec)))
+    err = _logits_error(states["auto"][0], states["default"][0])
+    assert err < 1e-3, f"kv {kv}: mk_split_auto's logits differ from the default's by {err:.3g} of max |logit|"
+    long_steps = sum(n for first, n in launches if auto.split_at(first + n) == 256)
+    if kv == 128:
+        assert long_steps == 0
+        assert _differing_buffers(states["default"][0], states["auto"][0]) == [], f"kv {kv}: logits error {err:.3g}"
+        return
+    assert long_steps == kv + 3 - 512
+    err256 = _logits_error(states["auto"][0], states["split256"][0])
+    assert err256 < 1e-3, f"kv {kv}: mk_split_auto's logits differ from mk_split256's by {err256:.3g} of max |logit|"
+    for cache in ("k_cache", "v_cache"):
+        assert torch.equal(_bits(states["auto"][0][cache][0]), _bits(states["default"][0][cache][0])), cache
+    assert (states["auto"][1] == (kv + 3) * c.n_kv_heads * 5 * 4).all(), states["auto"][1]
+    assert (states["default"][1] == (kv + 3) * c.n_kv_heads * 9 * 4).all(), states["default"][1]
