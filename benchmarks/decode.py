@@ -136,9 +136,9 @@ def variant_rows() -> dict[str, dict]:
         "mk_split256": {"tiles": TileShape(attn_split=256)},
         "mk_split64": {"tiles": TileShape(attn_split=64)},
         "mk_split32": {"tiles": TileShape(attn_split=32)},
-        # row 35 (NOTES.md "Ready: row 35"): the default binary, each launch's split length by its largest KV length:
-        # 128 positions up to TileShape.split_threshold (512), 256 above (mk_split256 -5.8% at kv 1024, +1.2% at kv 128)
-        "mk_split_auto": {"tiles": TileShape(attn_split_long=256)},
+        # row 35's control (NOTES.md "Row 35 measured"): the default (DEFAULT_TILES) picks each launch's split length
+        # by its largest KV length (128 positions up to 512, 256 above); mk_split128 keeps 128 in every launch
+        "mk_split128": {"tiles": TileShape()},
         "mk_qkv8": {"tiles": TileShape(qkv_parts=8)},
         "mk_hp1": {"tiles": TileShape(attn_head_parts=1)},  # the whole group of 8 query heads per attention tile
         "mk_hp2": {"tiles": TileShape(attn_head_parts=2)},

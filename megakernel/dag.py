@@ -250,6 +250,13 @@ class Program:
                                f"{tiles.head_parts(c)} AttnPartial tiles and nothing else, got {sorted(heads)}")
 
 
+# The decoder's tiles when none are given (MegakernelDecoder): TileShape's defaults plus row 35's per-launch split
+# (H200 2026-12-02 15:18: kv 128 0.928 vs 0.929 ms/token, kv 1024 0.983 vs 1.035; NOTES.md "Row 35 measured").
+# A TileShape the caller builds keeps one split length unless it sets attn_split_long (the rows that pin a split or a
+# last-arrival combine measure exactly what they name); the row mk_split128 is this default without it.
+DEFAULT_TILES = TileShape(attn_split_long=256)
+
+
 def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) -> Program:
     """The static tile DAG of one decode step."""
     c = config

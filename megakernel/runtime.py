@@ -24,7 +24,7 @@ from tinyllama.weights import LlamaWeights
 
 from . import instructions as I
 from .build import CSRC, KERNEL_NAME, build
-from .dag import Program, TileShape, build_decode_program
+from .dag import DEFAULT_TILES, Program, TileShape, build_decode_program
 from .instructions import Down, GateUp, Logits, OProj, QkvHead, deserialize
 from .interpreter import SamplingParams
 from .params import (
@@ -281,7 +281,7 @@ class MegakernelDecoder:
         from argus_rt.launch import CubinModule
 
         self.config = weights.config
-        self.tiles = tiles or TileShape()
+        self.tiles = tiles or DEFAULT_TILES
         check_fits(self.config, self.tiles)
         if prefetch_ahead < 0:
             raise ValueError(f"prefetch_ahead must be >= 0 instructions, got {prefetch_ahead}")

@@ -29,7 +29,7 @@ both combines, the form per launch by its largest KV length. Against the interpr
 forms (tiny model, 2 worker counts), bit for bit against the default with multi-step launches across the switch (tiny)
 and on the full model at KV ~128 (O-proj form only) and ~1024 (the switch after the launch ending at 512).
 
-Row 35 (FUSION_K=split_auto; TileShape(attn_split_long=256), benchmarks/decode.py mk_split_auto): the default binary,
+Row 35 (FUSION_K=split_auto; TileShape(attn_split_long=256), the decoder's default since 15:18): the default binary,
 each launch's attention split length by its largest KV length. Against the interpreter in one-step and multi-step
 launches across the switch (tiny model, 2 worker counts), and against the default (bit for bit at KV ~128, where no
 launch switches) and mk_split256 (logits) on the full model at KV ~128 and ~1024.

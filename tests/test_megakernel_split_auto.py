@@ -1,4 +1,5 @@
-"""Row 35 (megakernel/NOTES.md "Ready: row 35"; TileShape(attn_split_long=256), benchmarks/decode.py mk_split_auto): each
+"""Row 35 (megakernel/NOTES.md "Ready: row 35"; TileShape(attn_split_long=256), the decoder's default (DEFAULT_TILES)
+since its H200 run; control mk_split128): each
 launch runs the attention split length of its largest KV length, attn_split (128) up to TileShape.split_threshold (512)
 and attn_split_long (256) above, on one state laid out for the more splits, with the default binary (the kernel reads
 the split length and the counts from the parameter block and the words). On the CPU: the choice on both sides of the
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from benchmarks.decode import variant_rows
-from megakernel.dag import DagError, Program, TileShape, build_decode_program
+from megakernel.dag import DEFAULT_TILES, DagError, Program, TileShape, build_decode_program
 from megakernel.instructions import AttnPartial, OProj
 from megakernel.interpreter import Interpreter, SamplingParams, localise, relative_error
 from megakernel.runtime import DoesNotFitError, MegakernelDecoder, check_fits, form_words, option_flags
@@ -32,7 +33,9 @@ def _attn_per_layer(prog: Program) -> int:
 
 def test_split_auto_is_a_tile_option_and_a_row():
     auto = TileShape(attn_split_long=256)
-    assert variant_rows()["mk_split_auto"] == {"tiles": auto}
+    assert DEFAULT_TILES == auto  # the decoder's default since row 35's H200 run
+    assert variant_rows()["mk_split128"] == {"tiles": TileShape()}  # the control: one split length
+    assert "mk_split_auto" not in variant_rows()
     assert option_flags(auto) == option_flags(TileShape()) == ()  # the default's flags: the same (cached) cubin
     assert (TileShape().attn_split_long, TileShape().split_threshold) == (0, 512)
     assert [auto.split_at(n) for n in (1, 130, 512, 513, 1024, 2048)] == [128, 128, 128, 256, 256, 256]
