@@ -89,6 +89,8 @@ DETAIL = ("-DMK_DETAIL_REGIONS=1",)  # trace builds only: mode 0 (the timed cubi
 VEC_SERIAL = ("-DMK_VEC_BATCH=0",)
 WHOLE_OWN = ("-DMK_PF_OWN_CAP=0",)  # rows 10-17's own-tile prefetch of the whole tile (row 34 cut it to 32 KiB)
 ATTN_V1 = ("-DMK_ATTN_V2=0",)  # row 32's control: the three-pass attention tile
+DOWN_PIECES = ("-DMK_DOWN_PIECES=1",)  # row 36: every warp of an 8-row Down tile streams (row, K-half) pieces
+DOWN_PIECES_CTL = ("-DMK_DOWN_PIECES=2",)  # its control: the same code, warps 0-3 only
 
 
 def variant_rows() -> dict[str, dict]:
@@ -211,6 +213,12 @@ def variant_rows() -> dict[str, dict]:
         "mk_pf_batch": {"build_flags": ("-DMK_GEMV_BATCH=1",) + WHOLE_OWN},
         "mk_pfffn_batch": {"prefetch_own": ("gateup", "down"), "build_flags": ("-DMK_GEMV_BATCH=1",) + WHOLE_OWN},
         "mk_pfsmall_bchain": {"prefetch_own": ("qkv", "oproj"), "build_flags": BATCH_QKV + BATCH_O + WHOLE_OWN},
+        # Row 36 (NOTES.md "Ready: row 36"): 256 Down tiles of 8 rows (two per SM) in which every warp streams one
+        # row's two K-halves (gemv.cuh: gemv_tile_pieces), 16 streaming warps per SM where mk_down8 and the default
+        # have 8; the default's split choice (DEFAULT_TILES) otherwise. mk_down8_ctl: the same tiles and code with 4
+        # warps per CTA taking rows (mk_down8's count), so pieces vs ctl is the warp count, ctl vs mk_down8 the code.
+        "mk_down_pieces": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES},
+        "mk_down8_ctl": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES_CTL},
     }
 
 

@@ -104,6 +104,51 @@ __device__ __forceinline__ void gemv_tile_as(const __nv_bfloat16* __restrict__ W
   gemv_tile(W, K, rows, xs, out);
 }
 
+#if MK_DOWN_PIECES
+// Down's GEMV in (row, K-half) pieces (row 36, opt-in; MK_DOWN_PIECES, config.cuh; benchmarks/decode.py
+// mk_down_pieces). gemv_rows hands a warp GEMV_ROWS = 2 whole rows, so an 8-row Down tile (TileShape(down_rows=8))
+// keeps only warps 0-3 busy and two such CTAs per SM stream with 8 warps, as one 16-row tile does (mk_down8 measured
+// the same as the default, NOTES.md row 34). Here warp w takes row w's two K-halves as its pair of pieces: per trip
+// each lane loads chunk c of both halves, the same 2 loads per trip as gemv_rows' plain loop (SASS: the same
+// unrolled shape, (trips & 7) remainder trips of 2 loads each, then bodies of 16), so all 8 warps of both CTAs
+// stream (16 per SM) and each warp's trips per row halve (Down: 11 instead of 22 per row pair). The halves are added
+// in the lane before the warp's shuffle sum: the row's fp32 sum in another order than gemv_rows, nothing else
+// changes. kWarps < NWARPS (MK_DOWN_PIECES=2, the control mk_down8_ctl): only warps 0..kWarps-1 take rows, so 8-row
+// tiles stream with 4 warps per CTA, as mk_down8's do, through this same code.
+template <int kWarps>
+__device__ __forceinline__ void gemv_halves(const __nv_bfloat16* __restrict__ W, int K, int rows,
+                                            const float* __restrict__ xs, float* __restrict__ out) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (warp >= kWarps) return;
+  const int chunks = K >> 3, half = chunks >> 1;  // the second half also has chunk 2 * half when chunks is odd
+  const float4* x4 = reinterpret_cast<const float4*>(xs);
+  for (int r = warp; r < rows; r += kWarps) {
+    const char* lo = reinterpret_cast<const char*>(W + (size_t)r * K);
+    const char* hi = lo + (size_t)half * 16;
+    float acc0 = 0.f, acc1 = 0.f;
+#pragma unroll GEMV_UNROLL
+    for (int c = lane; c < half; c += 32) {
+      const uint4 w0 = ld_weights(lo + (size_t)c * 16), w1 = ld_weights(hi + (size_t)c * 16);
+      acc0 += dot8(w0, x4[2 * c], x4[2 * c + 1]);
+      acc1 += dot8(w1, x4[2 * (half + c)], x4[2 * (half + c) + 1]);
+    }
+    if ((chunks & 1) && lane == 0) {  // an odd chunk count's last chunk (not Down's: 5632 / 8 = 704)
+      const int c = chunks - 1;
+      acc1 += dot8(ld_weights(lo + (size_t)c * 16), x4[2 * c], x4[2 * c + 1]);
+    }
+    const float s = warp_sum(acc0 + acc1);
+    if (lane == 0) out[r] = s;
+  }
+}
+
+// Inlined into op_down: as a __noinline__ callee the timed build spilled 68 B (the default 64); inlined, ptxas
+// allocates the kernel anew and spills 44 B (trace build 52 B vs 40; NOTES.md "Ready: row 36").
+__device__ __forceinline__ void gemv_tile_pieces(const __nv_bfloat16* __restrict__ W, int K, int rows,
+                                                 const float* __restrict__ xs, float* __restrict__ out) {
+  gemv_halves<MK_DOWN_PIECES == 2 ? NWARPS / 2 : NWARPS>(W, K, rows, xs, out);
+}
+#endif
+
 // RMSNorm input of a GEMV tile: xs[i] = x[i] * g[i] (fp32, shared memory); returns
 // rstd = rsqrt(mean(x^2) + eps), which the caller applies to the GEMV outputs (a scalar factor
 // commutes with the dot product), so x and g are read in one pass with all loads in flight.
