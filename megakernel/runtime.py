@@ -292,7 +292,7 @@ class MegakernelDecoder:
         if not isinstance(ring_pages, int) or not 0 <= ring_pages <= 8 or (ring_pages and stage_bytes):
             raise ValueError(f"ring_pages must be an int in [0, 8] and 0 when stage_bytes is set, got {ring_pages!r}")
         # Row 36's Down pieces (MK_DOWN_PIECES=1/2) have no staged path: op_down would ignore a staged prefix
-        if stage_bytes and any(f.startswith("-DMK_DOWN_PIECES=") and f != "-DMK_DOWN_PIECES=0" for f in build_flags):
+        if stage_bytes and flag_value(build_flags, "MK_DOWN_PIECES") not in (None, "0"):
             raise ValueError("stage_bytes must be 0 with -DMK_DOWN_PIECES (Down's pieces read no staged rows)")
         self.device = torch.device("cuda", device)
         self.program: Program = build_decode_program(self.config, self.tiles)

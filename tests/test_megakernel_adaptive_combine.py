@@ -19,7 +19,7 @@ from megakernel.instructions import NO_COUNTER, AttnPartial, OProj
 from megakernel.interpreter import Interpreter, SamplingParams, localise, relative_error
 from megakernel.runtime import form_words, option_flags
 from megakernel.state import BUFFER_NAMES, DecodeState
-from test_megakernel_interpreter import TILES, _prompt, tiny  # noqa: F401  (the tiny model fixture)
+from test_megakernel_interpreter import TILES, _prompt, replay_step, tiny  # noqa: F401  (the tiny model fixture)
 from test_megakernel_lastcombine import CountingInterpreter, _spills
 from toolchain import needs_nvcc
 
@@ -174,25 +174,15 @@ class WrongCombine(Interpreter):
         return out
 
 
-def _replay(c, w, step, launch_end, wrong):
-    state = DecodeState.create(build_decode_program(c, AUTO), w)
-    state.set_prompt(_prompt(c, 40, seed=33))
-    Interpreter(state, n_forced=40).run_steps(0, step, launch_end=launch_end)
-    before = state.clone()
-    after = before.clone()
-    wrong(after, n_forced=40).run_steps(step, 1, launch_end=launch_end)
-    return before, after
-
-
 @pytest.mark.parametrize("last", [False, True])
 def test_localise_follows_the_launch_form(tiny, last):
     """A step of a launch of either form localises clean when right; a wrong combine is named where that form
     computes it: the group's last AttnPartial tile (last arrival) or the first O-proj tile (O-proj combine)."""
     c, w = tiny
     step, end = (20, T) if not last else (30, 36)
-    before, good = _replay(c, w, step, end, Interpreter)
+    before, good = replay_step(c, w, AUTO, 33, step, launch_end=end)
     assert localise(before, good, step=step, n_forced=40, launch_end=end) is None
-    before, bad = _replay(c, w, step, end, WrongCombine)
+    before, bad = replay_step(c, w, AUTO, 33, step, WrongCombine, launch_end=end)
     _, ins, err = localise(before, bad, step=step, n_forced=40, launch_end=end)
     assert err > 1e-2 and ins.layer == 1
     assert isinstance(ins, AttnPartial if last else OProj), ins

@@ -5,7 +5,6 @@ On the CPU: the rows are build flags only; with nvcc and nvdisasm the SASS facts
 tile's 5 CTA barriers and its q load alone before the first barrier, v2's one barrier and all its global loads before
 the first FFMA), no spill stores in v2's functions, the default cubin the same as MK_ATTN_V2=1's, and the 4- and
 8-head tiles left as they are. GPU: tests/test_megakernel_fusions_gpu.py -k attn_v."""
-import hashlib
 import re
 import struct
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 from benchmarks.decode import ATTN_V1, DETAIL, variant_rows
 from megakernel.dag import TileShape
 from megakernel.runtime import option_flags
-from toolchain import megakernel_builds, needs_nvcc, skip_without_tools  # noqa: F401 (megakernel_builds: the builds fixture)
+from toolchain import cubin_sha256, megakernel_builds, needs_nvcc, skip_without_tools  # noqa: F401 (megakernel_builds: the builds fixture)
 
 
 def test_the_rows_are_build_flags():
@@ -90,7 +89,7 @@ def test_variant_compiles_without_spill_stores_in_its_tiles(builds):
 @pytest.mark.parametrize("mode", [0, 2])
 def test_attn_v2_is_the_default_cubin(builds, mode):
     def sha(flags):
-        return hashlib.sha256(Path(builds(mode, flags).cubin).read_bytes()).hexdigest()
+        return cubin_sha256(builds(mode, flags))
 
     assert sha(("-DMK_ATTN_V2=1",)) == sha(())
     assert sha(ATTN_V1) != sha(())

@@ -5,16 +5,14 @@ default cubin unchanged with the flag at 0 (modes 0 and 2), 128 registers and no
 timed build, the SASS holding the pieces loop in op_down only under the flag, and the refusals (bad value, MK_RING,
 stage_bytes). GPU: tests/test_megakernel_fusions_gpu.py, the tests named *down_pieces* (FUSION_K=down_pieces)."""
 import dataclasses
-import hashlib
 import re
-from pathlib import Path
 
 import pytest
 
 from benchmarks.decode import DOWN_PIECES, DOWN_PIECES_CTL, variant_rows
 from megakernel.dag import DEFAULT_TILES, TileShape, build_decode_program
 from tinyllama.config import get_config
-from toolchain import megakernel_builds, needs_nvcc  # noqa: F401 (megakernel_builds: the builds fixture)
+from toolchain import cubin_sha256, megakernel_builds, needs_nvcc  # noqa: F401 (megakernel_builds: the builds fixture)
 
 TILES = TileShape(down_rows=8, attn_split_long=256)
 WARPS, UNROLL = 8, 8  # config.cuh: THREADS / 32, MK_GEMV_UNROLL
@@ -74,15 +72,11 @@ def test_stage_bytes_are_refused_with_the_pieces():
                           build_flags=DOWN_PIECES)
 
 
-def _sha(build) -> str:
-    return hashlib.sha256(Path(build.cubin).read_bytes()).hexdigest()
-
-
 @needs_nvcc
 @pytest.mark.parametrize("mode", [0, 2])
 def test_the_default_cubin_is_the_flag_at_0(builds, mode):
-    assert _sha(builds(mode, ("-DMK_DOWN_PIECES=0",))) == _sha(builds(mode))
-    assert len({_sha(builds(mode)), _sha(builds(mode, DOWN_PIECES)), _sha(builds(mode, DOWN_PIECES_CTL))}) == 3
+    assert cubin_sha256(builds(mode, ("-DMK_DOWN_PIECES=0",))) == cubin_sha256(builds(mode))
+    assert len({cubin_sha256(builds(mode)), cubin_sha256(builds(mode, DOWN_PIECES)), cubin_sha256(builds(mode, DOWN_PIECES_CTL))}) == 3
 
 
 @needs_nvcc

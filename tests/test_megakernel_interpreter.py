@@ -35,6 +35,20 @@ def _prompt(c, n, seed):
     return torch.randint(0, c.vocab, (n,), generator=g).tolist()
 
 
+def replay_step(c, w, tiles, seed: int, step: int, runner: type[Interpreter] = Interpreter,
+                launch_end: int | None = None) -> tuple[DecodeState, DecodeState]:
+    """(before, after) for localise: the state after steps [0, step) of a 40-token forced prompt (``seed``), and a
+    copy of it after step ``step`` run by ``runner`` (Interpreter, or a subclass that computes one thing wrong), both
+    as parts of a launch ending at ``launch_end``."""
+    state = DecodeState.create(build_decode_program(c, tiles), w)
+    state.set_prompt(_prompt(c, 40, seed=seed))
+    Interpreter(state, n_forced=40).run_steps(0, step, launch_end=launch_end)
+    before = state.clone()
+    after = before.clone()
+    runner(after, n_forced=40).run_steps(step, 1, launch_end=launch_end)
+    return before, after
+
+
 @pytest.mark.parametrize("qkv_parts,attn_head_parts", [(1, 1), (2, 1), (8, 1), (1, 2)])
 def test_interpreter_matches_fp32_model_over_many_steps(tiny, qkv_parts, attn_head_parts):
     c, w = tiny

@@ -17,7 +17,7 @@ from megakernel.instructions import NO_COUNTER, AttnPartial, Down, OProj
 from megakernel.interpreter import Interpreter, localise, relative_error
 from megakernel.runtime import option_flags
 from megakernel.state import DecodeState, fusion_layout
-from test_megakernel_interpreter import TILES, _prompt, tiny  # noqa: F401  (the tiny model fixture)
+from test_megakernel_interpreter import TILES, _prompt, replay_step, tiny  # noqa: F401  (the tiny model fixture)
 from tinyllama.model import Transformer
 from toolchain import needs_nvcc
 
@@ -160,15 +160,7 @@ def test_last_combine_interpreter_gives_the_default_values(tiny):
 
 
 def _replayed(c, w, tiles, wrong: type[Interpreter]):
-    prog = build_decode_program(c, tiles)
-    state = DecodeState.create(prog, w)
-    prompt = _prompt(c, 40, seed=2)
-    state.set_prompt(prompt)
-    Interpreter(state, n_forced=40).run_steps(0, 36)  # 36..: 3 splits
-    before = state.clone()
-    after = before.clone()
-    wrong(after, n_forced=40).run_steps(36, 1)
-    return before, after
+    return replay_step(c, w, tiles, 2, 36, wrong)  # step 36..: 3 splits
 
 
 def test_localise_names_a_wrong_combine_at_its_group(tiny):

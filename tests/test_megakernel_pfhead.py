@@ -3,13 +3,11 @@ dependency wait cut to the tile's leading bytes; the default since its H200 run 
 the rows, the cap's bounds refused at compile time, the default cubin = cap 32768's and not cap 0's (the whole tile),
 and the cap keeps the whole-tile build's registers with no more spills. GPU: benchmarks/decode.py rows mk_nopfhead
 (no own prefetch), mk_pfhead16 and mk_pfown (the whole tile) against the default."""
-import hashlib
-from pathlib import Path
 
 import pytest
 
 from benchmarks.decode import variant_rows
-from toolchain import megakernel_builds, needs_nvcc  # noqa: F401 (megakernel_builds: the builds fixture)
+from toolchain import cubin_sha256, megakernel_builds, needs_nvcc  # noqa: F401 (megakernel_builds: the builds fixture)
 
 
 def test_the_default_prefetches_its_own_tile_and_the_rows_change_the_cap():
@@ -31,7 +29,7 @@ def test_the_default_prefetches_its_own_tile_and_the_rows_change_the_cap():
 @pytest.mark.parametrize("mode", [0, 2])
 def test_the_default_cubin_is_cap_32k(builds, mode):
     def sha(flags):
-        return hashlib.sha256(Path(builds(mode, flags).cubin).read_bytes()).hexdigest()
+        return cubin_sha256(builds(mode, flags))
 
     assert sha(("-DMK_PF_OWN_CAP=32768",)) == sha(())
     assert sha(("-DMK_PF_OWN_CAP=0",)) != sha(())

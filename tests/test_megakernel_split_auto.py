@@ -19,7 +19,7 @@ from megakernel.instructions import AttnPartial, OProj
 from megakernel.interpreter import Interpreter, SamplingParams, localise, relative_error
 from megakernel.runtime import DoesNotFitError, MegakernelDecoder, check_fits, form_words, option_flags
 from megakernel.state import BUFFER_NAMES, DecodeState
-from test_megakernel_interpreter import TILES, _prompt, tiny  # noqa: F401  (the tiny model fixture)
+from test_megakernel_interpreter import TILES, _prompt, replay_step, tiny  # noqa: F401  (the tiny model fixture)
 from tinyllama.config import get_config
 
 T = 24  # tiny model: launches ending at <= 24 run 16-position splits, later ones 32-position splits
@@ -199,22 +199,12 @@ def test_a_new_sequence_after_long_launches_runs_short_again(tiny):
     assert torch.equal(state.t["tokens"][:21], base[0]["tokens"][:21])
 
 
-def _replay(c, w, step, end):
-    state = DecodeState.create(build_decode_program(c, AUTO), w)
-    state.set_prompt(_prompt(c, 40, seed=45))
-    Interpreter(state, n_forced=40).run_steps(0, step, launch_end=end)
-    before = state.clone()
-    after = before.clone()
-    Interpreter(after, n_forced=40).run_steps(step, 1, launch_end=end)
-    return before, after
-
-
 @pytest.mark.parametrize("step,end,split", [(20, T, 16), (35, 36, 32)])
 def test_localise_follows_the_launch_split(tiny, step, end, split):
     """A step of a launch of either split length localises clean; a wrong partial of split 1 (positions 16..31 or
     32..63) is named at that AttnPartial tile of the launch's own list."""
     c, w = tiny
-    before, after = _replay(c, w, step, end)
+    before, after = replay_step(c, w, AUTO, 45, step, launch_end=end)
     assert localise(before, after, step=step, n_forced=40, launch_end=end) is None
     after.t["attn_part"][1, 2, 1, 5] += 1.0  # layer 1, query head 2 (KV head 1), split 1
     idx, ins, err = localise(before, after, step=step, n_forced=40, launch_end=end)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from test_marker_paths import KERNELS  # the reference-execution kernels; their builds in every mode are tested there
 from toolchain import needs_nvcc
 
-KERNELS = ("refexec_compute", "refexec_compute_helper", "refexec_compute_divergent")
 LEAN = {"ARGUS_LEAN_MARKERS": "1"}  # the old opt-in define: accepted, changes nothing
 # Serialising or long-latency instructions a58e52b's and the fast shared paths ran per marker (the anatomy):
 # none may sit on the steady-state path.
@@ -98,13 +98,6 @@ def steady_paths(lines: list[str]) -> list[list[tuple[int, str, str, str]]]:
 
 def _text(path) -> str:
     return "\n".join(f"/*{a:04x}*/ {g} {op} {ops}" for a, g, op, ops in path)
-
-
-@needs_nvcc
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_shared_cursor_markers_build_in_every_mode(kernel):
-    for mode in (0, 1, 2):
-        assert _lines(mode, kernel)
 
 
 @needs_nvcc

@@ -30,3 +30,11 @@ def megakernel_builds(tmp_path_factory):
         return out[mode, flags]
 
     return get
+
+
+def cubin_sha256(result) -> str:
+    """sha256 of a build result's cubin: the tests' check that a flag leaves the default binary byte-identical."""
+    import hashlib
+    from pathlib import Path
+
+    return hashlib.sha256(Path(result.cubin).read_bytes()).hexdigest()
