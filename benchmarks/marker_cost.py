@@ -18,7 +18,10 @@ shared_helper and shared_divergent continue the lean_* rows. Each path is compar
 its own kernel. Each build runs armed (every warp records) and disarmed (tracing off: markers run, nothing is
 claimed or stored).
 shared_clock64 arms the shared row's build with clock="clock64", which sends every shared-cursor marker to the
-slow path (a converged warp's cost there; armed only, as disarmed it is the shared row).
+slow path (a converged warp's cost there; armed only, as disarmed it is the shared row). The straight* rows are the
+same four paths built with the opt-in -DARGUS_SHARED_STRAIGHT=1 (no vote and no branch between the cursor load and
+the record store; a clock64 arm stays on the fast path); straight_vote is the body row with =2 (the slow-path
+branch made uniform by a vote after the stores).
 A least-squares line through added time vs. markers per warp gives the per-marker cost (slope)
 and the fixed cost per launch (intercept: first-marker claim, scope exit, store drain).
 
@@ -50,6 +53,7 @@ from benchmarks.trace_overhead import fma_chain_reference  # noqa: E402
 CTAS, THREADS, FMAS_PER_THREAD = 128, 256, 4096
 OCCURRENCES = [16, 64, 256]
 REG = {"REFEXEC_WARP_STATE": "1"}
+STRAIGHT = {"ARGUS_SHARED_STRAIGHT": "1"}  # opt-in shared-cursor fast path with no branch before the record store
 # path -> (kernel, defines of the traced build)
 PATHS = {
     # the shared-cursor markers (the lean_* rows of records before issue 20's default change)
@@ -57,6 +61,14 @@ PATHS = {
     "shared_helper": ("refexec_compute_helper", {}),
     "shared_divergent": ("refexec_compute_divergent", {}),
     "shared_clock64": ("refexec_compute", {}),  # armed with clock64 (CLOCK): every marker takes the slow path
+    # the opt-in straight-line shared cursor (-DARGUS_SHARED_STRAIGHT=1, docs/marker_cost_anatomy.md): the same four
+    # rows; straight_clock64 stays on its fast path (the default's clock64 arm takes the slow path)
+    "straight": ("refexec_compute", STRAIGHT),
+    "straight_helper": ("refexec_compute_helper", STRAIGHT),
+    "straight_divergent": ("refexec_compute_divergent", STRAIGHT),
+    "straight_clock64": ("refexec_compute", STRAIGHT),
+    # the same in the kernel body with the vote tail (=2: VOTE.ALL after the stores instead of BSSY/BSYNC)
+    "straight_vote": ("refexec_compute", {"ARGUS_SHARED_STRAIGHT": "2"}),
     "register": ("refexec_compute", REG),
     # the register cursor in a __forceinline__ and a __noinline__ helper (ARGUS_STATE_PARAM: by reference; _value: by
     # value in, count returned, ARGUS_STATE_VALUE_PARAM), and under divergence (refused: REFUSED)
@@ -66,7 +78,7 @@ PATHS = {
     "register_divergent": ("refexec_compute_divergent", REG),
 }
 # paths armed with another clock than %globaltimer; armed only (disarmed, the build is its globaltimer row's)
-CLOCK = {"shared_clock64": "clock64"}
+CLOCK = {"shared_clock64": "clock64", "straight_clock64": "clock64"}
 # paths whose rings the decoder must refuse (the check expects the refusal; the row reports it and is not timed)
 REFUSED = ("register_divergent",)
 REGION_OCCURRENCE, REGION_REFEXEC = 0xEAF59E52, 0x08F8A352  # examples/cuda/reference_execution_regions.h
@@ -271,7 +283,10 @@ def main() -> int:
              "marker of each half-warp (records before issue 20's default change name these lean_shared, "
              "lean_shared_helper, lean_shared_divergent; their shared / shared_helper rows measured a58e52b's "
              "markers, since removed), shared_clock64 = the shared row's build armed with clock64 (every marker on "
-             "the slow path; armed only); register = ARGUS_WARP_STATE(); "
+             "the slow path; armed only); straight / straight_helper / straight_divergent / straight_clock64 = the same four "
+             "with -DARGUS_SHARED_STRAIGHT=1 (opt-in; straight_clock64 stays on the fast path), straight_vote = "
+             "-DARGUS_SHARED_STRAIGHT=2 in the kernel body (a vote after the stores instead of BSSY/BSYNC); "
+             "register = ARGUS_WARP_STATE(); "
              "register_helper_inline / register_helper = ARGUS_WARP_STATE() in a __forceinline__ / __noinline__ helper "
              "taking ARGUS_STATE_PARAM (by reference), register_helper_value = the __noinline__ helper taking it by "
              "value and returning its count (ARGUS_STATE_VALUE_PARAM), register_divergent = half-warps on the register "

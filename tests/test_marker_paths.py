@@ -270,6 +270,11 @@ def test_marker_cost_times_no_path_whose_check_fails_and_says_why():
     # one row per path and build: the shared cursor (the lean_* rows before issue 20's default change) has no define
     assert {p for p in PATHS if p.startswith("shared")} == {"shared", "shared_helper", "shared_divergent", "shared_clock64"}
     assert all(PATHS[p][1] == {} for p in PATHS if p.startswith("shared"))
+    # the opt-in straight-line build: the same four paths, each with the define
+    straight = [p for p in PATHS if p.startswith("straight") and p != "straight_vote"]
+    assert {p.replace("straight", "shared") for p in straight} == {p for p in PATHS if p.startswith("shared")}
+    assert all(PATHS[p] == (PATHS[p.replace("straight", "shared")][0], {"ARGUS_SHARED_STRAIGHT": "1"}) for p in straight)
+    assert PATHS["straight_vote"] == ("refexec_compute", {"ARGUS_SHARED_STRAIGHT": "2"})  # the vote tail, body only
     runs = {(k, tuple(sorted(d.items())), CLOCK.get(p, "globaltimer")) for p, (k, d) in PATHS.items()}
     assert len(runs) == len(PATHS) and set(CLOCK) <= set(PATHS)
     assert not [p for p in PATHS if "fast" in p or "lean" in p]  # the fast markers and the lean define are gone

@@ -3,7 +3,10 @@
 old define changes nothing, and their steady-state marker (whole warp, ready cursor) is straight-line SASS with none of
 the serialising instructions docs/marker_cost_anatomy.md found on a58e52b's shared path (removed).
 
-GPU: tests/test_marker_paths_gpu.py runs the shared_* rows of benchmarks/marker_cost.py's PATHS (decoded
+The opt-in straight-line fast path (-DARGUS_SHARED_STRAIGHT=1 or =2, not GPU-run) is checked at the end: no vote and no
+branch between the cursor load and the record store, the stamp issued after a use of the load.
+
+GPU: tests/test_marker_paths_gpu.py runs the shared_* (and straight*) rows of benchmarks/marker_cost.py's PATHS (decoded
 occurrences) and benchmarks/marker_cost.py times them.
 """
 from __future__ import annotations
@@ -169,3 +172,105 @@ def test_slow_path_is_out_of_line_and_its_group_leaves_together(kernel):
     for s in starts:
         ret = next(i for i in range(s, len(lines)) if " RET." in lines[i])
         assert any("WARPSYNC" in ln for ln in lines[max(s, ret - 4): ret]), "\n".join(lines[max(s, ret - 6): ret + 1])
+
+
+# The opt-in straight-line fast path (-DARGUS_SHARED_STRAIGHT=1; docs/marker_cost_anatomy.md, "Anatomy of the fa09bba
+# shared markers"): no vote and no branch from the cursor load to the record store.
+STRAIGHT = {"ARGUS_SHARED_STRAIGHT": "1"}
+# Instructions from the cursor load through the dropped-count store, today (nvcc 13.0): 26 in the kernel body (the
+# default runs 23 to the same store, 3 of them the vote, BRA.DIV and the taken branch), 35-36 in the __noinline__
+# helper (the CTA index's uniform-datapath ops and 6 R2UR of the memory descriptors sit inside the window).
+STRAIGHT_MAX = {"refexec_compute": 28, "refexec_compute_helper": 38, "refexec_compute_divergent": 28}
+
+
+def straight_windows(lines: list[str]) -> list[list[tuple[int, str, str, str]]]:
+    """Each straight-line marker's window: from the first LDS.128 of a cursor-load pair to the dropped-count store
+    (STG.E to +0x18), in the functions before the out-of-line slow path (whose lane election starts with BREV)."""
+    ins = _parse(lines)
+    slow = next((i for i, (_, _, op, _) in enumerate(ins) if op == "BREV"), len(ins))
+    out = []
+    for i in range(slow):
+        if ins[i][2] != "LDS.128" or (i and ins[i - 1][2] == "LDS.128"):
+            continue
+        if "LDS.128" not in [op for _, _, op, _ in ins[i + 1: i + 4]]:
+            continue
+        end = next((j for j in range(i, min(slow, i + 80)) if ins[j][2] == "STG.E" and "+0x18]" in ins[j][3]), None)
+        assert end is not None, _text(ins[i: i + 40])
+        out.append(ins[i: end + 1])
+    return out
+
+
+def _first_dest(ops: str) -> int:
+    return int(re.match(r"R(\d+)", ops).group(1))
+
+
+@needs_nvcc
+def test_straight_define_leaves_the_trace_free_marker_only_and_anchored_builds_alone():
+    """Modes 0 and 1 (so the trace-free build stays the marker-free SASS, test above) and the anchored trace build
+    (its markers all take the slow path) are the same with and without -DARGUS_SHARED_STRAIGHT=1."""
+    for mode in (0, 1):
+        assert _lines(mode, None, STRAIGHT) == _lines(mode, None), mode
+    anchored = {"ARGUS_TIMESTAMP": "ARGUS_TS_ANCHORED"}
+    assert _lines(2, None, {**STRAIGHT, **anchored}) == _lines(2, None, anchored)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel,tail", [(k, "bssy") for k in KERNELS] + [("refexec_compute", "vote")])
+def test_straight_marker_has_no_vote_or_branch_before_its_record_store(kernel, tail):
+    """Every marker of the straight build: two LDS.128, then predicated stores with no BRA, BRA.DIV, VOTE.ALL, CALL or
+    serialising instruction between; both counters read once, after an instruction that uses the first load (in-order
+    issue: the stamp waits for the load, as the default's branch on it does); a branch to the slow path follows, inside
+    BSSY/BSYNC (=1) or after BRA.DIV and VOTE.ALL (=2, the vote tail: no BSSY)."""
+    lines = _lines(2, kernel, STRAIGHT if tail == "bssy" else {"ARGUS_SHARED_STRAIGHT": "2"})
+    windows = straight_windows(lines)
+    assert len(windows) >= 2, f"{kernel}: {len(windows)} markers"
+    for w in windows:
+        text = _text(w)
+        ops = [op for _, _, op, _ in w]
+        # BSSY (the convergence barrier set up for the slow-path call after the stores) issues without waiting
+        stops = [op for op in ops if op.split(".")[0] in FORBIDDEN + ("BRA", "EXIT", "RET") and op != "BSSY"]
+        assert not stops and "VOTE.ALL" not in ops and ops.count("BSSY") <= (tail == "bssy"), text
+        assert ops.count("LDS.128") == 2, text
+        records = [g for _, g, op, _ in w if op == "STG.E.128"]
+        assert len(records) == 1 and records[0], text  # predicated, no branch around it
+        lo = _first_dest(w[0][3])
+        used = next(k for k, (_, _, op, o) in enumerate(w[2:], 2)
+                    if re.search(r"\bR(%d|%d|%d|%d)\b" % (lo, lo + 1, lo + 2, lo + 3), o.split(",", 1)[-1]))
+        for sr in ("SR_GLOBALTIMERLO", "SR_CLOCKLO"):
+            at = [k for k, (_, _, op, o) in enumerate(w) if op == "CS2R" and sr in o]
+            assert len(at) == 1 and at[0] > used, f"{sr} at {at}, first use of the load at {used}:\n{text}"
+        assert len(w) <= STRAIGHT_MAX[kernel], f"{len(w)} instructions:\n{text}"
+    # the slow path is still reached: each window is followed by a predicated branch over the slow-path call
+    ins = _parse(lines)
+    at = {a: i for i, (a, *_) in enumerate(ins)}
+    for w in windows:
+        k = at[w[-1][0]] + 1
+        if tail == "vote":
+            assert [op for _, _, op, _ in ins[k: k + 2]] == ["BRA.DIV", "VOTE.ALL"], _text(ins[k - 1: k + 3])
+            k += 2
+        _, guard, op, ops = ins[k]
+        assert op == "BRA" and guard, _text(ins[k - 1: k + 2])
+        skipped = []  # the fall-through block the branch skips: it makes the call
+        for _, _, o, _ in ins[k + 1: at[int(ops.split()[-1], 16)]]:
+            if o in ("BRA", "BSYNC"):
+                break
+            skipped.append(o)
+        assert skipped.count("CALL.REL.NOINC") == 1, _text(ins[k: k + 12])
+
+
+@needs_nvcc
+def test_straight_stamp_after_a_barrier_waits_for_the_cursor_load():
+    """ws_pipeline with the define: after each bar.sync, the first timer read follows an instruction that uses the
+    cursor load (the H200 failure of a stamp read before the load: consumers dated before the producer's load)."""
+    src = Path(__file__).parent / "fixtures" / "ws_pipeline" / "ws_pipeline.cu"
+    ins = _parse(_lines(2, "ws_pipeline", STRAIGHT, source=src))
+    bars = [i for i, (_, _, op, _) in enumerate(ins) if op.startswith("BAR.SYNC")]
+    assert bars
+    for b in bars:
+        timer = next(j for j in range(b, len(ins)) if "SR_GLOBALTIMER" in ins[j][3])
+        loads = [j for j in range(b, timer) if ins[j][2] == "LDS.128"]
+        assert loads, _text(ins[b: timer + 1])
+        lo = _first_dest(ins[loads[0]][3])
+        regs = r"\bR(%d|%d|%d|%d)\b" % (lo, lo + 1, lo + 2, lo + 3)
+        assert any(re.search(regs, ins[j][3].split(",", 1)[-1]) for j in range(loads[0] + 1, timer)), \
+            _text(ins[b: timer + 1])

@@ -264,6 +264,52 @@ __device__ __forceinline__ void store_marker(argus_u32 take, argus_u32 addr, con
       : "memory");
 }
 
+#ifndef ARGUS_SHARED_STRAIGHT
+#define ARGUS_SHARED_STRAIGHT 0
+#endif
+
+#if ARGUS_SHARED_STRAIGHT && ARGUS_TIMESTAMP != ARGUS_TS_ANCHORED
+/* The stamp: %clock64 under a clock64 arm (`slow`, the SLOW bit of the loaded grid word), else %globaltimer. Called
+ * after the readiness test in program order; ptxas issues both reads after the first instruction that uses the
+ * cursor load (tests/test_shared_cursor.py checks it), so in-order issue makes the read wait for the load, and so for
+ * a barrier right before the marker, as the default's branch on the load does. */
+__device__ __forceinline__ argus_u64 ready_stamp(argus_u32 slow) {
+  const argus_u64 clk = cycle_counter();
+  const argus_u64 now = global_timer();
+  return slow ? clk : now;
+}
+
+/* Opt-in straight-line fast path (-DARGUS_SHARED_STRAIGHT=1, or =2 for the vote tail below; issue 20, docs/marker_cost_anatomy.md, "Anatomy of
+ * the fa09bba shared markers"; NOT RUN ON A GPU). The default emit below runs LDS -> LOP3 -> LOP3 -> (R2UR, BRA.DIV)
+ * -> VOTE.ALL -> taken BRA -> timer read -> LOP3 -> STG in series. Here:
+ *   - no vote: `ready` is already the same on every lane that runs the marker. It is false unless the marker's
+ *     __activemask() is all 32 lanes (read by the whole warp together); then no other lane group of the warp exists
+ *     to change the cursor, so every lane loads the same words and computes the same test;
+ *   - no branch between the cursor load and the record store: the stores are predicated on ready & window and come
+ *     first, the branch to emit_slow after them (taken over the call on the steady path, inside BSSY/BSYNC: ptxas
+ *     cannot prove it uniform);
+ *   - a clock64 arm stays on the fast path: the readiness test ignores the grid word's SLOW bit and the stamp is a
+ *     select between the two counters (ready_stamp);
+ *   - the slow path (claim, lane groups, anchored build) is emit_slow, unchanged, so helpers and divergent lane
+ *     groups are recorded as in the default build. */
+__device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coord) {
+  const argus_u32 active = __activemask();
+  const argus_u32 addr = cursor_address(warp_in_cta());
+  const WarpCursor c = load_cursor(addr);
+  /* One test, no short-circuit; the SLOW bit (a clock64 arm) selects the stamp instead of the slow path. */
+  const bool ready = ((((c.grid ^ grid_id_lo()) & ~ARGUS_CURSOR_SLOW_) | (c.cta ^ cta_linear()) | ~active) == 0u);
+  const argus_u32 take = (argus_u32)ready & (argus_u32)in_window(coord, c.coord_begin, c.coord_span);
+  store_marker(take, addr, c, id, coord, ready_stamp(c.grid & ARGUS_CURSOR_SLOW_), kind);
+#if ARGUS_SHARED_STRAIGHT == 2
+  /* The vote tail: the same test made warp-uniform by a vote after the stores, so ptxas needs no BSSY/BSYNC and the
+   * steady path falls through the taken branch's R2UR/BRA.DIV/VOTE.ALL instead (which of the two tails costs less is
+   * for the GPU to say: marker_cost row straight_vote). */
+  if (__builtin_expect(!__all_sync(active, ready), 0)) emit_slow(kind, id, coord, active);
+#else
+  if (__builtin_expect(!ready, 0)) emit_slow(kind, id, coord, active);
+#endif
+}
+#else
 /* One marker. Every lane loads the cursor (a broadcast), computes the same values and makes the same
  * stores (one transaction each), so the lanes of a converged warp must agree on the coordinate, as with
  * the register cursor. A marker that is not ready (stale cursor, partial warp, clock64, anchored build)
@@ -286,3 +332,4 @@ __device__ __forceinline__ void emit(argus_u32 kind, argus_u32 id, argus_u32 coo
   }
   emit_slow(kind, id, coord, active);
 }
+#endif /* ARGUS_SHARED_STRAIGHT */
