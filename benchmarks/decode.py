@@ -91,6 +91,8 @@ WHOLE_OWN = ("-DMK_PF_OWN_CAP=0",)  # rows 10-17's own-tile prefetch of the whol
 ATTN_V1 = ("-DMK_ATTN_V2=0",)  # row 32's control: the three-pass attention tile
 DOWN_PIECES = ("-DMK_DOWN_PIECES=1",)  # row 36: every warp of an 8-row Down tile streams (row, K-half) pieces
 DOWN_PIECES_CTL = ("-DMK_DOWN_PIECES=2",)  # its control: the same code, warps 0-3 only
+O_PIECES = ("-DMK_O_PIECES=1",)  # row 38: O-proj rows streamed in whole batches (gemv.cuh: gemv_batches), one row a warp
+DOWN_BODY = ("-DMK_DOWN_BODY=1",)  # row 39: Down's pieces in whole batches (with DOWN_PIECES), no remainder trips
 
 
 def variant_rows() -> dict[str, dict]:
@@ -219,6 +221,14 @@ def variant_rows() -> dict[str, dict]:
         # warps per CTA taking rows (mk_down8's count), so pieces vs ctl is the warp count, ctl vs mk_down8 the code.
         "mk_down_pieces": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES},
         "mk_down8_ctl": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES_CTL},
+        # Rows 38-39 (NOTES.md "Ready: rows 38-39"), both on top of row 36 (DOWN_PIECES and its 8-row Down tiles, named
+        # here so the rows stay the same when row 36 becomes the default): GEMV loops with no dependent remainder trip
+        # (gemv.cuh: gemv_batches, all of a batch's loads before its first FFMA). mk_o_pieces: 256 O-proj tiles of 8
+        # rows (two per SM, each combining the attention as every O-proj tile does), each warp one whole row in one
+        # batch of 8 loads per lane; mk_down_body: Down's two K-halves per warp in one batch of 22 loads per lane per
+        # row (MK_DOWN_TRIPS=11) instead of 3 dependent 2-load remainder trips + a 16-load body.
+        "mk_o_pieces": {"tiles": TileShape(o_rows=8, down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES + O_PIECES},
+        "mk_down_body": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES + DOWN_BODY},
     }
 
 

@@ -33,6 +33,10 @@ Row 35 (FUSION_K=split_auto; TileShape(attn_split_long=256), the decoder's defau
 each launch's attention split length by its largest KV length. Against the interpreter in one-step and multi-step
 launches across the switch (tiny model, 2 worker counts), and against the default (bit for bit at KV ~128, where no
 launch switches) and mk_split256 (logits) on the full model at KV ~128 and ~1024.
+
+Rows 38-39 (FUSION_K=gemv_batches; benchmarks/decode.py mk_o_pieces, mk_down_body, on top of row 36's mk_down_pieces):
+GEMV rows in whole batches of loads (gemv.cuh: gemv_batches). Against the interpreter (tiny model) and bit for bit
+against mk_down_pieces on the full model at KV ~128 and ~1024 (every buffer; mk_o_pieces' o[L] counters count 2x).
 """
 import dataclasses
 import os
@@ -707,3 +711,60 @@ def test_down_pieces_match_the_default_on_the_full_model(kv):
     x1_err = ((x1 - ref).abs().max() / ref.abs().max()).item()
     assert x1_err < 1e-5, f"kv {kv}: layer 0's Down output differs by {x1_err:.3g} of its max"
     assert _differing_buffers(states["mk_down_pieces"], states["mk_down8_ctl"]) == [], f"kv {kv}: pieces vs ctl"
+
+
+# Rows 38-39 (NOTES.md "Ready: rows 38-39"; FUSION_K=gemv_batches; benchmarks/decode.py mk_o_pieces, mk_down_body), both
+# on top of row 36 (MK_DOWN_PIECES=1): GEMV rows streamed through gemv_batches (gemv.cuh), every load of a batch before
+# its first FFMA. mk_o_pieces: 8-row O-proj tiles, one row a warp; mk_down_body: Down's two K-halves per warp in one
+# batch per row. Against the interpreter on the tiny model (O-proj K 128 and Down K 352: lanes past the row's chunks
+# with every load predicated off; 8- and 16-row tiles, 2 worker counts), and against mk_down_pieces on the full model
+# at KV ~128 and ~1024: logits within 1e-3 of max |logit|, then every buffer bit for bit. Why bit for bit: one piece
+# sums a row's chunks on the same lanes in the same order as gemv_rows (O-proj in mk_down_pieces), two pieces as
+# gemv_halves (Down in mk_down_pieces) for an even chunk count (704), and the warp sums are the same
+# (tests/test_megakernel_gemv_batches.py checks the index math); the only buffer that differs is mk_o_pieces' o[L]
+# counters, 256 O-proj tiles per layer and step instead of 128. At KV ~128 two more builds run batches that do not
+# cover a row at once (MK_DOWN_TRIPS=8: 16 loads then 6 live of 16; MK_O_TRIPS=3: 3 + 3 + 2 of 3): the same bits.
+GEMV_BATCH_ROWS = ("mk_o_pieces", "mk_down_body")
+
+
+@pytest.mark.parametrize("name", GEMV_BATCH_ROWS)
+@pytest.mark.parametrize("rows", [8, 16])
+@pytest.mark.parametrize("workers", [None, 37])
+def test_gemv_batches_match_interpreter(name, rows, workers):
+    from benchmarks.decode import variant_rows
+
+    flags = variant_rows()[name]["build_flags"]
+    weights = random_weights(get_config("tiny"), seed=SEED + 49, device="cuda")
+    shape = {"o_rows": rows, "down_rows": 8} if name == "mk_o_pieces" else {"down_rows": rows}
+    dec = _decoder(weights, tiles=dataclasses.replace(TINY_TILES, **shape), workers=workers, build_flags=flags)
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 50)).tolist()
+    _assert_steps_match_interpreter(dec, prompt, f"{name} {shape}")
+
+
+@pytest.mark.parametrize("kv", [128, 1024])
+def test_gemv_batches_equal_down_pieces_on_the_full_model(kv):
+    """Full TinyLlama, every token forced up to KV position kv + 2 (launches of 64 steps), the rows as decode.py runs
+    them against mk_down_pieces: logits within 1e-3 of max |logit|, then every buffer bit for bit (o[L] counters: 2x)."""
+    from benchmarks.decode import variant_rows
+
+    c = get_config("tinyllama-1.1b", max_seq=1152)
+    weights = random_weights(c, seed=SEED + 51, device="cuda")
+    prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 52)).tolist()
+    rows = {name: variant_rows()[name] for name in ("mk_down_pieces",) + GEMV_BATCH_ROWS}
+    if kv == 128:
+        for name, flag in (("mk_down_body", "-DMK_DOWN_TRIPS=8"), ("mk_o_pieces", "-DMK_O_TRIPS=3")):
+            row = rows[name]
+            rows[f"{name} {flag}"] = {**row, "build_flags": tuple(row["build_flags"]) + (flag,)}
+    states = _same_launches(weights, prompt, _launches_to(kv), rows, _named_buffers)
+    ref = states.pop("mk_down_pieces")
+    o_counters = [n for n in ref if n.startswith("counter o[")]
+    assert len(o_counters) == c.n_layers
+    for name, got in states.items():
+        err = _logits_error(got, ref)
+        assert err < 1e-3, f"kv {kv}: {name}'s logits differ from mk_down_pieces' by {err:.3g} of max |logit|"
+        if name.startswith("mk_o_pieces"):
+            for n in o_counters:
+                assert torch.equal(got[n], 2 * ref[n]), f"kv {kv}: {name} {n}: {got[n]} vs {ref[n]}"
+            got = {n: v for n, v in got.items() if n not in o_counters}
+        assert set(got) <= set(ref)
+        assert _differing_buffers(got, ref) == [], f"kv {kv}: {name} (logits error {err:.3g})"

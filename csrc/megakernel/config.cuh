@@ -85,6 +85,38 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if MK_DOWN_PIECES && MK_RING
 #error "MK_DOWN_PIECES has no page-ring path: build it with MK_RING=0"
 #endif
+#ifndef MK_O_PIECES
+// Row 38 (opt-in, not yet GPU-run; NOTES.md "Ready: rows 38-39"): 1: O-proj tiles stream through gemv_batches
+// (gemv.cuh), each warp one row (benchmarks/decode.py mk_o_pieces, with TileShape(o_rows=8): every warp of both
+// CTAs per SM streams) in batches of MK_O_TRIPS trips, all of a batch's loads before its first FFMA (K 2048: the
+// whole row, 8 loads per lane, in one batch). A staged tile (stage_bytes) keeps tile_gemv. 0: the default build.
+#define MK_O_PIECES 0
+#endif
+#ifndef MK_O_TRIPS
+#define MK_O_TRIPS 8  // loads per lane per O-proj batch (one piece per row): 2048 / 8 / 32 = 8, one batch per row
+#endif
+#ifndef MK_DOWN_BODY
+// Row 39 (opt-in, not yet GPU-run; with MK_DOWN_PIECES): 1: Down's pieces (a row's two K-halves per warp) stream
+// through gemv_batches in batches of MK_DOWN_TRIPS trips of both halves (2 x MK_DOWN_TRIPS loads per lane, all
+// before the batch's first FFMA) instead of gemv_halves' 3 dependent 2-load remainder trips + one 16-load body
+// (benchmarks/decode.py mk_down_body). 0: gemv_halves.
+#define MK_DOWN_BODY 0
+#endif
+#ifndef MK_DOWN_TRIPS
+#define MK_DOWN_TRIPS 11  // trips per Down batch: 5632 / 8 / 2 / 32 = 11, so one batch of 22 loads per row
+#endif
+#if MK_O_PIECES < 0 || MK_O_PIECES > 1 || MK_DOWN_BODY < 0 || MK_DOWN_BODY > 1
+#error "MK_O_PIECES and MK_DOWN_BODY are 0 (off) or 1 (on)"
+#endif
+#if MK_O_TRIPS < 1 || MK_DOWN_TRIPS < 1
+#error "MK_O_TRIPS and MK_DOWN_TRIPS are trip counts >= 1"
+#endif
+#if MK_DOWN_BODY && !MK_DOWN_PIECES
+#error "MK_DOWN_BODY restructures the Down pieces' loop: build it with MK_DOWN_PIECES=1 (or 2)"
+#endif
+#if MK_O_PIECES && (MK_RING || MK_BATCH_O)
+#error "MK_O_PIECES has no page-ring path and replaces MK_BATCH_O's loop: build it with MK_RING=0 and MK_BATCH_O=0"
+#endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)
 #endif

@@ -104,6 +104,77 @@ __device__ __forceinline__ void gemv_tile_as(const __nv_bfloat16* __restrict__ W
   gemv_tile(W, K, rows, xs, out);
 }
 
+#if MK_O_PIECES || MK_DOWN_BODY
+// One weight load with its own predicate (rows 38-39): 16 bytes at p when on, the zeros it starts from when off. The
+// predicate is in the load instruction (@P LDG), so a batch of them has no branch between its loads and an off one
+// (past its piece) reads no memory; the address of an off load is never dereferenced.
+__device__ __forceinline__ uint4 ld_weights_if(const void* p, bool on) {
+#if MK_L2_HINTS > 0
+  return on ? ld_weights(p) : make_uint4(0u, 0u, 0u, 0u);
+#else
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %4, 0;\n\t@p ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%5];\n\t}"
+               : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w) : "r"((unsigned)on), "l"(p));
+  return v;
+#endif
+}
+
+// GEMV rows as (row, chunk-range) pieces streamed in whole batches (rows 38-39, opt-in: MK_O_PIECES, MK_DOWN_BODY;
+// megakernel/NOTES.md "Ready: rows 38-39"). Warp w (< kWarps) takes rows w, w + kWarps, ...; a row is kPieces
+// chunk ranges of span = chunks / kPieces chunks (the last piece also takes the remainder), each with its own fp32
+// accumulator. Per lane, trip t of piece q reads chunk q * span + lane + 32 t. A batch is kTrips trips of every
+// piece: kTrips x kPieces loads, all issued before the batch's first FFMA (each predicated on its chunk being in the
+// piece: no branch, no exit test between them), then their FFMAs. The plain loop (`#pragma unroll 8` over a runtime
+// trip count) runs (trips & 7) dependent 2-load remainder trips before its 16-load bodies (NOTES.md "Ready: row 36");
+// here a row of T trips per piece costs ceil(T / kTrips) batches: O-proj (K 2048, one piece, kTrips 8) 1 batch of 8
+// loads per row; Down (K 5632, two K-halves, kTrips MK_DOWN_TRIPS) 11 trips per half. Sums: each accumulator adds
+// its chunks in increasing order, as gemv_rows (one piece) and gemv_halves (two) do, so the outputs are theirs bit
+// for bit for every chunk count with one piece and for even ones with two (an odd count's last chunk is lane
+// (span % 32)'s here, lane 0's in gemv_halves).
+template <int kWarps, int kPieces, int kTrips>
+__device__ __forceinline__ void gemv_batches(const __nv_bfloat16* __restrict__ W, int K, int rows,
+                                             const float* __restrict__ xs, float* __restrict__ out) {
+  static_assert(kWarps >= 1 && kWarps <= NWARPS && kPieces >= 1 && kTrips >= 1, "gemv_batches shape");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (warp >= kWarps) return;
+  const int chunks = K >> 3, span = chunks / kPieces, last = chunks - (kPieces - 1) * span;  // last >= span
+  const float4* x4 = reinterpret_cast<const float4*>(xs);
+  for (int r = warp; r < rows; r += kWarps) {
+    const char* row = reinterpret_cast<const char*>(W + (size_t)r * K);
+    float acc[kPieces];
+#pragma unroll
+    for (int q = 0; q < kPieces; ++q) acc[q] = 0.f;
+#pragma unroll 1
+    for (int t0 = lane; t0 < last; t0 += 32 * kTrips) {  // one batch per pass
+      uint4 w[kTrips][kPieces];
+#pragma unroll
+      for (int u = 0; u < kTrips; ++u) {
+        const int t = t0 + 32 * u;
+#pragma unroll
+        for (int q = 0; q < kPieces; ++q)
+          w[u][q] = ld_weights_if(row + (size_t)(q * span + t) * 16, t < (q == kPieces - 1 ? last : span));
+      }
+#pragma unroll
+      for (int u = 0; u < kTrips; ++u) {
+        const int t = t0 + 32 * u;
+#pragma unroll
+        for (int q = 0; q < kPieces; ++q) {
+          if (t < (q == kPieces - 1 ? last : span)) {
+            const int c = q * span + t;
+            acc[q] += dot8(w[u][q], x4[2 * c], x4[2 * c + 1]);
+          }
+        }
+      }
+    }
+    float s = acc[0];
+#pragma unroll
+    for (int q = 1; q < kPieces; ++q) s += acc[q];
+    s = warp_sum(s);
+    if (lane == 0) out[r] = s;
+  }
+}
+#endif
+
 #if MK_DOWN_PIECES
 // Down's GEMV in (row, K-half) pieces (row 36, opt-in; MK_DOWN_PIECES, config.cuh; benchmarks/decode.py
 // mk_down_pieces). gemv_rows hands a warp GEMV_ROWS = 2 whole rows, so an 8-row Down tile (TileShape(down_rows=8))
@@ -145,7 +216,13 @@ __device__ __forceinline__ void gemv_halves(const __nv_bfloat16* __restrict__ W,
 // allocates the kernel anew and spills 44 B (trace build 52 B vs 40; NOTES.md "Ready: row 36").
 __device__ __forceinline__ void gemv_tile_pieces(const __nv_bfloat16* __restrict__ W, int K, int rows,
                                                  const float* __restrict__ xs, float* __restrict__ out) {
+#if MK_DOWN_BODY
+  // Row 39: the same pieces (a row's two K-halves per warp) in whole batches of MK_DOWN_TRIPS trips (gemv_batches,
+  // above; the same sums as gemv_halves for even chunk counts, Down's 704 included).
+  gemv_batches<MK_DOWN_PIECES == 2 ? NWARPS / 2 : NWARPS, 2, MK_DOWN_TRIPS>(W, K, rows, xs, out);
+#else
   gemv_halves<MK_DOWN_PIECES == 2 ? NWARPS / 2 : NWARPS>(W, K, rows, xs, out);
+#endif
 }
 #endif
 

@@ -320,7 +320,16 @@ __device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows
 #endif
   }
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+#if MK_O_PIECES
+  // Row 38: every warp one row, its loads in whole batches (gemv.cuh: gemv_batches); a staged prefix (stage_bytes,
+  // never with the rows of decode.py) keeps tile_gemv, which reads it.
+  if (s.staged)
+    tile_gemv(p, s, p.wo + ((size_t)layer * D + row0) * D, D, rows);
+  else
+    gemv_batches<NWARPS, 1, MK_O_TRIPS>(p.wo + ((size_t)layer * D + row0) * D, D, rows, s.xs, s.out);
+#else
   tile_gemv<MK_BATCH_O != 0>(p, s, p.wo + ((size_t)layer * D + row0) * D, D, rows);
+#endif
   __syncthreads();
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x_mid[(size_t)layer * D + row0 + r] = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
