@@ -91,6 +91,7 @@ WHOLE_OWN = ("-DMK_PF_OWN_CAP=0",)  # rows 10-17's own-tile prefetch of the whol
 ATTN_V1 = ("-DMK_ATTN_V2=0",)  # row 32's control: the three-pass attention tile
 DOWN_PIECES = ("-DMK_DOWN_PIECES=1",)  # row 36: every warp of an 8-row Down tile streams (row, K-half) pieces
 DOWN_PIECES_CTL = ("-DMK_DOWN_PIECES=2",)  # its control: the same code, warps 0-3 only
+LL_HANDOFF = ("-DMK_LL_HANDOFF=1",)  # row 37: flag-in-data hand-offs of x, x_mid and h (csrc/megakernel/ll.cuh)
 
 
 def variant_rows() -> dict[str, dict]:
@@ -219,6 +220,11 @@ def variant_rows() -> dict[str, dict]:
         # warps per CTA taking rows (mk_down8's count), so pieces vs ctl is the warp count, ctl vs mk_down8 the code.
         "mk_down_pieces": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES},
         "mk_down8_ctl": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES_CTL},
+        # Row 37 (NOTES.md "Ready: row 37"): mk_down_pieces plus flag-in-data hand-offs (csrc/megakernel/ll.cuh): Embed,
+        # O-proj, gate/up and Down also store each output with this step's flag in one 64-bit store, and the QKV, gate/up,
+        # Down and Logits tiles skip their counter wait and poll those copies of x, x_mid and h (the residual reads
+        # too); measured against mk_down_pieces in the same run (the same tiles and Down code)
+        "mk_ll": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES + LL_HANDOFF},
     }
 
 
