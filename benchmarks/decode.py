@@ -93,6 +93,7 @@ DOWN_PIECES = ("-DMK_DOWN_PIECES=1",)  # row 36: every warp of an 8-row Down til
 DOWN_PIECES_CTL = ("-DMK_DOWN_PIECES=2",)  # its control: the same code, warps 0-3 only
 O_PIECES = ("-DMK_O_PIECES=1",)  # row 38: O-proj rows streamed in whole batches (gemv.cuh: gemv_batches), one row a warp
 DOWN_BODY = ("-DMK_DOWN_BODY=1",)  # row 39: Down's pieces in whole batches (with DOWN_PIECES), no remainder trips
+LL_HANDOFF = ("-DMK_LL_HANDOFF=1",)  # row 37: flag-in-data hand-offs of x, x_mid and h (csrc/megakernel/ll.cuh)
 
 
 def variant_rows() -> dict[str, dict]:
@@ -229,6 +230,11 @@ def variant_rows() -> dict[str, dict]:
         # row (MK_DOWN_TRIPS=11) instead of 3 dependent 2-load remainder trips + a 16-load body.
         "mk_o_pieces": {"tiles": TileShape(o_rows=8, down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES + O_PIECES},
         "mk_down_body": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES + DOWN_BODY},
+        # Row 37 (NOTES.md "Ready: row 37"): mk_down_pieces plus flag-in-data hand-offs (csrc/megakernel/ll.cuh): Embed,
+        # O-proj, gate/up and Down also store each output with this step's flag in one 64-bit store, and the QKV, gate/up,
+        # Down and Logits tiles skip their counter wait and poll those copies of x, x_mid and h (the residual reads
+        # too); measured against mk_down_pieces in the same run (the same tiles and Down code)
+        "mk_ll": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES + LL_HANDOFF},
     }
 
 

@@ -768,3 +768,89 @@ def test_gemv_batches_equal_down_pieces_on_the_full_model(kv):
             got = {n: v for n, v in got.items() if n not in o_counters}
         assert set(got) <= set(ref)
         assert _differing_buffers(got, ref) == [], f"kv {kv}: {name} (logits error {err:.3g})"
+
+
+# Row 37 (NOTES.md "Ready: row 37"; FUSION_K=llhandoff, since "-k ll" would also select every *full_model* test;
+# benchmarks/decode.py mk_ll): MK_LL_HANDOFF, flag-in-data copies of x, x_mid and h (csrc/megakernel/ll.cuh) that the
+# QKV, gate/up, Down and Logits tiles poll instead of waiting on their counters. Against the interpreter on the tiny
+# model (one-step launches: a fresh flag base each), bit for bit against mk_down_pieces (the same tiles, Down code and
+# fp32 arithmetic: only where the inputs come from differs) on the tiny model in one long launch and on the full model
+# at KV ~128 and ~1024 (plus logits within 1e-3 of the default's, whose 16-row Down tiles sum in another order, so its
+# buffers are not expected to be the same bits), a new generation over the same positions on one decoder (re-used KV
+# positions: stale flags must not match), and a stuck LL wait reported by the watchdog with the instruction and the
+# element it waited for.
+LL_ROW = "mk_ll"
+
+
+def _ll_kw(name: str = LL_ROW) -> dict:
+    from benchmarks.decode import variant_rows
+
+    return dict(variant_rows()[name])
+
+
+@pytest.mark.parametrize("workers", [None, 37])
+def test_llhandoff_matches_interpreter(workers):
+    weights = random_weights(get_config("tiny"), seed=SEED + 49, device="cuda")
+    tiles = dataclasses.replace(TINY_TILES, down_rows=8)
+    dec = _decoder(weights, tiles=tiles, workers=workers, build_flags=_ll_kw()["build_flags"])
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 50)).tolist()
+    _assert_steps_match_interpreter(dec, prompt, f"mk_ll workers={workers}")
+
+
+@pytest.mark.parametrize("workers", [None, 37])
+def test_llhandoff_equals_down_pieces_bit_for_bit_tiny(workers):
+    """36 steps in one launch (many steps' tiles in flight), then the same 36 positions again as a new generation on
+    the same decoder (its LL copies hold the first run's flags): every buffer equal to mk_down_pieces'."""
+    weights = random_weights(get_config("tiny"), seed=SEED + 51, device="cuda")
+    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 52)).tolist()
+    tiles = dataclasses.replace(TINY_TILES, down_rows=8)
+    states = {}
+    for row in ("mk_down_pieces", LL_ROW):
+        dec = _decoder(weights, tiles=tiles, workers=workers, build_flags=_ll_kw(row)["build_flags"])
+        runs = []
+        for _ in range(2):
+            dec.set_prompt(prompt)
+            dec.run(0, 36)
+            runs.append(_buffers(dec))
+        states[row] = runs
+        del dec
+    for run in range(2):
+        assert _differing_buffers(states["mk_down_pieces"][run], states[LL_ROW][run]) == [], f"run {run}"
+
+
+@pytest.mark.parametrize("kv", [128, 1024])
+def test_llhandoff_equals_down_pieces_on_the_full_model(kv):
+    """Full TinyLlama, every token forced up to KV position kv + 2 (launches of 64 steps), the rows as decode.py runs
+    them: mk_ll bit for bit mk_down_pieces, and its logits within 1e-3 of max |logit| of the default's."""
+    c = get_config("tinyllama-1.1b", max_seq=1152)
+    weights = random_weights(c, seed=SEED + 53, device="cuda")
+    prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 54)).tolist()
+    rows = {"default": {}, "mk_down_pieces": _ll_kw("mk_down_pieces"), LL_ROW: _ll_kw()}
+    states = _same_launches(weights, prompt, _launches_to(kv), rows, _buffers)
+    err = _logits_error(states[LL_ROW], states["default"])
+    assert err < 1e-3, f"kv {kv}: mk_ll's logits differ from the default's by {err:.3g} of max |logit|"
+    assert _differing_buffers(states["mk_down_pieces"], states[LL_ROW]) == [], f"kv {kv}: logits error {err:.3g}"
+
+
+def test_llhandoff_watchdog_names_the_stuck_element():
+    """A program whose first Down tile of layer 0 computes the second tile's rows: x[1]'s LL rows 0-7 are never
+    written, so layer 1's QKV tiles poll them for ever (their counter wait is skipped: down[0] is complete). The
+    watchdog stops the launch within 5 s and names the lowest stuck QKV tile, the element and the edge's counter."""
+    from megakernel.dag import build_decode_program
+    from megakernel.instructions import Down, QkvHead
+    from megakernel.runtime import MegakernelError
+
+    weights = random_weights(get_config("tiny"), seed=SEED + 55, device="cuda")
+    tiles = dataclasses.replace(TINY_TILES, down_rows=8)
+    dec = _decoder(weights, tiles=tiles, timeout_s=0.2, build_flags=_ll_kw()["build_flags"])
+    prog = build_decode_program(weights.config, tiles)
+    downs = [i for i, ins in enumerate(prog.instructions) if isinstance(ins, Down) and ins.layer == 0]
+    prog.instructions[downs[0]] = dataclasses.replace(prog.instructions[downs[0]], row0=prog.instructions[downs[1]].row0)
+    qkv = next(i for i, ins in enumerate(prog.instructions) if isinstance(ins, QkvHead) and ins.layer == 1)
+    dec.replace_program(prog)
+    dec.set_prompt([1, 2, 3])
+    start = time.perf_counter()
+    with pytest.raises(MegakernelError, match=rf"instruction {qkv} QkvHead\(layer=1.*flag-in-data copy of x\[1\]\[[0-7]\] "
+                                              r"\(the edge of counter 'down\[0\]'\) for flag 1, it held 0"):
+        dec.run(0, 2)
+    assert time.perf_counter() - start < 5.0

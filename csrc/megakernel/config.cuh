@@ -117,6 +117,18 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if MK_O_PIECES && (MK_RING || MK_BATCH_O)
 #error "MK_O_PIECES has no page-ring path and replaces MK_BATCH_O's loop: build it with MK_RING=0 and MK_BATCH_O=0"
 #endif
+#ifndef MK_LL_HANDOFF
+// Row 37 (opt-in, not yet GPU-run; NOTES.md "Ready: row 37"): 1: flag-in-data copies of x, x_mid and h (ll.cuh);
+// QKV, gate/up, Down and Logits tiles (the host's PF_LL_INPUT bit) skip their counter wait and poll the data itself
+// (benchmarks/decode.py mk_ll). 0: the default build unchanged.
+#define MK_LL_HANDOFF 0
+#endif
+#if MK_LL_HANDOFF < 0 || MK_LL_HANDOFF > 1
+#error "MK_LL_HANDOFF is 0 (off) or 1 (flag-in-data hand-offs of x, x_mid and h)"
+#endif
+#if MK_LL_HANDOFF && MK_POLL2
+#error "MK_LL_HANDOFF has no second poller: build it with MK_POLL2=0"
+#endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)
 #endif
