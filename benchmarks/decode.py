@@ -89,11 +89,16 @@ DETAIL = ("-DMK_DETAIL_REGIONS=1",)  # trace builds only: mode 0 (the timed cubi
 VEC_SERIAL = ("-DMK_VEC_BATCH=0",)
 WHOLE_OWN = ("-DMK_PF_OWN_CAP=0",)  # rows 10-17's own-tile prefetch of the whole tile (row 34 cut it to 32 KiB)
 ATTN_V1 = ("-DMK_ATTN_V2=0",)  # row 32's control: the three-pass attention tile
-DOWN_PIECES = ("-DMK_DOWN_PIECES=1",)  # row 36: every warp of an 8-row Down tile streams (row, K-half) pieces
+DOWN_PIECES = ("-DMK_DOWN_PIECES=1",)  # row 36 (the default since 17:54): every warp of a Down tile streams pieces
 DOWN_PIECES_CTL = ("-DMK_DOWN_PIECES=2",)  # its control: the same code, warps 0-3 only
 O_PIECES = ("-DMK_O_PIECES=1",)  # row 38: O-proj rows streamed in whole batches (gemv.cuh: gemv_batches), one row a warp
 DOWN_BODY = ("-DMK_DOWN_BODY=1",)  # row 39: Down's pieces in whole batches (with DOWN_PIECES), no remainder trips
 LL_HANDOFF = ("-DMK_LL_HANDOFF=1",)  # row 37: flag-in-data hand-offs of x, x_mid and h (csrc/megakernel/ll.cuh)
+# Down through gemv_tile, the default before row 36 (and the only Down with a staged or ring path: the runtime refuses
+# stage_bytes / ring_pages without it). Rows that reproduce an older default, or that change gemv_tile itself
+# (MK_GEMV_BATCH, MK_GEMV_ROWS), carry it with 16-row Down tiles (down16 in variant_rows), so they still measure
+# what they measured before row 36.
+DOWN_PLAIN = ("-DMK_DOWN_PIECES=0",)
 
 
 def variant_rows() -> dict[str, dict]:
@@ -101,6 +106,10 @@ def variant_rows() -> dict[str, dict]:
     from megakernel.dag import TileShape
 
     one_cta = ONE_CTA
+    # The default before row 36 exactly: row 35's tiles with 16-row Down tiles (TileShape's own down_rows) through
+    # gemv_tile. Rows that pin an explicit TileShape take down_rows=8 where they are the current default plus one
+    # knob, and the flag at 0 (16-row tiles) where they reproduce an older default or a staged / ring path.
+    down16_tiles = TileShape(attn_split_long=256)
     return {  # opt-in rows (--variants NAME,...): tuning experiments against the default
         "mk_1cta": {"build_flags": one_cta},
         # the default kernel; its trace build also records the detail regions (megakernel/regions.py:
@@ -118,51 +127,57 @@ def variant_rows() -> dict[str, dict]:
         # row 23: the default's static tickets go by an SM-spread rank (megakernel.cu: spread_rank) and gate/up is
         # 256 tiles of 22 features; mk_nospread is the default before it (block-index order, 32 features),
         # mk_g32 the spread with 32-feature tiles (measured as mk_spread at d5aef05)
-        "mk_nospread": {"tiles": TileShape(gate_features=32), "build_flags": NO_SPREAD},
-        "mk_g32": {"tiles": TileShape(gate_features=32)},
+        "mk_nospread": {"tiles": TileShape(gate_features=32), "build_flags": NO_SPREAD + DOWN_PLAIN},
+        "mk_g32": {"tiles": TileShape(gate_features=32, down_rows=8)},
         # row 26 (NOTES.md "Ready: row 26"): each KV-head group's attention combine once, by its last-arriving
         # AttnPartial tile (TileShape.last_combine: MK_LAST_COMBINE=1), O-proj loads the combined vector;
         # mk_oproj_combine is every O-proj tile combining all heads itself (today's default, kept for when the
         # default flips); mk_lastcombine_detail adds the detail regions (the combine's weights / sum in attention)
-        "mk_lastcombine": {"tiles": TileShape(last_combine=True)},
-        "mk_oproj_combine": {"tiles": TileShape(last_combine=False)},
-        "mk_lastcombine_detail": {"tiles": TileShape(last_combine=True), "build_flags": ("-DMK_DETAIL_REGIONS=1",)},
+        "mk_lastcombine": {"tiles": TileShape(last_combine=True, down_rows=8)},
+        "mk_oproj_combine": {"tiles": TileShape(last_combine=False, down_rows=8)},
+        "mk_lastcombine_detail": {"tiles": TileShape(last_combine=True, down_rows=8),
+                                  "build_flags": ("-DMK_DETAIL_REGIONS=1",)},
         # row 27 (NOTES.md "Ready: row 27"): one binary with both combines (MK_LAST_COMBINE=2), the form picked per
         # launch: the O-proj combine while the launch's largest KV length is <= 512 positions (4 splits of 128), the
         # last arrival above. 512: the last arrival measured +1.7% at kv 128 and -1.7% at kv 1024 (H200 02:41); by
         # dependent round trips it is even at 3-4 used splits and ahead from 5 (TileShape.combine_threshold)
-        "mk_adaptive_combine": {"tiles": TileShape(last_combine="auto")},
+        "mk_adaptive_combine": {"tiles": TileShape(last_combine="auto", down_rows=8)},
         # row 32's control (NOTES.md "Row 32 measured"): the three-pass attention tile the default had before
         # MK_ATTN_V2 (q, barrier, K/V scores through shared memory, softmax warps, a PV pass; 5 CTA barriers).
         # mk_attn_v1_detail adds its detail regions (scores, softmax, pv) for timelines beside mk_detail's
         "mk_attn_v1": {"build_flags": ATTN_V1},
         "mk_attn_v1_detail": {"build_flags": ATTN_V1 + DETAIL},
-        "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256), "build_flags": one_cta},
-        "mk_split256": {"tiles": TileShape(attn_split=256)},
-        "mk_split64": {"tiles": TileShape(attn_split=64)},
-        "mk_split32": {"tiles": TileShape(attn_split=32)},
+        "mk_v1_tiles": {"tiles": TileShape(qkv_parts=1, gate_features=16, attn_split=256),
+                        "build_flags": one_cta + DOWN_PLAIN},
+        "mk_split256": {"tiles": TileShape(attn_split=256, down_rows=8)},
+        "mk_split64": {"tiles": TileShape(attn_split=64, down_rows=8)},
+        "mk_split32": {"tiles": TileShape(attn_split=32, down_rows=8)},
         # row 35's control (NOTES.md "Row 35 measured"): the default (DEFAULT_TILES) picks each launch's split length
         # by its largest KV length (128 positions up to 512, 256 above); mk_split128 keeps 128 in every launch
-        "mk_split128": {"tiles": TileShape()},
-        "mk_qkv8": {"tiles": TileShape(qkv_parts=8)},
-        "mk_hp1": {"tiles": TileShape(attn_head_parts=1)},  # the whole group of 8 query heads per attention tile
-        "mk_hp2": {"tiles": TileShape(attn_head_parts=2)},
-        "mk_hp8": {"tiles": TileShape(attn_head_parts=8)},
-        "mk_gate16": {"tiles": TileShape(gate_features=16)},
-        "mk_down8": {"tiles": TileShape(down_rows=8)},
-        "mk_o8": {"tiles": TileShape(o_rows=8)},
-        "mk_logits32": {"tiles": TileShape(logits_rows=32)},
+        "mk_split128": {"tiles": TileShape(down_rows=8)},
+        "mk_qkv8": {"tiles": TileShape(qkv_parts=8, down_rows=8)},
+        # the whole group of 8 query heads per attention tile
+        "mk_hp1": {"tiles": TileShape(attn_head_parts=1, down_rows=8)},
+        "mk_hp2": {"tiles": TileShape(attn_head_parts=2, down_rows=8)},
+        "mk_hp8": {"tiles": TileShape(attn_head_parts=8, down_rows=8)},
+        "mk_gate16": {"tiles": TileShape(gate_features=16, down_rows=8)},
+        # 8-row Down tiles through gemv_tile (warps 0-3 of each CTA stream; 14:30: the same as the 16-row default)
+        "mk_down8": {"tiles": TileShape(down_rows=8), "build_flags": DOWN_PLAIN},
+        "mk_o8": {"tiles": TileShape(o_rows=8, down_rows=8)},
+        "mk_logits32": {"tiles": TileShape(logits_rows=32, down_rows=8)},
         "mk_unroll4": {"build_flags": ("-DMK_GEMV_UNROLL=4",)},
         "mk_spin100": {"build_flags": ("-DMK_SPIN_NS=100",)},
         "mk_spin400": {"build_flags": ("-DMK_SPIN_NS=400",)},
-        "mk_rows4": {"build_flags": ("-DMK_GEMV_ROWS=4",)},
+        "mk_rows4": {"tiles": down16_tiles, "build_flags": ("-DMK_GEMV_ROWS=4",) + DOWN_PLAIN},
         # weight prefetch (megakernel/runtime.py: prefetch_plan) and L2/fence build knobs
         # the default before 2026-12-01 12:50: own-tile L2 prefetch before the wait, __threadfence hand-off,
         # Sample over all logits with 4 loads in flight per thread, the GEMV loop that kept 2 loads in flight
         "mk_old": {"prefetch_own": True, "tiles": TileShape(fused_sample=False),
-                   "build_flags": ("-DMK_THREADFENCE=1", "-DMK_SAMPLE_BATCH=4", "-DMK_GEMV_BATCH=0") + WHOLE_OWN},
+                   "build_flags": ("-DMK_THREADFENCE=1", "-DMK_SAMPLE_BATCH=4", "-DMK_GEMV_BATCH=0") + WHOLE_OWN
+                   + DOWN_PLAIN},
         "mk_gemv_old": {"build_flags": ("-DMK_GEMV_BATCH=0",)},  # the plain GEMV loop (2 loads in flight per warp)
-        "mk_gemv_batch": {"build_flags": ("-DMK_GEMV_BATCH=1",)},  # 16 loads in flight per warp
+        # 16 loads in flight per warp (gemv_tile's batched loop, Down's too)
+        "mk_gemv_batch": {"tiles": down16_tiles, "build_flags": ("-DMK_GEMV_BATCH=1",) + DOWN_PLAIN},
         # L2 prefetch of a ticket's whole own tile before its wait (rows 10-11; the cap 0 since row 34's default)
         "mk_pfown": {"build_flags": WHOLE_OWN},
         # row 34 (NOTES.md "Row 34 measured"): the default prefetches the leading 32 KiB of its own tile; its control
@@ -172,20 +187,22 @@ def variant_rows() -> dict[str, dict]:
         "mk_pfsmall": {"prefetch_own": ("qkv", "oproj"), "build_flags": WHOLE_OWN},  # ... only for the small QKV and O-proj tiles
         "mk_pfffn": {"prefetch_own": ("gateup", "down"), "build_flags": WHOLE_OWN},
         "mk_fence": {"build_flags": ("-DMK_THREADFENCE=1",)},  # __threadfence before each release add
-        "mk_sample4": {"tiles": TileShape(fused_sample=False), "build_flags": ("-DMK_SAMPLE_BATCH=4",)},  # unfused only
+        "mk_sample4": {"tiles": TileShape(fused_sample=False, down_rows=8),  # unfused only
+                       "build_flags": ("-DMK_SAMPLE_BATCH=4",)},
         "mk_relax": {"build_flags": ("-DMK_RELAXED_POLL=1",)},  # relaxed polls, one acquire fence
         "mk_win8": {"prefetch_window": 8 << 20},  # each ticket prefetches the bytes 8 MiB further on
         "mk_win24": {"prefetch_window": 24 << 20},
         "mk_hint1": {"build_flags": ("-DMK_L2_HINTS=1",)},  # weight loads evict_first
         "mk_hint2": {"build_flags": ("-DMK_L2_HINTS=2",) + WHOLE_OWN},  # + prefetches evict_last
-        "mk_stage72": {"stage_bytes": 72 * 1024},  # leading rows of each tile bulk-copied to shared memory
-        "mk_stage48": {"stage_bytes": 48 * 1024},
-        "mk_r4u4": {"build_flags": ("-DMK_GEMV_ROWS=4", "-DMK_GEMV_UNROLL=4")},
-        "mk_r1u16": {"build_flags": ("-DMK_GEMV_ROWS=1", "-DMK_GEMV_UNROLL=16")},
-        "mk_down8_relax": {"tiles": TileShape(down_rows=8), "build_flags": ("-DMK_RELAXED_POLL=1",)},
+        # leading rows of each tile bulk-copied to shared memory (gemv_tile_staged: Down with the flag at 0)
+        "mk_stage72": {"stage_bytes": 72 * 1024, "tiles": down16_tiles, "build_flags": DOWN_PLAIN},
+        "mk_stage48": {"stage_bytes": 48 * 1024, "tiles": down16_tiles, "build_flags": DOWN_PLAIN},
+        "mk_r4u4": {"tiles": down16_tiles, "build_flags": ("-DMK_GEMV_ROWS=4", "-DMK_GEMV_UNROLL=4") + DOWN_PLAIN},
+        "mk_r1u16": {"tiles": down16_tiles, "build_flags": ("-DMK_GEMV_ROWS=1", "-DMK_GEMV_UNROLL=16") + DOWN_PLAIN},
+        "mk_down8_relax": {"tiles": TileShape(down_rows=8), "build_flags": ("-DMK_RELAXED_POLL=1",) + DOWN_PLAIN},
         # The Sample over all vocab logits: the default until fused sampling (per-Logits-tile argmax, Sample
         # reduces 500 pairs) measured 1.4% faster (megakernel/NOTES.md row 14); kept to re-check that.
-        "mk_nofsample": {"tiles": TileShape(fused_sample=False)},
+        "mk_nofsample": {"tiles": TileShape(fused_sample=False, down_rows=8)},
         # The batched GEMV (all GEMV_ROWS x GEMV_UNROLL loads of a block issued before use, 64 KB per CTA) only in
         # the single-wave tiles alone on the latency chain, the plain loop (8 KB per CTA) in gate/up, down and
         # logits (megakernel/NOTES.md "Ready for the next device run"; all ops batched = mk_gemv_batch, row 12)
@@ -205,22 +222,29 @@ def variant_rows() -> dict[str, dict]:
         # 167 ns when the streamers are on other SMs, and the plain GEMV loop streaming 4.44 TB/s from 131 CTAs.
         # Earlier 1-CTA rows (mk_1cta, NOTES.md rows 4, 7, 12) kept the 263-worker tiles: 2-wave QKV and gate/up.
         # 80 QKV tiles of 32 rows, 128 gate/up tiles of 44 features, 128 logits tiles of 250 rows (NOTES.md "Ready: row 19")
-        "mk_1cta_w128": {"tiles": TileShape(qkv_parts=2, gate_features=44, logits_rows=250), "build_flags": one_cta},
-        "mk_1cta_w128_q4": {"tiles": TileShape(gate_features=44, logits_rows=250), "build_flags": one_cta},
+        "mk_1cta_w128": {"tiles": TileShape(qkv_parts=2, gate_features=44, logits_rows=250),
+                         "build_flags": one_cta + DOWN_PLAIN},
+        "mk_1cta_w128_q4": {"tiles": TileShape(gate_features=44, logits_rows=250), "build_flags": one_cta + DOWN_PLAIN},
         # GEMV weights as bulk-copied 16 KiB pages, the first ones issued before the dependency wait
         # (csrc/megakernel/ring.cuh; benchmarks/weight_stream.py: register streaming at 2 CTAs/SM makes a
         # dependent L2 load on the SM ~7x slower, bulk copies ~1.3-2x; NOTES.md rows 17-18)
-        "mk_ring2": {"ring_pages": 2},
-        "mk_ring3": {"ring_pages": 3},
-        "mk_ring4": {"ring_pages": 4},
-        "mk_pf_batch": {"build_flags": ("-DMK_GEMV_BATCH=1",) + WHOLE_OWN},
-        "mk_pfffn_batch": {"prefetch_own": ("gateup", "down"), "build_flags": ("-DMK_GEMV_BATCH=1",) + WHOLE_OWN},
+        # (MK_RING has no Down-pieces path: the flag at 0, 16-row Down tiles as measured)
+        "mk_ring2": {"ring_pages": 2, "tiles": down16_tiles, "build_flags": DOWN_PLAIN},
+        "mk_ring3": {"ring_pages": 3, "tiles": down16_tiles, "build_flags": DOWN_PLAIN},
+        "mk_ring4": {"ring_pages": 4, "tiles": down16_tiles, "build_flags": DOWN_PLAIN},
+        "mk_pf_batch": {"tiles": down16_tiles, "build_flags": ("-DMK_GEMV_BATCH=1",) + WHOLE_OWN + DOWN_PLAIN},
+        "mk_pfffn_batch": {"prefetch_own": ("gateup", "down"), "tiles": down16_tiles,
+                           "build_flags": ("-DMK_GEMV_BATCH=1",) + WHOLE_OWN + DOWN_PLAIN},
         "mk_pfsmall_bchain": {"prefetch_own": ("qkv", "oproj"), "build_flags": BATCH_QKV + BATCH_O + WHOLE_OWN},
-        # Row 36 (NOTES.md "Ready: row 36"): 256 Down tiles of 8 rows (two per SM) in which every warp streams one
-        # row's two K-halves (gemv.cuh: gemv_tile_pieces), 16 streaming warps per SM where mk_down8 and the default
-        # have 8; the default's split choice (DEFAULT_TILES) otherwise. mk_down8_ctl: the same tiles and code with 4
-        # warps per CTA taking rows (mk_down8's count), so pieces vs ctl is the warp count, ctl vs mk_down8 the code.
+        # Row 36 (NOTES.md "Row 36 measured"), the default since its H200 run (17:54): 256 Down tiles of 8 rows
+        # (DEFAULT_TILES) in which every warp streams one row's two K-halves (gemv.cuh: gemv_tile_pieces), 16
+        # streaming warps per SM. Its controls: mk_down16, the default before it exactly (128 tiles of 16 rows through
+        # gemv_tile), and mk_down8_ctl, the default's tiles and code with 4 warps per CTA taking rows (mk_down8's
+        # count), so the default vs ctl is the warp count, ctl vs mk_down8 the code. mk_down_pieces, the row as
+        # measured, is the default's tiles and build with the flag named: the in-run reference of rows 37-39, which
+        # name it too (the same cubin as the default's, so the two rows of one run also show the run's spread).
         "mk_down_pieces": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES},
+        "mk_down16": {"tiles": down16_tiles, "build_flags": DOWN_PLAIN},
         "mk_down8_ctl": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES_CTL},
         # Rows 38-39 (NOTES.md "Ready: rows 38-39"), both on top of row 36 (DOWN_PIECES and its 8-row Down tiles, named
         # here so the rows stay the same when row 36 becomes the default): GEMV loops with no dependent remainder trip
@@ -373,7 +397,8 @@ def main() -> int:
     for name in filter(None, a.variants.split(",")):
         variants[name] = more[name]
     if a.staged:  # the optional path, measured last: weight tiles bulk-copied into shared memory
-        variants["megakernel_staged"] = {"stage_bytes": STAGE_DOWN16, "build_flags": one_cta}
+        variants["megakernel_staged"] = {"stage_bytes": STAGE_DOWN16, "tiles": more["mk_down16"]["tiles"],
+                                         "build_flags": one_cta + DOWN_PLAIN}
 
     def measure_megakernel(name: str, kw: dict) -> None:
         dec = MegakernelDecoder(weights, **kw)

@@ -251,10 +251,13 @@ class Program:
 
 
 # The decoder's tiles when none are given (MegakernelDecoder): TileShape's defaults plus row 35's per-launch split
-# (H200 2026-12-02 15:18: kv 128 0.928 vs 0.929 ms/token, kv 1024 0.983 vs 1.035; NOTES.md "Row 35 measured").
-# A TileShape the caller builds keeps one split length unless it sets attn_split_long (the rows that pin a split or a
-# last-arrival combine measure exactly what they name); the row mk_split128 is this default without it.
-DEFAULT_TILES = TileShape(attn_split_long=256)
+# (H200 2026-12-02 15:18: kv 128 0.928 vs 0.929 ms/token, kv 1024 0.983 vs 1.035; NOTES.md "Row 35 measured") and
+# row 36's 8-row Down tiles, which the default build (MK_DOWN_PIECES=1) streams with every warp (H200 17:54: kv 128
+# 0.906 vs 0.929, kv 1024 0.962 vs 0.986; NOTES.md "Row 36 measured"). A TileShape the caller builds keeps one split
+# length unless it sets attn_split_long, and 16-row Down tiles unless it sets down_rows (the rows that pin a split, a
+# last-arrival combine or an older default measure exactly what they name); benchmarks/decode.py mk_split128 is this
+# default with one split, mk_down16 the default before row 36 (16-row tiles, -DMK_DOWN_PIECES=0).
+DEFAULT_TILES = TileShape(down_rows=8, attn_split_long=256)
 
 
 def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) -> Program:

@@ -358,9 +358,12 @@ class MegakernelDecoder:
         # dynamic shared memory with staging: one or the other
         if not isinstance(ring_pages, int) or not 0 <= ring_pages <= 8 or (ring_pages and stage_bytes):
             raise ValueError(f"ring_pages must be an int in [0, 8] and 0 when stage_bytes is set, got {ring_pages!r}")
-        # Row 36's Down pieces (MK_DOWN_PIECES=1/2) have no staged path: op_down would ignore a staged prefix
-        if stage_bytes and flag_value(build_flags, "MK_DOWN_PIECES") not in (None, "0"):
-            raise ValueError("stage_bytes must be 0 with -DMK_DOWN_PIECES (Down's pieces read no staged rows)")
+        # Row 36's Down pieces (MK_DOWN_PIECES=1, the default build since its H200 run, or 2) have no staged or ring
+        # path: op_down would ignore a staged prefix, and MK_RING with the pieces is a compile error (config.cuh).
+        # Staged and ring builds name the plain Down (gemv_tile) with -DMK_DOWN_PIECES=0.
+        if (stage_bytes or ring_pages) and flag_value(build_flags, "MK_DOWN_PIECES") != "0":
+            raise ValueError("stage_bytes and ring_pages need -DMK_DOWN_PIECES=0 in build_flags (the default build's "
+                             "Down pieces read no staged rows and have no ring path)")
         self.device = torch.device("cuda", device)
         self.program: Program = build_decode_program(self.config, self.tiles)
         self.state = DecodeState.create(self.program, weights, self.device)

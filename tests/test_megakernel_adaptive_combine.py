@@ -38,7 +38,7 @@ def test_auto_is_a_tile_option_and_a_row(tiny):
     assert option_flags(TileShape(last_combine="auto", fused_sample=False)) == ("-DMK_FUSED_SAMPLE=0",
                                                                                 "-DMK_LAST_COMBINE=2")
     assert TileShape().combine_threshold == 512 and variant_rows()["mk_adaptive_combine"] == {
-        "tiles": TileShape(last_combine="auto")}
+        "tiles": TileShape(last_combine="auto", down_rows=8)}  # the default's Down tiles since row 36
     for bad in ({"last_combine": "Auto"}, {"last_combine": 2}, {"combine_threshold": -1},
                 {"combine_threshold": 512.0}, {"combine_threshold": True}):
         with pytest.raises(DagError, match="last_combine must be a bool or 'auto'|combine_threshold must be"):

@@ -241,18 +241,21 @@ RING_ROWS = ("mk_ring2", "mk_ring4")
 RING_CONFIG = dict(hidden=256, ffn=768, n_heads=8, n_kv_heads=2, head_dim=32, vocab=1024)
 
 
-def _ring_pages(name: str) -> int:
-    from benchmarks.decode import variant_rows
+def _ring_row(name: str) -> dict:
+    """The row's keywords but its tiles (the ring rows' are the full model's): ring_pages and the flag at 0 (the
+    default's Down pieces, row 36, have no ring path)."""
+    from benchmarks.decode import DOWN_PLAIN, variant_rows
 
-    row = variant_rows()[name]
-    assert set(row) == {"ring_pages"}, f"{name} changes more than ring_pages: {row}"
-    return row["ring_pages"]
+    row = dict(variant_rows()[name])
+    row.pop("tiles")
+    assert row.keys() == {"ring_pages", "build_flags"} and row["build_flags"] == DOWN_PLAIN, f"{name}: {row}"
+    return row
 
 
 @pytest.mark.parametrize("name", RING_ROWS)
 def test_ring_row_matches_interpreter(name):
     weights = random_weights(get_config("tiny", **RING_CONFIG), seed=SEED + 7, device="cuda")
-    dec = _decoder(weights, tiles=TINY_TILES, ring_pages=_ring_pages(name))
+    dec = _decoder(weights, tiles=TINY_TILES, **_ring_row(name))
     prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 8)).tolist()
     _assert_steps_match_interpreter(dec, prompt, name)
 
@@ -667,13 +670,15 @@ def test_split_auto_equals_the_default_on_the_full_model(kv):
     assert (states["default"][1] == (kv + 3) * c.n_kv_heads * 9 * 4).all(), states["default"][1]
 
 
-# Row 36 (NOTES.md "Ready: row 36"; FUSION_K=down_pieces; benchmarks/decode.py mk_down_pieces, mk_down8_ctl):
-# MK_DOWN_PIECES=1, Down tiles in which each warp streams one row's two K-halves (gemv.cuh: gemv_tile_pieces), and
-# MK_DOWN_PIECES=2, the same code with warps 0-3 only. Against the interpreter on the tiny model (8-row tiles, and
-# 16-row tiles: two rows per warp in turn), and against the default on the full model at KV ~128 and ~1024: logits
-# within 1e-3 of max |logit|, layer 0's Down output within fp32 reordering, and the two flags bit for bit equal
-# (every row summed by the same lanes in the same order, whichever warp takes it).
-DOWN_PIECES_ROWS = ("mk_down_pieces", "mk_down8_ctl")
+# Row 36 (NOTES.md "Ready: row 36", "Row 36 measured"; FUSION_K=down_pieces), the default since its H200 run:
+# MK_DOWN_PIECES=1, Down tiles in which each warp streams one row's two K-halves (gemv.cuh: gemv_tile_pieces), with
+# DEFAULT_TILES' 8-row Down tiles; mk_down8_ctl: MK_DOWN_PIECES=2, the same code with warps 0-3 only; mk_down16: the
+# default before it (16-row tiles through gemv_tile, the flag at 0). Each build against the interpreter on the tiny
+# model (8-row tiles, and 16-row tiles: two rows per warp in turn), and the default against mk_down16 on the full model
+# at KV ~128 and ~1024: logits within 1e-3 of max |logit|, layer 0's Down output within fp32 reordering, and the
+# default and mk_down8_ctl bit for bit equal (every row summed by the same lanes in the same order, whichever warp
+# takes it).
+DOWN_PIECES_ROWS = ("default", "mk_down8_ctl", "mk_down16")
 
 
 @pytest.mark.parametrize("name", DOWN_PIECES_ROWS)
@@ -682,7 +687,7 @@ DOWN_PIECES_ROWS = ("mk_down_pieces", "mk_down8_ctl")
 def test_down_pieces_match_interpreter(name, down_rows, workers):
     from benchmarks.decode import variant_rows
 
-    flags = variant_rows()[name]["build_flags"]
+    flags = variant_rows()[name]["build_flags"] if name != "default" else ()
     weights = random_weights(get_config("tiny"), seed=SEED + 45, device="cuda")
     tiles = dataclasses.replace(TINY_TILES, down_rows=down_rows)
     dec = _decoder(weights, tiles=tiles, workers=workers, build_flags=flags)
@@ -693,24 +698,25 @@ def test_down_pieces_match_interpreter(name, down_rows, workers):
 @pytest.mark.parametrize("kv", [128, 1024])
 def test_down_pieces_match_the_default_on_the_full_model(kv):
     """Full TinyLlama, every token forced up to KV position kv + 2 (launches of 64 steps), the rows as decode.py runs
-    them (256 Down tiles of 8 rows, the default's split choice) against the default (128 tiles of 16)."""
+    them: the default (256 Down tiles of 8 rows in pieces, its split choice) against mk_down16 (the default before row
+    36: 128 tiles of 16 through gemv_tile) and mk_down8_ctl (the default's tiles, 4 warps per CTA)."""
     from benchmarks.decode import variant_rows
 
     c = get_config("tinyllama-1.1b", max_seq=1152)
     weights = random_weights(c, seed=SEED + 47, device="cuda")
     prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 48)).tolist()
-    rows = {"default": {}, **{name: variant_rows()[name] for name in DOWN_PIECES_ROWS}}
+    rows = {"default": {}, **{name: variant_rows()[name] for name in ("mk_down16", "mk_down8_ctl")}}
     states = _same_launches(weights, prompt, _launches_to(kv), rows, _buffers)
-    err = _logits_error(states["mk_down_pieces"], states["default"])
-    assert err < 1e-3, f"kv {kv}: mk_down_pieces' logits differ from the default's by {err:.3g} of max |logit|"
+    err = _logits_error(states["default"], states["mk_down16"])
+    assert err < 1e-3, f"kv {kv}: the default's logits differ from mk_down16's by {err:.3g} of max |logit|"
     # Layer 0's inputs to Down are the same bits (nothing upstream changed), so its output x[1] differs by the
     # reordered fp32 sums alone.
     for name in ("x_mid", "h"):
-        assert torch.equal(_bits(states["mk_down_pieces"][name][0]), _bits(states["default"][name][0])), name
-    x1, ref = states["mk_down_pieces"]["x"][1], states["default"]["x"][1]
+        assert torch.equal(_bits(states["default"][name][0]), _bits(states["mk_down16"][name][0])), name
+    x1, ref = states["default"]["x"][1], states["mk_down16"]["x"][1]
     x1_err = ((x1 - ref).abs().max() / ref.abs().max()).item()
     assert x1_err < 1e-5, f"kv {kv}: layer 0's Down output differs by {x1_err:.3g} of its max"
-    assert _differing_buffers(states["mk_down_pieces"], states["mk_down8_ctl"]) == [], f"kv {kv}: pieces vs ctl"
+    assert _differing_buffers(states["default"], states["mk_down8_ctl"]) == [], f"kv {kv}: pieces vs ctl"
 
 
 # Rows 38-39 (NOTES.md "Ready: rows 38-39"; FUSION_K=gemv_batches; benchmarks/decode.py mk_o_pieces, mk_down_body), both

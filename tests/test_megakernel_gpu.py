@@ -52,6 +52,8 @@ def _fp32_reference(weights):
 def _decoder(weights, **kw):
     from megakernel.runtime import MegakernelDecoder
 
+    if kw.get("stage_bytes"):  # the staged path has no Down pieces (row 36's default): Down through gemv_tile
+        kw["build_flags"] = tuple(kw.get("build_flags", ())) + ("-DMK_DOWN_PIECES=0",)
     return MegakernelDecoder(weights, **kw)
 
 

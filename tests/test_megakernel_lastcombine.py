@@ -37,8 +37,8 @@ def test_last_combine_is_opt_in_and_a_tile_option(tiny):
     with pytest.raises(ValueError, match="not by hand"):
         option_flags(TileShape(), ("-DMK_LAST_COMBINE=1",))
     rows = variant_rows()
-    assert rows["mk_lastcombine"] == {"tiles": TileShape(last_combine=True)}
-    assert rows["mk_oproj_combine"] == {"tiles": TileShape(last_combine=False)}
+    assert rows["mk_lastcombine"] == {"tiles": TileShape(last_combine=True, down_rows=8)}  # row 36's Down tiles
+    assert rows["mk_oproj_combine"] == {"tiles": TileShape(last_combine=False, down_rows=8)}
     with pytest.raises(DagError, match="last_combine must be a bool"):
         TileShape(last_combine=1).check(tiny[0])
 

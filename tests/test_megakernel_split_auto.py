@@ -33,8 +33,10 @@ def _attn_per_layer(prog: Program) -> int:
 
 def test_split_auto_is_a_tile_option_and_a_row():
     auto = TileShape(attn_split_long=256)
-    assert DEFAULT_TILES == auto  # the decoder's default since row 35's H200 run
-    assert variant_rows()["mk_split128"] == {"tiles": TileShape()}  # the control: one split length
+    # the decoder's default since row 35's H200 run (and row 36's 8-row Down tiles since its run)
+    assert DEFAULT_TILES == dataclasses.replace(auto, down_rows=8)
+    # the control: the default with one split length
+    assert variant_rows()["mk_split128"] == {"tiles": dataclasses.replace(DEFAULT_TILES, attn_split_long=0)}
     assert "mk_split_auto" not in variant_rows()
     assert option_flags(auto) == option_flags(TileShape()) == ()  # the default's flags: the same (cached) cubin
     assert (TileShape().attn_split_long, TileShape().split_threshold) == (0, 512)

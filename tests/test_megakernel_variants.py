@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from benchmarks.decode import BATCH_O, BATCH_QKV, NO_SPREAD, POLL2, variant_rows
+from benchmarks.decode import BATCH_O, BATCH_QKV, DOWN_PLAIN, NO_SPREAD, POLL2, variant_rows
 from megakernel.dag import TileShape, build_decode_program
 from megakernel.runtime import kernel_limits, option_flags, sm_spread, spread_words
 from tinyllama.config import get_config
@@ -24,12 +24,13 @@ ROWS = {
     "mk_poll2": POLL2,
 }
 # Calls of the two GEMV functions from the worker loop: (gemv_tile, gemv_tile_batch); each op calls its GEMV
-# twice (the staged remainder and the plain path). Ops: QKV, O-proj, gate/up, down, logits.
-CALLS = {"default": (10, 0), "mk_batch_qkv": (8, 2), "mk_batch_o": (8, 2), "mk_batch_chain": (6, 4),
-         "mk_chain_ctl": (6, 4), "mk_poll2": (10, 0)}
+# twice (the staged remainder and the plain path). Ops: QKV, O-proj, gate/up, logits; Down streams its pieces inline
+# since row 36 (MK_DOWN_PIECES=1, the default: tests/test_megakernel_down_pieces.py; the flag at 0 adds Down's 2).
+CALLS = {"default": (8, 0), "mk_batch_qkv": (6, 2), "mk_batch_o": (6, 2), "mk_batch_chain": (4, 4),
+         "mk_chain_ctl": (4, 4), "mk_poll2": (8, 0)}
 VARIANT_FUNCTIONS = ("gemv_tile_batch", "wait_counter_pair", "poll_helper")
 DYNAMIC = ("-DMK_STATIC_TICKETS=0",)
-TICKET_ROWS = {"mk_nospread": NO_SPREAD, "mk_dynamic": DYNAMIC}  # builds without the default's SM-spread rank
+TICKET_ROWS = {"mk_nospread": NO_SPREAD + DOWN_PLAIN, "mk_dynamic": DYNAMIC}  # builds without the default's SM-spread rank
 
 
 def test_rows_are_build_flags_on_the_default_program():
@@ -47,8 +48,9 @@ def test_the_default_spreads_and_the_ticket_rows_do_not():
     registration area before each launch; mk_nospread (the default before, 32-feature gate/up tiles) and
     mk_dynamic (the counter: megakernel.cu's MK_SM_SPREAD follows MK_STATIC_TICKETS) have none."""
     rows = variant_rows()
-    assert rows["mk_nospread"] == {"tiles": TileShape(gate_features=32), "build_flags": NO_SPREAD}
-    assert rows["mk_g32"] == {"tiles": TileShape(gate_features=32)}  # the spread alone: same tiles as mk_nospread
+    # mk_nospread keeps the Down of its time (16-row tiles, gemv_tile: -DMK_DOWN_PIECES=0), mk_g32 the default's (row 36)
+    assert rows["mk_nospread"] == {"tiles": TileShape(gate_features=32), "build_flags": NO_SPREAD + DOWN_PLAIN}
+    assert rows["mk_g32"] == {"tiles": TileShape(gate_features=32, down_rows=8)}  # the spread alone, 32-feature tiles
     assert rows["mk_dynamic"] == {"build_flags": DYNAMIC}
     assert TileShape().gate_features == 22 and get_config("tinyllama-1.1b").ffn // 22 == 256
     assert sm_spread(()) and sm_spread(("-DMK_STATIC_TICKETS=1",)) and sm_spread(("-DMK_SM_SPREAD",))

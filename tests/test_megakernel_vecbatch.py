@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from argus_rt.trace.intervals import INTERVAL_DTYPE
-from benchmarks.decode import DETAIL, VEC_SERIAL, variant_rows
+from benchmarks.decode import DETAIL, DOWN_PLAIN, VEC_SERIAL, variant_rows
 from megakernel import timeline
 from megakernel.dag import TileShape
 from megakernel.regions import REGION_LEAVES, coordinate, region_tree
@@ -60,15 +60,23 @@ def _load_vector_batch(cubin) -> tuple[int, int, int]:
 
 @needs_nvcc
 def test_vecbatch_issues_all_its_loads_before_a_store(builds):
+    """Row 25's property on the Down it was measured with (gemv_tile, -DMK_DOWN_PIECES=0); then the default's."""
     skip_without_tools("nvdisasm")
-    serial = builds(0, VEC_SERIAL + DETAIL)
+    serial = builds(0, VEC_SERIAL + DETAIL + DOWN_PLAIN)
     _, serial_before, _ = _load_vector_batch(serial.cubin)
     assert serial_before == 1  # the remainder loop: one load, then its store (5-6 trips at ffn 5632)
-    r = builds(0)
-    _, before, branches = _load_vector_batch(r.cubin)
+    r = builds(0, DOWN_PLAIN)
+    loads, before, branches = _load_vector_batch(r.cubin)
     assert before == kernel_limits()["VEC_SLOTS"] and branches == 0
     assert r.spill_bytes() == serial.spill_bytes() and r.registers() <= 128, r.ptxas_log
     assert re.search(r"load_vector\S*\n\s+0 bytes stack frame, 0 bytes spill stores", r.ptxas_log), r.ptxas_log
+    # Row 36's default (Down pieces, nvcc 13.0): ptxas allocates the kernel anew and load_vector's batch of VEC_SLOTS
+    # loads keeps no branch but stores the first chunk after 4 loads, the last 2 loads after that store (one reuses its
+    # register): 4 loads before the first store, not VEC_SLOTS (NOTES.md "Row 36 measured": a lever, not a fault)
+    d = builds(0)
+    d_loads, d_before, d_branches = _load_vector_batch(d.cubin)
+    assert (d_loads, d_branches) == (loads, 0) and d_before == 4
+    assert re.search(r"load_vector\S*\n\s+0 bytes stack frame, 0 bytes spill stores", d.ptxas_log), d.ptxas_log
 
 
 @needs_nvcc

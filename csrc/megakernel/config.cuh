@@ -73,17 +73,18 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #define MK_ATTN_V2 1
 #endif
 #ifndef MK_DOWN_PIECES
-// Row 36 (opt-in, not yet GPU-run; NOTES.md "Ready: row 36"): 1: Down tiles run gemv_tile_pieces (gemv.cuh), each
-// warp one row's two K-halves at a time, so every warp of an 8-row tile streams (benchmarks/decode.py mk_down_pieces,
-// with TileShape(down_rows=8)). 2: the control mk_down8_ctl, the same code with only warps 0-3 taking rows (mk_down8's
-// 4 streaming warps per CTA). 0: gemv_tile, the default build unchanged.
-#define MK_DOWN_PIECES 0
+// Row 36 (the default since its H200 run, 2026-12-02 17:54: 0.929 -> 0.906 ms/token at kv 128, 0.986 -> 0.962 at kv
+// 1024; NOTES.md "Row 36 measured"): 1: Down tiles run gemv_tile_pieces (gemv.cuh), each warp one row's two K-halves
+// at a time, so every warp of an 8-row tile (DEFAULT_TILES: down_rows=8) streams. 2: the control mk_down8_ctl, the
+// same code with only warps 0-3 taking rows (mk_down8's 4 streaming warps per CTA). 0: gemv_tile (benchmarks/decode.py
+// mk_down16 with 16-row tiles: the default before row 36); the staged (stage_bytes) and ring (MK_RING) paths need 0.
+#define MK_DOWN_PIECES 1
 #endif
 #if MK_DOWN_PIECES < 0 || MK_DOWN_PIECES > 2
 #error "MK_DOWN_PIECES is 0 (off), 1 (every warp streams Down pieces) or 2 (the control: 4 warps per CTA)"
 #endif
 #if MK_DOWN_PIECES && MK_RING
-#error "MK_DOWN_PIECES has no page-ring path: build it with MK_RING=0"
+#error "MK_DOWN_PIECES has no page-ring path: build MK_RING with -DMK_DOWN_PIECES=0"
 #endif
 #ifndef MK_O_PIECES
 // Row 38 (opt-in, not yet GPU-run; NOTES.md "Ready: rows 38-39"): 1: O-proj tiles stream through gemv_batches

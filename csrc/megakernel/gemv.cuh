@@ -176,8 +176,8 @@ __device__ __forceinline__ void gemv_batches(const __nv_bfloat16* __restrict__ W
 #endif
 
 #if MK_DOWN_PIECES
-// Down's GEMV in (row, K-half) pieces (row 36, opt-in; MK_DOWN_PIECES, config.cuh; benchmarks/decode.py
-// mk_down_pieces). gemv_rows hands a warp GEMV_ROWS = 2 whole rows, so an 8-row Down tile (TileShape(down_rows=8))
+// Down's GEMV in (row, K-half) pieces (row 36, the default since its H200 run: MK_DOWN_PIECES=1, config.cuh, with
+// DEFAULT_TILES' 8-row Down tiles; benchmarks/decode.py mk_down16 is the plain Down before it). gemv_rows hands a warp GEMV_ROWS = 2 whole rows, so an 8-row Down tile (TileShape(down_rows=8))
 // keeps only warps 0-3 busy and two such CTAs per SM stream with 8 warps, as one 16-row tile does (mk_down8 measured
 // the same as the default, NOTES.md row 34). Here warp w takes row w's two K-halves as its pair of pieces: per trip
 // each lane loads chunk c of both halves, the same 2 loads per trip as gemv_rows' plain loop (SASS: the same

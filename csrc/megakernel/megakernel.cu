@@ -400,8 +400,9 @@ __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows,
   MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_VECTOR, coord(step, layer));
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
 #if MK_DOWN_PIECES
-  // Row 36: every warp streams (row, K-half) pieces (gemv.cuh: gemv_tile_pieces). No staged or ring path: the host
-  // refuses stage_bytes with this flag (runtime.py), MK_RING refuses it at compile time (config.cuh).
+  // Row 36 (the default): every warp streams (row, K-half) pieces (gemv.cuh: gemv_tile_pieces). No staged or ring
+  // path: the host refuses stage_bytes and ring_pages unless -DMK_DOWN_PIECES=0 (runtime.py), MK_RING refuses the
+  // pieces at compile time (config.cuh).
   gemv_tile_pieces(p.wd + ((size_t)layer * D + row0) * F, F, rows, s.xs, s.out);
 #else
   tile_gemv(p, s, p.wd + ((size_t)layer * D + row0) * F, F, rows);
