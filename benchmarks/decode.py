@@ -266,6 +266,20 @@ def variant_rows() -> dict[str, dict]:
         # tile). mk_down_vec_detail adds the detail regions (down_vector: the h load) beside mk_detail's.
         "mk_down_vec": {"tiles": DEFAULT_TILES, "build_flags": DOWN_VEC},
         "mk_down_vec_detail": {"tiles": DEFAULT_TILES, "build_flags": DOWN_VEC + DETAIL},
+        # Row 40 (NOTES.md "Ready: row 40"): the default's tiles plus one-split launches: a launch whose largest KV
+        # length is <= 256 runs 256-position splits, one non-empty split per head, whose AttnPartial tiles write the
+        # normalised output to attn_out and O-proj loads it: no combine (TileShape.single_split; option_flags adds
+        # -DMK_ONE_SPLIT=1). Longer launches run the default's programs. mk_one_split_o8: with row 38's O-proj stream
+        # (256 tiles of 8 rows, gemv_batches), whose gain row 38 lost to the combine it repeated on every tile.
+        # NB at kv 128 the benchmark's reps are launches ending at 193, 257 and 321: only the first is one-split.
+        "mk_one_split": {"tiles": TileShape(down_rows=8, attn_split_long=256, single_split=256)},
+        "mk_one_split_o8": {"tiles": TileShape(o_rows=8, down_rows=8, attn_split_long=256, single_split=256),
+                            "build_flags": DOWN_PIECES + O_PIECES},
+        # the same with a 384-position limit: all three kv-128 reps (launches to 193, 257, 321) are one-split, at the
+        # cost of a third K/V trip per attention tile
+        "mk_one_split384": {"tiles": TileShape(down_rows=8, attn_split_long=256, single_split=384)},
+        "mk_one_split384_o8": {"tiles": TileShape(o_rows=8, down_rows=8, attn_split_long=256, single_split=384),
+                               "build_flags": DOWN_PIECES + O_PIECES},
     }
 
 
@@ -435,7 +449,9 @@ def main() -> int:
                          "device_step_ms_median": statistics.median(device_steps),
                          "spread": {"ms_per_token": spread(per_launch)}})
             print(f"{name} kv {kv}: {ms:.3f} ms/token (device-side median step {statistics.median(device_steps):.3f} "
-                  f"ms, rel err {err:.2e}, {dec.launch_info.workers} workers, {dec.build.registers()} registers)")
+                  f"ms, rel err {err:.2e}, {dec.launch_info.workers} workers, {dec.build.registers()} registers; "
+                  "per launch " + ", ".join(f"{v:.3f} (to {kv + 1 + (r + 1) * a.steps})"
+                                            for r, v in enumerate(per_launch)) + ")")
         del dec
 
     for name, kw in variants.items():

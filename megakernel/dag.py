@@ -14,6 +14,7 @@ import numpy as np
 from tinyllama.config import LlamaConfig
 
 from .instructions import (
+    ATTN_DIRECT,
     HEAD_K,
     HEAD_Q,
     HEAD_V,
@@ -80,6 +81,12 @@ class TileShape:
     # 128-splits (kv > 256), and it is ahead from kv 769 (NOTES.md "Ready: row 35"); 512 keeps every step of a launch
     # of up to 257 steps above kv 256 when it runs the long splits.
     split_threshold: int = 512
+    # single_split (row 40, opt-in; 0 = off; the build flag MK_ONE_SPLIT=1): a launch whose largest KV length is <=
+    # single_split runs the one-split program (Program.one_split): attn_split = single_split, so each head has exactly
+    # one non-empty split, whose AttnPartial tiles (split 0 only: n_kv_heads x head_parts per layer) write their heads'
+    # normalised output o / l to attn_out[layer] and O-proj loads it (OProj.combined = 1): no combine. Longer launches
+    # run the other programs (attn_split / attn_split_long by split_threshold) as without it (NOTES.md "Ready: row 40").
+    single_split: int = 0
 
     def check(self, c: LlamaConfig) -> None:
         for name, value, total in (("o_rows", self.o_rows, c.hidden), ("gate_features", self.gate_features, c.ffn),
@@ -110,6 +117,12 @@ class TileShape:
         if not isinstance(self.split_threshold, int) or isinstance(self.split_threshold, bool) or \
                 self.split_threshold < 0:
             raise DagError(f"TileShape.split_threshold must be an int >= 0 (KV positions), got {self.split_threshold!r}")
+        one = self.single_split
+        if not isinstance(one, int) or isinstance(one, bool) or one < 0 or one % 2:
+            raise DagError(f"TileShape.single_split must be 0 (off) or a positive even int (KV positions), got {one!r}")
+        if one and self.last_combine is not False:
+            raise DagError(f"TileShape.single_split={one} needs last_combine=False (both write attn_out), got "
+                           f"last_combine={self.last_combine!r}")
         if not isinstance(self.qkv_parts, int) or self.qkv_parts < 1 or c.head_dim % (4 * self.qkv_parts):
             raise DagError(f"TileShape.qkv_parts={self.qkv_parts!r} must be a positive int with head_dim "
                            f"({c.head_dim}) divisible by 4 * qkv_parts (whole, even RoPE pair blocks)")
@@ -121,10 +134,22 @@ class TileShape:
             return kv_len > self.combine_threshold
         return self.last_combine
 
+    def one_split_at(self, kv_len: int) -> bool:
+        """Whether a launch whose largest KV length is ``kv_len`` runs the one-split program (single_split)."""
+        return bool(self.single_split) and kv_len <= self.single_split
+
     def split_at(self, kv_len: int) -> int:
         """KV positions per AttnPartial tile of a launch whose largest KV length is ``kv_len`` (its last step's
-        position + 1): attn_split_long above split_threshold when set, else attn_split."""
+        position + 1): single_split in a one-split launch, else attn_split_long above split_threshold when set, else
+        attn_split."""
+        if self.one_split_at(kv_len):
+            return self.single_split
         return self.attn_split_long if self.attn_split_long and kv_len > self.split_threshold else self.attn_split
+
+    def launch_key(self, kv_len: int) -> int | str:
+        """Key of the program a launch whose largest KV length is ``kv_len`` runs, in Program.split_programs (and in
+        the decoder's words, MegakernelDecoder.forms): ONE_SPLIT for a one-split launch, else its split length."""
+        return ONE_SPLIT if self.one_split_at(kv_len) else self.split_at(kv_len)
 
     def splits(self) -> tuple[int, ...]:
         """The split lengths a launch may run (the short one first)."""
@@ -140,6 +165,11 @@ class TileShape:
         return -(-c.max_seq // self.attn_split)
 
 
+# Program.split_programs' key of the one-split program (TileShape.single_split): not a split length, since
+# single_split may equal attn_split_long (DEFAULT_TILES' 256 with single_split=256).
+ONE_SPLIT = "one_split"
+
+
 @dataclass
 class Program:
     """A decode step as instructions plus the names of the counters they use."""
@@ -150,7 +180,10 @@ class Program:
     counters: list[str] = field(default_factory=list)
     # TileShape.attn_split_long: the concrete program of each split length (split -> Program; same counters, their
     # lists differ in the AttnPartial tiles and O-proj's wait count); this program's own list is attn_split's
-    split_programs: dict[int, "Program"] = field(default_factory=dict)
+    split_programs: dict[int | str, "Program"] = field(default_factory=dict)
+    # TileShape.single_split: this concrete program is the one-split form (split 0 only, AttnPartial.arrive =
+    # ATTN_DIRECT, OProj.combined = 1), split_programs[ONE_SPLIT] of its composite program
+    one_split: bool = False
     _split_counts: dict | None = field(default=None, repr=False, compare=False)  # launch_counters' cache
 
     def counter(self, name: str) -> int:
@@ -181,7 +214,7 @@ class Program:
     def launch_program(self, step_end: int) -> "Program":
         """The program a launch ending before step ``step_end`` runs: with TileShape.attn_split_long the one of
         split_at(step_end) (its largest KV length: step s attends positions 0..s), else this one."""
-        return self.split_programs[self.tiles.split_at(step_end)] if self.split_programs else self
+        return self.split_programs[self.tiles.launch_key(step_end)] if self.split_programs else self
 
     def launch_form(self, step_end: int) -> list[Instruction]:
         """The list a launch ending before step ``step_end`` runs: its program (launch_program), and in it the
@@ -200,7 +233,7 @@ class Program:
             counts = {s: p.signals_per_step() for s, p in self.split_programs.items()}
             differ = [i for i in range(len(self.counters)) if len({cs[i] for cs in counts.values()}) > 1]
             self._split_counts = {s: {i: cs[i] for i in differ} for s, cs in counts.items()}
-        return {i: step_begin * n for i, n in self._split_counts[self.tiles.split_at(step_end)].items()}
+        return {i: step_begin * n for i, n in self._split_counts[self.tiles.launch_key(step_end)].items()}
 
     def signals_per_step(self) -> list[int]:
         counts = [0] * len(self.counters)
@@ -234,13 +267,19 @@ class Program:
         c, tiles = self.config, self.tiles
         arrivals: dict[int, list[AttnPartial]] = {}
         for ins in self.instructions:
-            if isinstance(ins, AttnPartial) and ins.arrive != NO_COUNTER:
+            if isinstance(ins, AttnPartial) and ins.arrive >= 0:
                 arrivals.setdefault(ins.arrive, []).append(ins)
         if bool(arrivals) != bool(tiles.last_combine):
             raise DagError(f"TileShape.last_combine={tiles.last_combine} but {len(arrivals)} arrival counters")
+        direct = [ins for ins in self.instructions if isinstance(ins, AttnPartial) and ins.arrive == ATTN_DIRECT]
+        attn = [ins for ins in self.instructions if isinstance(ins, AttnPartial)]
+        if self.one_split != bool(direct) or (direct and (len(direct) != len(attn) or {i.split for i in direct} != {0})):
+            raise DagError(f"one_split={self.one_split} but {len(direct)} of {len(attn)} AttnPartial tiles write attn_out "
+                           f"(a one-split program has split 0 only, every tile direct)")
         combined = {ins.combined for ins in self.instructions if isinstance(ins, OProj)}
-        if combined != {int(bool(tiles.last_combine))}:
-            raise DagError(f"TileShape.last_combine={tiles.last_combine} but OProj.combined in {sorted(combined)}")
+        if combined != {int(bool(tiles.last_combine) or self.one_split)}:
+            raise DagError(f"TileShape.last_combine={tiles.last_combine}, one_split={self.one_split} but OProj.combined "
+                           f"in {sorted(combined)}")
         waited = {ins.wait for ins in self.instructions} | {ins.signal for ins in self.instructions}
         for ctr, group in arrivals.items():
             heads = {(ins.layer, ins.kv_head) for ins in group}
@@ -265,8 +304,13 @@ def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) ->
     c = config
     tiles = tiles or TileShape()
     tiles.check(c)
-    if tiles.attn_split_long:  # row 35: one program per split length on one state (Program.launch_program)
-        forms = {s: build_decode_program(c, replace(tiles, attn_split=s, attn_split_long=0)) for s in tiles.splits()}
+    if tiles.attn_split_long or tiles.single_split:  # row 35: one program per split length on one state
+        # (Program.launch_program); row 40: and the one-split program
+        plain = replace(tiles, attn_split_long=0, single_split=0)
+        forms: dict[int | str, Program] = {s: build_decode_program(c, replace(plain, attn_split=s))
+                                           for s in tiles.splits()}
+        if tiles.single_split:
+            forms[ONE_SPLIT] = one_split_program(build_decode_program(c, replace(plain, attn_split=tiles.single_split)))
         short = forms[tiles.attn_split]
         if any(p.counters != short.counters for p in forms.values()):
             raise DagError("the split programs' counters differ: a launch of one could not follow a launch of another")
@@ -318,3 +362,27 @@ def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) ->
     prog.instructions[embed_pos] = Embed(0, sample_ctr_index, 1, -1, embed_ctr)
     prog.check()
     return prog
+
+
+def one_split_program(prog: Program) -> Program:
+    """The one-split form (row 40, TileShape.single_split) of a plain program whose attn_split is the single split:
+    the same list with only split 0's AttnPartial tiles, each writing its heads' normalised output to attn_out
+    (arrive = ATTN_DIRECT), and O-proj tiles that wait for those tiles alone and load attn_out (combined = 1). Valid
+    only for launches whose steps all lie within the split (step_end <= attn_split): the other splits are empty there.
+    Same counters (attn[L] gets n_kv_heads x head_parts signals per step: Program.launch_counters sets it)."""
+    c, tiles = prog.config, prog.tiles
+    if prog.split_programs or tiles.last_combine:
+        raise DagError("one_split_program takes a plain program with last_combine=False")
+    per_layer = c.n_kv_heads * tiles.head_parts(c)
+    out = []
+    for ins in prog.instructions:
+        if isinstance(ins, AttnPartial):
+            if ins.split == 0:
+                out.append(replace(ins, arrive=ATTN_DIRECT))
+        elif isinstance(ins, OProj):
+            out.append(replace(ins, wait_count=per_layer, combined=1))
+        else:
+            out.append(ins)
+    one = Program(c, tiles, out, list(prog.counters), one_split=True)
+    one.check()
+    return one

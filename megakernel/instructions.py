@@ -18,6 +18,9 @@ from typing import ClassVar
 
 WORDS = 16
 NO_COUNTER = -1
+# AttnPartial.arrive of a one-split launch's tile (row 40, TileShape.single_split; opcodes.cuh: ATTN_DIRECT): the tile
+# writes its heads' normalised output o / l to attn_out[layer], which O-proj loads (OProj.combined = 1)
+ATTN_DIRECT = -2
 
 # Word indices, mirrored by csrc/megakernel/opcodes.cuh (W_*).
 W_OPCODE, W_LAYER, W_WAIT, W_WAIT_COUNT, W_WAIT_DELTA, W_SIGNAL, W_A0, W_A1, W_A2, W_A3 = range(10)
@@ -104,7 +107,8 @@ class AttnPartial(Instruction):
     split: int
     head_part: int = 0
     # TileShape.last_combine: the counter of its (layer, KV head) group's arrivals; the arrival that completes
-    # the step's count combines the group's splits (NO_COUNTER: O-proj combines, the default)
+    # the step's count combines the group's splits (NO_COUNTER: O-proj combines, the default; ATTN_DIRECT: a one-split
+    # launch's tile writes its heads' normalised output to attn_out, row 40)
     arrive: int = NO_COUNTER
     OPCODE: ClassVar[int] = 3
     ARGS: ClassVar[tuple[str, ...]] = ("kv_head", "split", "head_part", "arrive")

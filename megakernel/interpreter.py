@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .instructions import (
+    ATTN_DIRECT,
     HEAD_K,
     HEAD_Q,
     HEAD_V,
@@ -163,6 +164,9 @@ class Interpreter:
     def _attn(self, ins: AttnPartial, step: int) -> None:
         t, c, L = self.s.t, self.c, ins.layer
         lo, hi = self._split_range(ins.split, step)
+        if ins.arrive == ATTN_DIRECT:  # row 40, a one-split launch: the head's only split, normalised into attn_out
+            self._attn_direct(ins, step, lo, hi)
+            return
         if lo < hi:  # beyond the current length: nothing to attend to
             self._attn_partial(ins, lo, hi)
         if ins.arrive >= 0:  # TileShape.last_combine: empty splits arrive too; the step's last arrival combines
@@ -192,6 +196,20 @@ class Interpreter:
             t["attn_part"][L, head, ins.split, : c.head_dim] = p @ v
             t["attn_part"][L, head, ins.split, c.head_dim] = m
             t["attn_part"][L, head, ins.split, c.head_dim + 1] = p.sum()
+
+    def _attn_direct(self, ins: AttnPartial, step: int, lo: int, hi: int) -> None:
+        """A one-split launch's tile (TileShape.single_split): positions [0, step] are its split's, so its heads'
+        attention output is o / l of that split, written to attn_out[layer] (what O-proj then loads)."""
+        t, c, L = self.s.t, self.c, ins.layer
+        if lo != 0 or hi != step + 1:  # the kernel's tile would attend to positions [0, split) only
+            raise InterpreterError(f"{ins} in a launch of {self.split}-position splits is no one-split tile")
+        k = t["k_cache"][L, ins.kv_head, lo:hi].float()
+        v = t["v_cache"][L, ins.kv_head, lo:hi].float()
+        for head in _attn_heads(ins, c, self.tiles):
+            q = t["q"][L, head * c.head_dim: (head + 1) * c.head_dim]
+            scores = (k @ q) / math.sqrt(c.head_dim)
+            p = torch.exp(scores - scores.max())
+            t["attn_out"][L, head * c.head_dim: (head + 1) * c.head_dim] = (p @ v) / p.sum()
 
     def _combine(self, layer: int, step: int, heads: slice = slice(None)) -> torch.Tensor:
         """Attention output of ``heads`` (all: [hidden]) from the used splits' (o, max, sum) partials."""
@@ -272,6 +290,8 @@ def outputs_of(ins: Instruction, state: DecodeState, step: int, launch_end: int 
         tiles = state.program.tiles
         lo = ins.split * tiles.split_at(step + 1 if launch_end is None else launch_end)
         heads = _attn_heads(ins, c, tiles)
+        if ins.arrive == ATTN_DIRECT:  # row 40, a one-split launch: its heads' rows of attn_out
+            return t["attn_out"][ins.layer, heads.start * c.head_dim: heads.stop * c.head_dim]
         part = t["attn_part"][ins.layer, heads.start: heads.stop, ins.split] if lo <= step else t["attn_part"][:0]
         if ins.arrive >= 0 and (ins.split, ins.head_part) == (tiles.n_splits(c) - 1, tiles.head_parts(c) - 1):
             # last_combine: the group's combined output, charged to its last tile in stream order (on the device

@@ -144,7 +144,7 @@ def prefetch_plan(program: Program, window_bytes: int | None, own: bool | tuple[
 
 
 # Macro only option_flags may set: it must agree with the tile shape the state was laid out for.
-OPTION_MACROS = ("MK_FUSED_SAMPLE", "MK_LAST_COMBINE")
+OPTION_MACROS = ("MK_FUSED_SAMPLE", "MK_LAST_COMBINE", "MK_ONE_SPLIT")
 
 
 def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -152,12 +152,15 @@ def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ..
     default cubin is the plain ``python -m megakernel.build`` one); TileShape(fused_sample=False) compiles
     the Sample over all logits; TileShape(last_combine=True) the combine by each group's last attention tile
     (MK_LAST_COMBINE=1, row 26), last_combine="auto" both combines, picked per instruction (MK_LAST_COMBINE=2, row
-    27). ``given`` (the caller's build flags) must not set the options' macros."""
+    27); TileShape(single_split=N) the one-split launches' direct attention output (MK_ONE_SPLIT=1, row 40: the state
+    has attn_out). ``given`` (the caller's build flags) must not set the options' macros."""
     clash = [f for f in given if any(f.startswith(f"-D{m}") for m in OPTION_MACROS)]
     if clash:
-        raise ValueError(f"build flags {clash} are set by TileShape.fused_sample / last_combine, not by hand")
+        raise ValueError(f"build flags {clash} are set by TileShape.fused_sample / last_combine / single_split, not by "
+                         "hand")
     return (() if tiles.fused_sample else ("-DMK_FUSED_SAMPLE=0",)) + \
-        ((f"-DMK_LAST_COMBINE={2 if tiles.last_combine == 'auto' else 1}",) if tiles.last_combine else ())
+        ((f"-DMK_LAST_COMBINE={2 if tiles.last_combine == 'auto' else 1}",) if tiles.last_combine else ()) + \
+        (("-DMK_ONE_SPLIT=1",) if tiles.single_split else ())
 
 
 def form_words(program: Program, window_bytes: int | None, own: bool | tuple[str, ...] = False) -> dict[bool, np.ndarray]:
@@ -286,7 +289,8 @@ def attn_smem_floats(c: LlamaConfig, tiles: TileShape, nwarps: int) -> int:
     g = c.group // tiles.head_parts(c)  # query heads per tile
     # q, scores, (max, sum), then the PV sums (the kernel parks the split's V rows there too when a
     # max(PV sums, V rows) area still fits: csrc/megakernel/attention.cuh); of the longest split a launch may run
-    return ((g * (c.head_dim + max(tiles.splits()) + 2) + 3) & ~3) + nwarps * g * c.head_dim
+    longest = max(tiles.splits() + ((tiles.single_split,) if tiles.single_split else ()))  # row 40's split too
+    return ((g * (c.head_dim + longest + 2) + 3) & ~3) + nwarps * g * c.head_dim
 
 
 def check_fits(config: LlamaConfig, tiles: TileShape) -> None:
@@ -429,9 +433,10 @@ class MegakernelDecoder:
         self.program = self.launched = program
         self.forms = self._instruction_words(program)
 
-    def _instruction_words(self, program: Program) -> dict[bool | int, torch.Tensor]:
+    def _instruction_words(self, program: Program) -> dict[bool | int | str, torch.Tensor]:
         """The words the kernel reads, per combine form (form_words) or, with split programs
-        (TileShape.attn_split_long), per split length: the program plus this decoder's prefetch plan."""
+        (TileShape.attn_split_long, single_split), per launch key (TileShape.launch_key: the split length, or
+        ONE_SPLIT): the program plus this decoder's prefetch plan."""
         if program.split_programs:
             words = {s: form_words(p, self.prefetch_window, self.prefetch_own)[False]
                      for s, p in program.split_programs.items()}
@@ -442,11 +447,11 @@ class MegakernelDecoder:
         return {key: torch.from_numpy(np.ascontiguousarray(w)).to(self.device) for key, w in words.items()}
 
     def instructions_for(self, step_end: int) -> torch.Tensor:
-        """The instruction words of a launch ending before step ``step_end``: of its split length
-        (TileShape.split_at) with split programs, else of its combine form (TileShape.combine_last_at), both by
-        its largest KV length, step_end."""
+        """The instruction words of a launch ending before step ``step_end``: of its program (TileShape.launch_key,
+        the key Program.launch_program takes) with split programs, else of its combine form
+        (TileShape.combine_last_at), both by its largest KV length, step_end."""
         if self.program.split_programs:
-            return self.forms[self.tiles.split_at(step_end)]
+            return self.forms[self.tiles.launch_key(step_end)]
         return self.forms[self.tiles.combine_last_at(step_end)]
 
     @property

@@ -60,16 +60,18 @@ def fusion_layout(config, tiles) -> dict:
     attn = c.n_layers * c.n_heads * tiles.n_splits(c) * (c.head_dim + 2)
     # TileShape.last_combine: the combined attention outputs [n_layers, hidden] between the partials and the
     # sample pairs (megakernel.cu: attn_out_of); the default has none.
-    out = c.n_layers * c.hidden if tiles.last_combine else 0
+    # TileShape.single_split (row 40): the same buffer, written by the one-split launches' AttnPartial tiles.
+    has_out = bool(tiles.last_combine) or bool(getattr(tiles, "single_split", 0))
+    out = c.n_layers * c.hidden if has_out else 0
     lay = {"parts": parts, "attn_part": 0, "sample_val": attn + out, "sample_idx": attn + out + parts["sample"],
            "total": attn + out + 2 * parts["sample"]}
-    return lay | ({"attn_out": attn} if tiles.last_combine else {})
+    return lay | ({"attn_out": attn} if has_out else {})
 
 
 @dataclass
 class DecodeState:
     """All tensors one decode needs; ``t[name]`` for any of WEIGHT_NAMES and BUFFER_NAMES (and "attn_out" with
-    TileShape.last_combine)."""
+    TileShape.last_combine or single_split)."""
 
     program: Program
     t: dict[str, torch.Tensor]
@@ -120,7 +122,7 @@ class DecodeState:
         flat = torch.full((lay["total"],), nan, **f32)
         attn_end = lay.get("attn_out", lay["sample_val"])
         t["attn_part"] = flat[:attn_end].view(c.n_layers, c.n_heads, tiles.n_splits(c), c.head_dim + 2)
-        if tiles.last_combine:  # written by each group's last-arriving AttnPartial tile, read by O-proj
+        if "attn_out" in lay:  # written by each group's last-arriving AttnPartial tile (or a one-split launch's), read by O-proj
             t["attn_out"] = flat[attn_end: lay["sample_val"]].view(c.n_layers, c.hidden)
         t["sample_val"] = flat[lay["sample_val"]: lay["sample_idx"]]
         t["sample_idx"] = flat[lay["sample_idx"]:].view(torch.int32)

@@ -37,6 +37,12 @@ launch switches) and mk_split256 (logits) on the full model at KV ~128 and ~1024
 Rows 38-39 (FUSION_K=gemv_batches; benchmarks/decode.py mk_o_pieces, mk_down_body, on top of row 36's mk_down_pieces):
 GEMV rows in whole batches of loads (gemv.cuh: gemv_batches). Against the interpreter (tiny model) and bit for bit
 against mk_down_pieces on the full model at KV ~128 and ~1024 (every buffer; mk_o_pieces' o[L] counters count 2x).
+
+Row 40 (FUSION_K=one_split; TileShape(single_split=256), benchmarks/decode.py mk_one_split, mk_one_split_o8): launches
+whose largest KV length is <= single_split write the normalised attention output in the attention tiles and O-proj
+loads it. Against the interpreter (tiny model, all three programs, one- and multi-step launches), bit for bit against
+mk_split256 on the full model at KV ~128 (all but the partials and counters), and at KV ~1024 logits against the default
+and layer 0's buffers bit for bit.
 """
 import dataclasses
 import os
@@ -896,3 +902,103 @@ def test_down_vec_equals_the_default_on_the_full_model(kv):
     err = _logits_error(states["mk_down_vec"], states["default"])
     assert set(states["mk_down_vec"]) == set(states["default"])
     assert _differing_buffers(states["mk_down_vec"], states["default"]) == [], f"kv {kv} (logits error {err:.3g})"
+
+
+# Row 40 (NOTES.md "Ready: row 40"; FUSION_K=one_split; TileShape(single_split=N), build flag MK_ONE_SPLIT=1 through
+# option_flags, benchmarks/decode.py mk_one_split): a launch whose largest KV length is <= single_split runs one split
+# per head, whose AttnPartial tiles write the normalised output to attn_out and O-proj loads it (no combine); longer
+# launches run the default's programs. Against the interpreter on the tiny model in one-step launches of all three
+# programs (one split, then 16- and 32-position splits) and in multi-step launches across the switches, and on the full
+# model at KV ~128 (every launch one-split: bit for bit mk_split256's buffers but the partials and attn[L] counters,
+# since a one-split tile's o * (1 / l) is the one-split combine's arithmetic) and ~1024 (the launches ending at <= 256
+# one-split, the later ones the default's programs): logits within 1e-3 of max |logit| of the default's, and layer 0's
+# buffers the default's bits (layer 0's K/V come from the embeddings alone, and its last step runs the default's words
+# on them; layers >= 1 differ: the early one-split launches' attention summed another way into their K/V caches).
+ONE_SPLIT_TINY = dataclasses.replace(TINY_TILES, attn_split_long=32, split_threshold=20, single_split=12)
+
+
+@pytest.mark.parametrize("workers", [None, 37])
+def test_one_split_matches_interpreter(workers):
+    """36 one-step launches: steps 0..11 one-split (attn_out written, no partial), 12..19 16-position splits, 20..35
+    32-position splits, each step localised in its launch's program; attn[L] counts each launch's own tiles."""
+    weights = random_weights(get_config("tiny"), seed=SEED + 61, device="cuda")
+    dec = _decoder(weights, tiles=ONE_SPLIT_TINY, workers=workers)
+    assert dec.build_flags == ("-DMK_ONE_SPLIT=1",) and "attn_out" in dec.state.t
+    c = weights.config
+    per_layer = {12: c.n_kv_heads * ONE_SPLIT_TINY.head_parts(c)}
+    per_layer |= {s: c.n_kv_heads * ONE_SPLIT_TINY.head_parts(c) * -(-c.max_seq // s) for s in (16, 32)}
+    prompt = torch.randint(0, c.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 62)).tolist()
+
+    def counted(step: int) -> None:
+        split = ONE_SPLIT_TINY.split_at(step + 1)
+        want = (step + 1) * per_layer[split]
+        assert (_attn_counts(dec) == want).all(), f"step {step}: attn counters {_attn_counts(dec)}, want {want}"
+        if step == 11:
+            assert torch.isnan(dec.state.t["attn_part"]).all() and not torch.isnan(dec.state.t["attn_out"]).any()
+
+    _assert_steps_match_interpreter(dec, prompt, "mk_one_split", after_step=counted)
+
+
+@pytest.mark.parametrize("workers", [None, 37])
+def test_one_split_multistep_launches_match_interpreter(workers):
+    """Launches ending at 8 and 12 (one split, many steps in flight), 20 (16-position splits), 36 (32) and 40: logits
+    within 1e-3 of max |logit| of the interpreter's after the same launches, the same tokens and counters."""
+    from megakernel.interpreter import Interpreter
+    from megakernel.state import DecodeState
+
+    weights = random_weights(get_config("tiny"), seed=SEED + 63, device="cuda")
+    prompt = torch.randint(0, weights.config.vocab, (6,), generator=torch.Generator().manual_seed(SEED + 64)).tolist()
+    dec = _decoder(weights, tiles=ONE_SPLIT_TINY, workers=workers)
+    dec.set_prompt(prompt)
+    ref = DecodeState.create(dec.program, weights, device="cuda")
+    ref.set_prompt(prompt)
+    interp = Interpreter(ref, n_forced=len(prompt))
+    for first, count in ((0, 8), (8, 4), (12, 8), (20, 16), (36, 4)):
+        dec.run(first, count)
+        interp.run_steps(first, count)
+        got, want = _buffers(dec), {n: ref.t[n].cpu() for n in ("logits", "tokens", "counters")}
+        err = _logits_error(got, want)
+        assert err < 1e-3, f"launch ending at {first + count}: logits differ by {err:.3g} of max |logit|"
+        assert torch.equal(got["tokens"], want["tokens"]), f"launch ending at {first + count}: tokens"
+        assert torch.equal(got["counters"], want["counters"]), f"launch ending at {first + count}: counters"
+
+
+@pytest.mark.parametrize("row", ["mk_one_split", "mk_one_split_o8"])
+@pytest.mark.parametrize("kv", [128, 1024])
+def test_one_split_against_the_default_on_the_full_model(kv, row):
+    """Full TinyLlama, every token forced up to KV position kv + 2 (launches of 64 steps), the rows as decode.py runs
+    them. kv 128: every launch ends at <= 131, all one-split: logits within 1e-3 of the default's; every buffer but
+    attn_part and the counters the bits of mk_split256's (mk_one_split_o8: of mk_o_pieces with 256-position splits,
+    the same O-proj stream), attn[L] at 131 x 16. kv 1024: the launches ending at 64..256 one-split, the rest the
+    default's words: logits within 1e-3, layer 0's buffers (x[0], q, K/V cache, partials, x_mid, h, x[1]) and the
+    tokens the default's bits, attn[L] at 1027 x 80 (the last launch's 256-position splits, as the default's)."""
+    from benchmarks.decode import variant_rows
+
+    c = get_config("tinyllama-1.1b", max_seq=1152)
+    weights = random_weights(c, seed=SEED + 65, device="cuda")
+    prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 66)).tolist()
+    launches = _launches_to(kv)
+    kw = variant_rows()[row]
+    tiles = kw["tiles"]
+    rows = {"default": {}, row: kw}
+    if kv == 128:  # the same attention split and O-proj code with the combine: mk_split256 (or its O-proj pieces)
+        rows["split256"] = {**kw, "tiles": dataclasses.replace(tiles, attn_split=256, attn_split_long=0, single_split=0)}
+    one_steps = sum(n for first, n in launches if tiles.one_split_at(first + n))
+    assert one_steps == (kv + 3 if kv == 128 else 256)
+    states = _same_launches(weights, prompt, launches, rows, lambda dec: (_buffers(dec), _attn_counts(dec)))
+    err = _logits_error(states[row][0], states["default"][0])
+    assert err < 1e-3, f"kv {kv}: {row}'s logits differ from the default's by {err:.3g} of max |logit|"
+    got = states[row][0]
+    if kv == 128:
+        ref = states["split256"][0]
+        skip = {"attn_part", "counters"}
+        assert _differing_buffers({n: v for n, v in got.items() if n not in skip}, ref) == [], f"kv {kv}"
+        assert (states[row][1] == (kv + 3) * c.n_kv_heads * 4).all(), states[row][1]
+        return
+    ref = states["default"][0]
+    for name in ("q", "k_cache", "v_cache", "attn_part", "x_mid", "h"):
+        assert torch.equal(_bits(got[name][0]), _bits(ref[name][0])), f"layer 0 {name}"
+    for name, layer in (("x", 0), ("x", 1)):
+        assert torch.equal(_bits(got[name][layer]), _bits(ref[name][layer])), f"{name}[{layer}]"
+    assert torch.equal(got["tokens"], ref["tokens"])
+    assert (states[row][1] == (kv + 3) * c.n_kv_heads * 5 * 4).all(), states[row][1]

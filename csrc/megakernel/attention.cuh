@@ -11,12 +11,27 @@
 
 namespace mk {
 
+#if MK_ONE_SPLIT
+// Row 40 (MK_ONE_SPLIT): a one-split launch's tile (the host's A3 = ATTN_DIRECT; its split, 0, is the head's only
+// non-empty one) comes with split = -1 and writes its heads' o * (1 / l) to attn_out[layer] (the buffer after the
+// partials: megakernel.cu attn_out_of) instead of (o, m, l). The O-proj combine of one split computes exactly that
+// (weight e^(m - m) * (1 / l) = 1 / l, times o, plus 0 x o), so attn_out holds the combine's bits. The flag rides in
+// split (no extra parameter: a pointer argument made the 2-head tile spill 20 B).
+__device__ __forceinline__ float* attn_direct_out(const Params& p, int layer) {
+  return p.attn_part + (size_t)p.n_layers * p.n_heads * p.n_splits * (p.head_dim + 2) + (size_t)layer * p.hidden;
+}
+#endif
+
 // G query heads per tile, a compile-time count (the group / TileShape.attn_head_parts): every
 // per-head loop is unrolled over exactly the heads the tile has.
 template <int G>
 __device__ __noinline__ void attention_partial_t(const Params& p, int layer, int kv_head, int split, int head_part,
                                                  int pos, float* smem) {
   const int Dh = (int)p.head_dim, S = (int)p.attn_split;
+#if MK_ONE_SPLIT
+  const bool direct = split < 0;  // row 40: a one-split launch's tile (split 0), output to attn_out
+  split = max(split, 0);
+#endif
   const int lo = split * S;
   const int hi = min(lo + S, pos + 1);
   if (lo >= hi) return;  // split past the current length
@@ -165,8 +180,17 @@ __device__ __noinline__ void attention_partial_t(const Params& p, int layer, int
       float o = 0.f;
 #pragma unroll
       for (int w = 0; w < NWARPS; ++w) o += red[((size_t)w * G + j) * Dh + d];
+#if MK_ONE_SPLIT
+      if (direct) {  // one-split launch: the normalised output, as the combine of this one split
+        attn_direct_out(p, layer)[(size_t)(q0 + j) * Dh + d] = o * (1.f / ml[2 * j + 1]);
+        continue;
+      }
+#endif
       p.attn_part[(((size_t)layer * p.n_heads + q0 + j) * p.n_splits + split) * (Dh + 2) + d] = o;
     }
+#if MK_ONE_SPLIT
+    if (!direct)  // a direct tile writes no (max, sum): nothing combines its split
+#endif
     for (int j = threadIdx.x; j < G; j += THREADS) {
       float* out = p.attn_part + (((size_t)layer * p.n_heads + q0 + j) * p.n_splits + split) * (Dh + 2);
       out[Dh] = ml[2 * j];
@@ -188,6 +212,10 @@ __device__ __noinline__ void attention_partial_v2_t(const Params& p, int layer, 
                                                     int pos, float* smem) {
   constexpr int U = 4;
   const int Dh = (int)p.head_dim, S = (int)p.attn_split;
+#if MK_ONE_SPLIT
+  const bool direct = split < 0;  // row 40: a one-split launch's tile (split 0), output to attn_out
+  split = max(split, 0);
+#endif
   const int lo = split * S;
   const int n = min(lo + S, pos + 1) - lo;
   if (n <= 0) return;  // split past the current length
@@ -199,8 +227,15 @@ __device__ __noinline__ void attention_partial_v2_t(const Params& p, int layer, 
   const uint4* kbase = reinterpret_cast<const uint4*>(p.k_cache + (head_base + lo) * Dh) + c8;
   const uint4* vbase = reinterpret_cast<const uint4*>(p.v_cache + (head_base + lo) * Dh) + c8;
   // read before the shared stores below: p lives in shared memory, so a later read would wait on them
+#if MK_ONE_SPLIT
+  // a direct tile's heads are rows of Dh floats of attn_out[layer]
+  float* const out0 = direct ? attn_direct_out(p, layer) + (size_t)q0 * Dh
+                             : p.attn_part + (((size_t)layer * p.n_heads + q0) * p.n_splits + split) * (Dh + 2);
+  const size_t head_stride = direct ? (size_t)Dh : (size_t)p.n_splits * (Dh + 2);
+#else
   float* const out0 = p.attn_part + (((size_t)layer * p.n_heads + q0) * p.n_splits + split) * (Dh + 2);
   const size_t head_stride = (size_t)p.n_splits * (Dh + 2);
+#endif
   const float scale = rsqrtf((float)Dh);
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_SCORES, at);
   float4 qa[G], qb[G];  // this lane's 8 dims of each head's q: issued with the first trip's K/V loads
@@ -322,6 +357,12 @@ __device__ __noinline__ void attention_partial_v2_t(const Params& p, int layer, 
       den = fmaf(a, wml[2 * (w * G + j) + 1], den);
     }
     float* out = out0 + j * head_stride;
+#if MK_ONE_SPLIT
+    if (direct) {  // one-split launch: the normalised output, as the combine of this one split
+      out[d] = o * (1.f / den);
+      continue;
+    }
+#endif
     out[d] = o;
     if (d == 0) {
       out[Dh] = M;

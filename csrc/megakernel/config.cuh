@@ -142,6 +142,19 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if MK_LL_HANDOFF && MK_POLL2
 #error "MK_LL_HANDOFF has no second poller: build it with MK_POLL2=0"
 #endif
+#ifndef MK_ONE_SPLIT
+// Row 40 (opt-in, not yet GPU-run; NOTES.md "Ready: row 40"; TileShape(single_split=N) sets it): 1: an AttnPartial
+// tile whose A3 is ATTN_DIRECT (the host's one-split launches: one non-empty split per head) writes its heads'
+// normalised output o / l straight to attn_out[layer], and an O-proj tile whose A2 is set loads that vector instead of
+// combining the splits (megakernel.cu: oproj_input). 0: the default build unchanged.
+#define MK_ONE_SPLIT 0
+#endif
+#if MK_ONE_SPLIT < 0 || MK_ONE_SPLIT > 1
+#error "MK_ONE_SPLIT is 0 (off) or 1 (one-split launches write attn_out, O-proj loads it)"
+#endif
+#if MK_ONE_SPLIT && MK_LAST_COMBINE
+#error "MK_ONE_SPLIT and MK_LAST_COMBINE both write attn_out: build one of them"
+#endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)
 #endif

@@ -23,6 +23,9 @@
 // TileShape(last_combine="auto")) compiles both combines and each instruction says which its launch runs: an
 // AttnPartial arrives iff its A3 names a counter, an O-proj tile loads the combined vector iff its A2 is set (the
 // host swaps two instruction lists per launch by the KV length: megakernel/runtime.py form_words).
+// MK_ONE_SPLIT (row 40, opt-in: TileShape(single_split=N)): in the launches whose largest KV length is <= N (one
+// non-empty split per head) each AttnPartial tile (A3 = ATTN_DIRECT) writes its heads' normalised output to attn_out and
+// the O-proj tiles (A2 set) load it: no combine. Longer launches run the default's words (A3, A2 as without the flag).
 // MK_LL_HANDOFF (row 37, opt-in: benchmarks/decode.py mk_ll; ll.cuh): Embed, O-proj, gate/up and Down also store their
 // outputs with this step's flag in one 64-bit store per element; the tiles the host marks (PF_LL_INPUT: QKV, gate/up,
 // Down, Logits) skip their counter wait and poll those copies; O-proj's and Down's residuals read them too.
@@ -56,8 +59,9 @@ namespace mk {
 // The Logits tiles' best values, then their indices ([parts] each, parts = vocab / logits rows), after
 // the attention partials in the same allocation (megakernel/state.py: fusion_layout): no parameter
 // field and no build flag, the part count comes from the instructions.
-#if MK_LAST_COMBINE
-// MK_LAST_COMBINE: the combined attention outputs [n_layers][hidden] lie between the partials and the sample pairs.
+#if MK_LAST_COMBINE || MK_ONE_SPLIT
+// MK_LAST_COMBINE, MK_ONE_SPLIT (row 40): the combined attention outputs [n_layers][hidden] lie between the partials
+// and the sample pairs.
 __device__ __forceinline__ float* attn_out_of(const Params& p) {
   return p.attn_part + (size_t)p.n_layers * p.n_heads * p.n_splits * (p.head_dim + 2);
 }
@@ -311,11 +315,12 @@ __device__ __noinline__ void attn_arrive(const Params& p, Smem& s, int layer, in
 }
 #endif
 
-#if MK_LAST_COMBINE == 2
+#if MK_LAST_COMBINE == 2 || MK_ONE_SPLIT
 // O-proj's input in the form of this tile's launch (OProj.combined, A2): the groups' combined vector, or the combine
 // of every head's splits. ptxas (nvcc 13.0, 2026-12-02): with both combines in the binary the worker spills 20 B more
 // (stores; 168 B more loads: threadIdx.x, reloaded after each GEMV call) in every arrangement tried (megakernel/NOTES.md
-// "Ready: row 27"); with either combine alone, the default's spills.
+// "Ready: row 27"); with either combine alone, the default's spills. MK_ONE_SPLIT (row 40): A2 is set in the launches
+// of the one-split form, whose AttnPartial tiles wrote attn_out themselves.
 __device__ __forceinline__ void oproj_input(const Params& p, Smem& s, int layer, int step) {
   if (s.ins[W_A2])
     load_vector(attn_out_of(p) + (size_t)layer * p.hidden, (int)p.hidden, s.xs);
@@ -330,7 +335,7 @@ __device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows
     MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
 #if MK_LAST_COMBINE == 1
     load_vector(attn_out_of(p) + (size_t)layer * D, D, s.xs);  // every group's combine signalled attn[layer]
-#elif MK_LAST_COMBINE == 2
+#elif MK_LAST_COMBINE == 2 || MK_ONE_SPLIT
     oproj_input(p, s, layer, step);
 #else
     load_attention_combined(p, layer, step, s.xs);
@@ -732,7 +737,13 @@ __device__ void worker(const Params& p, Smem& s) {
       case OP_QKV_HEAD: op_qkv(p, s, layer, s.ins[W_A0], s.ins[W_A1], s.ins[W_A2], step); break;
       case OP_ATTN_PARTIAL: {
         MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
+#if MK_ONE_SPLIT
+        // row 40: a one-split launch's tile (A3 = ATTN_DIRECT) comes as split -1 and writes its heads' normalised
+        // output to attn_out[layer] (attention.cuh: attn_direct_out)
+        attention_partial(p, layer, s.ins[W_A0], s.ins[W_A3] == ATTN_DIRECT ? -1 : s.ins[W_A1], s.ins[W_A2], step, s.xs);
+#else
         attention_partial(p, layer, s.ins[W_A0], s.ins[W_A1], s.ins[W_A2], step, s.xs);
+#endif
 #if MK_LAST_COMBINE
         attn_arrive(p, s, layer, s.ins[W_A0], step);  // MK_LAST_COMBINE=2: returns at once in an O-proj-form launch
 #endif

@@ -38,5 +38,7 @@ enum PfSegment : int { SEG_WQKV = 0, SEG_WO = 1, SEG_WGU = 2, SEG_WD = 3, SEG_LM
 
 #define INSTR_WORDS 16
 #define NO_COUNTER (-1)
+// AttnPartial's A3 in a one-split launch (row 40, MK_ONE_SPLIT): write the heads' normalised output to attn_out
+#define ATTN_DIRECT (-2)
 
 enum HeadKind : int { HEAD_Q = 0, HEAD_K = 1, HEAD_V = 2 };
