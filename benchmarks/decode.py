@@ -95,6 +95,8 @@ O_PIECES = ("-DMK_O_PIECES=1",)  # row 38: O-proj rows streamed in whole batches
 DOWN_BODY = ("-DMK_DOWN_BODY=1",)  # row 39: Down's pieces in whole batches (with DOWN_PIECES), no remainder trips
 DOWN_VEC = ("-DMK_DOWN_VEC=1",)  # row 41: load_vector keeps all its loads before the first store in the pieces build
 LL_HANDOFF = ("-DMK_LL_HANDOFF=1",)  # row 37: flag-in-data hand-offs of x, x_mid and h (csrc/megakernel/ll.cuh)
+LL_SLEEP = ("-DMK_LL_SPIN_NS=256",)  # row 37b: with LL_HANDOFF, nanosleep between a thread's re-polls of a stale pair
+LL_GATE = ("-DMK_LL_HANDOFF=2",)  # row 37c: the LL copies, thread 0 alone polls one element, then the sweep
 # Down through gemv_tile, the default before row 36 (and the only Down with a staged or ring path: the runtime refuses
 # stage_bytes / ring_pages without it). Rows that reproduce an older default, or that change gemv_tile itself
 # (MK_GEMV_BATCH, MK_GEMV_ROWS), carry it with 16-row Down tiles (down16 in variant_rows), so they still measure
@@ -280,6 +282,13 @@ def variant_rows() -> dict[str, dict]:
         "mk_one_split384": {"tiles": TileShape(down_rows=8, attn_split_long=256, single_split=384)},
         "mk_one_split384_o8": {"tiles": TileShape(o_rows=8, down_rows=8, attn_split_long=256, single_split=384),
                                "build_flags": DOWN_PIECES + O_PIECES},
+        # Rows 37b-c (NOTES.md "Row 37 measured ..., and rows 37b-c prepared"): mk_ll with less polling traffic while
+        # a consumer waits. mk_ll_sleep: a 256 ns nanosleep between a thread's re-polls of a stale pair (the counter
+        # waits keep spinning); mk_ll_gate: thread 0 alone polls the last element of the input vector, the CTA meets
+        # at the barrier, then the sweep loads the LL copy (stale pairs re-polled, rarely)
+        "mk_ll_sleep": {"tiles": TileShape(down_rows=8, attn_split_long=256),
+                        "build_flags": DOWN_PIECES + LL_HANDOFF + LL_SLEEP},
+        "mk_ll_gate": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES + LL_GATE},
     }
 
 

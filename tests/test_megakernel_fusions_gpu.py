@@ -792,6 +792,9 @@ def test_gemv_batches_equal_down_pieces_on_the_full_model(kv):
 # positions: stale flags must not match), and a stuck LL wait reported by the watchdog with the instruction and the
 # element it waited for.
 LL_ROW = "mk_ll"
+# Rows 37b-c (NOTES.md "Row 37 measured ..., and rows 37b-c prepared"): the same tests for mk_ll_sleep (a nanosleep
+# between re-polls of a stale pair) and mk_ll_gate (thread 0 polls one element first, then the sweep).
+LL_ROWS = (LL_ROW, "mk_ll_sleep", "mk_ll_gate")
 
 
 def _ll_kw(name: str = LL_ROW) -> dict:
@@ -800,51 +803,55 @@ def _ll_kw(name: str = LL_ROW) -> dict:
     return dict(variant_rows()[name])
 
 
+@pytest.mark.parametrize("row", LL_ROWS)
 @pytest.mark.parametrize("workers", [None, 37])
-def test_llhandoff_matches_interpreter(workers):
+def test_llhandoff_matches_interpreter(workers, row):
     weights = random_weights(get_config("tiny"), seed=SEED + 49, device="cuda")
     tiles = dataclasses.replace(TINY_TILES, down_rows=8)
-    dec = _decoder(weights, tiles=tiles, workers=workers, build_flags=_ll_kw()["build_flags"])
+    dec = _decoder(weights, tiles=tiles, workers=workers, build_flags=_ll_kw(row)["build_flags"])
     prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 50)).tolist()
-    _assert_steps_match_interpreter(dec, prompt, f"mk_ll workers={workers}")
+    _assert_steps_match_interpreter(dec, prompt, f"{row} workers={workers}")
 
 
+@pytest.mark.parametrize("row", LL_ROWS)
 @pytest.mark.parametrize("workers", [None, 37])
-def test_llhandoff_equals_down_pieces_bit_for_bit_tiny(workers):
+def test_llhandoff_equals_down_pieces_bit_for_bit_tiny(workers, row):
     """36 steps in one launch (many steps' tiles in flight), then the same 36 positions again as a new generation on
     the same decoder (its LL copies hold the first run's flags): every buffer equal to mk_down_pieces'."""
     weights = random_weights(get_config("tiny"), seed=SEED + 51, device="cuda")
     prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 52)).tolist()
     tiles = dataclasses.replace(TINY_TILES, down_rows=8)
     states = {}
-    for row in ("mk_down_pieces", LL_ROW):
-        dec = _decoder(weights, tiles=tiles, workers=workers, build_flags=_ll_kw(row)["build_flags"])
+    for name in ("mk_down_pieces", row):
+        dec = _decoder(weights, tiles=tiles, workers=workers, build_flags=_ll_kw(name)["build_flags"])
         runs = []
         for _ in range(2):
             dec.set_prompt(prompt)
             dec.run(0, 36)
             runs.append(_buffers(dec))
-        states[row] = runs
+        states[name] = runs
         del dec
     for run in range(2):
-        assert _differing_buffers(states["mk_down_pieces"][run], states[LL_ROW][run]) == [], f"run {run}"
+        assert _differing_buffers(states["mk_down_pieces"][run], states[row][run]) == [], f"{row} run {run}"
 
 
+@pytest.mark.parametrize("row", LL_ROWS)
 @pytest.mark.parametrize("kv", [128, 1024])
-def test_llhandoff_equals_down_pieces_on_the_full_model(kv):
+def test_llhandoff_equals_down_pieces_on_the_full_model(kv, row):
     """Full TinyLlama, every token forced up to KV position kv + 2 (launches of 64 steps), the rows as decode.py runs
     them: mk_ll bit for bit mk_down_pieces, and its logits within 1e-3 of max |logit| of the default's."""
     c = get_config("tinyllama-1.1b", max_seq=1152)
     weights = random_weights(c, seed=SEED + 53, device="cuda")
     prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 54)).tolist()
-    rows = {"default": {}, "mk_down_pieces": _ll_kw("mk_down_pieces"), LL_ROW: _ll_kw()}
+    rows = {"default": {}, "mk_down_pieces": _ll_kw("mk_down_pieces"), row: _ll_kw(row)}
     states = _same_launches(weights, prompt, _launches_to(kv), rows, _buffers)
-    err = _logits_error(states[LL_ROW], states["default"])
-    assert err < 1e-3, f"kv {kv}: mk_ll's logits differ from the default's by {err:.3g} of max |logit|"
-    assert _differing_buffers(states["mk_down_pieces"], states[LL_ROW]) == [], f"kv {kv}: logits error {err:.3g}"
+    err = _logits_error(states[row], states["default"])
+    assert err < 1e-3, f"kv {kv}: {row}'s logits differ from the default's by {err:.3g} of max |logit|"
+    assert _differing_buffers(states["mk_down_pieces"], states[row]) == [], f"kv {kv} {row}: logits error {err:.3g}"
 
 
-def test_llhandoff_watchdog_names_the_stuck_element():
+@pytest.mark.parametrize("row", LL_ROWS)
+def test_llhandoff_watchdog_names_the_stuck_element(row):
     """A program whose first Down tile of layer 0 computes the second tile's rows: x[1]'s LL rows 0-7 are never
     written, so layer 1's QKV tiles poll them for ever (their counter wait is skipped: down[0] is complete). The
     watchdog stops the launch within 5 s and names the lowest stuck QKV tile, the element and the edge's counter."""
@@ -854,7 +861,7 @@ def test_llhandoff_watchdog_names_the_stuck_element():
 
     weights = random_weights(get_config("tiny"), seed=SEED + 55, device="cuda")
     tiles = dataclasses.replace(TINY_TILES, down_rows=8)
-    dec = _decoder(weights, tiles=tiles, timeout_s=0.2, build_flags=_ll_kw()["build_flags"])
+    dec = _decoder(weights, tiles=tiles, timeout_s=0.2, build_flags=_ll_kw(row)["build_flags"])
     prog = build_decode_program(weights.config, tiles)
     downs = [i for i, ins in enumerate(prog.instructions) if isinstance(ins, Down) and ins.layer == 0]
     prog.instructions[downs[0]] = dataclasses.replace(prog.instructions[downs[0]], row0=prog.instructions[downs[1]].row0)

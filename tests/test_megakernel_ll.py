@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.decode import DOWN_PIECES, LL_HANDOFF, variant_rows
+from benchmarks.decode import DOWN_PIECES, LL_GATE, LL_HANDOFF, LL_SLEEP, variant_rows
 from megakernel import instructions as I
 from megakernel import runtime as R
 from megakernel.dag import DEFAULT_TILES, TileShape, build_decode_program
@@ -243,3 +243,109 @@ def test_the_sass_has_the_ll_accesses_only_under_the_flag(builds):
     for fn in (norm, vec, residual):
         assert sass_diff.calls(fn, "wait_counter") == 0 and sass_diff.calls(fn, "ll_wait") >= 1
     assert not any(re.search(r"\bRED\b", line) for fn in (norm, vec, residual) for line in fn)
+
+
+# Rows 37b-c (megakernel/NOTES.md "Row 37 measured ..., and rows 37b-c prepared"): mk_ll_sleep (MK_LL_SPIN_NS=256) and
+# mk_ll_gate (MK_LL_HANDOFF=2), and the trace fix (ll.cuh "ll_wait_converged"). GPU: the *llhandoff* tests run every
+# LL row (tests/test_megakernel_fusions_gpu.py: LL_ROWS).
+LL_ROWS = ("mk_ll", "mk_ll_sleep", "mk_ll_gate")
+
+
+def test_rows_37b_c_are_mk_ll_with_one_change():
+    rows = variant_rows()
+    assert LL_SLEEP == ("-DMK_LL_SPIN_NS=256",) and LL_GATE == ("-DMK_LL_HANDOFF=2",)
+    assert rows["mk_ll_sleep"] == {"tiles": rows["mk_ll"]["tiles"], "build_flags": rows["mk_ll"]["build_flags"] + LL_SLEEP}
+    assert rows["mk_ll_gate"] == {"tiles": rows["mk_ll"]["tiles"], "build_flags": DOWN_PIECES + LL_GATE}
+    assert R.ll_handoff(LL_GATE) and R.ll_handoff(LL_HANDOFF + LL_SLEEP) and not R.ll_handoff(LL_SLEEP)
+
+
+def test_the_gate_element_is_the_last_producer_tile_in_ticket_order():
+    """ll.cuh ll_gate_element polls the last element of the input vector: for every producer phase of x, x_mid and
+    h, the tile that writes it is the phase's last instruction (the host lays the tiles out in ascending rows), on the
+    full model with the rows' tiles and on the tiny model."""
+    from megakernel.instructions import Down, GateUp, OProj
+
+    for name, tiles in (("tinyllama-1.1b", variant_rows()["mk_ll_gate"]["tiles"]), ("tiny", TileShape(down_rows=8))):
+        c = get_config(name)
+        prog = build_decode_program(c, tiles)
+        for cls, first, count, n in ((Down, "row0", "rows", c.hidden), (OProj, "row0", "rows", c.hidden),
+                                     (GateUp, "f0", "features", c.ffn)):
+            for layer in range(c.n_layers):
+                tiles_l = [(i, ins) for i, ins in enumerate(prog.instructions) if isinstance(ins, cls) and ins.layer == layer]
+                last = [i for i, ins in tiles_l if getattr(ins, first) + getattr(ins, count) == n]
+                assert last == [tiles_l[-1][0]], (name, cls.__name__, layer)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("mode", [0, 2])
+def test_rows_37b_c_cubins(builds, mode):
+    """The sleep at 0 is mk_ll's cubin byte for byte; the sleep and the gate are other cubins; none builds the default."""
+    ll = cubin_sha256(builds(mode, DOWN_PIECES + LL_HANDOFF))
+    assert cubin_sha256(builds(mode, DOWN_PIECES + LL_HANDOFF + ("-DMK_LL_SPIN_NS=0",))) == ll
+    sleep, gate = cubin_sha256(builds(mode, DOWN_PIECES + LL_HANDOFF + LL_SLEEP)), cubin_sha256(builds(mode, DOWN_PIECES + LL_GATE))
+    assert len({ll, sleep, gate, cubin_sha256(builds(mode, DOWN_PIECES))}) == 4
+
+
+@needs_nvcc
+@pytest.mark.parametrize("mode", [0, 2])
+@pytest.mark.parametrize("row", LL_ROWS[1:])
+def test_rows_37b_c_registers_and_spills(builds, mode, row):
+    """As test_registers_and_spills for mk_ll (nvcc 13.0, 2026-12-02: both rows mode 0 24 B stores / 192 B loads,
+    mode 2 20 / 224 B, mk_ll's): 128 registers, no more spill stores than mk_down_pieces, the LL helpers spill-free."""
+    base, r = builds(mode, DOWN_PIECES), builds(mode, variant_rows()[row]["build_flags"])
+    assert r.registers() == base.registers() == 128
+    assert _kernel_spills(r.ptxas_log)[0] <= _kernel_spills(base.ptxas_log)[0], r.ptxas_log
+    helpers = ("ll_give_up", "ll_wait", "ll_residual", "load_rmsnorm_ll", "load_vector_ll")
+    for h in helpers:
+        m = re.search(rf"Function properties for (\S*{len(h)}{h}E\S*)\n\s+(\d+) bytes stack frame, (\d+) bytes spill "
+                      r"stores, (\d+) bytes spill loads", r.ptxas_log)
+        assert m and m.groups()[1:] == ("0", "0", "0"), (h, m and m.groups())
+
+
+def _sass(builds, mode, flags):
+    from megakernel import sass_diff
+
+    skip_without_tools("nvdisasm")
+    return sass_diff, sass_diff.functions(sass_diff.disassembly(builds(mode, flags).cubin))
+
+
+@needs_nvcc
+def test_the_sleep_is_in_the_ll_wait_only_and_the_gate_in_the_worker(builds):
+    """mk_ll_sleep: a NANOSLEEP in ll_wait, mk_ll's ll_wait has none, and the counter wait spins in both (no
+    NANOSLEEP outside ll_wait). mk_ll_gate: the kernel itself calls ll_wait (thread 0's gate), mk_ll's kernel does
+    not (its LL polls are in the helpers)."""
+    sd, ll = _sass(builds, 0, DOWN_PIECES + LL_HANDOFF)
+    _, sleep = _sass(builds, 0, DOWN_PIECES + LL_HANDOFF + LL_SLEEP)
+    _, gate = _sass(builds, 0, DOWN_PIECES + LL_GATE)
+
+    def sleeps(fns, where):
+        return sum("NANOSLEEP" in line for n, fn in fns.items() if where(n) for line in fn)
+
+    is_wait = lambda n: "7ll_waitE" in n  # noqa: E731
+    assert sleeps(sleep, is_wait) >= 1 and sleeps(ll, is_wait) == 0
+    assert sleeps(sleep, lambda n: not is_wait(n)) == sleeps(ll, lambda n: not is_wait(n))
+    assert sd.calls(gate["argus_megakernel"], "ll_wait") >= 1 and sd.calls(ll["argus_megakernel"], "ll_wait") == 0
+
+
+@needs_nvcc
+@pytest.mark.parametrize("mode", [2])
+@pytest.mark.parametrize("flags", [LL_HANDOFF, LL_GATE], ids=["mk_ll", "mk_ll_gate"])
+def test_the_warp_is_converged_after_every_ll_wait(builds, mode, flags):
+    """The trace fix (trace builds only: ll.cuh MK_LL_CONVERGE; the timed mk_ll is the cubin measured at 18:26), as
+    far as the SASS shows it: in each LL helper every CALL to ll_wait is followed, before any
+    other CALL, by a BSYNC (the compiler's reconvergence of the divergent `if (!ll_ready) v = ll_wait(...)`), and the
+    helper's last ll_wait call by a full-mask __syncwarp (WARPSYNC.ALL, or ptxas' BRA.CONV test of 0xffffffff with
+    its WARPSYNC.COLLECTIVE path). Whether the hardware then runs the warp as one group at the caller's next marker
+    is not a property of the instruction stream: only the GPU's trace decode shows it."""
+    sd, fns = _sass(builds, mode, DOWN_PIECES + flags)
+    for h in ("ll_residual", "load_rmsnorm_ll", "load_vector_ll"):
+        _, fn = sd.find_function(fns, h)
+        at = [i for i, line in enumerate(fn) if line.startswith("CALL") and "7ll_waitE" in line]
+        assert at, h
+        for i in at:
+            nxt = next((j for j in range(i + 1, len(fn)) if fn[j].startswith(("CALL", "BSYNC", "RET"))), None)
+            assert nxt is not None and fn[nxt].startswith("BSYNC"), (h, i, fn[i: i + 4])
+        tail = fn[at[-1]:]
+        full = any(line.startswith("WARPSYNC.ALL") for line in tail) or any(
+            line.startswith("WARPSYNC.COLLECTIVE") for line in tail) and any("0xffffffff" in line for line in tail)
+        assert full, (h, tail[-20:])

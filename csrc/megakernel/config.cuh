@@ -131,13 +131,23 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #error "MK_O_PIECES has no page-ring path and replaces MK_BATCH_O's loop: build it with MK_RING=0 and MK_BATCH_O=0"
 #endif
 #ifndef MK_LL_HANDOFF
-// Row 37 (opt-in, not yet GPU-run; NOTES.md "Ready: row 37"): 1: flag-in-data copies of x, x_mid and h (ll.cuh);
+// Row 37 (opt-in; NOTES.md "Ready: row 37", GPU-run 18:26: a miss, "Row 37 measured"): 1: flag-in-data copies of x, x_mid and h (ll.cuh);
 // QKV, gate/up, Down and Logits tiles (the host's PF_LL_INPUT bit) skip their counter wait and poll the data itself
 // (benchmarks/decode.py mk_ll). 0: the default build unchanged.
 #define MK_LL_HANDOFF 0
 #endif
-#if MK_LL_HANDOFF < 0 || MK_LL_HANDOFF > 1
-#error "MK_LL_HANDOFF is 0 (off) or 1 (flag-in-data hand-offs of x, x_mid and h)"
+// 2 (row 37c, mk_ll_gate): the same copies, and thread 0 alone polls one element of the tile's input vector (ll.cuh:
+// ll_gate) with the counter wait's deadline before the CTA meets at the barrier; the sweep then re-polls stale pairs.
+#if MK_LL_HANDOFF < 0 || MK_LL_HANDOFF > 2
+#error "MK_LL_HANDOFF is 0 (off), 1 (flag-in-data hand-offs of x, x_mid and h) or 2 (1 with a one-thread gate)"
+#endif
+#ifndef MK_LL_SPIN_NS
+// Row 37b (mk_ll_sleep): nanosleep between a thread's re-polls of a stale LL pair (ll.cuh: ll_wait); 0: spin. Not
+// MK_SPIN_NS, so the counter waits keep spinning.
+#define MK_LL_SPIN_NS 0
+#endif
+#if MK_LL_SPIN_NS < 0
+#error "MK_LL_SPIN_NS is a sleep in ns >= 0"
 #endif
 #if MK_LL_HANDOFF && MK_POLL2
 #error "MK_LL_HANDOFF has no second poller: build it with MK_POLL2=0"

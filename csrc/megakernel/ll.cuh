@@ -24,6 +24,7 @@
 #include "config.cuh"
 #include "common.cuh"
 #include "sync.cuh"
+#include "opcodes.cuh"
 
 #if MK_LL_HANDOFF
 namespace mk {
@@ -121,8 +122,8 @@ __device__ __noinline__ ulonglong2 ll_wait(const Params& p, const unsigned long 
       r.y = r.x;
     }
     if (ll_ready(r, flag)) return r;
-#if MK_SPIN_NS > 0
-    __nanosleep(MK_SPIN_NS);
+#if MK_LL_SPIN_NS > 0
+    __nanosleep(MK_LL_SPIN_NS);  // row 37b (mk_ll_sleep): between a thread's re-polls of a stale pair only
 #endif
     if ((++spins & 63u) == 0) {
       const bool other = error_code(p.error) != ERROR_NONE;
@@ -135,6 +136,41 @@ __device__ __noinline__ ulonglong2 ll_wait(const Params& p, const unsigned long 
   }
 }
 
+#if MK_LL_HANDOFF == 2
+// Row 37c (mk_ll_gate): the one element thread 0 polls before the CTA meets at the barrier: the last element of the
+// tile's input vector (x[layer] for QKV, x[n_layers] for Logits, x_mid[layer] for gate/up, h[layer] for Down). The
+// host lays a phase's producer tiles out in ascending row order (megakernel/dag.py), so that element is the last
+// tile's in ticket order; with static tickets that tile is the phase's last ticket, the likeliest to be written last.
+// The kernel knows only the vector; which element is written last is not promised (another CTA may be slower), so
+// the sweep still re-polls every stale pair. On give-up ll_state.failed is set, as in the sweep.
+__device__ __forceinline__ const unsigned long long* ll_gate_element(const Params& p, int op, int layer) {
+  switch (op) {
+    case OP_QKV_HEAD: return ll_x(p, layer) + (p.hidden - 1);
+    case OP_LOGITS: return ll_x(p, (int)p.n_layers) + (p.hidden - 1);
+    case OP_GATE_UP: return ll_xmid(p, layer) + (p.hidden - 1);
+    case OP_DOWN: return ll_h(p, layer) + (p.ffn - 1);
+    default: return nullptr;  // no other op has PF_LL_INPUT (runtime.py: LL_INPUT_OPS)
+  }
+}
+#endif
+
+// ll_wait_converged, the trace fix (row 37's first GPU run, 18:26: mk_ll's trace did not decode, a decode/gemm END
+// with no open region; megakernel/NOTES.md "Row 37 measured"): a lane that found a stale pair runs ll_wait while the
+// others go on, and Volta+ does not promise that a warp split by a divergent branch runs together again afterwards,
+// nor does bar.sync reconverge it, so a caller's next Argus marker could be recorded by a lane group (an
+// ARGUS_KIND_LANES record) and pair with the whole warp's. Every helper below that calls ll_wait ends its divergent
+// part with a full-mask __syncwarp() (MK_LL_CONVERGE, trace builds) at a point every thread of the CTA reaches (after its loops: a tile's row loop
+// may leave lanes of a warp out, and __syncwarp(mask) with an absent lane of mask is undefined), so its callers'
+// markers (MK_REGION's own __syncwarp included) see a converged warp. tests/test_megakernel_ll.py checks the SASS
+// (a WARPSYNC after the last ll_wait call of each helper); that the hardware then runs the warp as one group is
+// what only the GPU's trace decode shows.
+// Trace builds only (ARGUS_MODE != 0): the timed build (mode 0) of mk_ll stays the cubin measured at 18:26, and no
+// marker reads a lane mask there.
+#if ARGUS_MODE != 0
+#define MK_LL_CONVERGE() __syncwarp()
+#else
+#define MK_LL_CONVERGE() ((void)0)
+#endif
 // One element (the residual reads of O-proj and Down).
 __device__ __forceinline__ float ll_read(const Params& p, const unsigned long long* a, unsigned flag) {
   ulonglong2 v;
@@ -154,6 +190,7 @@ __device__ __noinline__ void ll_residual(const Params& p, const unsigned long lo
     plain[r] = v;
     ll_store(dst + r, v, flag);
   }
+  MK_LL_CONVERGE();  // the trace fix (see "ll_wait_converged" above)
 }
 
 // load_rmsnorm (gemv.cuh) from an LL vector: the same arithmetic in the same order on the same values, so xs and
@@ -178,6 +215,7 @@ __device__ __noinline__ float load_rmsnorm_ll(const Params& p, const unsigned lo
     xs4[2 * c] = make_float4(a.x * bf_lo(gw.x), a.y * bf_hi(gw.x), a.z * bf_lo(gw.y), a.w * bf_hi(gw.y));
     xs4[2 * c + 1] = make_float4(b.x * bf_lo(gw.z), b.y * bf_hi(gw.z), b.z * bf_lo(gw.w), b.w * bf_hi(gw.w));
   }
+  MK_LL_CONVERGE();  // the trace fix (see "ll_wait_converged" above)
   const float total = block_sum(ss, scratch);  // its barriers also publish xs
   return rsqrtf(total / (float)n + eps);
 }
@@ -199,12 +237,14 @@ __device__ __noinline__ void load_vector_ll(const Params& p, const unsigned long
       xs2[c] = make_float2(ll_value(v[i].x), ll_value(v[i].y));
     }
   }
+  MK_LL_CONVERGE();  // the trace fix (see "ll_wait_converged" above)
 #pragma unroll 1
   for (int c = threadIdx.x + LL_SLOTS * THREADS; c < n2; c += THREADS) {
     ulonglong2 r = ll_load2(x + 2 * c);
     if (!ll_ready(r, flag)) r = ll_wait(p, x + 2 * c, true, flag);
     xs2[c] = make_float2(ll_value(r.x), ll_value(r.y));
   }
+  MK_LL_CONVERGE();
   __syncthreads();
 }
 

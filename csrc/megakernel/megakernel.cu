@@ -693,6 +693,17 @@ __device__ void worker(const Params& p, Smem& s) {
       // skips its counter wait, its data loads are the poll; its site for a stuck LL wait (ll.cuh: ll_give_up)
       ll_state.site = WaitSite{(int)t, step, index, op, layer, s.ins[W_WAIT]};
       const int wait = (s.ins[W_PF_FLAGS] & PF_LL_INPUT) ? NO_COUNTER : s.ins[W_WAIT];
+#if MK_LL_HANDOFF == 2
+      // Row 37c: thread 0 alone polls one element (ll.cuh: ll_gate_element) with the counter wait's deadline; the
+      // CTA meets at the barrier below as after a counter wait, then the sweep re-polls only stale pairs
+      if (wait == NO_COUNTER && (s.ins[W_PF_FLAGS] & PF_LL_INPUT)) {
+        const unsigned long long* g = ll_gate_element(p, op, layer);
+        if (g != nullptr) {
+          MK_DETAIL_LANE(ARGUS_REGION_DECODE_CORE_LOOP_WAIT, coord(step, layer));
+          ok = ll_tag(ll_wait(p, g, false, ll_flag(p, step)).x) == ll_flag(p, step);  // stale: it gave up
+        }
+      }
+#endif
 #else
       const int wait = s.ins[W_WAIT];
 #endif
@@ -723,6 +734,9 @@ __device__ void worker(const Params& p, Smem& s) {
     }
 #endif
     __syncthreads();
+#if MK_LL_HANDOFF && ARGUS_MODE != 0
+    __syncwarp();  // the trace fix (ll.cuh "ll_wait_converged"): warp 0 whole after thread 0's wait or LL gate
+#endif
     ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
     if (!s.ok) {
       if (s.staged) stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);  // no copy outlives the CTA
