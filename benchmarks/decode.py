@@ -289,6 +289,10 @@ def variant_rows() -> dict[str, dict]:
         "mk_ll_sleep": {"tiles": TileShape(down_rows=8, attn_split_long=256),
                         "build_flags": DOWN_PIECES + LL_HANDOFF + LL_SLEEP},
         "mk_ll_gate": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES + LL_GATE},
+        # Row 42 (NOTES.md "Row 42"): row 40's one-split launches (limit 384) with one query head per attention tile
+        # (attn_head_parts=8: 32 tiles per layer instead of 16), since the one-split attention phase (4.41 us per layer at
+        # 19:00) runs on 16 CTAs while the other 247 wait
+        "mk_one_split384_hp8": {"tiles": TileShape(down_rows=8, attn_split_long=256, single_split=384, attn_head_parts=8)},
     }
 
 
