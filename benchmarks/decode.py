@@ -93,7 +93,6 @@ DOWN_PIECES = ("-DMK_DOWN_PIECES=1",)  # row 36 (the default since 17:54): every
 DOWN_PIECES_CTL = ("-DMK_DOWN_PIECES=2",)  # its control: the same code, warps 0-3 only
 O_PIECES = ("-DMK_O_PIECES=1",)  # row 38: O-proj rows streamed in whole batches (gemv.cuh: gemv_batches), one row a warp
 DOWN_BODY = ("-DMK_DOWN_BODY=1",)  # row 39: Down's pieces in whole batches (with DOWN_PIECES), no remainder trips
-DOWN_VEC = ("-DMK_DOWN_VEC=1",)  # row 41: load_vector keeps all its loads before the first store in the pieces build
 LL_HANDOFF = ("-DMK_LL_HANDOFF=1",)  # row 37: flag-in-data hand-offs of x, x_mid and h (csrc/megakernel/ll.cuh)
 LL_SLEEP = ("-DMK_LL_SPIN_NS=256",)  # row 37b: with LL_HANDOFF, nanosleep between a thread's re-polls of a stale pair
 LL_GATE = ("-DMK_LL_HANDOFF=2",)  # row 37c: the LL copies, thread 0 alone polls one element, then the sweep
@@ -106,7 +105,7 @@ DOWN_PLAIN = ("-DMK_DOWN_PIECES=0",)
 
 def variant_rows() -> dict[str, dict]:
     """The opt-in megakernel rows of --variants: name -> MegakernelDecoder keywords."""
-    from megakernel.dag import DEFAULT_TILES, TileShape
+    from megakernel.dag import TileShape
 
     one_cta = ONE_CTA
     # The default before row 36 exactly: row 35's tiles with 16-row Down tiles (TileShape's own down_rows) through
@@ -262,12 +261,6 @@ def variant_rows() -> dict[str, dict]:
         # Down and Logits tiles skip their counter wait and poll those copies of x, x_mid and h (the residual reads
         # too); measured against mk_down_pieces in the same run (the same tiles and Down code)
         "mk_ll": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES + LL_HANDOFF},
-        # Row 41 (NOTES.md "Ready: row 41"): the default (DEFAULT_TILES, Down pieces) with load_vector's batch kept whole:
-        # a __syncwarp() between its VEC_SLOTS loads and its stores (gemv.cuh, MK_DOWN_VEC), so ptxas issues all 6 of
-        # Down's h loads before the first shared store (the default stores after 4: two dependent L2 trips per Down
-        # tile). mk_down_vec_detail adds the detail regions (down_vector: the h load) beside mk_detail's.
-        "mk_down_vec": {"tiles": DEFAULT_TILES, "build_flags": DOWN_VEC},
-        "mk_down_vec_detail": {"tiles": DEFAULT_TILES, "build_flags": DOWN_VEC + DETAIL},
         # Row 40 (NOTES.md "Ready: row 40"): the default's tiles plus one-split launches: a launch whose largest KV
         # length is <= 256 runs 256-position splits, one non-empty split per head, whose AttnPartial tiles write the
         # normalised output to attn_out and O-proj loads it: no combine (TileShape.single_split; option_flags adds

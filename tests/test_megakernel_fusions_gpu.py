@@ -875,42 +875,6 @@ def test_llhandoff_watchdog_names_the_stuck_element(row):
     assert time.perf_counter() - start < 5.0
 
 
-# Row 41 (NOTES.md "Ready: row 41"; FUSION_K=down_vec; benchmarks/decode.py mk_down_vec): the default with a
-# __syncwarp() between load_vector's VEC_SLOTS loads and its shared stores (gemv.cuh, MK_DOWN_VEC=1), so the timed
-# build issues all 6 of Down's h loads before the first store. The same loads of the same chunks and the same stores:
-# xs, and so every buffer, bit for bit the default's. Against the interpreter on the tiny model (ffn 352: one live
-# slot for the first 88 threads, every other slot predicated off; 8- and 16-row Down tiles, 2 worker counts), and
-# against the default on the full model at KV ~128 and ~1024 (ffn 5632: 6 slots, the last live for 128 threads; the
-# O-proj tiles' load_vector of 2048 values: 2 slots): every buffer bit for bit.
-@pytest.mark.parametrize("down_rows", [8, 16])
-@pytest.mark.parametrize("workers", [None, 37])
-def test_down_vec_matches_interpreter(down_rows, workers):
-    from benchmarks.decode import variant_rows
-
-    flags = variant_rows()["mk_down_vec"]["build_flags"]
-    weights = random_weights(get_config("tiny"), seed=SEED + 56, device="cuda")
-    dec = _decoder(weights, tiles=dataclasses.replace(TINY_TILES, down_rows=down_rows), workers=workers,
-                   build_flags=flags)
-    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 57)).tolist()
-    _assert_steps_match_interpreter(dec, prompt, f"mk_down_vec down_rows={down_rows}")
-
-
-@pytest.mark.parametrize("kv", [128, 1024])
-def test_down_vec_equals_the_default_on_the_full_model(kv):
-    """Full TinyLlama, every token forced up to KV position kv + 2 (launches of 64 steps): mk_down_vec as decode.py
-    runs it against the default, every named buffer bit for bit."""
-    from benchmarks.decode import variant_rows
-
-    c = get_config("tinyllama-1.1b", max_seq=1152)
-    weights = random_weights(c, seed=SEED + 58, device="cuda")
-    prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 59)).tolist()
-    rows = {"default": {}, "mk_down_vec": variant_rows()["mk_down_vec"]}
-    states = _same_launches(weights, prompt, _launches_to(kv), rows, _named_buffers)
-    err = _logits_error(states["mk_down_vec"], states["default"])
-    assert set(states["mk_down_vec"]) == set(states["default"])
-    assert _differing_buffers(states["mk_down_vec"], states["default"]) == [], f"kv {kv} (logits error {err:.3g})"
-
-
 # Row 40 (NOTES.md "Ready: row 40"; FUSION_K=one_split; TileShape(single_split=N), build flag MK_ONE_SPLIT=1 through
 # option_flags, benchmarks/decode.py mk_one_split): a launch whose largest KV length is <= single_split runs one split
 # per head, whose AttnPartial tiles write the normalised output to attn_out and O-proj loads it (no combine); longer

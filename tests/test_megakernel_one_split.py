@@ -22,6 +22,7 @@ from megakernel.interpreter import Interpreter, InterpreterError, SamplingParams
 from megakernel.runtime import CSRC, MegakernelDecoder, check_fits, form_words, option_flags
 from megakernel.state import BUFFER_NAMES, DecodeState
 from test_megakernel_interpreter import TILES, _prompt, replay_step, tiny  # noqa: F401  (the tiny model fixture)
+from test_megakernel_split_auto import _run, _same_bits
 from tinyllama.config import get_config
 from toolchain import needs_nvcc
 
@@ -143,23 +144,6 @@ def test_each_launch_gets_the_words_and_parameters_of_its_program(tiny):
         v = dec._param_values(begin, end)
         assert v["instructions"] == dec.forms[key].data_ptr(), (begin, end)
         assert (v["n_instr"], v["ticket_end"], v["attn_split"], v["n_splits"]) == (n[key], end * n[key], split, 16)
-
-
-def _run(c, w, tiles, launches, prompt, order="list"):
-    state = DecodeState.create(build_decode_program(c, tiles), w)
-    state.set_prompt(prompt)
-    interp = Interpreter(state, n_forced=len(prompt))
-    after = []
-    for first, count in launches:
-        interp.run_steps(first, count, order=order, seed=first)
-        after.append({n: state.t[n].clone() for n in BUFFER_NAMES} | (
-            {"attn_out": state.t["attn_out"].clone()} if "attn_out" in state.t else {}))
-    return state, after
-
-
-def _same_bits(a, b) -> bool:
-    view = {4: torch.int32, 2: torch.int16}.get(a.element_size())
-    return torch.equal(a.view(view), b.view(view)) if view and a.is_floating_point() else torch.equal(a, b)
 
 
 @pytest.mark.parametrize("order", ["list", "random"])

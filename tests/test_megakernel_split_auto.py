@@ -132,7 +132,8 @@ def _run(c, w, tiles, launches, prompt, order="list"):
     after = []
     for first, count in launches:
         interp.run_steps(first, count, order=order, seed=first)
-        after.append({n: state.t[n].clone() for n in BUFFER_NAMES})
+        after.append({n: state.t[n].clone() for n in BUFFER_NAMES} | (
+            {"attn_out": state.t["attn_out"].clone()} if "attn_out" in state.t else {}))  # one-split states (row 40)
     return state, after
 
 

@@ -96,18 +96,6 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_O_TRIPS
 #define MK_O_TRIPS 8  // loads per lane per O-proj batch (one piece per row): 2048 / 8 / 32 = 8, one batch per row
 #endif
-#ifndef MK_DOWN_VEC
-// Row 41 (opt-in, not yet GPU-run; NOTES.md "Ready: row 41"): 1: load_vector (MK_VEC_BATCH's) has a __syncwarp()
-// between its VEC_SLOTS loads and its stores, so the default build's ptxas keeps all of them before the first store
-// (Down's h: 6, one L2 round trip; benchmarks/decode.py mk_down_vec). 0: the default build.
-#define MK_DOWN_VEC 0
-#endif
-#if MK_DOWN_VEC < 0 || MK_DOWN_VEC > 1
-#error "MK_DOWN_VEC is 0 (off) or 1 (on)"
-#endif
-#if MK_DOWN_VEC && !MK_VEC_BATCH
-#error "MK_DOWN_VEC changes MK_VEC_BATCH's load_vector: build it with MK_VEC_BATCH=1"
-#endif
 #ifndef MK_DOWN_BODY
 // Row 39 (opt-in, not yet GPU-run; with MK_DOWN_PIECES): 1: Down's pieces (a row's two K-halves per warp) stream
 // through gemv_batches in batches of MK_DOWN_TRIPS trips of both halves (2 x MK_DOWN_TRIPS loads per lane, all

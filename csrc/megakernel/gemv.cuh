@@ -266,13 +266,6 @@ __device__ __noinline__ void load_vector(const float* x, int n, float* xs) {
     const int c = threadIdx.x + i * THREADS;
     v[i] = c < n4 ? __ldcg(x4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
-#if MK_DOWN_VEC
-  // Row 41 (opt-in; NOTES.md "Ready: row 41"): no store before the last load. In the default build (Down pieces,
-  // nvcc 13.0) ptxas stores slot 1 after 4 loads and reuses its registers for the last 2, which then wait for the
-  // first to return: two dependent L2 trips per Down tile. ptxas keeps shared stores after a __syncwarp(); for a
-  // converged warp it emits only a NOP here in the timed build (mode 2: a BRA.DIV test + NOP). Same copy, same xs.
-  __syncwarp();
-#endif
 #pragma unroll
   for (int i = 0; i < VEC_SLOTS; ++i) {
     const int c = threadIdx.x + i * THREADS;
