@@ -286,6 +286,11 @@ def variant_rows() -> dict[str, dict]:
         # (attn_head_parts=8: 32 tiles per layer instead of 16), since the one-split attention phase (4.41 us per layer at
         # 19:00) runs on 16 CTAs while the other 247 wait
         "mk_one_split384_hp8": {"tiles": TileShape(down_rows=8, attn_split_long=256, single_split=384, attn_head_parts=8)},
+        # Row 43 (NOTES.md "Ready: row 43"): row 42's tiles with each attention tile's K/V rows of earlier launches
+        # bulk-copied to shared memory before its wait (MK_KV_STAGE=1; 76 KiB of dynamic shared memory per CTA), so
+        # after the wait only q and this launch's rows are loaded, in one round trip
+        "mk_kv_stage": {"tiles": TileShape(down_rows=8, attn_split_long=256, single_split=384, attn_head_parts=8),
+                        "build_flags": ("-DMK_KV_STAGE=1",)},
     }
 
 

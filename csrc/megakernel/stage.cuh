@@ -20,17 +20,27 @@ __device__ __forceinline__ void stage_init(unsigned long long* bar) {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the copy engine sees the initialised barrier
 }
 
-// Thread 0: copy `bytes` (a multiple of 16) from global `src` into the stage buffer.
-__device__ __forceinline__ void stage_issue(unsigned long long* bar, const char* src, unsigned bytes) {
-  // Earlier generic-proxy reads of the buffer (the previous tile's GEMV) come before these writes.
+// Thread 0: the barrier's next phase completes when `bytes` more bytes landed (issue the copies after this).
+__device__ __forceinline__ void stage_expect(unsigned long long* bar, unsigned bytes) {
+  // Earlier generic-proxy reads of the buffer (the previous tile's GEMV or attention) come before these writes.
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+// Thread 0: bulk-copy `bytes` (a multiple of 16) from global `src` to shared `dst`, completing on `bar`.
+__device__ __forceinline__ void stage_copy(unsigned long long* bar, unsigned char* dst, const char* src, unsigned bytes) {
   const unsigned piece = 32u * 1024u;
   for (unsigned off = 0; off < bytes; off += piece) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(smem_addr(stage_buffer + off)), "l"(src + off), "r"(min(piece, bytes - off)), "r"(smem_addr(bar))
+                 ::"r"(smem_addr(dst + off)), "l"(src + off), "r"(min(piece, bytes - off)), "r"(smem_addr(bar))
                  : "memory");
   }
+}
+
+// Thread 0: copy `bytes` (a multiple of 16) from global `src` into the stage buffer.
+__device__ __forceinline__ void stage_issue(unsigned long long* bar, const char* src, unsigned bytes) {
+  stage_expect(bar, bytes);
+  stage_copy(bar, stage_buffer, src, bytes);
 }
 
 // Every thread: wait until the copy of phase `phase` (0/1, alternating per staged tile) landed.
