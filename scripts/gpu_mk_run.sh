@@ -9,7 +9,7 @@ OUT="${OUT:-$PWD/gpu_out}"; mkdir -p "$OUT"
 date -u; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
 timeout 60 python3 -m megakernel.build 2>&1 | grep -E "registers|error" | tee $OUT/build.log
 if [ "${TESTS:-1}" = 1 ]; then
-  timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_megakernel_gpu.py ${TEST_EXTRA:-} -k "${TEST_K:-not staged}" 2>&1 | tail -15 | tee $OUT/gpu_tests.log
+  timeout ${TESTS_S:-200} python3 -m pytest -q -x -p no:cacheprovider tests/test_megakernel_gpu.py ${TEST_EXTRA:-} -k "${TEST_K:-not staged}" 2>&1 | tail -15 | tee $OUT/gpu_tests.log
 fi
 timeout ${BENCH_S:-300} python3 benchmarks/decode.py ${BENCH_ARGS:---no-compile} --variants "${VARIANTS:-}" 2>&1 | tee $OUT/bench.log
 if [ "${FUSION_TESTS:-0}" = 1 ]; then  # opt-in fusion variants vs the interpreter (after the bench: cubins cached)
