@@ -472,11 +472,12 @@ __device__ __noinline__ void attention_partial_v2_t(const Params& p, int layer, 
 }
 #endif
 
-#if MK_KV_STAGE
-// kv_pre: kv_stage_issue's count (>= 0: the staged tile, whose rows the caller put in the stage buffer; -1: unstaged)
+// kv_pre (MK_KV_STAGE builds): kv_stage_issue's count (>= 0: the staged tile, whose rows the caller put in the stage
+// buffer; -1: unstaged)
 __device__ __forceinline__ void attention_partial(const Params& p, int layer, int kv_head, int split, int head_part,
-                                                  int pos, float* smem, int kv_pre) {
+                                                  int pos, float* smem, [[maybe_unused]] int kv_pre = -1) {
   switch ((int)(p.n_heads / p.n_kv_heads / p.attn_head_parts)) {  // host-checked: 1, 2, 4 or 8
+#if MK_KV_STAGE  // the v2 tiles (config.cuh requires MK_ATTN_V2), staged or not
     case 1:
       if (kv_pre >= 0) attention_partial_v2_t<1, true>(p, layer, kv_head, split, head_part, pos, smem);
       else attention_partial_v2_t<1, false>(p, layer, kv_head, split, head_part, pos, smem);
@@ -485,22 +486,7 @@ __device__ __forceinline__ void attention_partial(const Params& p, int layer, in
       if (kv_pre >= 0) attention_partial_v2_t<2, true>(p, layer, kv_head, split, head_part, pos, smem);
       else attention_partial_v2_t<2, false>(p, layer, kv_head, split, head_part, pos, smem);
       break;
-    case 4: attention_partial_t<4>(p, layer, kv_head, split, head_part, pos, smem); break;
-    default: attention_partial_t<8>(p, layer, kv_head, split, head_part, pos, smem); break;
-  }
-}
-
-// kv_stage_tail for the tile's head count (the staged tiles: 1 or 2 heads)
-__device__ __forceinline__ void kv_stage_load_tail(const Params& p, int layer, int kv_head, int split, int head_part,
-                                                   int pos, int pre, float* smem) {
-  if (p.n_heads / p.n_kv_heads / p.attn_head_parts == 1) kv_stage_tail<1>(p, layer, kv_head, split, head_part, pos, pre, smem);
-  else kv_stage_tail<2>(p, layer, kv_head, split, head_part, pos, pre, smem);
-}
-#else
-__device__ __forceinline__ void attention_partial(const Params& p, int layer, int kv_head, int split, int head_part,
-                                                  int pos, float* smem) {
-  switch ((int)(p.n_heads / p.n_kv_heads / p.attn_head_parts)) {  // host-checked: 1, 2, 4 or 8
-#if MK_ATTN_V2  // 1 or 2 heads per tile (the default's 2); 4 and 8 keep the three-pass tile (v2 would spill there)
+#elif MK_ATTN_V2  // 1 or 2 heads per tile (the default's 2); 4 and 8 keep the three-pass tile (v2 would spill there)
     case 1: attention_partial_v2_t<1>(p, layer, kv_head, split, head_part, pos, smem); break;
     case 2: attention_partial_v2_t<2>(p, layer, kv_head, split, head_part, pos, smem); break;
 #else
@@ -510,6 +496,14 @@ __device__ __forceinline__ void attention_partial(const Params& p, int layer, in
     case 4: attention_partial_t<4>(p, layer, kv_head, split, head_part, pos, smem); break;
     default: attention_partial_t<8>(p, layer, kv_head, split, head_part, pos, smem); break;
   }
+}
+
+#if MK_KV_STAGE
+// kv_stage_tail for the tile's head count (the staged tiles: 1 or 2 heads)
+__device__ __forceinline__ void kv_stage_load_tail(const Params& p, int layer, int kv_head, int split, int head_part,
+                                                   int pos, int pre, float* smem) {
+  if (p.n_heads / p.n_kv_heads / p.attn_head_parts == 1) kv_stage_tail<1>(p, layer, kv_head, split, head_part, pos, pre, smem);
+  else kv_stage_tail<2>(p, layer, kv_head, split, head_part, pos, pre, smem);
 }
 #endif
 

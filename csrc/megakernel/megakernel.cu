@@ -782,10 +782,11 @@ __device__ void worker(const Params& p, Smem& s) {
             break;  // no output: the launch stops and the host raises
           }
         }
-        attention_partial(p, layer, s.ins[W_A0], MK_ATTN_SPLIT(s.ins), s.ins[W_A2], step, s.xs, s.kv_pre);
+        const int kv_pre = s.kv_pre;
 #else
-        attention_partial(p, layer, s.ins[W_A0], MK_ATTN_SPLIT(s.ins), s.ins[W_A2], step, s.xs);
+        const int kv_pre = -1;  // no staged rows
 #endif
+        attention_partial(p, layer, s.ins[W_A0], MK_ATTN_SPLIT(s.ins), s.ins[W_A2], step, s.xs, kv_pre);
 #if MK_LAST_COMBINE
         attn_arrive(p, s, layer, s.ins[W_A0], step);  // MK_LAST_COMBINE=2: returns at once in an O-proj-form launch
 #endif
