@@ -286,9 +286,6 @@ __device__ __noinline__ void kv_stage_tail(const Params& p, int layer, int kv_he
 MK_V2_TEMPLATE
 __device__ __noinline__ void attention_partial_v2_t(const Params& p, int layer, int kv_head, int split, int head_part,
                                                     int pos, float* smem) {
-#if !MK_KV_STAGE
-  constexpr bool STAGED = false;  // the loads below: the global (L2) form only
-#endif
   constexpr int U = 4;
   const int Dh = (int)p.head_dim, S = (int)p.attn_split;
 #if MK_ONE_SPLIT
