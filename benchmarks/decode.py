@@ -105,14 +105,13 @@ DOWN_PLAIN = ("-DMK_DOWN_PIECES=0",)
 
 def variant_rows() -> dict[str, dict]:
     """The opt-in megakernel rows of --variants: name -> MegakernelDecoder keywords."""
-    from megakernel.dag import TileShape
+    from megakernel.dag import COMBINE_TILES, DEFAULT_TILES, TileShape
 
     one_cta = ONE_CTA
     # The default before row 36 exactly: row 35's tiles with 16-row Down tiles (TileShape's own down_rows) through
     # gemv_tile. Rows that pin an explicit TileShape take down_rows=8 where they are the current default plus one
     # knob, and the flag at 0 (16-row tiles) where they reproduce an older default or a staged / ring path.
     down16_tiles = TileShape(attn_split_long=256)
-    row42_tiles = TileShape(down_rows=8, attn_split_long=256, single_split=384, attn_head_parts=8)  # rows 42-43
     return {  # opt-in rows (--variants NAME,...): tuning experiments against the default
         "mk_1cta": {"build_flags": one_cta},
         # the default kernel; its trace build also records the detail regions (megakernel/regions.py:
@@ -283,14 +282,13 @@ def variant_rows() -> dict[str, dict]:
         "mk_ll_sleep": {"tiles": TileShape(down_rows=8, attn_split_long=256),
                         "build_flags": DOWN_PIECES + LL_HANDOFF + LL_SLEEP},
         "mk_ll_gate": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES + LL_GATE},
-        # Row 42 (NOTES.md "Row 42"): row 40's one-split launches (limit 384) with one query head per attention tile
-        # (attn_head_parts=8: 32 tiles per layer instead of 16), since the one-split attention phase (4.41 us per layer at
-        # 19:00) runs on 16 CTAs while the other 247 wait
-        "mk_one_split384_hp8": {"tiles": row42_tiles},
-        # Row 43 (NOTES.md "Ready: row 43"): row 42's tiles with each attention tile's K/V rows of earlier launches
+        # The default before rows 40 + 42 (the default since their H200 run, DEFAULT_TILES): every launch combines its
+        # splits in O-proj, with 2 query heads per attention tile (16 tiles per layer instead of 32)
+        "mk_combine": {"tiles": COMBINE_TILES},
+        # Row 43 (NOTES.md "Ready: row 43"): the default's tiles with each attention tile's K/V rows of earlier launches
         # bulk-copied to shared memory before its wait (MK_KV_STAGE=1; 76 KiB of dynamic shared memory per CTA), so
         # after the wait only q and this launch's rows are loaded, in one round trip
-        "mk_kv_stage": {"tiles": row42_tiles, "build_flags": ("-DMK_KV_STAGE=1",)},
+        "mk_kv_stage": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_STAGE=1",)},
     }
 
 

@@ -289,14 +289,23 @@ class Program:
                                f"{tiles.head_parts(c)} AttnPartial tiles and nothing else, got {sorted(heads)}")
 
 
-# The decoder's tiles when none are given (MegakernelDecoder): TileShape's defaults plus row 35's per-launch split
-# (H200 2026-12-02 15:18: kv 128 0.928 vs 0.929 ms/token, kv 1024 0.983 vs 1.035; NOTES.md "Row 35 measured") and
-# row 36's 8-row Down tiles, which the default build (MK_DOWN_PIECES=1) streams with every warp (H200 17:54: kv 128
-# 0.906 vs 0.929, kv 1024 0.962 vs 0.986; NOTES.md "Row 36 measured"). A TileShape the caller builds keeps one split
-# length unless it sets attn_split_long, and 16-row Down tiles unless it sets down_rows (the rows that pin a split, a
-# last-arrival combine or an older default measure exactly what they name); benchmarks/decode.py mk_split128 is this
-# default with one split, mk_down16 the default before row 36 (16-row tiles, -DMK_DOWN_PIECES=0).
-DEFAULT_TILES = TileShape(down_rows=8, attn_split_long=256)
+# The decoder's tiles for TinyLlama when none are given (MegakernelDecoder through default_tiles): TileShape's defaults
+# plus row 35's per-launch split (attn_split_long=256; H200 2026-12-02 15:18, NOTES.md "Row 35 measured"), row 36's
+# 8-row Down tiles that the default build (MK_DOWN_PIECES=1) streams with every warp (17:54, "Row 36 measured"), row
+# 40's one-split launches up to 384 positions (no combine; option_flags adds -DMK_ONE_SPLIT=1) and row 42's one query
+# head per attention tile (attn_head_parts = the query group, 8): H200 2026-12-02 19:07, b693915, 0.858 vs 0.902
+# ms/token at kv 128 and 0.957 vs 0.957 at kv 1024 against the default before ("Row 42 measured"), which
+# benchmarks/decode.py keeps as the control row mk_combine (COMBINE_TILES). A TileShape the caller builds keeps one
+# split length, 16-row Down tiles, the combine and 2-head tiles unless it sets them (rows that pin a split, a
+# last-arrival combine or an older default measure exactly what they name).
+DEFAULT_TILES = TileShape(down_rows=8, attn_split_long=256, single_split=384, attn_head_parts=8)
+# The default before rows 40 + 42 (rows 36-39): every launch combines its splits in O-proj, 2 query heads per tile.
+COMBINE_TILES = TileShape(down_rows=8, attn_split_long=256)
+
+
+def default_tiles(config: LlamaConfig) -> TileShape:
+    """DEFAULT_TILES for ``config``: one query head per attention tile whatever the model's query group is."""
+    return replace(DEFAULT_TILES, attn_head_parts=config.group)
 
 
 def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) -> Program:

@@ -24,7 +24,7 @@ from tinyllama.weights import LlamaWeights
 
 from . import instructions as I
 from .build import CSRC, KERNEL_NAME, build
-from .dag import DEFAULT_TILES, Program, TileShape, build_decode_program
+from .dag import Program, TileShape, build_decode_program, default_tiles
 from .instructions import Down, GateUp, Logits, OProj, QkvHead, deserialize
 from .interpreter import SamplingParams
 from .params import (
@@ -148,8 +148,8 @@ OPTION_MACROS = ("MK_FUSED_SAMPLE", "MK_LAST_COMBINE", "MK_ONE_SPLIT")
 
 
 def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Build flags of the tile options. Fused sampling is the kernel's default (no flag, so the runtime's
-    default cubin is the plain ``python -m megakernel.build`` one); TileShape(fused_sample=False) compiles
+    """Build flags of the tile options. Fused sampling is the kernel's default (no flag);
+    TileShape(fused_sample=False) compiles
     the Sample over all logits; TileShape(last_combine=True) the combine by each group's last attention tile
     (MK_LAST_COMBINE=1, row 26), last_combine="auto" both combines, picked per instruction (MK_LAST_COMBINE=2, row
     27); TileShape(single_split=N) the one-split launches' direct attention output (MK_ONE_SPLIT=1, row 40: the state
@@ -363,7 +363,7 @@ class MegakernelDecoder:
         from argus_rt.launch import CubinModule
 
         self.config = weights.config
-        self.tiles = tiles or DEFAULT_TILES
+        self.tiles = tiles or default_tiles(self.config)
         check_fits(self.config, self.tiles)
         if prefetch_ahead < 0:
             raise ValueError(f"prefetch_ahead must be >= 0 instructions, got {prefetch_ahead}")

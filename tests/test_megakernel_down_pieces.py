@@ -1,6 +1,6 @@
 """Row 36 (megakernel/NOTES.md "Ready: row 36", "Row 36 measured"): MK_DOWN_PIECES, Down tiles of 8 rows in which every
 warp streams one row's two K-halves (csrc/megakernel/gemv.cuh: gemv_tile_pieces), the default since its H200 run
-(MK_DOWN_PIECES=1, DEFAULT_TILES' down_rows=8); controls mk_down16 (the default before it: 16-row tiles through
+(MK_DOWN_PIECES=1, COMBINE_TILES' down_rows=8); controls mk_down16 (the default before it: 16-row tiles through
 gemv_tile, the flag at 0) and mk_down8_ctl (MK_DOWN_PIECES=2: the same code, warps 0-3 only). On the CPU: the rows
 (tiles and flags), the piece index math covering every chunk of every row once, the default cubin = the flag at 1's and
 distinct from 0's and 2's (modes 0 and 2), 128 registers and the timed build's spills (44 B, the flag at 0 64 B), the
@@ -13,7 +13,7 @@ import re
 import pytest
 
 from benchmarks.decode import DOWN_PIECES, DOWN_PIECES_CTL, DOWN_PLAIN, variant_rows
-from megakernel.dag import DEFAULT_TILES, TileShape, build_decode_program
+from megakernel.dag import COMBINE_TILES, TileShape, build_decode_program
 from tinyllama.config import get_config
 from toolchain import cubin_sha256, megakernel_builds, needs_nvcc  # noqa: F401 (megakernel_builds: the builds fixture)
 
@@ -25,17 +25,17 @@ def test_the_default_is_8_row_down_tiles_and_the_controls_are_rows():
     rows = variant_rows()
     assert DOWN_PIECES == ("-DMK_DOWN_PIECES=1",) and DOWN_PIECES_CTL == ("-DMK_DOWN_PIECES=2",)
     assert DOWN_PLAIN == ("-DMK_DOWN_PIECES=0",)
-    assert DEFAULT_TILES == TILES  # the decoder's default since row 36's H200 run (17:54)
+    assert COMBINE_TILES == TILES  # the decoder's default from row 36's H200 run (17:54) to rows 40 + 42's (19:07)
     # the default with its flag named (rows 37-39's in-run reference)
-    assert rows["mk_down_pieces"] == {"tiles": DEFAULT_TILES, "build_flags": DOWN_PIECES}
+    assert rows["mk_down_pieces"] == {"tiles": COMBINE_TILES, "build_flags": DOWN_PIECES}
     assert rows["mk_down8_ctl"] == {"tiles": TILES, "build_flags": DOWN_PIECES_CTL}
     # the default before row 36 exactly: row 35's tiles (16-row Down tiles), Down through gemv_tile
-    assert rows["mk_down16"] == {"tiles": dataclasses.replace(DEFAULT_TILES, down_rows=16), "build_flags": DOWN_PLAIN}
+    assert rows["mk_down16"] == {"tiles": dataclasses.replace(COMBINE_TILES, down_rows=16), "build_flags": DOWN_PLAIN}
     assert rows["mk_down16"]["tiles"].down_rows == TileShape().down_rows == 16
     # 8-row tiles through gemv_tile (measured at 14:30, one split length): still that with the flag at 0
     assert rows["mk_down8"] == {"tiles": TileShape(down_rows=8), "build_flags": DOWN_PLAIN}
     c = get_config("tinyllama-1.1b")
-    downs = [i for i in build_decode_program(c, DEFAULT_TILES).instructions if type(i).__name__ == "Down"]
+    downs = [i for i in build_decode_program(c, COMBINE_TILES).instructions if type(i).__name__ == "Down"]
     assert len(downs) == c.n_layers * 256 and all(d.rows == 8 for d in downs)
 
 

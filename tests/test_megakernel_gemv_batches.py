@@ -14,7 +14,7 @@ import re
 import pytest
 
 from benchmarks.decode import DOWN_BODY, DOWN_PIECES, O_PIECES, variant_rows
-from megakernel.dag import DEFAULT_TILES, TileShape, build_decode_program
+from megakernel.dag import COMBINE_TILES, TileShape, build_decode_program
 from test_megakernel_down_pieces import _branch_runs
 from tinyllama.config import get_config
 from toolchain import cubin_sha256, megakernel_builds, needs_nvcc  # noqa: F401 (megakernel_builds: the builds fixture)
@@ -31,7 +31,7 @@ def test_rows_carry_row_36_and_their_flag():
     assert rows["mk_o_pieces"] == {"tiles": O_TILES, "build_flags": ROW38}
     assert rows["mk_down_body"] == {"tiles": DOWN_TILES, "build_flags": ROW39}
     assert rows["mk_down_pieces"] == {"tiles": DOWN_TILES, "build_flags": DOWN_PIECES}  # what both are read against
-    assert O_TILES == dataclasses.replace(DEFAULT_TILES, o_rows=8, down_rows=8)
+    assert O_TILES == dataclasses.replace(COMBINE_TILES, o_rows=8, down_rows=8)
     c = get_config("tinyllama-1.1b")
     program = build_decode_program(c, O_TILES).instructions
     oproj = [i for i in program if type(i).__name__ == "OProj"]

@@ -91,18 +91,27 @@ def test_full_model_logits_64_steps_up_to_position_1024(full):
     check_full_logits(full, stage=0, tiles=TileShape())
 
 
-def check_full_logits(full, stage, tiles, steps=64):
+def test_full_model_default_tiles_one_split_launches(full):
+    """The decoder's default tiles (DEFAULT_TILES: one-split launches up to 384 positions, one query head per
+    attention tile) in the one-split launches only: a 320-step launch, then one-step launches up to position 383."""
+    from megakernel.dag import DEFAULT_TILES
+
+    assert DEFAULT_TILES.one_split_at(384) and not DEFAULT_TILES.one_split_at(385)
+    check_full_logits(full, stage=0, tiles=None, steps=64, end=384)
+
+
+def check_full_logits(full, stage, tiles, steps=64, end=1024):
     c = full.config
     ref = _fp32_reference(full)
-    prompt = _prompt(c.vocab, 1024, SEED + 2)
+    prompt = _prompt(c.vocab, end, SEED + 2)
     dec = _decoder(full, stage_bytes=stage, tiles=tiles)
     dec.set_prompt(prompt)
-    first = 1024 - steps
+    first = end - steps
     dec.run(0, first)  # positions 0..first-1 in one launch
     with torch.no_grad():
         ref(torch.tensor([prompt[:first]], device="cuda"), torch.arange(first, device="cuda"))
     worst, checked_top1 = 0.0, 0
-    for step in range(first, 1024):
+    for step in range(first, end):
         dec.run(step, 1)
         got = dec.state.t["logits"].clone()
         with torch.no_grad():
@@ -114,7 +123,7 @@ def check_full_logits(full, stage, tiles, steps=64):
         if (top2[0] - top2[1]).item() > TOL * want.abs().max().item():
             checked_top1 += 1
             assert int(torch.argmax(got)) == int(torch.argmax(want)), f"step {step}: top-1 differs"
-    print(f"worst relative logit error over {steps} steps at positions {first}..1023: {worst:.3g}; "
+    print(f"worst relative logit error over {steps} steps at positions {first}..{end - 1}: {worst:.3g}; "
           f"top-1 checked {checked_top1}x")
     assert checked_top1 > 0
 

@@ -8,12 +8,12 @@ import re
 import pytest
 
 from benchmarks.decode import variant_rows
-from megakernel.dag import TileShape
+from megakernel.dag import DEFAULT_TILES, TileShape
 from megakernel.runtime import CONFIG_CUH, MegakernelDecoder, kernel_limits, kv_stage_bytes, option_flags
 from test_megakernel_interpreter import tiny  # noqa: F401  (the tiny model fixture)
 from toolchain import cubin_sha256, megakernel_builds, needs_nvcc, skip_without_tools  # noqa: F401  (fixture)
 
-ROW42 = TileShape(down_rows=8, attn_split_long=256, single_split=384, attn_head_parts=8)
+ROW42 = DEFAULT_TILES  # rows 40 + 42: the decoder's default
 KV = ("-DMK_KV_STAGE=1",)
 SM_SMEM, RESERVED = 233472, 1024  # H200 shared memory per SM, and per CTA reserved by the driver
 

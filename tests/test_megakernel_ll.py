@@ -15,7 +15,7 @@ import torch
 from benchmarks.decode import DOWN_PIECES, LL_GATE, LL_HANDOFF, LL_SLEEP, variant_rows
 from megakernel import instructions as I
 from megakernel import runtime as R
-from megakernel.dag import DEFAULT_TILES, TileShape, build_decode_program
+from megakernel.dag import COMBINE_TILES, TileShape, build_decode_program
 from megakernel.params import LL_PARAM_FIELDS, PARAM_BYTES, PARAM_FIELDS, pack_params, params_header
 from tinyllama.config import get_config
 from toolchain import cubin_sha256, megakernel_builds, needs_nvcc, skip_without_tools  # noqa: F401 (builds fixture)
@@ -27,7 +27,7 @@ def test_row_is_mk_down_pieces_plus_the_flag():
     rows = variant_rows()
     assert LL_HANDOFF == ("-DMK_LL_HANDOFF=1",)
     assert rows["mk_ll"] == {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES + LL_HANDOFF}
-    assert rows["mk_ll"]["tiles"] == rows["mk_down_pieces"]["tiles"] == dataclasses.replace(DEFAULT_TILES, down_rows=8)
+    assert rows["mk_ll"]["tiles"] == rows["mk_down_pieces"]["tiles"] == dataclasses.replace(COMBINE_TILES, down_rows=8)
     assert rows["mk_ll"]["build_flags"][: len(rows["mk_down_pieces"]["build_flags"])] == rows["mk_down_pieces"]["build_flags"]
     assert R.ll_handoff(LL_HANDOFF) and not R.ll_handoff(()) and not R.ll_handoff(("-DMK_LL_HANDOFF=0",))
     assert R.ll_handoff(("-DMK_LL_HANDOFF",))

@@ -16,7 +16,15 @@ import torch
 
 from benchmarks.decode import O_PIECES, variant_rows
 from megakernel import instructions as I
-from megakernel.dag import DEFAULT_TILES, ONE_SPLIT, DagError, TileShape, build_decode_program
+from megakernel.dag import (
+    COMBINE_TILES,
+    DEFAULT_TILES,
+    ONE_SPLIT,
+    DagError,
+    TileShape,
+    build_decode_program,
+    default_tiles,
+)
 from megakernel.instructions import ATTN_DIRECT, NO_COUNTER, AttnPartial, OProj
 from megakernel.interpreter import Interpreter, InterpreterError, SamplingParams, localise, relative_error
 from megakernel.runtime import CSRC, MegakernelDecoder, check_fits, form_words, option_flags
@@ -27,7 +35,7 @@ from tinyllama.config import get_config
 from toolchain import needs_nvcc
 
 FULL = get_config("tinyllama-1.1b")
-ONE = dataclasses.replace(DEFAULT_TILES, single_split=256)  # the row's tiles
+ONE = dataclasses.replace(COMBINE_TILES, single_split=256)  # the row's tiles
 # tiny model: launches ending at <= 20 run one 20-position split, <= 24 16-position splits, later ones 32
 ONE_TINY = dataclasses.replace(TILES, attn_split_long=32, split_threshold=24, single_split=20)
 
@@ -36,13 +44,27 @@ def test_the_row_and_its_flag():
     assert variant_rows()["mk_one_split"] == {"tiles": ONE}
     assert variant_rows()["mk_one_split_o8"] == {"tiles": dataclasses.replace(ONE, o_rows=8),
                                                  "build_flags": ("-DMK_DOWN_PIECES=1",) + O_PIECES}
-    assert option_flags(ONE) == ("-DMK_ONE_SPLIT=1",) and option_flags(DEFAULT_TILES) == ()
-    assert TileShape().single_split == DEFAULT_TILES.single_split == 0  # off in the default
+    assert option_flags(ONE) == ("-DMK_ONE_SPLIT=1",) and option_flags(COMBINE_TILES) == ()
+    assert TileShape().single_split == COMBINE_TILES.single_split == 0  # off unless set
     with pytest.raises(ValueError, match="set by TileShape"):
         option_flags(ONE, ("-DMK_ONE_SPLIT=1",))
     check_fits(FULL, ONE)
     header = (CSRC / "megakernel" / "opcodes.cuh").read_text()
     assert int(re.search(r"#define ATTN_DIRECT \((-?\d+)\)", header).group(1)) == ATTN_DIRECT != NO_COUNTER
+
+
+def test_the_default_is_rows_40_and_42():
+    """Since H200 2026-12-02 19:07 (NOTES.md "Row 42 measured"): the decoder's default is mk_combine's tiles with
+    384-position one-split launches and one query head per attention tile, built with -DMK_ONE_SPLIT=1; on a model
+    whose query group is not 8 (the tiny model: 2) still one head per tile."""
+    assert DEFAULT_TILES == dataclasses.replace(COMBINE_TILES, single_split=384, attn_head_parts=8)
+    assert default_tiles(FULL) == DEFAULT_TILES and option_flags(DEFAULT_TILES) == ("-DMK_ONE_SPLIT=1",)
+    tiny = get_config("tiny")
+    assert default_tiles(tiny).head_parts(tiny) == tiny.group == 2
+    check_fits(FULL, DEFAULT_TILES)
+    build_decode_program(tiny, default_tiles(tiny)).check()
+    assert variant_rows()["mk_combine"] == {"tiles": COMBINE_TILES}
+    assert "mk_one_split384_hp8" not in variant_rows()  # the default itself now
 
 
 @pytest.mark.parametrize("kv_len,key,split", [
@@ -53,7 +75,7 @@ def test_which_launches_are_one_split(kv_len, key, split):
     193; the one ending at 257 not), then row 35's choice (128 up to 512, 256 above: kv 1025+ never one-split)."""
     assert ONE.one_split_at(kv_len) == (key == ONE_SPLIT)
     assert ONE.launch_key(kv_len) == key and ONE.split_at(kv_len) == split
-    assert DEFAULT_TILES.launch_key(kv_len) == DEFAULT_TILES.split_at(kv_len) == (128 if kv_len <= 512 else 256)
+    assert COMBINE_TILES.launch_key(kv_len) == COMBINE_TILES.split_at(kv_len) == (128 if kv_len <= 512 else 256)
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -76,10 +98,10 @@ def test_the_one_split_program():
     mk_split256's; the same counters, of which only attn[L] counts differently (16 per step)."""
     prog = build_decode_program(FULL, ONE)
     assert set(prog.split_programs) == {128, 256, ONE_SPLIT}
-    assert prog.words().tobytes() == build_decode_program(FULL, DEFAULT_TILES).words().tobytes()  # its own list
+    assert prog.words().tobytes() == build_decode_program(FULL, COMBINE_TILES).words().tobytes()  # its own list
     for end in (513, 1025):
         assert prog.launch_program(end).words().tobytes() == build_decode_program(
-            FULL, DEFAULT_TILES).launch_program(end).words().tobytes()
+            FULL, COMBINE_TILES).launch_program(end).words().tobytes()
     one = prog.launch_program(193)
     assert one is prog.split_programs[ONE_SPLIT] and one.one_split and prog.launch_form(193) is one.instructions
     attn = [ins for ins in one.instructions if isinstance(ins, AttnPartial)]

@@ -1,4 +1,4 @@
-"""Row 35 (megakernel/NOTES.md "Ready: row 35"; TileShape(attn_split_long=256), the decoder's default (DEFAULT_TILES)
+"""Row 35 (megakernel/NOTES.md "Ready: row 35"; TileShape(attn_split_long=256), the decoder's default (COMBINE_TILES)
 since its H200 run; control mk_split128): each
 launch runs the attention split length of its largest KV length, attn_split (128) up to TileShape.split_threshold (512)
 and attn_split_long (256) above, on one state laid out for the more splits, with the default binary (the kernel reads
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from benchmarks.decode import variant_rows
-from megakernel.dag import DEFAULT_TILES, DagError, Program, TileShape, build_decode_program
+from megakernel.dag import COMBINE_TILES, DagError, Program, TileShape, build_decode_program
 from megakernel.instructions import AttnPartial, OProj
 from megakernel.interpreter import Interpreter, SamplingParams, localise, relative_error
 from megakernel.runtime import DoesNotFitError, MegakernelDecoder, check_fits, form_words, option_flags
@@ -33,10 +33,10 @@ def _attn_per_layer(prog: Program) -> int:
 
 def test_split_auto_is_a_tile_option_and_a_row():
     auto = TileShape(attn_split_long=256)
-    # the decoder's default since row 35's H200 run (and row 36's 8-row Down tiles since its run)
-    assert DEFAULT_TILES == dataclasses.replace(auto, down_rows=8)
+    # the decoder's default from row 35's H200 run (and row 36's 8-row Down tiles) to rows 40 + 42's
+    assert COMBINE_TILES == dataclasses.replace(auto, down_rows=8)
     # the control: the default with one split length
-    assert variant_rows()["mk_split128"] == {"tiles": dataclasses.replace(DEFAULT_TILES, attn_split_long=0)}
+    assert variant_rows()["mk_split128"] == {"tiles": dataclasses.replace(COMBINE_TILES, attn_split_long=0)}
     assert "mk_split_auto" not in variant_rows()
     assert option_flags(auto) == option_flags(TileShape()) == ()  # the default's flags: the same (cached) cubin
     assert (TileShape().attn_split_long, TileShape().split_threshold) == (0, 512)

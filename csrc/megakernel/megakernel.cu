@@ -55,16 +55,18 @@ namespace mk {
 #ifndef MK_FUSED_SAMPLE
 #define MK_FUSED_SAMPLE 1  // Logits tiles write per-tile (value, index) argmax partials; Sample reduces them
 #endif
+#if MK_LAST_COMBINE || MK_ONE_SPLIT
+// MK_LAST_COMBINE, MK_ONE_SPLIT (row 40): the combined attention outputs [n_layers][hidden] lie between the partials
+// and the sample pairs (with or without fused sampling: megakernel/state.py fusion_layout).
+__device__ __forceinline__ float* attn_out_of(const Params& p) {
+  return p.attn_part + (size_t)p.n_layers * p.n_heads * p.n_splits * (p.head_dim + 2);
+}
+#endif
 #if MK_FUSED_SAMPLE
 // The Logits tiles' best values, then their indices ([parts] each, parts = vocab / logits rows), after
 // the attention partials in the same allocation (megakernel/state.py: fusion_layout): no parameter
 // field and no build flag, the part count comes from the instructions.
 #if MK_LAST_COMBINE || MK_ONE_SPLIT
-// MK_LAST_COMBINE, MK_ONE_SPLIT (row 40): the combined attention outputs [n_layers][hidden] lie between the partials
-// and the sample pairs.
-__device__ __forceinline__ float* attn_out_of(const Params& p) {
-  return p.attn_part + (size_t)p.n_layers * p.n_heads * p.n_splits * (p.head_dim + 2);
-}
 __device__ __forceinline__ float* sample_val_of(const Params& p) { return attn_out_of(p) + (size_t)p.n_layers * p.hidden; }
 #else
 __device__ __forceinline__ float* sample_val_of(const Params& p) {
