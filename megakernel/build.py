@@ -90,16 +90,10 @@ def build(argus_mode: int = 0, build_dir: str | os.PathLike | None = None, extra
 if __name__ == "__main__":
     import argparse
 
-    from megakernel.dag import DEFAULT_TILES
-    from megakernel.runtime import option_flags
-
-    ap = argparse.ArgumentParser(description="Build the decoder's default megakernel cubin (DEFAULT_TILES' option "
-                                             "flags) and print ptxas resource usage")
+    ap = argparse.ArgumentParser(description="Build the megakernel cubin and print ptxas resource usage")
     ap.add_argument("--argus-mode", type=int, default=0, choices=sorted(ARGUS_MODES))
     ap.add_argument("--force", action="store_true")
     a = ap.parse_args()
-    flags = option_flags(DEFAULT_TILES)
-    r = build(a.argus_mode, force=a.force, extra_flags=flags)
-    print(f"flags: {' '.join(flags) or '(none)'}")
+    r = build(a.argus_mode, force=a.force)
     print(r.ptxas_log)
     print(f"cubin: {r.cubin} (cached={r.cached}) registers={r.registers()} spill bytes={r.spill_bytes()}")
