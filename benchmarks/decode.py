@@ -289,6 +289,9 @@ def variant_rows() -> dict[str, dict]:
         # bulk-copied to shared memory before its wait (MK_KV_STAGE=1; 76 KiB of dynamic shared memory per CTA), so
         # after the wait only q and this launch's rows are loaded, in one round trip
         "mk_kv_stage": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_STAGE=1",)},
+        # Row 44 (NOTES.md "Ready: row 44"): the default's tiles with each attention tile's K/V rows prefetched into L2
+        # before its wait (MK_KV_PREFETCH=1): row 43's early K/V traffic without its shared buffer
+        "mk_kv_prefetch": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",)},
     }
 
 

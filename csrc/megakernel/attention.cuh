@@ -203,6 +203,30 @@ __device__ __noinline__ void attention_partial_t(const Params& p, int layer, int
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_PV, at);
 }
 
+#if MK_KV_STAGE || MK_KV_PREFETCH
+// The tile's split [lo, lo + n) at position pos (split < 0: a one-split launch's tile, split 0).
+__device__ __forceinline__ int kv_split_lo(const Params& p, int split) { return max(split, 0) * (int)p.attn_split; }
+__device__ __forceinline__ int kv_split_len(const Params& p, int split, int pos) {
+  const int lo = kv_split_lo(p, split);
+  return min(lo + (int)p.attn_split, pos + 1) - lo;
+}
+#endif
+
+#if MK_KV_PREFETCH
+// Row 44: warp 0, before the tile's dependency wait: the split's K and V rows [lo, lo + n) into L2 (32 KiB pieces, one
+// per lane: megakernel.cu prefetch_tile). The weights streamed since evict them, so without it every K/V trip of the
+// tile's body is a DRAM round trip after the wait. Rows this launch has not written yet are prefetched too: L2 is where
+// their writes land, so the later loads still see them.
+__device__ __noinline__ void kv_prefetch_l2(const Params& p, int layer, int kv_head, int split, int pos) {
+  const int Dh = (int)p.head_dim, n = kv_split_len(p, split, pos);
+  if (n <= 0) return;
+  const size_t row0 = (((size_t)layer * p.n_kv_heads + kv_head) * p.max_seq + kv_split_lo(p, split)) * Dh;
+  const unsigned bytes = (unsigned)n * (unsigned)Dh * 2u;
+  prefetch_tile(reinterpret_cast<const char*>(p.k_cache + row0), bytes);
+  prefetch_tile(reinterpret_cast<const char*>(p.v_cache + row0), bytes);
+}
+#endif
+
 #if MK_ATTN_V2
 // Row 32 (MK_ATTN_V2=1; NOTES.md "Ready: row 32"), tiles of 1 or 2 query heads: the same (o, m, l) per head as attention_partial_t, with a
 // shorter dependent chain. Each lane owns the rows (positions) it loads: its K and V rows and the tile's q are
@@ -214,13 +238,6 @@ __device__ __noinline__ void attention_partial_t(const Params& p, int layer, int
 // Row 43 (MK_KV_STAGE): K/V rows of a split in shared memory. The stage buffer holds K rows [0, cap) then V rows
 // [0, cap) of Dh bf16 each (row r of the split at r * Dh), cap = KV_STAGE_BYTES / (4 * Dh) positions.
 __device__ __forceinline__ int kv_stage_cap(int Dh) { return KV_STAGE_BYTES / (4 * Dh); }
-
-// The tile's split [lo, lo + n) at position pos (split < 0: a one-split launch's tile, split 0).
-__device__ __forceinline__ int kv_split_lo(const Params& p, int split) { return max(split, 0) * (int)p.attn_split; }
-__device__ __forceinline__ int kv_split_len(const Params& p, int split, int pos) {
-  const int lo = kv_split_lo(p, split);
-  return min(lo + (int)p.attn_split, pos + 1) - lo;
-}
 
 // Thread 0, before the tile's dependency wait: bulk-copy the split's rows that earlier launches wrote (positions <
 // step_begin, fixed for this launch) into the stage buffer, completing on `bar`. Returns how many rows it copies

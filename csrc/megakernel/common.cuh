@@ -58,6 +58,13 @@ __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
 #endif
 }
 
+// Warp 0 prefetches [ptr, ptr + bytes) into L2 in 32 KiB pieces, one piece per lane.
+__device__ __forceinline__ void prefetch_tile(const char* ptr, unsigned bytes) {
+  const unsigned piece = 32u * 1024u;
+  for (unsigned off = (threadIdx.x & 31) * piece; off < bytes; off += 32 * piece)
+    prefetch_l2(ptr + off, min(piece, bytes - off));
+}
+
 __device__ __forceinline__ float bf_lo(unsigned w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 

@@ -160,6 +160,15 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 // launch's rows after the wait and reads every row from shared memory (attention.cuh: kv_stage_issue). 0: off.
 #define MK_KV_STAGE 0
 #endif
+#ifndef MK_KV_PREFETCH
+// Row 44 (opt-in, not yet GPU-run; NOTES.md "Ready: row 44"): 1: an AttnPartial tile's warp 0 bulk-prefetches its
+// split's K and V rows (up to this step's position) into L2 before the tile's dependency wait, as the weight tiles
+// prefetch their weights (attention.cuh: kv_prefetch_l2). Row 43 without its shared buffer: nothing else changes. 0: off.
+#define MK_KV_PREFETCH 0
+#endif
+#if MK_KV_PREFETCH < 0 || MK_KV_PREFETCH > 1
+#error "MK_KV_PREFETCH is 0 (off) or 1 (an attention tile's K/V rows prefetched into L2 before its wait)"
+#endif
 #ifndef MK_KV_STAGE_BYTES
 // The K/V buffer (dynamic shared memory, K rows then V rows): 77824 B = 304 positions of K and V at head_dim 64, the
 // most that keeps two CTAs per SM (2 x (35456 static + 1024 reserved + 77824) = 228608 <= 233472 B per SM); a split

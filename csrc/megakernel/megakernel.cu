@@ -153,13 +153,6 @@ __device__ __forceinline__ const char* segment_base(const Params& p, int seg) {
   return reinterpret_cast<const char*>(w);
 }
 
-// Warp 0 prefetches [ptr, ptr + bytes) into L2 in 32 KiB pieces, one piece per lane.
-__device__ __forceinline__ void prefetch_tile(const char* ptr, unsigned bytes) {
-  const unsigned piece = 32u * 1024u;
-  for (unsigned off = (threadIdx.x & 31) * piece; off < bytes; off += 32 * piece)
-    prefetch_l2(ptr + off, min(piece, bytes - off));
-}
-
 // GEMV of the current tile. s.staged = bytes of its leading rows bulk-copied into the stage buffer
 // (0: none): the rows past them stream from global first (their loads go out while the copy lands),
 // then the staged rows are read from shared memory.
@@ -694,6 +687,10 @@ __device__ void worker(const Params& p, Smem& s) {
         s.kv_pre = kv_stage_issue(p, &s.stage_bar, layer, s.ins[W_A0], MK_ATTN_SPLIT(s.ins), step);
         if (s.kv_pre >= 0) s.staged = 1;  // a copy in flight: the phase flips at the tile's end, drained on a failure
       }
+#endif
+#if MK_KV_PREFETCH
+      // row 44: an attention tile's K/V rows into L2 while it waits for q
+      if (op == OP_ATTN_PARTIAL) kv_prefetch_l2(p, layer, s.ins[W_A0], MK_ATTN_SPLIT(s.ins), step);
 #endif
       // The host's prefetch plan: up to two weight ranges further down the stream (a byte window ahead).
 #pragma unroll
