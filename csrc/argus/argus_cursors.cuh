@@ -469,9 +469,9 @@ __device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u3
                ::"r"(whole), "l"(reg_slot(rc, rc.count + extra)), "r"(id), "r"(coord), "r"((argus_u32)t),
                  "r"(stamp_hi(t, kind)));
   rc.count += take & whole;
-  if (__builtin_expect((whole ^ 1u) & take, 0)) {
+  if (__builtin_expect(!whole, 0)) {
     const argus_u32 lead = (argus_u32)(__ffs(active) - 1);
-    if (lane_id() == lead) {
+    if (take && lane_id() == lead) {
       argus_u32 k;
       asm volatile("atom.shared.add.u32 %0, [%1], 2;" : "=r"(k) : "r"(addr) : "memory");
       const argus_u32 n = rc.count + k;
