@@ -12,7 +12,8 @@ warp in one region, half in another: each half records its own pairs with lane-g
 register_helper_value in the __noinline__ helper taking it by value and returning its count) and under divergence
 (register_divergent: the register cursor refuses that ring, so the row's check expects the decoder's refusal and the
 row is not timed); the register_apart* rows are the body, by-value helper and divergent kernels built with the opt-in
--DARGUS_REG_APART=1 (lane groups recorded: register_apart_divergent is checked per lane group like shared_divergent). Row names before issue 20's default change (records up to the 2026-12-02 14:00 run):
+-DARGUS_REG_APART=1 (lane groups recorded: register_apart_divergent is checked per lane group like shared_divergent).
+Row names before issue 20's default change (records up to the 2026-12-02 14:00 run):
 shared / shared_helper measured a58e52b's shared-cursor markers (removed), lean_shared / lean_shared_helper /
 lean_shared_divergent the -DARGUS_LEAN_MARKERS=1 build that is now the shared cursor, so today's shared,
 shared_helper and shared_divergent continue the lean_* rows. Each path is compared with the trace-free build of
