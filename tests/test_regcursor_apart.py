@@ -411,3 +411,59 @@ def test_marker_cost_rows_of_the_apart_build():
     assert PATHS["register_apart_helper_value"] == ("refexec_compute_helper_value", APART)
     assert PATHS["register_apart_divergent"] == ("refexec_compute_divergent", APART)
     assert "register_apart_divergent" not in REFUSED and "register_divergent" in REFUSED
+
+
+@needs_nvcc
+def test_the_gpu_test_s_lane_group_kernel_builds_in_every_mode(tmp_path):
+    from argus_rt.kinds.cuda.build import CudaBuildSpec, build, disassemble, sass_lines
+    from test_regcursor_v2_gpu import APART_SOURCE
+
+    src = tmp_path / "apart_pattern.cu"
+    src.write_text(APART_SOURCE)
+    for mode in (0, 1, 2):
+        lines = sass_lines(disassemble(build(CudaBuildSpec(f"apart_pattern.m{mode}", [src], argus_mode=mode,
+                                                           defines={"ARGUS_REG_APART": "1"})).cubin, "apart_pattern"))
+        assert (sum("SR_GLOBALTIMER" in ln for ln in lines) >= 10) == (mode == 2), mode
+
+
+def test_the_gpu_test_s_reference_and_check_on_a_mirror_ring():
+    """The GPU test's reference (apart_reference) and check (check_apart_trace) on rings the mirror writes by following
+    apart_pattern's control flow, with the lane groups interleaved and lanes 24-31 leaving first: it passes, and fails
+    when one warp's HIGH repeat count is off by one (so the GPU check can fail)."""
+    from test_regcursor_v2_gpu import HIGH as G_HIGH
+    from test_regcursor_v2_gpu import LOW as G_LOW
+    from test_regcursor_v2_gpu import OUTER as G_OUTER
+    from test_regcursor_v2_gpu import QUARTER as G_QUARTER
+    from test_regcursor_v2_gpu import TAIL as G_TAIL
+    from test_regcursor_v2_gpu import check_apart_trace
+
+    ctas, threads, n = 2, 64, 5
+    cfg = TraceConfig(ctas=ctas, threads_per_cta=threads, capacity=256)
+
+    def ring_bytes(off_by_one: tuple | None) -> bytes:
+        raw = np.zeros(cfg.buffer_bytes, dtype=np.uint8)
+        t = 0
+        for cta in range(ctas):
+            for warp in range(threads // 32):
+                w = ApartWarp(raw, cfg, cta, warp, sm=cta)
+                for i in range(n):
+                    w.marker("begin", G_OUTER, t := t + 5, coord=i)
+                    reps = (i + warp + cta) % 3 + 1 + ((cta, warp) == off_by_one)
+                    high = [m for j in range(reps) for m in (("begin", G_HIGH, j), ("end", G_HIGH, j))]
+                    low = [("begin", G_LOW, i, 0x0000FFFF), ("begin", G_QUARTER, i, 0x000000FF),
+                           ("end", G_QUARTER, i, 0x000000FF), ("end", G_LOW, i, 0x0000FFFF)]
+                    for k in range(max(len(low), len(high))):  # the halves interleaved
+                        if k < len(high):
+                            w.marker(high[k][0], high[k][1], t := t + 3, coord=high[k][2], lanes=0xFFFF0000)
+                        if k < len(low):
+                            w.marker(low[k][0], low[k][1], t := t + 3, coord=low[k][2], lanes=low[k][3])
+                    w.marker("end", G_OUTER, t := t + 5, coord=i)
+                w.leave(0xFF000000)
+                w.marker("begin", G_TAIL, t := t + 5, lanes=0x00FFFFFF)
+                w.marker("end", G_TAIL, t := t + 5, lanes=0x00FFFFFF)
+                w.leave(0x00FFFFFF)
+        return raw.tobytes()
+
+    check_apart_trace(decode(ring_bytes(None), cfg), n)
+    with pytest.raises(AssertionError):
+        check_apart_trace(decode(ring_bytes((1, 0)), cfg), n)
