@@ -11,7 +11,9 @@ warp in one region, half in another: each half records its own pairs with lane-g
 (register_helper_inline and register_helper in a __forceinline__ and a __noinline__ helper taking ARGUS_STATE_PARAM,
 register_helper_value in the __noinline__ helper taking it by value and returning its count) and under divergence
 (register_divergent: the register cursor refuses that ring, so the row's check expects the decoder's refusal and the
-row is not timed). Row names before issue 20's default change (records up to the 2026-12-02 14:00 run):
+row is not timed); the register_apart* rows are the body, by-value helper and divergent kernels built with the opt-in
+-DARGUS_REG_APART=1 (lane groups recorded: register_apart_divergent is checked per lane group like shared_divergent).
+Row names before issue 20's default change (records up to the 2026-12-02 14:00 run):
 shared / shared_helper measured a58e52b's shared-cursor markers (removed), lean_shared / lean_shared_helper /
 lean_shared_divergent the -DARGUS_LEAN_MARKERS=1 build that is now the shared cursor, so today's shared,
 shared_helper and shared_divergent continue the lean_* rows. Each path is compared with the trace-free build of
@@ -53,6 +55,8 @@ from benchmarks.trace_overhead import fma_chain_reference  # noqa: E402
 CTAS, THREADS, FMAS_PER_THREAD = 128, 256, 4096
 OCCURRENCES = [16, 64, 256]
 REG = {"REFEXEC_WARP_STATE": "1"}
+# the register cursor's opt-in apart build (-DARGUS_REG_APART=1): divergent markers recorded per lane group
+APART = {**REG, "ARGUS_REG_APART": "1"}
 STRAIGHT = {"ARGUS_SHARED_STRAIGHT": "1"}  # opt-in shared-cursor fast path with no branch before the record store
 # path -> (kernel, defines of the traced build)
 PATHS = {
@@ -76,6 +80,11 @@ PATHS = {
     "register_helper": ("refexec_compute_helper", REG),
     "register_helper_value": ("refexec_compute_helper_value", REG),
     "register_divergent": ("refexec_compute_divergent", REG),
+    # the apart build (APART): the body, the __noinline__ by-value helper, and half-warps in different regions (recorded
+    # per lane group, not refused: the check verifies every warp's occurrences per lane group)
+    "register_apart": ("refexec_compute", APART),
+    "register_apart_helper_value": ("refexec_compute_helper_value", APART),
+    "register_apart_divergent": ("refexec_compute_divergent", APART),
 }
 # paths armed with another clock than %globaltimer; armed only (disarmed, the build is its globaltimer row's)
 CLOCK = {"shared_clock64": "clock64", "straight_clock64": "clock64"}
@@ -290,7 +299,10 @@ def main() -> int:
              "register_helper_inline / register_helper = ARGUS_WARP_STATE() in a __forceinline__ / __noinline__ helper "
              "taking ARGUS_STATE_PARAM (by reference), register_helper_value = the __noinline__ helper taking it by "
              "value and returning its count (ARGUS_STATE_VALUE_PARAM), register_divergent = half-warps on the register "
-             "cursor, whose trace the decoder must refuse (check `refused`, not timed)); "
+             "cursor, whose trace the decoder must refuse (check `refused`, not timed); register_apart / "
+             "register_apart_helper_value / register_apart_divergent = the body, the by-value helper and the half-warps "
+             "with the opt-in -DARGUS_REG_APART=1 build, whose divergent markers are recorded per lane group, per "
+             "marker of each half-warp); "
              "`check` = the path's output and decoded-trace check (a failed path is not timed); "
              "`per_marker_ns` / `fixed_us` = least-squares slope / intercept against markers per warp. "
              "Armed: every warp records (globaltimer, clock64 for shared_clock64); disarmed: tracing off.")

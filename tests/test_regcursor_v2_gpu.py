@@ -2,7 +2,10 @@
 (__forceinline__ and __noinline__ helpers, by reference and by value), each checked as the benchmark checks it (output
 against the float64 model, then every warp's decoded occurrences), armed and then disarmed; half-warps in different
 regions (register_divergent), whose trace the decoder must refuse, naming the warp; and a block whose last warp has
-16 lanes (its markers run on all of its launch lanes: recorded as a whole warp, not refused)."""
+16 lanes (its markers run on all of its launch lanes: recorded as a whole warp, not refused). The opt-in apart build
+(-DARGUS_REG_APART=1: the register_apart* rows, and at the end a kernel whose lane groups nest, repeat a data-dependent
+number of times and leave apart) records divergent markers per lane group: its traces must decode to what each lane
+group did (`-k apart`)."""
 from __future__ import annotations
 
 import os
@@ -12,7 +15,7 @@ import numpy as np
 import pytest
 
 from argus_rt.trace import TraceConfig, TraceSession, pair_intervals
-from benchmarks.marker_cost import PATHS, REFUSED, REG, REGION_OCCURRENCE, build, check_output, check_trace
+from benchmarks.marker_cost import APART, PATHS, REFUSED, REG, REGION_OCCURRENCE, build, check_output, check_trace
 
 pytestmark = pytest.mark.gpu
 
@@ -30,7 +33,7 @@ def test_register_path_records_every_occurrence_of_every_warp(path):
     import torch
 
     kernel, defines = PATHS[path]
-    assert defines == REG
+    assert defines == (APART if path.startswith("register_apart") else REG)
     mod = build(2, OCC, defines)
     sess = TraceSession(mod, TraceConfig(ctas=128, threads_per_cta=256, capacity=256))
     gen = np.random.default_rng(11)
@@ -43,9 +46,10 @@ def test_register_path_records_every_occurrence_of_every_warp(path):
     check_output(torch, mod, OCC, gen, kernel)
 
 
-def test_partial_last_warp_records_as_a_whole_warp():
+@pytest.mark.parametrize("defines", [REG, APART], ids=["default", "apart"])
+def test_partial_last_warp_records_as_a_whole_warp(defines):
     """240 threads per CTA: warp 7 has 16 lanes, all of them at every marker, so it is not divergent: it records
-    whole-warp occurrences, like the seven full warps."""
+    whole-warp occurrences, like the seven full warps (in the apart build too: its launch lanes are the 16)."""
     import torch
 
     from argus_rt.trace.decode import LANES_WHOLE_WARP
@@ -53,7 +57,7 @@ def test_partial_last_warp_records_as_a_whole_warp():
     from benchmarks.trace_overhead import fma_chain_reference
 
     ctas, threads = 8, 240
-    mod = build(2, OCC, REG)
+    mod = build(2, OCC, defines)
     sess = TraceSession(mod, TraceConfig(ctas=ctas, threads_per_cta=threads, capacity=256))
     sess.arm()
     n = ctas * threads
@@ -73,3 +77,107 @@ def test_partial_last_warp_records_as_a_whole_warp():
     for ring in np.unique(t.rings["ring"]):
         rows = iv[iv["ring"] == ring]
         assert Counter(zip(rows["region_id"].tolist(), rows["coord"].tolist(), rows["lanes"].tolist())) == want, ring
+
+
+APART_SOURCE = r"""
+#include "argus/argus.cuh"
+#define APART_OUTER 0x0A0A0001u
+#define APART_LOW 0x0A0A0002u
+#define APART_HIGH 0x0A0A0003u
+#define APART_QUARTER 0x0A0A0004u
+#define APART_TAIL 0x0A0A0005u
+// Per occurrence i: the whole warp in OUTER; lanes 0-15 in LOW, of which lanes 0-7 also in QUARTER; lanes 16-31 run
+// HIGH (i + warp + CTA) % 3 + 1 times (coordinates 0, 1, ...). After the loop lanes 24-31 leave and lanes 0-23 run TAIL.
+extern "C" __global__ void apart_pattern(float* out, int n) {
+  ARGUS_WARP_STATE();
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, t = blockIdx.x * blockDim.x + threadIdx.x;
+  float a = out[t];
+  for (int i = 0; i < n; ++i) {
+    ARGUS_BEGIN_AT(APART_OUTER, i);
+    if (lane < 16u) {
+      ARGUS_BEGIN_AT(APART_LOW, i);
+      a = fmaf(a, 1.0001f, 0.5f);
+      if (lane < 8u) {
+        ARGUS_BEGIN_AT(APART_QUARTER, i);
+        a = fmaf(a, 0.999f, 0.25f);
+        ARGUS_END_AT(APART_QUARTER, i);
+      }
+      ARGUS_END_AT(APART_LOW, i);
+    } else {
+      const int reps = (i + (int)warp + (int)blockIdx.x) % 3 + 1;
+      for (int j = 0; j < reps; ++j) {
+        ARGUS_BEGIN_AT(APART_HIGH, j);
+        a = fmaf(a, 1.001f, 0.125f);
+        ARGUS_END_AT(APART_HIGH, j);
+      }
+    }
+    ARGUS_END_AT(APART_OUTER, i);
+  }
+  out[t] = a;
+  if (lane >= 24u) return;
+  ARGUS_BEGIN(APART_TAIL);
+  out[t] = a + 1.0f;
+  ARGUS_END(APART_TAIL);
+}
+"""
+OUTER, LOW, HIGH, QUARTER, TAIL = 0x0A0A0001, 0x0A0A0002, 0x0A0A0003, 0x0A0A0004, 0x0A0A0005
+
+
+def apart_reference(cta: int, warp: int, n: int) -> Counter:
+    """(region, coordinate, lanes, depth, parent's (region, coordinate)) of every occurrence one warp of apart_pattern
+    runs, from the kernel's control flow."""
+    from argus_rt.trace import layout
+    from argus_rt.trace.decode import LANES_WHOLE_WARP
+
+    want = Counter()
+    for i in range(n):
+        want[(OUTER, i, LANES_WHOLE_WARP, 0, None)] += 1
+        want[(LOW, i, 0x0000FFFF, 1, (OUTER, i))] += 1
+        want[(QUARTER, i, 0x000000FF, 2, (LOW, i))] += 1
+        for j in range((i + warp + cta) % 3 + 1):
+            want[(HIGH, j, 0xFFFF0000, 1, (OUTER, i))] += 1
+    want[(TAIL, layout.COORD_NONE, 0x00FFFFFF, 0, None)] += 1
+    return want
+
+
+def test_apart_lane_groups_decode_to_what_each_group_did(tmp_path):
+    import torch
+
+    from argus_rt.kinds.cuda.build import CudaBuildSpec
+    from argus_rt.kinds.cuda.build import build as cuda_build
+    from argus_rt.launch import CubinModule
+
+    src = tmp_path / "apart_pattern.cu"
+    src.write_text(APART_SOURCE)
+    mod = CubinModule.load(cuda_build(CudaBuildSpec("apart_pattern", [src], argus_mode=2,
+                                                    defines={"ARGUS_REG_APART": "1"})).cubin)
+    ctas, threads, n = 4, 128, 12
+    sess = TraceSession(mod, TraceConfig(ctas=ctas, threads_per_cta=threads, capacity=512))
+    sess.arm()
+    out = torch.zeros(ctas * threads, device="cuda")
+    mod.launch("apart_pattern", grid=ctas, block=threads, args=[out, np.int32(n)])
+    torch.cuda.synchronize()
+    t = sess.decode(known_ids=[OUTER, LOW, HIGH, QUARTER, TAIL])
+    assert not t.incomplete, t.problems[:3]
+    assert len(t.rings) == ctas * threads // 32
+    check_apart_trace(t, n)
+
+
+def check_apart_trace(t, n: int) -> None:
+    """Every ring's intervals are apart_reference's (region, coordinate, lanes, depth, parent), each inside its parent
+    in time, and the ring's written count is one slot per whole-warp marker plus two per lane-group marker."""
+    iv = pair_intervals(t).rows
+    for ring in t.rings:
+        at = np.flatnonzero(iv["ring"] == ring["ring"])
+        got = Counter()
+        for k in at:
+            p = int(iv[k]["parent"])
+            parent = None if p < 0 else (int(iv[p]["region_id"]), int(iv[p]["coord"]))
+            got[(int(iv[k]["region_id"]), int(iv[k]["coord"]), int(iv[k]["lanes"]), int(iv[k]["depth"]), parent)] += 1
+            if p >= 0:  # inside its parent, in time
+                assert iv[p]["start"] <= iv[k]["start"] <= iv[k]["end"] <= iv[p]["end"], iv[k]
+        want = apart_reference(int(ring["cta"]), int(ring["warp"]), n)
+        assert got == want, (int(ring["cta"]), int(ring["warp"]), sorted(set(want) - set(got))[:4],
+                             sorted(set(got) - set(want))[:4])
+        groups = sum(c for k, c in want.items() if k[2] != 0xFFFFFFFF)
+        assert int(ring["written"]) == 2 * n + 4 * groups, ring

@@ -225,8 +225,29 @@ __device__ __forceinline__ argus_u32* reg_cursor_seq() {
   __shared__ argus_u32 seq;
   return &seq;
 }
+#ifndef ARGUS_REG_APART
+#define ARGUS_REG_APART 0
+#endif
+#if ARGUS_REG_APART
+/* Apart build (-DARGUS_REG_APART=1): divergent markers are recorded per lane group (see emit_with below). Bits 0..28
+ * of mask_flags: capacity - 1; bit 29 (ARGUS_REG_BAD_): the cursor was declared by part of the warp's lanes (the
+ * per-warp shared words below could not be set up), so the ring is flagged divergent at scope exit. */
+#define ARGUS_REG_CAP_BITS_ 0x1FFFFFFFu
+#define ARGUS_REG_BAD_ (1u << 29)
+/* Per warp of the CTA, in shared memory, zeroed at the declaration by the whole warp: [0] `extra`, the slots lane
+ * groups took (two per lane-group marker); [1] the launch lanes that have left the cursor's scope (the last group to
+ * leave writes the ring header). */
+__device__ __forceinline__ argus_u32* reg_apart_words(argus_u32 warp) {
+  __shared__ argus_u32 words[2 * ARGUS_MAX_WARPS_PER_CTA];
+  return words + 2u * warp;
+}
+__device__ __forceinline__ argus_u32 reg_apart_address(argus_u32 warp) {
+  return (argus_u32)__cvta_generic_to_shared(reg_apart_words(warp));
+}
+#else
 /* Bits 0..29 of mask_flags: capacity - 1 (the host caps capacity at 2^26). */
 #define ARGUS_REG_CAP_BITS_ 0x3FFFFFFFu
+#endif
 /* Bit 30 of mask_flags: on a recording warp, "appending" (the ring was claimed earlier under this arm);
  * on a warp that records nothing, "count me as unbuffered" (set on one lane). */
 #define ARGUS_REG_FLAG30_ (1u << 30)
@@ -236,9 +257,15 @@ struct RegState {
   argus_u64 records; /* global address of the ring's record 0, or of a scratch slot when not recording */
   argus_u32 count;   /* records produced, with those of earlier launches under this arm */
   argus_u32 mask_flags; /* bits 0..29: capacity - 1, or the scratch slot's 63 when not recording;
-                           30: see ARGUS_REG_FLAG30_ above; 31: this lane writes the header at scope exit */
+                           30: see ARGUS_REG_FLAG30_ above; 31: this lane writes the header at scope exit
+                           (apart build: bits 0..28, 29 ARGUS_REG_BAD_, 31 on every lane of a recording warp) */
   argus_u32 coord_begin, coord_span; /* window [begin, begin + span) */
+#if ARGUS_REG_APART
+  argus_u32 lanes; /* the warp's launch lanes (0: declared by part of the warp) */
+  argus_u32 words; /* 32-bit shared address of the warp's apart words (reg_apart_words) */
+#else
   argus_u32 lanes; /* AND of every marker's __activemask() on this lane: below the launch lanes = a divergent marker */
+#endif
 };
 
 struct RegCursor : RegState {
@@ -279,9 +306,74 @@ struct RegCursor : RegState {
     /* Bit 30: appending (a recording warp) or count this warp as unbuffered (one lane of a warp that
      * passed the filters but has no ring). */
     const bool flag30 = rec ? append : (v.pass && is_lead);
+#if ARGUS_REG_APART
+    /* `lanes`: the warp's launch lanes (a marker run by all of them is a whole-warp marker). Bit 31 of mask_flags on
+     * every lane of a recording warp: whichever lane group leaves the scope last writes the header. A declaration by
+     * part of the warp cannot zero the warp's shared words (another group may be using them): such a cursor has
+     * lanes = 0 (no marker is a whole-warp one; its lane-group records take slots from words it did not zero, so they
+     * mean nothing) and flags its ring divergent at scope exit: the decoder refuses it. */
+    const argus_u32 launch = warp_lanes(warp);
+    const bool bad = __activemask() != launch;
+    words = reg_apart_address(warp);
+    if (!bad) asm volatile("st.shared.v2.u32 [%0], {%1, %1};" ::"r"(words), "r"(0u) : "memory");
+    lanes = bad ? 0u : launch;
+    mask_flags = (rec ? (v.capacity - 1u) & ARGUS_REG_CAP_BITS_ : ARGUS_SCRATCH_SLOT_RECORDS - 1u) | (flag30 ? ARGUS_REG_FLAG30_ : 0u) |
+                 (rec ? ARGUS_REG_LEAD_ : 0u) | (bad ? ARGUS_REG_BAD_ : 0u);
+#else
     mask_flags = (rec ? (v.capacity - 1u) & ARGUS_REG_CAP_BITS_ : ARGUS_SCRATCH_SLOT_RECORDS - 1u) | (flag30 ? ARGUS_REG_FLAG30_ : 0u) |
                  (rec && is_lead ? ARGUS_REG_LEAD_ : 0u);
+#endif
   }
+#if ARGUS_REG_APART
+  /* Scope exit of the apart build (no vote): each lane group that leaves adds its lanes to the warp's `left` word; the
+   * group that completes the launch lanes is the last (every other lane is gone and runs no more markers), and its
+   * lowest lane writes the header with the final count (the whole-warp records in registers plus the lane groups'
+   * slots, `extra`), unflagged. So lane groups may leave in any order, apart or together. A cursor declared by part of
+   * the warp (ARGUS_REG_BAD_) flags its ring divergent instead (each group's lowest lane writes the flag). A lane that
+   * never runs the scope exit (PTX `exit` in the body) leaves the header unwritten: the ring is unclaimed (the default
+   * build has the same hole for its lead lane). */
+  __device__ __forceinline__ ~RegCursor() {
+    const argus_u32 warp = warp_in_cta();
+    const argus_u32 active = __activemask();
+    if (mask_flags & ARGUS_REG_LEAD_) {
+      if (lane_id() != (argus_u32)(__ffs(active) - 1)) return;
+      argus_u32 n = count, divergent = 0u;
+      if (mask_flags & ARGUS_REG_BAD_) {
+        divergent = ARGUS_RING_WARP_DIVERGENT;
+      } else {
+        const argus_u32 addr = words;
+        argus_u32 left, extra;
+        /* this group's slot claims before its exit; the other groups' claims before the count */
+        asm volatile("membar.cta;\n\tatom.shared.or.b32 %0, [%1+4], %2;\n\tmembar.cta;"
+                     : "=r"(left) : "r"(addr), "r"(active) : "memory");
+        if ((left | active) != lanes) return;  // lanes still in scope: the last group to leave writes the header
+        asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(extra) : "r"(addr) : "memory");
+        n += extra;
+      }
+      const argus_u64 hdr = records - ARGUS_RING_HEAD_BYTES_;
+      const argus_u32 capacity = (mask_flags & ARGUS_REG_CAP_BITS_) + 1u;
+      const argus_u32 dropped = n > capacity ? n - capacity : 0u;
+      if (mask_flags & ARGUS_REG_FLAG30_) {  // appending: the header is this arm's already: counts and one more claim
+        asm volatile(
+            "st.global.u32 [%0+20], %1;\n\t"
+            "st.global.u32 [%0+24], %2;\n\t"
+            "red.global.add.u32 [%0+28], 1;"
+            ::"l"(hdr), "r"(n), "r"(dropped)
+            : "memory");
+        if (divergent) asm volatile("red.global.or.b32 [%0+16], %1;" ::"l"(hdr), "r"(divergent) : "memory");
+      } else {
+        asm volatile(
+            "st.global.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
+            "st.global.v4.u32 [%0+16], {%5, %6, %7, %8};"
+            ::"l"(hdr), "r"(ARGUS_RING_MAGIC), "r"(*reg_cursor_seq()), "r"(sm_id()), "r"(cta_linear()),
+              "r"(warp | divergent), "r"(n), "r"(dropped), "r"(1u)
+            : "memory");
+      }
+    } else if (mask_flags & ARGUS_REG_FLAG30_) {
+      atomicAdd(&argus_ctl.unbuffered, 1u);  // passed the filters but had no ring: counted, never silent
+    }
+  }
+#else
   __device__ __forceinline__ ~RegCursor() {
     const argus_u32 warp = warp_in_cta();
     /* Did any lane here run a marker without all the warp's lanes? (Every lane votes; only the lead's group's vote is used.) */
@@ -310,6 +402,7 @@ struct RegCursor : RegState {
       atomicAdd(&argus_ctl.unbuffered, 1u);  // passed the filters but had no ring: counted, never silent
     }
   }
+#endif
 };
 
 struct NoRegCursor {};
@@ -340,6 +433,62 @@ __device__ __forceinline__ void emit_with(NoRegCursor&, argus_u32 kind, argus_u3
   emit(kind, id, coord);
 }
 
+#if ARGUS_REG_APART
+/* Apart build. The slot of a record is count + extra: `count` (registers, the same on every lane) counts the
+ * whole-warp records, `extra` (the warp's shared word) the lane groups' slots. */
+__device__ __forceinline__ argus_u64 reg_slot(const RegState& rc, argus_u32 n) {
+  return rc.records + (argus_u64)(n & rc.mask_flags & ARGUS_REG_CAP_BITS_) * sizeof(ArgusRecord);
+}
+
+/* One marker of the apart build: the default build's marker, its record stored at count + extra (one shared load,
+ * issued beside the stamp) and predicated on the marker being a whole-warp one (its mask is the launch lanes: every
+ * lane then adds `take` to its count, so no lane's count goes stale and nothing has to reconverge). A lane group's
+ * marker (part of the launch lanes) stores nothing there; in the window, the group's lowest lane takes two slots with
+ * a shared atomic on `extra` and writes the marker's record and a lane-group record (ARGUS_KIND_LANES: the group's mask
+ * and lowest lane, the shared cursor's format) in them, so the decoder pairs each group's BEGIN/END. That block is
+ * inline, not a call (ptxas then keeps the warp's convergence, so the __syncwarp stays a NOP) and has no shuffle or
+ * mask operation; its branch is the one branch of a whole-warp marker (not taken there), inside BSSY/BSYNC, which
+ * also makes the group wait for its lowest lane's slots before it goes on. A cursor declared by part of the warp
+ * (lanes = 0) records no whole-warp marker, and its ring is refused. */
+__device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
+  const argus_u32 take = (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
+  const argus_u32 active = __activemask();
+  const argus_u32 addr = rc.words;
+  argus_u32 extra;
+  asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(extra) : "r"(addr));
+  const argus_u32 whole = (argus_u32)(active == rc.lanes);
+  __syncwarp(active);
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  const argus_u64 t = cycle_counter();
+  if ((rc.mask_flags >> 31) & take & whole)
+    store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, rc.count + extra, rc.mask_flags & ARGUS_REG_CAP_BITS_, t, true);
+#else
+  const argus_u64 t = global_timer();
+#endif
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %0, 0;\n\t@p st.global.v4.b32 [%1], {%2, %3, %4, %5};\n\t}"
+               ::"r"(whole), "l"(reg_slot(rc, rc.count + extra)), "r"(id), "r"(coord), "r"((argus_u32)t),
+                 "r"(stamp_hi(t, kind)));
+  rc.count += take & whole;
+  if (__builtin_expect(!whole, 0)) {
+    const argus_u32 lead = (argus_u32)(__ffs(active) - 1);
+    if (take && lane_id() == lead) {
+      argus_u32 k;
+      asm volatile("atom.shared.add.u32 %0, [%1], 2;" : "=r"(k) : "r"(addr) : "memory");
+      const argus_u32 n = rc.count + k;
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+      if (rc.mask_flags >> 31) {
+        store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, n, rc.mask_flags & ARGUS_REG_CAP_BITS_, t, true);
+        store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, n + 1u, rc.mask_flags & ARGUS_REG_CAP_BITS_, t);
+      }
+#endif
+      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n\tst.global.v4.b32 [%5], {%6, %7, %3, %8};"
+                   ::"l"(reg_slot(rc, n)), "r"(id), "r"(coord), "r"((argus_u32)t), "r"(stamp_hi(t, kind)),
+                     "l"(reg_slot(rc, n + 1u)), "r"(active), "r"(lead), "r"(stamp_hi(t, ARGUS_KIND_LANES))
+                   : "memory");
+    }
+  }
+}
+#else
 /* One marker. The lanes' mask is folded into `lanes` beside the chain (no branch); the __syncwarp on those lanes
  * makes the stamp wait for a barrier right before it (and never waits for lanes that are elsewhere). */
 __device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
@@ -360,6 +509,7 @@ __device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u3
                "r"(stamp_hi(t, kind)));
   rc.count += take;
 }
+#endif /* ARGUS_REG_APART */
 
 template <class Cursor>
 struct TraceScope {

@@ -10,7 +10,8 @@
  * takes the caller's register cursor with ARGUS_STATE_PARAM in its parameter list and ARGUS_STATE_ARG at the
  * call (both nothing in modes 0 and 1). Register-cursor markers must run on the whole warp: a warp whose marker ran
  * on part of its lanes marks its ring divergent, and the decoder refuses that ring (at decode time, not at compile
- * time).
+ * time). Opt-in -DARGUS_REG_APART=1 (argus_cursors.cuh): such markers are recorded per lane group instead, as the
+ * shared cursor records them (only a cursor declared by part of the warp is still refused).
  *
  * Shared-cursor markers (argus_shared_cursor.cuh; the default since issue 20, before it the opt-in
  * -DARGUS_LEAN_MARKERS=1 build, which is now the only one): a straight-line fast path for a converged warp;
