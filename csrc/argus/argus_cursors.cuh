@@ -238,7 +238,7 @@ __device__ __forceinline__ argus_u32* reg_cursor_seq() {
  * groups took (two per lane-group marker); [1] the launch lanes that have left the cursor's scope (the last group to
  * leave writes the ring header). */
 __device__ __forceinline__ argus_u32* reg_apart_words(argus_u32 warp) {
-  __shared__ argus_u32 words[2 * ARGUS_MAX_WARPS_PER_CTA];
+  __shared__ __align__(8) argus_u32 words[2 * ARGUS_MAX_WARPS_PER_CTA];  // 8-aligned: zeroed by one st.shared.v2
   return words + 2u * warp;
 }
 __device__ __forceinline__ argus_u32 reg_apart_address(argus_u32 warp) {
