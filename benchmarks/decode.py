@@ -92,10 +92,6 @@ ATTN_V1 = ("-DMK_ATTN_V2=0",)  # row 32's control: the three-pass attention tile
 DOWN_PIECES = ("-DMK_DOWN_PIECES=1",)  # row 36 (the default since 17:54): every warp of a Down tile streams pieces
 DOWN_PIECES_CTL = ("-DMK_DOWN_PIECES=2",)  # its control: the same code, warps 0-3 only
 O_PIECES = ("-DMK_O_PIECES=1",)  # row 38: O-proj rows streamed in whole batches (gemv.cuh: gemv_batches), one row a warp
-DOWN_BODY = ("-DMK_DOWN_BODY=1",)  # row 39: Down's pieces in whole batches (with DOWN_PIECES), no remainder trips
-LL_HANDOFF = ("-DMK_LL_HANDOFF=1",)  # row 37: flag-in-data hand-offs of x, x_mid and h (csrc/megakernel/ll.cuh)
-LL_SLEEP = ("-DMK_LL_SPIN_NS=256",)  # row 37b: with LL_HANDOFF, nanosleep between a thread's re-polls of a stale pair
-LL_GATE = ("-DMK_LL_HANDOFF=2",)  # row 37c: the LL copies, thread 0 alone polls one element, then the sweep
 # Down through gemv_tile, the default before row 36 (and the only Down with a staged or ring path: the runtime refuses
 # stage_bytes / ring_pages without it). Rows that reproduce an older default, or that change gemv_tile itself
 # (MK_GEMV_BATCH, MK_GEMV_ROWS), carry it with 16-row Down tiles (down16 in variant_rows), so they still measure
@@ -243,24 +239,17 @@ def variant_rows() -> dict[str, dict]:
         # streaming warps per SM. Its controls: mk_down16, the default before it exactly (128 tiles of 16 rows through
         # gemv_tile), and mk_down8_ctl, the default's tiles and code with 4 warps per CTA taking rows (mk_down8's
         # count), so the default vs ctl is the warp count, ctl vs mk_down8 the code. mk_down_pieces, the row as
-        # measured, is the default's tiles and build with the flag named: the in-run reference of rows 37-39, which
-        # name it too (the same cubin as the default's, so the two rows of one run also show the run's spread).
+        # measured, is the default's tiles and build with the flag named: the in-run reference of rows 37-39 (row 38,
+        # which names it too, is kept) (the same cubin as the default's, so the two rows of one run also show the run's spread).
         "mk_down_pieces": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES},
         "mk_down16": {"tiles": down16_tiles, "build_flags": DOWN_PLAIN},
         "mk_down8_ctl": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES_CTL},
-        # Rows 38-39 (NOTES.md "Ready: rows 38-39"), both on top of row 36 (DOWN_PIECES and its 8-row Down tiles, named
-        # here so the rows stay the same when row 36 becomes the default): GEMV loops with no dependent remainder trip
-        # (gemv.cuh: gemv_batches, all of a batch's loads before its first FFMA). mk_o_pieces: 256 O-proj tiles of 8
-        # rows (two per SM, each combining the attention as every O-proj tile does), each warp one whole row in one
-        # batch of 8 loads per lane; mk_down_body: Down's two K-halves per warp in one batch of 22 loads per lane per
-        # row (MK_DOWN_TRIPS=11) instead of 3 dependent 2-load remainder trips + a 16-load body.
+        # Row 38 (NOTES.md "Ready: rows 38-39"), on top of row 36 (DOWN_PIECES and its 8-row Down tiles, named here so
+        # the row stays the same now that row 36 is the default): O-proj's GEMV loop with no dependent remainder trip
+        # (gemv.cuh: gemv_batches, all of a batch's loads before its first FFMA): 256 O-proj tiles of 8 rows (two per
+        # SM, each combining the attention as every O-proj tile does), each warp one whole row in one batch of 8 loads
+        # per lane. (Rows 37, 37b-c and 39, measured misses, were removed in session 15: NOTES.md.)
         "mk_o_pieces": {"tiles": TileShape(o_rows=8, down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES + O_PIECES},
-        "mk_down_body": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES + DOWN_BODY},
-        # Row 37 (NOTES.md "Ready: row 37"): mk_down_pieces plus flag-in-data hand-offs (csrc/megakernel/ll.cuh): Embed,
-        # O-proj, gate/up and Down also store each output with this step's flag in one 64-bit store, and the QKV, gate/up,
-        # Down and Logits tiles skip their counter wait and poll those copies of x, x_mid and h (the residual reads
-        # too); measured against mk_down_pieces in the same run (the same tiles and Down code)
-        "mk_ll": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES + LL_HANDOFF},
         # Row 40 (NOTES.md "Ready: row 40"): the default's tiles plus one-split launches: a launch whose largest KV
         # length is <= 256 runs 256-position splits, one non-empty split per head, whose AttnPartial tiles write the
         # normalised output to attn_out and O-proj loads it: no combine (TileShape.single_split; option_flags adds
@@ -275,13 +264,6 @@ def variant_rows() -> dict[str, dict]:
         "mk_one_split384": {"tiles": TileShape(down_rows=8, attn_split_long=256, single_split=384)},
         "mk_one_split384_o8": {"tiles": TileShape(o_rows=8, down_rows=8, attn_split_long=256, single_split=384),
                                "build_flags": DOWN_PIECES + O_PIECES},
-        # Rows 37b-c (NOTES.md "Row 37 measured ..., and rows 37b-c prepared"): mk_ll with less polling traffic while
-        # a consumer waits. mk_ll_sleep: a 256 ns nanosleep between a thread's re-polls of a stale pair (the counter
-        # waits keep spinning); mk_ll_gate: thread 0 alone polls the last element of the input vector, the CTA meets
-        # at the barrier, then the sweep loads the LL copy (stale pairs re-polled, rarely)
-        "mk_ll_sleep": {"tiles": TileShape(down_rows=8, attn_split_long=256),
-                        "build_flags": DOWN_PIECES + LL_HANDOFF + LL_SLEEP},
-        "mk_ll_gate": {"tiles": TileShape(down_rows=8, attn_split_long=256), "build_flags": DOWN_PIECES + LL_GATE},
         # The default before rows 40 + 42 (the default since their H200 run, DEFAULT_TILES): every launch combines its
         # splits in O-proj, with 2 query heads per attention tile (16 tiles per layer instead of 32)
         "mk_combine": {"tiles": COMBINE_TILES},

@@ -34,9 +34,7 @@ from .params import (
     ERROR_NONE,
     ERROR_STAGE_TIMEOUT,
     ERROR_WORDS,
-    LL_PARAM_FIELDS,
     PARAM_BYTES,
-    PARAM_FIELDS,
     STUCK_WORDS,
     pack_params,
 )
@@ -220,66 +218,6 @@ def ring_smem_bytes(pages: int) -> int:
     return pages * RING_PAGE_BYTES + lim["MAX_TILE_ROWS"] * lim["NWARPS"] * 4 if pages else 0
 
 
-# Row 37 (opt-in build flag MK_LL_HANDOFF, csrc/megakernel/ll.cuh; megakernel/NOTES.md "Ready: row 37"): flag-in-data
-# copies of x, x_mid and h. This is the one home of which tiles skip their counter wait and poll their input vector's
-# LL copy instead: the instruction word bit PF_LL_INPUT (W_PF_FLAGS; ll.cuh has the same value) on the ops below,
-# set by ll_words for a build with the flag. Every other reader keeps its counter wait.
-LL_MACRO = "MK_LL_HANDOFF"
-PF_LL_INPUT = 2
-LL_INPUT_OPS = (QkvHead, GateUp, Down, Logits)  # x[L] (x[n_layers] for Logits), x_mid[L], h[L]
-LL_COUNTER_BASE = -2  # a stuck LL wait's counter word: LL_COUNTER_BASE - element (ll.cuh: ll_give_up)
-LL_FLAG_MAX = 2**32 - 1  # flags are the high 32 bits of each element; 0 is never a flag (zeroed buffer)
-
-
-def ll_handoff(flags: tuple[str, ...]) -> bool:
-    """Whether a build with ``flags`` has the flag-in-data hand-offs (MK_LL_HANDOFF, default 0)."""
-    return flag_value(flags, LL_MACRO) not in (None, "0")
-
-
-def ll_layout(config: LlamaConfig) -> dict[str, tuple[int, int, int]]:
-    """name -> (first element, rows, elements per row) of the LL buffer (u64 per element; ll.cuh: ll_x, ll_xmid,
-    ll_h): x [n_layers + 1][hidden], x_mid [n_layers][hidden], h [n_layers][ffn]."""
-    c = config
-    out, at = {}, 0
-    for name, rows, cols in (("x", c.n_layers + 1, c.hidden), ("x_mid", c.n_layers, c.hidden), ("h", c.n_layers, c.ffn)):
-        out[name] = (at, rows, cols)
-        at += rows * cols
-    return out
-
-
-def ll_elements(config: LlamaConfig) -> int:
-    return sum(rows * cols for _, rows, cols in ll_layout(config).values())
-
-
-def ll_element(config: LlamaConfig, element: int) -> tuple[str, int, int]:
-    """(buffer, layer, index) of an element of the LL buffer (a stuck LL wait's report)."""
-    for name, (first, rows, cols) in ll_layout(config).items():
-        if first <= element < first + rows * cols:
-            return name, (element - first) // cols, (element - first) % cols
-    raise ValueError(f"element {element} lies outside the LL buffer of {ll_elements(config)} elements")
-
-
-def ll_words(words: np.ndarray) -> np.ndarray:
-    """A copy of instruction ``words`` with PF_LL_INPUT on the LL_INPUT_OPS tiles (they poll their input's LL copy
-    instead of waiting on their counter)."""
-    out = words.copy()
-    mask = np.isin(out[:, I.W_OPCODE], [op.OPCODE for op in LL_INPUT_OPS])
-    out[mask, I.W_PF_FLAGS] |= PF_LL_INPUT
-    return out
-
-
-def ll_launch_base(next_base: int, n_steps: int) -> tuple[int, bool, int]:
-    """(this launch's base, whether the LL buffer must be zeroed first, the next launch's base) for a launch of
-    ``n_steps`` steps, whose flags are base .. base + n_steps - 1 (ll.cuh: ll_flag). Flags only grow, so no element
-    written by an earlier launch (any step, layer or KV position) holds one of this launch's; when they would pass
-    LL_FLAG_MAX the buffer is zeroed and the flags start again at 1 (zero is never a flag)."""
-    if not 1 <= n_steps <= LL_FLAG_MAX:
-        raise ValueError(f"a launch has 1..{LL_FLAG_MAX} steps, got {n_steps}")
-    reset = next_base < 1 or next_base + n_steps - 1 > LL_FLAG_MAX
-    base = 1 if reset else next_base
-    return base, reset, base + n_steps
-
-
 class MegakernelError(RuntimeError):
     """The kernel stopped itself: a dependency deadline passed, a bad token, or a bad opcode."""
 
@@ -350,11 +288,6 @@ class LaunchInfo:
 class MegakernelDecoder:
     """TinyLlama decode in one persistent kernel launch per call of :meth:`run`."""
 
-    # Row 37 (MK_LL_HANDOFF builds): the LL buffer (int64 per element, zeroed) and the next launch's flag base
-    ll_on: bool = False
-    ll: torch.Tensor | None = None
-    ll_next_base: int = 1
-
     def __init__(self, weights: LlamaWeights, tiles: TileShape | None = None, workers: int | None = None,
                  prefetch_ahead: int = 0, timeout_s: float = 2.0, argus_mode: int = 0,
                  sampling: SamplingParams | None = None, device: int = 0, stage_bytes: int = 0,
@@ -387,15 +320,11 @@ class MegakernelDecoder:
         self.program: Program = build_decode_program(self.config, self.tiles)
         self.state = DecodeState.create(self.program, weights, self.device)
         self.prefetch_window, self.prefetch_own = prefetch_window, prefetch_own
-        self.ll_on = ll_handoff(tuple(build_flags))  # before the words: ll_words marks the LL consumers
         self.forms = self._instruction_words(self.program)
         self.launched = self.program  # the last launch's program (split programs: its split length's)
         self.error = torch.zeros(len(ERROR_WORDS), dtype=torch.int32, device=self.device)
         self.step_ns = torch.zeros(self.config.max_seq + 1, dtype=torch.int64, device=self.device)
-        self.params = torch.zeros(PARAM_BYTES + (8 * len(LL_PARAM_FIELDS) if self.ll_on else 0), dtype=torch.uint8,
-                                  device=self.device)
-        if self.ll_on:  # next to the state's buffers; ~1.7 MB for TinyLlama
-            self.ll = torch.zeros(ll_elements(self.config), dtype=torch.int64, device=self.device)
+        self.params = torch.zeros(PARAM_BYTES, dtype=torch.uint8, device=self.device)
         self.prefetch_ahead = prefetch_ahead
         if stage_bytes < 0 or stage_bytes % 16 or stage_bytes > MAX_STAGE_BYTES:
             raise ValueError(f"stage_bytes must be a multiple of 16 in [0, {MAX_STAGE_BYTES}] (0 = no shared-memory "
@@ -457,8 +386,6 @@ class MegakernelDecoder:
                      for s, p in program.split_programs.items()}
         else:
             words = form_words(program, self.prefetch_window, self.prefetch_own)
-        if self.ll_on:
-            words = {key: ll_words(w) for key, w in words.items()}
         return {key: torch.from_numpy(np.ascontiguousarray(w)).to(self.device) for key, w in words.items()}
 
     def instructions_for(self, step_end: int) -> torch.Tensor:
@@ -525,14 +452,7 @@ class MegakernelDecoder:
         n_instr = len(prog.instructions)
         if step_end * n_instr >= 2**31:
             raise ValueError(f"{step_end} steps x {n_instr} instructions overflow the int32 ticket")
-        values, fields = self._param_values(step_begin, step_end), PARAM_FIELDS
-        if self.ll_on:
-            base, reset, self.ll_next_base = ll_launch_base(self.ll_next_base, n_steps)
-            if reset:
-                self.ll.zero_()
-            values |= {"ll": int(self.ll.data_ptr()), "ll_base": base}
-            fields = PARAM_FIELDS + LL_PARAM_FIELDS
-        blob = pack_params(values, fields)
+        blob = pack_params(self._param_values(step_begin, step_end))
         self.params.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8), non_blocking=False)
         self.ticket[:1].fill_(step_begin * n_instr)  # dispatch cursor only; dependency counters are never reset
         rebase = self.program.launch_counters(step_begin, step_end) if prog is not self.launched else {}
@@ -565,14 +485,6 @@ class MegakernelDecoder:
         prog = self.launched
         ins = deserialize(prog.words()[index]) if 0 <= index < len(prog.instructions) else None
         counter = self.program.counters[err["counter"]] if 0 <= err["counter"] < len(self.program.counters) else None
-        if err["code"] == ERROR_DEADLOCK and err["counter"] <= LL_COUNTER_BASE and ins is not None:
-            name, layer, i = ll_element(self.config, LL_COUNTER_BASE - err["counter"])
-            edge = self.program.counters[ins.wait] if 0 <= ins.wait < len(self.program.counters) else None
-            raise MegakernelError(
-                f"dependency deadline ({self.timeout_ns / 1e9:g} s) passed in step {err['step']}: instruction "
-                f"{index} {ins} (ticket {err['ticket']}, CTA {err['block']}) waited on the flag-in-data copy of "
-                f"{name}[{layer}][{i}] (the edge of counter {edge!r}) for flag {err['expected'] & LL_FLAG_MAX}, it held "
-                f"{err['observed'] & LL_FLAG_MAX}")
         if err["code"] == ERROR_DEADLOCK:
             raise MegakernelError(
                 f"dependency deadline ({self.timeout_ns / 1e9:g} s) passed in step {err['step']}: instruction "

@@ -34,8 +34,8 @@ each launch's attention split length by its largest KV length. Against the inter
 launches across the switch (tiny model, 2 worker counts), and against the default (bit for bit at KV ~128, where no
 launch switches) and mk_split256 (logits) on the full model at KV ~128 and ~1024.
 
-Rows 38-39 (FUSION_K=gemv_batches; benchmarks/decode.py mk_o_pieces, mk_down_body, on top of row 36's mk_down_pieces):
-GEMV rows in whole batches of loads (gemv.cuh: gemv_batches). Against the interpreter (tiny model) and bit for bit
+Row 38 (FUSION_K=gemv_batches; benchmarks/decode.py mk_o_pieces, on top of row 36's mk_down_pieces): O-proj rows in
+whole batches of loads (gemv.cuh: gemv_batches). Against the interpreter (tiny model) and bit for bit
 against mk_down_pieces on the full model at KV ~128 and ~1024 (every buffer; mk_o_pieces' o[L] counters count 2x).
 
 Row 40 (FUSION_K=one_split; TileShape(single_split=256), benchmarks/decode.py mk_one_split, mk_one_split_o8): launches
@@ -726,18 +726,17 @@ def test_down_pieces_match_the_default_on_the_full_model(kv):
     assert _differing_buffers(states["default"], states["mk_down8_ctl"]) == [], f"kv {kv}: pieces vs ctl"
 
 
-# Rows 38-39 (NOTES.md "Ready: rows 38-39"; FUSION_K=gemv_batches; benchmarks/decode.py mk_o_pieces, mk_down_body), both
-# on top of row 36 (MK_DOWN_PIECES=1): GEMV rows streamed through gemv_batches (gemv.cuh), every load of a batch before
-# its first FFMA. mk_o_pieces: 8-row O-proj tiles, one row a warp; mk_down_body: Down's two K-halves per warp in one
-# batch per row. Against the interpreter on the tiny model (O-proj K 128 and Down K 352: lanes past the row's chunks
-# with every load predicated off; 8- and 16-row tiles, 2 worker counts), and against mk_down_pieces on the full model
-# at KV ~128 and ~1024: logits within 1e-3 of max |logit|, then every buffer bit for bit. Why bit for bit: one piece
-# sums a row's chunks on the same lanes in the same order as gemv_rows (O-proj in mk_down_pieces), two pieces as
-# gemv_halves (Down in mk_down_pieces) for an even chunk count (704), and the warp sums are the same
+# Row 38 (NOTES.md "Ready: rows 38-39"; FUSION_K=gemv_batches; benchmarks/decode.py mk_o_pieces), on top of row 36
+# (MK_DOWN_PIECES=1): O-proj rows streamed through gemv_batches (gemv.cuh), every load of a batch before its first
+# FFMA, 8-row O-proj tiles, one row a warp (row 39's mk_down_body, Down through it, was removed in session 15).
+# Against the interpreter on the tiny model (O-proj K 128: lanes past the row's chunks with every load predicated off;
+# 8- and 16-row tiles, 2 worker counts), and against mk_down_pieces on the full model at KV ~128 and ~1024: logits
+# within 1e-3 of max |logit|, then every buffer bit for bit. Why bit for bit: one piece sums a row's chunks on the same
+# lanes in the same order as gemv_rows (O-proj in mk_down_pieces), and the warp sums are the same
 # (tests/test_megakernel_gemv_batches.py checks the index math); the only buffer that differs is mk_o_pieces' o[L]
-# counters, 256 O-proj tiles per layer and step instead of 128. At KV ~128 two more builds run batches that do not
-# cover a row at once (MK_DOWN_TRIPS=8: 16 loads then 6 live of 16; MK_O_TRIPS=3: 3 + 3 + 2 of 3): the same bits.
-GEMV_BATCH_ROWS = ("mk_o_pieces", "mk_down_body")
+# counters, 256 O-proj tiles per layer and step instead of 128. At KV ~128 one more build runs batches that do not
+# cover a row at once (MK_O_TRIPS=3: 3 + 3 + 2 of 3): the same bits.
+GEMV_BATCH_ROWS = ("mk_o_pieces",)
 
 
 @pytest.mark.parametrize("name", GEMV_BATCH_ROWS)
@@ -748,7 +747,7 @@ def test_gemv_batches_match_interpreter(name, rows, workers):
 
     flags = variant_rows()[name]["build_flags"]
     weights = random_weights(get_config("tiny"), seed=SEED + 49, device="cuda")
-    shape = {"o_rows": rows, "down_rows": 8} if name == "mk_o_pieces" else {"down_rows": rows}
+    shape = {"o_rows": rows, "down_rows": 8}
     dec = _decoder(weights, tiles=dataclasses.replace(TINY_TILES, **shape), workers=workers, build_flags=flags)
     prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 50)).tolist()
     _assert_steps_match_interpreter(dec, prompt, f"{name} {shape}")
@@ -765,7 +764,7 @@ def test_gemv_batches_equal_down_pieces_on_the_full_model(kv):
     prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 52)).tolist()
     rows = {name: variant_rows()[name] for name in ("mk_down_pieces",) + GEMV_BATCH_ROWS}
     if kv == 128:
-        for name, flag in (("mk_down_body", "-DMK_DOWN_TRIPS=8"), ("mk_o_pieces", "-DMK_O_TRIPS=3")):
+        for name, flag in (("mk_o_pieces", "-DMK_O_TRIPS=3"),):
             row = rows[name]
             rows[f"{name} {flag}"] = {**row, "build_flags": tuple(row["build_flags"]) + (flag,)}
     states = _same_launches(weights, prompt, _launches_to(kv), rows, _named_buffers)
@@ -781,99 +780,6 @@ def test_gemv_batches_equal_down_pieces_on_the_full_model(kv):
             got = {n: v for n, v in got.items() if n not in o_counters}
         assert set(got) <= set(ref)
         assert _differing_buffers(got, ref) == [], f"kv {kv}: {name} (logits error {err:.3g})"
-
-
-# Row 37 (NOTES.md "Ready: row 37"; FUSION_K=llhandoff, since "-k ll" would also select every *full_model* test;
-# benchmarks/decode.py mk_ll): MK_LL_HANDOFF, flag-in-data copies of x, x_mid and h (csrc/megakernel/ll.cuh) that the
-# QKV, gate/up, Down and Logits tiles poll instead of waiting on their counters. Against the interpreter on the tiny
-# model (one-step launches: a fresh flag base each), bit for bit against mk_down_pieces (the same tiles, Down code and
-# fp32 arithmetic: only where the inputs come from differs) on the tiny model in one long launch and on the full model
-# at KV ~128 and ~1024 (plus logits within 1e-3 of the default's, whose 16-row Down tiles sum in another order, so its
-# buffers are not expected to be the same bits), a new generation over the same positions on one decoder (re-used KV
-# positions: stale flags must not match), and a stuck LL wait reported by the watchdog with the instruction and the
-# element it waited for.
-LL_ROW = "mk_ll"
-# Rows 37b-c (NOTES.md "Row 37 measured ..., and rows 37b-c prepared"): the same tests for mk_ll_sleep (a nanosleep
-# between re-polls of a stale pair) and mk_ll_gate (thread 0 polls one element first, then the sweep).
-LL_ROWS = (LL_ROW, "mk_ll_sleep", "mk_ll_gate")
-
-
-def _ll_kw(name: str = LL_ROW) -> dict:
-    from benchmarks.decode import variant_rows
-
-    return dict(variant_rows()[name])
-
-
-@pytest.mark.parametrize("row", LL_ROWS)
-@pytest.mark.parametrize("workers", [None, 37])
-def test_llhandoff_matches_interpreter(workers, row):
-    weights = random_weights(get_config("tiny"), seed=SEED + 49, device="cuda")
-    tiles = dataclasses.replace(TINY_TILES, down_rows=8)
-    dec = _decoder(weights, tiles=tiles, workers=workers, build_flags=_ll_kw(row)["build_flags"])
-    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 50)).tolist()
-    _assert_steps_match_interpreter(dec, prompt, f"{row} workers={workers}")
-
-
-@pytest.mark.parametrize("row", LL_ROWS)
-@pytest.mark.parametrize("workers", [None, 37])
-def test_llhandoff_equals_down_pieces_bit_for_bit_tiny(workers, row):
-    """36 steps in one launch (many steps' tiles in flight), then the same 36 positions again as a new generation on
-    the same decoder (its LL copies hold the first run's flags): every buffer equal to mk_down_pieces'."""
-    weights = random_weights(get_config("tiny"), seed=SEED + 51, device="cuda")
-    prompt = torch.randint(0, weights.config.vocab, (10,), generator=torch.Generator().manual_seed(SEED + 52)).tolist()
-    tiles = dataclasses.replace(TINY_TILES, down_rows=8)
-    states = {}
-    for name in ("mk_down_pieces", row):
-        dec = _decoder(weights, tiles=tiles, workers=workers, build_flags=_ll_kw(name)["build_flags"])
-        runs = []
-        for _ in range(2):
-            dec.set_prompt(prompt)
-            dec.run(0, 36)
-            runs.append(_buffers(dec))
-        states[name] = runs
-        del dec
-    for run in range(2):
-        assert _differing_buffers(states["mk_down_pieces"][run], states[row][run]) == [], f"{row} run {run}"
-
-
-@pytest.mark.parametrize("row", LL_ROWS)
-@pytest.mark.parametrize("kv", [128, 1024])
-def test_llhandoff_equals_down_pieces_on_the_full_model(kv, row):
-    """Full TinyLlama, every token forced up to KV position kv + 2 (launches of 64 steps), the rows as decode.py runs
-    them: mk_ll bit for bit mk_down_pieces, and its logits within 1e-3 of max |logit| of the default's."""
-    c = get_config("tinyllama-1.1b", max_seq=1152)
-    weights = random_weights(c, seed=SEED + 53, device="cuda")
-    prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 54)).tolist()
-    rows = {"default": _ll_kw("mk_combine"), "mk_down_pieces": _ll_kw("mk_down_pieces"), row: _ll_kw(row)}
-    states = _same_launches(weights, prompt, _launches_to(kv), rows, _buffers)
-    err = _logits_error(states[row], states["default"])
-    assert err < 1e-3, f"kv {kv}: {row}'s logits differ from the default's by {err:.3g} of max |logit|"
-    assert _differing_buffers(states["mk_down_pieces"], states[row]) == [], f"kv {kv} {row}: logits error {err:.3g}"
-
-
-@pytest.mark.parametrize("row", LL_ROWS)
-def test_llhandoff_watchdog_names_the_stuck_element(row):
-    """A program whose first Down tile of layer 0 computes the second tile's rows: x[1]'s LL rows 0-7 are never
-    written, so layer 1's QKV tiles poll them for ever (their counter wait is skipped: down[0] is complete). The
-    watchdog stops the launch within 5 s and names the lowest stuck QKV tile, the element and the edge's counter."""
-    from megakernel.dag import build_decode_program
-    from megakernel.instructions import Down, QkvHead
-    from megakernel.runtime import MegakernelError
-
-    weights = random_weights(get_config("tiny"), seed=SEED + 55, device="cuda")
-    tiles = dataclasses.replace(TINY_TILES, down_rows=8)
-    dec = _decoder(weights, tiles=tiles, timeout_s=0.2, build_flags=_ll_kw(row)["build_flags"])
-    prog = build_decode_program(weights.config, tiles)
-    downs = [i for i, ins in enumerate(prog.instructions) if isinstance(ins, Down) and ins.layer == 0]
-    prog.instructions[downs[0]] = dataclasses.replace(prog.instructions[downs[0]], row0=prog.instructions[downs[1]].row0)
-    qkv = next(i for i, ins in enumerate(prog.instructions) if isinstance(ins, QkvHead) and ins.layer == 1)
-    dec.replace_program(prog)
-    dec.set_prompt([1, 2, 3])
-    start = time.perf_counter()
-    with pytest.raises(MegakernelError, match=rf"instruction {qkv} QkvHead\(layer=1.*flag-in-data copy of x\[1\]\[[0-7]\] "
-                                              r"\(the edge of counter 'down\[0\]'\) for flag 1, it held 0"):
-        dec.run(0, 2)
-    assert time.perf_counter() - start < 5.0
 
 
 # Row 40 (NOTES.md "Ready: row 40"; FUSION_K=one_split; TileShape(single_split=N), build flag MK_ONE_SPLIT=1 through

@@ -1,10 +1,10 @@
-"""Rows 38-39 (megakernel/NOTES.md "Ready: rows 38-39"): GEMV loops with no dependent remainder trip, through one
-helper (csrc/megakernel/gemv.cuh: gemv_batches, a warp's row as (row, chunk-range) pieces whose loads are issued in
-whole batches of kTrips trips, all before the batch's first FFMA). MK_O_PIECES=1 (mk_o_pieces: 8-row O-proj tiles,
-one row a warp, K 2048 in one batch of 8 loads per lane) and MK_DOWN_BODY=1 (mk_down_body: Down's K-halves in one
-batch of 22 loads per lane per row), both on top of row 36's MK_DOWN_PIECES=1. On the CPU: the rows, the batch index
-math (every chunk of every row read once; the same lanes and per-accumulator order as gemv_rows / gemv_halves, which
-the GPU tests' bit-for-bit checks rest on), the trip arithmetic, the default cubin unchanged with the flags at 0
+"""Row 38 (megakernel/NOTES.md "Ready: rows 38-39"): a GEMV loop with no dependent remainder trip (csrc/megakernel/
+gemv.cuh: gemv_batches, a warp's row as (row, chunk-range) pieces whose loads are issued in whole batches of kTrips
+trips, all before the batch's first FFMA). MK_O_PIECES=1 (mk_o_pieces: 8-row O-proj tiles, one row a warp, K 2048 in
+one batch of 8 loads per lane) on top of row 36's MK_DOWN_PIECES=1 (row 39, Down's K-halves through the same helper,
+was removed in session 15: a measured miss). On the CPU: the row, the helper's batch index math for 1-3
+pieces (every chunk of every row read once; the same lanes and per-accumulator order as gemv_rows / gemv_halves,
+which the GPU tests' bit-for-bit checks rest on), the trip arithmetic, the default cubin unchanged with the flag at 0
 (modes 0 and 2), registers and spills, the SASS batch shapes and the compile-time refusals. GPU:
 tests/test_megakernel_fusions_gpu.py, the tests named *gemv_batches* (FUSION_K=gemv_batches)."""
 import dataclasses
@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from benchmarks.decode import DOWN_BODY, DOWN_PIECES, O_PIECES, variant_rows
+from benchmarks.decode import DOWN_PIECES, O_PIECES, variant_rows
 from megakernel.dag import COMBINE_TILES, TileShape, build_decode_program
 from test_megakernel_down_pieces import _branch_runs
 from tinyllama.config import get_config
@@ -21,16 +21,16 @@ from toolchain import cubin_sha256, megakernel_builds, needs_nvcc  # noqa: F401 
 
 O_TILES = TileShape(o_rows=8, down_rows=8, attn_split_long=256)
 DOWN_TILES = TileShape(down_rows=8, attn_split_long=256)
-ROW38, ROW39 = DOWN_PIECES + O_PIECES, DOWN_PIECES + DOWN_BODY
-O_TRIPS, DOWN_TRIPS = 8, 11  # config.cuh: MK_O_TRIPS, MK_DOWN_TRIPS
+ROW38 = DOWN_PIECES + O_PIECES
+O_TRIPS = 8  # config.cuh: MK_O_TRIPS
 
 
-def test_rows_carry_row_36_and_their_flag():
+def test_row_carries_row_36_and_its_flag():
     rows = variant_rows()
-    assert O_PIECES == ("-DMK_O_PIECES=1",) and DOWN_BODY == ("-DMK_DOWN_BODY=1",)
+    assert O_PIECES == ("-DMK_O_PIECES=1",)
     assert rows["mk_o_pieces"] == {"tiles": O_TILES, "build_flags": ROW38}
-    assert rows["mk_down_body"] == {"tiles": DOWN_TILES, "build_flags": ROW39}
-    assert rows["mk_down_pieces"] == {"tiles": DOWN_TILES, "build_flags": DOWN_PIECES}  # what both are read against
+    assert "mk_down_body" not in rows  # row 39, removed
+    assert rows["mk_down_pieces"] == {"tiles": DOWN_TILES, "build_flags": DOWN_PIECES}  # what it is read against
     assert O_TILES == dataclasses.replace(COMBINE_TILES, o_rows=8, down_rows=8)
     c = get_config("tinyllama-1.1b")
     program = build_decode_program(c, O_TILES).instructions
@@ -109,27 +109,21 @@ def test_an_odd_count_moves_the_last_chunk_to_another_lane():
 
 
 def test_batches_per_row():
-    """O-proj (K 2048, one piece): 8 trips per lane, one batch of 8 loads; Down (K 5632, two halves): 11 trips per
-    half, one batch of 22 loads, against row 36's (11 & 7) = 3 dependent remainder trips + 1 body of 16."""
-    for chunks, pieces, trips, loads in ((2048 // 8, 1, O_TRIPS, 8), (5632 // 8, 2, DOWN_TRIPS, 22)):
-        _, order, passes = _batches(chunks, 8, 8, pieces, trips)
-        assert set(passes.values()) == {1}
-        assert {sum(len(order[r, lane, q]) for q in range(pieces)) for r in range(8) for lane in range(32)} == {loads}
-    per_half = 5632 // 8 // 2 // 32
-    assert (per_half % 8, per_half // 8) == (3, 1) and math.ceil(per_half / DOWN_TRIPS) == 1
-    assert math.ceil(per_half / 8) == 2  # MK_DOWN_TRIPS=8: a 16-load batch and a batch of 6 live loads (10 off)
+    """O-proj (K 2048, one piece): 8 trips per lane, one batch of 8 loads (MK_O_TRIPS=3: 3 batches, 3 + 3 + 2)."""
+    _, order, passes = _batches(2048 // 8, 8, 8, 1, O_TRIPS)
+    assert set(passes.values()) == {1}
+    assert {len(order[r, lane, 0]) for r in range(8) for lane in range(32)} == {8}
+    assert math.ceil(2048 // 8 // 32 / 3) == 3
 
 
 @needs_nvcc
 @pytest.mark.parametrize("mode", [0, 2])
 def test_the_default_cubin_is_the_flags_at_0(builds, mode):
     base = cubin_sha256(builds(mode))
-    assert cubin_sha256(builds(mode, ("-DMK_O_PIECES=0", "-DMK_DOWN_BODY=0"))) == base
-    assert cubin_sha256(builds(mode, DOWN_PIECES + ("-DMK_DOWN_BODY=0",))) == cubin_sha256(builds(mode, DOWN_PIECES))
-    # row 36's build is the base of both rows (and may become the default: then base equals it)
-    assert len({cubin_sha256(builds(mode, DOWN_PIECES)), cubin_sha256(builds(mode, ROW38)),
-                cubin_sha256(builds(mode, ROW39))}) == 3
-    assert base not in {cubin_sha256(builds(mode, ROW38)), cubin_sha256(builds(mode, ROW39))}
+    assert cubin_sha256(builds(mode, ("-DMK_O_PIECES=0",))) == base
+    # row 36's build (the default since its H200 run: the same cubin) is the row's base
+    assert cubin_sha256(builds(mode, DOWN_PIECES)) == base
+    assert cubin_sha256(builds(mode, ROW38)) != base
 
 
 def _spills(log: str) -> dict[str, int]:
@@ -138,11 +132,11 @@ def _spills(log: str) -> dict[str, int]:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("flags", [ROW38, ROW39], ids=["o_pieces", "down_body"])
+@pytest.mark.parametrize("flags", [ROW38], ids=["o_pieces"])
 @pytest.mark.parametrize("mode", [0, 2])
-def test_the_rows_keep_128_registers_and_no_more_spills_than_row_36(builds, flags, mode):
-    """nvcc 13.0, 2026-12-02, spill stores: mode 0 (timed) default 64, row 36 44, row 38 40, row 39 20; mode 2 (trace
-    timelines) default 40, row 36 52, row 38 40, row 39 24. Only the kernel entry and the unused 8-head attention
+def test_the_row_keeps_128_registers_and_no_more_spills_than_row_36(builds, flags, mode):
+    """nvcc 13.0, 2026-12-02, spill stores: mode 0 (timed) default 64, row 36 44, row 38 40; mode 2 (trace
+    timelines) default 40, row 36 52, row 38 40. Only the kernel entry and the unused 8-head attention
     instance spill, as in the default."""
     ref, r = builds(mode, DOWN_PIECES), builds(mode, flags)
     assert r.registers() == ref.registers() == 128
@@ -168,11 +162,10 @@ def _load_batches(fn: list[str]) -> list[tuple[int, int, bool]]:
 
 
 # The kernel entry's load runs (loads, predicated, branch between loads): row 36's Down pieces loop (7 remainder
-# trips of 2, a 16-load body, lane 0's odd chunk), row 38's O-proj batch of 8 besides it, row 39's one batch of 22.
+# trips of 2, a 16-load body, lane 0's odd chunk), row 38's O-proj batch of 8 besides it.
 PIECES_RUNS = [(2, 0, False)] * 7 + [(16, 0, False), (1, 0, False)]
 SHAPES = {"pieces": (DOWN_PIECES, PIECES_RUNS, (8, 4)),
-          "o_pieces": (ROW38, [(8, 8, False)] + PIECES_RUNS, (7, 4)),
-          "down_body": (ROW39, [(22, 22, False)], (8, 4))}
+          "o_pieces": (ROW38, [(8, 8, False)] + PIECES_RUNS, (7, 4))}
 
 
 @needs_nvcc
@@ -180,8 +173,7 @@ SHAPES = {"pieces": (DOWN_PIECES, PIECES_RUNS, (8, 4)),
 def test_the_sass_issues_each_batch_before_its_first_ffma(builds, name):
     """Every load of a batch before the batch's first FFMA, no branch between them, each with its predicate.
     o_pieces: op_oproj calls gemv_tile only in its staged path (7 calls of gemv_tile, 4 of gemv_tile_staged); gemv_tile
-    itself (the other ops) keeps the plain loop's shape in every build. Row 39's kernel has no other weight load run:
-    the Down pieces loop is replaced, its batch loop body is the one run of 22."""
+    itself (the other ops) keeps the plain loop's shape in every build."""
     from megakernel import sass_diff
     from toolchain import skip_without_tools
 
@@ -198,10 +190,9 @@ def test_the_sass_issues_each_batch_before_its_first_ffma(builds, name):
 
 @needs_nvcc
 @pytest.mark.parametrize("flags,message", [
-    (DOWN_BODY + ("-DMK_DOWN_PIECES=0",), "MK_DOWN_BODY restructures"),  # the default has the pieces since row 36
     (O_PIECES + ("-DMK_BATCH_O=1",), "MK_O_PIECES has no page-ring path"),
     (O_PIECES + ("-DMK_RING=2",), "MK_O_PIECES has no page-ring path"),
-    (("-DMK_O_PIECES=2",), "MK_O_PIECES and MK_DOWN_BODY are 0"),
+    (("-DMK_O_PIECES=2",), "MK_O_PIECES is 0"),
 ])
 def test_bad_combinations_do_not_compile(flags, message, tmp_path):
     from megakernel.build import BuildError, build

@@ -96,49 +96,14 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_O_TRIPS
 #define MK_O_TRIPS 8  // loads per lane per O-proj batch (one piece per row): 2048 / 8 / 32 = 8, one batch per row
 #endif
-#ifndef MK_DOWN_BODY
-// Row 39 (opt-in, not yet GPU-run; with MK_DOWN_PIECES): 1: Down's pieces (a row's two K-halves per warp) stream
-// through gemv_batches in batches of MK_DOWN_TRIPS trips of both halves (2 x MK_DOWN_TRIPS loads per lane, all
-// before the batch's first FFMA) instead of gemv_halves' 3 dependent 2-load remainder trips + one 16-load body
-// (benchmarks/decode.py mk_down_body). 0: gemv_halves.
-#define MK_DOWN_BODY 0
+#if MK_O_PIECES < 0 || MK_O_PIECES > 1
+#error "MK_O_PIECES is 0 (off) or 1 (on)"
 #endif
-#ifndef MK_DOWN_TRIPS
-#define MK_DOWN_TRIPS 11  // trips per Down batch: 5632 / 8 / 2 / 32 = 11, so one batch of 22 loads per row
-#endif
-#if MK_O_PIECES < 0 || MK_O_PIECES > 1 || MK_DOWN_BODY < 0 || MK_DOWN_BODY > 1
-#error "MK_O_PIECES and MK_DOWN_BODY are 0 (off) or 1 (on)"
-#endif
-#if MK_O_TRIPS < 1 || MK_DOWN_TRIPS < 1
-#error "MK_O_TRIPS and MK_DOWN_TRIPS are trip counts >= 1"
-#endif
-#if MK_DOWN_BODY && !MK_DOWN_PIECES
-#error "MK_DOWN_BODY restructures the Down pieces' loop: build it with MK_DOWN_PIECES=1 (or 2)"
+#if MK_O_TRIPS < 1
+#error "MK_O_TRIPS is a trip count >= 1"
 #endif
 #if MK_O_PIECES && (MK_RING || MK_BATCH_O)
 #error "MK_O_PIECES has no page-ring path and replaces MK_BATCH_O's loop: build it with MK_RING=0 and MK_BATCH_O=0"
-#endif
-#ifndef MK_LL_HANDOFF
-// Row 37 (opt-in; NOTES.md "Ready: row 37", GPU-run 18:26: a miss, "Row 37 measured"): 1: flag-in-data copies of x, x_mid and h (ll.cuh);
-// QKV, gate/up, Down and Logits tiles (the host's PF_LL_INPUT bit) skip their counter wait and poll the data itself
-// (benchmarks/decode.py mk_ll). 0: the default build unchanged.
-#define MK_LL_HANDOFF 0
-#endif
-// 2 (row 37c, mk_ll_gate): the same copies, and thread 0 alone polls one element of the tile's input vector (ll.cuh:
-// ll_gate) with the counter wait's deadline before the CTA meets at the barrier; the sweep then re-polls stale pairs.
-#if MK_LL_HANDOFF < 0 || MK_LL_HANDOFF > 2
-#error "MK_LL_HANDOFF is 0 (off), 1 (flag-in-data hand-offs of x, x_mid and h) or 2 (1 with a one-thread gate)"
-#endif
-#ifndef MK_LL_SPIN_NS
-// Row 37b (mk_ll_sleep): nanosleep between a thread's re-polls of a stale LL pair (ll.cuh: ll_wait); 0: spin. Not
-// MK_SPIN_NS, so the counter waits keep spinning.
-#define MK_LL_SPIN_NS 0
-#endif
-#if MK_LL_SPIN_NS < 0
-#error "MK_LL_SPIN_NS is a sleep in ns >= 0"
-#endif
-#if MK_LL_HANDOFF && MK_POLL2
-#error "MK_LL_HANDOFF has no second poller: build it with MK_POLL2=0"
 #endif
 #ifndef MK_ONE_SPLIT
 // Row 40 (opt-in, not yet GPU-run; NOTES.md "Ready: row 40"; TileShape(single_split=N) sets it): 1: an AttnPartial

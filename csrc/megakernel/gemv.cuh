@@ -104,8 +104,8 @@ __device__ __forceinline__ void gemv_tile_as(const __nv_bfloat16* __restrict__ W
   gemv_tile(W, K, rows, xs, out);
 }
 
-#if MK_O_PIECES || MK_DOWN_BODY
-// One weight load with its own predicate (rows 38-39): 16 bytes at p when on, the zeros it starts from when off. The
+#if MK_O_PIECES
+// One weight load with its own predicate (row 38): 16 bytes at p when on, the zeros it starts from when off. The
 // predicate is in the load instruction (@P LDG), so a batch of them has no branch between its loads and an off one
 // (past its piece) reads no memory; the address of an off load is never dereferenced.
 __device__ __forceinline__ uint4 ld_weights_if(const void* p, bool on) {
@@ -119,7 +119,7 @@ __device__ __forceinline__ uint4 ld_weights_if(const void* p, bool on) {
 #endif
 }
 
-// GEMV rows as (row, chunk-range) pieces streamed in whole batches (rows 38-39, opt-in: MK_O_PIECES, MK_DOWN_BODY;
+// GEMV rows as (row, chunk-range) pieces streamed in whole batches (row 38, opt-in: MK_O_PIECES;
 // megakernel/NOTES.md "Ready: rows 38-39"). Warp w (< kWarps) takes rows w, w + kWarps, ...; a row is kPieces
 // chunk ranges of span = chunks / kPieces chunks (the last piece also takes the remainder), each with its own fp32
 // accumulator. Per lane, trip t of piece q reads chunk q * span + lane + 32 t. A batch is kTrips trips of every
@@ -127,10 +127,10 @@ __device__ __forceinline__ uint4 ld_weights_if(const void* p, bool on) {
 // piece: no branch, no exit test between them), then their FFMAs. The plain loop (`#pragma unroll 8` over a runtime
 // trip count) runs (trips & 7) dependent 2-load remainder trips before its 16-load bodies (NOTES.md "Ready: row 36");
 // here a row of T trips per piece costs ceil(T / kTrips) batches: O-proj (K 2048, one piece, kTrips 8) 1 batch of 8
-// loads per row; Down (K 5632, two K-halves, kTrips MK_DOWN_TRIPS) 11 trips per half. Sums: each accumulator adds
-// its chunks in increasing order, as gemv_rows (one piece) and gemv_halves (two) do, so the outputs are theirs bit
-// for bit for every chunk count with one piece and for even ones with two (an odd count's last chunk is lane
-// (span % 32)'s here, lane 0's in gemv_halves).
+// loads per row (row 39 ran Down's two K-halves through it, a closed miss, removed in session 15). Sums: each
+// accumulator adds its chunks in increasing order, as gemv_rows (one piece) and gemv_halves (two) do, so the outputs
+// are theirs bit for bit for every chunk count with one piece and for even ones with two (an odd count's last chunk is
+// lane (span % 32)'s here, lane 0's in gemv_halves).
 template <int kWarps, int kPieces, int kTrips>
 __device__ __forceinline__ void gemv_batches(const __nv_bfloat16* __restrict__ W, int K, int rows,
                                              const float* __restrict__ xs, float* __restrict__ out) {
@@ -216,13 +216,7 @@ __device__ __forceinline__ void gemv_halves(const __nv_bfloat16* __restrict__ W,
 // allocates the kernel anew and spills 44 B (trace build 52 B vs 40; NOTES.md "Ready: row 36").
 __device__ __forceinline__ void gemv_tile_pieces(const __nv_bfloat16* __restrict__ W, int K, int rows,
                                                  const float* __restrict__ xs, float* __restrict__ out) {
-#if MK_DOWN_BODY
-  // Row 39: the same pieces (a row's two K-halves per warp) in whole batches of MK_DOWN_TRIPS trips (gemv_batches,
-  // above; the same sums as gemv_halves for even chunk counts, Down's 704 included).
-  gemv_batches<MK_DOWN_PIECES == 2 ? NWARPS / 2 : NWARPS, 2, MK_DOWN_TRIPS>(W, K, rows, xs, out);
-#else
   gemv_halves<MK_DOWN_PIECES == 2 ? NWARPS / 2 : NWARPS>(W, K, rows, xs, out);
-#endif
 }
 #endif
 

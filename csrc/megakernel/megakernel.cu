@@ -26,9 +26,6 @@
 // MK_ONE_SPLIT (row 40, opt-in: TileShape(single_split=N)): in the launches whose largest KV length is <= N (one
 // non-empty split per head) each AttnPartial tile (A3 = ATTN_DIRECT) writes its heads' normalised output to attn_out and
 // the O-proj tiles (A2 set) load it: no combine. Longer launches run the default's words (A3, A2 as without the flag).
-// MK_LL_HANDOFF (row 37, opt-in: benchmarks/decode.py mk_ll; ll.cuh): Embed, O-proj, gate/up and Down also store their
-// outputs with this step's flag in one 64-bit store per element; the tiles the host marks (PF_LL_INPUT: QKV, gate/up,
-// Down, Logits) skip their counter wait and poll those copies; O-proj's and Down's residuals read them too.
 //
 // Build (megakernel/build.py does this, with generated headers in the build directory):
 //   nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -Icsrc -I<build> -DARGUS_MODE=0 megakernel.cu
@@ -44,7 +41,6 @@
 #include "attention.cuh"
 #include "stage.cuh"
 #include "ring.cuh"
-#include "ll.cuh"
 
 namespace mk {
 
@@ -237,14 +233,6 @@ __device__ void op_embed(const Params& p, Smem& s, int step, bool* bad) {
     const uint4 w = __ldg(row + c);
     x4[2 * c] = make_float4(bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y));
     x4[2 * c + 1] = make_float4(bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w));
-#if MK_LL_HANDOFF
-    unsigned long long* e = ll_x(p, 0) + 8 * c;  // row 37: x[0]'s LL copy, for layer 0's QKV and O-proj
-    const unsigned flag = ll_flag(p, step);
-    ll_store2(e, bf_lo(w.x), bf_hi(w.x), flag);
-    ll_store2(e + 2, bf_lo(w.y), bf_hi(w.y), flag);
-    ll_store2(e + 4, bf_lo(w.z), bf_hi(w.z), flag);
-    ll_store2(e + 6, bf_lo(w.w), bf_hi(w.w), flag);
-#endif
   }
 }
 
@@ -256,12 +244,7 @@ __device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, 
   float rstd;
   {
     MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
-#if MK_LL_HANDOFF
-    rstd = load_rmsnorm_ll(p, ll_x(p, layer), p.attn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch,
-                           ll_flag(p, step));
-#else
     rstd = load_rmsnorm(p.x + (size_t)layer * D, p.attn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch);
-#endif
   }
   {
     MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
@@ -359,15 +342,8 @@ __device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows
   tile_gemv<MK_BATCH_O != 0>(p, s, p.wo + ((size_t)layer * D + row0) * D, D, rows);
 #endif
   __syncthreads();
-#if MK_LL_HANDOFF
-  // Row 37: the residual from x's LL copy (this tile's wait on attn[layer] does not order the plain x stores of a
-  // Down whose QKV consumers read LL), x_mid to both copies
-  ll_residual(p, ll_x(p, layer) + row0, s.out, rows, p.x_mid + (size_t)layer * D + row0, ll_xmid(p, layer) + row0,
-              ll_flag(p, step));
-#else
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x_mid[(size_t)layer * D + row0 + r] = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
-#endif
 }
 
 __device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, int step) {
@@ -375,25 +351,14 @@ __device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, 
   float rstd;
   {
     MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
-#if MK_LL_HANDOFF
-    rstd = load_rmsnorm_ll(p, ll_xmid(p, layer), p.ffn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch,
-                           ll_flag(p, step));
-#else
     rstd = load_rmsnorm(p.x_mid + (size_t)layer * D, p.ffn_norm + (size_t)layer * D, D, (float)p.eps, s.xs, s.scratch);
-#endif
   }
   MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
   tile_gemv(p, s, p.wgu + ((size_t)layer * 2 * p.ffn + 2 * (size_t)f0) * D, D, 2 * nf);
   __syncthreads();
   for (int f = threadIdx.x; f < nf; f += THREADS) {  // SiLU(gate) * up, fused into the GEMV tile
     const float g = s.out[f] * rstd, u = s.out[nf + f] * rstd;
-#if MK_LL_HANDOFF
-    const float v = g / (1.f + expf(-g)) * u;
-    p.h[(size_t)layer * p.ffn + f0 + f] = v;
-    ll_store(ll_h(p, layer) + f0 + f, v, ll_flag(p, step));  // row 37: and h's LL copy, for Down
-#else
     p.h[(size_t)layer * p.ffn + f0 + f] = g / (1.f + expf(-g)) * u;
-#endif
   }
 }
 
@@ -403,11 +368,7 @@ __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows,
   // Detail builds split the gemm region: the activation load (h, written by gate/up this step) and the
   // weight loop, each ending at a CTA barrier (NOTES.md "Ready: row 25").
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_GEMM_DOWN_VECTOR, coord(step, layer));
-#if MK_LL_HANDOFF
-  load_vector_ll(p, ll_h(p, layer), F, s.xs, ll_flag(p, step));  // row 37: h's LL copy is the poll
-#else
   load_vector(p.h + (size_t)layer * F, F, s.xs);
-#endif
   MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_VECTOR, coord(step, layer));
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
 #if MK_DOWN_PIECES
@@ -420,15 +381,8 @@ __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows,
 #endif
   __syncthreads();
   MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
-#if MK_LL_HANDOFF
-  // Row 37: the residual from x_mid's LL copy (this tile polled h, no counter ordered O-proj's plain x_mid stores),
-  // x[layer + 1] to both copies
-  ll_residual(p, ll_xmid(p, layer) + row0, s.out, rows, p.x + (size_t)(layer + 1) * D + row0,
-              ll_x(p, layer + 1) + row0, ll_flag(p, step));
-#else
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x[(size_t)(layer + 1) * D + row0 + r] = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
-#endif
 }
 
 __device__ void op_logits(const Params& p, Smem& s, int row0, int rows, int step) {
@@ -436,11 +390,7 @@ __device__ void op_logits(const Params& p, Smem& s, int row0, int rows, int step
   float rstd;
   {
     MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, L));
-#if MK_LL_HANDOFF
-    rstd = load_rmsnorm_ll(p, ll_x(p, L), p.final_norm, D, (float)p.eps, s.xs, s.scratch, ll_flag(p, step));
-#else
     rstd = load_rmsnorm(p.x + (size_t)L * D, p.final_norm, D, (float)p.eps, s.xs, s.scratch);
-#endif
   }
   MK_REGION(ARGUS_REGION_DECODE_LOGITS, coord(step, L));
   tile_gemv(p, s, p.lm_head + (size_t)row0 * D, D, rows);
@@ -638,9 +588,6 @@ __device__ void worker(const Params& p, Smem& s) {
 #endif
     s.stage_phase = 0;
     s.staged = 0;
-#if MK_LL_HANDOFF
-    ll_state.failed = 0;
-#endif
 #if MK_POLL2
     s.poll_seen = 0;
 #endif
@@ -709,25 +656,7 @@ __device__ void worker(const Params& p, Smem& s) {
 #if MK_STATIC_TICKETS
       s.next_ticket = t + (gridDim.x - 1);
 #endif
-#if MK_LL_HANDOFF
-      // Row 37: a tile whose input vector comes by flag-in-data (the host's PF_LL_INPUT bit, runtime.py: ll_words)
-      // skips its counter wait, its data loads are the poll; its site for a stuck LL wait (ll.cuh: ll_give_up)
-      ll_state.site = WaitSite{(int)t, step, index, op, layer, s.ins[W_WAIT]};
-      const int wait = (s.ins[W_PF_FLAGS] & PF_LL_INPUT) ? NO_COUNTER : s.ins[W_WAIT];
-#if MK_LL_HANDOFF == 2
-      // Row 37c: thread 0 alone polls one element (ll.cuh: ll_gate_element) with the counter wait's deadline; the
-      // CTA meets at the barrier below as after a counter wait, then the sweep re-polls only stale pairs
-      if (wait == NO_COUNTER && (s.ins[W_PF_FLAGS] & PF_LL_INPUT)) {
-        const unsigned long long* g = ll_gate_element(p, op, layer);
-        if (g != nullptr) {
-          MK_DETAIL_LANE(ARGUS_REGION_DECODE_CORE_LOOP_WAIT, coord(step, layer));
-          ok = ll_tag(ll_wait(p, g, false, ll_flag(p, step)).x) == ll_flag(p, step);  // stale: it gave up
-        }
-      }
-#endif
-#else
       const int wait = s.ins[W_WAIT];
-#endif
       if (wait != NO_COUNTER) {
         const int need = (step + 1 + s.ins[W_WAIT_DELTA]) * s.ins[W_WAIT_COUNT];
         if (need > 0) {
@@ -755,9 +684,6 @@ __device__ void worker(const Params& p, Smem& s) {
     }
 #endif
     __syncthreads();
-#if MK_LL_HANDOFF && ARGUS_MODE != 0
-    __syncwarp();  // the trace fix (ll.cuh "ll_wait_converged"): warp 0 whole after thread 0's wait or LL gate
-#endif
     ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
     if (!s.ok) {
       if (s.staged) stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);  // no copy outlives the CTA
@@ -801,9 +727,6 @@ __device__ void worker(const Params& p, Smem& s) {
     if (bad && threadIdx.x == 0)
       raise_error(p, op == OP_EMBED ? ERROR_BAD_TOKEN : ERROR_BAD_OPCODE, (int)t, step, index, op);
     __syncthreads();  // every thread's writes of this tile are done ...
-#if MK_LL_HANDOFF
-    if (ll_state.failed) break;  // an LL wait gave up (ll.cuh): no signal; the error slot stops the launch
-#endif
     if (threadIdx.x == 0) {
 #if MK_THREADFENCE
       __threadfence();  // before 2026-12-01 12:50; measured 1.3% slower (megakernel/NOTES.md)

@@ -52,16 +52,8 @@ struct Params {
   long long stage_bytes;
   double eps;
   double temperature;
-#if defined(MK_LL_HANDOFF) && MK_LL_HANDOFF
-  unsigned long long* ll;  // MK_LL_HANDOFF builds only
-  long long ll_base;  // MK_LL_HANDOFF builds only
-#endif
 };
-#if defined(MK_LL_HANDOFF) && MK_LL_HANDOFF
-static_assert(sizeof(Params) == 416, "Params: every field is 8 bytes");
-#else
 static_assert(sizeof(Params) == 400, "Params: every field is 8 bytes");
-#endif
 #define ERR_CODE 0
 #define ERR_TICKET 1
 #define ERR_STEP 2
