@@ -89,6 +89,13 @@ def test_bad_mode_and_failing_nvcc(tmp_path):
         build(0, build_dir=tmp_path, extra_flags=("-DARGUS_MODE_BOGUS", "--no-such-nvcc-flag"))
 
 
+@pytest.mark.parametrize("flag", ["-DMK_LL_HANDOFF=1", "-DMK_DOWN_BODY=1"])
+def test_removed_experiment_flags_are_refused(tmp_path, flag):
+    """Rows 37 and 39 were removed (NOTES.md): their flags fail the build instead of building the plain kernel."""
+    with pytest.raises(BuildError, match="were removed in session 15"):
+        build(0, build_dir=tmp_path, extra_flags=(flag,))
+
+
 def test_fit_checks_name_the_limit():
     lim = kernel_limits()
     assert lim["THREADS"] == 256 and lim["NWARPS"] == 8

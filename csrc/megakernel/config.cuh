@@ -125,6 +125,10 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 // launch's rows after the wait and reads every row from shared memory (attention.cuh: kv_stage_issue). 0: off.
 #define MK_KV_STAGE 0
 #endif
+// Removed experiments (NOTES.md "Rows 37, 37b-c and 39 removed"): refused rather than silently built without them.
+#if defined(MK_LL_HANDOFF) || defined(MK_LL_SPIN_NS) || defined(MK_DOWN_BODY) || defined(MK_DOWN_TRIPS)
+#error "MK_LL_HANDOFF, MK_LL_SPIN_NS, MK_DOWN_BODY and MK_DOWN_TRIPS were removed in session 15 (rows 37 and 39): drop the flag"
+#endif
 #ifndef MK_KV_PREFETCH
 // Row 44 (opt-in, not yet GPU-run; NOTES.md "Ready: row 44"): 1: an AttnPartial tile's warp 0 bulk-prefetches its
 // split's K and V rows (up to this step's position) into L2 before the tile's dependency wait, as the weight tiles
