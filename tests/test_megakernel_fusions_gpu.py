@@ -406,6 +406,31 @@ def _launches_to(kv: int) -> list[tuple[int, int]]:
     return [(first, min(64, kv + 3 - first)) for first in range(0, kv + 3, 64)]
 
 
+def _assert_flag_row_is_its_tiles_bit_for_bit(row_name: str, flags: tuple[str, ...], kv: int, seed: int) -> None:
+    """Full TinyLlama, every token forced up to KV position kv + 2: decode.py's row (its tiles + a build flag that
+    must not change any value) leaves every buffer bit for bit as the same tiles without the flag."""
+    from benchmarks.decode import variant_rows
+
+    c = get_config("tinyllama-1.1b", max_seq=1152)
+    weights = random_weights(c, seed=seed, device="cuda")
+    prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(seed + 1)).tolist()
+    row = variant_rows()[row_name]
+    assert row["build_flags"] == flags
+    states = _same_launches(weights, prompt, _launches_to(kv), {"plain": {"tiles": row["tiles"]}, "flag": row}, _buffers)
+    assert _differing_buffers(states["flag"], states["plain"]) == [], f"{row_name} kv {kv}"
+
+
+def _assert_flag_equals_plain_tiny(tiles, flags: tuple[str, ...], seed: int) -> None:
+    """Tiny model, launches across the one-split, 16- and 32-position programs (of multi-step and one-step lengths):
+    every buffer bit for bit as the same tiles without the flags."""
+    weights = random_weights(get_config("tiny"), seed=seed, device="cuda")
+    prompt = torch.randint(0, weights.config.vocab, (6,), generator=torch.Generator().manual_seed(seed + 1)).tolist()
+    launches = [(0, 8), (8, 4), (12, 8), (20, 16), (36, 4), (40, 24)]
+    states = _same_launches(weights, prompt, launches, {"plain": {"tiles": tiles},
+                                                        "flag": {"tiles": tiles, "build_flags": flags}}, _buffers)
+    assert _differing_buffers(states["flag"], states["plain"]) == []
+
+
 def _named_buffers(dec) -> dict[str, torch.Tensor]:
     """_buffers with the counters by name: mk_lastcombine has the arrival counters besides the default's."""
     out = _buffers(dec)

@@ -17,12 +17,10 @@ import torch
 from test_megakernel_fusions_gpu import (
     SEED,
     TINY_TILES,
+    _assert_flag_equals_plain_tiny,
+    _assert_flag_row_is_its_tiles_bit_for_bit,
     _assert_steps_match_interpreter,
-    _buffers,
     _decoder,
-    _differing_buffers,
-    _launches_to,
-    _same_launches,
 )
 from tinyllama.config import get_config
 from tinyllama.weights import random_weights
@@ -45,24 +43,10 @@ def test_kv_stage_matches_interpreter(head_parts):
 @pytest.mark.parametrize("stage_bytes", [None, 1024], ids=["default-buffer", "8-rows"])
 @pytest.mark.parametrize("head_parts", [1, 2], ids=["2heads", "1head"])
 def test_kv_stage_equals_unstaged_bit_for_bit_tiny(head_parts, stage_bytes):
-    weights = random_weights(get_config("tiny"), seed=SEED + 93, device="cuda")
-    prompt = torch.randint(0, weights.config.vocab, (6,), generator=torch.Generator().manual_seed(SEED + 94)).tolist()
-    tiles = dataclasses.replace(TINY, attn_head_parts=head_parts)
     flags = KV + ((f"-DMK_KV_STAGE_BYTES={stage_bytes}",) if stage_bytes else ())
-    launches = [(0, 8), (8, 4), (12, 8), (20, 16), (36, 4), (40, 24)]
-    states = _same_launches(weights, prompt, launches, {"plain": {"tiles": tiles}, "kv": {"tiles": tiles,
-                            "build_flags": flags}}, _buffers)
-    assert _differing_buffers(states["kv"], states["plain"]) == []
+    _assert_flag_equals_plain_tiny(dataclasses.replace(TINY, attn_head_parts=head_parts), flags, SEED + 93)
 
 
 @pytest.mark.parametrize("kv", [128, 330, 1024])
 def test_kv_stage_equals_unstaged_bit_for_bit_full_model(kv):
-    from benchmarks.decode import variant_rows
-
-    c = get_config("tinyllama-1.1b", max_seq=1152)
-    weights = random_weights(c, seed=SEED + 95, device="cuda")
-    prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(SEED + 96)).tolist()
-    row = variant_rows()["mk_kv_stage"]
-    assert row["build_flags"] == KV
-    states = _same_launches(weights, prompt, _launches_to(kv), {"plain": {"tiles": row["tiles"]}, "kv": row}, _buffers)
-    assert _differing_buffers(states["kv"], states["plain"]) == [], f"kv {kv}"
+    _assert_flag_row_is_its_tiles_bit_for_bit("mk_kv_stage", KV, kv, SEED + 95)

@@ -24,7 +24,7 @@ import pytest
 
 from argus_rt.trace import TraceConfig, decode, layout, pair_intervals
 from argus_rt.trace.decode import LANES_WHOLE_WARP
-from toolchain import needs_nvcc
+from toolchain import needs_nvcc, parse_sass
 
 KERNELS = ("refexec_compute", "refexec_compute_helper", "refexec_compute_helper_value", "refexec_compute_helper_inline",
            "refexec_compute_divergent")
@@ -80,20 +80,11 @@ def test_every_kernel_builds_in_the_apart_build_and_modes_0_1_ignore_it():
 # ---- the whole-warp marker's SASS path -----------------------------------------------------------------------------
 
 
-def _parse(lines: list[str]) -> list[tuple[int, str, str, str]]:
-    out = []
-    for ln in lines:
-        m = re.match(r"/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?(\S+)\s*(.*?)\s*;", ln)
-        if m:
-            out.append((int(m.group(1), 16), (m.group(2) or "").strip(), m.group(3), m.group(4)))
-    return out
-
-
 def whole_warp_paths(lines: list[str], apart: bool) -> list[list[tuple[int, str, str, str]]]:
     """The instructions a whole warp runs for each marker: from its activemask (the VOTE.ANY before its timer read) to
     the record store (default build) or, in the apart build, on through the branch over the lane-group block (taken by
     a whole warp) and the BSYNC it lands on."""
-    ins = _parse(lines)
+    ins = parse_sass(lines)
     at = {a: i for i, (a, *_) in enumerate(ins)}
     paths = []
     for i, (_, _, op, ops) in enumerate(ins):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from test_marker_paths import KERNELS  # the reference-execution kernels; their builds in every mode are tested there
-from toolchain import needs_nvcc
+from toolchain import needs_nvcc, parse_sass
 
 LEAN = {"ARGUS_LEAN_MARKERS": "1"}  # the old opt-in define: accepted, changes nothing
 # Serialising or long-latency instructions a58e52b's and the fast shared paths ran per marker (the anatomy):
@@ -48,23 +48,13 @@ def _lines(mode: int, kernel: str | None, defines: dict | None = None, source: P
     return sass_lines(disassemble(build(CudaBuildSpec(name, [src], argus_mode=mode, defines=defines or {})).cubin, kernel))
 
 
-def _parse(lines: list[str]) -> list[tuple[int, str, str, str]]:
-    """(address, guard predicate or '', opcode, operands) of each SASS line."""
-    out = []
-    for ln in lines:
-        m = re.match(r"/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?(\S+)\s*(.*?)\s*;", ln)
-        if m:
-            out.append((int(m.group(1), 16), (m.group(2) or "").strip(), m.group(3), m.group(4)))
-    return out
-
-
 def steady_paths(lines: list[str]) -> list[list[tuple[int, str, str, str]]]:
     """Each shared-cursor marker's steady-state path, as a converged warp at a ready cursor runs it: from the cursor load (two
     LDS.128) through its stamp read and stores. BRA.DIV
     (taken only by a divergent warp) falls through; the first branch on the readiness vote (VOTE.ALL's predicate)
     before the record store is taken (it branches to the stamp and stores); any other branch ends the path
     (it skips the slow-path call, or leaves the marker)."""
-    ins = _parse(lines)
+    ins = parse_sass(lines)
     at = {a: i for i, (a, *_) in enumerate(ins)}
     paths = []
     for i in range(len(ins) - 1):
@@ -186,7 +176,7 @@ STRAIGHT_MAX = {"refexec_compute": 28, "refexec_compute_helper": 38, "refexec_co
 def straight_windows(lines: list[str]) -> list[list[tuple[int, str, str, str]]]:
     """Each straight-line marker's window: from the first LDS.128 of a cursor-load pair to the dropped-count store
     (STG.E to +0x18), in the functions before the out-of-line slow path (whose lane election starts with BREV)."""
-    ins = _parse(lines)
+    ins = parse_sass(lines)
     slow = next((i for i, (_, _, op, _) in enumerate(ins) if op == "BREV"), len(ins))
     out = []
     for i in range(slow):
@@ -241,7 +231,7 @@ def test_straight_marker_has_no_vote_or_branch_before_its_record_store(kernel, t
             assert len(at) == 1 and at[0] > used, f"{sr} at {at}, first use of the load at {used}:\n{text}"
         assert len(w) <= STRAIGHT_MAX[kernel], f"{len(w)} instructions:\n{text}"
     # the slow path is still reached: each window is followed by a predicated branch over the slow-path call
-    ins = _parse(lines)
+    ins = parse_sass(lines)
     at = {a: i for i, (a, *_) in enumerate(ins)}
     for w in windows:
         k = at[w[-1][0]] + 1
@@ -263,7 +253,7 @@ def test_straight_stamp_after_a_barrier_waits_for_the_cursor_load():
     """ws_pipeline with the define: after each bar.sync, the first timer read follows an instruction that uses the
     cursor load (the H200 failure of a stamp read before the load: consumers dated before the producer's load)."""
     src = Path(__file__).parent / "fixtures" / "ws_pipeline" / "ws_pipeline.cu"
-    ins = _parse(_lines(2, "ws_pipeline", STRAIGHT, source=src))
+    ins = parse_sass(_lines(2, "ws_pipeline", STRAIGHT, source=src))
     bars = [i for i, (_, _, op, _) in enumerate(ins) if op.startswith("BAR.SYNC")]
     assert bars
     for b in bars:

@@ -2,6 +2,8 @@
 $CUDA_HOME, /usr/local/cuda, PATH), so a test never skips for an nvcc that Argus itself would use."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from argus_rt import tools
@@ -38,3 +40,13 @@ def cubin_sha256(result) -> str:
     from pathlib import Path
 
     return hashlib.sha256(Path(result.cubin).read_bytes()).hexdigest()
+
+
+def parse_sass(lines: list[str]) -> list[tuple[int, str, str, str]]:
+    """(address, guard predicate or '', opcode, operands) of each SASS line of sass_lines' output."""
+    out = []
+    for ln in lines:
+        m = re.match(r"/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?(\S+)\s*(.*?)\s*;", ln)
+        if m:
+            out.append((int(m.group(1), 16), (m.group(2) or "").strip(), m.group(3), m.group(4)))
+    return out

@@ -268,6 +268,31 @@ struct RegState {
 #endif
 };
 
+/* The ring header at scope exit, by one lane: `n` records in all; an appending ring (bit 30) gets its counts and one
+ * more claim, a new one the whole header; `divergent` (ARGUS_RING_WARP_DIVERGENT or 0) marks a ring the decoder
+ * refuses. */
+__device__ __forceinline__ void write_reg_header(const RegState& rs, argus_u32 warp, argus_u32 n, argus_u32 divergent) {
+  const argus_u64 hdr = rs.records - ARGUS_RING_HEAD_BYTES_;
+  const argus_u32 capacity = (rs.mask_flags & ARGUS_REG_CAP_BITS_) + 1u;
+  const argus_u32 dropped = n > capacity ? n - capacity : 0u;
+  if (rs.mask_flags & ARGUS_REG_FLAG30_) {  // appending: the header is this arm's already: counts and one more claim
+    asm volatile(
+        "st.global.u32 [%0+20], %1;\n\t"
+        "st.global.u32 [%0+24], %2;\n\t"
+        "red.global.add.u32 [%0+28], 1;"
+        ::"l"(hdr), "r"(n), "r"(dropped)
+        : "memory");
+    if (divergent) asm volatile("red.global.or.b32 [%0+16], %1;" ::"l"(hdr), "r"(divergent) : "memory");
+  } else {
+    asm volatile(
+        "st.global.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
+        "st.global.v4.u32 [%0+16], {%5, %6, %7, %8};"
+        ::"l"(hdr), "r"(ARGUS_RING_MAGIC), "r"(*reg_cursor_seq()), "r"(sm_id()), "r"(cta_linear()),
+          "r"(warp | divergent), "r"(n), "r"(dropped), "r"(1u)
+        : "memory");
+  }
+}
+
 struct RegCursor : RegState {
   __device__ __forceinline__ RegCursor() {
     const argus_u32 warp = warp_in_cta();
@@ -350,25 +375,7 @@ struct RegCursor : RegState {
         asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(extra) : "r"(addr) : "memory");
         n += extra;
       }
-      const argus_u64 hdr = records - ARGUS_RING_HEAD_BYTES_;
-      const argus_u32 capacity = (mask_flags & ARGUS_REG_CAP_BITS_) + 1u;
-      const argus_u32 dropped = n > capacity ? n - capacity : 0u;
-      if (mask_flags & ARGUS_REG_FLAG30_) {  // appending: the header is this arm's already: counts and one more claim
-        asm volatile(
-            "st.global.u32 [%0+20], %1;\n\t"
-            "st.global.u32 [%0+24], %2;\n\t"
-            "red.global.add.u32 [%0+28], 1;"
-            ::"l"(hdr), "r"(n), "r"(dropped)
-            : "memory");
-        if (divergent) asm volatile("red.global.or.b32 [%0+16], %1;" ::"l"(hdr), "r"(divergent) : "memory");
-      } else {
-        asm volatile(
-            "st.global.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
-            "st.global.v4.u32 [%0+16], {%5, %6, %7, %8};"
-            ::"l"(hdr), "r"(ARGUS_RING_MAGIC), "r"(*reg_cursor_seq()), "r"(sm_id()), "r"(cta_linear()),
-              "r"(warp | divergent), "r"(n), "r"(dropped), "r"(1u)
-            : "memory");
-      }
+      write_reg_header(*this, warp, n, divergent);
     } else if (mask_flags & ARGUS_REG_FLAG30_) {
       atomicAdd(&argus_ctl.unbuffered, 1u);  // passed the filters but had no ring: counted, never silent
     }
@@ -379,25 +386,7 @@ struct RegCursor : RegState {
     /* Did any lane here run a marker without all the warp's lanes? (Every lane votes; only the lead's group's vote is used.) */
     const argus_u32 divergent = __any_sync(__activemask(), lanes != warp_lanes(warp)) ? ARGUS_RING_WARP_DIVERGENT : 0u;
     if (mask_flags & ARGUS_REG_LEAD_) {
-      const argus_u64 hdr = records - ARGUS_RING_HEAD_BYTES_;
-      const argus_u32 capacity = (mask_flags & ARGUS_REG_CAP_BITS_) + 1u;
-      const argus_u32 dropped = count > capacity ? count - capacity : 0u;
-      if (mask_flags & ARGUS_REG_FLAG30_) {  // appending: the header is this arm's already: counts and one more claim
-        asm volatile(
-            "st.global.u32 [%0+20], %1;\n\t"
-            "st.global.u32 [%0+24], %2;\n\t"
-            "red.global.add.u32 [%0+28], 1;"
-            ::"l"(hdr), "r"(count), "r"(dropped)
-            : "memory");
-        if (divergent) asm volatile("red.global.or.b32 [%0+16], %1;" ::"l"(hdr), "r"(divergent) : "memory");
-      } else {
-        asm volatile(
-            "st.global.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
-            "st.global.v4.u32 [%0+16], {%5, %6, %7, %8};"
-            ::"l"(hdr), "r"(ARGUS_RING_MAGIC), "r"(*reg_cursor_seq()), "r"(sm_id()), "r"(cta_linear()),
-              "r"(warp | divergent), "r"(count), "r"(dropped), "r"(1u)
-            : "memory");
-      }
+      write_reg_header(*this, warp, count, divergent);
     } else if (mask_flags & ARGUS_REG_FLAG30_) {
       atomicAdd(&argus_ctl.unbuffered, 1u);  // passed the filters but had no ring: counted, never silent
     }
