@@ -274,6 +274,13 @@ def variant_rows() -> dict[str, dict]:
         # Row 44 (NOTES.md "Ready: row 44"): the default's tiles with each attention tile's K/V rows prefetched into L2
         # before its wait (MK_KV_PREFETCH=1): row 43's early K/V traffic without its shared buffer
         "mk_kv_prefetch": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",)},
+        # Row 45 (NOTES.md "Ready: row 45"): the default's tiles with gated L2 prefetches (MK_PF_GATE=1, runtime.gate_plan):
+        # once a layer's QKV phase is done, every O-proj tile prefetches the rest of its tile (after the 32 KiB head) so
+        # the bytes move during the attention phase, which leaves DRAM idle; _og also has each gate/up tile prefetch 64
+        # KiB more once attention is done (during O-proj), _oga the whole rest of its tile
+        "mk_pfgate_o": {"tiles": DEFAULT_TILES, "prefetch_gate": (("oproj", "qkv", None),)},
+        "mk_pfgate_og": {"tiles": DEFAULT_TILES, "prefetch_gate": (("oproj", "qkv", None), ("gateup", "attn", 64 << 10))},
+        "mk_pfgate_oga": {"tiles": DEFAULT_TILES, "prefetch_gate": (("oproj", "qkv", None), ("gateup", "attn", None))},
     }
 
 
@@ -421,6 +428,7 @@ def main() -> int:
                        "spill_bytes": dec.build.spill_bytes(), "stage_bytes": dec.stage_bytes,
                        "build_flags": list(dec.build_flags), "tiles": dec.tiles.__dict__,
                        "prefetch_window": dec.prefetch_window, "prefetch_own": dec.prefetch_own,
+                       "prefetch_gate": [list(g) for g in dec.prefetch_gate],
                        "instructions_per_step": len(dec.program.instructions)}
         for kv in kvs:
             dec.set_prompt(tokens[:kv + 1])

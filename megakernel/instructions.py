@@ -28,6 +28,10 @@ W_OPCODE, W_LAYER, W_WAIT, W_WAIT_COUNT, W_WAIT_DELTA, W_SIGNAL, W_A0, W_A1, W_A
 # prefetch), then two weight ranges, each (segment << 20 | length) and offset, in 16-byte units.
 W_PF_FLAGS, W_PF_A, W_PF_A_OFF, W_PF_B, W_PF_B_OFF = range(10, 15)
 PF_SKIP_OWN = 1
+# Row 45's gated prefetch (runtime.prefetch_plan's ``gate``; MK_PF_GATE=1 builds): W_PF_GATE = gate counter <<
+# PF_GATE_COUNT_BITS | its signals per step, and the gated length in 16-byte units in W_PF_FLAGS from PF_GATE_LEN_SHIFT.
+W_PF_GATE = 15
+PF_GATE_LEN_SHIFT, PF_GATE_COUNT_BITS = 8, 10
 SEG_WQKV, SEG_WO, SEG_WGU, SEG_WD, SEG_LM_HEAD = range(5)  # segment = kind * 256 + layer
 
 # Kinds of QKV head tiles (QkvHead.kind).

@@ -33,6 +33,8 @@ def main() -> None:
         kw["build_flags"] = tuple(kw["build_flags"])
     if isinstance(kw.get("prefetch_own"), list):
         kw["prefetch_own"] = tuple(kw["prefetch_own"])
+    if "prefetch_gate" in kw:  # [[op, phase, bytes or null], ...]
+        kw["prefetch_gate"] = tuple(tuple(g) for g in kw["prefetch_gate"])
     c = get_config("tinyllama-1.1b", max_seq=1024)
     dec = MegakernelDecoder(random_weights(c, seed=0, device="cuda"), **kw)
     prompt = torch.randint(0, c.vocab, (130,), generator=torch.Generator().manual_seed(0)).tolist()

@@ -78,7 +78,55 @@ def tile_weight_ranges(program: Program) -> list[tuple[int, int, int]]:
 OWN_PREFETCH_OPS = {"qkv": QkvHead, "oproj": OProj, "gateup": GateUp, "down": Down, "logits": Logits}
 
 
-def prefetch_plan(program: Program, window_bytes: int | None, own: bool | tuple[str, ...] = False) -> np.ndarray:
+# Row 45's gated prefetch (MK_PF_GATE=1; NOTES.md "Ready: row 45"): the ops whose tiles may take one, each with the
+# phase it depends on; a gate is a phase of the same layer before that one (so the tile's own wait implies it).
+GATE_PHASES = ("qkv", "attn", "oproj", "gateup")  # a layer's phases in order, as their counters' prefixes below
+GATE_COUNTERS = {"qkv": "qkv", "attn": "attn", "oproj": "o", "gateup": "gateup"}
+GATED_OPS = {"oproj": (OProj, "attn"), "gateup": (GateUp, "oproj"), "down": (Down, "gateup")}
+Gate = tuple[str, str, "int | None"]  # (op, gate phase, bytes after the head: None = the rest of the tile)
+
+
+def check_gates(gate: tuple[Gate, ...]) -> None:
+    """Raise ValueError naming the bad entry of a prefetch_gate spec unless each names a gated op once, a phase before
+    that op's dependency, and None or a positive multiple of 16 bytes."""
+    seen = set()
+    for entry in gate:
+        if not (isinstance(entry, tuple) and len(entry) == 3):
+            raise ValueError(f"prefetch_gate entries are (op, gate phase, bytes or None), got {entry!r}")
+        op, phase, n = entry
+        if op not in GATED_OPS or op in seen:
+            raise ValueError(f"prefetch_gate op {op!r} is unknown or repeated; valid once each: {sorted(GATED_OPS)}")
+        seen.add(op)
+        before = GATE_PHASES[:GATE_PHASES.index(GATED_OPS[op][1])]
+        if phase not in before:
+            raise ValueError(f"prefetch_gate {entry!r}: the gate must be a phase before {op}'s dependency "
+                             f"({GATED_OPS[op][1]}); valid: {list(before)}")
+        if n is not None and not (isinstance(n, int) and n > 0 and n % 16 == 0 and n < 1 << 27):
+            raise ValueError(f"prefetch_gate {entry!r}: bytes must be None (the rest of the tile) or a positive "
+                             "multiple of 16 below 128 MiB")
+
+
+def gate_plan(program: Program, words: np.ndarray, gate: tuple[Gate, ...]) -> None:
+    """Write row 45's gates into ``words`` (prefetch_plan's): W_PF_GATE = the gate counter of the tile's layer << PF_GATE_COUNT_BITS
+    | its signals per step in this program, and the gated length (16-byte units) into W_PF_FLAGS's high bits."""
+    check_gates(gate)
+    ranges = tile_weight_ranges(program)
+    index = {name: i for i, name in enumerate(program.counters)}
+    signals = np.bincount(words[:, I.W_SIGNAL][words[:, I.W_SIGNAL] >= 0], minlength=len(program.counters))
+    for op, phase, n in gate:
+        opcode = GATED_OPS[op][0].OPCODE
+        for i in np.flatnonzero(words[:, I.W_OPCODE] == opcode):
+            ctr = index[f"{GATE_COUNTERS[phase]}[{int(words[i, I.W_LAYER])}]"]
+            count = int(signals[ctr])
+            if not 0 < count < 1 << I.PF_GATE_COUNT_BITS:
+                raise ValueError(f"gate counter {program.counters[ctr]!r} gets {count} signals per step; the word holds "
+                                 f"1..{(1 << I.PF_GATE_COUNT_BITS) - 1}")
+            words[i, I.W_PF_GATE] = (ctr << I.PF_GATE_COUNT_BITS) | count
+            words[i, I.W_PF_FLAGS] |= ((ranges[i][2] if n is None else n) // 16) << I.PF_GATE_LEN_SHIFT
+
+
+def prefetch_plan(program: Program, window_bytes: int | None, own: bool | tuple[str, ...] = False,
+                  gate: tuple[Gate, ...] = ()) -> np.ndarray:
     """Instruction words [n, WORDS] with the prefetch plan in words W_PF_* (instructions.py).
 
     ``own``: each GEMV ticket L2-prefetches its own tile's weights before its dependency wait (True),
@@ -87,7 +135,8 @@ def prefetch_plan(program: Program, window_bytes: int | None, own: bool | tuple[
     the tile's leading MK_PF_OWN_CAP bytes (config.cuh: 32 KiB). ``window_bytes``: ticket i also prefetches the weight bytes that lie
     ``window_bytes`` further down the step's weight stream (tiles in ticket order, wrapping into the
     next step) than its own, as many bytes as its own tile has, so the prefetch front runs a fixed
-    number of bytes ahead of consumption and every weight byte is prefetched once."""
+    number of bytes ahead of consumption and every weight byte is prefetched once. ``gate``: row 45's gated
+    prefetches (gate_plan; an MK_PF_GATE=1 build reads them)."""
     words = program.words().copy()
     ranges = tile_weight_ranges(program)
     if own is not True:
@@ -98,6 +147,8 @@ def prefetch_plan(program: Program, window_bytes: int | None, own: bool | tuple[
         keep = {OWN_PREFETCH_OPS[name].OPCODE for name in ops}
         skip = np.array([w not in keep for w in words[:, I.W_OPCODE]])
         words[skip, I.W_PF_FLAGS] |= I.PF_SKIP_OWN
+    if gate:
+        gate_plan(program, words, gate)
     if window_bytes is None:
         return words
     if window_bytes < 0 or window_bytes % 16:
@@ -161,11 +212,12 @@ def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ..
         (("-DMK_ONE_SPLIT=1",) if tiles.single_split else ())
 
 
-def form_words(program: Program, window_bytes: int | None, own: bool | tuple[str, ...] = False) -> dict[bool, np.ndarray]:
+def form_words(program: Program, window_bytes: int | None, own: bool | tuple[str, ...] = False,
+               gate: tuple[Gate, ...] = ()) -> dict[bool, np.ndarray]:
     """The words of each combine form a launch may run (Program.form; key: last-arrival), with the prefetch plan:
     both forms for a last_combine="auto" program (they differ only in AttnPartial's A3 and OProj's A2, the plan
     is the same), else the program's own. The runtime swaps them per launch by the parameter block's pointer."""
-    plan = prefetch_plan(program, window_bytes, own)
+    plan = prefetch_plan(program, window_bytes, own, gate)
     forms = (False, True) if program.tiles.last_combine == "auto" else (bool(program.tiles.last_combine),)
     out = {}
     for last in forms:
@@ -292,7 +344,8 @@ class MegakernelDecoder:
                  prefetch_ahead: int = 0, timeout_s: float = 2.0, argus_mode: int = 0,
                  sampling: SamplingParams | None = None, device: int = 0, stage_bytes: int = 0,
                  build_flags: tuple[str, ...] = (), prefetch_window: int | None = None,
-                 prefetch_own: bool | tuple[str, ...] = True, ring_pages: int = 0):
+                 prefetch_own: bool | tuple[str, ...] = True, ring_pages: int = 0,
+                 prefetch_gate: tuple[Gate, ...] = ()):
         from argus_rt.launch import CubinModule
 
         self.config = weights.config
@@ -316,6 +369,13 @@ class MegakernelDecoder:
         if (stage_bytes or ring_pages) and flag_value(build_flags, "MK_DOWN_PIECES") != "0":
             raise ValueError("stage_bytes and ring_pages need -DMK_DOWN_PIECES=0 in build_flags (the default build's "
                              "Down pieces read no staged rows and have no ring path)")
+        # Row 45: gated prefetches (gate_plan) of the tile's own weights, read by an MK_PF_GATE=1 build
+        prefetch_gate = tuple(prefetch_gate)
+        check_gates(prefetch_gate)
+        if prefetch_gate and (stage_bytes or ring_pages or kv_stage):
+            raise ValueError("prefetch_gate prefetches into L2 from the tile's start: stage_bytes, ring_pages and "
+                             "-DMK_KV_STAGE=1 must be off with it")
+        self.prefetch_gate = prefetch_gate
         self.device = torch.device("cuda", device)
         self.program: Program = build_decode_program(self.config, self.tiles)
         self.state = DecodeState.create(self.program, weights, self.device)
@@ -338,7 +398,7 @@ class MegakernelDecoder:
         self.argus_mode = argus_mode
         # e.g. ("-DMK_BLOCKS_PER_SM=2",): csrc/megakernel/config.cuh knobs; plus the flags of the tile options
         self.build_flags = tuple(build_flags) + option_flags(self.tiles, tuple(build_flags)) + \
-            ((f"-DMK_RING={ring_pages}",) if ring_pages else ())
+            ((f"-DMK_RING={ring_pages}",) if ring_pages else ()) + (("-DMK_PF_GATE=1",) if prefetch_gate else ())
         self.build = build(argus_mode, extra_flags=self.build_flags)
         self.module = CubinModule.load(self.build.cubin, device=device)
         if self.dynamic_smem:  # static (~35 KiB) + dynamic shared memory above 48 KiB needs the opt-in
@@ -382,10 +442,10 @@ class MegakernelDecoder:
         (TileShape.attn_split_long, single_split), per launch key (TileShape.launch_key: the split length, or
         ONE_SPLIT): the program plus this decoder's prefetch plan."""
         if program.split_programs:
-            words = {s: form_words(p, self.prefetch_window, self.prefetch_own)[False]
+            words = {s: form_words(p, self.prefetch_window, self.prefetch_own, self.prefetch_gate)[False]
                      for s, p in program.split_programs.items()}
         else:
-            words = form_words(program, self.prefetch_window, self.prefetch_own)
+            words = form_words(program, self.prefetch_window, self.prefetch_own, self.prefetch_gate)
         return {key: torch.from_numpy(np.ascontiguousarray(w)).to(self.device) for key, w in words.items()}
 
     def instructions_for(self, step_end: int) -> torch.Tensor:

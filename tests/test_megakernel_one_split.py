@@ -143,7 +143,7 @@ def _decoder(c, w, tiles):
     dec = object.__new__(MegakernelDecoder)  # no GPU: only what _instruction_words and _param_values read
     prog = build_decode_program(c, tiles)
     dec.config, dec.tiles, dec.program, dec.launched, dec.device = c, tiles, prog, prog, torch.device("cpu")
-    dec.prefetch_window, dec.prefetch_own = None, True
+    dec.prefetch_window, dec.prefetch_own, dec.prefetch_gate = None, True, ()
     dec.state = DecodeState.create(prog, w)
     dec.forms = dec._instruction_words(prog)
     dec.ticket = dec.error = dec.stuck = torch.zeros(4, dtype=torch.int32)

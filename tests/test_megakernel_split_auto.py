@@ -104,7 +104,7 @@ def test_each_launch_gets_the_words_and_parameters_of_its_split(tiny):
     prog = build_decode_program(c, AUTO)
     dec = object.__new__(MegakernelDecoder)  # no GPU: only what _instruction_words and _param_values read
     dec.config, dec.tiles, dec.program, dec.device = c, AUTO, prog, torch.device("cpu")
-    dec.prefetch_window, dec.prefetch_own = None, True
+    dec.prefetch_window, dec.prefetch_own, dec.prefetch_gate = None, True, ()
     dec.state = DecodeState.create(prog, w)
     dec.forms = dec._instruction_words(prog)
     dec.ticket = dec.error = dec.stuck = torch.zeros(4, dtype=torch.int32)
@@ -229,7 +229,7 @@ def test_the_runtime_launch_sets_the_attention_counters(tiny):
     prog = build_decode_program(c, AUTO)
     dec = object.__new__(MegakernelDecoder)
     dec.config, dec.tiles, dec.program, dec.launched, dec.device = c, AUTO, prog, prog, torch.device("cpu")
-    dec.prefetch_window, dec.prefetch_own = None, True
+    dec.prefetch_window, dec.prefetch_own, dec.prefetch_gate = None, True, ()
     dec.state = DecodeState.create(prog, w)
     dec.forms = dec._instruction_words(prog)
     dec.params = torch.zeros(PARAM_BYTES, dtype=torch.uint8)

@@ -138,6 +138,16 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if MK_KV_PREFETCH < 0 || MK_KV_PREFETCH > 1
 #error "MK_KV_PREFETCH is 0 (off) or 1 (an attention tile's K/V rows prefetched into L2 before its wait)"
 #endif
+#ifndef MK_PF_GATE
+// Row 45 (opt-in, not yet GPU-run; NOTES.md "Ready: row 45"): 1: a tile whose W_PF_GATE word names a gate (the host's
+// prefetch plan, runtime.prefetch_plan's ``gate``: an earlier phase of the same layer) waits for that counter first,
+// then L2-prefetches the part of its own weights after the ticket-time head, then waits on its dependency as ever:
+// the bytes move while the phases between (attention, the hand-offs) leave DRAM idle. 0: the word is ignored.
+#define MK_PF_GATE 0
+#endif
+#if MK_PF_GATE < 0 || MK_PF_GATE > 1
+#error "MK_PF_GATE is 0 (off) or 1 (a tile's W_PF_GATE-gated L2 prefetch of its own weights before its wait)"
+#endif
 #ifndef MK_KV_STAGE_BYTES
 // The K/V buffer (dynamic shared memory, K rows then V rows): 77824 B = 304 positions of K and V at head_dim 64, the
 // most that keeps two CTAs per SM (2 x (35456 static + 1024 reserved + 77824) = 228608 <= 233472 B per SM); a split

@@ -135,6 +135,26 @@ __device__ void tile_weights(const Params& p, const int* ins, const char** ptr, 
   *row_bytes = (unsigned)(k * sizeof(__nv_bfloat16));
 }
 
+#if MK_PF_GATE
+// Row 45 (config.cuh: MK_PF_GATE): thread 0 waits for the tile's gate counter (an earlier phase of its layer, so the
+// tile's own dependency implies it: no new deadlock), then bulk-prefetches into L2 the gated part of the tile's
+// weights, the bytes after the head that the ticket-time prefetch covered. Out of line: one copy of the wait loop.
+__device__ __noinline__ bool gate_then_prefetch(const Params& p, const int* ins, WaitSite site, int step) {
+  const unsigned gate = (unsigned)ins[W_PF_GATE];
+  site.counter = (int)(gate >> PF_GATE_COUNT_BITS);
+  const unsigned need = (unsigned)(step + 1) * (gate & ((1u << PF_GATE_COUNT_BITS) - 1u));
+  if (!wait_counter(p, p.counters + site.counter, need, site, (unsigned long long)p.timeout_ns)) return false;
+  const char* w;
+  unsigned bytes, row_bytes;
+  tile_weights(p, ins, &w, &bytes, &row_bytes);
+  const unsigned flags = (unsigned)ins[W_PF_FLAGS];
+  const unsigned head = (flags & 1u) ? 0u : (MK_PF_OWN_CAP ? min(bytes, (unsigned)MK_PF_OWN_CAP) : bytes);
+  const unsigned end = min(bytes, head + (flags >> PF_GATE_LEN_SHIFT) * 16u);
+  for (unsigned off = head; off < end; off += 32768u) prefetch_l2(w + off, min(32768u, end - off));
+  return true;
+}
+#endif
+
 // Start of weight segment `seg` (kind * 256 + layer) of the host's prefetch plan (opcodes.cuh: PfSegment).
 __device__ __forceinline__ const char* segment_base(const Params& p, int seg) {
   const size_t D = p.hidden, F = p.ffn, KV = p.n_kv_heads * p.head_dim, layer = (size_t)(seg & 0xff);
@@ -665,7 +685,10 @@ __device__ void worker(const Params& p, Smem& s) {
           ok = wait_counter_pair(p, p.counters + wait, (unsigned)need, site, (unsigned long long)p.timeout_ns, &s.poll_seen);
 #else
           MK_DETAIL_LANE(ARGUS_REGION_DECODE_CORE_LOOP_WAIT, coord(step, layer));
-          ok = wait_counter(p, p.counters + wait, (unsigned)need, site, (unsigned long long)p.timeout_ns);
+#if MK_PF_GATE
+          if (s.ins[W_PF_GATE]) ok = gate_then_prefetch(p, s.ins, site, step);  // row 45 (fails as the wait does)
+#endif
+          if (ok) ok = wait_counter(p, p.counters + wait, (unsigned)need, site, (unsigned long long)p.timeout_ns);
 #endif
         }
       }

@@ -26,12 +26,18 @@ enum InstrWord : int {
   W_A2 = 8,
   W_A3 = 9,
   // Prefetch plan, written by the host (megakernel/runtime.py: prefetch_plan), not by the op:
-  W_PF_FLAGS = 10,  // bit 0: do not L2-prefetch this tile's own weights
+  W_PF_FLAGS = 10,  // bit 0: do not L2-prefetch this tile's own weights; bits PF_GATE_LEN_SHIFT..31: the gated range
   W_PF_A = 11,      // a weight range to L2-prefetch when this ticket is taken: segment << 20 | 16-byte units
   W_PF_A_OFF = 12,  // its start inside the segment, in 16-byte units
   W_PF_B = 13,      // a second range (a window that crosses a segment end)
   W_PF_B_OFF = 14,
+  // Row 45 (builds with MK_PF_GATE on): the gate of this tile's gated L2 prefetch, counter << PF_GATE_COUNT_BITS | its signals
+  // per step (0: none). Once the counter has them, the tile prefetches the (W_PF_FLAGS >> PF_GATE_LEN_SHIFT) x 16 bytes
+  // of its own weights after the head the ticket-time prefetch covered, then waits on W_WAIT as ever.
+  W_PF_GATE = 15,
 };
+#define PF_GATE_LEN_SHIFT 8
+#define PF_GATE_COUNT_BITS 10
 
 // Weight segments of the prefetch plan (segment = kind * 256 + layer).
 enum PfSegment : int { SEG_WQKV = 0, SEG_WO = 1, SEG_WGU = 2, SEG_WD = 3, SEG_LM_HEAD = 4 };

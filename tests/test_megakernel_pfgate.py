@@ -1,0 +1,141 @@
+"""Row 45 on the CPU (megakernel/NOTES.md "Ready: row 45"; MegakernelDecoder(prefetch_gate=...) -> MK_PF_GATE=1,
+benchmarks/decode.py mk_pfgate_*): the words of the gated prefetch plan (runtime.gate_plan) for every split program of
+the default tiles, the refusals, and (with nvcc) the builds: the flag at 0 the same cubin as without it, the flag
+build's registers and spills no worse than the default's, and its SASS (gate_then_prefetch: a counter wait, then L2 bulk
+prefetches). GPU: tests/test_megakernel_pfgate_gpu.py."""
+import re
+
+import numpy as np
+import pytest
+
+import megakernel.instructions as I
+from benchmarks.decode import variant_rows
+from megakernel.dag import DEFAULT_TILES, build_decode_program, default_tiles
+from megakernel.runtime import check_gates, option_flags, prefetch_plan, tile_weight_ranges
+from tinyllama.config import get_config
+from toolchain import cubin_sha256, megakernel_builds, needs_nvcc, skip_without_tools  # noqa: F401  (fixture)
+
+GATE = (("oproj", "qkv", None), ("gateup", "attn", 64 << 10))
+
+
+def _programs():
+    c = get_config("tinyllama-1.1b", max_seq=1152)
+    prog = build_decode_program(c, default_tiles(c))
+    return prog.split_programs or {None: prog}
+
+
+def test_the_rows():
+    rows = variant_rows()
+    assert rows["mk_pfgate_o"] == {"tiles": DEFAULT_TILES, "prefetch_gate": (("oproj", "qkv", None),)}
+    assert rows["mk_pfgate_og"]["prefetch_gate"] == GATE
+    assert rows["mk_pfgate_oga"]["prefetch_gate"] == (("oproj", "qkv", None), ("gateup", "attn", None))
+    for name in ("mk_pfgate_o", "mk_pfgate_og", "mk_pfgate_oga"):
+        check_gates(rows[name]["prefetch_gate"])
+
+
+@pytest.mark.parametrize("key", sorted(_programs(), key=str))
+def test_gate_words_name_the_layer_counter_and_its_count(key):
+    """Every O-proj tile's gate is qkv[its layer] with the QKV tiles per layer as count; every gate/up tile's is
+    attn[its layer] with the count O-proj waits for in this program (it differs between split programs); the
+    gated lengths are the tile's bytes (None) or 64 KiB; no other word changes."""
+    prog = _programs()[key]
+    plain, gated = prefetch_plan(prog, None, True), prefetch_plan(prog, None, True, GATE)
+    ops, layers = gated[:, I.W_OPCODE], gated[:, I.W_LAYER]
+    qkv_per_layer = int(np.sum((ops == I.QkvHead.OPCODE) & (layers == 0)))
+    o_wait = {int(l): int(w) for l, w in zip(layers[ops == I.OProj.OPCODE], gated[ops == I.OProj.OPCODE, I.W_WAIT_COUNT])}
+    ranges = tile_weight_ranges(prog)
+    for i in range(len(gated)):
+        word, flags = int(gated[i, I.W_PF_GATE]), int(gated[i, I.W_PF_FLAGS])
+        ctr, count = word >> I.PF_GATE_COUNT_BITS, word & ((1 << I.PF_GATE_COUNT_BITS) - 1)
+        length = (flags >> I.PF_GATE_LEN_SHIFT) * 16
+        assert flags & 0xFF == plain[i, I.W_PF_FLAGS]
+        if ops[i] == I.OProj.OPCODE:
+            assert (prog.counters[ctr], count, length) == (f"qkv[{layers[i]}]", qkv_per_layer, ranges[i][2])
+        elif ops[i] == I.GateUp.OPCODE:
+            assert (prog.counters[ctr], count, length) == (f"attn[{layers[i]}]", o_wait[int(layers[i])], 64 << 10)
+        else:
+            assert word == 0 and flags == plain[i, I.W_PF_FLAGS]
+    assert np.array_equal(np.delete(gated, [I.W_PF_GATE, I.W_PF_FLAGS], axis=1),
+                          np.delete(plain, [I.W_PF_GATE, I.W_PF_FLAGS], axis=1))
+    assert not plain[:, I.W_PF_GATE].any()
+
+
+@pytest.mark.parametrize("gate, match", [
+    ((("qkv", "qkv", None),), "op 'qkv' is unknown"),
+    ((("oproj", "qkv", None), ("oproj", "qkv", None)), "repeated"),
+    ((("oproj", "attn", None),), r"before oproj's dependency \(attn\); valid: \['qkv'\]"),
+    ((("gateup", "oproj", None),), r"valid: \['qkv', 'attn'\]"),
+    ((("down", "down", None),), "valid: \\['qkv', 'attn', 'oproj'\\]"),
+    ((("oproj", "qkv", 24),), "positive multiple of 16"),
+    ((("oproj", "qkv", 0),), "positive multiple of 16"),
+    ((("oproj", "qkv"),), "entries are"),
+])
+def test_bad_gates_are_refused(gate, match):
+    with pytest.raises(ValueError, match=match):
+        check_gates(gate)
+
+
+def test_gates_with_staging_are_refused_before_any_gpu_work(monkeypatch):
+    from megakernel import runtime
+    from tinyllama.weights import random_weights
+
+    monkeypatch.setattr(runtime, "build", lambda *a, **k: pytest.fail("built despite bad settings"))
+    weights = random_weights(get_config("tiny"), seed=0, device="cpu")
+    with pytest.raises(ValueError, match="prefetch_gate prefetches into L2 from the tile's start"):
+        runtime.MegakernelDecoder(weights, prefetch_gate=GATE, stage_bytes=4096, build_flags=("-DMK_DOWN_PIECES=0",))
+    with pytest.raises(ValueError, match="op 'logits' is unknown"):
+        runtime.MegakernelDecoder(weights, prefetch_gate=(("logits", "qkv", None),))
+
+
+def _flags(extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    return extra + option_flags(DEFAULT_TILES, extra)
+
+
+def _main_spills(log: str) -> tuple[int, int]:
+    m = re.search(r"Function properties for argus_megakernel\n\s+\d+ bytes stack frame, (\d+) bytes spill stores, "
+                  r"(\d+) bytes spill loads", log)
+    return int(m.group(1)), int(m.group(2))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("mode", [0, 2])
+def test_flag_off_is_the_same_cubin(builds, mode):
+    assert cubin_sha256(builds(mode, _flags())) == cubin_sha256(builds(mode, _flags(("-DMK_PF_GATE=0",))))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("mode", [0, 2])
+def test_the_flag_build_spills_no_more(builds, mode):
+    """ptxas 2026-12-03: 128 registers and the default build's spills (mode 0: 20 B stores, 44 B loads; mode 2:
+    28 / 264), with gate_then_prefetch out of line."""
+    gated, plain = builds(mode, _flags(("-DMK_PF_GATE=1",))), builds(mode, _flags())
+    assert gated.registers() == 128 and "warning" not in gated.ptxas_log.lower(), gated.ptxas_log
+    assert _main_spills(gated.ptxas_log) == _main_spills(plain.ptxas_log)
+
+
+@needs_nvcc
+def test_the_gate_waits_then_prefetches(builds):
+    skip_without_tools("nvdisasm")
+    from megakernel.sass_diff import disassembly, functions
+
+    fns = functions(disassembly(builds(0, _flags(("-DMK_PF_GATE=1",))).cubin))
+    gate = next(v for k, v in fns.items() if "gate_then_prefetch" in k)
+    assert any(i.startswith("UBLKPF") for i in gate)  # the L2 bulk prefetch
+    assert any(i.startswith("CALL") for i in gate)  # the counter wait (wait_counter, out of line)
+    assert not any("gate_then_prefetch" in k for k in functions(disassembly(builds(0, _flags()).cubin)))
+
+
+@needs_nvcc
+def test_a_bad_value_does_not_compile(builds):
+    from megakernel.build import BuildError
+
+    with pytest.raises(BuildError, match="MK_PF_GATE is 0 .off. or 1"):
+        builds(0, _flags(("-DMK_PF_GATE=2",)))
+
+
+def test_gate_constants_agree_with_the_kernel():
+    from megakernel.build import CSRC
+
+    text = (CSRC / "megakernel" / "opcodes.cuh").read_text()
+    assert int(re.search(r"#define PF_GATE_LEN_SHIFT (\d+)", text).group(1)) == I.PF_GATE_LEN_SHIFT
+    assert int(re.search(r"#define PF_GATE_COUNT_BITS (\d+)", text).group(1)) == I.PF_GATE_COUNT_BITS
