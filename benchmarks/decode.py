@@ -91,6 +91,7 @@ WHOLE_OWN = ("-DMK_PF_OWN_CAP=0",)  # rows 10-17's own-tile prefetch of the whol
 ATTN_V1 = ("-DMK_ATTN_V2=0",)  # row 32's control: the three-pass attention tile
 DOWN_PIECES = ("-DMK_DOWN_PIECES=1",)  # row 36 (the default since 17:54): every warp of a Down tile streams pieces
 DOWN_PIECES_CTL = ("-DMK_DOWN_PIECES=2",)  # its control: the same code, warps 0-3 only
+NOT_OPROJ = ("qkv", "gateup", "down", "logits")  # prefetch_own: every GEMV op's head but O-proj's (row 45b)
 O_PIECES = ("-DMK_O_PIECES=1",)  # row 38: O-proj rows streamed in whole batches (gemv.cuh: gemv_batches), one row a warp
 # Down through gemv_tile, the default before row 36 (and the only Down with a staged or ring path: the runtime refuses
 # stage_bytes / ring_pages without it). Rows that reproduce an older default, or that change gemv_tile itself
@@ -101,6 +102,8 @@ DOWN_PLAIN = ("-DMK_DOWN_PIECES=0",)
 
 def variant_rows() -> dict[str, dict]:
     """The opt-in megakernel rows of --variants: name -> MegakernelDecoder keywords."""
+    from dataclasses import replace
+
     from megakernel.dag import COMBINE_TILES, DEFAULT_TILES, TileShape
 
     one_cta = ONE_CTA
@@ -281,6 +284,19 @@ def variant_rows() -> dict[str, dict]:
         "mk_pfgate_o": {"tiles": DEFAULT_TILES, "prefetch_gate": (("oproj", "qkv", None),)},
         "mk_pfgate_og": {"tiles": DEFAULT_TILES, "prefetch_gate": (("oproj", "qkv", None), ("gateup", "attn", 64 << 10))},
         "mk_pfgate_oga": {"tiles": DEFAULT_TILES, "prefetch_gate": (("oproj", "qkv", None), ("gateup", "attn", None))},
+        # Row 45b (NOTES.md "Row 45 measured"): mk_pfgate_o's O-proj gemm barely shortened (its plain loop keeps 2 loads
+        # in flight per warp: 8 dependent trips, L2 hits or not) and attention grew 0.67 us (its K/V loads queued behind
+        # the fills). _kv: attention's K/V prefetched into L2 at ticket time too (row 44's flag), before the fills;
+        # _pieces: 8-row O-proj tiles streamed in whole batches (row 38's MK_O_PIECES: one trip from L2), their
+        # ticket-time head prefetch off so the gated prefetch covers the whole tile; mk_o_pieces_now is its control
+        "mk_pfgate_o_kv": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",),
+                           "prefetch_gate": (("oproj", "qkv", None),)},
+        "mk_pfgate_o_pieces": {"tiles": replace(DEFAULT_TILES, o_rows=8), "build_flags": O_PIECES,
+                               "prefetch_own": NOT_OPROJ, "prefetch_gate": (("oproj", "qkv", None),)},
+        "mk_pfgate_o_kv_pieces": {"tiles": replace(DEFAULT_TILES, o_rows=8),
+                                  "build_flags": ("-DMK_KV_PREFETCH=1",) + O_PIECES,
+                                  "prefetch_own": NOT_OPROJ, "prefetch_gate": (("oproj", "qkv", None),)},
+        "mk_o_pieces_now": {"tiles": replace(DEFAULT_TILES, o_rows=8), "build_flags": O_PIECES},
     }
 
 

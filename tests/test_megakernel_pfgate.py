@@ -29,8 +29,14 @@ def test_the_rows():
     assert rows["mk_pfgate_o"] == {"tiles": DEFAULT_TILES, "prefetch_gate": (("oproj", "qkv", None),)}
     assert rows["mk_pfgate_og"]["prefetch_gate"] == GATE
     assert rows["mk_pfgate_oga"]["prefetch_gate"] == (("oproj", "qkv", None), ("gateup", "attn", None))
-    for name in ("mk_pfgate_o", "mk_pfgate_og", "mk_pfgate_oga"):
+    gated = [name for name, row in rows.items() if "prefetch_gate" in row]
+    assert {"mk_pfgate_o_kv", "mk_pfgate_o_pieces", "mk_pfgate_o_kv_pieces"} < set(gated)
+    for name in gated:
         check_gates(rows[name]["prefetch_gate"])
+    # row 45b's pieces rows: 8-row O-proj tiles with no ticket-time head prefetch, so the gate covers the whole tile
+    for name in ("mk_pfgate_o_pieces", "mk_pfgate_o_kv_pieces"):
+        assert rows[name]["tiles"].o_rows == 8 and "oproj" not in rows[name]["prefetch_own"]
+        assert "-DMK_O_PIECES=1" in rows[name]["build_flags"]
 
 
 @pytest.mark.parametrize("key", sorted(_programs(), key=str))
