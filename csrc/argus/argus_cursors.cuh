@@ -229,14 +229,17 @@ __device__ __forceinline__ argus_u32* reg_cursor_seq() {
 #define ARGUS_REG_APART 0
 #endif
 #if ARGUS_REG_APART
-/* Apart build (-DARGUS_REG_APART=1): divergent markers are recorded per lane group (see emit_with below). Bits 0..28
- * of mask_flags: capacity - 1; bit 29 (ARGUS_REG_BAD_): the cursor was declared by part of the warp's lanes (the
- * per-warp shared words below could not be set up), so the ring is flagged divergent at scope exit. */
-#define ARGUS_REG_CAP_BITS_ 0x1FFFFFFFu
+/* Apart build (-DARGUS_REG_APART=1): divergent markers are recorded per lane group (see emit_with below). Bits 0..27
+ * of mask_flags: capacity - 1 (the host caps capacity at 2^26); bit 28 (ARGUS_REG_DIRTY_): this lane ran a lane-group
+ * marker since the whole warp last folded `extra` into its count; bit 29 (ARGUS_REG_BAD_): the cursor was declared by
+ * part of the warp's lanes (the per-warp shared words below could not be set up), so the ring is flagged divergent at
+ * scope exit. */
+#define ARGUS_REG_CAP_BITS_ 0x0FFFFFFFu
+#define ARGUS_REG_DIRTY_ (1u << 28)
 #define ARGUS_REG_BAD_ (1u << 29)
 /* Per warp of the CTA, in shared memory, zeroed at the declaration by the whole warp: [0] `extra`, the slots lane
- * groups took (two per lane-group marker); [1] the launch lanes that have left the cursor's scope (the last group to
- * leave writes the ring header). */
+ * groups took (two per lane-group marker) since the whole warp last folded them into its count (emit_with); [1] the
+ * launch lanes that have left the cursor's scope (the last group to leave writes the ring header). */
 __device__ __forceinline__ argus_u32* reg_apart_words(argus_u32 warp) {
   __shared__ __align__(8) argus_u32 words[2 * ARGUS_MAX_WARPS_PER_CTA];  // 8-aligned: zeroed by one st.shared.v2
   return words + 2u * warp;
@@ -258,7 +261,8 @@ struct RegState {
   argus_u32 count;   /* records produced, with those of earlier launches under this arm */
   argus_u32 mask_flags; /* bits 0..29: capacity - 1, or the scratch slot's 63 when not recording;
                            30: see ARGUS_REG_FLAG30_ above; 31: this lane writes the header at scope exit
-                           (apart build: bits 0..28, 29 ARGUS_REG_BAD_, 31 on every lane of a recording warp) */
+                           (apart build: bits 0..27, 28 ARGUS_REG_DIRTY_, 29 ARGUS_REG_BAD_, 31 on every lane of a
+                           recording warp) */
   argus_u32 coord_begin, coord_span; /* window [begin, begin + span) */
 #if ARGUS_REG_APART
   argus_u32 lanes; /* the warp's launch lanes (0: declared by part of the warp) */
@@ -352,11 +356,11 @@ struct RegCursor : RegState {
 #if ARGUS_REG_APART
   /* Scope exit of the apart build (no vote): each lane group that leaves adds its lanes to the warp's `left` word; the
    * group that completes the launch lanes is the last (every other lane is gone and runs no more markers), and its
-   * lowest lane writes the header with the final count (the whole-warp records in registers plus the lane groups'
-   * slots, `extra`), unflagged. So lane groups may leave in any order, apart or together. A cursor declared by part of
-   * the warp (ARGUS_REG_BAD_) flags its ring divergent instead (each group's lowest lane writes the flag). A lane that
-   * never runs the scope exit (PTX `exit` in the body) leaves the header unwritten: the ring is unclaimed (the default
-   * build has the same hole for its lead lane). */
+   * lowest lane writes the header with the final count (`count` in registers, with the slots folded into it, plus
+   * the lane groups' slots since the last fold, `extra`), unflagged. So lane groups may leave in any order, apart or
+   * together. A cursor declared by part of the warp (ARGUS_REG_BAD_) flags its ring divergent instead (each group's
+   * lowest lane writes the flag). A lane that never runs the scope exit (PTX `exit` in the body) leaves the header
+   * unwritten: the ring is unclaimed (the default build has the same hole for its lead lane). */
   __device__ __forceinline__ ~RegCursor() {
     const argus_u32 warp = warp_in_cta();
     const argus_u32 active = __activemask();
@@ -424,58 +428,88 @@ __device__ __forceinline__ void emit_with(NoRegCursor&, argus_u32 kind, argus_u3
 
 #if ARGUS_REG_APART
 /* Apart build. The slot of a record is count + extra: `count` (registers, the same on every lane) counts the
- * whole-warp records, `extra` (the warp's shared word) the lane groups' slots. */
+ * whole-warp records and the lane groups' slots folded into it, `extra` (the warp's shared word) the lane groups' slots
+ * taken since the last fold. */
 __device__ __forceinline__ argus_u64 reg_slot(const RegState& rc, argus_u32 n) {
   return rc.records + (argus_u64)(n & rc.mask_flags & ARGUS_REG_CAP_BITS_) * sizeof(ArgusRecord);
 }
 
-/* One marker of the apart build: the default build's marker, its record stored at count + extra (one shared load,
- * issued beside the stamp) and predicated on the marker being a whole-warp one (its mask is the launch lanes: every
- * lane then adds `take` to its count, so no lane's count goes stale and nothing has to reconverge). A lane group's
- * marker (part of the launch lanes) stores nothing there; in the window, the group's lowest lane takes two slots with
- * a shared atomic on `extra` and writes the marker's record and a lane-group record (ARGUS_KIND_LANES: the group's mask
- * and lowest lane, the shared cursor's format) in them, so the decoder pairs each group's BEGIN/END. That block is
- * inline, not a call (ptxas then keeps the warp's convergence, so the __syncwarp stays a NOP) and has no shuffle or
- * mask operation; its branch is the one branch of a whole-warp marker (not taken there), inside BSSY/BSYNC, which
- * also makes the group wait for its lowest lane's slots before it goes on. A cursor declared by part of the warp
- * (lanes = 0) records no whole-warp marker, and its ring is refused. */
+/* One marker of the apart build. The fast path is a marker run by all 32 lanes when no lane has run a lane-group
+ * marker since the last fold: it is the default build's marker (record at slot `count`, no shared load: `extra` is 0
+ * then; every lane adds `take` to its count, so no lane's count goes stale and nothing has to reconverge) plus one
+ * vote and one branch. The vote is on the lanes' ARGUS_REG_DIRTY_ bits (a lane group's lanes set theirs; the other
+ * lanes cannot know) among the marker's own lanes (ptxas then emits a plain VOTE, no mask check). The branch tests
+ * `__activemask() != 0xFFFFFFFF` or the vote, both the same on every lane that runs it, so ptxas branches without
+ * BSSY/BSYNC on that path (on `active != lanes` it sets the barrier up on every marker: SASS read, nvcc 13.0). Every
+ * other marker takes the branch into a block
+ * before the record store (inline, not a call, with no shuffle or mask operation: ptxas then keeps the warp's
+ * convergence, so the __syncwarp stays a NOP; inside, ptxas puts BSSY/BSYNC, which also makes a group wait for its
+ * lowest lane's slots):
+ * - whole warp (mask == the launch lanes), dirty: the fold. Every launch lane is here, so no lane group can be using
+ *   `extra`: each lane adds it to its count, the word is zeroed and the bits cleared, all the same on every lane; then
+ *   the record goes to slot `count` as on the fast path. A partial last warp (launch lanes < 32) takes this block on
+ *   every marker, folding only when dirty.
+ * - lane group (part of the launch lanes): stores nothing at `count`; its lanes set ARGUS_REG_DIRTY_ and, in the
+ *   window, the group's lowest lane takes two slots with a shared atomic on `extra` and writes the marker's record and a
+ *   lane-group record (ARGUS_KIND_LANES: the group's mask and lowest lane, the shared cursor's format) in them, so the
+ *   decoder pairs each group's BEGIN/END.
+ * Every record lands in the slot it had before the fold was added (whole-warp records plus lane-group slots before it),
+ * so the decoder sees the same ring layout. A cursor declared by part of the warp (lanes = 0) records no whole-warp
+ * marker, and its ring is refused. */
 __device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
   const argus_u32 take = (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
   const argus_u32 active = __activemask();
   const argus_u32 addr = rc.words;
-  argus_u32 extra;
-  asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(extra) : "r"(addr));
-  const argus_u32 whole = (argus_u32)(active == rc.lanes);
+  const bool whole = active == rc.lanes;
+  /* Did any of the marker's lanes run a lane-group marker since the last fold? (inline asm: __any_sync on the bit
+   * costs two more instructions, a shift and a compare) */
+  argus_u32 dirty;
+  asm volatile("{\n\t.reg .pred p, q;\n\t.reg .b32 d;\n\tand.b32 d, %1, %2;\n\tsetp.ne.u32 p, d, 0;\n\t"
+               "vote.sync.any.pred q, p, %3;\n\tselp.u32 %0, 1, 0, q;\n\t}"
+               : "=r"(dirty) : "r"(rc.mask_flags), "n"(ARGUS_REG_DIRTY_), "r"(active));
   __syncwarp(active);
 #if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
   const argus_u64 t = cycle_counter();
-  if ((rc.mask_flags >> 31) & take & whole)
-    store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, rc.count + extra, rc.mask_flags & ARGUS_REG_CAP_BITS_, t, true);
 #else
   const argus_u64 t = global_timer();
 #endif
-  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %0, 0;\n\t@p st.global.v4.b32 [%1], {%2, %3, %4, %5};\n\t}"
-               ::"r"(whole), "l"(reg_slot(rc, rc.count + extra)), "r"(id), "r"(coord), "r"((argus_u32)t),
-                 "r"(stamp_hi(t, kind)));
-  rc.count += take & whole;
-  if (__builtin_expect(!whole, 0)) {
-    const argus_u32 lead = (argus_u32)(__ffs(active) - 1);
-    if (take && lane_id() == lead) {
-      argus_u32 k;
-      asm volatile("atom.shared.add.u32 %0, [%1], 2;" : "=r"(k) : "r"(addr) : "memory");
-      const argus_u32 n = rc.count + k;
-#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
-      if (rc.mask_flags >> 31) {
-        store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, n, rc.mask_flags & ARGUS_REG_CAP_BITS_, t, true);
-        store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, n + 1u, rc.mask_flags & ARGUS_REG_CAP_BITS_, t);
+  if (__builtin_expect((active != 0xFFFFFFFFu) | (dirty != 0u), 0)) {
+    if (whole) {
+      if (dirty) {
+        argus_u32 extra;
+        asm volatile("ld.volatile.shared.u32 %0, [%1];\n\tst.volatile.shared.u32 [%1], 0;"
+                     : "=r"(extra) : "r"(addr) : "memory");
+        rc.count += extra;
+        rc.mask_flags &= ~ARGUS_REG_DIRTY_;
       }
+    } else {
+      rc.mask_flags |= ARGUS_REG_DIRTY_;
+      const argus_u32 lead = (argus_u32)(__ffs(active) - 1);
+      if (take && lane_id() == lead) {
+        argus_u32 k;
+        asm volatile("atom.shared.add.u32 %0, [%1], 2;" : "=r"(k) : "r"(addr) : "memory");
+        const argus_u32 n = rc.count + k;
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+        if (rc.mask_flags >> 31) {
+          store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, n, rc.mask_flags & ARGUS_REG_CAP_BITS_, t, true);
+          store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, n + 1u, rc.mask_flags & ARGUS_REG_CAP_BITS_, t);
+        }
 #endif
-      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n\tst.global.v4.b32 [%5], {%6, %7, %3, %8};"
-                   ::"l"(reg_slot(rc, n)), "r"(id), "r"(coord), "r"((argus_u32)t), "r"(stamp_hi(t, kind)),
-                     "l"(reg_slot(rc, n + 1u)), "r"(active), "r"(lead), "r"(stamp_hi(t, ARGUS_KIND_LANES))
-                   : "memory");
+        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n\tst.global.v4.b32 [%5], {%6, %7, %3, %8};"
+                     ::"l"(reg_slot(rc, n)), "r"(id), "r"(coord), "r"((argus_u32)t), "r"(stamp_hi(t, kind)),
+                       "l"(reg_slot(rc, n + 1u)), "r"(active), "r"(lead), "r"(stamp_hi(t, ARGUS_KIND_LANES))
+                     : "memory");
+      }
     }
   }
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+  if ((rc.mask_flags >> 31) & take & (argus_u32)whole)
+    store_anchor(rc.records - ARGUS_RING_HEAD_BYTES_, rc.count, rc.mask_flags & ARGUS_REG_CAP_BITS_, t, true);
+#endif
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %0, 0;\n\t@p st.global.v4.b32 [%1], {%2, %3, %4, %5};\n\t}"
+               ::"r"((argus_u32)whole), "l"(reg_slot(rc, rc.count)), "r"(id), "r"(coord), "r"((argus_u32)t),
+                 "r"(stamp_hi(t, kind)));
+  rc.count += take & (argus_u32)whole;
 }
 #else
 /* One marker. The lanes' mask is folded into `lanes` beside the chain (no branch); the __syncwarp on those lanes
