@@ -297,6 +297,17 @@ def variant_rows() -> dict[str, dict]:
                                   "build_flags": ("-DMK_KV_PREFETCH=1",) + O_PIECES,
                                   "prefetch_own": NOT_OPROJ, "prefetch_gate": (("oproj", "qkv", None),)},
         "mk_o_pieces_now": {"tiles": replace(DEFAULT_TILES, o_rows=8), "build_flags": O_PIECES},
+        # Row 46 (NOTES.md "Ready: row 46"): rows 45-45b showed L2 is no nearer than DRAM for a GEMV tile on H200; the
+        # gated bytes go to shared memory instead (gate_stage_bytes -> MK_PF_GATE=2): O-proj's whole 64 KiB tile once
+        # QKV is done (read by gemv_tile_staged after its wait), _kv with row 44's K/V prefetch so attention's loads do
+        # not queue behind the copies, _og_kv also the leading 64 KiB (16 rows) of each gate/up tile once attention is done
+        "mk_stgate_o": {"tiles": DEFAULT_TILES, "prefetch_own": NOT_OPROJ, "prefetch_gate": (("oproj", "qkv", None),),
+                        "gate_stage_bytes": 64 << 10},
+        "mk_stgate_o_kv": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",), "prefetch_own": NOT_OPROJ,
+                           "prefetch_gate": (("oproj", "qkv", None),), "gate_stage_bytes": 64 << 10},
+        "mk_stgate_og_kv": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",), "prefetch_own": NOT_OPROJ,
+                            "prefetch_gate": (("oproj", "qkv", None), ("gateup", "attn", 64 << 10)),
+                            "gate_stage_bytes": 64 << 10},
     }
 
 

@@ -345,7 +345,7 @@ class MegakernelDecoder:
                  sampling: SamplingParams | None = None, device: int = 0, stage_bytes: int = 0,
                  build_flags: tuple[str, ...] = (), prefetch_window: int | None = None,
                  prefetch_own: bool | tuple[str, ...] = True, ring_pages: int = 0,
-                 prefetch_gate: tuple[Gate, ...] = ()):
+                 prefetch_gate: tuple[Gate, ...] = (), gate_stage_bytes: int = 0):
         from argus_rt.launch import CubinModule
 
         self.config = weights.config
@@ -375,6 +375,14 @@ class MegakernelDecoder:
         if prefetch_gate and (stage_bytes or ring_pages or kv_stage):
             raise ValueError("prefetch_gate prefetches into L2 from the tile's start: stage_bytes, ring_pages and "
                              "-DMK_KV_STAGE=1 must be off with it")
+        # Row 46: gate_stage_bytes > 0 puts the gated bytes in a stage buffer of that size (MK_PF_GATE=2) instead of L2
+        if gate_stage_bytes and not (prefetch_gate and isinstance(gate_stage_bytes, int) and gate_stage_bytes % 4096 == 0
+                                     and 0 < gate_stage_bytes <= MAX_STAGE_BYTES):
+            raise ValueError(f"gate_stage_bytes must be a multiple of 4096 in (0, {MAX_STAGE_BYTES}] with a prefetch_gate, "
+                             f"got {gate_stage_bytes!r} with prefetch_gate={prefetch_gate!r}")
+        if gate_stage_bytes and any(op == "down" for op, _, _ in prefetch_gate):
+            raise ValueError("gate_stage_bytes cannot stage Down tiles: the default build's Down pieces read no staged "
+                             "rows; gate oproj and gateup only")
         self.prefetch_gate = prefetch_gate
         self.device = torch.device("cuda", device)
         self.program: Program = build_decode_program(self.config, self.tiles)
@@ -389,16 +397,17 @@ class MegakernelDecoder:
         if stage_bytes < 0 or stage_bytes % 16 or stage_bytes > MAX_STAGE_BYTES:
             raise ValueError(f"stage_bytes must be a multiple of 16 in [0, {MAX_STAGE_BYTES}] (0 = no shared-memory "
                              f"staging of weight tiles), got {stage_bytes}")
-        self.stage_bytes = stage_bytes
+        self.stage_bytes = stage_bytes or gate_stage_bytes  # the kernel's p.stage_bytes sizes either buffer
         self.ring_pages = ring_pages
-        self.dynamic_smem = stage_bytes + ring_smem_bytes(ring_pages) + kv_stage
+        self.dynamic_smem = self.stage_bytes + ring_smem_bytes(ring_pages) + kv_stage
         self.timeout_ns = int(timeout_s * 1e9)
         self.sampling = sampling or SamplingParams()
         self.n_forced = 1
         self.argus_mode = argus_mode
         # e.g. ("-DMK_BLOCKS_PER_SM=2",): csrc/megakernel/config.cuh knobs; plus the flags of the tile options
         self.build_flags = tuple(build_flags) + option_flags(self.tiles, tuple(build_flags)) + \
-            ((f"-DMK_RING={ring_pages}",) if ring_pages else ()) + (("-DMK_PF_GATE=1",) if prefetch_gate else ())
+            ((f"-DMK_RING={ring_pages}",) if ring_pages else ()) + \
+            ((f"-DMK_PF_GATE={2 if gate_stage_bytes else 1}",) if prefetch_gate else ())
         self.build = build(argus_mode, extra_flags=self.build_flags)
         self.module = CubinModule.load(self.build.cubin, device=device)
         if self.dynamic_smem:  # static (~35 KiB) + dynamic shared memory above 48 KiB needs the opt-in

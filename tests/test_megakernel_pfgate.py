@@ -135,8 +135,62 @@ def test_the_gate_waits_then_prefetches(builds):
 def test_a_bad_value_does_not_compile(builds):
     from megakernel.build import BuildError
 
-    with pytest.raises(BuildError, match="MK_PF_GATE is 0 .off. or 1"):
-        builds(0, _flags(("-DMK_PF_GATE=2",)))
+    with pytest.raises(BuildError, match="MK_PF_GATE is 0 .off., 1"):
+        builds(0, _flags(("-DMK_PF_GATE=3",)))
+
+
+# ---- row 46: the gated bytes staged in shared memory (gate_stage_bytes -> MK_PF_GATE=2) ----
+
+def test_the_stage_rows():
+    rows = variant_rows()
+    for name in ("mk_stgate_o", "mk_stgate_o_kv", "mk_stgate_og_kv"):
+        row = rows[name]
+        assert row["gate_stage_bytes"] == 64 << 10 and "oproj" not in row["prefetch_own"]
+        assert row["prefetch_gate"][0] == ("oproj", "qkv", None)
+        check_gates(row["prefetch_gate"])
+    assert rows["mk_stgate_og_kv"]["prefetch_gate"][1] == ("gateup", "attn", 64 << 10)
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"gate_stage_bytes": 65536}, "with a prefetch_gate"),
+    ({"gate_stage_bytes": 1000, "prefetch_gate": (("oproj", "qkv", None),)}, "multiple of 4096"),
+    ({"gate_stage_bytes": 65536, "prefetch_gate": (("down", "qkv", None),)}, "cannot stage Down tiles"),
+])
+def test_bad_stage_gates_are_refused_before_any_gpu_work(kw, match, monkeypatch):
+    from megakernel import runtime
+    from tinyllama.weights import random_weights
+
+    monkeypatch.setattr(runtime, "build", lambda *a, **k: pytest.fail("built despite bad settings"))
+    weights = random_weights(get_config("tiny"), seed=0, device="cpu")
+    with pytest.raises(ValueError, match=match):
+        runtime.MegakernelDecoder(weights, **kw)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("mode", [0, 2])
+def test_the_stage_build_spills_no_more(builds, mode):
+    gated, plain = builds(mode, _flags(("-DMK_PF_GATE=2",))), builds(mode, _flags())
+    assert gated.registers() == 128 and "warning" not in gated.ptxas_log.lower(), gated.ptxas_log
+    assert _main_spills(gated.ptxas_log) == _main_spills(plain.ptxas_log)
+
+
+@needs_nvcc
+def test_the_stage_gate_copies_into_shared_memory(builds):
+    """MK_PF_GATE=2: gate_then_prefetch issues the bulk copy into shared memory (UBLKCP), no L2 prefetch (UBLKPF)."""
+    skip_without_tools("nvdisasm")
+    from megakernel.sass_diff import disassembly, functions
+
+    fns = functions(disassembly(builds(0, _flags(("-DMK_PF_GATE=2",))).cubin))
+    gate = next(v for k, v in fns.items() if "gate_then_prefetch" in k)
+    assert any(i.startswith("UBLKCP") for i in gate) and not any(i.startswith("UBLKPF") for i in gate)
+
+
+@needs_nvcc
+def test_the_stage_gate_refuses_the_other_stage_users(builds):
+    from megakernel.build import BuildError
+
+    with pytest.raises(BuildError, match="MK_PF_GATE=2 stages into the stage buffer"):
+        builds(0, _flags(("-DMK_PF_GATE=2", "-DMK_RING=2", "-DMK_DOWN_PIECES=0")))
 
 
 def test_gate_constants_agree_with_the_kernel():

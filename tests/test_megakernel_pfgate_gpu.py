@@ -31,3 +31,15 @@ def test_gated_prefetch_equals_the_plain_build_tiny(gates):
 @pytest.mark.parametrize("kv", [128, 1024])
 def test_gated_prefetch_equals_the_plain_build_full_model(kv):
     _assert_flag_row_is_its_tiles_bit_for_bit("mk_pfgate_oga", (), kv, SEED + 103)
+
+
+@pytest.mark.parametrize("gates", ["o", "og"])
+def test_staged_gates_equal_the_plain_build_tiny(gates):
+    """Row 46: the gated bytes staged in shared memory and read by gemv_tile_staged (each lane's chunks in the same
+    order as gemv_tile's): bit for bit the unstaged build."""
+    _assert_flag_equals_plain_tiny(TINY, (), SEED + 105, prefetch_gate=GATES[gates], gate_stage_bytes=4096)
+
+
+@pytest.mark.parametrize("kv", [128, 1024])
+def test_staged_gates_equal_the_plain_build_full_model(kv):
+    _assert_flag_row_is_its_tiles_bit_for_bit("mk_stgate_og_kv", ("-DMK_KV_PREFETCH=1",), kv, SEED + 107)

@@ -142,11 +142,16 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 // Row 45 (opt-in, not yet GPU-run; NOTES.md "Ready: row 45"): 1: a tile whose W_PF_GATE word names a gate (the host's
 // prefetch plan, runtime.prefetch_plan's ``gate``: an earlier phase of the same layer) waits for that counter first,
 // then L2-prefetches the part of its own weights after the ticket-time head, then waits on its dependency as ever:
-// the bytes move while the phases between (attention, the hand-offs) leave DRAM idle. 0: the word is ignored.
+// the bytes move while the phases between (attention, the hand-offs) leave DRAM idle. 2 (row 46): the gated bytes go
+// to shared memory instead (the stage buffer, p.stage_bytes: the gated tiles' alone, no ticket-time staging), read by
+// tile_gemv as a staged prefix. 0: the word is ignored.
 #define MK_PF_GATE 0
 #endif
-#if MK_PF_GATE < 0 || MK_PF_GATE > 1
-#error "MK_PF_GATE is 0 (off) or 1 (a tile's W_PF_GATE-gated L2 prefetch of its own weights before its wait)"
+#if MK_PF_GATE < 0 || MK_PF_GATE > 2
+#error "MK_PF_GATE is 0 (off), 1 (a tile's W_PF_GATE-gated L2 prefetch of its own weights) or 2 (the same into shared memory)"
+#endif
+#if MK_PF_GATE == 2 && (MK_RING || MK_KV_STAGE)
+#error "MK_PF_GATE=2 stages into the stage buffer: no MK_RING or MK_KV_STAGE with it"
 #endif
 #ifndef MK_KV_STAGE_BYTES
 // The K/V buffer (dynamic shared memory, K rows then V rows): 77824 B = 304 positions of K and V at head_dim 64, the

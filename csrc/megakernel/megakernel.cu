@@ -138,8 +138,11 @@ __device__ void tile_weights(const Params& p, const int* ins, const char** ptr, 
 #if MK_PF_GATE
 // Row 45 (config.cuh: MK_PF_GATE): thread 0 waits for the tile's gate counter (an earlier phase of its layer, so the
 // tile's own dependency implies it: no new deadlock), then bulk-prefetches into L2 the gated part of the tile's
-// weights, the bytes after the head that the ticket-time prefetch covered. Out of line: one copy of the wait loop.
-__device__ __noinline__ bool gate_then_prefetch(const Params& p, const int* ins, WaitSite site, int step) {
+// weights, the bytes after the head that the ticket-time prefetch covered; MK_PF_GATE=2 (row 46) bulk-copies the
+// gated bytes' whole row pairs that fit the stage buffer into shared memory instead (*staged: their count, which
+// tile_gemv reads, as a ticket-time stage's). Out of line: one copy of the wait loop.
+__device__ __noinline__ bool gate_then_prefetch(const Params& p, const int* ins, WaitSite site, int step,
+                                                unsigned long long* stage_bar, int* staged) {
   const unsigned gate = (unsigned)ins[W_PF_GATE];
   site.counter = (int)(gate >> PF_GATE_COUNT_BITS);
   const unsigned need = (unsigned)(step + 1) * (gate & ((1u << PF_GATE_COUNT_BITS) - 1u));
@@ -148,9 +151,16 @@ __device__ __noinline__ bool gate_then_prefetch(const Params& p, const int* ins,
   unsigned bytes, row_bytes;
   tile_weights(p, ins, &w, &bytes, &row_bytes);
   const unsigned flags = (unsigned)ins[W_PF_FLAGS];
+#if MK_PF_GATE == 2
+  const unsigned fit = ((unsigned)p.stage_bytes / row_bytes) & ~1u;
+  const unsigned stage = min(min(bytes, (flags >> PF_GATE_LEN_SHIFT) * 16u) / (2u * row_bytes) * 2u, fit) * row_bytes;
+  if (stage) stage_issue(stage_bar, w, stage);
+  *staged = (int)stage;
+#else
   const unsigned head = (flags & 1u) ? 0u : (MK_PF_OWN_CAP ? min(bytes, (unsigned)MK_PF_OWN_CAP) : bytes);
   const unsigned end = min(bytes, head + (flags >> PF_GATE_LEN_SHIFT) * 16u);
   for (unsigned off = head; off < end; off += 32768u) prefetch_l2(w + off, min(32768u, end - off));
+#endif
   return true;
 }
 #endif
@@ -635,7 +645,7 @@ __device__ void worker(const Params& p, Smem& s) {
       tile_weights(p, s.ins, &w, &bytes, &row_bytes);
       // Leading whole rows (an even count: GEMV_ROWS pairs) that fit the stage buffer go to shared memory.
       unsigned stage = 0;
-      if (bytes > 0 && p.stage_bytes > 0) {
+      if (MK_PF_GATE != 2 && bytes > 0 && p.stage_bytes > 0) {  // row 46's buffer is the gated tiles' alone
         const unsigned fit = ((unsigned)p.stage_bytes / row_bytes) & ~1u;
         stage = min(bytes, fit * row_bytes);
       }
@@ -686,7 +696,7 @@ __device__ void worker(const Params& p, Smem& s) {
 #else
           MK_DETAIL_LANE(ARGUS_REGION_DECODE_CORE_LOOP_WAIT, coord(step, layer));
 #if MK_PF_GATE
-          if (s.ins[W_PF_GATE]) ok = gate_then_prefetch(p, s.ins, site, step);  // row 45 (fails as the wait does)
+          if (s.ins[W_PF_GATE]) ok = gate_then_prefetch(p, s.ins, site, step, &s.stage_bar, &s.staged);  // rows 45-46
 #endif
           if (ok) ok = wait_counter(p, p.counters + wait, (unsigned)need, site, (unsigned long long)p.timeout_ns);
 #endif
