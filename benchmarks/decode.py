@@ -308,6 +308,13 @@ def variant_rows() -> dict[str, dict]:
         "mk_stgate_og_kv": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",), "prefetch_own": NOT_OPROJ,
                             "prefetch_gate": (("oproj", "qkv", None), ("gateup", "attn", 64 << 10)),
                             "gate_stage_bytes": 64 << 10},
+        # Row 46b (NOTES.md "Row 46 measured"): every phase slowed with the 64 KiB buffer, not only the ones beside the
+        # copies. _smem64_ctl: the default with the same 64 KiB buffer allocated and a gate that stages nothing (16
+        # bytes: no whole row pair), the shared-memory carve-out's cost alone; _o32_kv: half of O-proj's tile staged
+        # (32 KiB buffer: two CTAs need 2 x 68.5 KiB, a smaller carve-out)
+        "mk_smem64_ctl": {"tiles": DEFAULT_TILES, "prefetch_gate": (("oproj", "qkv", 16),), "gate_stage_bytes": 64 << 10},
+        "mk_stgate_o32_kv": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",),
+                             "prefetch_gate": (("oproj", "qkv", None),), "gate_stage_bytes": 32 << 10},
     }
 
 
