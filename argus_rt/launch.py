@@ -264,6 +264,15 @@ class CubinModule:
         attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         _check(drv.cuFuncSetAttribute(self.function(name), attr, nbytes), "cuFuncSetAttribute")
 
+    def set_preferred_carveout(self, name: str, percent: int) -> None:
+        """Hint the shared-memory share of the SM's L1/shared storage for kernel ``name`` (0-100 % of the most; the
+        rest is L1). The driver still gives a launch the shared memory it needs."""
+        if not (isinstance(percent, int) and 0 <= percent <= 100):
+            raise ValueError(f"shared-memory carve-out must be an int percent in [0, 100], got {percent!r}")
+        drv = _driver()
+        attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+        _check(drv.cuFuncSetAttribute(self.function(name), attr, percent), "cuFuncSetAttribute")
+
     def launch(self, name: str, grid, block, args: Sequence = (), shared_mem: int = 0, stream=None,
                cooperative: bool = False) -> None:
         """Launch kernel ``name`` asynchronously on ``stream`` (default: torch's current stream when torch

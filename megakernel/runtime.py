@@ -345,7 +345,7 @@ class MegakernelDecoder:
                  sampling: SamplingParams | None = None, device: int = 0, stage_bytes: int = 0,
                  build_flags: tuple[str, ...] = (), prefetch_window: int | None = None,
                  prefetch_own: bool | tuple[str, ...] = True, ring_pages: int = 0,
-                 prefetch_gate: tuple[Gate, ...] = (), gate_stage_bytes: int = 0):
+                 prefetch_gate: tuple[Gate, ...] = (), gate_stage_bytes: int = 0, smem_carveout: int | None = None):
         from argus_rt.launch import CubinModule
 
         self.config = weights.config
@@ -353,6 +353,9 @@ class MegakernelDecoder:
         check_fits(self.config, self.tiles)
         if prefetch_ahead < 0:
             raise ValueError(f"prefetch_ahead must be >= 0 instructions, got {prefetch_ahead}")
+        # row 47: the kernel's preferred shared-memory carve-out (percent; None: the driver's choice)
+        if smem_carveout is not None and not (isinstance(smem_carveout, int) and 0 <= smem_carveout <= 100):
+            raise ValueError(f"smem_carveout must be None or an int percent in [0, 100], got {smem_carveout!r}")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s}")
         # ring_pages > 0: GEMV weights as bulk-copied 16 KiB pages (csrc/megakernel/ring.cuh), which share the
@@ -412,6 +415,9 @@ class MegakernelDecoder:
         self.module = CubinModule.load(self.build.cubin, device=device)
         if self.dynamic_smem:  # static (~35 KiB) + dynamic shared memory above 48 KiB needs the opt-in
             self.module.set_max_dynamic_shared(KERNEL_NAME, self.dynamic_smem)
+        self.smem_carveout = smem_carveout
+        if smem_carveout is not None:  # before _plan_grid: the occupancy it reads depends on it
+            self.module.set_preferred_carveout(KERNEL_NAME, smem_carveout)
         self.launch_info = self._plan_grid(workers)
         # the dispatch cursor, then (MK_SM_SPREAD builds: the default) the workers' SM registration area
         self.spread_words = spread_words(self.build_flags, self.launch_info.grid)
