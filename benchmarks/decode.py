@@ -270,10 +270,6 @@ def variant_rows() -> dict[str, dict]:
         # The default before rows 40 + 42 (the default since their H200 run, DEFAULT_TILES): every launch combines its
         # splits in O-proj, with 2 query heads per attention tile (16 tiles per layer instead of 32)
         "mk_combine": {"tiles": COMBINE_TILES},
-        # Row 43 (NOTES.md "Ready: row 43"): the default's tiles with each attention tile's K/V rows of earlier launches
-        # bulk-copied to shared memory before its wait (MK_KV_STAGE=1; 76 KiB of dynamic shared memory per CTA), so
-        # after the wait only q and this launch's rows are loaded, in one round trip
-        "mk_kv_stage": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_STAGE=1",)},
         # Row 44 (NOTES.md "Ready: row 44"): the default's tiles with each attention tile's K/V rows prefetched into L2
         # before its wait (MK_KV_PREFETCH=1): row 43's early K/V traffic without its shared buffer
         "mk_kv_prefetch": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",)},

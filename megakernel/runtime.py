@@ -253,17 +253,6 @@ def spread_words(flags: tuple[str, ...], grid: int) -> int:
     return 1 + kernel_limits()["SPREAD_SMS"] + (grid - 1) if sm_spread(flags) else 0
 
 
-def kv_stage_bytes(flags: tuple[str, ...]) -> int:
-    """Dynamic shared memory of a row-43 build (-DMK_KV_STAGE=1; csrc/megakernel/attention.cuh: kv_stage_issue): the
-    K/V stage buffer, -DMK_KV_STAGE_BYTES or config.cuh's default. 0 without the flag."""
-    if flag_value(flags, "MK_KV_STAGE") in (None, "0"):
-        return 0
-    given = flag_value(flags, "MK_KV_STAGE_BYTES")
-    if given is None:
-        given = re.search(r"#define MK_KV_STAGE_BYTES (\d+)", CONFIG_CUH.read_text(encoding="utf-8")).group(1)
-    return int(given)
-
-
 def ring_smem_bytes(pages: int) -> int:
     """Dynamic shared memory of a ring build (ring.cuh): the pages, then a partial sum per (tile row, warp)."""
     lim = kernel_limits()
@@ -365,19 +354,15 @@ class MegakernelDecoder:
         # Row 36's Down pieces (MK_DOWN_PIECES=1, the default build since its H200 run, or 2) have no staged or ring
         # path: op_down would ignore a staged prefix, and MK_RING with the pieces is a compile error (config.cuh).
         # Staged and ring builds name the plain Down (gemv_tile) with -DMK_DOWN_PIECES=0.
-        kv_stage = kv_stage_bytes(tuple(build_flags))  # row 43: the stage buffer holds K/V rows instead
-        if kv_stage and (stage_bytes or ring_pages):
-            raise ValueError(f"-DMK_KV_STAGE=1 puts K/V rows in the stage buffer: stage_bytes and ring_pages must be 0, "
-                             f"got stage_bytes={stage_bytes}, ring_pages={ring_pages}")
         if (stage_bytes or ring_pages) and flag_value(build_flags, "MK_DOWN_PIECES") != "0":
             raise ValueError("stage_bytes and ring_pages need -DMK_DOWN_PIECES=0 in build_flags (the default build's "
                              "Down pieces read no staged rows and have no ring path)")
         # Row 45: gated prefetches (gate_plan) of the tile's own weights, read by an MK_PF_GATE=1 build
         prefetch_gate = tuple(prefetch_gate)
         check_gates(prefetch_gate)
-        if prefetch_gate and (stage_bytes or ring_pages or kv_stage):
-            raise ValueError("prefetch_gate prefetches into L2 from the tile's start: stage_bytes, ring_pages and "
-                             "-DMK_KV_STAGE=1 must be off with it")
+        if prefetch_gate and (stage_bytes or ring_pages):
+            raise ValueError("prefetch_gate prefetches into L2 from the tile's start: stage_bytes and ring_pages must be "
+                             "off with it")
         # Row 46: gate_stage_bytes > 0 puts the gated bytes in a stage buffer of that size (MK_PF_GATE=2) instead of L2
         if gate_stage_bytes and not (prefetch_gate and isinstance(gate_stage_bytes, int) and gate_stage_bytes % 4096 == 0
                                      and 0 < gate_stage_bytes <= MAX_STAGE_BYTES):
@@ -402,7 +387,7 @@ class MegakernelDecoder:
                              f"staging of weight tiles), got {stage_bytes}")
         self.stage_bytes = stage_bytes or gate_stage_bytes  # the kernel's p.stage_bytes sizes either buffer
         self.ring_pages = ring_pages
-        self.dynamic_smem = self.stage_bytes + ring_smem_bytes(ring_pages) + kv_stage
+        self.dynamic_smem = self.stage_bytes + ring_smem_bytes(ring_pages)
         self.timeout_ns = int(timeout_s * 1e9)
         self.sampling = sampling or SamplingParams()
         self.n_forced = 1

@@ -96,6 +96,14 @@ def test_removed_experiment_flags_are_refused(tmp_path, flag):
         build(0, build_dir=tmp_path, extra_flags=(flag,))
 
 
+@pytest.mark.parametrize("flag", ["-DMK_KV_STAGE=1", "-DMK_KV_STAGE_BYTES=77824"])
+def test_removed_kv_stage_flags_are_refused(tmp_path, flag):
+    """Row 43 (K/V staged in shared memory, a measured miss) was removed (NOTES.md "Row 43 removed"): its flags fail
+    the build instead of building the plain kernel."""
+    with pytest.raises(BuildError, match=r"MK_KV_STAGE and MK_KV_STAGE_BYTES in session 16 \(row 43\)"):
+        build(0, build_dir=tmp_path, extra_flags=(flag,))
+
+
 def test_fit_checks_name_the_limit():
     lim = kernel_limits()
     assert lim["THREADS"] == 256 and lim["NWARPS"] == 8

@@ -8,9 +8,6 @@
 #include "common.cuh"
 #include "megakernel_params.h"
 #include "regions.cuh"
-#if MK_KV_STAGE
-#include "stage.cuh"
-#endif
 
 namespace mk {
 
@@ -203,16 +200,14 @@ __device__ __noinline__ void attention_partial_t(const Params& p, int layer, int
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_PV, at);
 }
 
-#if MK_KV_STAGE || MK_KV_PREFETCH
+#if MK_KV_PREFETCH
 // The tile's split [lo, lo + n) at position pos (split < 0: a one-split launch's tile, split 0).
 __device__ __forceinline__ int kv_split_lo(const Params& p, int split) { return max(split, 0) * (int)p.attn_split; }
 __device__ __forceinline__ int kv_split_len(const Params& p, int split, int pos) {
   const int lo = kv_split_lo(p, split);
   return min(lo + (int)p.attn_split, pos + 1) - lo;
 }
-#endif
 
-#if MK_KV_PREFETCH
 // Row 44: warp 0, before the tile's dependency wait: the split's K and V rows [lo, lo + n) into L2 (32 KiB pieces, one
 // per lane: megakernel.cu prefetch_tile). The weights streamed since evict them, so without it every K/V trip of the
 // tile's body is a DRAM round trip after the wait. Rows this launch has not written yet are prefetched too: L2 is where
@@ -234,73 +229,7 @@ __device__ __noinline__ void kv_prefetch_l2(const Params& p, int layer, int kv_h
 // online softmax and the PV sum over its own rows (no score, probability or V round trip through shared memory).
 // The lanes of a warp combine by shuffles (max, then the rescaled sums), the warps through shared memory after the
 // one CTA barrier. U: rows per lane in flight per trip (all 128 of a split in one trip at Dh 64).
-#if MK_KV_STAGE
-// Row 43 (MK_KV_STAGE): K/V rows of a split in shared memory. The stage buffer holds K rows [0, cap) then V rows
-// [0, cap) of Dh bf16 each (row r of the split at r * Dh), cap = KV_STAGE_BYTES / (4 * Dh) positions.
-__device__ __forceinline__ int kv_stage_cap(int Dh) { return KV_STAGE_BYTES / (4 * Dh); }
-
-// Thread 0, before the tile's dependency wait: bulk-copy the split's rows that earlier launches wrote (positions <
-// step_begin, fixed for this launch) into the stage buffer, completing on `bar`. Returns how many rows it copies
-// (pre > 0), or -1 for the unstaged tile: 4- or 8-head tiles (the three-pass tile), a split longer than the buffer,
-// or one with no row before this launch (then every row is a dependent load either way).
-__device__ __forceinline__ int kv_stage_issue(const Params& p, unsigned long long* bar, int layer, int kv_head, int split,
-                                              int pos) {
-  const int Dh = (int)p.head_dim, n = kv_split_len(p, split, pos), lo = kv_split_lo(p, split);
-  if (p.n_heads / p.n_kv_heads / p.attn_head_parts > 2 || n <= 0 || n > kv_stage_cap(Dh)) return -1;
-  const int pre = min(n, (int)p.step_begin - lo);
-  if (pre <= 0) return -1;
-  const size_t row0 = (((size_t)layer * p.n_kv_heads + kv_head) * p.max_seq + lo) * Dh;
-  const unsigned bytes = (unsigned)pre * (unsigned)Dh * 2u;
-  stage_expect(bar, 2u * bytes);
-  stage_copy(bar, stage_buffer, reinterpret_cast<const char*>(p.k_cache + row0), bytes);
-  stage_copy(bar, stage_buffer + (size_t)kv_stage_cap(Dh) * Dh * 2, reinterpret_cast<const char*>(p.v_cache + row0),
-             bytes);
-  return pre;
-}
-
-// Where a staged tile's q lives in shared memory: after the v2 tile's warp sums and (max, sum) pairs.
 template <int G>
-__device__ __forceinline__ float* kv_stage_q(float* smem, int Dh) { return smem + ((NWARPS * G * (Dh + 2) + 3) & ~3); }
-
-// Every thread, after the wait: the rows this launch wrote, [pre, n), into the stage buffer beside the copied ones,
-// and the tile's q into shared memory, all in one round trip (8 16-byte loads per thread in flight). The caller
-// waits for the bulk copy and meets at a barrier before the tile reads them.
-template <int G>
-__device__ __noinline__ void kv_stage_tail(const Params& p, int layer, int kv_head, int split, int head_part,
-                                              int pos, int pre, float* smem) {
-  const int Dh = (int)p.head_dim, n = kv_split_len(p, split, pos), lo = kv_split_lo(p, split), lpr = Dh / 8;
-  const int q0 = kv_head * (int)(p.n_heads / p.n_kv_heads) + head_part * G;
-  const float4* qg = reinterpret_cast<const float4*>(p.q + (size_t)layer * p.hidden + (size_t)q0 * Dh);
-  float4* qs = reinterpret_cast<float4*>(kv_stage_q<G>(smem, Dh));
-  const size_t row0 = (((size_t)layer * p.n_kv_heads + kv_head) * p.max_seq + lo) * Dh;
-  const uint4* kg = reinterpret_cast<const uint4*>(p.k_cache + row0);
-  const uint4* vg = reinterpret_cast<const uint4*>(p.v_cache + row0);
-  uint4* ks = reinterpret_cast<uint4*>(stage_buffer);
-  uint4* vs = ks + (size_t)kv_stage_cap(Dh) * lpr;
-  const int nq = G * Dh / 4, first = pre * lpr, pieces = (n - pre) * lpr;  // K pieces (V the same count)
-  if ((int)threadIdx.x < nq) qs[threadIdx.x] = __ldcg(qg + threadIdx.x);
-  for (int i0 = (int)threadIdx.x; i0 < pieces; i0 += 4 * THREADS) {
-    uint4 k[4], v[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int i = first + min(i0 + u * THREADS, pieces - 1);
-      k[u] = __ldcg(kg + i);
-      v[u] = __ldcg(vg + i);
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int i = first + min(i0 + u * THREADS, pieces - 1);
-      ks[i] = k[u];
-      vs[i] = v[u];
-    }
-  }
-}
-#define MK_V2_TEMPLATE template <int G, bool STAGED>
-#else
-#define MK_V2_TEMPLATE template <int G>
-#endif
-
-MK_V2_TEMPLATE
 __device__ __noinline__ void attention_partial_v2_t(const Params& p, int layer, int kv_head, int split, int head_part,
                                                     int pos, float* smem) {
   constexpr int U = 4;
@@ -335,14 +264,6 @@ __device__ __noinline__ void attention_partial_v2_t(const Params& p, int layer, 
   const float* qg = p.q + (size_t)layer * p.hidden + (size_t)q0 * Dh + 8 * c8;
 #pragma unroll
   for (int j = 0; j < G; ++j) {
-#if MK_KV_STAGE
-    if constexpr (STAGED) {  // kv_stage_tail put q in shared memory
-      const float* qsm = kv_stage_q<G>(smem, Dh) + j * Dh + 8 * c8;
-      qa[j] = *reinterpret_cast<const float4*>(qsm);
-      qb[j] = *reinterpret_cast<const float4*>(qsm + 4);
-      continue;
-    }
-#endif
     qa[j] = __ldcg(reinterpret_cast<const float4*>(qg + j * Dh));
     qb[j] = __ldcg(reinterpret_cast<const float4*>(qg + j * Dh + 4));
   }
@@ -356,22 +277,10 @@ __device__ __noinline__ void attention_partial_v2_t(const Params& p, int layer, 
   }
   for (int base = warp * rpw; base < n; base += U * stride) {  // warp-uniform trips (shuffles inside)
     uint4 k[U], v[U];
-#if MK_KV_STAGE
-    if constexpr (STAGED) {  // every row of the split is in the stage buffer (K rows, then V rows from cap)
-      const uint4* ks = reinterpret_cast<const uint4*>(stage_buffer) + c8;
-      const uint4* vs = ks + (size_t)kv_stage_cap(Dh) * lpr;
-#pragma unroll
-      for (int u = 0; u < U; ++u) k[u] = ks[(size_t)min(base + sub + u * stride, n - 1) * lpr];
-#pragma unroll
-      for (int u = 0; u < U; ++u) v[u] = vs[(size_t)min(base + sub + u * stride, n - 1) * lpr];
-    } else
-#endif
-    {
 #pragma unroll
     for (int u = 0; u < U; ++u) k[u] = __ldcg(kbase + (size_t)min(base + sub + u * stride, n - 1) * lpr);
 #pragma unroll
     for (int u = 0; u < U; ++u) v[u] = __ldcg(vbase + (size_t)min(base + sub + u * stride, n - 1) * lpr);
-    }
     float s[U][G];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -486,21 +395,10 @@ __device__ __noinline__ void attention_partial_v2_t(const Params& p, int layer, 
 }
 #endif
 
-// kv_pre (MK_KV_STAGE builds): kv_stage_issue's count (>= 0: the staged tile, whose rows the caller put in the stage
-// buffer; -1: unstaged)
 __device__ __forceinline__ void attention_partial(const Params& p, int layer, int kv_head, int split, int head_part,
-                                                  int pos, float* smem, [[maybe_unused]] int kv_pre = -1) {
+                                                  int pos, float* smem) {
   switch ((int)(p.n_heads / p.n_kv_heads / p.attn_head_parts)) {  // host-checked: 1, 2, 4 or 8
-#if MK_KV_STAGE  // the v2 tiles (config.cuh requires MK_ATTN_V2), staged or not
-    case 1:
-      if (kv_pre >= 0) attention_partial_v2_t<1, true>(p, layer, kv_head, split, head_part, pos, smem);
-      else attention_partial_v2_t<1, false>(p, layer, kv_head, split, head_part, pos, smem);
-      break;
-    case 2:
-      if (kv_pre >= 0) attention_partial_v2_t<2, true>(p, layer, kv_head, split, head_part, pos, smem);
-      else attention_partial_v2_t<2, false>(p, layer, kv_head, split, head_part, pos, smem);
-      break;
-#elif MK_ATTN_V2  // 1 or 2 heads per tile (the default's 2); 4 and 8 keep the three-pass tile (v2 would spill there)
+#if MK_ATTN_V2  // 1 or 2 heads per tile (the default's 2); 4 and 8 keep the three-pass tile (v2 would spill there)
     case 1: attention_partial_v2_t<1>(p, layer, kv_head, split, head_part, pos, smem); break;
     case 2: attention_partial_v2_t<2>(p, layer, kv_head, split, head_part, pos, smem); break;
 #else
@@ -511,15 +409,6 @@ __device__ __forceinline__ void attention_partial(const Params& p, int layer, in
     default: attention_partial_t<8>(p, layer, kv_head, split, head_part, pos, smem); break;
   }
 }
-
-#if MK_KV_STAGE
-// kv_stage_tail for the tile's head count (the staged tiles: 1 or 2 heads)
-__device__ __forceinline__ void kv_stage_load_tail(const Params& p, int layer, int kv_head, int split, int head_part,
-                                                   int pos, int pre, float* smem) {
-  if (p.n_heads / p.n_kv_heads / p.attn_head_parts == 1) kv_stage_tail<1>(p, layer, kv_head, split, head_part, pos, pre, smem);
-  else kv_stage_tail<2>(p, layer, kv_head, split, head_part, pos, pre, smem);
-}
-#endif
 
 // wts[h * used + s] = head h's combine weight of split s, e^(m_s - M) / sum_s'(l_s' e^(m_s' - M)), from the
 // splits' (max, sum) pairs at base + off (rows of Dh + 2 floats, NS per head): an online max / sum over chunks of 8

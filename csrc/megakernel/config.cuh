@@ -118,16 +118,11 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if MK_ONE_SPLIT && MK_LAST_COMBINE
 #error "MK_ONE_SPLIT and MK_LAST_COMBINE both write attn_out: build one of them"
 #endif
-#ifndef MK_KV_STAGE
-// Row 43 (opt-in, not yet GPU-run; NOTES.md "Ready: row 43"): 1: an AttnPartial tile of 1 or 2 query heads bulk-copies
-// the K/V rows of its split that earlier launches wrote (positions < step_begin: they cannot change during this
-// launch) into shared memory *before* its dependency wait, as weight staging does (stage.cuh), then loads only this
-// launch's rows after the wait and reads every row from shared memory (attention.cuh: kv_stage_issue). 0: off.
-#define MK_KV_STAGE 0
-#endif
-// Removed experiments (NOTES.md "Rows 37, 37b-c and 39 removed"): refused rather than silently built without them.
-#if defined(MK_LL_HANDOFF) || defined(MK_LL_SPIN_NS) || defined(MK_DOWN_BODY) || defined(MK_DOWN_TRIPS)
-#error "MK_LL_HANDOFF, MK_LL_SPIN_NS, MK_DOWN_BODY and MK_DOWN_TRIPS were removed in session 15 (rows 37 and 39): drop the flag"
+// Removed experiments (NOTES.md "Rows 37, 37b-c and 39 removed", "Row 43 removed"): refused rather than silently built
+// without them.
+#if defined(MK_LL_HANDOFF) || defined(MK_LL_SPIN_NS) || defined(MK_DOWN_BODY) || defined(MK_DOWN_TRIPS) || \
+    defined(MK_KV_STAGE) || defined(MK_KV_STAGE_BYTES)
+#error "MK_LL_HANDOFF, MK_LL_SPIN_NS, MK_DOWN_BODY and MK_DOWN_TRIPS were removed in session 15 (rows 37 and 39), MK_KV_STAGE and MK_KV_STAGE_BYTES in session 16 (row 43): drop the flag"
 #endif
 #ifndef MK_KV_PREFETCH
 // Row 44 (opt-in, not yet GPU-run; NOTES.md "Ready: row 44"): 1: an AttnPartial tile's warp 0 bulk-prefetches its
@@ -150,23 +145,8 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if MK_PF_GATE < 0 || MK_PF_GATE > 2
 #error "MK_PF_GATE is 0 (off), 1 (a tile's W_PF_GATE-gated L2 prefetch of its own weights) or 2 (the same into shared memory)"
 #endif
-#if MK_PF_GATE == 2 && (MK_RING || MK_KV_STAGE)
-#error "MK_PF_GATE=2 stages into the stage buffer: no MK_RING or MK_KV_STAGE with it"
-#endif
-#ifndef MK_KV_STAGE_BYTES
-// The K/V buffer (dynamic shared memory, K rows then V rows): 77824 B = 304 positions of K and V at head_dim 64, the
-// most that keeps two CTAs per SM (2 x (35456 static + 1024 reserved + 77824) = 228608 <= 233472 B per SM); a split
-// with more positions takes the unstaged path.
-#define MK_KV_STAGE_BYTES 77824
-#endif
-#if MK_KV_STAGE < 0 || MK_KV_STAGE > 1
-#error "MK_KV_STAGE is 0 (off) or 1 (K/V rows of earlier launches bulk-copied to shared memory before the wait)"
-#endif
-#if MK_KV_STAGE && (MK_RING || !MK_ATTN_V2)
-#error "MK_KV_STAGE uses the stage buffer (no MK_RING) and the v2 attention tile (MK_ATTN_V2=1)"
-#endif
-#if MK_KV_STAGE_BYTES <= 0 || MK_KV_STAGE_BYTES % 256
-#error "MK_KV_STAGE_BYTES is a positive multiple of 256 (whole K + V rows of 16-byte pieces)"
+#if MK_PF_GATE == 2 && MK_RING
+#error "MK_PF_GATE=2 stages into the stage buffer: no MK_RING with it"
 #endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)
@@ -180,7 +160,6 @@ constexpr int COMBINE_PER_THREAD = 8;    // attention outputs per thread in the 
 constexpr int MAX_SPLITS = 32;           // attention splits per head (O-proj combine weights in shared memory)
 constexpr int MAX_GROUP = 8;             // query heads per KV head (GQA) kept in registers
 constexpr int VEC_SLOTS = 6;             // MK_VEC_BATCH's float4 loads per thread in flight (TinyLlama's 5632: 5-6)
-constexpr int KV_STAGE_BYTES = MK_KV_STAGE_BYTES;  // the K/V stage buffer (MK_KV_STAGE)
 constexpr int SPREAD_SMS = 256;          // per-SM slot counters of MK_SM_SPREAD's registration (megakernel.cu: spread_rank)
 static_assert(THREADS % 32 == 0, "whole warps");
 static_assert(SMEM_FLOATS * 4 + MAX_TILE_ROWS * 4 <= 48 * 1024, "static shared memory stays under 48 KiB");

@@ -103,9 +103,6 @@ struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
 #if MK_POLL2
   int poll_seen;  // the two pollers' flag (sync.cuh: wait_counter_pair, poll_helper): 0 polling, 1 helper saw it, 2 done
 #endif
-#if MK_KV_STAGE
-  int kv_pre;  // row 43: K/V rows of this AttnPartial tile bulk-copied before the wait (attention.cuh), -1 none
-#endif
 };
 
 
@@ -621,11 +618,7 @@ __device__ void worker(const Params& p, Smem& s) {
 #if MK_POLL2
     s.poll_seen = 0;
 #endif
-#if MK_KV_STAGE
-    stage_init(&s.stage_bar);  // row 43: the K/V copies complete on it (the host refuses stage_bytes with the flag)
-#else
     if (p.stage_bytes > 0) stage_init(&s.stage_bar);
-#endif
 #if MK_RING
     ring_init(s.ring);
 #endif
@@ -658,13 +651,6 @@ __device__ void worker(const Params& p, Smem& s) {
         prefetch_tile(w + stage, MK_PF_OWN_CAP ? min(bytes - stage, (unsigned)MK_PF_OWN_CAP) : bytes - stage);
 #endif
       if (threadIdx.x == 0) s.staged = (int)stage;
-#if MK_KV_STAGE
-      // row 43: an attention tile's K/V rows of earlier launches go to shared memory while it waits for q
-      if (threadIdx.x == 0 && op == OP_ATTN_PARTIAL) {
-        s.kv_pre = kv_stage_issue(p, &s.stage_bar, layer, s.ins[W_A0], MK_ATTN_SPLIT(s.ins), step);
-        if (s.kv_pre >= 0) s.staged = 1;  // a copy in flight: the phase flips at the tile's end, drained on a failure
-      }
-#endif
 #if MK_KV_PREFETCH
       // row 44: an attention tile's K/V rows into L2 while it waits for q
       if (op == OP_ATTN_PARTIAL) kv_prefetch_l2(p, layer, s.ins[W_A0], MK_ATTN_SPLIT(s.ins), step);
@@ -731,20 +717,7 @@ __device__ void worker(const Params& p, Smem& s) {
       case OP_QKV_HEAD: op_qkv(p, s, layer, s.ins[W_A0], s.ins[W_A1], s.ins[W_A2], step); break;
       case OP_ATTN_PARTIAL: {
         MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
-#if MK_KV_STAGE
-        if (s.kv_pre >= 0) {  // row 43: this launch's rows and q after the wait, then the bulk copy's landing
-          kv_stage_load_tail(p, layer, s.ins[W_A0], MK_ATTN_SPLIT(s.ins), s.ins[W_A2], step, s.kv_pre, s.xs);
-          const bool landed = stage_wait(&s.stage_bar, s.stage_phase, (unsigned long long)p.timeout_ns);
-          if (__syncthreads_or(!landed)) {  // every thread takes the same branch, even at the deadline's edge
-            if (threadIdx.x == 0) raise_error(p, ERROR_STAGE_TIMEOUT, (int)t, step, index, op);
-            break;  // no output: the launch stops and the host raises
-          }
-        }
-        const int kv_pre = s.kv_pre;
-#else
-        const int kv_pre = -1;  // no staged rows
-#endif
-        attention_partial(p, layer, s.ins[W_A0], MK_ATTN_SPLIT(s.ins), s.ins[W_A2], step, s.xs, kv_pre);
+        attention_partial(p, layer, s.ins[W_A0], MK_ATTN_SPLIT(s.ins), s.ins[W_A2], step, s.xs);
 #if MK_LAST_COMBINE
         attn_arrive(p, s, layer, s.ins[W_A0], step);  // MK_LAST_COMBINE=2: returns at once in an O-proj-form launch
 #endif
