@@ -11,9 +11,16 @@ import pytest
 import megakernel.instructions as I
 from benchmarks.decode import variant_rows
 from megakernel.dag import DEFAULT_TILES, build_decode_program, default_tiles
-from megakernel.runtime import check_gates, option_flags, prefetch_plan, tile_weight_ranges
+from megakernel.runtime import check_gates, prefetch_plan, tile_weight_ranges
 from tinyllama.config import get_config
-from toolchain import cubin_sha256, megakernel_builds, needs_nvcc, skip_without_tools  # noqa: F401  (fixture)
+from toolchain import (  # noqa: F401  (megakernel_builds: the fixture)
+    cubin_sha256,
+    default_tile_flags,
+    main_spills,
+    megakernel_builds,
+    needs_nvcc,
+    skip_without_tools,
+)
 
 GATE = (("oproj", "qkv", None), ("gateup", "attn", 64 << 10))
 
@@ -93,42 +100,37 @@ def test_gates_with_staging_are_refused_before_any_gpu_work(monkeypatch):
         runtime.MegakernelDecoder(weights, prefetch_gate=(("logits", "qkv", None),))
 
 
-def _flags(extra: tuple[str, ...] = ()) -> tuple[str, ...]:
-    return extra + option_flags(DEFAULT_TILES, extra)
-
-
-def _main_spills(log: str) -> tuple[int, int]:
-    m = re.search(r"Function properties for argus_megakernel\n\s+\d+ bytes stack frame, (\d+) bytes spill stores, "
-                  r"(\d+) bytes spill loads", log)
-    return int(m.group(1)), int(m.group(2))
-
-
 @needs_nvcc
 @pytest.mark.parametrize("mode", [0, 2])
 def test_flag_off_is_the_same_cubin(builds, mode):
-    assert cubin_sha256(builds(mode, _flags())) == cubin_sha256(builds(mode, _flags(("-DMK_PF_GATE=0",))))
+    assert cubin_sha256(builds(mode, default_tile_flags())) == cubin_sha256(builds(mode, default_tile_flags(("-DMK_PF_GATE=0",))))
 
 
 @needs_nvcc
+@pytest.mark.parametrize("gate", [1, 2], ids=["l2", "stage"])
 @pytest.mark.parametrize("mode", [0, 2])
-def test_the_flag_build_spills_no_more(builds, mode):
+def test_the_flag_build_spills_no_more(builds, mode, gate):
     """ptxas 2026-12-03: 128 registers and the default build's spills (mode 0: 20 B stores, 44 B loads; mode 2:
-    28 / 264), with gate_then_prefetch out of line."""
-    gated, plain = builds(mode, _flags(("-DMK_PF_GATE=1",))), builds(mode, _flags())
+    28 / 264), with gate_then_prefetch out of line; MK_PF_GATE=1 (row 45) and 2 (row 46)."""
+    gated, plain = builds(mode, default_tile_flags((f"-DMK_PF_GATE={gate}",))), builds(mode, default_tile_flags())
     assert gated.registers() == 128 and "warning" not in gated.ptxas_log.lower(), gated.ptxas_log
-    assert _main_spills(gated.ptxas_log) == _main_spills(plain.ptxas_log)
+    assert main_spills(gated.ptxas_log) == main_spills(plain.ptxas_log)
 
 
 @needs_nvcc
-def test_the_gate_waits_then_prefetches(builds):
+@pytest.mark.parametrize("gate, issues, never", [(1, "UBLKPF", None), (2, "UBLKCP", "UBLKPF")], ids=["l2", "stage"])
+def test_the_gate_waits_then_moves_the_bytes(builds, gate, issues, never):
+    """gate_then_prefetch calls the counter wait, then MK_PF_GATE=1 issues the L2 bulk prefetch (UBLKPF), 2 the bulk
+    copy into shared memory (UBLKCP) and no prefetch; the default build has no such function."""
     skip_without_tools("nvdisasm")
     from megakernel.sass_diff import disassembly, functions
 
-    fns = functions(disassembly(builds(0, _flags(("-DMK_PF_GATE=1",))).cubin))
-    gate = next(v for k, v in fns.items() if "gate_then_prefetch" in k)
-    assert any(i.startswith("UBLKPF") for i in gate)  # the L2 bulk prefetch
-    assert any(i.startswith("CALL") for i in gate)  # the counter wait (wait_counter, out of line)
-    assert not any("gate_then_prefetch" in k for k in functions(disassembly(builds(0, _flags()).cubin)))
+    fns = functions(disassembly(builds(0, default_tile_flags((f"-DMK_PF_GATE={gate}",))).cubin))
+    body = next(v for k, v in fns.items() if "gate_then_prefetch" in k)
+    assert any(i.startswith(issues) for i in body)
+    assert never is None or not any(i.startswith(never) for i in body)
+    assert any(i.startswith("CALL") for i in body)  # the counter wait (wait_counter, out of line)
+    assert not any("gate_then_prefetch" in k for k in functions(disassembly(builds(0, default_tile_flags()).cubin)))
 
 
 @needs_nvcc
@@ -136,7 +138,7 @@ def test_a_bad_value_does_not_compile(builds):
     from megakernel.build import BuildError
 
     with pytest.raises(BuildError, match="MK_PF_GATE is 0 .off., 1"):
-        builds(0, _flags(("-DMK_PF_GATE=3",)))
+        builds(0, default_tile_flags(("-DMK_PF_GATE=3",)))
 
 
 # ---- row 46: the gated bytes staged in shared memory (gate_stage_bytes -> MK_PF_GATE=2) ----
@@ -167,30 +169,11 @@ def test_bad_stage_gates_are_refused_before_any_gpu_work(kw, match, monkeypatch)
 
 
 @needs_nvcc
-@pytest.mark.parametrize("mode", [0, 2])
-def test_the_stage_build_spills_no_more(builds, mode):
-    gated, plain = builds(mode, _flags(("-DMK_PF_GATE=2",))), builds(mode, _flags())
-    assert gated.registers() == 128 and "warning" not in gated.ptxas_log.lower(), gated.ptxas_log
-    assert _main_spills(gated.ptxas_log) == _main_spills(plain.ptxas_log)
-
-
-@needs_nvcc
-def test_the_stage_gate_copies_into_shared_memory(builds):
-    """MK_PF_GATE=2: gate_then_prefetch issues the bulk copy into shared memory (UBLKCP), no L2 prefetch (UBLKPF)."""
-    skip_without_tools("nvdisasm")
-    from megakernel.sass_diff import disassembly, functions
-
-    fns = functions(disassembly(builds(0, _flags(("-DMK_PF_GATE=2",))).cubin))
-    gate = next(v for k, v in fns.items() if "gate_then_prefetch" in k)
-    assert any(i.startswith("UBLKCP") for i in gate) and not any(i.startswith("UBLKPF") for i in gate)
-
-
-@needs_nvcc
 def test_the_stage_gate_refuses_the_other_stage_users(builds):
     from megakernel.build import BuildError
 
     with pytest.raises(BuildError, match="MK_PF_GATE=2 stages into the stage buffer"):
-        builds(0, _flags(("-DMK_PF_GATE=2", "-DMK_RING=2", "-DMK_DOWN_PIECES=0")))
+        builds(0, default_tile_flags(("-DMK_PF_GATE=2", "-DMK_RING=2", "-DMK_DOWN_PIECES=0")))
 
 
 def test_gate_constants_agree_with_the_kernel():

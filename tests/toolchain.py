@@ -42,6 +42,22 @@ def cubin_sha256(result) -> str:
     return hashlib.sha256(Path(result.cubin).read_bytes()).hexdigest()
 
 
+def default_tile_flags(extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """``extra`` plus the option flags of the default decoder's tiles (megakernel.dag.DEFAULT_TILES): the build a
+    flag row's CPU tests compare against."""
+    from megakernel.dag import DEFAULT_TILES
+    from megakernel.runtime import option_flags
+
+    return extra + option_flags(DEFAULT_TILES, extra)
+
+
+def main_spills(log: str) -> tuple[int, int]:
+    """(spill store bytes, spill load bytes) of the megakernel's entry function in a ptxas -v log."""
+    m = re.search(r"Function properties for argus_megakernel\n\s+\d+ bytes stack frame, (\d+) bytes spill stores, "
+                  r"(\d+) bytes spill loads", log)
+    return int(m.group(1)), int(m.group(2))
+
+
 def parse_sass(lines: list[str]) -> list[tuple[int, str, str, str]]:
     """(address, guard predicate or '', opcode, operands) of each SASS line of sass_lines' output."""
     out = []
