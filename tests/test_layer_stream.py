@@ -67,7 +67,7 @@ def test_default_configs_and_refusals():
     with pytest.raises(ValueError, match="unknown mode"):
         ls.configs(["ring2"], 132)
     with pytest.raises(ValueError, match="exceed"):
-        ls.check_config(ls.Config("ring", 132, 14, 16))  # 224 KiB + static > 227 KiB
+        ls.check_config(ls.Config("ring", 132, 14, 16))  # 224 KiB + the 4 KiB static allowance > 227 KiB
     with pytest.raises(ValueError, match="holds no 11264-byte Down row"):
         ls.check_config(ls.Config("ring", 132, 8, 8))
     with pytest.raises(ValueError, match=r"\[1, 32\]"):
@@ -133,3 +133,18 @@ def test_two_layer_launch_matches_torch(cfg):
     assert len(res["layer_us"]) == 2 and all(v > 0 for v in res["layer_us"]) and res["span_ns"] > 0
     if cfg.wait:  # each layer waits for 3 us of attention at least
         assert min(res["layer_us"]) > 3.0
+
+
+@needs_nvcc
+def test_ring_static_shared_memory_fits_its_allowance():
+    """The pages' budget (check_config) leaves RING_STATIC_SMEM for layer_ring's own shared memory."""
+    import subprocess
+
+    from argus_rt.tools import find_tool
+
+    skip_without_tools("cuobjdump")
+    text = subprocess.run([str(find_tool("cuobjdump")), "-res-usage", str(ls.build_cubin())], capture_output=True,
+                          text=True, check=True).stdout
+    m = re.search(r"Function layer_ring:\s+REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
+    assert m, text
+    assert int(m.group(3)) <= ls.RING_STATIC_SMEM and int(m.group(2)) == 0 and int(m.group(4)) == 0
