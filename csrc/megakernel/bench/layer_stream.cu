@@ -1,0 +1,377 @@
+// Layer-stream microbenchmark: what does a loader warp that streams weights *across* dependency waits buy
+// over the megakernel's register-streamed workers, on TinyLlama-1.1B's phase chain (benchmarks/layer_stream.py)?
+//
+// One persistent launch runs `layers` layers of five dependent phases, fresh bf16 weights per layer (88.1 MB):
+//   QKV  GEMV 2560 x 2048, 160 tiles of 16 rows    ATTN 32 tiles, no weights: a 64-float load of QKV's output,
+//   O    GEMV 2048 x 2048, 128 tiles of 16 rows         a %globaltimer spin of attn_ns, 64 floats written
+//   GU   GEMV 11264 x 2048, 256 tiles of 44 rows   DOWN GEMV 2048 x 5632, 256 tiles of 8 rows
+// Tile t of a phase belongs to worker (CTA) t % gridDim.x. A tile waits until the previous phase's counter of
+// its layer (QKV: the previous layer's DOWN) reached that phase's tile count (thread 0, ld.acquire.gpu), reads
+// its input vector (fixed host vectors, __ldcg, so outputs are checkable), writes its rows, and thread 0 adds 1
+// to its own counter (red.release.gpu) after a barrier. `wait` = 0 skips every dependency wait (the streaming
+// control). Thread 0 stamps %globaltimer when a tile is done: the host takes the latest stamp per (layer,
+// phase) over the workers as that phase's end. Every wait has a %globaltimer deadline; a missed one sets
+// err[0..3] = {code, layer, phase, block} and every CTA leaves (each wait also gives up once err[0] is set), so a
+// bug cannot hang the GPU.
+//
+//   layer_regs: the megakernel's worker (256 threads, 2 CTAs per SM, <= 128 registers): warp 0 L2-prefetches
+//               the tile's first pf_head bytes, thread 0 waits, load_vector, then gemv_tile (gemv_rows<false>;
+//               Down: gemv_halves, the megakernel's default MK_DOWN_PIECES=1) with loads straight from global.
+//   layer_ring: one CTA per SM, 8 consumer warps + 1 loader warp. Lane 0 of the loader walks the CTA's whole
+//               tile list (all layers) and bulk-copies (cp.async.bulk) each tile's contiguous weight bytes, whole
+//               rows per page, into a ring of `pages` x `page_bytes` of dynamic shared memory, waiting only for
+//               a free page, never for a dependency. Consumers take the tiles in the same order.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "gemv.cuh"   // mk::gemv_rows, gemv_halves, load_vector, prefetch_tile, dot8, warp_sum
+#include "stage.cuh"  // mk::smem_addr
+
+namespace {
+
+constexpr int NPHASE = 5;
+enum { QKV = 0, ATTN = 1, OPROJ = 2, GU = 3, DOWN = 4 };
+// Per phase (benchmarks/layer_stream.py PHASES mirrors these; tests/test_layer_stream.py checks they agree).
+// Functions, not arrays: a constexpr array cannot be indexed at run time in device code.
+__host__ __device__ constexpr int pick(int phase, int qkv, int attn, int o, int gu, int down) {
+  return phase == QKV ? qkv : phase == ATTN ? attn : phase == OPROJ ? o : phase == GU ? gu : down;
+}
+__host__ __device__ constexpr int ROWS(int p) { return pick(p, 2560, 2048, 2048, 11264, 2048); }  // outputs per layer
+__host__ __device__ constexpr int KDIM(int p) { return pick(p, 2048, 0, 2048, 2048, 5632); }
+__host__ __device__ constexpr int TILE_ROWS(int p) { return pick(p, 16, 64, 16, 44, 8); }  // ATTN: 64 floats
+__host__ __device__ constexpr int TILES(int p) { return pick(p, 160, 32, 128, 256, 256); }
+__host__ __device__ constexpr int OUT_OFF(int p) { return pick(p, 0, 2560, 4608, 6656, 17920); }  // in a layer's outputs
+constexpr int OUT_PER_LAYER = 19968;
+constexpr int MAX_TILE_ROWS = 44;
+constexpr int CONSUMERS = 8;        // consumer warps of layer_ring; warp 8 is the loader
+constexpr int CTHREADS = CONSUMERS * 32;
+static_assert(OUT_OFF(4) + ROWS(4) == OUT_PER_LAYER, "output layout");
+static_assert(ROWS(ATTN) == TILES(ATTN) * TILE_ROWS(ATTN) && ROWS(ATTN) <= ROWS(QKV), "ATTN copies QKV outputs");
+static_assert(TILES(QKV) * TILE_ROWS(QKV) == ROWS(QKV) && TILES(OPROJ) * TILE_ROWS(OPROJ) == ROWS(OPROJ) &&
+              TILES(GU) * TILE_ROWS(GU) == ROWS(GU) && TILES(DOWN) * TILE_ROWS(DOWN) == ROWS(DOWN), "whole tiles");
+static_assert(KDIM(QKV) % 256 == 0 && KDIM(DOWN) % 256 == 0, "a warp's 32 chunks lie in one row (ring consumers)");
+
+enum { ERR_DEP = 1, ERR_FULL = 2, ERR_EMPTY = 3 };  // err[0]: which wait missed its deadline
+
+struct Args {
+  const __nv_bfloat16 *wqkv, *wo, *wgu, *wd;  // [layers, ROWS, K] per weight phase
+  const float* xd;                 // input of QKV, O and GU (2048 floats)
+  const float* xf;                 // input of DOWN (5632 floats)
+  float* out;                      // [layers, OUT_PER_LAYER]
+  unsigned* counters;              // [layers, NPHASE], zeroed by the host per launch
+  int* err;                        // 4 words
+  unsigned long long* worker_ns;   // [workers, 2]: start, end
+  unsigned long long* phase_ns;    // [workers, layers, NPHASE]: end of the worker's last tile of it (0: none)
+  int layers, wait, pf_head, pages, page_bytes;
+  unsigned long long attn_ns, timeout_ns;
+};
+
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ bool failed(const int* err) { return *(volatile const int*)err != 0; }
+
+__device__ void report(int* err, int code, int layer, int phase) {
+  if (atomicCAS(err, 0, -1) == 0) {  // the first failure reports; -1 holds the slot while the words are written
+    err[1] = layer;
+    err[2] = phase;
+    err[3] = blockIdx.x;
+    __threadfence();
+    atomicExch(err, code);
+  }
+}
+
+// Thread 0: tile (layer, phase) may start once the counter of the phase before it reached its tile count.
+// Returns false past the deadline or once another CTA failed.
+__device__ bool wait_dependency(const Args& a, int layer, int phase) {
+  if (!a.wait || (layer == 0 && phase == QKV)) return true;
+  const int prev = phase == QKV ? DOWN : phase - 1;
+  const unsigned* ctr = a.counters + (size_t)(phase == QKV ? layer - 1 : layer) * NPHASE + prev;
+  const unsigned need = (unsigned)TILES(prev);
+  if (ld_acquire(ctr) >= need) return true;
+  const unsigned long long start = now_ns();
+  for (unsigned spins = 1;; ++spins) {
+    if (ld_acquire(ctr) >= need) return true;
+    if ((spins & 63u) == 0) {
+      if (failed(a.err)) return false;
+      if (now_ns() - start > a.timeout_ns) {
+        report(a.err, ERR_DEP, layer, phase);
+        return false;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(mk::smem_addr(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(mk::smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ bool bar_try(unsigned long long* bar, unsigned parity) {
+  unsigned done;
+  asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+               : "=r"(done) : "r"(mk::smem_addr(bar)), "r"(parity) : "memory");
+  return done != 0;
+}
+
+// Wait for phase `parity` of an mbarrier; false past the deadline or once any CTA failed (the caller reports).
+// err is read only after 100 us of waiting: a page normally lands within microseconds, and 1056 warps polling
+// one global word while they wait for pages would be traffic the register mode does not have.
+// `give_up_on_error` = false: the loader's final drain, which must see its copies land whatever happened.
+__device__ bool bar_wait(unsigned long long* bar, unsigned parity, const Args& a, bool give_up_on_error = true) {
+  if (bar_try(bar, parity)) return true;
+  const unsigned long long start = now_ns();
+  for (unsigned spins = 1;; ++spins) {
+    if (bar_try(bar, parity)) return true;
+    if ((spins & 15u) == 0) {
+      const unsigned long long waited = now_ns() - start;
+      if (waited > a.timeout_ns || (give_up_on_error && waited > 100000ull && failed(a.err))) return false;
+    }
+  }
+}
+
+// Consumer-only barrier (named barrier 1, the 256 consumer threads) that also ORs a flag over them.
+__device__ __forceinline__ bool consumers_any(bool v) {
+  unsigned r;
+  asm volatile("{ .reg .pred p, q; setp.ne.u32 p, %1, 0; bar.red.or.pred q, 1, %2, p; selp.u32 %0, 1, 0, q; }"
+               : "=r"(r) : "r"((unsigned)v), "n"(CTHREADS) : "memory");
+  return r != 0;
+}
+
+__device__ __forceinline__ const __nv_bfloat16* tile_weights(const Args& a, int layer, int phase, int tile) {
+  // a select, not an indexed array: that would put Args in local memory
+  const __nv_bfloat16* w = phase == QKV ? a.wqkv : phase == OPROJ ? a.wo : phase == GU ? a.wgu : a.wd;
+  return w + ((size_t)layer * ROWS(phase) + (size_t)tile * TILE_ROWS(phase)) * KDIM(phase);
+}
+
+__device__ __forceinline__ float* tile_out(const Args& a, int layer, int phase, int tile) {
+  return a.out + (size_t)layer * OUT_PER_LAYER + OUT_OFF(phase) + tile * TILE_ROWS(phase);
+}
+
+// ATTN's body (threads 0..63 of the tile's CTA after its wait): copy QKV's outputs, spin attn_ns on thread 0.
+// Ends with `sync` (the CTA's or the consumers' barrier), so the copy is done before the caller signals.
+template <typename Sync>
+__device__ __forceinline__ void attn_tile(const Args& a, int layer, int tile, Sync sync) {
+  const int i = threadIdx.x;
+  float v = 0.f;
+  if (i < TILE_ROWS(ATTN)) v = __ldcg(a.out + (size_t)layer * OUT_PER_LAYER + OUT_OFF(QKV) + tile * TILE_ROWS(ATTN) + i);
+  if (i == 0 && a.attn_ns) {
+    const unsigned long long t0 = now_ns();
+    while (now_ns() - t0 < a.attn_ns) {}
+  }
+  sync();  // the spin ends before anything is written
+  if (i < TILE_ROWS(ATTN)) tile_out(a, layer, ATTN, tile)[i] = v;
+  sync();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// layer_regs: the megakernel's worker loop (megakernel.cu: worker, op_*), static tiles.
+__device__ void run_regs(const Args& a) {
+  __shared__ __align__(16) float xs[mk::SMEM_FLOATS];
+  __shared__ int bad;
+  const int worker = blockIdx.x, workers = gridDim.x;
+  for (int layer = 0; layer < a.layers; ++layer) {
+    for (int phase = 0; phase < NPHASE; ++phase) {
+      for (int tile = worker; tile < TILES(phase); tile += workers) {
+        const int K = KDIM(phase);
+        const __nv_bfloat16* W = phase == ATTN ? nullptr : tile_weights(a, layer, phase, tile);
+        // The megakernel's pre-wait L2 prefetch of the tile's head (MK_PF_OWN_CAP, 32 KiB by default).
+        if (W && a.pf_head > 0 && threadIdx.x < 32)
+          mk::prefetch_tile(reinterpret_cast<const char*>(W), min((unsigned)a.pf_head, (unsigned)(TILE_ROWS(phase) * K * 2)));
+        if (threadIdx.x == 0) bad = !wait_dependency(a, layer, phase);
+        __syncthreads();
+        if (bad) return;
+        if (phase == ATTN) {
+          attn_tile(a, layer, tile, [] { __syncthreads(); });
+        } else {
+          mk::load_vector(phase == DOWN ? a.xf : a.xd, K, xs);  // ends with a barrier
+          float* out = tile_out(a, layer, phase, tile);
+          if (phase == DOWN) mk::gemv_halves<mk::NWARPS>(W, K, TILE_ROWS(phase), xs, out);
+          else mk::gemv_tile(W, K, TILE_ROWS(phase), xs, out);  // gemv_rows<false>, __noinline__ as there
+          __syncthreads();  // every warp's rows are written (and xs is free again) ...
+        }
+        if (threadIdx.x == 0) {
+          red_release_add(a.counters + (size_t)layer * NPHASE + phase, 1u);  // ... before the counter says so
+          a.phase_ns[((size_t)worker * a.layers + layer) * NPHASE + phase] = now_ns();
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// layer_ring. Pages hold whole rows: rows_per_page = min(tile rows, page_bytes / row bytes) (K 2048 at 16 KiB:
+// 4 rows; K 5632: 1 row, 11 KiB of the page). Pages are numbered per CTA in issue order (seq): slot seq % pages,
+// phase (seq / pages) & 1 of that slot's full / empty mbarriers.
+
+__device__ __forceinline__ int rows_per_page(int phase, int page_bytes) {
+  return min(TILE_ROWS(phase), page_bytes / (KDIM(phase) * 2));
+}
+
+// Lane 0 of the loader warp: every weight page of this CTA, all layers, in the consumers' order.
+__device__ void ring_loader(const Args& a, unsigned char* ring, unsigned long long* full, unsigned long long* empty) {
+  const int worker = blockIdx.x, workers = gridDim.x;
+  unsigned seq = 0;
+  bool ok = true;
+  for (int layer = 0; layer < a.layers && ok; ++layer) {
+    for (int phase = 0; phase < NPHASE && ok; ++phase) {
+      if (phase == ATTN) continue;
+      const unsigned row_bytes = KDIM(phase) * 2;
+      const int rpp = rows_per_page(phase, a.page_bytes);
+      for (int tile = worker; tile < TILES(phase) && ok; tile += workers) {
+        const char* src = reinterpret_cast<const char*>(tile_weights(a, layer, phase, tile));
+        for (int r0 = 0; r0 < TILE_ROWS(phase); r0 += rpp, ++seq) {
+          const unsigned slot = seq % a.pages, round = seq / a.pages;
+          if (round > 0 && !bar_wait(&empty[slot], (round - 1) & 1u, a)) {  // the consumers freed the slot
+            report(a.err, ERR_EMPTY, layer, phase);  // a no-op when another wait failed first
+            ok = false;
+            break;
+          }
+          const unsigned bytes = (unsigned)min(rpp, TILE_ROWS(phase) - r0) * row_bytes;
+          asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                       ::"r"(mk::smem_addr(&full[slot])), "r"(bytes) : "memory");
+          asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                       ::"r"(mk::smem_addr(ring + (size_t)slot * a.page_bytes)), "l"(src + (size_t)r0 * row_bytes),
+                         "r"(bytes), "r"(mk::smem_addr(&full[slot])) : "memory");
+        }
+      }
+    }
+  }
+  // No copy may outlive the CTA: the last round of each slot has landed (normally the consumers saw it already).
+  for (unsigned s = seq > (unsigned)a.pages ? seq - a.pages : 0; s < seq; ++s)
+    bar_wait(&full[s % a.pages], (s / a.pages) & 1u, a, false);
+}
+
+// The consumers' GEMV of one tile from the ring. Thread t owns chunks c = t, t + 256, ... (< K / 8) of every row,
+// with their 8 activations in registers (NC float4 pairs: 1 for K 2048, 3 for 5632, read once per tile), so the
+// page is the only shared-memory traffic. A warp's 32 chunks lie in one row: one warp sum per (row, warp) into
+// parts[row][warp], summed in a fixed order at the end. Returns false when a page missed its deadline.
+template <int K>
+__device__ bool ring_gemv(const Args& a, int layer, int phase, int tile, const unsigned char* ring,
+                          unsigned long long* full, unsigned long long* empty, unsigned& seq, float* parts) {
+  constexpr int C = K / 8, NC = (C + CTHREADS - 1) / CTHREADS;
+  const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+  const float4* x4 = reinterpret_cast<const float4*>(phase == DOWN ? a.xf : a.xd);
+  float4 xa[NC], xb[NC];
+#pragma unroll
+  for (int j = 0; j < NC; ++j) {
+    const int c = t + j * CTHREADS;
+    xa[j] = c < C ? __ldcg(x4 + 2 * c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    xb[j] = c < C ? __ldcg(x4 + 2 * c + 1) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  const int rows = TILE_ROWS(phase), rpp = rows_per_page(phase, a.page_bytes);
+  bool ok = true;
+  for (int r0 = 0; r0 < rows; r0 += rpp, ++seq) {
+    const unsigned slot = seq % a.pages;
+    ok = __all_sync(0xffffffffu, bar_wait(&full[slot], (seq / a.pages) & 1u, a));  // warp-uniform from here
+    if (!ok) {  // report now: the other warps' waits give up once err is set
+      if (lane == 0) report(a.err, ERR_FULL, layer, phase);
+      break;
+    }
+    const uint4* page = reinterpret_cast<const uint4*>(ring + (size_t)slot * a.page_bytes);
+    const int n = min(rpp, rows - r0);
+    for (int r = 0; r < n; ++r) {
+      float acc = 0.f;
+#pragma unroll
+      for (int j = 0; j < NC; ++j) {
+        const int c = t + j * CTHREADS;
+        if (c < C) acc += mk::dot8(page[r * C + c], xa[j], xb[j]);  // warp-uniform condition (C % 32 == 0)
+      }
+      acc = mk::warp_sum(acc);
+      if (lane == 0) parts[(r0 + r) * CONSUMERS + warp] = acc;
+    }
+    __syncwarp();
+    if (lane == 0) bar_arrive(&empty[slot]);  // this warp is done with the slot
+  }
+  if (consumers_any(!ok)) return false;
+  if (t < rows) {
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < CONSUMERS; ++w) s += parts[t * CONSUMERS + w];
+    tile_out(a, layer, phase, tile)[t] = s;
+  }
+  return true;
+}
+
+__device__ void ring_consumers(const Args& a, const unsigned char* ring, unsigned long long* full,
+                               unsigned long long* empty) {
+  __shared__ float parts[MAX_TILE_ROWS * CONSUMERS];
+  const int worker = blockIdx.x, workers = gridDim.x;
+  unsigned seq = 0;
+  for (int layer = 0; layer < a.layers; ++layer) {
+    for (int phase = 0; phase < NPHASE; ++phase) {
+      for (int tile = worker; tile < TILES(phase); tile += workers) {
+        const bool bad = threadIdx.x == 0 && !wait_dependency(a, layer, phase);
+        if (consumers_any(bad)) return;
+        bool ok = true;
+        if (phase == ATTN) attn_tile(a, layer, tile, [] { consumers_any(false); });
+        else if (phase == DOWN) ok = ring_gemv<KDIM(DOWN)>(a, layer, phase, tile, ring, full, empty, seq, parts);
+        else ok = ring_gemv<KDIM(QKV)>(a, layer, phase, tile, ring, full, empty, seq, parts);
+        if (!ok) return;
+        consumers_any(false);  // the tile's outputs are written (and parts is free again) before the signal
+        if (threadIdx.x == 0) {
+          red_release_add(a.counters + (size_t)layer * NPHASE + phase, 1u);
+          a.phase_ns[((size_t)worker * a.layers + layer) * NPHASE + phase] = now_ns();
+        }
+      }
+    }
+  }
+}
+
+__device__ void run_ring(const Args& a) {
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ __align__(8) unsigned long long full[32], empty[32];
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < a.pages; ++s) {
+      bar_init(&full[s], 1);             // the loader's arrive.expect_tx (+ the copy's bytes)
+      bar_init(&empty[s], CONSUMERS);    // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x >= CTHREADS) {
+    if (threadIdx.x == CTHREADS) ring_loader(a, ring, full, empty);
+    __syncwarp();
+  } else {
+    ring_consumers(a, ring, full, empty);
+  }
+}
+
+template <bool kRing>
+__device__ void layer_stream(const Args& a) {
+  if (threadIdx.x == 0) a.worker_ns[2 * blockIdx.x] = now_ns();
+  if constexpr (kRing) run_ring(a);
+  else run_regs(a);
+  __syncthreads();
+  if (threadIdx.x == 0) a.worker_ns[2 * blockIdx.x + 1] = now_ns();
+}
+
+}  // namespace
+
+#define LS_ARGS                                                                                                    \
+  const __nv_bfloat16 *wqkv, const __nv_bfloat16 *wo, const __nv_bfloat16 *wgu, const __nv_bfloat16 *wd,           \
+      const float *xd, const float *xf, float *out, unsigned *counters, int *err, unsigned long long *worker_ns,   \
+      unsigned long long *phase_ns, int layers, int wait, int pf_head, int pages, int page_bytes,                  \
+      unsigned long long attn_ns, unsigned long long timeout_ns
+#define LS_PACK                                                                                                    \
+  Args{wqkv, wo, wgu, wd, xd, xf, out, counters, err, worker_ns, phase_ns, layers, wait, pf_head, pages, \
+       page_bytes, attn_ns, timeout_ns}
+
+extern "C" __global__ void __launch_bounds__(256, 2) layer_regs(LS_ARGS) { layer_stream<false>(LS_PACK); }
+extern "C" __global__ void __launch_bounds__(CTHREADS + 32, 1) layer_ring(LS_ARGS) { layer_stream<true>(LS_PACK); }

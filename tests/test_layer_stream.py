@@ -1,0 +1,150 @@
+"""benchmarks/layer_stream.py and csrc/megakernel/bench/layer_stream.cu: the plan's pure functions (tile lists,
+pages, bytes per layer at TinyLlama's shapes), the kernel's phase table against the script's, the build and its
+SASS (the ring kernel bulk-copies, the register kernel does not), and on a GPU a 2-layer launch of each mode
+checked against torch."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from benchmarks import layer_stream as ls
+from toolchain import needs_nvcc, skip_without_tools
+
+BY_NAME = {p.name: p for p in ls.PHASES}
+
+
+def test_phase_table_matches_the_kernel():
+    text = ls.SOURCE.read_text()
+    table = {}
+    for name in ("ROWS", "KDIM", "TILE_ROWS", "TILES", "OUT_OFF"):
+        m = re.search(rf"constexpr int {name}\(int p\) {{ return pick\(p, ([\d, ]+)\); }}", text)
+        assert m, name
+        table[name] = [int(v) for v in m.group(1).split(",")]
+    assert table["ROWS"] == [p.rows for p in ls.PHASES]
+    assert table["KDIM"] == [p.k for p in ls.PHASES]
+    assert table["TILE_ROWS"] == [p.tile_rows for p in ls.PHASES]
+    assert table["TILES"] == [p.tiles for p in ls.PHASES]
+    assert table["OUT_OFF"] == list(ls.OUT_OFF)
+    assert f"constexpr int OUT_PER_LAYER = {ls.OUT_PER_LAYER};" in text
+
+
+def test_layer_bytes_at_tinyllama_shapes():
+    assert ls.layer_weight_bytes() == 2 * 2048 * (2560 + 2048 + 11264) + 2 * 2048 * 5632 == 88_080_384
+    assert [p.tiles * p.tile_rows for p in ls.PHASES] == [p.rows for p in ls.PHASES]  # whole tiles
+
+
+@pytest.mark.parametrize("workers", [132, 263, 7])
+def test_tile_lists_partition_each_phase(workers):
+    for p in ls.PHASES:
+        lists = [ls.worker_tiles(p, w, workers) for w in range(workers)]
+        assert sorted(t for tiles in lists for t in tiles) == list(range(p.tiles))
+        assert all(t % workers == w for w, tiles in enumerate(lists) for t in tiles)
+    plan = ls.worker_plan(3, workers, 2)
+    assert plan[0] == (0, "qkv", 3) and plan[-1] == (1, "down", max(ls.worker_tiles(BY_NAME["down"], 3, workers)))
+    assert [layer for layer, _, _ in plan] == sorted(layer for layer, _, _ in plan)  # layer by layer
+
+
+def test_pages_hold_whole_rows():
+    assert ls.tile_pages(BY_NAME["qkv"], 16384) == [16384] * 4
+    assert ls.tile_pages(BY_NAME["gu"], 16384) == [16384] * 11
+    assert ls.tile_pages(BY_NAME["gu"], 32768) == [32768] * 5 + [16384]
+    assert ls.tile_pages(BY_NAME["down"], 16384) == [11264] * 8  # one 11 KiB row per page
+    assert ls.tile_pages(BY_NAME["down"], 32768) == [22528] * 4
+    assert ls.tile_pages(BY_NAME["attn"], 16384) == []
+
+
+@pytest.mark.parametrize("workers,page_bytes", [(132, 16384), (132, 32768), (263, 16384)])
+def test_every_weight_byte_is_paged_once_per_layer(workers, page_bytes):
+    assert sum(ls.worker_bytes(w, workers, page_bytes) for w in range(workers)) == ls.layer_weight_bytes()
+
+
+def test_default_configs_and_refusals():
+    rows = ls.configs(["regs", "ring", "regs-stream", "ring-stream"], 132)
+    assert [(c.label, c.workers, c.pages, c.page_kib) for c in rows] == [
+        ("regs", 263, 0, 0), ("ring", 132, 4, 16), ("ring", 132, 8, 16), ("ring", 132, 13, 16),
+        ("ring", 132, 6, 32), ("regs-stream", 263, 0, 0), ("ring-stream", 132, 13, 16)]
+    with pytest.raises(ValueError, match="unknown mode"):
+        ls.configs(["ring2"], 132)
+    with pytest.raises(ValueError, match="exceed"):
+        ls.check_config(ls.Config("ring", 132, 14, 16))  # 224 KiB + the 4 KiB static allowance > 227 KiB
+    with pytest.raises(ValueError, match="holds no 11264-byte Down row"):
+        ls.check_config(ls.Config("ring", 132, 8, 8))
+    with pytest.raises(ValueError, match=r"\[1, 32\]"):
+        ls.check_config(ls.Config("ring", 132, 0, 16))
+
+
+def test_phase_times_run_from_the_previous_phase_end():
+    ends = [[110, 120, 130, 140, 150], [160, 180, 200, 220, 250]]  # ns, [layers, phases]
+    t = ls.phase_times(100, ends)
+    assert t["phase_us"] == [[0.01] * 5, [0.01, 0.02, 0.02, 0.02, 0.03]]
+    assert t["layer_us"] == pytest.approx([0.05, 0.1])
+
+
+def test_steady_state_drops_the_first_layer():
+    assert ls.steady_us_per_layer([50.0, 30.0, 32.0]) == 31.0
+    assert ls.steady_us_per_layer([40.0]) == 40.0
+
+
+@pytest.fixture(scope="module")
+def sass():
+    """{kernel name: its SASS} of the benchmark's cubin."""
+    from megakernel import sass_diff
+
+    skip_without_tools("cuobjdump")
+    text = sass_diff.sass_text(ls.build_cubin())
+    out, name = {}, None
+    for line in text.splitlines():
+        m = re.match(r"\s*Function : (\w+)", line)
+        if m:
+            name = m.group(1)
+            out[name] = []
+        elif name:
+            out[name].append(line)
+    return {k: "\n".join(v) for k, v in out.items()}
+
+
+@needs_nvcc
+def test_ring_kernel_bulk_copies_and_regs_kernel_does_not(sass):
+    assert {"layer_ring", "layer_regs"} <= set(sass)
+    assert "UBLKCP" in sass["layer_ring"] and "SYNCS.ARRIVE.TRANS64" in sass["layer_ring"]
+    assert "UBLKCP" not in sass["layer_regs"] and "SYNCS" not in sass["layer_regs"]
+    assert "LDG.E.NA.128.CONSTANT" in sass["layer_regs"]  # its weights: register loads (ld_weights)
+    assert "LDG.E.NA.128.CONSTANT" not in sass["layer_ring"]  # the ring's consumers read shared memory only
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [ls.Config("regs", 0), ls.Config("ring", 0, 13, 16), ls.Config("ring", 0, 6, 32),
+                                 ls.Config("ring", 0, 2, 16), ls.Config("regs", 0, wait=False),
+                                 ls.Config("ring", 0, 4, 16, wait=False)],
+                         ids=["regs", "ring13x16", "ring6x32", "ring2x16", "regs-stream", "ring-stream"])
+def test_two_layer_launch_matches_torch(cfg):
+    import dataclasses
+
+    import torch
+
+    from argus_rt.launch import CubinModule
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    cfg = dataclasses.replace(cfg, workers=2 * sms - 1 if cfg.mode == "regs" else sms)
+    bench = ls.LayerStream(torch, CubinModule.load(ls.build_cubin()), layers=2, attn_ns=3000)
+    res = bench.launch(cfg)
+    assert bench.rel_err(check_attn=cfg.wait) < ls.TOLERANCE
+    assert len(res["layer_us"]) == 2 and all(v > 0 for v in res["layer_us"]) and res["span_ns"] > 0
+    if cfg.wait:  # each layer waits for 3 us of attention at least
+        assert min(res["layer_us"]) > 3.0
+
+
+@needs_nvcc
+def test_ring_static_shared_memory_fits_its_allowance():
+    """The pages' budget (check_config) leaves RING_STATIC_SMEM for layer_ring's own shared memory."""
+    import subprocess
+
+    from argus_rt.tools import find_tool
+
+    skip_without_tools("cuobjdump")
+    text = subprocess.run([str(find_tool("cuobjdump")), "-res-usage", str(ls.build_cubin())], capture_output=True,
+                          text=True, check=True).stdout
+    m = re.search(r"Function layer_ring:\s+REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
+    assert m, text
+    assert int(m.group(3)) <= ls.RING_STATIC_SMEM and int(m.group(2)) == 0 and int(m.group(4)) == 0
