@@ -316,6 +316,12 @@ def variant_rows() -> dict[str, dict]:
         # most L1 the driver grants; it must still fit the CTAs it launches)
         "mk_carve44": {"smem_carveout": 44},
         "mk_carve0": {"smem_carveout": 0},
+        # Row 48 (NOTES.md "Ready: row 48"; csrc/megakernel/early.cuh): QKV (_q), one-split O-proj (_o) or both (_qo)
+        # tiles load their whole 64 KiB weight tile into registers before their dependency wait (MK_EARLY_REGS), so
+        # the bytes move during the phase before them; registers are the staging buffer that takes no L1
+        "mk_early_q": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_EARLY_REGS=1",)},
+        "mk_early_o": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_EARLY_REGS=2",)},
+        "mk_early_qo": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_EARLY_REGS=3",)},
     }
 
 

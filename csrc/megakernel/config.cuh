@@ -148,6 +148,23 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if MK_PF_GATE == 2 && MK_RING
 #error "MK_PF_GATE=2 stages into the stage buffer: no MK_RING with it"
 #endif
+#ifndef MK_EARLY_REGS
+// Row 48 (opt-in, not yet GPU-run; NOTES.md "Ready: row 48"; early.cuh): bit 1: QKV tiles, bit 2: one-split O-proj
+// tiles of 16 rows x K = 2048 load their whole weight tile into registers before their dependency wait. 0: off.
+#define MK_EARLY_REGS 0
+#endif
+#if MK_EARLY_REGS < 0 || MK_EARLY_REGS > 3
+#error "MK_EARLY_REGS is a mask: 1 (QKV tiles), 2 (one-split O-proj tiles) or 3 (both); 0 is off"
+#endif
+#if MK_EARLY_REGS && (MK_RING || MK_PF_GATE || MK_POLL2 || MK_GEMV_BATCH || MK_LAST_COMBINE)
+#error "MK_EARLY_REGS replaces the wait and the GEMV of its tiles: build it without MK_RING, MK_PF_GATE, MK_POLL2, MK_GEMV_BATCH and MK_LAST_COMBINE"
+#endif
+#if (MK_EARLY_REGS & 1) && MK_BATCH_QKV
+#error "MK_EARLY_REGS=1 or 3 replaces QKV's GEMV loop: build it without MK_BATCH_QKV"
+#endif
+#if (MK_EARLY_REGS & 2) && (MK_BATCH_O || MK_O_PIECES || !MK_ONE_SPLIT)
+#error "MK_EARLY_REGS=2 or 3 replaces one-split O-proj tiles' GEMV loop: build it with MK_ONE_SPLIT=1, without MK_BATCH_O and MK_O_PIECES"
+#endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)
 #endif

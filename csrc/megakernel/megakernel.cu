@@ -602,6 +602,8 @@ __device__ __forceinline__ unsigned first_ticket(const Params& p, unsigned end) 
 #endif
 }
 
+#include "early.cuh"  // row 48 (MK_EARLY_REGS): empty without the flag
+
 __device__ void worker(const Params& p, Smem& s) {
   const unsigned n_instr = (unsigned)p.n_instr, end = (unsigned)p.ticket_end;
 #if MK_SM_SPREAD
@@ -631,6 +633,11 @@ __device__ void worker(const Params& p, Smem& s) {
     if (threadIdx.x < INSTR_WORDS) s.ins[threadIdx.x] = __ldg(p.instructions + (size_t)index * INSTR_WORDS + threadIdx.x);
     __syncthreads();
     const int op = s.ins[W_OPCODE], layer = s.ins[W_LAYER];
+#if MK_EARLY_REGS
+    if (early_eligible(p, s.ins, op)) {  // the same for every thread: s.ins was written before a barrier
+      if (!early_tile(p, s, t, step, index, op, layer)) break;
+    } else {
+#endif
     ARGUS_BEGIN_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
     if (threadIdx.x < 32) {  // stream weights while the dependency resolves
       const char* w;
@@ -732,6 +739,9 @@ __device__ void worker(const Params& p, Smem& s) {
     }
     if (bad && threadIdx.x == 0)
       raise_error(p, op == OP_EMBED ? ERROR_BAD_TOKEN : ERROR_BAD_OPCODE, (int)t, step, index, op);
+#if MK_EARLY_REGS
+    }
+#endif
     __syncthreads();  // every thread's writes of this tile are done ...
     if (threadIdx.x == 0) {
 #if MK_THREADFENCE

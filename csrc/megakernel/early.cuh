@@ -1,0 +1,173 @@
+// Row 48 (config.cuh: MK_EARLY_REGS, opt-in): a QKV or one-split O-proj tile of 16 rows x K = 2048 (TinyLlama's
+// shapes) loads its whole weight tile into registers *before* its dependency wait, so its 64 KiB move while the
+// phase before it finishes (QKV: Down's tail and the hand-off; O-proj: the attention phase, which leaves DRAM idle),
+// then waits, loads its input vector and only multiplies. Registers are the one staging buffer that costs no L1:
+// shared-memory staging shrank L1 and slowed every register-streamed GEMV (rows 43, 46, 46b), and L2 is no nearer
+// than DRAM for a GEMV tile (rows 45, 45b). It is the tile gemv_rows<false> streams in its one batch (GEMV_ROWS rows
+// per warp, GEMV_UNROLL chunks per lane per row), summed in the same order: outputs are the plain build's bit for bit.
+//
+// No call may sit between the loads and their use: ptxas saves live registers around a call, so the 64 weight
+// registers would go to the stack (NOTES.md, row 14's compiler lessons). So the wait loop (sync.cuh
+// wait_counter_impl), the norm and the vector load are inlined here (forms of load_rmsnorm / load_vector for n =
+// EARLY_K), and this header holds a copy of op_qkv's KV update and of op_oproj's residual (megakernel.cu): sharing
+// their bodies through forceinline functions changed the default build's SASS (ptxas 13.0, 2026-12-03), which this
+// opt-in row must not. tests/test_megakernel_early_gpu.py checks it all against the plain build bit for bit.
+//
+// Included by megakernel.cu inside namespace mk, after the ops (it uses Smem, tile_weights, attn_out_of, the regions).
+#pragma once
+
+#if MK_EARLY_REGS
+#if !MK_STATIC_TICKETS
+#error "MK_EARLY_REGS takes the static next ticket (early_tile): build it with MK_STATIC_TICKETS=1"
+#endif
+
+constexpr int EARLY_ROWS = NWARPS * GEMV_ROWS;  // one batch: every warp GEMV_ROWS rows
+constexpr int EARLY_K = 32 * 8 * GEMV_UNROLL;   // GEMV_UNROLL 16-byte chunks per lane per row
+
+// The tile takes the early path: the op is switched on by the flag's bits and the tile is one batch of gemv_rows.
+// O-proj only in one-split launches (A2: its input is attn_out, one vector load; the combine has its own calls).
+__device__ __forceinline__ bool early_eligible(const Params& p, const int* ins, int op) {
+  if ((int)p.hidden != EARLY_K) return false;
+  if (op == OP_QKV_HEAD) return (MK_EARLY_REGS & 1) && p.head_dim == (size_t)EARLY_ROWS * p.qkv_parts;
+  if (op == OP_O_PROJ) return (MK_EARLY_REGS & 2) && ins[W_A1] == EARLY_ROWS && ins[W_A2] != 0;
+  return false;
+}
+
+// load_rmsnorm (gemv.cuh) at n = EARLY_K, inlined: one 8-float chunk per thread, the same products and sum order
+// (xs = x * g; returns rsqrt(mean(x^2) + eps)).
+static_assert(EARLY_K == 8 * THREADS, "early_rmsnorm: one chunk of x per thread");
+__device__ __forceinline__ float early_rmsnorm(const float* x, const __nv_bfloat16* __restrict__ g, float eps,
+                                               float* xs, float* scratch) {
+  const int c = threadIdx.x;
+  const float4 a = __ldcg(reinterpret_cast<const float4*>(x) + 2 * c);
+  const float4 b = __ldcg(reinterpret_cast<const float4*>(x) + 2 * c + 1);
+  const uint4 w = __ldg(reinterpret_cast<const uint4*>(g) + c);
+  const float ss = a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
+  float4* xs4 = reinterpret_cast<float4*>(xs);
+  xs4[2 * c] = make_float4(a.x * bf_lo(w.x), a.y * bf_hi(w.x), a.z * bf_lo(w.y), a.w * bf_hi(w.y));
+  xs4[2 * c + 1] = make_float4(b.x * bf_lo(w.z), b.y * bf_hi(w.z), b.z * bf_lo(w.w), b.w * bf_hi(w.w));
+  const float total = block_sum(0.f + ss, scratch);  // its barriers also publish xs; 0 + ss: load_rmsnorm's sum
+  return rsqrtf(total / (float)EARLY_K + eps);
+}
+
+// xs = x (EARLY_K floats through L2), both of a thread's loads before its stores (one round trip), then a barrier.
+__device__ __forceinline__ void early_vector(const float* x, float* xs) {
+  constexpr int SLOTS = EARLY_K / 4 / THREADS;
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  float4 v[SLOTS];
+#pragma unroll
+  for (int i = 0; i < SLOTS; ++i) v[i] = __ldcg(x4 + threadIdx.x + i * THREADS);
+#pragma unroll
+  for (int i = 0; i < SLOTS; ++i) reinterpret_cast<float4*>(xs)[threadIdx.x + i * THREADS] = v[i];
+  __syncthreads();
+}
+
+// A copy of op_qkv's KV update (megakernel.cu): V rows into the cache, q / k rotated (RoPE) into q / the K cache.
+__device__ __forceinline__ void early_qkv_store(const Params& p, const Smem& s, int layer, int kind, int head, int part,
+                                                int step, float rstd) {
+  const int D = (int)p.hidden, Dh = (int)p.head_dim, half = Dh / 2;
+  const int rows = Dh / (int)p.qkv_parts, h = rows / 2;
+  MK_REGION(ARGUS_REGION_DECODE_KV_UPDATE, coord(step, layer));
+  const int t = threadIdx.x;
+  if (kind == HEAD_V) {
+    if (t < rows)
+      p.v_cache[(((size_t)layer * p.n_kv_heads + head) * p.max_seq + step) * Dh + part * rows + t] =
+          __float2bfloat16(s.out[t] * rstd);
+    return;
+  }
+  if (t < h) {
+    const int d = part * h + t;
+    const float c = p.rope_cos[(size_t)step * half + d], sn = p.rope_sin[(size_t)step * half + d];
+    const float a = s.out[t] * rstd, b = s.out[h + t] * rstd;
+    const float y0 = a * c - b * sn, y1 = b * c + a * sn;
+    if (kind == HEAD_Q) {
+      float* q = p.q + (size_t)layer * D + (size_t)head * Dh;
+      q[d] = y0;
+      q[d + half] = y1;
+    } else {
+      __nv_bfloat16* k = p.k_cache + (((size_t)layer * p.n_kv_heads + head) * p.max_seq + step) * Dh;
+      k[d] = __float2bfloat16(y0);
+      k[d + half] = __float2bfloat16(y1);
+    }
+  }
+}
+
+// The whole tile: loads, thread 0's wait (false: the kernel must stop, as the worker's wait), input, multiply,
+// outputs. Sets s.ok and s.next_ticket as the worker's wait block does; the worker signals afterwards as for any op.
+__device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, int step, int index, int op, int layer) {
+  const int D = (int)p.hidden;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  ARGUS_BEGIN_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
+  // the tile's first row (tile_weights' arithmetic for these two ops, with the row count known: no 64-bit divide)
+  const size_t Dh = p.head_dim, KV = p.n_kv_heads * p.head_dim, row_bytes = (size_t)EARLY_K * 2;
+  const int a0 = s.ins[W_A0];
+  const __nv_bfloat16* first =
+      op == OP_QKV_HEAD
+          ? p.wqkv + ((size_t)layer * (D + 2 * KV) + (a0 == HEAD_Q ? 0 : a0 == HEAD_K ? D : D + KV) +
+                      (size_t)s.ins[W_A1] * Dh + (size_t)s.ins[W_A2] * EARLY_ROWS) * D
+          : p.wo + ((size_t)layer * D + a0) * D;
+  const char* w = reinterpret_cast<const char*>(first);
+  // gemv_rows<false>'s load order: chunk by chunk, the warp's rows side by side; unconditional (a load under a
+  // branch used after a barrier was stored to the stack: row 14's lesson 1)
+  uint4 wr[GEMV_UNROLL][GEMV_ROWS];
+#pragma unroll
+  for (int u = 0; u < GEMV_UNROLL; ++u)
+#pragma unroll
+    for (int i = 0; i < GEMV_ROWS; ++i)
+      wr[u][i] = ld_weights(w + (size_t)(warp * GEMV_ROWS + i) * row_bytes + (size_t)(lane + 32 * u) * 16);
+  if (threadIdx.x == 0) {
+    bool ok = true;
+    s.next_ticket = t + (gridDim.x - 1);
+    const int wait = s.ins[W_WAIT];
+    if (wait != NO_COUNTER) {
+      const int need = (step + 1 + s.ins[W_WAIT_DELTA]) * s.ins[W_WAIT_COUNT];
+      if (need > 0) {
+        const WaitSite site{(int)t, step, index, op, layer, wait};
+        MK_DETAIL_LANE(ARGUS_REGION_DECODE_CORE_LOOP_WAIT, coord(step, layer));
+        ok = wait_counter_impl<false>(p, p.counters + wait, (unsigned)need, site, (unsigned long long)p.timeout_ns,
+                                      nullptr);
+      }
+    }
+    s.ok = ok;
+  }
+  __syncthreads();
+  ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
+  if (!s.ok) return false;
+  float rstd = 1.f;
+  if (op == OP_QKV_HEAD) {
+    MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
+    rstd = early_rmsnorm(p.x + (size_t)layer * D, p.attn_norm + (size_t)layer * D, (float)p.eps, s.xs, s.scratch);
+  } else {
+    MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
+    early_vector(attn_out_of(p) + (size_t)layer * D, s.xs);
+  }
+  {
+    MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+    const float4* x4 = reinterpret_cast<const float4*>(s.xs);
+    float acc[GEMV_ROWS];
+#pragma unroll
+    for (int i = 0; i < GEMV_ROWS; ++i) acc[i] = 0.f;
+#pragma unroll
+    for (int u = 0; u < GEMV_UNROLL; ++u) {
+      const int c = lane + 32 * u;
+      const float4 a = x4[2 * c], b = x4[2 * c + 1];
+#pragma unroll
+      for (int i = 0; i < GEMV_ROWS; ++i) acc[i] += dot8(wr[u][i], a, b);
+    }
+#pragma unroll
+    for (int i = 0; i < GEMV_ROWS; ++i) {
+      const float sum = warp_sum(acc[i]);
+      if (lane == 0) s.out[warp * GEMV_ROWS + i] = sum;
+    }
+    __syncthreads();
+  }
+  if (op == OP_QKV_HEAD) {
+    early_qkv_store(p, s, layer, s.ins[W_A0], s.ins[W_A1], s.ins[W_A2], step, rstd);
+  } else {
+    const int row0 = s.ins[W_A0], rows = s.ins[W_A1];
+    for (int r = threadIdx.x; r < rows; r += THREADS)  // op_oproj's residual: x_mid = x + attn . Wo
+      p.x_mid[(size_t)layer * D + row0 + r] = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
+  }
+  return true;
+}
+#endif

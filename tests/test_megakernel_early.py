@@ -1,0 +1,94 @@
+"""Row 48 on the CPU (megakernel/NOTES.md "Ready: row 48"; csrc/megakernel/early.cuh, -DMK_EARLY_REGS,
+benchmarks/decode.py mk_early_*): the rows, the flag at 0 the same cubin as without it, the early tile's SASS (its 16
+weight loads per lane issued before the counter poll, no call and no spill between them and their use), and the
+refused combinations. GPU: tests/test_megakernel_early_gpu.py."""
+import re
+
+import pytest
+
+from benchmarks.decode import variant_rows
+from megakernel.dag import DEFAULT_TILES
+from toolchain import (  # noqa: F401  (megakernel_builds: the fixture)
+    cubin_sha256,
+    default_tile_flags,
+    main_spills,
+    megakernel_builds,
+    needs_nvcc,
+    skip_without_tools,
+)
+
+ROWS = {"mk_early_q": 1, "mk_early_o": 2, "mk_early_qo": 3}
+
+
+def test_the_rows():
+    rows = variant_rows()
+    for name, mask in ROWS.items():
+        assert rows[name] == {"tiles": DEFAULT_TILES, "build_flags": (f"-DMK_EARLY_REGS={mask}",)}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("mode", [0, 2])
+def test_flag_off_is_the_same_cubin(builds, mode):
+    assert cubin_sha256(builds(mode, default_tile_flags())) == \
+        cubin_sha256(builds(mode, default_tile_flags(("-DMK_EARLY_REGS=0",))))
+
+
+def _early_tile_frame(log: str) -> str:
+    m = re.search(r"Function properties for \S*early_tile\S*\n\s+(.*)", log)
+    assert m, log
+    return m.group(1)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("mask", [1, 2, 3])
+@pytest.mark.parametrize("mode", [0, 2])
+def test_the_early_tile_has_no_stack(builds, mode, mask):
+    """ptxas 2026-12-03: early_tile 0 bytes of stack (its 64 weight registers never spill), 128 registers; the
+    worker's own spills (mode 0: 4 / 12 B with QKV early, 20 / 44 B with O-proj alone, the default's) are no more
+    than the default's in the trace-free build."""
+    r = builds(mode, default_tile_flags((f"-DMK_EARLY_REGS={mask}",)))
+    assert _early_tile_frame(r.ptxas_log) == "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"
+    assert r.registers() == 128 and "warning" not in r.ptxas_log.lower(), r.ptxas_log
+    if mode == 0:
+        stores, loads = main_spills(r.ptxas_log)
+        plain_stores, plain_loads = main_spills(builds(0, default_tile_flags()).ptxas_log)
+        assert stores <= plain_stores and loads <= plain_loads
+
+
+@needs_nvcc
+def test_the_weight_loads_go_out_before_the_poll(builds):
+    """In early_tile: 16 non-allocating 16-byte weight loads (GEMV_ROWS x GEMV_UNROLL per lane) before the first
+    acquire poll of the counter, no call, local store or barrier before the poll (the tile's address is computed
+    without tile_weights' 64-bit divide) and no local memory at all; the default has no early_tile."""
+    skip_without_tools("nvdisasm")
+    from megakernel.sass_diff import disassembly, functions
+
+    fns = functions(disassembly(builds(0, default_tile_flags(("-DMK_EARLY_REGS=3",))).cubin))
+    body = next(v for k, v in fns.items() if "early_tile" in k)
+    poll = next(i for i, ins in enumerate(body) if ins.startswith("LDG.E.STRONG.GPU"))
+    before = body[:poll]
+    assert sum(ins.startswith("LDG.E.NA.128.CONSTANT") for ins in before) == 16
+    assert not any(ins.startswith(("CALL", "STL", "BAR")) for ins in before)
+    assert not any(ins.startswith(("STL", "LDL")) for ins in body)
+    assert not any("early_tile" in k for k in functions(disassembly(builds(0, default_tile_flags()).cubin)))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("flags, match", [
+    (("-DMK_EARLY_REGS=4",), "MK_EARLY_REGS is a mask"),
+    (("-DMK_EARLY_REGS=3", "-DMK_PF_GATE=1"), "MK_EARLY_REGS replaces the wait"),
+    (("-DMK_EARLY_REGS=1", "-DMK_BATCH_QKV=1"), "without MK_BATCH_QKV"),
+])
+def test_bad_combinations_do_not_compile(builds, flags, match):
+    from megakernel.build import BuildError
+
+    with pytest.raises(BuildError, match=match):
+        builds(0, default_tile_flags(flags))
+
+
+@needs_nvcc
+def test_early_o_proj_needs_the_one_split_build(builds):
+    from megakernel.build import BuildError
+
+    with pytest.raises(BuildError, match="build it with MK_ONE_SPLIT=1"):
+        builds(0, ("-DMK_EARLY_REGS=2",))

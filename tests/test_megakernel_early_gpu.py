@@ -1,0 +1,29 @@
+"""Row 48 on a GPU (megakernel/NOTES.md "Ready: row 48"; csrc/megakernel/early.cuh, -DMK_EARLY_REGS,
+benchmarks/decode.py mk_early_*): QKV and one-split O-proj tiles that load their weights into registers before their
+wait sum the same chunks in the same order as gemv_tile, so every buffer must be bit for bit the plain build's: on full
+TinyLlama at KV ~128 (one-split launches: both early paths) and ~1024 (two-split launches: QKV early, O-proj not), and
+on the tiny model, whose shapes take the plain path in the flag build (hidden != 2048). Run by scripts/gpu_mk_run.sh
+(TEST_EXTRA=tests/test_megakernel_early_gpu.py)."""
+import dataclasses
+
+import pytest
+
+from test_megakernel_fusions_gpu import (
+    SEED,
+    TINY_TILES,
+    _assert_flag_equals_plain_tiny,
+    _assert_flag_row_is_its_tiles_bit_for_bit,
+)
+
+pytestmark = pytest.mark.gpu
+TINY = dataclasses.replace(TINY_TILES, attn_split_long=32, split_threshold=20, single_split=12)
+
+
+def test_early_flag_equals_the_plain_build_tiny():
+    _assert_flag_equals_plain_tiny(TINY, ("-DMK_EARLY_REGS=3",), SEED + 111)
+
+
+@pytest.mark.parametrize("row, mask", [("mk_early_qo", 3), ("mk_early_q", 1)])
+@pytest.mark.parametrize("kv", [128, 1024])
+def test_early_rows_equal_the_plain_build_full_model(row, mask, kv):
+    _assert_flag_row_is_its_tiles_bit_for_bit(row, (f"-DMK_EARLY_REGS={mask}",), kv, SEED + 113)
