@@ -322,6 +322,8 @@ def variant_rows() -> dict[str, dict]:
         "mk_early_q": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_EARLY_REGS=1",)},
         "mk_early_o": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_EARLY_REGS=2",)},
         "mk_early_qo": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_EARLY_REGS=3",)},
+        # Row 48b: + every gate/up tile's first 16 rows (of 44) into registers before its wait (bit 4)
+        "mk_early_qog": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_EARLY_REGS=7",)},
     }
 
 

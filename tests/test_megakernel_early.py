@@ -17,7 +17,7 @@ from toolchain import (  # noqa: F401  (megakernel_builds: the fixture)
     skip_without_tools,
 )
 
-ROWS = {"mk_early_q": 1, "mk_early_o": 2, "mk_early_qo": 3}
+ROWS = {"mk_early_q": 1, "mk_early_o": 2, "mk_early_qo": 3, "mk_early_qog": 7}
 
 
 def test_the_rows():
@@ -40,7 +40,7 @@ def _early_tile_frame(log: str) -> str:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("mask", [1, 2, 3])
+@pytest.mark.parametrize("mask", [1, 2, 3, 7])
 @pytest.mark.parametrize("mode", [0, 2])
 def test_the_early_tile_has_no_stack(builds, mode, mask):
     """ptxas 2026-12-03: early_tile 0 bytes of stack (its 64 weight registers never spill), 128 registers; the
@@ -63,7 +63,7 @@ def test_the_weight_loads_go_out_before_the_poll(builds):
     skip_without_tools("nvdisasm")
     from megakernel.sass_diff import disassembly, functions
 
-    fns = functions(disassembly(builds(0, default_tile_flags(("-DMK_EARLY_REGS=3",))).cubin))
+    fns = functions(disassembly(builds(0, default_tile_flags(("-DMK_EARLY_REGS=7",))).cubin))
     body = next(v for k, v in fns.items() if "early_tile" in k)
     poll = next(i for i, ins in enumerate(body) if ins.startswith("LDG.E.STRONG.GPU"))
     before = body[:poll]
@@ -75,7 +75,7 @@ def test_the_weight_loads_go_out_before_the_poll(builds):
 
 @needs_nvcc
 @pytest.mark.parametrize("flags, match", [
-    (("-DMK_EARLY_REGS=4",), "MK_EARLY_REGS is a mask"),
+    (("-DMK_EARLY_REGS=8",), "MK_EARLY_REGS is a mask"),
     (("-DMK_EARLY_REGS=3", "-DMK_PF_GATE=1"), "MK_EARLY_REGS replaces the wait"),
     (("-DMK_EARLY_REGS=1", "-DMK_BATCH_QKV=1"), "without MK_BATCH_QKV"),
 ])

@@ -2,7 +2,8 @@
 benchmarks/decode.py mk_early_*): QKV and one-split O-proj tiles that load their weights into registers before their
 wait sum the same chunks in the same order as gemv_tile, so every buffer must be bit for bit the plain build's: on full
 TinyLlama at KV ~128 (one-split launches: both early paths) and ~1024 (two-split launches: QKV early, O-proj not), and
-on the tiny model, whose shapes take the plain path in the flag build (hidden != 2048). Run by scripts/gpu_mk_run.sh
+on the tiny model, whose shapes take the plain path in the flag build (hidden != 2048). mk_early_qog (row 48b) also
+splits each gate/up tile into its first 16 rows (early) and the rest (gemv_tile). Run by scripts/gpu_mk_run.sh
 (TEST_EXTRA=tests/test_megakernel_early_gpu.py)."""
 import dataclasses
 
@@ -20,10 +21,10 @@ TINY = dataclasses.replace(TINY_TILES, attn_split_long=32, split_threshold=20, s
 
 
 def test_early_flag_equals_the_plain_build_tiny():
-    _assert_flag_equals_plain_tiny(TINY, ("-DMK_EARLY_REGS=3",), SEED + 111)
+    _assert_flag_equals_plain_tiny(TINY, ("-DMK_EARLY_REGS=7",), SEED + 111)
 
 
-@pytest.mark.parametrize("row, mask", [("mk_early_qo", 3), ("mk_early_q", 1)])
+@pytest.mark.parametrize("row, mask", [("mk_early_qog", 7), ("mk_early_qo", 3)])
 @pytest.mark.parametrize("kv", [128, 1024])
 def test_early_rows_equal_the_plain_build_full_model(row, mask, kv):
     _assert_flag_row_is_its_tiles_bit_for_bit(row, (f"-DMK_EARLY_REGS={mask}",), kv, SEED + 113)

@@ -149,12 +149,13 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #error "MK_PF_GATE=2 stages into the stage buffer: no MK_RING with it"
 #endif
 #ifndef MK_EARLY_REGS
-// Row 48 (opt-in, not yet GPU-run; NOTES.md "Ready: row 48"; early.cuh): bit 1: QKV tiles, bit 2: one-split O-proj
-// tiles of 16 rows x K = 2048 load their whole weight tile into registers before their dependency wait. 0: off.
+// Row 48 (opt-in; NOTES.md "Row 48 measured"; early.cuh): bit 1: QKV tiles, bit 2: one-split O-proj tiles of 16 rows x
+// K = 2048 load their whole weight tile into registers before their dependency wait; bit 4 (row 48b): gate/up tiles
+// their first 16 rows. 0: off.
 #define MK_EARLY_REGS 0
 #endif
-#if MK_EARLY_REGS < 0 || MK_EARLY_REGS > 3
-#error "MK_EARLY_REGS is a mask: 1 (QKV tiles), 2 (one-split O-proj tiles) or 3 (both); 0 is off"
+#if MK_EARLY_REGS < 0 || MK_EARLY_REGS > 7
+#error "MK_EARLY_REGS is a mask of 1 (QKV tiles), 2 (one-split O-proj tiles) and 4 (gate/up tiles' first rows); 0 is off"
 #endif
 #if MK_EARLY_REGS && (MK_RING || MK_PF_GATE || MK_POLL2 || MK_GEMV_BATCH || MK_LAST_COMBINE)
 #error "MK_EARLY_REGS replaces the wait and the GEMV of its tiles: build it without MK_RING, MK_PF_GATE, MK_POLL2, MK_GEMV_BATCH and MK_LAST_COMBINE"

@@ -1,7 +1,8 @@
 // Row 48 (config.cuh: MK_EARLY_REGS, opt-in): a QKV or one-split O-proj tile of 16 rows x K = 2048 (TinyLlama's
 // shapes) loads its whole weight tile into registers *before* its dependency wait, so its 64 KiB move while the
 // phase before it finishes (QKV: Down's tail and the hand-off; O-proj: the attention phase, which leaves DRAM idle),
-// then waits, loads its input vector and only multiplies. Registers are the one staging buffer that costs no L1:
+// then waits, loads its input vector and only multiplies. Row 48b (bit 4): a gate/up tile (44 rows) does the same
+// with its first 16 rows, then streams the rest as ever (gemv_tile, a call once those registers are used). Registers are the one staging buffer that costs no L1:
 // shared-memory staging shrank L1 and slowed every register-streamed GEMV (rows 43, 46, 46b), and L2 is no nearer
 // than DRAM for a GEMV tile (rows 45, 45b). It is the tile gemv_rows<false> streams in its one batch (GEMV_ROWS rows
 // per warp, GEMV_UNROLL chunks per lane per row), summed in the same order: outputs are the plain build's bit for bit.
@@ -30,6 +31,7 @@ __device__ __forceinline__ bool early_eligible(const Params& p, const int* ins, 
   if ((int)p.hidden != EARLY_K) return false;
   if (op == OP_QKV_HEAD) return (MK_EARLY_REGS & 1) && p.head_dim == (size_t)EARLY_ROWS * p.qkv_parts;
   if (op == OP_O_PROJ) return (MK_EARLY_REGS & 2) && ins[W_A1] == EARLY_ROWS && ins[W_A2] != 0;
+  if (op == OP_GATE_UP) return (MK_EARLY_REGS & 4) && 2 * ins[W_A1] >= EARLY_ROWS;
   return false;
 }
 
@@ -105,7 +107,9 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
       op == OP_QKV_HEAD
           ? p.wqkv + ((size_t)layer * (D + 2 * KV) + (a0 == HEAD_Q ? 0 : a0 == HEAD_K ? D : D + KV) +
                       (size_t)s.ins[W_A1] * Dh + (size_t)s.ins[W_A2] * EARLY_ROWS) * D
-          : p.wo + ((size_t)layer * D + a0) * D;
+      : op == OP_O_PROJ ? p.wo + ((size_t)layer * D + a0) * D
+                        : p.wgu + ((size_t)layer * 2 * p.ffn + 2 * (size_t)a0) * D;
+  const int rows = op == OP_GATE_UP ? 2 * s.ins[W_A1] : EARLY_ROWS;  // gate/up: 16 early, the rest after
   const char* w = reinterpret_cast<const char*>(first);
   // gemv_rows<false>'s load order: chunk by chunk, the warp's rows side by side; unconditional (a load under a
   // branch used after a barrier was stored to the stack: row 14's lesson 1)
@@ -137,6 +141,9 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
   if (op == OP_QKV_HEAD) {
     MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
     rstd = early_rmsnorm(p.x + (size_t)layer * D, p.attn_norm + (size_t)layer * D, (float)p.eps, s.xs, s.scratch);
+  } else if (op == OP_GATE_UP) {
+    MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
+    rstd = early_rmsnorm(p.x_mid + (size_t)layer * D, p.ffn_norm + (size_t)layer * D, (float)p.eps, s.xs, s.scratch);
   } else {
     MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
     early_vector(attn_out_of(p) + (size_t)layer * D, s.xs);
@@ -159,10 +166,19 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
       const float sum = warp_sum(acc[i]);
       if (lane == 0) s.out[warp * GEMV_ROWS + i] = sum;
     }
+    if (rows > EARLY_ROWS)  // gate/up's other rows: gemv_rows gives each row its own sum, so the split is exact
+      gemv_tile(reinterpret_cast<const __nv_bfloat16*>(w) + (size_t)EARLY_ROWS * EARLY_K, EARLY_K, rows - EARLY_ROWS,
+                s.xs, s.out + EARLY_ROWS);
     __syncthreads();
   }
   if (op == OP_QKV_HEAD) {
     early_qkv_store(p, s, layer, s.ins[W_A0], s.ins[W_A1], s.ins[W_A2], step, rstd);
+  } else if (op == OP_GATE_UP) {
+    const int f0 = s.ins[W_A0], nf = s.ins[W_A1];
+    for (int f = threadIdx.x; f < nf; f += THREADS) {  // op_gate_up's SiLU(gate) * up
+      const float g = s.out[f] * rstd, u = s.out[nf + f] * rstd;
+      p.h[(size_t)layer * p.ffn + f0 + f] = g / (1.f + expf(-g)) * u;
+    }
   } else {
     const int row0 = s.ins[W_A0], rows = s.ins[W_A1];
     for (int r = threadIdx.x; r < rows; r += THREADS)  // op_oproj's residual: x_mid = x + attn . Wo
