@@ -100,18 +100,22 @@ O_PIECES = ("-DMK_O_PIECES=1",)  # row 38: O-proj rows streamed in whole batches
 DOWN_PLAIN = ("-DMK_DOWN_PIECES=0",)
 
 
+EARLY_CONFLICTS = ("mk_dynamic", "mk_batch_qkv", "mk_batch_o", "mk_batch_chain", "mk_chain_ctl", "mk_pfsmall_bchain",
+                   "mk_poll2")
+
+
 def variant_rows() -> dict[str, dict]:
     """The opt-in megakernel rows of --variants: name -> MegakernelDecoder keywords."""
     from dataclasses import replace
 
-    from megakernel.dag import COMBINE_TILES, DEFAULT_TILES, TileShape
+    from megakernel.dag import COMBINE_TILES, DEFAULT_TILES, NOEARLY_TILES, TileShape
 
     one_cta = ONE_CTA
     # The default before row 36 exactly: row 35's tiles with 16-row Down tiles (TileShape's own down_rows) through
     # gemv_tile. Rows that pin an explicit TileShape take down_rows=8 where they are the current default plus one
     # knob, and the flag at 0 (16-row tiles) where they reproduce an older default or a staged / ring path.
     down16_tiles = TileShape(attn_split_long=256)
-    return {  # opt-in rows (--variants NAME,...): tuning experiments against the default
+    rows = {  # opt-in rows (--variants NAME,...): tuning experiments against the default
         "mk_1cta": {"build_flags": one_cta},
         # the default kernel; its trace build also records the detail regions (megakernel/regions.py:
         # DETAIL_REGIONS): the dependency wait, attention's phases and Down's gemm split into its vector load
@@ -272,59 +276,65 @@ def variant_rows() -> dict[str, dict]:
         "mk_combine": {"tiles": COMBINE_TILES},
         # Row 44 (NOTES.md "Ready: row 44"): the default's tiles with each attention tile's K/V rows prefetched into L2
         # before its wait (MK_KV_PREFETCH=1): row 43's early K/V traffic without its shared buffer
-        "mk_kv_prefetch": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",)},
+        "mk_kv_prefetch": {"tiles": NOEARLY_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",)},
         # Row 45 (NOTES.md "Ready: row 45"): the default's tiles with gated L2 prefetches (MK_PF_GATE=1, runtime.gate_plan):
         # once a layer's QKV phase is done, every O-proj tile prefetches the rest of its tile (after the 32 KiB head) so
         # the bytes move during the attention phase, which leaves DRAM idle; _og also has each gate/up tile prefetch 64
         # KiB more once attention is done (during O-proj), _oga the whole rest of its tile
-        "mk_pfgate_o": {"tiles": DEFAULT_TILES, "prefetch_gate": (("oproj", "qkv", None),)},
-        "mk_pfgate_og": {"tiles": DEFAULT_TILES, "prefetch_gate": (("oproj", "qkv", None), ("gateup", "attn", 64 << 10))},
-        "mk_pfgate_oga": {"tiles": DEFAULT_TILES, "prefetch_gate": (("oproj", "qkv", None), ("gateup", "attn", None))},
+        "mk_pfgate_o": {"tiles": NOEARLY_TILES, "prefetch_gate": (("oproj", "qkv", None),)},
+        "mk_pfgate_og": {"tiles": NOEARLY_TILES, "prefetch_gate": (("oproj", "qkv", None), ("gateup", "attn", 64 << 10))},
+        "mk_pfgate_oga": {"tiles": NOEARLY_TILES, "prefetch_gate": (("oproj", "qkv", None), ("gateup", "attn", None))},
         # Row 45b (NOTES.md "Row 45 measured"): mk_pfgate_o's O-proj gemm barely shortened (its plain loop keeps 2 loads
         # in flight per warp: 8 dependent trips, L2 hits or not) and attention grew 0.67 us (its K/V loads queued behind
         # the fills). _kv: attention's K/V prefetched into L2 at ticket time too (row 44's flag), before the fills;
         # _pieces: 8-row O-proj tiles streamed in whole batches (row 38's MK_O_PIECES: one trip from L2), their
         # ticket-time head prefetch off so the gated prefetch covers the whole tile; mk_o_pieces_now is its control
-        "mk_pfgate_o_kv": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",),
+        "mk_pfgate_o_kv": {"tiles": NOEARLY_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",),
                            "prefetch_gate": (("oproj", "qkv", None),)},
-        "mk_pfgate_o_pieces": {"tiles": replace(DEFAULT_TILES, o_rows=8), "build_flags": O_PIECES,
+        "mk_pfgate_o_pieces": {"tiles": replace(NOEARLY_TILES, o_rows=8), "build_flags": O_PIECES,
                                "prefetch_own": NOT_OPROJ, "prefetch_gate": (("oproj", "qkv", None),)},
-        "mk_pfgate_o_kv_pieces": {"tiles": replace(DEFAULT_TILES, o_rows=8),
+        "mk_pfgate_o_kv_pieces": {"tiles": replace(NOEARLY_TILES, o_rows=8),
                                   "build_flags": ("-DMK_KV_PREFETCH=1",) + O_PIECES,
                                   "prefetch_own": NOT_OPROJ, "prefetch_gate": (("oproj", "qkv", None),)},
-        "mk_o_pieces_now": {"tiles": replace(DEFAULT_TILES, o_rows=8), "build_flags": O_PIECES},
+        "mk_o_pieces_now": {"tiles": replace(NOEARLY_TILES, o_rows=8), "build_flags": O_PIECES},
         # Row 46 (NOTES.md "Ready: row 46"): rows 45-45b showed L2 is no nearer than DRAM for a GEMV tile on H200; the
         # gated bytes go to shared memory instead (gate_stage_bytes -> MK_PF_GATE=2): O-proj's whole 64 KiB tile once
         # QKV is done (read by gemv_tile_staged after its wait), _kv with row 44's K/V prefetch so attention's loads do
         # not queue behind the copies, _og_kv also the leading 64 KiB (16 rows) of each gate/up tile once attention is done
-        "mk_stgate_o": {"tiles": DEFAULT_TILES, "prefetch_own": NOT_OPROJ, "prefetch_gate": (("oproj", "qkv", None),),
+        "mk_stgate_o": {"tiles": NOEARLY_TILES, "prefetch_own": NOT_OPROJ, "prefetch_gate": (("oproj", "qkv", None),),
                         "gate_stage_bytes": 64 << 10},
-        "mk_stgate_o_kv": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",), "prefetch_own": NOT_OPROJ,
+        "mk_stgate_o_kv": {"tiles": NOEARLY_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",), "prefetch_own": NOT_OPROJ,
                            "prefetch_gate": (("oproj", "qkv", None),), "gate_stage_bytes": 64 << 10},
-        "mk_stgate_og_kv": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",), "prefetch_own": NOT_OPROJ,
+        "mk_stgate_og_kv": {"tiles": NOEARLY_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",), "prefetch_own": NOT_OPROJ,
                             "prefetch_gate": (("oproj", "qkv", None), ("gateup", "attn", 64 << 10)),
                             "gate_stage_bytes": 64 << 10},
         # Row 46b (NOTES.md "Row 46 measured"): every phase slowed with the 64 KiB buffer, not only the ones beside the
         # copies. _smem64_ctl: the default with the same 64 KiB buffer allocated and a gate that stages nothing (16
         # bytes: no whole row pair), the shared-memory carve-out's cost alone; _o32_kv: half of O-proj's tile staged
         # (32 KiB buffer: two CTAs need 2 x 68.5 KiB, a smaller carve-out)
-        "mk_smem64_ctl": {"tiles": DEFAULT_TILES, "prefetch_gate": (("oproj", "qkv", 16),), "gate_stage_bytes": 64 << 10},
-        "mk_stgate_o32_kv": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",),
+        "mk_smem64_ctl": {"tiles": NOEARLY_TILES, "prefetch_gate": (("oproj", "qkv", 16),), "gate_stage_bytes": 64 << 10},
+        "mk_stgate_o32_kv": {"tiles": NOEARLY_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",),
                              "prefetch_gate": (("oproj", "qkv", None),), "gate_stage_bytes": 32 << 10},
         # Row 47 (NOTES.md "Row 46b measured"): the 64 KiB buffer alone cost 5%, read as the L1 it takes. The default
         # with a preferred shared-memory carve-out: 44% (100 of 228 KiB: two CTAs' 73 KiB fit, the rest L1), 0% (the
         # most L1 the driver grants; it must still fit the CTAs it launches)
         "mk_carve44": {"smem_carveout": 44},
         "mk_carve0": {"smem_carveout": 0},
-        # Row 48 (NOTES.md "Ready: row 48"; csrc/megakernel/early.cuh): QKV (_q), one-split O-proj (_o) or both (_qo)
-        # tiles load their whole 64 KiB weight tile into registers before their dependency wait (MK_EARLY_REGS), so
-        # the bytes move during the phase before them; registers are the staging buffer that takes no L1
-        "mk_early_q": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_EARLY_REGS=1",)},
-        "mk_early_o": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_EARLY_REGS=2",)},
-        "mk_early_qo": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_EARLY_REGS=3",)},
+        # Row 48 (NOTES.md "Row 48 measured"; csrc/megakernel/early.cuh; the default's TileShape.early_regs=3 since its
+        # H200 run): QKV (_q) or one-split O-proj (_o) tiles alone load their whole 64 KiB weight tile into registers
+        # before their dependency wait (MK_EARLY_REGS); mk_noearly is the default before row 48 (NOEARLY_TILES)
+        "mk_noearly": {"tiles": NOEARLY_TILES},
+        "mk_early_q": {"tiles": replace(DEFAULT_TILES, early_regs=1)},
+        "mk_early_o": {"tiles": replace(DEFAULT_TILES, early_regs=2)},
         # Row 48b: + every gate/up tile's first 16 rows (of 44) into registers before its wait (bit 4)
-        "mk_early_qog": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_EARLY_REGS=7",)},
+        "mk_early_qog": {"tiles": replace(DEFAULT_TILES, early_regs=7)},
     }
+    # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
+    # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were
+    # measured on, NOEARLY_TILES; the other default-tile rows are their flags on the current default.
+    for name in EARLY_CONFLICTS:
+        rows[name] = {"tiles": NOEARLY_TILES, **rows[name]}
+    return rows
 
 
 def main() -> int:

@@ -87,6 +87,11 @@ class TileShape:
     # normalised output o / l to attn_out[layer] and O-proj loads it (OProj.combined = 1): no combine. Longer launches
     # run the other programs (attn_split / attn_split_long by split_threshold) as without it (NOTES.md "Ready: row 40").
     single_split: int = 0
+    # early_regs (row 48, the default since its H200 run, 2026-12-03: 0.864 -> 0.807 ms/token at kv 128; the build flag
+    # MK_EARLY_REGS, csrc/megakernel/early.cuh): a mask of the tiles that load their weights into registers before
+    # their dependency wait: 1 QKV, 2 one-split O-proj (needs single_split), 4 gate/up's first 16 rows (row 48b). Tiles
+    # of other shapes take the plain path in the same build. 0: off (NOEARLY_TILES, the default before row 48).
+    early_regs: int = 0
 
     def check(self, c: LlamaConfig) -> None:
         for name, value, total in (("o_rows", self.o_rows, c.hidden), ("gate_features", self.gate_features, c.ffn),
@@ -123,6 +128,9 @@ class TileShape:
         if one and self.last_combine is not False:
             raise DagError(f"TileShape.single_split={one} needs last_combine=False (both write attn_out), got "
                            f"last_combine={self.last_combine!r}")
+        early = self.early_regs
+        if not isinstance(early, int) or isinstance(early, bool) or not 0 <= early <= 7:
+            raise DagError(f"TileShape.early_regs must be a mask in [0, 7] (1 QKV, 2 O-proj, 4 gate/up), got {early!r}")
         if not isinstance(self.qkv_parts, int) or self.qkv_parts < 1 or c.head_dim % (4 * self.qkv_parts):
             raise DagError(f"TileShape.qkv_parts={self.qkv_parts!r} must be a positive int with head_dim "
                            f"({c.head_dim}) divisible by 4 * qkv_parts (whole, even RoPE pair blocks)")
@@ -298,7 +306,10 @@ class Program:
 # benchmarks/decode.py keeps as the control row mk_combine (COMBINE_TILES). A TileShape the caller builds keeps one
 # split length, 16-row Down tiles, the combine and 2-head tiles unless it sets them (rows that pin a split, a
 # last-arrival combine or an older default measure exactly what they name).
-DEFAULT_TILES = TileShape(down_rows=8, attn_split_long=256, single_split=384, attn_head_parts=8)
+DEFAULT_TILES = TileShape(down_rows=8, attn_split_long=256, single_split=384, attn_head_parts=8, early_regs=3)
+# The default before row 48 (rows 40 + 42 on row 36's tiles): every weight tile loads after its wait; the base of the
+# opt-in rows measured before it (45-47) and of those whose flags replace the early path's wait or loop.
+NOEARLY_TILES = replace(DEFAULT_TILES, early_regs=0)
 # The default before rows 40 + 42 (rows 36-39): every launch combines its splits in O-proj, 2 query heads per tile.
 COMBINE_TILES = TileShape(down_rows=8, attn_split_long=256)
 

@@ -2,35 +2,70 @@
 benchmarks/decode.py mk_early_*): the rows, the flag at 0 the same cubin as without it, the early tile's SASS (its 16
 weight loads per lane issued before the counter poll, no call and no spill between them and their use), and the
 refused combinations. GPU: tests/test_megakernel_early_gpu.py."""
+import dataclasses
 import re
 
 import pytest
 
 from benchmarks.decode import variant_rows
-from megakernel.dag import DEFAULT_TILES
+from megakernel.dag import DEFAULT_TILES, NOEARLY_TILES, DagError
+from megakernel.runtime import option_flags
+from tinyllama.config import get_config
 from toolchain import (  # noqa: F401  (megakernel_builds: the fixture)
     cubin_sha256,
     default_tile_flags,
     main_spills,
     megakernel_builds,
     needs_nvcc,
+    noearly_tile_flags,
     skip_without_tools,
 )
 
-ROWS = {"mk_early_q": 1, "mk_early_o": 2, "mk_early_qo": 3, "mk_early_qog": 7}
+ROWS = {"mk_early_q": 1, "mk_early_o": 2, "mk_early_qog": 7}
 
 
-def test_the_rows():
+def _flags(mask: int) -> tuple[str, ...]:
+    return default_tile_flags(tiles=dataclasses.replace(DEFAULT_TILES, early_regs=mask))
+
+
+def test_the_rows_and_the_default():
     rows = variant_rows()
+    assert DEFAULT_TILES.early_regs == 3 and NOEARLY_TILES == dataclasses.replace(DEFAULT_TILES, early_regs=0)
+    assert option_flags(DEFAULT_TILES) == ("-DMK_ONE_SPLIT=1", "-DMK_EARLY_REGS=3")
+    assert rows["mk_noearly"] == {"tiles": NOEARLY_TILES}
     for name, mask in ROWS.items():
-        assert rows[name] == {"tiles": DEFAULT_TILES, "build_flags": (f"-DMK_EARLY_REGS={mask}",)}
+        assert rows[name] == {"tiles": dataclasses.replace(DEFAULT_TILES, early_regs=mask)}
+    # rows whose flags the early build refuses keep the default before row 48; the others follow the current one
+    assert rows["mk_poll2"]["tiles"] == NOEARLY_TILES and "tiles" not in rows["mk_detail"]
+
+
+@pytest.mark.parametrize("mask", [8, -1, True])
+def test_bad_masks_are_refused(mask):
+    with pytest.raises(DagError, match="must be a mask in"):
+        dataclasses.replace(DEFAULT_TILES, early_regs=mask).check(get_config("tinyllama-1.1b"))
+
+
+def test_early_o_proj_needs_one_split_launches():
+    with pytest.raises(ValueError, match="single_split is 0"):
+        option_flags(dataclasses.replace(DEFAULT_TILES, single_split=0))
+
+
+def test_early_tiles_refuse_the_gate_and_stage_paths(monkeypatch):
+    from megakernel import runtime
+    from tinyllama.weights import random_weights
+
+    monkeypatch.setattr(runtime, "build", lambda *a, **k: pytest.fail("built despite bad settings"))
+    weights = random_weights(get_config("tiny"), seed=0, device="cpu")
+    with pytest.raises(ValueError, match="has no prefetch_gate, stage_bytes or ring_pages path"):
+        runtime.MegakernelDecoder(weights, prefetch_gate=(("oproj", "qkv", None),))
 
 
 @needs_nvcc
 @pytest.mark.parametrize("mode", [0, 2])
 def test_flag_off_is_the_same_cubin(builds, mode):
-    assert cubin_sha256(builds(mode, default_tile_flags())) == \
-        cubin_sha256(builds(mode, default_tile_flags(("-DMK_EARLY_REGS=0",))))
+    """NOEARLY_TILES' build (the default before row 48) is the one-split build the flag's code does not touch."""
+    assert cubin_sha256(builds(mode, noearly_tile_flags())) == cubin_sha256(builds(mode, ("-DMK_ONE_SPLIT=1",))) == \
+        cubin_sha256(builds(mode, ("-DMK_ONE_SPLIT=1", "-DMK_EARLY_REGS=0")))
 
 
 def _early_tile_frame(log: str) -> str:
@@ -45,13 +80,13 @@ def _early_tile_frame(log: str) -> str:
 def test_the_early_tile_has_no_stack(builds, mode, mask):
     """ptxas 2026-12-03: early_tile 0 bytes of stack (its 64 weight registers never spill), 128 registers; the
     worker's own spills (mode 0: 4 / 12 B with QKV early, 20 / 44 B with O-proj alone, the default's) are no more
-    than the default's in the trace-free build."""
-    r = builds(mode, default_tile_flags((f"-DMK_EARLY_REGS={mask}",)))
+    than the default's before row 48 (NOEARLY_TILES) in the trace-free build."""
+    r = builds(mode, _flags(mask))
     assert _early_tile_frame(r.ptxas_log) == "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"
     assert r.registers() == 128 and "warning" not in r.ptxas_log.lower(), r.ptxas_log
     if mode == 0:
         stores, loads = main_spills(r.ptxas_log)
-        plain_stores, plain_loads = main_spills(builds(0, default_tile_flags()).ptxas_log)
+        plain_stores, plain_loads = main_spills(builds(0, noearly_tile_flags()).ptxas_log)
         assert stores <= plain_stores and loads <= plain_loads
 
 
@@ -59,18 +94,18 @@ def test_the_early_tile_has_no_stack(builds, mode, mask):
 def test_the_weight_loads_go_out_before_the_poll(builds):
     """In early_tile: 16 non-allocating 16-byte weight loads (GEMV_ROWS x GEMV_UNROLL per lane) before the first
     acquire poll of the counter, no call, local store or barrier before the poll (the tile's address is computed
-    without tile_weights' 64-bit divide) and no local memory at all; the default has no early_tile."""
+    without tile_weights' 64-bit divide) and no local memory at all; the build before row 48 has no early_tile."""
     skip_without_tools("nvdisasm")
     from megakernel.sass_diff import disassembly, functions
 
-    fns = functions(disassembly(builds(0, default_tile_flags(("-DMK_EARLY_REGS=7",))).cubin))
+    fns = functions(disassembly(builds(0, _flags(7)).cubin))
     body = next(v for k, v in fns.items() if "early_tile" in k)
     poll = next(i for i, ins in enumerate(body) if ins.startswith("LDG.E.STRONG.GPU"))
     before = body[:poll]
     assert sum(ins.startswith("LDG.E.NA.128.CONSTANT") for ins in before) == 16
     assert not any(ins.startswith(("CALL", "STL", "BAR")) for ins in before)
     assert not any(ins.startswith(("STL", "LDL")) for ins in body)
-    assert not any("early_tile" in k for k in functions(disassembly(builds(0, default_tile_flags()).cubin)))
+    assert not any("early_tile" in k for k in functions(disassembly(builds(0, noearly_tile_flags()).cubin)))
 
 
 @needs_nvcc
@@ -83,7 +118,7 @@ def test_bad_combinations_do_not_compile(builds, flags, match):
     from megakernel.build import BuildError
 
     with pytest.raises(BuildError, match=match):
-        builds(0, default_tile_flags(flags))
+        builds(0, ("-DMK_ONE_SPLIT=1",) + flags)
 
 
 @needs_nvcc

@@ -10,15 +10,15 @@ import pytest
 
 import megakernel.instructions as I
 from benchmarks.decode import variant_rows
-from megakernel.dag import DEFAULT_TILES, build_decode_program, default_tiles
+from megakernel.dag import NOEARLY_TILES, build_decode_program, default_tiles
 from megakernel.runtime import check_gates, prefetch_plan, tile_weight_ranges
 from tinyllama.config import get_config
 from toolchain import (  # noqa: F401  (megakernel_builds: the fixture)
     cubin_sha256,
-    default_tile_flags,
     main_spills,
     megakernel_builds,
     needs_nvcc,
+    noearly_tile_flags,
     skip_without_tools,
 )
 
@@ -33,7 +33,7 @@ def _programs():
 
 def test_the_rows():
     rows = variant_rows()
-    assert rows["mk_pfgate_o"] == {"tiles": DEFAULT_TILES, "prefetch_gate": (("oproj", "qkv", None),)}
+    assert rows["mk_pfgate_o"] == {"tiles": NOEARLY_TILES, "prefetch_gate": (("oproj", "qkv", None),)}
     assert rows["mk_pfgate_og"]["prefetch_gate"] == GATE
     assert rows["mk_pfgate_oga"]["prefetch_gate"] == (("oproj", "qkv", None), ("gateup", "attn", None))
     gated = [name for name, row in rows.items() if "prefetch_gate" in row]
@@ -103,7 +103,7 @@ def test_gates_with_staging_are_refused_before_any_gpu_work(monkeypatch):
 @needs_nvcc
 @pytest.mark.parametrize("mode", [0, 2])
 def test_flag_off_is_the_same_cubin(builds, mode):
-    assert cubin_sha256(builds(mode, default_tile_flags())) == cubin_sha256(builds(mode, default_tile_flags(("-DMK_PF_GATE=0",))))
+    assert cubin_sha256(builds(mode, noearly_tile_flags())) == cubin_sha256(builds(mode, noearly_tile_flags(("-DMK_PF_GATE=0",))))
 
 
 @needs_nvcc
@@ -112,7 +112,7 @@ def test_flag_off_is_the_same_cubin(builds, mode):
 def test_the_flag_build_spills_no_more(builds, mode, gate):
     """ptxas 2026-12-03: 128 registers and the default build's spills (mode 0: 20 B stores, 44 B loads; mode 2:
     28 / 264), with gate_then_prefetch out of line; MK_PF_GATE=1 (row 45) and 2 (row 46)."""
-    gated, plain = builds(mode, default_tile_flags((f"-DMK_PF_GATE={gate}",))), builds(mode, default_tile_flags())
+    gated, plain = builds(mode, noearly_tile_flags((f"-DMK_PF_GATE={gate}",))), builds(mode, noearly_tile_flags())
     assert gated.registers() == 128 and "warning" not in gated.ptxas_log.lower(), gated.ptxas_log
     assert main_spills(gated.ptxas_log) == main_spills(plain.ptxas_log)
 
@@ -125,12 +125,12 @@ def test_the_gate_waits_then_moves_the_bytes(builds, gate, issues, never):
     skip_without_tools("nvdisasm")
     from megakernel.sass_diff import disassembly, functions
 
-    fns = functions(disassembly(builds(0, default_tile_flags((f"-DMK_PF_GATE={gate}",))).cubin))
+    fns = functions(disassembly(builds(0, noearly_tile_flags((f"-DMK_PF_GATE={gate}",))).cubin))
     body = next(v for k, v in fns.items() if "gate_then_prefetch" in k)
     assert any(i.startswith(issues) for i in body)
     assert never is None or not any(i.startswith(never) for i in body)
     assert any(i.startswith("CALL") for i in body)  # the counter wait (wait_counter, out of line)
-    assert not any("gate_then_prefetch" in k for k in functions(disassembly(builds(0, default_tile_flags()).cubin)))
+    assert not any("gate_then_prefetch" in k for k in functions(disassembly(builds(0, noearly_tile_flags()).cubin)))
 
 
 @needs_nvcc
@@ -138,7 +138,7 @@ def test_a_bad_value_does_not_compile(builds):
     from megakernel.build import BuildError
 
     with pytest.raises(BuildError, match="MK_PF_GATE is 0 .off., 1"):
-        builds(0, default_tile_flags(("-DMK_PF_GATE=3",)))
+        builds(0, noearly_tile_flags(("-DMK_PF_GATE=3",)))
 
 
 # ---- row 46: the gated bytes staged in shared memory (gate_stage_bytes -> MK_PF_GATE=2) ----
@@ -173,7 +173,7 @@ def test_the_stage_gate_refuses_the_other_stage_users(builds):
     from megakernel.build import BuildError
 
     with pytest.raises(BuildError, match="MK_PF_GATE=2 stages into the stage buffer"):
-        builds(0, default_tile_flags(("-DMK_PF_GATE=2", "-DMK_RING=2", "-DMK_DOWN_PIECES=0")))
+        builds(0, noearly_tile_flags(("-DMK_PF_GATE=2", "-DMK_RING=2", "-DMK_DOWN_PIECES=0")))
 
 
 def test_gate_constants_agree_with_the_kernel():

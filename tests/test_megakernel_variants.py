@@ -34,9 +34,14 @@ TICKET_ROWS = {"mk_nospread": NO_SPREAD + DOWN_PLAIN, "mk_dynamic": DYNAMIC}  # 
 
 
 def test_rows_are_build_flags_on_the_default_program():
+    from benchmarks.decode import EARLY_CONFLICTS
+    from megakernel.dag import NOEARLY_TILES
+
     rows = variant_rows()
     for name, flags in ROWS.items():
-        assert rows[name] == {"build_flags": flags}, name
+        # flags the early build refuses (MK_BATCH_*, MK_POLL2): on the default before row 48 (NOEARLY_TILES)
+        want = {"tiles": NOEARLY_TILES, "build_flags": flags} if name in EARLY_CONFLICTS else {"build_flags": flags}
+        assert rows[name] == want, name
         option_flags(TileShape(), flags)  # none of them is a flag the tile shape owns
     c = get_config("tiny")
     # no tile change: the kernel runs the default instruction stream, which the interpreter checks
@@ -51,7 +56,9 @@ def test_the_default_spreads_and_the_ticket_rows_do_not():
     # mk_nospread keeps the Down of its time (16-row tiles, gemv_tile: -DMK_DOWN_PIECES=0), mk_g32 the default's (row 36)
     assert rows["mk_nospread"] == {"tiles": TileShape(gate_features=32), "build_flags": NO_SPREAD + DOWN_PLAIN}
     assert rows["mk_g32"] == {"tiles": TileShape(gate_features=32, down_rows=8)}  # the spread alone, 32-feature tiles
-    assert rows["mk_dynamic"] == {"build_flags": DYNAMIC}
+    from megakernel.dag import NOEARLY_TILES
+
+    assert rows["mk_dynamic"] == {"tiles": NOEARLY_TILES, "build_flags": DYNAMIC}  # the early tiles need static tickets
     assert TileShape().gate_features == 22 and get_config("tinyllama-1.1b").ffn // 22 == 256
     assert sm_spread(()) and sm_spread(("-DMK_STATIC_TICKETS=1",)) and sm_spread(("-DMK_SM_SPREAD",))
     assert not sm_spread(NO_SPREAD) and not sm_spread(DYNAMIC)

@@ -42,13 +42,20 @@ def cubin_sha256(result) -> str:
     return hashlib.sha256(Path(result.cubin).read_bytes()).hexdigest()
 
 
-def default_tile_flags(extra: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """``extra`` plus the option flags of the default decoder's tiles (megakernel.dag.DEFAULT_TILES): the build a
-    flag row's CPU tests compare against."""
+def default_tile_flags(extra: tuple[str, ...] = (), tiles=None) -> tuple[str, ...]:
+    """``extra`` plus the option flags of ``tiles`` (default: the default decoder's, megakernel.dag.DEFAULT_TILES):
+    the build a flag row's CPU tests compare against."""
     from megakernel.dag import DEFAULT_TILES
     from megakernel.runtime import option_flags
 
-    return extra + option_flags(DEFAULT_TILES, extra)
+    return extra + option_flags(DEFAULT_TILES if tiles is None else tiles, extra)
+
+
+def noearly_tile_flags(extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """default_tile_flags of megakernel.dag.NOEARLY_TILES: the default before row 48, the base of rows 44-47."""
+    from megakernel.dag import NOEARLY_TILES
+
+    return default_tile_flags(extra, NOEARLY_TILES)
 
 
 def main_spills(log: str) -> tuple[int, int]:

@@ -24,20 +24,21 @@
 
 constexpr int EARLY_ROWS = NWARPS * GEMV_ROWS;  // one batch: every warp GEMV_ROWS rows
 constexpr int EARLY_K = 32 * 8 * GEMV_UNROLL;   // GEMV_UNROLL 16-byte chunks per lane per row
+// early_rmsnorm / early_vector take one 8-float chunk per thread: other GEMV_UNROLL builds keep every tile plain
+constexpr bool EARLY_SHAPES = EARLY_K == 8 * THREADS;
 
 // The tile takes the early path: the op is switched on by the flag's bits and the tile is one batch of gemv_rows.
 // O-proj only in one-split launches (A2: its input is attn_out, one vector load; the combine has its own calls).
 __device__ __forceinline__ bool early_eligible(const Params& p, const int* ins, int op) {
-  if ((int)p.hidden != EARLY_K) return false;
+  if (!EARLY_SHAPES || (int)p.hidden != EARLY_K) return false;
   if (op == OP_QKV_HEAD) return (MK_EARLY_REGS & 1) && p.head_dim == (size_t)EARLY_ROWS * p.qkv_parts;
   if (op == OP_O_PROJ) return (MK_EARLY_REGS & 2) && ins[W_A1] == EARLY_ROWS && ins[W_A2] != 0;
   if (op == OP_GATE_UP) return (MK_EARLY_REGS & 4) && 2 * ins[W_A1] >= EARLY_ROWS;
   return false;
 }
 
-// load_rmsnorm (gemv.cuh) at n = EARLY_K, inlined: one 8-float chunk per thread, the same products and sum order
+// load_rmsnorm (gemv.cuh) at n = EARLY_K (EARLY_SHAPES), inlined: one 8-float chunk per thread, the same products and sum order
 // (xs = x * g; returns rsqrt(mean(x^2) + eps)).
-static_assert(EARLY_K == 8 * THREADS, "early_rmsnorm: one chunk of x per thread");
 __device__ __forceinline__ float early_rmsnorm(const float* x, const __nv_bfloat16* __restrict__ g, float eps,
                                                float* xs, float* scratch) {
   const int c = threadIdx.x;
