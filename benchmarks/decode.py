@@ -320,14 +320,14 @@ def variant_rows() -> dict[str, dict]:
         # most L1 the driver grants; it must still fit the CTAs it launches)
         "mk_carve44": {"smem_carveout": 44},
         "mk_carve0": {"smem_carveout": 0},
-        # Row 48 (NOTES.md "Row 48 measured"; csrc/megakernel/early.cuh; the default's TileShape.early_regs=3 since its
-        # H200 run): QKV (_q) or one-split O-proj (_o) tiles alone load their whole 64 KiB weight tile into registers
-        # before their dependency wait (MK_EARLY_REGS); mk_noearly is the default before row 48 (NOEARLY_TILES)
+        # Rows 48 + 48b (NOTES.md "Row 48 measured", "Row 48b measured"; csrc/megakernel/early.cuh; the default's
+        # TileShape.early_regs=7 since their H200 runs): QKV (_q), one-split O-proj (_o) or both (_qo, row 48 alone)
+        # tiles load their whole 64 KiB weight tile into registers before their dependency wait (MK_EARLY_REGS), the
+        # default also gate/up's first 16 rows; mk_noearly is the default before row 48 (NOEARLY_TILES)
         "mk_noearly": {"tiles": NOEARLY_TILES},
         "mk_early_q": {"tiles": replace(DEFAULT_TILES, early_regs=1)},
         "mk_early_o": {"tiles": replace(DEFAULT_TILES, early_regs=2)},
-        # Row 48b: + every gate/up tile's first 16 rows (of 44) into registers before its wait (bit 4)
-        "mk_early_qog": {"tiles": replace(DEFAULT_TILES, early_regs=7)},
+        "mk_early_qo": {"tiles": replace(DEFAULT_TILES, early_regs=3)},
     }
     # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
     # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were

@@ -87,10 +87,10 @@ class TileShape:
     # normalised output o / l to attn_out[layer] and O-proj loads it (OProj.combined = 1): no combine. Longer launches
     # run the other programs (attn_split / attn_split_long by split_threshold) as without it (NOTES.md "Ready: row 40").
     single_split: int = 0
-    # early_regs (row 48, the default since its H200 run, 2026-12-03: 0.864 -> 0.807 ms/token at kv 128; the build flag
-    # MK_EARLY_REGS, csrc/megakernel/early.cuh): a mask of the tiles that load their weights into registers before
-    # their dependency wait: 1 QKV, 2 one-split O-proj (needs single_split), 4 gate/up's first 16 rows (row 48b). Tiles
-    # of other shapes take the plain path in the same build. 0: off (NOEARLY_TILES, the default before row 48).
+    # early_regs (rows 48 + 48b, the default since their H200 run, 2026-12-03: 0.861 -> 0.789 ms/token at kv 128; the
+    # build flag MK_EARLY_REGS, csrc/megakernel/early.cuh): a mask of the tiles that load their weights into registers
+    # before their dependency wait: 1 QKV, 2 one-split O-proj (needs single_split), 4 gate/up's first 16 rows. Tiles of
+    # other shapes take the plain path in the same build. 0: off (NOEARLY_TILES, the default before row 48).
     early_regs: int = 0
 
     def check(self, c: LlamaConfig) -> None:
@@ -306,7 +306,7 @@ class Program:
 # benchmarks/decode.py keeps as the control row mk_combine (COMBINE_TILES). A TileShape the caller builds keeps one
 # split length, 16-row Down tiles, the combine and 2-head tiles unless it sets them (rows that pin a split, a
 # last-arrival combine or an older default measure exactly what they name).
-DEFAULT_TILES = TileShape(down_rows=8, attn_split_long=256, single_split=384, attn_head_parts=8, early_regs=3)
+DEFAULT_TILES = TileShape(down_rows=8, attn_split_long=256, single_split=384, attn_head_parts=8, early_regs=7)
 # The default before row 48 (rows 40 + 42 on row 36's tiles): every weight tile loads after its wait; the base of the
 # opt-in rows measured before it (45-47) and of those whose flags replace the early path's wait or loop.
 NOEARLY_TILES = replace(DEFAULT_TILES, early_regs=0)

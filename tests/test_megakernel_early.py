@@ -21,7 +21,7 @@ from toolchain import (  # noqa: F401  (megakernel_builds: the fixture)
     skip_without_tools,
 )
 
-ROWS = {"mk_early_q": 1, "mk_early_o": 2, "mk_early_qog": 7}
+ROWS = {"mk_early_q": 1, "mk_early_o": 2, "mk_early_qo": 3}
 
 
 def _flags(mask: int) -> tuple[str, ...]:
@@ -30,8 +30,8 @@ def _flags(mask: int) -> tuple[str, ...]:
 
 def test_the_rows_and_the_default():
     rows = variant_rows()
-    assert DEFAULT_TILES.early_regs == 3 and NOEARLY_TILES == dataclasses.replace(DEFAULT_TILES, early_regs=0)
-    assert option_flags(DEFAULT_TILES) == ("-DMK_ONE_SPLIT=1", "-DMK_EARLY_REGS=3")
+    assert DEFAULT_TILES.early_regs == 7 and NOEARLY_TILES == dataclasses.replace(DEFAULT_TILES, early_regs=0)
+    assert option_flags(DEFAULT_TILES) == ("-DMK_ONE_SPLIT=1", "-DMK_EARLY_REGS=7")
     assert rows["mk_noearly"] == {"tiles": NOEARLY_TILES}
     for name, mask in ROWS.items():
         assert rows[name] == {"tiles": dataclasses.replace(DEFAULT_TILES, early_regs=mask)}

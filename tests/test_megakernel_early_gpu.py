@@ -2,8 +2,8 @@
 benchmarks/decode.py mk_early_*): QKV and one-split O-proj tiles that load their weights into registers before their
 wait sum the same chunks in the same order as gemv_tile, so every buffer must be bit for bit the plain build's: on full
 TinyLlama at KV ~128 (one-split launches: both early paths) and ~1024 (two-split launches: QKV early, O-proj not), and
-on the tiny model, whose shapes take the plain path in the flag build (hidden != 2048). mk_early_qog (row 48b) also
-splits each gate/up tile into its first 16 rows (early) and the rest (gemv_tile). Run by scripts/gpu_mk_run.sh
+on the tiny model, whose shapes take the plain path in the flag build (hidden != 2048). The default's bit 4 (row 48b)
+also splits each gate/up tile into its first 16 rows (early) and the rest (gemv_tile). Run by scripts/gpu_mk_run.sh
 (TEST_EXTRA=tests/test_megakernel_early_gpu.py)."""
 import dataclasses
 
@@ -40,7 +40,7 @@ def test_early_tiles_equal_the_plain_build_tiny():
 @pytest.mark.parametrize("mask", [3, 7])
 @pytest.mark.parametrize("kv", [128, 1024])
 def test_early_tiles_equal_the_plain_build_full_model(mask, kv):
-    """The default (early_regs=3) and mk_early_qog (7) against NOEARLY_TILES, every buffer bit for bit."""
+    """The default (early_regs=7) and mk_early_qo (3, row 48 alone) against NOEARLY_TILES, every buffer bit for bit."""
     _assert_tiles_equal_bit_for_bit(dataclasses.replace(DEFAULT_TILES, early_regs=mask), NOEARLY_TILES, kv, SEED + 113)
 
 
