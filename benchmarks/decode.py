@@ -328,6 +328,9 @@ def variant_rows() -> dict[str, dict]:
         "mk_early_q": {"tiles": replace(DEFAULT_TILES, early_regs=1)},
         "mk_early_o": {"tiles": replace(DEFAULT_TILES, early_regs=2)},
         "mk_early_qo": {"tiles": replace(DEFAULT_TILES, early_regs=3)},
+        # Row 48c (NOTES.md "Ready: row 48c"): + every Down row's first 8 trips of both K-halves (64 KiB of the tile's
+        # 88 KiB) before the wait (bit 8)
+        "mk_early_qogd": {"tiles": replace(DEFAULT_TILES, early_regs=15)},
     }
     # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
     # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were

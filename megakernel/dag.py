@@ -89,8 +89,9 @@ class TileShape:
     single_split: int = 0
     # early_regs (rows 48 + 48b, the default since their H200 run, 2026-12-03: 0.861 -> 0.789 ms/token at kv 128; the
     # build flag MK_EARLY_REGS, csrc/megakernel/early.cuh): a mask of the tiles that load their weights into registers
-    # before their dependency wait: 1 QKV, 2 one-split O-proj (needs single_split), 4 gate/up's first 16 rows. Tiles of
-    # other shapes take the plain path in the same build. 0: off (NOEARLY_TILES, the default before row 48).
+    # before their dependency wait: 1 QKV, 2 one-split O-proj (needs single_split), 4 gate/up's first 16 rows, 8 (row
+    # 48c, opt-in) Down rows' first trips. Tiles of other shapes take the plain path in the same build. 0: off
+    # (NOEARLY_TILES, the default before row 48).
     early_regs: int = 0
 
     def check(self, c: LlamaConfig) -> None:
@@ -129,8 +130,9 @@ class TileShape:
             raise DagError(f"TileShape.single_split={one} needs last_combine=False (both write attn_out), got "
                            f"last_combine={self.last_combine!r}")
         early = self.early_regs
-        if not isinstance(early, int) or isinstance(early, bool) or not 0 <= early <= 7:
-            raise DagError(f"TileShape.early_regs must be a mask in [0, 7] (1 QKV, 2 O-proj, 4 gate/up), got {early!r}")
+        if not isinstance(early, int) or isinstance(early, bool) or not 0 <= early <= 15:
+            raise DagError(f"TileShape.early_regs must be a mask in [0, 15] (1 QKV, 2 O-proj, 4 gate/up, 8 Down), got "
+                           f"{early!r}")
         if not isinstance(self.qkv_parts, int) or self.qkv_parts < 1 or c.head_dim % (4 * self.qkv_parts):
             raise DagError(f"TileShape.qkv_parts={self.qkv_parts!r} must be a positive int with head_dim "
                            f"({c.head_dim}) divisible by 4 * qkv_parts (whole, even RoPE pair blocks)")

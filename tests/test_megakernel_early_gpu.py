@@ -32,15 +32,16 @@ def test_early_tiles_equal_the_plain_build_tiny():
     prompt = torch.randint(0, weights.config.vocab, (6,), generator=torch.Generator().manual_seed(SEED + 112)).tolist()
     launches = [(0, 8), (8, 4), (12, 8), (20, 16), (36, 4), (40, 24)]
     states = _same_launches(weights, prompt, launches, {"plain": {"tiles": TINY},
-                                                        "flag": {"tiles": dataclasses.replace(TINY, early_regs=7)}},
+                                                        "flag": {"tiles": dataclasses.replace(TINY, early_regs=15)}},
                             _buffers)
     assert _differing_buffers(states["flag"], states["plain"]) == []
 
 
-@pytest.mark.parametrize("mask", [3, 7])
+@pytest.mark.parametrize("mask", [3, 7, 15])
 @pytest.mark.parametrize("kv", [128, 1024])
 def test_early_tiles_equal_the_plain_build_full_model(mask, kv):
-    """The default (early_regs=7) and mk_early_qo (3, row 48 alone) against NOEARLY_TILES, every buffer bit for bit."""
+    """The default (early_regs=7), mk_early_qo (3, row 48 alone) and mk_early_qogd (15, row 48c) against
+    NOEARLY_TILES, every buffer bit for bit."""
     _assert_tiles_equal_bit_for_bit(dataclasses.replace(DEFAULT_TILES, early_regs=mask), NOEARLY_TILES, kv, SEED + 113)
 
 

@@ -151,11 +151,11 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_EARLY_REGS
 // Row 48 (opt-in; NOTES.md "Row 48 measured"; early.cuh): bit 1: QKV tiles, bit 2: one-split O-proj tiles of 16 rows x
 // K = 2048 load their whole weight tile into registers before their dependency wait; bit 4 (row 48b): gate/up tiles
-// their first 16 rows. 0: off.
+// their first 16 rows; bit 8 (row 48c, opt-in): Down tiles their rows' first GEMV_UNROLL trips. 0: off.
 #define MK_EARLY_REGS 0
 #endif
-#if MK_EARLY_REGS < 0 || MK_EARLY_REGS > 7
-#error "MK_EARLY_REGS is a mask of 1 (QKV tiles), 2 (one-split O-proj tiles) and 4 (gate/up tiles' first rows); 0 is off"
+#if MK_EARLY_REGS < 0 || MK_EARLY_REGS > 15
+#error "MK_EARLY_REGS is a mask of 1 (QKV tiles), 2 (one-split O-proj tiles), 4 (gate/up tiles' first rows) and 8 (Down tiles' first trips); 0 is off"
 #endif
 #if MK_EARLY_REGS && (MK_RING || MK_PF_GATE || MK_POLL2 || MK_GEMV_BATCH || MK_LAST_COMBINE)
 #error "MK_EARLY_REGS replaces the wait and the GEMV of its tiles: build it without MK_RING, MK_PF_GATE, MK_POLL2, MK_GEMV_BATCH and MK_LAST_COMBINE"

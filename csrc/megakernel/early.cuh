@@ -34,6 +34,11 @@ __device__ __forceinline__ bool early_eligible(const Params& p, const int* ins, 
   if (op == OP_QKV_HEAD) return (MK_EARLY_REGS & 1) && p.head_dim == (size_t)EARLY_ROWS * p.qkv_parts;
   if (op == OP_O_PROJ) return (MK_EARLY_REGS & 2) && ins[W_A1] == EARLY_ROWS && ins[W_A2] != 0;
   if (op == OP_GATE_UP) return (MK_EARLY_REGS & 4) && 2 * ins[W_A1] >= EARLY_ROWS;
+#if MK_EARLY_REGS & 8
+  // row 48c: a Down tile of one row per warp (gemv_halves' shape) whose K-halves have at least one full early batch
+  if (op == OP_DOWN) return MK_DOWN_PIECES == 1 && ins[W_A1] == NWARPS && p.ffn % 16 == 0 &&
+                            p.ffn / 16 >= 32 * GEMV_UNROLL;
+#endif
   return false;
 }
 
@@ -95,9 +100,106 @@ __device__ __forceinline__ void early_qkv_store(const Params& p, const Smem& s, 
   }
 }
 
+// Thread 0 waits for the tile's dependency (the worker's wait block, with the wait loop inlined); then every thread:
+// false if the kernel must stop. Sets s.ok and s.next_ticket as the worker does; ends the core_loop region.
+__device__ __forceinline__ bool early_wait(const Params& p, Smem& s, unsigned t, int step, int index, int op, int layer) {
+  if (threadIdx.x == 0) {
+    bool ok = true;
+    s.next_ticket = t + (gridDim.x - 1);
+    const int wait = s.ins[W_WAIT];
+    if (wait != NO_COUNTER) {
+      const int need = (step + 1 + s.ins[W_WAIT_DELTA]) * s.ins[W_WAIT_COUNT];
+      if (need > 0) {
+        const WaitSite site{(int)t, step, index, op, layer, wait};
+        MK_DETAIL_LANE(ARGUS_REGION_DECODE_CORE_LOOP_WAIT, coord(step, layer));
+        ok = wait_counter_impl<false>(p, p.counters + wait, (unsigned)need, site, (unsigned long long)p.timeout_ns,
+                                      nullptr);
+      }
+    }
+    s.ok = ok;
+  }
+  __syncthreads();
+  ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
+  return s.ok;
+}
+
+#if MK_EARLY_REGS & 8
+// load_vector (gemv.cuh, MK_VEC_BATCH) inlined: xs = x (n floats), a thread's first VEC_SLOTS loads before its stores.
+__device__ __forceinline__ void early_vector_n(const float* x, int n, float* xs) {
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  float4* xs4 = reinterpret_cast<float4*>(xs);
+  const int n4 = n >> 2;
+  float4 v[VEC_SLOTS];
+#pragma unroll
+  for (int i = 0; i < VEC_SLOTS; ++i) {
+    const int c = threadIdx.x + i * THREADS;
+    v[i] = c < n4 ? __ldcg(x4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int i = 0; i < VEC_SLOTS; ++i) {
+    const int c = threadIdx.x + i * THREADS;
+    if (c < n4) xs4[c] = v[i];
+  }
+#pragma unroll 1
+  for (int c = threadIdx.x + VEC_SLOTS * THREADS; c < n4; c += THREADS) xs4[c] = __ldcg(x4 + c);
+  __syncthreads();
+}
+
+// Row 48c (bit 8): a Down tile, one row per warp as gemv_halves streams it (its two K-halves side by side): the
+// first GEMV_UNROLL trips' loads (2 x GEMV_UNROLL per lane, 64 registers) before the wait, then h into xs, then
+// those trips' FMAs and the rest of the row's trips, in gemv_halves' order (bit for bit op_down), then the residual.
+__device__ __noinline__ bool early_down_tile(const Params& p, Smem& s, unsigned t, int step, int index, int layer) {
+  const int D = (int)p.hidden, F = (int)p.ffn, half = F >> 4;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  ARGUS_BEGIN_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
+  const int row0 = s.ins[W_A0];
+  const char* lo = reinterpret_cast<const char*>(p.wd + ((size_t)layer * D + row0 + warp) * F);
+  const char* hi = lo + (size_t)half * 16;
+  uint4 w0[GEMV_UNROLL], w1[GEMV_UNROLL];
+#pragma unroll
+  for (int u = 0; u < GEMV_UNROLL; ++u) {
+    const size_t c = (size_t)(lane + 32 * u) * 16;
+    w0[u] = ld_weights(lo + c);
+    w1[u] = ld_weights(hi + c);
+  }
+  if (!early_wait(p, s, t, step, index, OP_DOWN, layer)) return false;
+  {
+    MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
+    MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_GEMM_DOWN_VECTOR, coord(step, layer));
+    early_vector_n(p.h + (size_t)layer * F, F, s.xs);
+    MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_VECTOR, coord(step, layer));
+    MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
+    const float4* x4 = reinterpret_cast<const float4*>(s.xs);
+    float acc0 = 0.f, acc1 = 0.f;
+#pragma unroll
+    for (int u = 0; u < GEMV_UNROLL; ++u) {
+      const int c = lane + 32 * u;
+      acc0 += dot8(w0[u], x4[2 * c], x4[2 * c + 1]);
+      acc1 += dot8(w1[u], x4[2 * (half + c)], x4[2 * (half + c) + 1]);
+    }
+#pragma unroll 4
+    for (int c = lane + 32 * GEMV_UNROLL; c < half; c += 32) {  // the row's other trips, as gemv_halves
+      const uint4 a = ld_weights(lo + (size_t)c * 16), b = ld_weights(hi + (size_t)c * 16);
+      acc0 += dot8(a, x4[2 * c], x4[2 * c + 1]);
+      acc1 += dot8(b, x4[2 * (half + c)], x4[2 * (half + c) + 1]);
+    }
+    const float sum = warp_sum(acc0 + acc1);
+    if (lane == 0) s.out[warp] = sum;
+    __syncthreads();
+    MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
+  }
+  for (int r = threadIdx.x; r < NWARPS; r += THREADS)  // op_down's residual: x[L + 1] = x_mid + h . Wd
+    p.x[(size_t)(layer + 1) * D + row0 + r] = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
+  return true;
+}
+#endif
+
 // The whole tile: loads, thread 0's wait (false: the kernel must stop, as the worker's wait), input, multiply,
 // outputs. Sets s.ok and s.next_ticket as the worker's wait block does; the worker signals afterwards as for any op.
 __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, int step, int index, int op, int layer) {
+#if MK_EARLY_REGS & 8
+  if (op == OP_DOWN) return early_down_tile(p, s, t, step, index, layer);
+#endif
   const int D = (int)p.hidden;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   ARGUS_BEGIN_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
@@ -120,24 +222,7 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
 #pragma unroll
     for (int i = 0; i < GEMV_ROWS; ++i)
       wr[u][i] = ld_weights(w + (size_t)(warp * GEMV_ROWS + i) * row_bytes + (size_t)(lane + 32 * u) * 16);
-  if (threadIdx.x == 0) {
-    bool ok = true;
-    s.next_ticket = t + (gridDim.x - 1);
-    const int wait = s.ins[W_WAIT];
-    if (wait != NO_COUNTER) {
-      const int need = (step + 1 + s.ins[W_WAIT_DELTA]) * s.ins[W_WAIT_COUNT];
-      if (need > 0) {
-        const WaitSite site{(int)t, step, index, op, layer, wait};
-        MK_DETAIL_LANE(ARGUS_REGION_DECODE_CORE_LOOP_WAIT, coord(step, layer));
-        ok = wait_counter_impl<false>(p, p.counters + wait, (unsigned)need, site, (unsigned long long)p.timeout_ns,
-                                      nullptr);
-      }
-    }
-    s.ok = ok;
-  }
-  __syncthreads();
-  ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
-  if (!s.ok) return false;
+  if (!early_wait(p, s, t, step, index, op, layer)) return false;
   float rstd = 1.f;
   if (op == OP_QKV_HEAD) {
     MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
