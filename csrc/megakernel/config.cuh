@@ -149,7 +149,8 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #error "MK_PF_GATE=2 stages into the stage buffer: no MK_RING with it"
 #endif
 #ifndef MK_EARLY_REGS
-// Row 48 (opt-in; NOTES.md "Row 48 measured"; early.cuh): bit 1: QKV tiles, bit 2: one-split O-proj tiles of 16 rows x
+// Rows 48 + 48b (the decoder's default through TileShape.early_regs=7; NOTES.md "Row 48 measured"; early.cuh); the
+// plain build (no flag) is 0. Bit 1: QKV tiles, bit 2: one-split O-proj tiles of 16 rows x
 // K = 2048 load their whole weight tile into registers before their dependency wait; bit 4 (row 48b): gate/up tiles
 // their first 16 rows; bit 8 (row 48c, opt-in): Down tiles their rows' first GEMV_UNROLL trips. 0: off.
 #define MK_EARLY_REGS 0

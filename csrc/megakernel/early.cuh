@@ -1,18 +1,21 @@
-// Row 48 (config.cuh: MK_EARLY_REGS, opt-in): a QKV or one-split O-proj tile of 16 rows x K = 2048 (TinyLlama's
-// shapes) loads its whole weight tile into registers *before* its dependency wait, so its 64 KiB move while the
-// phase before it finishes (QKV: Down's tail and the hand-off; O-proj: the attention phase, which leaves DRAM idle),
-// then waits, loads its input vector and only multiplies. Row 48b (bit 4): a gate/up tile (44 rows) does the same
-// with its first 16 rows, then streams the rest as ever (gemv_tile, a call once those registers are used). Registers are the one staging buffer that costs no L1:
-// shared-memory staging shrank L1 and slowed every register-streamed GEMV (rows 43, 46, 46b), and L2 is no nearer
-// than DRAM for a GEMV tile (rows 45, 45b). It is the tile gemv_rows<false> streams in its one batch (GEMV_ROWS rows
-// per warp, GEMV_UNROLL chunks per lane per row), summed in the same order: outputs are the plain build's bit for bit.
+// Rows 48 + 48b (config.cuh: MK_EARLY_REGS; the decoder's default, TileShape.early_regs=7, since their H200 run): a
+// QKV or one-split O-proj tile of 16 rows x K = 2048 (TinyLlama's shapes) loads its whole weight tile into registers
+// *before* its dependency wait, so its 64 KiB move while the phase before it finishes (QKV: Down's tail and the
+// hand-off; O-proj: the attention phase, which leaves DRAM idle), then waits, loads its input vector and only
+// multiplies; a gate/up tile (44 rows, bit 4) does the same with its first 16 rows, then streams the rest as ever
+// (gemv_tile, a call once those registers are used). Row 48c (bit 8, opt-in, a measured miss): Down's first trips.
+// Registers are the one staging buffer that costs no L1: shared-memory staging shrank L1 and slowed every
+// register-streamed GEMV (rows 43, 46, 46b), and L2 is no nearer than DRAM for a GEMV tile (rows 45, 45b). It is the
+// tile gemv_rows<false> streams in its one batch (GEMV_ROWS rows per warp, GEMV_UNROLL chunks per lane per row),
+// summed in the same order: outputs are the plain build's bit for bit (NOTES.md "Row 48 measured" and after).
 //
 // No call may sit between the loads and their use: ptxas saves live registers around a call, so the 64 weight
 // registers would go to the stack (NOTES.md, row 14's compiler lessons). So the wait loop (sync.cuh
 // wait_counter_impl), the norm and the vector load are inlined here (forms of load_rmsnorm / load_vector for n =
 // EARLY_K), and this header holds a copy of op_qkv's KV update and of op_oproj's residual (megakernel.cu): sharing
-// their bodies through forceinline functions changed the default build's SASS (ptxas 13.0, 2026-12-03), which this
-// opt-in row must not. tests/test_megakernel_early_gpu.py checks it all against the plain build bit for bit.
+// their bodies through forceinline functions changed the SASS of the builds without the flag (ptxas 13.0,
+// 2026-12-03), which its existence must not. tests/test_megakernel_early_gpu.py checks it all against NOEARLY_TILES'
+// build bit for bit.
 //
 // Included by megakernel.cu inside namespace mk, after the ops (it uses Smem, tile_weights, attn_out_of, the regions).
 #pragma once
@@ -42,8 +45,8 @@ __device__ __forceinline__ bool early_eligible(const Params& p, const int* ins, 
   return false;
 }
 
-// load_rmsnorm (gemv.cuh) at n = EARLY_K (EARLY_SHAPES), inlined: one 8-float chunk per thread, the same products and sum order
-// (xs = x * g; returns rsqrt(mean(x^2) + eps)).
+// load_rmsnorm (gemv.cuh) at n = EARLY_K (EARLY_SHAPES), inlined: one 8-float chunk per thread, the same products and
+// sum order (xs = x * g; returns rsqrt(mean(x^2) + eps)).
 __device__ __forceinline__ float early_rmsnorm(const float* x, const __nv_bfloat16* __restrict__ g, float eps,
                                                float* xs, float* scratch) {
   const int c = threadIdx.x;
