@@ -331,6 +331,9 @@ def variant_rows() -> dict[str, dict]:
         # Row 48c (NOTES.md "Ready: row 48c"): + every Down row's first 8 trips of both K-halves (64 KiB of the tile's
         # 88 KiB) before the wait (bit 8)
         "mk_early_qogd": {"tiles": replace(DEFAULT_TILES, early_regs=15)},
+        # Row 49 (NOTES.md "Ready: row 49"): the default with row 44's K/V prefetch (attention tiles L2-prefetch their
+        # split's K/V rows before their wait), now that early weight loads fill DRAM during the attention phase
+        "mk_early_kvpf": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",)},
     }
     # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
     # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were

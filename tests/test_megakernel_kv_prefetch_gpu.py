@@ -25,6 +25,7 @@ def test_kv_prefetch_equals_the_plain_build_tiny(head_parts):
     _assert_flag_equals_plain_tiny(dataclasses.replace(TINY, attn_head_parts=head_parts), PF, SEED + 97)
 
 
+@pytest.mark.parametrize("row", ["mk_kv_prefetch", "mk_early_kvpf"])  # on the default before row 48, and on the default
 @pytest.mark.parametrize("kv", [128, 1024])
-def test_kv_prefetch_equals_the_plain_build_full_model(kv):
-    _assert_flag_row_is_its_tiles_bit_for_bit("mk_kv_prefetch", PF, kv, SEED + 99)
+def test_kv_prefetch_equals_the_plain_build_full_model(kv, row):
+    _assert_flag_row_is_its_tiles_bit_for_bit(row, PF, kv, SEED + 99)
