@@ -37,7 +37,6 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.record import gpu_name, record, spread  # noqa: E402
 
-SOURCE = ROOT / "csrc" / "megakernel" / "bench" / "layer_stream.cu"
 TOLERANCE = 1e-4
 TIMEOUT_NS = 2_000_000_000  # every in-kernel wait gives up after this
 PF_HEAD = 32768  # regs: bytes of a tile's head L2-prefetched before its wait (the megakernel's MK_PF_OWN_CAP)
@@ -160,15 +159,13 @@ def configs(modes: list[str], sms: int) -> list[Config]:
 
 
 def build_cubin() -> Path:
-    """nvcc the benchmark with the megakernel's headers and arch (Argus's build cache)."""
-    from argus_rt.kinds.cuda.build import CompileError, CudaBuildSpec, build
-    from megakernel.build import ARCH, CSRC
+    """nvcc the benchmark with the megakernel's headers and arch (megakernel.build.build_bench: Argus's build cache,
+    rebuilt only when a source, header, flag or nvcc changes)."""
+    from megakernel.build import BuildError, build_bench
 
-    spec = CudaBuildSpec("layer_stream", [SOURCE], arch=ARCH, include_dirs=[CSRC / "megakernel"],
-                         flags=("-O3", "-std=c++17"))
     try:
-        return build(spec).cubin
-    except CompileError as exc:
+        return build_bench("layer_stream")
+    except BuildError as exc:
         raise SystemExit(f"layer_stream: {exc}") from None
 
 

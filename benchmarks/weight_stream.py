@@ -37,7 +37,6 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.record import gpu_name, record, spread  # noqa: E402
 
-SOURCE = ROOT / "csrc" / "megakernel" / "bench" / "weight_stream.cu"
 K = 2048
 ROWS_TOTAL = 262144  # x K x 2 bytes = 1 GiB of weights
 PAGE_BYTES = 16 * 1024
@@ -52,16 +51,13 @@ CONFIGS = [(mode, ctas, rows, 0, ROWS_TOTAL) for mode in ("plain", "batch") for 
 
 
 def build_cubin() -> Path:
-    """nvcc the benchmark, as the megakernel's headers and arch (Argus's build cache: rebuilt only when a
-    source, header, flag or nvcc changes)."""
-    from argus_rt.kinds.cuda.build import CompileError, CudaBuildSpec, build
-    from megakernel.build import ARCH, CSRC
+    """nvcc the benchmark with the megakernel's headers and arch (megakernel.build.build_bench: Argus's build cache,
+    rebuilt only when a source, header, flag or nvcc changes)."""
+    from megakernel.build import BuildError, build_bench
 
-    spec = CudaBuildSpec("weight_stream", [SOURCE], arch=ARCH, include_dirs=[CSRC / "megakernel"],
-                         flags=("-O3", "-std=c++17"))
     try:
-        return build(spec).cubin
-    except CompileError as exc:
+        return build_bench("weight_stream")
+    except BuildError as exc:
         raise SystemExit(f"weight_stream: {exc}") from None
 
 

@@ -87,6 +87,22 @@ def build(argus_mode: int = 0, build_dir: str | os.PathLike | None = None, extra
     return BuildResult(result.cubin, result.log, argus_mode, result.cached)
 
 
+def bench_source(name: str) -> Path:
+    """csrc/megakernel/bench/<name>.cu: a microbenchmark of the megakernel's building blocks."""
+    return CSRC / "megakernel" / "bench" / f"{name}.cu"
+
+
+def build_bench(name: str) -> Path:
+    """The cubin of bench_source(name), compiled against the megakernel's headers for its arch through Argus's build
+    cache (benchmarks/weight_stream.py, benchmarks/layer_stream.py); BuildError if nvcc fails."""
+    spec = CudaBuildSpec(name, [bench_source(name)], arch=ARCH, include_dirs=[CSRC / "megakernel"],
+                         flags=("-O3", "-std=c++17"))
+    try:
+        return cuda_build(spec).cubin
+    except CompileError as exc:
+        raise BuildError(str(exc)) from exc
+
+
 if __name__ == "__main__":
     import argparse
 

@@ -9,13 +9,14 @@ import re
 import pytest
 
 from benchmarks import layer_stream as ls
+from megakernel.build import bench_source
 from toolchain import needs_nvcc, skip_without_tools
 
 BY_NAME = {p.name: p for p in ls.PHASES}
 
 
 def test_phase_table_matches_the_kernel():
-    text = ls.SOURCE.read_text()
+    text = bench_source("layer_stream").read_text()
     table = {}
     for name in ("ROWS", "KDIM", "TILE_ROWS", "TILES", "OUT_OFF"):
         m = re.search(rf"constexpr int {name}\(int p\) {{ return pick\(p, ([\d, ]+)\); }}", text)

@@ -411,13 +411,19 @@ def _assert_flag_row_is_its_tiles_bit_for_bit(row_name: str, flags: tuple[str, .
     must not change any value) leaves every buffer bit for bit as the same tiles without the flag."""
     from benchmarks.decode import variant_rows
 
+    row = variant_rows()[row_name]
+    assert row.get("build_flags", ()) == flags  # () for a row of decoder keywords alone (row 45's prefetch_gate)
+    _assert_full_model_bit_for_bit({"tiles": row["tiles"]}, row, kv, seed, row_name)
+
+
+def _assert_full_model_bit_for_bit(plain: dict, flag: dict, kv: int, seed: int, label: str) -> None:
+    """Full TinyLlama, every token forced up to KV position kv + 2: the decoder of keywords ``flag`` leaves every
+    buffer bit for bit as the decoder of ``plain`` (the same launches)."""
     c = get_config("tinyllama-1.1b", max_seq=1152)
     weights = random_weights(c, seed=seed, device="cuda")
     prompt = torch.randint(0, c.vocab, (kv + 4,), generator=torch.Generator().manual_seed(seed + 1)).tolist()
-    row = variant_rows()[row_name]
-    assert row.get("build_flags", ()) == flags  # () for a row of decoder keywords alone (row 45's prefetch_gate)
-    states = _same_launches(weights, prompt, _launches_to(kv), {"plain": {"tiles": row["tiles"]}, "flag": row}, _buffers)
-    assert _differing_buffers(states["flag"], states["plain"]) == [], f"{row_name} kv {kv}"
+    states = _same_launches(weights, prompt, _launches_to(kv), {"plain": plain, "flag": flag}, _buffers)
+    assert _differing_buffers(states["flag"], states["plain"]) == [], f"{label} kv {kv}"
 
 
 def _assert_flag_equals_plain_tiny(tiles, flags: tuple[str, ...], seed: int, **more) -> None:

@@ -27,6 +27,23 @@ __device__ __forceinline__ unsigned long long l2_policy_evict_last() {
 }
 #endif
 
+// The counters' memory-order primitives and the clock (sync.cuh's waits; the benchmarks in bench/ use them too).
+__device__ __forceinline__ unsigned long long globaltimer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 __device__ __forceinline__ uint4 ld_weights(const void* p) {
   uint4 v;
 #if MK_L2_HINTS > 0

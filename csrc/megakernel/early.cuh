@@ -128,6 +128,8 @@ __device__ __forceinline__ bool early_wait(const Params& p, Smem& s, unsigned t,
 
 #if MK_EARLY_REGS & 8
 // load_vector (gemv.cuh, MK_VEC_BATCH) inlined: xs = x (n floats), a thread's first VEC_SLOTS loads before its stores.
+// Not shared with early_vector (O-proj's) or load_vector: either sharing changed a measured default's SASS (ptxas
+// 13.0, 2026-12-03: the early default's cubin 438ca531, the plain build's aea2b8b7).
 __device__ __forceinline__ void early_vector_n(const float* x, int n, float* xs) {
   const float4* x4 = reinterpret_cast<const float4*>(x);
   float4* xs4 = reinterpret_cast<float4*>(xs);

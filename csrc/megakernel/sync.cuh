@@ -8,20 +8,9 @@
 #pragma once
 #include "megakernel_params.h"
 #include "config.cuh"
+#include "common.cuh"  // globaltimer_ns, ld_acquire, red_release_add
 
 namespace mk {
-
-__device__ __forceinline__ unsigned long long globaltimer_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 
 // MK_RELAXED_POLL (build flag): poll with relaxed loads (no acquire per poll) and make the one poll
 // that sees the value an acquire with a fence (ld.relaxed + fence.acq_rel is an acquire pattern).
@@ -40,10 +29,6 @@ __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_re
 #define MK_POLL(p) ld_acquire(p)
 #define MK_POLL_DONE() ((void)0)
 #endif
-
-__device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
 
 // Arrival count with acquire and release (MK_LAST_COMBINE: the tile that reads the last count sees every earlier
 // arrival's writes; its own writes are released to the later ones): returns the value before the add.

@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "gemv.cuh"   // mk::gemv_rows, gemv_halves, load_vector, prefetch_tile, dot8, warp_sum
-#include "stage.cuh"  // mk::smem_addr
+#include "mbarrier.cuh"  // bar_init, bar_arrive, bar_try (and stage.cuh: mk::smem_addr)
 
 namespace {
 
@@ -66,21 +66,9 @@ struct Args {
   unsigned long long attn_ns, timeout_ns;
 };
 
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
+using mk::ld_acquire;
+using mk::red_release_add;
+using mk::globaltimer_ns;
 
 __device__ __forceinline__ bool failed(const int* err) { return *(volatile const int*)err != 0; }
 
@@ -102,12 +90,12 @@ __device__ bool wait_dependency(const Args& a, int layer, int phase) {
   const unsigned* ctr = a.counters + (size_t)(phase == QKV ? layer - 1 : layer) * NPHASE + prev;
   const unsigned need = (unsigned)TILES(prev);
   if (ld_acquire(ctr) >= need) return true;
-  const unsigned long long start = now_ns();
+  const unsigned long long start = globaltimer_ns();
   for (unsigned spins = 1;; ++spins) {
     if (ld_acquire(ctr) >= need) return true;
     if ((spins & 63u) == 0) {
       if (failed(a.err)) return false;
-      if (now_ns() - start > a.timeout_ns) {
+      if (globaltimer_ns() - start > a.timeout_ns) {
         report(a.err, ERR_DEP, layer, phase);
         return false;
       }
@@ -115,20 +103,9 @@ __device__ bool wait_dependency(const Args& a, int layer, int phase) {
   }
 }
 
-__device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(mk::smem_addr(bar)), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(mk::smem_addr(bar)) : "memory");
-}
-
-__device__ __forceinline__ bool bar_try(unsigned long long* bar, unsigned parity) {
-  unsigned done;
-  asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-               : "=r"(done) : "r"(mk::smem_addr(bar)), "r"(parity) : "memory");
-  return done != 0;
-}
+using bench::bar_arrive;
+using bench::bar_init;
+using bench::bar_try;
 
 // Wait for phase `parity` of an mbarrier; false past the deadline or once any CTA failed (the caller reports).
 // err is read only after 100 us of waiting: a page normally lands within microseconds, and 1056 warps polling
@@ -136,11 +113,11 @@ __device__ __forceinline__ bool bar_try(unsigned long long* bar, unsigned parity
 // `give_up_on_error` = false: the loader's final drain, which must see its copies land whatever happened.
 __device__ bool bar_wait(unsigned long long* bar, unsigned parity, const Args& a, bool give_up_on_error = true) {
   if (bar_try(bar, parity)) return true;
-  const unsigned long long start = now_ns();
+  const unsigned long long start = globaltimer_ns();
   for (unsigned spins = 1;; ++spins) {
     if (bar_try(bar, parity)) return true;
     if ((spins & 15u) == 0) {
-      const unsigned long long waited = now_ns() - start;
+      const unsigned long long waited = globaltimer_ns() - start;
       if (waited > a.timeout_ns || (give_up_on_error && waited > 100000ull && failed(a.err))) return false;
     }
   }
@@ -172,8 +149,8 @@ __device__ __forceinline__ void attn_tile(const Args& a, int layer, int tile, Sy
   float v = 0.f;
   if (i < TILE_ROWS(ATTN)) v = __ldcg(a.out + (size_t)layer * OUT_PER_LAYER + OUT_OFF(QKV) + tile * TILE_ROWS(ATTN) + i);
   if (i == 0 && a.attn_ns) {
-    const unsigned long long t0 = now_ns();
-    while (now_ns() - t0 < a.attn_ns) {}
+    const unsigned long long t0 = globaltimer_ns();
+    while (globaltimer_ns() - t0 < a.attn_ns) {}
   }
   sync();  // the spin ends before anything is written
   if (i < TILE_ROWS(ATTN)) tile_out(a, layer, ATTN, tile)[i] = v;
@@ -208,7 +185,7 @@ __device__ void run_regs(const Args& a) {
         }
         if (threadIdx.x == 0) {
           red_release_add(a.counters + (size_t)layer * NPHASE + phase, 1u);  // ... before the counter says so
-          a.phase_ns[((size_t)worker * a.layers + layer) * NPHASE + phase] = now_ns();
+          a.phase_ns[((size_t)worker * a.layers + layer) * NPHASE + phase] = globaltimer_ns();
         }
       }
     }
@@ -327,7 +304,7 @@ __device__ void ring_consumers(const Args& a, const unsigned char* ring, unsigne
         consumers_any(false);  // the tile's outputs are written (and parts is free again) before the signal
         if (threadIdx.x == 0) {
           red_release_add(a.counters + (size_t)layer * NPHASE + phase, 1u);
-          a.phase_ns[((size_t)worker * a.layers + layer) * NPHASE + phase] = now_ns();
+          a.phase_ns[((size_t)worker * a.layers + layer) * NPHASE + phase] = globaltimer_ns();
         }
       }
     }
@@ -355,11 +332,11 @@ __device__ void run_ring(const Args& a) {
 
 template <bool kRing>
 __device__ void layer_stream(const Args& a) {
-  if (threadIdx.x == 0) a.worker_ns[2 * blockIdx.x] = now_ns();
+  if (threadIdx.x == 0) a.worker_ns[2 * blockIdx.x] = globaltimer_ns();
   if constexpr (kRing) run_ring(a);
   else run_regs(a);
   __syncthreads();
-  if (threadIdx.x == 0) a.worker_ns[2 * blockIdx.x + 1] = now_ns();
+  if (threadIdx.x == 0) a.worker_ns[2 * blockIdx.x + 1] = globaltimer_ns();
 }
 
 }  // namespace

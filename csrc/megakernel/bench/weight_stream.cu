@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "gemv.cuh"
-#include "stage.cuh"  // smem_addr
+#include "mbarrier.cuh"  // bar_init, bar_arrive, bar_try (and stage.cuh: smem_addr)
 
 namespace {
 
@@ -25,25 +25,12 @@ constexpr int K_RING = 2048;                       // the ring mode's row length
 constexpr int ROWS_PER_PAGE = PAGE_BYTES / (K_RING * 2);
 constexpr int CONSUMERS = 8;                       // consumer warps of the ring mode (+1 loader warp)
 
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(mk::smem_addr(bar)), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(mk::smem_addr(bar)) : "memory");
-}
+using bench::bar_arrive;
+using bench::bar_init;
+using mk::globaltimer_ns;
 
 __device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parity) {
-  unsigned done = 0;
-  while (!done) {
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(done) : "r"(mk::smem_addr(bar)), "r"(parity) : "memory");
+  while (!bench::bar_try(bar, parity)) {
   }
 }
 
@@ -65,14 +52,14 @@ __device__ void probe(const unsigned* l2_ring, const unsigned* dram_ring, unsign
     while (*vstart < (unsigned)n_stream) {}
   // the DRAM ring starts where the host says: a fresh stretch of lines per launch, not ones an earlier launch left in L2
   unsigned cur = warp == 0 ? 0u : dram_start, hops = 0;
-  const unsigned long long t0 = global_ns();
+  const unsigned long long t0 = globaltimer_ns();
   for (;;) {
 #pragma unroll 1
     for (int k = 0; k < 16; ++k) cur = chase_load(ring + cur);
     hops += 16;
     if (n_stream > 0 ? *vfinish > 0 : hops >= min_hops) break;
   }
-  const unsigned long long t1 = global_ns();
+  const unsigned long long t1 = globaltimer_ns();
   probe_out[2 * warp] = t1 - t0;
   probe_out[2 * warp + 1] = hops + (cur == 0xffffffffu);  // keeps the chase live
 }
@@ -159,14 +146,14 @@ __device__ void weight_stream(const __nv_bfloat16* W, const float* x, float* out
   }
   const int b = (int)blockIdx.x - 1;
   if (threadIdx.x == 0) {
-    block_ns[2 * b] = global_ns();
+    block_ns[2 * b] = globaltimer_ns();
     atomicAdd(counters, 1u);
   }
   if constexpr (kMode == 2) stream_ring(W, x, out, tiles, rows, pages, b, n_stream);
   else stream_registers<kMode>(W, x, out, K, tiles, rows, b, n_stream);
   __syncthreads();
   if (threadIdx.x == 0) {
-    block_ns[2 * b + 1] = global_ns();
+    block_ns[2 * b + 1] = globaltimer_ns();
     atomicAdd(counters + 1, 1u);
   }
 }
