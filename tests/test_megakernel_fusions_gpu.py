@@ -51,7 +51,7 @@ import time
 import pytest
 import torch
 
-from megakernel.dag import TileShape
+from megakernel.dag import DEFAULT_TILES, NOEARLY_TILES, TileShape
 from megakernel.interpreter import SamplingParams, localise
 from tinyllama.config import get_config
 from tinyllama.weights import random_weights
@@ -119,13 +119,23 @@ def test_fused_and_unfused_binaries_draw_the_same_tokens(temperature):
 CHAIN_ROWS = ("mk_batch_qkv", "mk_batch_o", "mk_batch_chain", "mk_chain_ctl", "mk_poll2", "mk_dynamic")
 
 
-def _row_flags(name: str) -> tuple[str, ...]:
-    """The row's build flags as benchmarks/decode.py passes them (same flags, same cached cubin)."""
+def _row_keywords(name: str) -> dict:
+    """The row's decoder keywords as benchmarks/decode.py passes them (same flags, same cached cubin): its build
+    flags, and its tiles, which are DEFAULT_TILES or, for the rows whose flags exclude the default's early loads
+    (decode.py EARLY_CONFLICTS), NOEARLY_TILES."""
     from benchmarks.decode import variant_rows
 
     row = variant_rows()[name]
-    assert set(row) == {"build_flags"}, f"{name} changes more than build flags: {row}"
-    return tuple(row["build_flags"])
+    assert set(row) <= {"build_flags", "tiles"}, f"{name} changes more than build flags and tiles: {row}"
+    tiles = row.get("tiles", DEFAULT_TILES)
+    assert tiles in (DEFAULT_TILES, NOEARLY_TILES), f"{name} changes tiles beyond the early loads: {tiles}"
+    return {"tiles": tiles, "build_flags": tuple(row["build_flags"])}
+
+
+def _row_flags(name: str) -> tuple[str, ...]:
+    """The row's build flags alone, for the tiny model (hidden != 2048: its tiles never take the early path, so the
+    row's NOEARLY_TILES change nothing there)."""
+    return _row_keywords(name)["build_flags"]
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -180,7 +190,7 @@ def test_chain_rows_equal_the_default_bit_for_bit_full_model():
     torch.cuda.empty_cache()
     differs = {}
     for name in CHAIN_ROWS:
-        dec = _decoder(weights, build_flags=_row_flags(name))
+        dec = _decoder(weights, **_row_keywords(name))
         got = dec.generate(prompt, n_new=32, chunk=8)
         bad = _differing_buffers(ref_state, _buffers(dec))
         if got != want or bad:
@@ -197,8 +207,8 @@ def _full_model_runs(name: str, seed: int) -> dict:
     weights = random_weights(c, seed=seed, device="cuda")
     prompt = torch.randint(0, c.vocab, (8,), generator=torch.Generator().manual_seed(seed + 1)).tolist()
     runs = {}
-    for label, flags in (("default", ()), (name, _row_flags(name))):
-        dec = _decoder(weights, build_flags=flags)
+    for label, kw in (("default", {}), (name, _row_keywords(name))):
+        dec = _decoder(weights, **kw)
         runs[label] = (dec.generate(prompt, n_new=32, chunk=8), _buffers(dec))
         del dec
         torch.cuda.empty_cache()
@@ -432,9 +442,8 @@ def _assert_flag_equals_plain_tiny(tiles, flags: tuple[str, ...], seed: int, **m
     weights = random_weights(get_config("tiny"), seed=seed, device="cuda")
     prompt = torch.randint(0, weights.config.vocab, (6,), generator=torch.Generator().manual_seed(seed + 1)).tolist()
     launches = [(0, 8), (8, 4), (12, 8), (20, 16), (36, 4), (40, 24)]
-    states = _same_launches(weights, prompt, launches, {"plain": {"tiles": tiles},
-                                                        "flag": {"tiles": tiles, "build_flags": flags, **more}},
-                            _buffers)
+    flag = {"tiles": tiles, "build_flags": flags} | more  # ``more`` may replace the tiles (early_regs rows)
+    states = _same_launches(weights, prompt, launches, {"plain": {"tiles": tiles}, "flag": flag}, _buffers)
     assert _differing_buffers(states["flag"], states["plain"]) == []
 
 
