@@ -232,7 +232,7 @@ __device__ __noinline__ void kv_prefetch_l2(const Params& p, int layer, int kv_h
 template <int G>
 __device__ __noinline__ void attention_partial_v2_t(const Params& p, int layer, int kv_head, int split, int head_part,
                                                     int pos, float* smem) {
-  constexpr int U = 4;
+  constexpr int U = MK_ATTN_U;  // config.cuh: 4, or 8 for row 50
   const int Dh = (int)p.head_dim, S = (int)p.attn_split;
 #if MK_ONE_SPLIT
   const bool direct = split < 0;  // row 40: a one-split launch's tile (split 0), output to attn_out

@@ -133,6 +133,16 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if MK_KV_PREFETCH < 0 || MK_KV_PREFETCH > 1
 #error "MK_KV_PREFETCH is 0 (off) or 1 (an attention tile's K/V rows prefetched into L2 before its wait)"
 #endif
+#ifndef MK_ATTN_U
+// Row 50 (opt-in; NOTES.md "Ready: row 50"): K/V rows per lane in flight per trip of an attention tile
+// (attention_partial_v2_t's U). A trip covers U x 32 rows at Dh 64, and each trip after the first waits on the one
+// before (its loads are issued after the previous trip's shuffles): 4 (the default) gives 2-3 dependent trips at the
+// benchmark's 129-321 positions, 8 gives 1-2 at twice the K/V registers.
+#define MK_ATTN_U 4
+#endif
+#if MK_ATTN_U != 4 && MK_ATTN_U != 8
+#error "MK_ATTN_U is 4 (the default) or 8 (K/V rows per lane in flight per attention trip)"
+#endif
 #ifndef MK_PF_GATE
 // Row 45 (opt-in, not yet GPU-run; NOTES.md "Ready: row 45"): 1: a tile whose W_PF_GATE word names a gate (the host's
 // prefetch plan, runtime.prefetch_plan's ``gate``: an earlier phase of the same layer) waits for that counter first,
