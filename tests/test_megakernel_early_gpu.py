@@ -18,7 +18,7 @@ TINY = dataclasses.replace(TINY_TILES, attn_split_long=32, split_threshold=20, s
 
 def test_early_tiles_equal_the_plain_build_tiny():
     """The tiny model's tiles take the plain path in an early build (hidden != 2048): the same buffers."""
-    _assert_flag_equals_plain_tiny(TINY, (), SEED + 111, tiles=dataclasses.replace(TINY, early_regs=15))
+    _assert_flag_equals_plain_tiny(TINY, (), SEED + 111, flag_tiles=dataclasses.replace(TINY, early_regs=15))
 
 
 @pytest.mark.parametrize("mask", [3, 7, 15])

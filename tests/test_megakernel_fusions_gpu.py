@@ -436,13 +436,14 @@ def _assert_full_model_bit_for_bit(plain: dict, flag: dict, kv: int, seed: int, 
     assert _differing_buffers(states["flag"], states["plain"]) == [], f"{label} kv {kv}"
 
 
-def _assert_flag_equals_plain_tiny(tiles, flags: tuple[str, ...], seed: int, **more) -> None:
+def _assert_flag_equals_plain_tiny(tiles, flags: tuple[str, ...], seed: int, flag_tiles=None, **more) -> None:
     """Tiny model, launches across the one-split, 16- and 32-position programs (of multi-step and one-step lengths):
-    every buffer bit for bit as the same tiles without the flags (and without the decoder keywords ``more``)."""
+    every buffer bit for bit as the same tiles without the flags (and without the decoder keywords ``more``; the
+    flagged decoder runs ``flag_tiles`` where given, e.g. the early_regs rows)."""
     weights = random_weights(get_config("tiny"), seed=seed, device="cuda")
     prompt = torch.randint(0, weights.config.vocab, (6,), generator=torch.Generator().manual_seed(seed + 1)).tolist()
     launches = [(0, 8), (8, 4), (12, 8), (20, 16), (36, 4), (40, 24)]
-    flag = {"tiles": tiles, "build_flags": flags} | more  # ``more`` may replace the tiles (early_regs rows)
+    flag = {"tiles": tiles if flag_tiles is None else flag_tiles, "build_flags": flags, **more}
     states = _same_launches(weights, prompt, launches, {"plain": {"tiles": tiles}, "flag": flag}, _buffers)
     assert _differing_buffers(states["flag"], states["plain"]) == []
 
