@@ -177,6 +177,18 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if (MK_EARLY_REGS & 2) && (MK_BATCH_O || MK_O_PIECES || !MK_ONE_SPLIT)
 #error "MK_EARLY_REGS=2 or 3 replaces one-split O-proj tiles' GEMV loop: build it with MK_ONE_SPLIT=1, without MK_BATCH_O and MK_O_PIECES"
 #endif
+#ifndef MK_ATTN_O
+// Row 51 (opt-in; the runtime sets it for TileShape.attn_o_rows; NOTES.md "Ready: row 51"): 1: a one-split launch's
+// program has AttnO tiles (one query head's attention, then its columns of a block of Wo rows, added into x_mid) in
+// place of its AttnPartial and O-proj tiles, and Embed / Down also set the next layer's x_mid to its x. 0: off.
+#define MK_ATTN_O 0
+#endif
+#if MK_ATTN_O < 0 || MK_ATTN_O > 1
+#error "MK_ATTN_O is 0 (off) or 1 (one-split launches fuse attention and O-proj into AttnO tiles)"
+#endif
+#if MK_ATTN_O && (!MK_ONE_SPLIT || !MK_ATTN_V2 || (MK_EARLY_REGS & 8))
+#error "MK_ATTN_O fuses one-split launches' attention (attention_partial_v2_t) and O-proj: build it with MK_ONE_SPLIT=1 and MK_ATTN_V2=1, without MK_EARLY_REGS bit 8 (Down's early path has no x_mid store)"
+#endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)
 #endif
