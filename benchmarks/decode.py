@@ -340,6 +340,9 @@ def variant_rows() -> dict[str, dict]:
         # Row 51 (NOTES.md "Ready: row 51"): one-split launches fuse attention and O-proj: one AttnO tile per (256 Wo
         # rows, query head) adds its head's share into x_mid; one hand-off per layer fewer
         "mk_attn_o": {"tiles": replace(DEFAULT_TILES, attn_o_rows=256)},
+        # Row 51b: the same with each Wo line prefetched by prefetch.global.L2 instead of one bulk prefetch per row
+        "mk_attn_o_lines": {"tiles": replace(DEFAULT_TILES, attn_o_rows=256), "build_flags": ("-DMK_ATTN_O_LINES=1",)},
+        "mk_attn_o512": {"tiles": replace(DEFAULT_TILES, attn_o_rows=512), "build_flags": ("-DMK_ATTN_O_LINES=1",)},
     }
     # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
     # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were

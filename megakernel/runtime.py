@@ -208,7 +208,7 @@ def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ..
     if tiles.early_regs & 2 and not tiles.single_split:  # the build's check, as a one-line error before nvcc
         raise ValueError(f"TileShape.early_regs={tiles.early_regs} has bit 2 (O-proj tiles of one-split launches) but "
                          "single_split is 0: set single_split or drop bit 2")
-    clash = [f for f in given if any(f.startswith(f"-D{m}") for m in OPTION_MACROS)]
+    clash = [f for f in given if any(f == f"-D{m}" or f.startswith(f"-D{m}=") for m in OPTION_MACROS)]
     if clash:
         raise ValueError(f"build flags {clash} are set by TileShape.fused_sample / last_combine / single_split / "
                          "early_regs / attn_o_rows, not by hand")

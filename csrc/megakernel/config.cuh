@@ -186,6 +186,12 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if MK_ATTN_O < 0 || MK_ATTN_O > 1
 #error "MK_ATTN_O is 0 (off) or 1 (one-split launches fuse attention and O-proj into AttnO tiles)"
 #endif
+#ifndef MK_ATTN_O_LINES
+#define MK_ATTN_O_LINES 0  // row 51b: 1: AttnO tiles prefetch their Wo lines with prefetch.global.L2, not bulk prefetches
+#endif
+#if MK_ATTN_O_LINES && !MK_ATTN_O
+#error "MK_ATTN_O_LINES changes the AttnO tiles' prefetch: build it with MK_ATTN_O=1 (TileShape.attn_o_rows)"
+#endif
 #if MK_ATTN_O && (!MK_ONE_SPLIT || !MK_ATTN_V2 || (MK_EARLY_REGS & 8))
 #error "MK_ATTN_O fuses one-split launches' attention (attention_partial_v2_t) and O-proj: build it with MK_ONE_SPLIT=1 and MK_ATTN_V2=1, without MK_EARLY_REGS bit 8 (Down's early path has no x_mid store)"
 #endif

@@ -452,10 +452,18 @@ __device__ void op_attn_o(const Params& p, Smem& s, int layer, int head, int row
 }
 
 // Warp 0 at ticket time: the tile's rows' Dh columns of Wo (one 16-byte-aligned run per row) into L2 while it waits.
+// One bulk prefetch per row (cp.async.bulk.prefetch.L2, the TMA unit's queue), or with MK_ATTN_O_LINES=1 (row 51b)
+// one prefetch.global.L2 per 128-byte line through the load pipeline.
 __device__ __forceinline__ void attn_o_prefetch(const Params& p, const int* ins, int layer) {
   const int D = (int)p.hidden, Dh = (int)p.head_dim;
   const __nv_bfloat16* w = p.wo + ((size_t)layer * D + ins[W_A1]) * D + (size_t)ins[W_A0] * Dh;
+#if MK_ATTN_O_LINES
+  const int lines = (Dh * 2 + 127) / 128;
+  for (int r = threadIdx.x; r < ins[W_A2]; r += 32)
+    for (int l = 0; l < lines; ++l) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + (size_t)r * D + l * 64));
+#else
   for (int r = threadIdx.x; r < ins[W_A2]; r += 32) prefetch_l2(w + (size_t)r * D, (unsigned)Dh * 2u);
+#endif
 }
 #endif
 
