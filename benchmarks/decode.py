@@ -334,15 +334,6 @@ def variant_rows() -> dict[str, dict]:
         # Row 49 (NOTES.md "Ready: row 49"): the default with row 44's K/V prefetch (attention tiles L2-prefetch their
         # split's K/V rows before their wait), now that early weight loads fill DRAM during the attention phase
         "mk_early_kvpf": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",)},
-        # Row 50 (NOTES.md "Ready: row 50"): attention tiles with 8 K/V rows per lane in flight per trip (256 rows a
-        # trip at Dh 64): one dependent trip instead of two up to 256 positions, two instead of three up to 384
-        "mk_attn_u8": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_ATTN_U=8",)},
-        # Row 51 (NOTES.md "Ready: row 51"): one-split launches fuse attention and O-proj: one AttnO tile per (256 Wo
-        # rows, query head) adds its head's share into x_mid; one hand-off per layer fewer
-        "mk_attn_o": {"tiles": replace(DEFAULT_TILES, attn_o_rows=256)},
-        # Row 51b: the same with each Wo line prefetched by prefetch.global.L2 instead of one bulk prefetch per row
-        "mk_attn_o_lines": {"tiles": replace(DEFAULT_TILES, attn_o_rows=256), "build_flags": ("-DMK_ATTN_O_LINES=1",)},
-        "mk_attn_o512": {"tiles": replace(DEFAULT_TILES, attn_o_rows=512), "build_flags": ("-DMK_ATTN_O_LINES=1",)},
     }
     # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
     # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were

@@ -20,7 +20,6 @@ from .instructions import (
     HEAD_V,
     NO_COUNTER,
     WORDS,
-    AttnO,
     AttnPartial,
     Down,
     Embed,
@@ -94,11 +93,6 @@ class TileShape:
     # 48c, opt-in) Down rows' first trips. Tiles of other shapes take the plain path in the same build. 0: off
     # (NOEARLY_TILES, the default before row 48).
     early_regs: int = 0
-    # attn_o_rows (row 51, opt-in; 0 = off; the build flag MK_ATTN_O=1; needs single_split): a one-split launch runs
-    # no AttnPartial or OProj tiles but one AttnO tile per (query head, attn_o_rows rows of Wo): the head's attention,
-    # then its head_dim columns of those rows, added into x_mid (which Embed and Down set to x): one hand-off per layer
-    # fewer. Launches past single_split run the other programs as without it.
-    attn_o_rows: int = 0
 
     def check(self, c: LlamaConfig) -> None:
         for name, value, total in (("o_rows", self.o_rows, c.hidden), ("gate_features", self.gate_features, c.ffn),
@@ -139,16 +133,6 @@ class TileShape:
         if not isinstance(early, int) or isinstance(early, bool) or not 0 <= early <= 15:
             raise DagError(f"TileShape.early_regs must be a mask in [0, 15] (1 QKV, 2 O-proj, 4 gate/up, 8 Down), got "
                            f"{early!r}")
-        ao = self.attn_o_rows
-        if not isinstance(ao, int) or isinstance(ao, bool) or ao < 0 or (ao and c.hidden % ao):
-            raise DagError(f"TileShape.attn_o_rows must be 0 (off) or a positive int dividing hidden ({c.hidden}), got "
-                           f"{ao!r}")
-        if ao and not one:
-            raise DagError(f"TileShape.attn_o_rows={ao} fuses the one-split launches' attention and O-proj: set "
-                           "single_split too")
-        if ao and early & 8:
-            raise DagError(f"TileShape.attn_o_rows={ao} with early_regs bit 8 (Down's early path has no x_mid store): "
-                           f"drop one, got early_regs={early}")
         if not isinstance(self.qkv_parts, int) or self.qkv_parts < 1 or c.head_dim % (4 * self.qkv_parts):
             raise DagError(f"TileShape.qkv_parts={self.qkv_parts!r} must be a positive int with head_dim "
                            f"({c.head_dim}) divisible by 4 * qkv_parts (whole, even RoPE pair blocks)")
@@ -299,10 +283,6 @@ class Program:
             raise DagError(f"TileShape.last_combine={tiles.last_combine} but {len(arrivals)} arrival counters")
         direct = [ins for ins in self.instructions if isinstance(ins, AttnPartial) and ins.arrive == ATTN_DIRECT]
         attn = [ins for ins in self.instructions if isinstance(ins, AttnPartial)]
-        fused = [ins for ins in self.instructions if isinstance(ins, AttnO)]
-        if fused:  # row 51: a one-split program of AttnO tiles alone
-            self._check_attn_o(fused, attn)
-            return
         if self.one_split != bool(direct) or (direct and (len(direct) != len(attn) or {i.split for i in direct} != {0})):
             raise DagError(f"one_split={self.one_split} but {len(direct)} of {len(attn)} AttnPartial tiles write attn_out "
                            f"(a one-split program has split 0 only, every tile direct)")
@@ -317,22 +297,6 @@ class Program:
                     len(group) != tiles.n_splits(c) * tiles.head_parts(c):
                 raise DagError(f"arrival counter {ctr} must count one KV head's {tiles.n_splits(c)} x "
                                f"{tiles.head_parts(c)} AttnPartial tiles and nothing else, got {sorted(heads)}")
-
-
-    def _check_attn_o(self, fused: list, attn: list) -> None:
-        """Row 51: AttnO tiles only in a one-split program without AttnPartial or OProj tiles, and each layer's
-        covering every (query head, Wo row) exactly once."""
-        c = self.config
-        if not self.one_split or attn or any(isinstance(ins, OProj) for ins in self.instructions):
-            raise DagError(f"AttnO tiles belong to a one-split program without AttnPartial or OProj tiles (one_split="
-                           f"{self.one_split}, {len(attn)} AttnPartial)")
-        for layer in range(c.n_layers):
-            cover = np.zeros((c.n_heads, c.hidden), dtype=np.int64)
-            for ins in fused:
-                if ins.layer == layer:
-                    cover[ins.head, ins.row0: ins.row0 + ins.rows] += 1
-            if not (cover == 1).all():
-                raise DagError(f"layer {layer}'s AttnO tiles do not cover every (query head, Wo row) exactly once")
 
 
 # The decoder's tiles for TinyLlama when none are given (MegakernelDecoder through default_tiles): TileShape's defaults
@@ -364,12 +328,11 @@ def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) ->
     tiles.check(c)
     if tiles.attn_split_long or tiles.single_split:  # row 35: one program per split length on one state
         # (Program.launch_program); row 40: and the one-split program
-        plain = replace(tiles, attn_split_long=0, single_split=0, attn_o_rows=0)
+        plain = replace(tiles, attn_split_long=0, single_split=0)
         forms: dict[int | str, Program] = {s: build_decode_program(c, replace(plain, attn_split=s))
                                            for s in tiles.splits()}
         if tiles.single_split:
-            forms[ONE_SPLIT] = one_split_program(build_decode_program(c, replace(plain, attn_split=tiles.single_split)),
-                                                 tiles.attn_o_rows)
+            forms[ONE_SPLIT] = one_split_program(build_decode_program(c, replace(plain, attn_split=tiles.single_split)))
         short = forms[tiles.attn_split]
         if any(p.counters != short.counters for p in forms.values()):
             raise DagError("the split programs' counters differ: a launch of one could not follow a launch of another")
@@ -423,18 +386,15 @@ def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) ->
     return prog
 
 
-def one_split_program(prog: Program, attn_o_rows: int = 0) -> Program:
+def one_split_program(prog: Program) -> Program:
     """The one-split form (row 40, TileShape.single_split) of a plain program whose attn_split is the single split:
     the same list with only split 0's AttnPartial tiles, each writing its heads' normalised output to attn_out
     (arrive = ATTN_DIRECT), and O-proj tiles that wait for those tiles alone and load attn_out (combined = 1). Valid
     only for launches whose steps all lie within the split (step_end <= attn_split): the other splits are empty there.
-    Same counters (attn[L] gets n_kv_heads x head_parts signals per step: Program.launch_counters sets it). With
-    ``attn_o_rows`` (TileShape.attn_o_rows, row 51) the fused form of _attn_o_program instead."""
+    Same counters (attn[L] gets n_kv_heads x head_parts signals per step: Program.launch_counters sets it)."""
     c, tiles = prog.config, prog.tiles
     if prog.split_programs or tiles.last_combine:
         raise DagError("one_split_program takes a plain program with last_combine=False")
-    if attn_o_rows:
-        return _attn_o_program(prog, attn_o_rows)
     per_layer = c.n_kv_heads * tiles.head_parts(c)
     out = []
     for ins in prog.instructions:
@@ -443,30 +403,6 @@ def one_split_program(prog: Program, attn_o_rows: int = 0) -> Program:
                 out.append(replace(ins, arrive=ATTN_DIRECT))
         elif isinstance(ins, OProj):
             out.append(replace(ins, wait_count=per_layer, combined=1))
-        else:
-            out.append(ins)
-    one = Program(c, tiles, out, list(prog.counters), one_split=True)
-    one.check()
-    return one
-
-
-def _attn_o_program(prog: Program, rows: int) -> Program:
-    """Row 51's one-split form (TileShape.attn_o_rows): each layer's AttnPartial and OProj tiles replaced by one AttnO
-    tile per (Wo row block, query head), row blocks outermost (consecutive tickets take different heads), waiting on
-    QKV as AttnPartial did and signalling O-proj's counter, whose GateUp tiles now wait for that many."""
-    c, tiles = prog.config, prog.tiles
-    per_layer = c.n_heads * (c.hidden // rows)
-    out = []
-    for ins in prog.instructions:
-        if isinstance(ins, AttnPartial):
-            if ins.kv_head == 0 and ins.split == 0 and ins.head_part == 0:  # the layer's first: emit the layer's tiles
-                o = next(i.signal for i in prog.instructions if isinstance(i, OProj) and i.layer == ins.layer)
-                out += [AttnO(ins.layer, ins.wait, ins.wait_count, 0, o, head, row0, rows)
-                        for row0 in range(0, c.hidden, rows) for head in range(c.n_heads)]
-        elif isinstance(ins, OProj):
-            continue
-        elif isinstance(ins, GateUp):
-            out.append(replace(ins, wait_count=per_layer))
         else:
             out.append(ins)
     one = Program(c, tiles, out, list(prog.counters), one_split=True)

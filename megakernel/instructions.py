@@ -132,20 +132,6 @@ class OProj(Instruction):
 
 
 @dataclass(frozen=True)
-class AttnO(Instruction):
-    """Row 51 (TileShape.attn_o_rows; a one-split launch's fused attention and O-proj): query head ``head``'s
-    attention over positions [0, step], times its head_dim columns of Wo rows [row0, row0 + rows), added into those
-    rows of x_mid, which the layer's input tiles (Embed, the layer before's Down) set to x: x_mid = x + Wo @ attn is
-    the sum of every head's tile of the rows (in whatever order the tiles add)."""
-
-    head: int
-    row0: int
-    rows: int
-    OPCODE: ClassVar[int] = 9
-    ARGS: ClassVar[tuple[str, ...]] = ("head", "row0", "rows")
-
-
-@dataclass(frozen=True)
 class GateUp(Instruction):
     """Features [f0, f0 + features) of h = SiLU(RMSNorm(x_mid) @ Wg^T) * (RMSNorm(x_mid) @ Wu^T)."""
 
@@ -182,8 +168,7 @@ class Sample(Instruction):
     OPCODE: ClassVar[int] = 8
 
 
-INSTRUCTION_TYPES: tuple[type[Instruction], ...] = (Embed, QkvHead, AttnPartial, OProj, GateUp, Down, Logits, Sample,
-                                                     AttnO)
+INSTRUCTION_TYPES: tuple[type[Instruction], ...] = (Embed, QkvHead, AttnPartial, OProj, GateUp, Down, Logits, Sample)
 BY_OPCODE = {cls.OPCODE: cls for cls in INSTRUCTION_TYPES}
 assert len(BY_OPCODE) == len(INSTRUCTION_TYPES), "duplicate opcode"
 

@@ -19,7 +19,6 @@ from .instructions import (
     HEAD_K,
     HEAD_Q,
     HEAD_V,
-    AttnO,
     AttnPartial,
     Down,
     Embed,
@@ -118,8 +117,7 @@ class Interpreter:
     # ---- ops ----------------------------------------------------------------------------------
     def execute(self, ins: Instruction, step: int) -> None:
         handler = {Embed: self._embed, QkvHead: self._qkv, AttnPartial: self._attn, OProj: self._oproj,
-                   GateUp: self._gateup, Down: self._down, Logits: self._logits, Sample: self._sample,
-                   AttnO: self._attn_o}.get(type(ins))
+                   GateUp: self._gateup, Down: self._down, Logits: self._logits, Sample: self._sample}.get(type(ins))
         if handler is None:
             raise InterpreterError(f"no handler for {type(ins).__name__}")
         handler(ins, step)
@@ -131,8 +129,6 @@ class Interpreter:
     def _embed(self, ins: Embed, step: int) -> None:
         t = self.s.t
         t["x"][0] = t["embed"][int(t["tokens"][step])].float()
-        if self.tiles.attn_o_rows:  # row 51: AttnO tiles add into x_mid, which starts as x (the kernel's MK_ATTN_O)
-            t["x_mid"][0] = t["x"][0]
 
     def _qkv_dims(self, ins: QkvHead) -> tuple[int, torch.Tensor]:
         """(first packed Wqkv row, head dims written) of a QkvHead tile."""
@@ -215,22 +211,6 @@ class Interpreter:
             p = torch.exp(scores - scores.max())
             t["attn_out"][L, head * c.head_dim: (head + 1) * c.head_dim] = (p @ v) / p.sum()
 
-    def _attn_o(self, ins: AttnO, step: int) -> None:
-        """Row 51: query head ``head``'s attention over positions [0, step] (a one-split launch), times its
-        columns of Wo rows [row0, row0 + rows), added into x_mid (set to x by Embed / Down)."""
-        t, c, L = self.s.t, self.c, ins.layer
-        if self.split < step + 1:
-            raise InterpreterError(f"{ins} in a launch of {self.split}-position splits is no one-split tile")
-        cols = slice(ins.head * c.head_dim, (ins.head + 1) * c.head_dim)
-        kv_head = ins.head // c.group
-        k = t["k_cache"][L, kv_head, : step + 1].float()
-        v = t["v_cache"][L, kv_head, : step + 1].float()
-        scores = (k @ t["q"][L, cols]) / math.sqrt(c.head_dim)
-        p = torch.exp(scores - scores.max())
-        o = (p @ v) / p.sum()
-        r = slice(ins.row0, ins.row0 + ins.rows)
-        t["x_mid"][L, r] += t["wo"][L, r, cols].float() @ o
-
     def _combine(self, layer: int, step: int, heads: slice = slice(None)) -> torch.Tensor:
         """Attention output of ``heads`` (all: [hidden]) from the used splits' (o, max, sum) partials."""
         c = self.c
@@ -257,8 +237,6 @@ class Interpreter:
     def _down(self, ins: Down, step: int) -> None:
         t, L, r = self.s.t, ins.layer, slice(ins.row0, ins.row0 + ins.rows)
         t["x"][L + 1, r] = t["x_mid"][L, r] + t["wd"][L, r].float() @ t["h"][L]
-        if self.tiles.attn_o_rows and L + 1 < self.c.n_layers:  # row 51: the next layer's x_mid starts as its x
-            t["x_mid"][L + 1, r] = t["x"][L + 1, r]
 
     def _logits(self, ins: Logits, step: int) -> None:
         t, r = self.s.t, slice(ins.row0, ins.row0 + ins.rows)
@@ -323,9 +301,6 @@ def outputs_of(ins: Instruction, state: DecodeState, step: int, launch_end: int 
         return part
     if isinstance(ins, OProj):
         return t["x_mid"][ins.layer, ins.row0: ins.row0 + ins.rows]
-    if isinstance(ins, AttnO):  # row 51: the rows are every head's sum, charged to the last head's tile
-        last = ins.head == c.n_heads - 1
-        return t["x_mid"][ins.layer, ins.row0: ins.row0 + ins.rows] if last else t["x_mid"][:0]
     if isinstance(ins, GateUp):
         return t["h"][ins.layer, ins.f0: ins.f0 + ins.features]
     if isinstance(ins, Down):

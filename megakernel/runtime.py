@@ -193,7 +193,7 @@ def prefetch_plan(program: Program, window_bytes: int | None, own: bool | tuple[
 
 
 # Macro only option_flags may set: it must agree with the tile shape the state was laid out for.
-OPTION_MACROS = ("MK_FUSED_SAMPLE", "MK_LAST_COMBINE", "MK_ONE_SPLIT", "MK_EARLY_REGS", "MK_ATTN_O")
+OPTION_MACROS = ("MK_FUSED_SAMPLE", "MK_LAST_COMBINE", "MK_ONE_SPLIT", "MK_EARLY_REGS")
 
 
 def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -203,20 +203,18 @@ def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ..
     (MK_LAST_COMBINE=1, row 26), last_combine="auto" both combines, picked per instruction (MK_LAST_COMBINE=2, row
     27); TileShape(single_split=N) the one-split launches' direct attention output (MK_ONE_SPLIT=1, row 40: the state
     has attn_out); TileShape(early_regs=N) the tiles that load their weights before their wait (MK_EARLY_REGS=N, row
-    48); TileShape(attn_o_rows=N) the one-split launches' fused attention and O-proj (MK_ATTN_O=1, row 51). ``given``
-    (the caller's build flags) must not set the options' macros."""
+    48). ``given`` (the caller's build flags) must not set the options' macros."""
     if tiles.early_regs & 2 and not tiles.single_split:  # the build's check, as a one-line error before nvcc
         raise ValueError(f"TileShape.early_regs={tiles.early_regs} has bit 2 (O-proj tiles of one-split launches) but "
                          "single_split is 0: set single_split or drop bit 2")
     clash = [f for f in given if any(f == f"-D{m}" or f.startswith(f"-D{m}=") for m in OPTION_MACROS)]
     if clash:
         raise ValueError(f"build flags {clash} are set by TileShape.fused_sample / last_combine / single_split / "
-                         "early_regs / attn_o_rows, not by hand")
+                         "early_regs, not by hand")
     return (() if tiles.fused_sample else ("-DMK_FUSED_SAMPLE=0",)) + \
         ((f"-DMK_LAST_COMBINE={2 if tiles.last_combine == 'auto' else 1}",) if tiles.last_combine else ()) + \
         (("-DMK_ONE_SPLIT=1",) if tiles.single_split else ()) + \
-        ((f"-DMK_EARLY_REGS={tiles.early_regs}",) if tiles.early_regs else ()) + \
-        (("-DMK_ATTN_O=1",) if tiles.attn_o_rows else ())
+        ((f"-DMK_EARLY_REGS={tiles.early_regs}",) if tiles.early_regs else ())
 
 
 def form_words(program: Program, window_bytes: int | None, own: bool | tuple[str, ...] = False,

@@ -104,6 +104,14 @@ def test_removed_kv_stage_flags_are_refused(tmp_path, flag):
         build(0, build_dir=tmp_path, extra_flags=(flag,))
 
 
+@pytest.mark.parametrize("flag", ["-DMK_ATTN_U=8", "-DMK_ATTN_O=1", "-DMK_ATTN_O_LINES=1"])
+def test_removed_attention_flags_are_refused(tmp_path, flag):
+    """Rows 50-51c (more K/V rows per trip; attention fused with O-proj through x_mid atomics: measured misses) were
+    removed (NOTES.md "Rows 50-51 removed"): their flags fail the build instead of building the plain kernel."""
+    with pytest.raises(BuildError, match=r"were removed in session 18"):
+        build(0, build_dir=tmp_path, extra_flags=(flag,))
+
+
 def test_fit_checks_name_the_limit():
     lim = kernel_limits()
     assert lim["THREADS"] == 256 and lim["NWARPS"] == 8

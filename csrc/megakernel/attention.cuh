@@ -229,15 +229,10 @@ __device__ __noinline__ void kv_prefetch_l2(const Params& p, int layer, int kv_h
 // online softmax and the PV sum over its own rows (no score, probability or V round trip through shared memory).
 // The lanes of a warp combine by shuffles (max, then the rescaled sums), the warps through shared memory after the
 // one CTA barrier. U: rows per lane in flight per trip (all 128 of a split in one trip at Dh 64).
-// MK_ATTN_O (row 51): a non-null to_smem takes a one-split tile's normalised output (G x Dh floats) instead of attn_out.
 template <int G>
 __device__ __noinline__ void attention_partial_v2_t(const Params& p, int layer, int kv_head, int split, int head_part,
-                                                    int pos, float* smem
-#if MK_ATTN_O
-                                                    , float* to_smem = nullptr
-#endif
-) {
-  constexpr int U = MK_ATTN_U;  // config.cuh: 4, or 8 for row 50
+                                                    int pos, float* smem) {
+  constexpr int U = 4;
   const int Dh = (int)p.head_dim, S = (int)p.attn_split;
 #if MK_ONE_SPLIT
   const bool direct = split < 0;  // row 40: a one-split launch's tile (split 0), output to attn_out
@@ -383,12 +378,6 @@ __device__ __noinline__ void attention_partial_v2_t(const Params& p, int layer, 
       o = fmaf(a, red[((size_t)w * G + j) * Dh + d], o);
       den = fmaf(a, wml[2 * (w * G + j) + 1], den);
     }
-#if MK_ATTN_O
-    if (to_smem) {  // row 51: the AttnO tile multiplies it by its Wo columns next
-      to_smem[j * Dh + d] = o * (1.f / den);
-      continue;
-    }
-#endif
     float* out = out0 + j * head_stride;
 #if MK_ONE_SPLIT
     if (direct) {  // one-split launch: the normalised output, as the combine of this one split

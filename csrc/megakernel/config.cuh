@@ -124,6 +124,9 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
     defined(MK_KV_STAGE) || defined(MK_KV_STAGE_BYTES)
 #error "MK_LL_HANDOFF, MK_LL_SPIN_NS, MK_DOWN_BODY and MK_DOWN_TRIPS were removed in session 15 (rows 37 and 39), MK_KV_STAGE and MK_KV_STAGE_BYTES in session 16 (row 43): drop the flag"
 #endif
+#if defined(MK_ATTN_U) || defined(MK_ATTN_O) || defined(MK_ATTN_O_LINES)
+#error "MK_ATTN_U (row 50), MK_ATTN_O and MK_ATTN_O_LINES (rows 51-51c) were removed in session 18 (NOTES.md \"Rows 50-51 removed\"): drop the flag"
+#endif
 #ifndef MK_KV_PREFETCH
 // Row 44 (opt-in, not yet GPU-run; NOTES.md "Ready: row 44"): 1: an AttnPartial tile's warp 0 bulk-prefetches its
 // split's K and V rows (up to this step's position) into L2 before the tile's dependency wait, as the weight tiles
@@ -132,16 +135,6 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #endif
 #if MK_KV_PREFETCH < 0 || MK_KV_PREFETCH > 1
 #error "MK_KV_PREFETCH is 0 (off) or 1 (an attention tile's K/V rows prefetched into L2 before its wait)"
-#endif
-#ifndef MK_ATTN_U
-// Row 50 (opt-in; NOTES.md "Ready: row 50"): K/V rows per lane in flight per trip of an attention tile
-// (attention_partial_v2_t's U). A trip covers U x 32 rows at Dh 64, and each trip after the first waits on the one
-// before (its loads are issued after the previous trip's shuffles): 4 (the default) gives 2-3 dependent trips at the
-// benchmark's 129-321 positions, 8 gives 1-2 at twice the K/V registers.
-#define MK_ATTN_U 4
-#endif
-#if MK_ATTN_U != 4 && MK_ATTN_U != 8
-#error "MK_ATTN_U is 4 (the default) or 8 (K/V rows per lane in flight per attention trip)"
 #endif
 #ifndef MK_PF_GATE
 // Row 45 (opt-in, not yet GPU-run; NOTES.md "Ready: row 45"): 1: a tile whose W_PF_GATE word names a gate (the host's
@@ -176,24 +169,6 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #endif
 #if (MK_EARLY_REGS & 2) && (MK_BATCH_O || MK_O_PIECES || !MK_ONE_SPLIT)
 #error "MK_EARLY_REGS=2 or 3 replaces one-split O-proj tiles' GEMV loop: build it with MK_ONE_SPLIT=1, without MK_BATCH_O and MK_O_PIECES"
-#endif
-#ifndef MK_ATTN_O
-// Row 51 (opt-in; the runtime sets it for TileShape.attn_o_rows; NOTES.md "Ready: row 51"): 1: a one-split launch's
-// program has AttnO tiles (one query head's attention, then its columns of a block of Wo rows, added into x_mid) in
-// place of its AttnPartial and O-proj tiles, and Embed / Down also set the next layer's x_mid to its x. 0: off.
-#define MK_ATTN_O 0
-#endif
-#if MK_ATTN_O < 0 || MK_ATTN_O > 1
-#error "MK_ATTN_O is 0 (off) or 1 (one-split launches fuse attention and O-proj into AttnO tiles)"
-#endif
-#ifndef MK_ATTN_O_LINES
-#define MK_ATTN_O_LINES 0  // row 51b: 1: AttnO tiles prefetch their Wo lines with prefetch.global.L2, not bulk prefetches
-#endif
-#if MK_ATTN_O_LINES && !MK_ATTN_O
-#error "MK_ATTN_O_LINES changes the AttnO tiles' prefetch: build it with MK_ATTN_O=1 (TileShape.attn_o_rows)"
-#endif
-#if MK_ATTN_O && (!MK_ONE_SPLIT || !MK_ATTN_V2 || (MK_EARLY_REGS & 8))
-#error "MK_ATTN_O fuses one-split launches' attention (attention_partial_v2_t) and O-proj: build it with MK_ONE_SPLIT=1 and MK_ATTN_V2=1, without MK_EARLY_REGS bit 8 (Down's early path has no x_mid store)"
 #endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)

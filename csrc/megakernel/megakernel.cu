@@ -260,11 +260,6 @@ __device__ void op_embed(const Params& p, Smem& s, int step, bool* bad) {
     const uint4 w = __ldg(row + c);
     x4[2 * c] = make_float4(bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y));
     x4[2 * c + 1] = make_float4(bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w));
-#if MK_ATTN_O
-    float4* m4 = reinterpret_cast<float4*>(p.x_mid);  // row 51: layer 0's AttnO tiles add into x_mid = x
-    m4[2 * c] = x4[2 * c];
-    m4[2 * c + 1] = x4[2 * c + 1];
-#endif
   }
 }
 
@@ -413,59 +408,9 @@ __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows,
 #endif
   __syncthreads();
   MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
-#if MK_ATTN_O
-  // row 51: the next layer's AttnO tiles add into its x_mid, which starts as its x
-  const bool next_mid = layer + 1 < (int)p.n_layers;
-  for (int r = threadIdx.x; r < rows; r += THREADS) {
-    const float v = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
-    p.x[(size_t)(layer + 1) * D + row0 + r] = v;
-    if (next_mid) p.x_mid[(size_t)(layer + 1) * D + row0 + r] = v;
-  }
-#else
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x[(size_t)(layer + 1) * D + row0 + r] = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
-#endif
 }
-
-#if MK_ATTN_O
-// Row 51 (TileShape.attn_o_rows; NOTES.md "Ready: row 51"): in a one-split launch, query head `head`'s attention over
-// positions [0, step] (attention_partial_v2_t's one-head tile, its output kept in shared memory), then that head's
-// Dh columns of Wo rows [row0, row0 + rows) times it, one row per thread, added into x_mid: x_mid = x + Wo . attn is
-// the sum of the row block's n_heads tiles, in the order their atomics land (not bit for bit run to run).
-__device__ void op_attn_o(const Params& p, Smem& s, int layer, int head, int row0, int rows, int step) {
-  const int D = (int)p.hidden, Dh = (int)p.head_dim, group = (int)(p.n_heads / p.n_kv_heads);
-  {
-    MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
-    attention_partial_v2_t<1>(p, layer, head / group, -1, head % group, step, s.xs, s.out);
-  }
-  __syncthreads();  // the head's output in s.out
-  MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
-  const float4* o4 = reinterpret_cast<const float4*>(s.out);
-  const int chunks = Dh / 8;  // 16-byte weight chunks per row (host-checked: head_dim % 8 == 0)
-  for (int r = threadIdx.x; r < rows; r += THREADS) {
-    const char* w = reinterpret_cast<const char*>(p.wo + ((size_t)layer * D + row0 + r) * D + (size_t)head * Dh);
-    float acc = 0.f;
-#pragma unroll 8
-    for (int c = 0; c < chunks; ++c) acc += dot8(ld_weights(w + (size_t)c * 16), o4[2 * c], o4[2 * c + 1]);
-    atomicAdd(p.x_mid + (size_t)layer * D + row0 + r, acc);
-  }
-}
-
-// Warp 0 at ticket time: the tile's rows' Dh columns of Wo (one 16-byte-aligned run per row) into L2 while it waits.
-// One bulk prefetch per row (cp.async.bulk.prefetch.L2, the TMA unit's queue), or with MK_ATTN_O_LINES=1 (row 51b)
-// one prefetch.global.L2 per 128-byte line through the load pipeline.
-__device__ __forceinline__ void attn_o_prefetch(const Params& p, const int* ins, int layer) {
-  const int D = (int)p.hidden, Dh = (int)p.head_dim;
-  const __nv_bfloat16* w = p.wo + ((size_t)layer * D + ins[W_A1]) * D + (size_t)ins[W_A0] * Dh;
-#if MK_ATTN_O_LINES
-  const int lines = (Dh * 2 + 127) / 128;
-  for (int r = threadIdx.x; r < ins[W_A2]; r += 32)
-    for (int l = 0; l < lines; ++l) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + (size_t)r * D + l * 64));
-#else
-  for (int r = threadIdx.x; r < ins[W_A2]; r += 32) prefetch_l2(w + (size_t)r * D, (unsigned)Dh * 2u);
-#endif
-}
-#endif
 
 __device__ void op_logits(const Params& p, Smem& s, int row0, int rows, int step) {
   const int D = (int)p.hidden, L = (int)p.n_layers;
@@ -713,9 +658,6 @@ __device__ void worker(const Params& p, Smem& s) {
         prefetch_tile(w + stage, MK_PF_OWN_CAP ? min(bytes - stage, (unsigned)MK_PF_OWN_CAP) : bytes - stage);
 #endif
       if (threadIdx.x == 0) s.staged = (int)stage;
-#if MK_ATTN_O
-      if (op == OP_ATTN_O) attn_o_prefetch(p, s.ins, layer);
-#endif
 #if MK_KV_PREFETCH
       // row 44: an attention tile's K/V rows into L2 while it waits for q
       if (op == OP_ATTN_PARTIAL) kv_prefetch_l2(p, layer, s.ins[W_A0], MK_ATTN_SPLIT(s.ins), step);
@@ -789,9 +731,6 @@ __device__ void worker(const Params& p, Smem& s) {
         break;
       }
       case OP_O_PROJ: op_oproj(p, s, layer, s.ins[W_A0], s.ins[W_A1], step); break;
-#if MK_ATTN_O
-      case OP_ATTN_O: op_attn_o(p, s, layer, s.ins[W_A0], s.ins[W_A1], s.ins[W_A2], step); break;
-#endif
       case OP_GATE_UP: op_gate_up(p, s, layer, s.ins[W_A0], s.ins[W_A1], step); break;
       case OP_DOWN: op_down(p, s, layer, s.ins[W_A0], s.ins[W_A1], step); break;
       case OP_LOGITS: op_logits(p, s, s.ins[W_A0], s.ins[W_A1], step); break;

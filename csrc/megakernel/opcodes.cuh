@@ -11,7 +11,6 @@ enum Opcode : int {
   OP_DOWN = 6,
   OP_LOGITS = 7,
   OP_SAMPLE = 8,
-  OP_ATTN_O = 9,  // row 51 (MK_ATTN_O): a one-split launch's attention of one head times its Wo columns, into x_mid
 };
 
 // Word indices of one instruction (INSTR_WORDS int32 words).
