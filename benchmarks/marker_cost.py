@@ -12,7 +12,9 @@ warp in one region, half in another: each half records its own pairs with lane-g
 register_helper_value in the __noinline__ helper taking it by value and returning its count) and under divergence
 (register_divergent: the register cursor refuses that ring, so the row's check expects the decoder's refusal and the
 row is not timed); the register_apart* rows are the body, by-value helper and divergent kernels built with the opt-in
--DARGUS_REG_APART=1 (lane groups recorded: register_apart_divergent is checked per lane group like shared_divergent).
+-DARGUS_REG_APART=1 (lane groups recorded: register_apart_divergent is checked per lane group like shared_divergent),
+and the register_lanes* rows the same three with the opt-in -DARGUS_REG_LANES=1 (per-lane sub-rings: each lane group
+writes into its lowest lane's sub-ring; register_lanes_divergent checked per lane group).
 Row names before issue 20's default change (records up to the 2026-12-02 14:00 run):
 shared / shared_helper measured a58e52b's shared-cursor markers (removed), lean_shared / lean_shared_helper /
 lean_shared_divergent the -DARGUS_LEAN_MARKERS=1 build that is now the shared cursor, so today's shared,
@@ -57,6 +59,9 @@ OCCURRENCES = [16, 64, 256]
 REG = {"REFEXEC_WARP_STATE": "1"}
 # the register cursor's opt-in apart build (-DARGUS_REG_APART=1): divergent markers recorded per lane group
 APART = {**REG, "ARGUS_REG_APART": "1"}
+# the register cursor's opt-in lanes build (-DARGUS_REG_LANES=1): per-lane sub-rings, each lane group's records in its
+# lowest lane's sub-ring (no shared memory, atomic or branch)
+LANES = {**REG, "ARGUS_REG_LANES": "1"}
 STRAIGHT = {"ARGUS_SHARED_STRAIGHT": "1"}  # opt-in shared-cursor fast path with no branch before the record store
 # path -> (kernel, defines of the traced build)
 PATHS = {
@@ -85,6 +90,10 @@ PATHS = {
     "register_apart": ("refexec_compute", APART),
     "register_apart_helper_value": ("refexec_compute_helper_value", APART),
     "register_apart_divergent": ("refexec_compute_divergent", APART),
+    # the lanes build (LANES): the same three kernels; the divergent one is checked per lane group, as above
+    "register_lanes": ("refexec_compute", LANES),
+    "register_lanes_helper_value": ("refexec_compute_helper_value", LANES),
+    "register_lanes_divergent": ("refexec_compute_divergent", LANES),
 }
 # paths armed with another clock than %globaltimer; armed only (disarmed, the build is its globaltimer row's)
 CLOCK = {"shared_clock64": "clock64", "straight_clock64": "clock64"}
@@ -222,6 +231,11 @@ def main() -> int:
             # the divergent kernel's two half-warps each record every marker: 2048 records per warp at 256
             # occurrences (H200 2026-12-02: a 1024-record ring wrapped and the row went unmeasured)
             capacity = 2048 if kernel == "refexec_compute_divergent" else 1024
+            if defines.get("ARGUS_REG_LANES") == "1":
+                # the lanes build splits the ring into 32 per-lane sub-rings; a writer lane (lane 0, or each half's
+                # lowest lane) needs 512 records and its end record at 256 occurrences: sub-rings of 1024 (512 KiB
+                # per warp, 512 MiB for the 1024 warps)
+                capacity = 32 * 1024
             sess = TraceSession(mod, TraceConfig(ctas=CTAS, threads_per_cta=THREADS, capacity=capacity,
                                                  clock=CLOCK.get(path, "globaltimer")))
 
@@ -302,7 +316,9 @@ def main() -> int:
              "cursor, whose trace the decoder must refuse (check `refused`, not timed); register_apart / "
              "register_apart_helper_value / register_apart_divergent = the body, the by-value helper and the half-warps "
              "with the opt-in -DARGUS_REG_APART=1 build, whose divergent markers are recorded per lane group, per "
-             "marker of each half-warp); "
+             "marker of each half-warp); register_lanes / register_lanes_helper_value / register_lanes_divergent = "
+             "the same three with the opt-in -DARGUS_REG_LANES=1 build (per-lane sub-rings: a lane group's records go "
+             "to its lowest lane's sub-ring, no shared memory or atomic), the divergent one checked per lane group; "
              "`check` = the path's output and decoded-trace check (a failed path is not timed); "
              "`per_marker_ns` / `fixed_us` = least-squares slope / intercept against markers per warp. "
              "Armed: every warp records (globaltimer, clock64 for shared_clock64); disarmed: tracing off.")

@@ -24,7 +24,9 @@ def _run(path, clock, tmp_path_factory):
     os.environ.setdefault("ARGUS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     kernel, defines = PATHS[path]
     mod = build(2, OCC, defines)
-    sess = TraceSession(mod, TraceConfig(ctas=128, threads_per_cta=256, capacity=256, clock=clock))
+    # the lanes build (register_lanes*) splits a ring into 32 per-lane sub-rings: 64 records each hold a writer's 32
+    capacity = 32 * 64 if defines.get("ARGUS_REG_LANES") == "1" else 256
+    sess = TraceSession(mod, TraceConfig(ctas=128, threads_per_cta=256, capacity=capacity, clock=clock))
     sess.arm()
     check_output(torch, mod, OCC, np.random.default_rng(7), kernel)
     check_trace(sess, path, OCC)

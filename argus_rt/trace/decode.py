@@ -173,6 +173,8 @@ def decode(
         cta, warp, sm = int(h["cta"]), int(h["warp"]), int(h["sm"])
         if warp & layout.RING_WARP_DIVERGENT:
             raise DivergentMarkersError(_divergent_message(i, sm, cta, warp & ~layout.RING_WARP_DIVERGENT))
+        lanes_ring = bool(warp & layout.RING_WARP_LANES)
+        warp &= ~layout.RING_WARP_LANES
         if config.ring_of(cta, warp) != i or warp >= config.warps_per_cta or not config.cta_begin <= cta < config.cta_end:
             raise CorruptTraceError(
                 f"ring {i}: header says CTA {cta} warp {warp}, which maps to ring {config.ring_of(cta, warp)} "
@@ -189,6 +191,12 @@ def decode(
             )
         if claims < 1:
             raise CorruptTraceError(f"ring {i} (CTA {cta} warp {warp}): claims={claims}, must be >= 1 when claimed")
+        if lanes_ring:
+            ev, row = _decode_lanes_ring(i, sm, cta, warp, h, records[i], config, problems)
+            _check_ids(ev, i, cta, warp, known)
+            chunks.append(ev)
+            ring_rows.append(row)
+            continue
         kept = min(written, cap)
         recs = records[i]
         if written > cap:
@@ -232,14 +240,7 @@ def decode(
         zero = np.flatnonzero(recs["region_id"] == 0)
         if zero.size:
             raise CorruptTraceError(f"ring {i} (CTA {cta} warp {warp}): record {int(zero[0])} has region ID 0 (reserved)")
-        if known is not None:
-            ids = np.unique(recs["region_id"])
-            unknown = [int(x) for x in ids if int(x) not in known]
-            if unknown:
-                raise UnknownRegionIdError(
-                    f"ring {i} (CTA {cta} warp {warp}): region ID(s) {', '.join(f'0x{u:08x}' for u in unknown)} "
-                    f"not in the program's regions ({', '.join(f'0x{k:08x}' for k in sorted(known)) or 'none'})"
-                )
+        _check_ids(recs, i, cta, warp, known)
         times = recs["stamp"] & np.uint64(layout.TIME_MASK)
         # clock64 is per SM: launches appended under one arm may run this CTA on another SM. Lane groups of
         # one warp take their slots in any order, so time only has to grow within each group.
@@ -287,6 +288,190 @@ def decode(
     events = np.concatenate(chunks) if chunks else np.zeros(0, dtype=EVENT_DTYPE)
     rings = np.array(ring_rows, dtype=RING_DTYPE) if ring_rows else np.zeros(0, dtype=RING_DTYPE)
     return Trace(config=config, events=events, rings=rings, unbuffered=unbuffered, problems=problems)
+
+
+def _check_ids(recs: np.ndarray, i: int, cta: int, warp: int, known: set[int] | None) -> None:
+    if known is not None:
+        ids = np.unique(recs["region_id"])
+        unknown = [int(x) for x in ids if int(x) not in known]
+        if unknown:
+            raise UnknownRegionIdError(
+                f"ring {i} (CTA {cta} warp {warp}): region ID(s) {', '.join(f'0x{u:08x}' for u in unknown)} "
+                f"not in the program's regions ({', '.join(f'0x{k:08x}' for k in sorted(known)) or 'none'})"
+            )
+
+
+def _launch_lanes(config: TraceConfig, warp: int) -> int:
+    """The lanes warp ``warp`` of a CTA has at launch (fewer than 32 in a last warp that is not full)."""
+    left = config.threads_per_cta - 32 * warp
+    return 0xFFFFFFFF if left >= 32 else (1 << left) - 1
+
+
+def _decode_lanes_ring(i: int, sm: int, cta: int, warp: int, h, ring_records: np.ndarray, config: TraceConfig,
+                       problems: list[str]) -> tuple[np.ndarray, tuple]:
+    """A ring of the register cursor's lanes build (layout.RING_WARP_LANES): 32 sub-rings of capacity // 32 records,
+    sub-ring L written by lane L alone (as the lowest active lane of each marker's lane group) and closed by its end
+    record. Returns the ring's events (each sub-ring dated from its end record's full stamp, lane masks restored,
+    the sub-rings merged by time) and its RING_DTYPE row; wrapped sub-rings and a lane without an end record are
+    added to ``problems``. Anything the device cannot have written raises CorruptTraceError, in one line."""
+    where = f"ring {i} (CTA {cta} warp {warp}, SM {sm})"
+    if config.clock_mode != layout.CLOCK_GLOBALTIMER:
+        raise CorruptTraceError(f"{where}: a lanes-build ring (-DARGUS_REG_LANES=1) under clock "
+                                f"{config.clock!r}: that build records %globaltimer only")
+    if int(h["claims"]) != 1:
+        raise CorruptTraceError(
+            f"{where} refused: claimed by {int(h['claims'])}+ launches under one arm; the lanes build "
+            "(-DARGUS_REG_LANES=1) restarts every lane's sub-ring at each launch, so the later launch overwrote the "
+            "earlier one's records: arm before each launch")
+    if int(h["written"]) or int(h["dropped"]):
+        raise CorruptTraceError(f"{where}: a lanes-build ring header with written={int(h['written'])}, "
+                                f"dropped={int(h['dropped'])} (that build writes 0: its end records hold the counts)")
+    cap = config.capacity
+    if cap < layout.LANES_MIN_CAPACITY:
+        raise CorruptTraceError(f"{where}: a lanes-build ring of capacity {cap} < {layout.LANES_MIN_CAPACITY} "
+                                "(that build records nothing there)")
+    sub = cap // 32
+    launch = _launch_lanes(config, warp)
+    parts = []  # (time, rank, writer, position in its sub-ring, region, coord, kind, lanes) per sub-ring
+    written = kept = dropped = 0
+    wrapped = []
+    grid = ring_records[: 32 * sub].reshape(32, sub)
+    used = (grid["region_id"] != 0) | (grid["coord"] != 0) | (grid["stamp"] != 0)
+    n_used = used.sum(axis=1)
+    # the common sub-ring: nothing, or only a zero-count end record in slot 0 (a lane that wrote no record)
+    idle = (n_used == 0) | ((n_used == 1) & (grid["region_id"][:, 0] == 0) & (grid["coord"][:, 0] == 0)
+                            & ((grid["stamp"][:, 0] >> np.uint64(layout.KIND_SHIFT)) == layout.LANES_END_KIND))
+    for lane in range(32):
+        if idle[lane] and (n_used[lane] == 0 or (launch >> lane) & 1):
+            continue
+        r = ring_records[lane * sub:(lane + 1) * sub]
+        ids, coords, stamps = r["region_id"], r["coord"], r["stamp"]
+        empty = (ids == 0) & (coords == 0) & (stamps == 0)
+        ends = np.flatnonzero((ids == 0) & ((stamps >> np.uint64(layout.KIND_SHIFT)) == layout.LANES_END_KIND))
+        if len(ends) == 0:
+            if not empty.all():
+                problems.append(f"{where}: lane {lane}'s sub-ring holds {int((~empty).sum())} record(s) but no end "
+                                "record (the lane left without the cursor's scope exit): they are not counted")
+            continue
+        if len(ends) > 1:
+            raise CorruptTraceError(f"{where}: lane {lane}'s sub-ring has {len(ends)} end records (slots "
+                                    f"{', '.join(map(str, ends[:4].tolist()))}); a lane writes one")
+        if not (launch >> lane) & 1:
+            raise CorruptTraceError(f"{where}: lane {lane}'s sub-ring has an end record, but the warp has lanes "
+                                    f"0x{launch:08x} at launch")
+        e = int(ends[0])
+        n = int(coords[e])
+        if n & (sub - 1) != e:
+            raise CorruptTraceError(f"{where}: lane {lane}'s end record is at slot {e}, but its count {n} puts it at "
+                                    f"slot {n & (sub - 1)} of {sub}")
+        if n < sub:
+            slots = np.arange(n)
+            rest = np.ones(sub, dtype=bool)
+            rest[: n + 1] = False
+            if (~empty & rest).any():
+                problems.append(f"{where}: lane {lane}'s sub-ring holds data past its count {n}: the rings were "
+                                "not cleared when armed, or the end record is damaged")
+        else:
+            slots = np.arange(n + 1, n + sub) % sub  # the end record overwrote the oldest slot
+            wrapped.append((lane, n - (sub - 1), n))
+        rec = r[slots]
+        bad = np.flatnonzero(rec["region_id"] == 0)
+        if bad.size:
+            k = int(slots[bad[0]])
+            raise CorruptTraceError(f"{where}: lane {lane}'s sub-ring slot {k}, below its count {n}, holds no record "
+                                    f"(region ID 0, stamp 0x{int(r['stamp'][k]):016x})")
+        end_time = int(stamps[e]) & layout.TIME_MASK
+        lo = (rec["stamp"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        hi = (rec["stamp"] >> np.uint64(32)).astype(np.int64)
+        times = end_time - ((end_time - lo) % (1 << 32))  # each record at most 2^32 ns (4.3 s) before its lane left
+        kind_bit = hi & 1
+        masks = (hi & ~1) | (1 if lane == 0 else 0)
+        low_bits = (1 << lane) - 1
+        wrong = np.flatnonzero(((masks & low_bits) != 0) | (((masks >> lane) & 1) == 0) | ((masks & ~launch) != 0))
+        if wrong.size:
+            k = int(wrong[0])
+            raise CorruptTraceError(
+                f"{where}: lane {lane}'s sub-ring slot {int(slots[k])} has lane mask 0x{int(masks[k]):08x}, whose "
+                f"lowest lane is not {lane} or which is outside the warp's lanes 0x{launch:08x}: not a lanes-build "
+                "record")
+        back = np.flatnonzero(np.diff(times) < 0)
+        if back.size:
+            k = int(back[0])
+            raise CorruptTraceError(f"{where}: lane {lane}'s sub-ring: time goes backwards between its records "
+                                    f"{k} and {k + 1} ({int(times[k])} -> {int(times[k + 1])} ns)")
+        lanes = np.where(masks == launch, LANES_WHOLE_WARP, masks).astype(np.int64)
+        kinds = np.where(kind_bit == 1, layout.KIND_END, layout.KIND_BEGIN)
+        if n >= sub:  # wrapped: ENDs whose BEGIN was overwritten lead the sub-ring; they are lost records too
+            depth, keep = 0, np.ones(len(kinds), dtype=bool)
+            for k, kd in enumerate(kinds.tolist()):
+                if kd == layout.KIND_BEGIN:
+                    depth += 1
+                elif depth:
+                    depth -= 1
+                else:
+                    keep[k] = False
+            rec, times, masks, lanes, kinds = rec[keep], times[keep], masks[keep], lanes[keep], kinds[keep]
+        pop = _popcount32(masks)
+        # Ties on the clock (32 ns steps on H200) between sub-rings: ENDs first, the smaller group's first; then
+        # BEGINs, the larger group's first (an outer region opens before, and closes after, the regions inside it).
+        rank = np.where(kinds == layout.KIND_END, pop, 65 - pop)  # ENDs 1..32, BEGINs 33..64
+        parts.append(np.stack([times, rank, np.full(len(rec), lane), np.arange(len(rec)),
+                               rec["region_id"].astype(np.int64), rec["coord"].astype(np.int64), kinds, lanes]))
+        written += n
+        kept += len(rec)
+        dropped += n - len(rec)
+    if wrapped:
+        lost = ", ".join(f"lane {lane}: {d} of {n}" for lane, d, n in wrapped[:4])
+        problems.append(f"{where} wrapped: oldest records of {len(wrapped)} lane sub-ring(s) of {sub} overwritten "
+                        f"({lost}{', ...' if len(wrapped) > 4 else ''})")
+    cols = np.concatenate(parts, axis=1) if parts else np.zeros((8, 0), dtype=np.int64)
+    order = _merge_sub_rings(cols)
+    cols = cols[:, order]
+    ev = np.zeros(cols.shape[1], dtype=EVENT_DTYPE)
+    ev["ring"], ev["sm"], ev["cta"], ev["warp"] = i, sm, cta, warp
+    ev["index"] = np.arange(len(ev), dtype=np.uint32)
+    ev["time"] = cols[0].astype(np.uint64)
+    ev["region_id"], ev["coord"], ev["kind"], ev["lanes"] = cols[4], cols[5], cols[6], cols[7]
+    return ev, (i, sm, cta, warp, written, kept, dropped, 1)
+
+
+def _popcount32(x: np.ndarray) -> np.ndarray:
+    x = x - ((x >> 1) & 0x55555555)
+    x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
+    x = (x + (x >> 4)) & 0x0F0F0F0F
+    return ((x * 0x01010101) & 0xFFFFFFFF) >> 24
+
+
+def _merge_sub_rings(cols: np.ndarray) -> np.ndarray:
+    """Order of a lanes ring's events: by time, ties by rank, then writer lane, keeping each sub-ring's own order (its
+    lane's program order). A sort does it unless a sub-ring holds two events of one clock step in an order the rank
+    inverts (a BEGIN and its END in one step); then its heads are merged one by one."""
+    if cols.shape[1] == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((cols[3], cols[2], cols[1], cols[0]))
+    writer, pos = cols[2][order], cols[3][order]
+    fine = True
+    for lane in np.unique(writer):
+        if (np.diff(pos[writer == lane]) < 0).any():
+            fine = False
+            break
+    if fine:
+        return order
+    import heapq
+
+    starts = {}
+    for k in range(cols.shape[1]):
+        starts.setdefault(int(cols[2][k]), k)  # each sub-ring's events are contiguous, in its order
+    ends = {lane: k + int((cols[2] == lane).sum()) for lane, k in starts.items()}
+    heads = [(int(cols[0][k]), int(cols[1][k]), lane, k) for lane, k in starts.items()]
+    heapq.heapify(heads)
+    out = []
+    while heads:
+        _, _, lane, k = heapq.heappop(heads)
+        out.append(k)
+        if k + 1 < ends[lane]:
+            heapq.heappush(heads, (int(cols[0][k + 1]), int(cols[1][k + 1]), lane, k + 1))
+    return np.asarray(out, dtype=np.int64)
 
 
 def _divergent_message(i: int, sm: int, cta: int, warp: int) -> str:

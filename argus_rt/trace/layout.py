@@ -28,6 +28,14 @@ RING_MAGIC = 0x52475241  # "ARGR"
 # Bit of the ring header's `warp` word: a register-cursor marker of that warp ran without all its launch lanes
 # (its records overwrote each other); the decoder refuses the ring.
 RING_WARP_DIVERGENT = 1 << 31
+# Bit of the ring header's `warp` word set by the register cursor's lanes build (-DARGUS_REG_LANES=1,
+# csrc/argus/argus_cursors.cuh): the ring is 32 sub-rings of capacity // 32 records, sub-ring L written by lane L as
+# the lowest active lane of each marker's lane group, each closed by an end record (region_id 0, coord = the lane's
+# count, stamp = the full time | LANES_END_KIND << KIND_SHIFT); its other records are (region_id, coord, time bits
+# 0..31, lane mask with bit 0 replaced by the kind: 0 BEGIN, 1 END). Header written / dropped are 0.
+RING_WARP_LANES = 1 << 30
+LANES_END_KIND = 3
+LANES_MIN_CAPACITY = 64
 
 MAX_SMS = 256
 SM_MASK_WORDS = MAX_SMS // 32

@@ -251,6 +251,30 @@ __device__ __forceinline__ argus_u32 reg_apart_address(argus_u32 warp) {
 /* Bits 0..29 of mask_flags: capacity - 1 (the host caps capacity at 2^26). */
 #define ARGUS_REG_CAP_BITS_ 0x3FFFFFFFu
 #endif
+#ifndef ARGUS_REG_LANES
+#define ARGUS_REG_LANES 0
+#endif
+#if ARGUS_REG_LANES
+#if ARGUS_REG_APART
+#error "ARGUS_REG_LANES=1 and ARGUS_REG_APART=1 are two ways to record lane groups: define one"
+#endif
+#if ARGUS_TIMESTAMP == ARGUS_TS_ANCHORED
+#error "ARGUS_REG_LANES=1 records %globaltimer only (its records keep 32 time bits); drop ARGUS_TS_ANCHORED"
+#endif
+/* Lanes build (-DARGUS_REG_LANES=1): per-lane sub-rings, no shared memory, no atomic (see emit_with below). The ring
+ * of `capacity` records is 32 sub-rings of capacity / 32 records, sub-ring L written only by lane L, when L is the
+ * lowest active lane of a marker's lane group. Bits 0..29 of mask_flags: capacity / 32 - 1 (a recording warp), or the
+ * scratch slot's 63 (every lane of a warp that records nothing writes the slot's 64 records: scratch may collide).
+ * Bit 30 / 31 as below (31 on every lane of a recording warp: each lane writes its sub-ring's end record). */
+#define ARGUS_REG_LANES_MIN_CAPACITY 64u
+/* Bit of ArgusRingHeader.warp in the lanes build: the ring is 32 per-lane sub-rings, each closed by an end record
+ * (argus_rt/trace/decode.py, _decode_lanes_ring). */
+#define ARGUS_RING_WARP_LANES 0x40000000u
+/* The end record of a lane's sub-ring (scope exit): region_id 0, coord = the lane's count of records, the full
+ * 64-bit %globaltimer in words 2..3 with ARGUS_LANES_END_KIND in the top two bits (the other records keep only the
+ * time's low 32 bits; the decoder dates them from this stamp). */
+#define ARGUS_LANES_END_KIND 3u
+#endif
 /* Bit 30 of mask_flags: on a recording warp, "appending" (the ring was claimed earlier under this arm);
  * on a warp that records nothing, "count me as unbuffered" (set on one lane). */
 #define ARGUS_REG_FLAG30_ (1u << 30)
@@ -267,6 +291,8 @@ struct RegState {
 #if ARGUS_REG_APART
   argus_u32 lanes; /* the warp's launch lanes (0: declared by part of the warp) */
   argus_u32 words; /* 32-bit shared address of the warp's apart words (reg_apart_words) */
+#elif ARGUS_REG_LANES
+  argus_u32 lanes; /* %lanemask_lt: a marker's writer is the lane with no active lane below it */
 #else
   argus_u32 lanes; /* AND of every marker's __activemask() on this lane: below the launch lanes = a divergent marker */
 #endif
@@ -348,6 +374,21 @@ struct RegCursor : RegState {
     lanes = bad ? 0u : launch;
     mask_flags = (rec ? (v.capacity - 1u) & ARGUS_REG_CAP_BITS_ : ARGUS_SCRATCH_SLOT_RECORDS - 1u) | (flag30 ? ARGUS_REG_FLAG30_ : 0u) |
                  (rec ? ARGUS_REG_LEAD_ : 0u) | (bad ? ARGUS_REG_BAD_ : 0u);
+#elif ARGUS_REG_LANES
+    /* Lane L's sub-ring: records [L * sub, (L + 1) * sub) of the ring, sub = capacity / 32 (a ring under
+     * ARGUS_REG_LANES_MIN_CAPACITY records nothing: the warp counts as unbuffered). Each lane starts it at 0: the
+     * counts of an earlier launch under this arm are not kept (no header field holds 32 of them), so an appending
+     * launch marks the header's claims 2 and the decoder refuses the ring (re-arm before each launch). A warp that
+     * records nothing: every lane writes round the warp's scratch slot. */
+    const bool rec_l = rec && v.capacity >= ARGUS_REG_LANES_MIN_CAPACITY;
+    const argus_u32 sub = v.capacity >> 5;
+    count = 0u;
+    records = rec_l ? hdr + ARGUS_RING_HEAD_BYTES_ + (argus_u64)(lane_id() * sub) * sizeof(ArgusRecord)
+                    : (argus_u64)&argus_scratch[ARGUS_SCRATCH_SLOT_RECORDS * ((cta * warps_in_block() + warp) % ARGUS_SCRATCH_SLOTS)];
+    asm("mov.u32 %0, %%lanemask_lt;" : "=r"(lanes));
+    mask_flags = (rec_l ? (sub - 1u) & ARGUS_REG_CAP_BITS_ : ARGUS_SCRATCH_SLOT_RECORDS - 1u) |
+                 ((rec_l ? append : (v.pass && is_lead)) ? ARGUS_REG_FLAG30_ : 0u) | (rec_l ? ARGUS_REG_LEAD_ : 0u);
+    (void)flag30;  // the default's bit 30 (its `rec` has no capacity floor)
 #else
     mask_flags = (rec ? (v.capacity - 1u) & ARGUS_REG_CAP_BITS_ : ARGUS_SCRATCH_SLOT_RECORDS - 1u) | (flag30 ? ARGUS_REG_FLAG30_ : 0u) |
                  (rec && is_lead ? ARGUS_REG_LEAD_ : 0u);
@@ -380,6 +421,32 @@ struct RegCursor : RegState {
         n += extra;
       }
       write_reg_header(*this, warp, n, divergent);
+    } else if (mask_flags & ARGUS_REG_FLAG30_) {
+      atomicAdd(&argus_ctl.unbuffered, 1u);  // passed the filters but had no ring: counted, never silent
+    }
+  }
+#elif ARGUS_REG_LANES
+  /* Scope exit of the lanes build (no vote, no shared memory): every lane of a recording warp closes its own sub-ring
+   * with its end record (at its next slot: {0, count, full %globaltimer | ARGUS_LANES_END_KIND << 62}) and writes the
+   * ring header, the same 32 bytes from every lane (magic, seq, SM, CTA, warp | ARGUS_RING_WARP_LANES, written 0,
+   * dropped 0: the end records hold the counts; claims 2 when this launch appended). So lane groups may leave in any
+   * order. A lane that never runs the scope exit (PTX `exit`) leaves its sub-ring without an end record: the decoder
+   * reports that sub-ring's records as lost. */
+  __device__ __forceinline__ ~RegCursor() {
+    if (mask_flags & ARGUS_REG_LEAD_) {
+      const argus_u32 sub = (mask_flags & ARGUS_REG_CAP_BITS_) + 1u;
+      const argus_u64 t = global_timer();
+      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
+                   ::"l"(records + (argus_u64)(count & (sub - 1u)) * sizeof(ArgusRecord)), "r"(0u), "r"(count),
+                     "r"((argus_u32)t), "r"(stamp_hi(t, ARGUS_LANES_END_KIND))
+                   : "memory");
+      const argus_u64 hdr = records - (argus_u64)(lane_id() * sub) * sizeof(ArgusRecord) - ARGUS_RING_HEAD_BYTES_;
+      asm volatile(
+          "st.global.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
+          "st.global.v4.u32 [%0+16], {%5, %6, %6, %7};"
+          ::"l"(hdr), "r"(ARGUS_RING_MAGIC), "r"(*reg_cursor_seq()), "r"(sm_id()), "r"(cta_linear()),
+            "r"(warp_in_cta() | ARGUS_RING_WARP_LANES), "r"(0u), "r"((mask_flags & ARGUS_REG_FLAG30_) ? 2u : 1u)
+          : "memory");
     } else if (mask_flags & ARGUS_REG_FLAG30_) {
       atomicAdd(&argus_ctl.unbuffered, 1u);  // passed the filters but had no ring: counted, never silent
     }
@@ -510,6 +577,31 @@ __device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u3
                ::"r"((argus_u32)whole), "l"(reg_slot(rc, rc.count)), "r"(id), "r"(coord), "r"((argus_u32)t),
                  "r"(stamp_hi(t, kind)));
   rc.count += take & (argus_u32)whole;
+}
+#elif ARGUS_REG_LANES
+/* One marker of the lanes build. Its writer is the lowest active lane of its lane group (`lanes` = %lanemask_lt: no
+ * active lane below it), lane 0 in a converged warp; only the writer stores, into its own sub-ring at its own count,
+ * and only the writer's count advances. Two lane groups of one warp never share a lowest lane, so they never share a
+ * slot: no atomic, no shared memory, no branch, and no lane needs another lane's count. The record is
+ * {region, coord, time bits 0..31, lane mask with bit 0 replaced by the kind (0 BEGIN, 1 END)}: the writer's lane
+ * gives the mask's lowest set bit, so bit 0 is known to the decoder; the time's high bits come from the sub-ring's end
+ * record. Per marker this is the default marker with the `lanes &= active` AND replaced by the writer test (one
+ * LOP3 to a predicate), the kind OR applied to the mask instead of the time's high word (off the timer-to-store
+ * chain), and the store and count update predicated on the writer. */
+__device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
+  /* skip: 0 for a marker in the coordinate window, else nonzero (the same for BEGIN and END of one coordinate, so
+   * ptxas computes it once per pair); the writer test folds it in: one 3-input LOP3 to a predicate */
+  const argus_u32 skip = (argus_u32)!in_window(coord, rc.coord_begin, rc.coord_span);
+  const argus_u32 active = __activemask();
+  const argus_u32 writer = (argus_u32)(((active & rc.lanes) | skip) == 0u);
+  __syncwarp(active);
+  const argus_u64 t = global_timer();
+  const argus_u64 at = rc.records + (argus_u64)(rc.count & rc.mask_flags & ARGUS_REG_CAP_BITS_) * sizeof(ArgusRecord);
+  const argus_u32 hi = (active & ~1u) | (kind == ARGUS_KIND_END ? 1u : 0u);
+  /* the store and the count update under one predicate (written as `count += writer`, ptxas spends a SEL and an add) */
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %0, 0;\n\t@p st.global.v4.b32 [%1], {%2, %3, %4, %5};\n\t}"
+               ::"r"(writer), "l"(at), "r"(id), "r"(coord), "r"((argus_u32)t), "r"(hi));
+  asm("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %1, 0;\n\t@p add.u32 %0, %0, 1;\n\t}" : "+r"(rc.count) : "r"(writer));
 }
 #else
 /* One marker. The lanes' mask is folded into `lanes` beside the chain (no branch); the __syncwarp on those lanes

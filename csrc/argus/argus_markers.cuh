@@ -11,7 +11,9 @@
  * call (both nothing in modes 0 and 1). Register-cursor markers must run on the whole warp: a warp whose marker ran
  * on part of its lanes marks its ring divergent, and the decoder refuses that ring (at decode time, not at compile
  * time). Opt-in -DARGUS_REG_APART=1 (argus_cursors.cuh): such markers are recorded per lane group instead, as the
- * shared cursor records them (only a cursor declared by part of the warp is still refused).
+ * shared cursor records them (only a cursor declared by part of the warp is still refused). Opt-in
+ * -DARGUS_REG_LANES=1: per-lane sub-rings, each lane group's records in its lowest lane's (no shared memory or atomic;
+ * restrictions at argus_detail::emit_with of that build and in docs/marker_cost_anatomy.md).
  *
  * Shared-cursor markers (argus_shared_cursor.cuh; the default since issue 20, before it the opt-in
  * -DARGUS_LEAN_MARKERS=1 build, which is now the only one): a straight-line fast path for a converged warp;
