@@ -21,7 +21,7 @@ for s in ${STEPS:-kinds markers perfetto}; do
              tests/test_kind_cupy_gpu.py tests/test_kind_numba_gpu.py tests/test_backend_trace_gpu.py tests/test_probe_gpu.py \
              tests/test_probe_async_families_gpu.py tests/test_ground_truth_gpu.py tests/test_megakernel_argus_gpu.py \
              tests/test_mcp_gpu.py tests/test_worker_warm.py tests/test_typed_evidence_gpu.py tests/test_triton_corpus_gpu.py ;;
-    markers) step marker_tests "${MARKERS_S:-150}" "${PYTEST[@]}" tests/test_marker_paths_gpu.py tests/test_trace_gpu.py tests/test_regcursor_v2_gpu.py \
+    markers) step marker_tests "${MARKERS_S:-150}" "${PYTEST[@]}" tests/test_marker_paths_gpu.py tests/test_trace_gpu.py tests/test_regcursor_v2_gpu.py tests/test_regcursor_lanes_gpu.py \
                tests/test_trace_regcursor_gpu.py
              step marker_cost "${COST_S:-200}" python3 benchmarks/marker_cost.py --reps "${REPS:-100}"
              tail -12 "$OUT/marker_cost.log" >> "$OUT/summary.txt"
