@@ -104,10 +104,11 @@ def test_removed_kv_stage_flags_are_refused(tmp_path, flag):
         build(0, build_dir=tmp_path, extra_flags=(flag,))
 
 
-@pytest.mark.parametrize("flag", ["-DMK_ATTN_U=8", "-DMK_ATTN_O=1", "-DMK_ATTN_O_LINES=1"])
-def test_removed_attention_flags_are_refused(tmp_path, flag):
-    """Rows 50-51c (more K/V rows per trip; attention fused with O-proj through x_mid atomics: measured misses) were
-    removed (NOTES.md "Rows 50-51 removed"): their flags fail the build instead of building the plain kernel."""
+@pytest.mark.parametrize("flag", ["-DMK_ATTN_U=8", "-DMK_ATTN_O=1", "-DMK_ATTN_O_LINES=1", "-DMK_EARLY_KSPLIT=1"])
+def test_removed_session18_flags_are_refused(tmp_path, flag):
+    """Rows 50-52 (more K/V rows per trip; attention fused with O-proj through x_mid atomics; the early tiles split by
+    K: measured misses) were removed (NOTES.md "Rows 50-51 removed", "Row 52 measured"): their flags fail the build
+    instead of building the plain kernel."""
     with pytest.raises(BuildError, match=r"were removed in session 18"):
         build(0, build_dir=tmp_path, extra_flags=(flag,))
 

@@ -124,8 +124,8 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
     defined(MK_KV_STAGE) || defined(MK_KV_STAGE_BYTES)
 #error "MK_LL_HANDOFF, MK_LL_SPIN_NS, MK_DOWN_BODY and MK_DOWN_TRIPS were removed in session 15 (rows 37 and 39), MK_KV_STAGE and MK_KV_STAGE_BYTES in session 16 (row 43): drop the flag"
 #endif
-#if defined(MK_ATTN_U) || defined(MK_ATTN_O) || defined(MK_ATTN_O_LINES)
-#error "MK_ATTN_U (row 50), MK_ATTN_O and MK_ATTN_O_LINES (rows 51-51c) were removed in session 18 (NOTES.md \"Rows 50-51 removed\"): drop the flag"
+#if defined(MK_ATTN_U) || defined(MK_ATTN_O) || defined(MK_ATTN_O_LINES) || defined(MK_EARLY_KSPLIT)
+#error "MK_ATTN_U (row 50), MK_ATTN_O and MK_ATTN_O_LINES (rows 51-51c) and MK_EARLY_KSPLIT (row 52) were removed in session 18 (NOTES.md \"Rows 50-51 removed\", \"Row 52 measured\"): drop the flag"
 #endif
 #ifndef MK_KV_PREFETCH
 // Row 44 (opt-in, not yet GPU-run; NOTES.md "Ready: row 44"): 1: an AttnPartial tile's warp 0 bulk-prefetches its
@@ -169,16 +169,6 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #endif
 #if (MK_EARLY_REGS & 2) && (MK_BATCH_O || MK_O_PIECES || !MK_ONE_SPLIT)
 #error "MK_EARLY_REGS=2 or 3 replaces one-split O-proj tiles' GEMV loop: build it with MK_ONE_SPLIT=1, without MK_BATCH_O and MK_O_PIECES"
-#endif
-#ifndef MK_EARLY_KSPLIT
-// Row 52 (opt-in; NOTES.md "Ready: row 52"): 1: an early tile's 16 rows are split by K across the warps (warp w holds
-// every row's chunk w * 32 + lane) instead of by rows (2 rows per warp, all of K), so each thread reads one 8-float
-// chunk of the input from shared memory instead of GEMV_UNROLL; the row sums go through a warp transpose reduction and
-// a sum over the warps. Not bit for bit the default's (another summation order). 0: off.
-#define MK_EARLY_KSPLIT 0
-#endif
-#if MK_EARLY_KSPLIT && (!MK_EARLY_REGS || MK_EARLY_REGS & 8)
-#error "MK_EARLY_KSPLIT changes the early tiles' multiply: build it with MK_EARLY_REGS bits 1-4 (without bit 8, whose Down tiles keep their own layout)"
 #endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)

@@ -199,31 +199,6 @@ __device__ __noinline__ bool early_down_tile(const Params& p, Smem& s, unsigned 
 }
 #endif
 
-#if MK_EARLY_KSPLIT
-// Row 52: this lane's chunk (8 inputs a, b) times each early row's weights, then the 16 row sums over the warp by a
-// transpose reduction (each level halves the rows a lane holds: 8 + 4 + 2 + 1 shuffles, then one for the lane pair),
-// so lanes 2r and 2r + 1 hold row r's warp sum; the even lane writes it to part[warp][r]. The xs reads are one chunk
-// per thread instead of GEMV_UNROLL (each warp read the whole vector for its 2 rows): shared memory, not the FMAs,
-// bound the early tiles' multiply (NOTES.md "Ready: row 52").
-__device__ __forceinline__ void early_ksplit_rows(const uint4 (&wr)[EARLY_ROWS], float4 a, float4 b, float* part) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float v[EARLY_ROWS];
-#pragma unroll
-  for (int r = 0; r < EARLY_ROWS; ++r) v[r] = dot8(wr[r], a, b);
-#pragma unroll
-  for (int half = EARLY_ROWS / 2, o = 16; half >= 1; half >>= 1, o >>= 1) {
-    const bool hi = lane & o;  // keep the upper half of the rows held, send the lower (or the reverse)
-#pragma unroll
-    for (int i = 0; i < half; ++i) {
-      const float send = hi ? v[i] : v[i + half], keep = hi ? v[i + half] : v[i];
-      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-    }
-  }
-  v[0] += __shfl_xor_sync(0xffffffffu, v[0], 1);
-  if (!(lane & 1)) part[warp * EARLY_ROWS + (lane >> 1)] = v[0];
-}
-#endif
-
 // The whole tile: loads, thread 0's wait (false: the kernel must stop, as the worker's wait), input, multiply,
 // outputs. Sets s.ok and s.next_ticket as the worker's wait block does; the worker signals afterwards as for any op.
 __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, int step, int index, int op, int layer) {
@@ -246,20 +221,12 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
   const char* w = reinterpret_cast<const char*>(first);
   // gemv_rows<false>'s load order: chunk by chunk, the warp's rows side by side; unconditional (a load under a
   // branch used after a barrier was stored to the stack: row 14's lesson 1)
-#if MK_EARLY_KSPLIT
-  // Row 52: warp w holds every row's chunk w * 32 + lane (16 rows x one 16-byte chunk per lane: the same 64 registers)
-  uint4 wr[EARLY_ROWS];
-#pragma unroll
-  for (int r = 0; r < EARLY_ROWS; ++r)
-    wr[r] = ld_weights(w + (size_t)r * row_bytes + (size_t)(warp * 32 + lane) * 16);
-#else
   uint4 wr[GEMV_UNROLL][GEMV_ROWS];
 #pragma unroll
   for (int u = 0; u < GEMV_UNROLL; ++u)
 #pragma unroll
     for (int i = 0; i < GEMV_ROWS; ++i)
       wr[u][i] = ld_weights(w + (size_t)(warp * GEMV_ROWS + i) * row_bytes + (size_t)(lane + 32 * u) * 16);
-#endif
   if (!early_wait(p, s, t, step, index, op, layer)) return false;
   float rstd = 1.f;
   if (op == OP_QKV_HEAD) {
@@ -275,9 +242,6 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
   {
     MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
     const float4* x4 = reinterpret_cast<const float4*>(s.xs);
-#if MK_EARLY_KSPLIT
-    early_ksplit_rows(wr, x4[2 * threadIdx.x], x4[2 * threadIdx.x + 1], s.xs + EARLY_K);  // chunk = warp * 32 + lane
-#else
     float acc[GEMV_ROWS];
 #pragma unroll
     for (int i = 0; i < GEMV_ROWS; ++i) acc[i] = 0.f;
@@ -293,20 +257,10 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
       const float sum = warp_sum(acc[i]);
       if (lane == 0) s.out[warp * GEMV_ROWS + i] = sum;
     }
-#endif
     if (rows > EARLY_ROWS)  // gate/up's other rows: gemv_rows gives each row its own sum, so the split is exact
       gemv_tile(reinterpret_cast<const __nv_bfloat16*>(w) + (size_t)EARLY_ROWS * EARLY_K, EARLY_K, rows - EARLY_ROWS,
                 s.xs, s.out + EARLY_ROWS);
     __syncthreads();
-#if MK_EARLY_KSPLIT
-    if (threadIdx.x < EARLY_ROWS) {  // the early rows' sums: the warps' partials, in warp order
-      float sum = 0.f;
-#pragma unroll
-      for (int wp = 0; wp < NWARPS; ++wp) sum += s.xs[EARLY_K + wp * EARLY_ROWS + threadIdx.x];
-      s.out[threadIdx.x] = sum;
-    }
-    __syncthreads();
-#endif
   }
   if (op == OP_QKV_HEAD) {
     early_qkv_store(p, s, layer, s.ins[W_A0], s.ins[W_A1], s.ins[W_A2], step, rstd);
