@@ -235,10 +235,42 @@ __device__ void ring_loader(const Args& a, unsigned char* ring, unsigned long lo
     bar_wait(&full[s % a.pages], (s / a.pages) & 1u, a, false);
 }
 
+// ROWS_PER_STEP rows of one consumer step, each row's chunks at rowp[r]: this thread's chunks times its activations,
+// then the rows' warp sums side by side (their shuffle chains overlap instead of following each other), lane 0
+// writing parts[row][warp]. Per row the same sums in the same order as one row at a time.
+constexpr int ROWS_PER_STEP = 4;
+template <int NC, int C>
+__device__ __forceinline__ void step_rows(const uint4* const (&rowp)[ROWS_PER_STEP], const float4 (&xa)[NC],
+                                          const float4 (&xb)[NC], float* parts) {
+  const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+  float acc[ROWS_PER_STEP];
+#pragma unroll
+  for (int r = 0; r < ROWS_PER_STEP; ++r) {
+    acc[r] = 0.f;
+#pragma unroll
+    for (int j = 0; j < NC; ++j) {
+      const int c = t + j * CTHREADS;
+      if (c < C) acc[r] += mk::dot8(rowp[r][c], xa[j], xb[j]);  // warp-uniform condition (C % 32 == 0)
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_STEP; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_STEP; ++r) parts[r * CONSUMERS + warp] = acc[r];
+  }
+}
+
 // The consumers' GEMV of one tile from the ring. Thread t owns chunks c = t, t + 256, ... (< K / 8) of every row,
 // with their 8 activations in registers (NC float4 pairs: 1 for K 2048, 3 for 5632, read once per tile), so the
-// page is the only shared-memory traffic. A warp's 32 chunks lie in one row: one warp sum per (row, warp) into
-// parts[row][warp], summed in a fixed order at the end. Returns false when a page missed its deadline.
+// pages are the only shared-memory traffic. A warp's 32 chunks lie in one row: one warp sum per (row, warp) into
+// parts[row][warp], summed in a fixed order at the end. A step takes ROWS_PER_STEP rows at once, from as many pages
+// as hold them (K 2048 at 16 KiB: one page of 4 rows; K 5632: four pages of one row), so a page's rows are not
+// reduced one after another (the ring mode's consumer bound, session 17: ~2 TB/s); a tile's rows past the last whole
+// step, or a page size whose rows per page do not divide a step, take the pages one at a time. Returns false when a
+// page missed its deadline.
 template <int K>
 __device__ bool ring_gemv(const Args& a, int layer, int phase, int tile, const unsigned char* ring,
                           unsigned long long* full, unsigned long long* empty, unsigned& seq, float* parts) {
@@ -253,28 +285,44 @@ __device__ bool ring_gemv(const Args& a, int layer, int phase, int tile, const u
     xb[j] = c < C ? __ldcg(x4 + 2 * c + 1) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   const int rows = TILE_ROWS(phase), rpp = rows_per_page(phase, a.page_bytes);
+  const bool stepped = ROWS_PER_STEP % rpp == 0 && a.pages * rpp >= ROWS_PER_STEP;  // the step's pages fit the ring
   bool ok = true;
-  for (int r0 = 0; r0 < rows; r0 += rpp, ++seq) {
-    const unsigned slot = seq % a.pages;
-    ok = __all_sync(0xffffffffu, bar_wait(&full[slot], (seq / a.pages) & 1u, a));  // warp-uniform from here
+  for (int r0 = 0; r0 < rows && ok;) {
+    const int n = stepped && rows - r0 >= ROWS_PER_STEP ? ROWS_PER_STEP : min(rpp, rows - r0);
+    const int pages = n == ROWS_PER_STEP ? ROWS_PER_STEP / rpp : 1;  // warp-uniform
+    const uint4* rowp[ROWS_PER_STEP];
+    for (int b = 0; b < pages; ++b) {
+      const unsigned slot = (seq + b) % a.pages;
+      ok = __all_sync(0xffffffffu, bar_wait(&full[slot], ((seq + b) / a.pages) & 1u, a));  // warp-uniform from here
+      if (!ok) break;
+      const uint4* page = reinterpret_cast<const uint4*>(ring + (size_t)slot * a.page_bytes);
+#pragma unroll
+      for (int r = 0; r < ROWS_PER_STEP; ++r)
+        if (r / rpp == b) rowp[r] = page + (r - b * rpp) * C;
+    }
     if (!ok) {  // report now: the other warps' waits give up once err is set
       if (lane == 0) report(a.err, ERR_FULL, layer, phase);
       break;
     }
-    const uint4* page = reinterpret_cast<const uint4*>(ring + (size_t)slot * a.page_bytes);
-    const int n = min(rpp, rows - r0);
-    for (int r = 0; r < n; ++r) {
-      float acc = 0.f;
+    if (n == ROWS_PER_STEP) {
+      step_rows<NC, C>(rowp, xa, xb, parts + r0 * CONSUMERS);
+    } else {
+      for (int r = 0; r < n; ++r) {
+        float acc = 0.f;
 #pragma unroll
-      for (int j = 0; j < NC; ++j) {
-        const int c = t + j * CTHREADS;
-        if (c < C) acc += mk::dot8(page[r * C + c], xa[j], xb[j]);  // warp-uniform condition (C % 32 == 0)
+        for (int j = 0; j < NC; ++j) {
+          const int c = t + j * CTHREADS;
+          if (c < C) acc += mk::dot8(rowp[0][r * C + c], xa[j], xb[j]);
+        }
+        acc = mk::warp_sum(acc);
+        if (lane == 0) parts[(r0 + r) * CONSUMERS + warp] = acc;
       }
-      acc = mk::warp_sum(acc);
-      if (lane == 0) parts[(r0 + r) * CONSUMERS + warp] = acc;
     }
     __syncwarp();
-    if (lane == 0) bar_arrive(&empty[slot]);  // this warp is done with the slot
+    if (lane == 0)
+      for (int b = 0; b < pages; ++b) bar_arrive(&empty[(seq + b) % a.pages]);  // this warp is done with the slots
+    seq += pages;
+    r0 += n;
   }
   if (consumers_any(!ok)) return false;
   if (t < rows) {
