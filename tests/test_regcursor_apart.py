@@ -389,27 +389,28 @@ def test_wrapped_ring_of_lane_groups_is_incomplete_not_corrupt():
     assert set(rows["lanes"].tolist()) == {0x0000FFFF}
 
 
-def test_the_check_of_register_apart_divergent_fails_when_a_half_warp_s_occurrence_is_missing(monkeypatch):
-    """marker_cost's check for the row (every warp, per lane group) passes on the mirror's rings and fails when one
-    half-warp's pair of one warp is missing, so the GPU row's check can fail."""
+def assert_divergent_check_can_fail(monkeypatch, path: str, cfg: TraceConfig, new_raw, mirror, leave, t0: int = 0):
+    """marker_cost's check of the half-warp row ``path`` (every warp, per lane group) passes on two warps of a mirror's
+    rings and fails when one half-warp's pair of one warp is missing, so the GPU row's check can fail. ``new_raw(cfg)``:
+    an empty trace buffer; ``mirror(raw, warp)``: the build's warp mirror; ``leave(w)``: its scope exit; ``t0``: the
+    first time stamp."""
     import benchmarks.marker_cost as mc
     from benchmarks.marker_cost import REGION_OCCURRENCE, REGION_REFEXEC, check_failure, check_trace
 
     monkeypatch.setattr(mc, "CTAS", 1)
     monkeypatch.setattr(mc, "THREADS", 64)
-    cfg = _config(capacity=128)
 
     def ring_bytes(skip: tuple | None) -> bytes:
-        raw = np.zeros(cfg.buffer_bytes, dtype=np.uint8)
+        raw = new_raw(cfg)
         for warp in (0, 1):
-            w = ApartWarp(raw, cfg, 0, warp, sm=0)
+            w = mirror(raw, warp)
             for occ in range(16):
                 for half, region in ((0x0000FFFF, REGION_OCCURRENCE), (0xFFFF0000, REGION_REFEXEC)):
                     if (warp, occ, half) == skip:
                         continue
-                    w.marker("begin", region, 100 * occ + 1, coord=occ, lanes=half)
-                    w.marker("end", region, 100 * occ + 50, coord=occ, lanes=half)
-            w.leave(FULL)
+                    w.marker("begin", region, t0 + 100 * occ + 1, coord=occ, lanes=half)
+                    w.marker("end", region, t0 + 100 * occ + 50, coord=occ, lanes=half)
+            leave(w)
         return raw.tobytes()
 
     class Session:
@@ -419,9 +420,16 @@ def test_the_check_of_register_apart_divergent_fails_when_a_half_warp_s_occurren
         def decode(self):
             return decode(self.data, cfg)
 
-    assert check_failure(lambda: check_trace(Session(ring_bytes(None)), "register_apart_divergent", 16)) is None
-    why = check_failure(lambda: check_trace(Session(ring_bytes((1, 7, 0xFFFF0000))), "register_apart_divergent", 16))
+    assert check_failure(lambda: check_trace(Session(ring_bytes(None)), path, 16)) is None
+    why = check_failure(lambda: check_trace(Session(ring_bytes((1, 7, 0xFFFF0000))), path, 16))
     assert why and "ring 1" in why and "missing" in why, why
+
+
+def test_the_check_of_register_apart_divergent_fails_when_a_half_warp_s_occurrence_is_missing(monkeypatch):
+    cfg = _config(capacity=128)
+    assert_divergent_check_can_fail(monkeypatch, "register_apart_divergent", cfg,
+                                    lambda c: np.zeros(c.buffer_bytes, dtype=np.uint8),
+                                    lambda raw, warp: ApartWarp(raw, cfg, 0, warp, sm=0), lambda w: w.leave(FULL))
 
 
 def test_marker_cost_rows_of_the_apart_build():

@@ -336,38 +336,12 @@ def test_mismatched_lane_groups_are_refused_not_paired():
 
 
 def test_the_check_of_register_lanes_divergent_fails_when_a_half_warp_s_occurrence_is_missing(monkeypatch):
-    """marker_cost's check for the row passes on the mirror's rings and fails when one half-warp's pair of one warp is
-    missing, so the GPU row's check can fail."""
-    import benchmarks.marker_cost as mc
-    from benchmarks.marker_cost import REGION_OCCURRENCE, REGION_REFEXEC, check_failure, check_trace
+    from test_regcursor_apart import assert_divergent_check_can_fail
 
-    monkeypatch.setattr(mc, "CTAS", 1)
-    monkeypatch.setattr(mc, "THREADS", 64)
     cfg = _config(capacity=2048)
-
-    def ring_bytes(skip: tuple | None) -> bytes:
-        raw = _raw(cfg)
-        for warp in (0, 1):
-            w = LanesWarp(raw, cfg, 0, warp, sm=0)
-            for occ in range(16):
-                for half, region in ((0x0000FFFF, REGION_OCCURRENCE), (0xFFFF0000, REGION_REFEXEC)):
-                    if (warp, occ, half) == skip:
-                        continue
-                    w.marker("begin", region, T0 + 100 * occ + 1, coord=occ, lanes=half)
-                    w.marker("end", region, T0 + 100 * occ + 50, coord=occ, lanes=half)
-            w.leave(FULL, T0 + 10_000)
-        return raw.tobytes()
-
-    class Session:
-        def __init__(self, data):
-            self.data = data
-
-        def decode(self):
-            return decode(self.data, cfg)
-
-    assert check_failure(lambda: check_trace(Session(ring_bytes(None)), "register_lanes_divergent", 16)) is None
-    why = check_failure(lambda: check_trace(Session(ring_bytes((1, 7, 0xFFFF0000))), "register_lanes_divergent", 16))
-    assert why and "ring 1" in why and "missing" in why, why
+    assert_divergent_check_can_fail(monkeypatch, "register_lanes_divergent", cfg, _raw,
+                                    lambda raw, warp: LanesWarp(raw, cfg, 0, warp, sm=0),
+                                    lambda w: w.leave(FULL, T0 + 10_000), t0=T0)
 
 
 def test_marker_cost_rows_of_the_lanes_build():

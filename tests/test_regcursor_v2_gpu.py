@@ -29,28 +29,35 @@ def _cache(tmp_path_factory):
     os.environ.setdefault("ARGUS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
 
 
-@pytest.mark.parametrize("path", REG_PATHS)
-def test_register_path_records_every_occurrence_of_every_warp(path):
+def check_path_armed_then_disarmed(path: str, capacity: int, seed: int) -> str | None:
+    """marker_cost's row ``path`` as the benchmark checks it: armed, the output against the float64 model and every
+    warp's decoded occurrences (the refusal, or None); then disarmed (markers write the scratch slots), the output
+    unchanged."""
     import torch
 
     kernel, defines = PATHS[path]
-    assert defines == (APART if path.startswith("register_apart") else REG)
     mod = build(2, OCC, defines)
-    sess = TraceSession(mod, TraceConfig(ctas=128, threads_per_cta=256, capacity=256))
-    gen = np.random.default_rng(11)
+    sess = TraceSession(mod, TraceConfig(ctas=128, threads_per_cta=256, capacity=capacity))
+    gen = np.random.default_rng(seed)
     sess.arm()
     check_output(torch, mod, OCC, gen, kernel)
     refusal = check_trace(sess, path, OCC)
+    sess.disarm()
+    check_output(torch, mod, OCC, gen, kernel)
+    return refusal
+
+
+@pytest.mark.parametrize("path", REG_PATHS)
+def test_register_path_records_every_occurrence_of_every_warp(path):
+    assert PATHS[path][1] == (APART if path.startswith("register_apart") else REG)
+    refusal = check_path_armed_then_disarmed(path, 256, 11)
     if path in REFUSED:  # one line naming SM, CTA and warp
         assert refusal and "SM " in refusal and "CTA " in refusal and "warp " in refusal, refusal
-    sess.disarm()  # markers run, nothing recorded: they write the scratch slots; outputs unchanged
-    check_output(torch, mod, OCC, gen, kernel)
 
 
-@pytest.mark.parametrize("defines", [REG, APART], ids=["default", "apart"])
-def test_partial_last_warp_records_as_a_whole_warp(defines):
-    """240 threads per CTA: warp 7 has 16 lanes, all of them at every marker, so it is not divergent: it records
-    whole-warp occurrences, like the seven full warps (in the apart build too: its launch lanes are the 16)."""
+def assert_partial_last_warp_records_whole_warps(defines: dict, capacity: int, seed: int) -> None:
+    """240 threads per CTA: warp 7 has 16 lanes, all of them at every marker: the output is the float64 model's and
+    every warp, the partial one too, decodes to OCC whole-warp occurrences."""
     import torch
 
     from argus_rt.trace.decode import LANES_WHOLE_WARP
@@ -59,10 +66,10 @@ def test_partial_last_warp_records_as_a_whole_warp(defines):
 
     ctas, threads = 8, 240
     mod = build(2, OCC, defines)
-    sess = TraceSession(mod, TraceConfig(ctas=ctas, threads_per_cta=threads, capacity=256))
+    sess = TraceSession(mod, TraceConfig(ctas=ctas, threads_per_cta=threads, capacity=capacity))
     sess.arm()
     n = ctas * threads
-    gen = np.random.default_rng(5)
+    gen = np.random.default_rng(seed)
     a0, b, c = (gen.uniform(lo, hi, n) for lo, hi in ((0.1, 1.0), (0.9, 0.99), (0.01, 0.1)))
     dev = [torch.from_numpy(x.astype(np.float32)).cuda() for x in (a0, b, c)]
     out = torch.full((n,), float("nan"), device="cuda")
@@ -78,6 +85,13 @@ def test_partial_last_warp_records_as_a_whole_warp(defines):
     for ring in np.unique(t.rings["ring"]):
         rows = iv[iv["ring"] == ring]
         assert Counter(zip(rows["region_id"].tolist(), rows["coord"].tolist(), rows["lanes"].tolist())) == want, ring
+
+
+@pytest.mark.parametrize("defines", [REG, APART], ids=["default", "apart"])
+def test_partial_last_warp_records_as_a_whole_warp(defines):
+    """Not divergent: whole-warp occurrences, like the seven full warps (in the apart build too: its launch lanes are
+    the 16)."""
+    assert_partial_last_warp_records_whole_warps(defines, 256, 5)
 
 
 APART_SOURCE = r"""
@@ -141,7 +155,9 @@ def apart_reference(cta: int, warp: int, n: int) -> Counter:
     return want
 
 
-def test_apart_lane_groups_decode_to_what_each_group_did(tmp_path):
+def decode_apart_pattern(tmp_path, define: str, capacity: int, n: int = 12):
+    """apart_pattern built with ``define`` = 1 (ARGUS_REG_APART or ARGUS_REG_LANES), launched on 4 CTAs of 128
+    threads with ``n`` repeats, decoded complete with one ring per warp."""
     import torch
 
     from argus_rt.kinds.cuda.build import CudaBuildSpec
@@ -150,10 +166,10 @@ def test_apart_lane_groups_decode_to_what_each_group_did(tmp_path):
 
     src = tmp_path / "apart_pattern.cu"
     src.write_text(APART_SOURCE)
-    mod = CubinModule.load(cuda_build(CudaBuildSpec("apart_pattern", [src], argus_mode=2,
-                                                    defines={"ARGUS_REG_APART": "1"})).cubin)
-    ctas, threads, n = 4, 128, 12
-    sess = TraceSession(mod, TraceConfig(ctas=ctas, threads_per_cta=threads, capacity=512))
+    mod = CubinModule.load(cuda_build(CudaBuildSpec(f"apart_pattern.{define.lower()}", [src], argus_mode=2,
+                                                    defines={define: "1"})).cubin)
+    ctas, threads = 4, 128
+    sess = TraceSession(mod, TraceConfig(ctas=ctas, threads_per_cta=threads, capacity=capacity))
     sess.arm()
     out = torch.zeros(ctas * threads, device="cuda")
     mod.launch("apart_pattern", grid=ctas, block=threads, args=[out, np.int32(n)])
@@ -161,12 +177,22 @@ def test_apart_lane_groups_decode_to_what_each_group_did(tmp_path):
     t = sess.decode(known_ids=[OUTER, LOW, HIGH, QUARTER, TAIL])
     assert not t.incomplete, t.problems[:3]
     assert len(t.rings) == ctas * threads // 32
-    check_apart_trace(t, n)
+    return t
 
 
-def check_apart_trace(t, n: int) -> None:
+def test_apart_lane_groups_decode_to_what_each_group_did(tmp_path):
+    check_apart_trace(decode_apart_pattern(tmp_path, "ARGUS_REG_APART", 512), 12)
+
+
+def apart_written(want: Counter, n: int) -> int:
+    """The apart build's slots of one ring: one per whole-warp marker, two per lane-group marker."""
+    groups = sum(c for k, c in want.items() if k[2] != 0xFFFFFFFF)
+    return 2 * n + 4 * groups
+
+
+def check_apart_trace(t, n: int, written=apart_written) -> None:
     """Every ring's intervals are apart_reference's (region, coordinate, lanes, depth, parent), each inside its parent
-    in time, and the ring's written count is one slot per whole-warp marker plus two per lane-group marker."""
+    in time, and the ring's written count is ``written(want, n)`` (by default the apart build's)."""
     iv = pair_intervals(t).rows
     for ring in t.rings:
         at = np.flatnonzero(iv["ring"] == ring["ring"])
@@ -180,5 +206,4 @@ def check_apart_trace(t, n: int) -> None:
         want = apart_reference(int(ring["cta"]), int(ring["warp"]), n)
         assert got == want, (int(ring["cta"]), int(ring["warp"]), sorted(set(want) - set(got))[:4],
                              sorted(set(got) - set(want))[:4])
-        groups = sum(c for k, c in want.items() if k[2] != 0xFFFFFFFF)
-        assert int(ring["written"]) == 2 * n + 4 * groups, ring
+        assert int(ring["written"]) == written(want, n), ring

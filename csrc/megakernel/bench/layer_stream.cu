@@ -235,17 +235,17 @@ __device__ void ring_loader(const Args& a, unsigned char* ring, unsigned long lo
     bar_wait(&full[s % a.pages], (s / a.pages) & 1u, a, false);
 }
 
-// ROWS_PER_STEP rows of one consumer step, each row's chunks at rowp[r]: this thread's chunks times its activations,
-// then the rows' warp sums side by side (their shuffle chains overlap instead of following each other), lane 0
-// writing parts[row][warp]. Per row the same sums in the same order as one row at a time.
+// R rows, each row's chunks at rowp[r]: this thread's chunks times its activations, then the rows' warp sums side by
+// side (their shuffle chains overlap instead of following each other), lane 0 writing parts[row][warp]. Per row the
+// same sums in the same order whatever R is.
 constexpr int ROWS_PER_STEP = 4;
-template <int NC, int C>
-__device__ __forceinline__ void step_rows(const uint4* const (&rowp)[ROWS_PER_STEP], const float4 (&xa)[NC],
-                                          const float4 (&xb)[NC], float* parts) {
+template <int R, int NC, int C>
+__device__ __forceinline__ void step_rows(const uint4* const* rowp, const float4 (&xa)[NC], const float4 (&xb)[NC],
+                                          float* parts) {
   const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
-  float acc[ROWS_PER_STEP];
+  float acc[R];
 #pragma unroll
-  for (int r = 0; r < ROWS_PER_STEP; ++r) {
+  for (int r = 0; r < R; ++r) {
     acc[r] = 0.f;
 #pragma unroll
     for (int j = 0; j < NC; ++j) {
@@ -256,10 +256,10 @@ __device__ __forceinline__ void step_rows(const uint4* const (&rowp)[ROWS_PER_ST
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
 #pragma unroll
-    for (int r = 0; r < ROWS_PER_STEP; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    for (int r = 0; r < R; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
   if (lane == 0) {
 #pragma unroll
-    for (int r = 0; r < ROWS_PER_STEP; ++r) parts[r * CONSUMERS + warp] = acc[r];
+    for (int r = 0; r < R; ++r) parts[r * CONSUMERS + warp] = acc[r];
   }
 }
 
@@ -275,7 +275,7 @@ template <int K>
 __device__ bool ring_gemv(const Args& a, int layer, int phase, int tile, const unsigned char* ring,
                           unsigned long long* full, unsigned long long* empty, unsigned& seq, float* parts) {
   constexpr int C = K / 8, NC = (C + CTHREADS - 1) / CTHREADS;
-  const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+  const int t = threadIdx.x, lane = t & 31;
   const float4* x4 = reinterpret_cast<const float4*>(phase == DOWN ? a.xf : a.xd);
   float4 xa[NC], xb[NC];
 #pragma unroll
@@ -305,17 +305,11 @@ __device__ bool ring_gemv(const Args& a, int layer, int phase, int tile, const u
       break;
     }
     if (n == ROWS_PER_STEP) {
-      step_rows<NC, C>(rowp, xa, xb, parts + r0 * CONSUMERS);
-    } else {
+      step_rows<ROWS_PER_STEP, NC, C>(rowp, xa, xb, parts + r0 * CONSUMERS);
+    } else {  // one page, its rows one at a time
       for (int r = 0; r < n; ++r) {
-        float acc = 0.f;
-#pragma unroll
-        for (int j = 0; j < NC; ++j) {
-          const int c = t + j * CTHREADS;
-          if (c < C) acc += mk::dot8(rowp[0][r * C + c], xa[j], xb[j]);
-        }
-        acc = mk::warp_sum(acc);
-        if (lane == 0) parts[(r0 + r) * CONSUMERS + warp] = acc;
+        const uint4* row = rowp[0] + r * C;
+        step_rows<1, NC, C>(&row, xa, xb, parts + (r0 + r) * CONSUMERS);
       }
     }
     __syncwarp();
