@@ -41,8 +41,9 @@ TOLERANCE = 1e-4
 TIMEOUT_NS = 2_000_000_000  # every in-kernel wait gives up after this
 PF_HEAD = 32768  # regs: bytes of a tile's head L2-prefetched before its wait (the megakernel's MK_PF_OWN_CAP)
 MAX_SMEM = 227 * 1024  # dynamic + static shared memory of one CTA on H100 / H200
-RING_STATIC_SMEM = 4096  # layer_ring's static shared memory, with margin (cuobjdump -res-usage: 2944 bytes)
-KERNELS = {"regs": ("layer_regs", 256), "ring": ("layer_ring", 288)}
+RING_STATIC_SMEM = 4096  # layer_ring(16)'s static shared memory, with margin (cuobjdump -res-usage: 2944 bytes)
+KERNELS = {"regs": ("layer_regs", 256), "ring": ("layer_ring", 288), "ring16": ("layer_ring16", 544)}
+MODES = ("regs", "ring", "ring16", "regs-stream", "ring-stream", "ring16-stream")
 ERRORS = {1: "a dependency wait", 2: "a consumer's wait for a page", 3: "the loader's wait for a free page"}
 
 
@@ -72,7 +73,7 @@ OUT_PER_LAYER = sum(p.rows for p in PHASES)
 
 @dataclass(frozen=True)
 class Config:
-    mode: str  # "regs" or "ring"
+    mode: str  # a KERNELS key: "regs", "ring" (8 consumer warps) or "ring16" (16)
     workers: int
     pages: int = 0  # ring only
     page_kib: int = 0
@@ -127,7 +128,7 @@ def check_config(cfg: Config) -> None:
         raise ValueError(f"mode {cfg.mode!r}: valid {sorted(KERNELS)}")
     if cfg.workers < 1:
         raise ValueError(f"workers must be >= 1, got {cfg.workers}")
-    if cfg.mode == "ring":
+    if cfg.mode.startswith("ring"):
         if not 1 <= cfg.pages <= 32:
             raise ValueError(f"ring pages must be in [1, 32] (one mbarrier pair each), got {cfg.pages}")
         longest = max(p.row_bytes for p in PHASES)
@@ -139,20 +140,23 @@ def check_config(cfg: Config) -> None:
 
 
 def configs(modes: list[str], sms: int) -> list[Config]:
-    """The measured rows for a GPU of ``sms`` SMs; modes from regs, ring, regs-stream, ring-stream."""
-    valid = ("regs", "ring", "regs-stream", "ring-stream")
-    bad = [m for m in modes if m not in valid]
+    """The measured rows for a GPU of ``sms`` SMs; modes from MODES."""
+    bad = [m for m in modes if m not in MODES]
     if bad:
-        raise ValueError(f"unknown mode(s) {bad}: valid {list(valid)}")
+        raise ValueError(f"unknown mode(s) {bad}: valid {list(MODES)}")
     out = []
     if "regs" in modes:
         out.append(Config("regs", 2 * sms - 1))
     if "ring" in modes:
         out += [Config("ring", sms, pages, 16) for pages in (4, 8, 13)] + [Config("ring", sms, 6, 32)]
+    if "ring16" in modes:
+        out += [Config("ring16", sms, pages, 16) for pages in (8, 13)]
     if "regs-stream" in modes:
         out.append(Config("regs", 2 * sms - 1, wait=False))
     if "ring-stream" in modes:
         out.append(Config("ring", sms, 13, 16, wait=False))
+    if "ring16-stream" in modes:
+        out.append(Config("ring16", sms, 13, 16, wait=False))
     for cfg in out:
         check_config(cfg)
     return out
@@ -290,8 +294,9 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=22, help="layers per launch (default 22: 1.94 GB of weights)")
     ap.add_argument("--attn-ns", type=int, default=3000, help="the ATTN tiles' spin in ns (default 3000)")
     ap.add_argument("--reps", type=int, default=5, help="timed launches per configuration (default 5)")
-    ap.add_argument("--modes", default="regs,ring,regs-stream,ring-stream",
-                    help="comma list of regs, ring, regs-stream, ring-stream (default: all)")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma list of {', '.join(MODES)} (default: all)")
+    ap.add_argument("--no-record", action="store_true",
+                    help="print only: leave benchmarks/results and docs/benchmarks.md as they are (profiler runs)")
     args = ap.parse_args()
     if args.layers < 1 or args.reps < 1 or args.attn_ns < 0:
         raise SystemExit("layer_stream: --layers and --reps must be >= 1, --attn-ns >= 0")
@@ -336,6 +341,8 @@ def main() -> int:
              "previous phase's last tile to this one's: the hand-off included; without waits the phases overlap and "
              "only layer_us means anything). Outputs of layers 0, L/2, "
              f"L-1 checked against W.float() @ x (relative L2 error < {TOLERANCE}) before timing.")
+    if args.no_record:
+        return 0
     record("layer_stream", rows, title="Layer chain: register-streamed workers vs a bulk-copy page ring", notes=notes,
            gpu=gpu_name(), columns=["mode", "workers", "pages", "page_kib", "us_per_layer", "span_ms",
                                     "pct_of_floor", "rel_err"])

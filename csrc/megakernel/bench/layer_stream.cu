@@ -17,7 +17,7 @@
 //   layer_regs: the megakernel's worker (256 threads, 2 CTAs per SM, <= 128 registers): warp 0 L2-prefetches
 //               the tile's first pf_head bytes, thread 0 waits, load_vector, then gemv_tile (gemv_rows<false>;
 //               Down: gemv_halves, the megakernel's default MK_DOWN_PIECES=1) with loads straight from global.
-//   layer_ring: one CTA per SM, 8 consumer warps + 1 loader warp. Lane 0 of the loader walks the CTA's whole
+//   layer_ring: one CTA per SM, 8 consumer warps + 1 loader warp (layer_ring16: 16 consumer warps in 2 groups). Lane 0 of the loader walks the CTA's whole
 //               tile list (all layers) and bulk-copies (cp.async.bulk) each tile's contiguous weight bytes, whole
 //               rows per page, into a ring of `pages` x `page_bytes` of dynamic shared memory, waiting only for
 //               a free page, never for a dependency. Consumers take the tiles in the same order.
@@ -43,8 +43,8 @@ __host__ __device__ constexpr int TILES(int p) { return pick(p, 160, 32, 128, 25
 __host__ __device__ constexpr int OUT_OFF(int p) { return pick(p, 0, 2560, 4608, 6656, 17920); }  // in a layer's outputs
 constexpr int OUT_PER_LAYER = 19968;
 constexpr int MAX_TILE_ROWS = 44;
-constexpr int CONSUMERS = 8;        // consumer warps of layer_ring; warp 8 is the loader
-constexpr int CTHREADS = CONSUMERS * 32;
+constexpr int CONSUMERS = 8;        // consumer warps per group of layer_ring (layer_ring16: 2 groups); then the loader
+constexpr int CTHREADS = CONSUMERS * 32;  // threads of one consumer group
 static_assert(OUT_OFF(4) + ROWS(4) == OUT_PER_LAYER, "output layout");
 static_assert(ROWS(ATTN) == TILES(ATTN) * TILE_ROWS(ATTN) && ROWS(ATTN) <= ROWS(QKV), "ATTN copies QKV outputs");
 static_assert(TILES(QKV) * TILE_ROWS(QKV) == ROWS(QKV) && TILES(OPROJ) * TILE_ROWS(OPROJ) == ROWS(OPROJ) &&
@@ -123,11 +123,12 @@ __device__ bool bar_wait(unsigned long long* bar, unsigned parity, const Args& a
   }
 }
 
-// Consumer-only barrier (named barrier 1, the 256 consumer threads) that also ORs a flag over them.
+// Consumer-only barrier (named barrier 1, the NT consumer threads) that also ORs a flag over them.
+template <int NT>
 __device__ __forceinline__ bool consumers_any(bool v) {
   unsigned r;
   asm volatile("{ .reg .pred p, q; setp.ne.u32 p, %1, 0; bar.red.or.pred q, 1, %2, p; selp.u32 %0, 1, 0, q; }"
-               : "=r"(r) : "r"((unsigned)v), "n"(CTHREADS) : "memory");
+               : "=r"(r) : "r"((unsigned)v), "n"(NT) : "memory");
   return r != 0;
 }
 
@@ -242,7 +243,7 @@ constexpr int ROWS_PER_STEP = 4;
 template <int R, int NC, int C>
 __device__ __forceinline__ void step_rows(const uint4* const* rowp, const float4 (&xa)[NC], const float4 (&xb)[NC],
                                           float* parts) {
-  const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+  const int t = threadIdx.x % CTHREADS, warp = t >> 5, lane = t & 31;  // within the thread's consumer group
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -270,12 +271,13 @@ __device__ __forceinline__ void step_rows(const uint4* const* rowp, const float4
 // as hold them (K 2048 at 16 KiB: one page of 4 rows; K 5632: four pages of one row), so a page's rows are not
 // reduced one after another (the ring mode's consumer bound, session 17: ~2 TB/s); a tile's rows past the last whole
 // step, or a page size whose rows per page do not divide a step, take the pages one at a time. Returns false when a
-// page missed its deadline.
-template <int K>
+// page missed its deadline. With G consumer groups (layer_ring16: G = 2) the steps (or pages) go to the groups in
+// turn, each group's 8 warps doing what the one group of layer_ring does; each page is read by one group.
+template <int K, int G>
 __device__ bool ring_gemv(const Args& a, int layer, int phase, int tile, const unsigned char* ring,
                           unsigned long long* full, unsigned long long* empty, unsigned& seq, float* parts) {
   constexpr int C = K / 8, NC = (C + CTHREADS - 1) / CTHREADS;
-  const int t = threadIdx.x, lane = t & 31;
+  const int t = threadIdx.x % CTHREADS, group = threadIdx.x / CTHREADS, lane = t & 31;
   const float4* x4 = reinterpret_cast<const float4*>(phase == DOWN ? a.xf : a.xd);
   float4 xa[NC], xb[NC];
 #pragma unroll
@@ -287,9 +289,16 @@ __device__ bool ring_gemv(const Args& a, int layer, int phase, int tile, const u
   const int rows = TILE_ROWS(phase), rpp = rows_per_page(phase, a.page_bytes);
   const bool stepped = ROWS_PER_STEP % rpp == 0 && a.pages * rpp >= ROWS_PER_STEP;  // the step's pages fit the ring
   bool ok = true;
-  for (int r0 = 0; r0 < rows && ok;) {
-    const int n = stepped && rows - r0 >= ROWS_PER_STEP ? ROWS_PER_STEP : min(rpp, rows - r0);
-    const int pages = n == ROWS_PER_STEP ? ROWS_PER_STEP / rpp : 1;  // warp-uniform
+  for (int r0 = 0, unit = 0; r0 < rows && ok; ++unit) {
+    // A whole step, or one page (a tail of 4 rows on an 8-row page is a page, not a step: session 19's bug).
+    const bool step = stepped && rows - r0 >= ROWS_PER_STEP;
+    const int n = step ? ROWS_PER_STEP : min(rpp, rows - r0);
+    const int pages = step ? ROWS_PER_STEP / rpp : 1;  // warp-uniform
+    if (unit % G != group) {  // another group's step
+      seq += pages;
+      r0 += n;
+      continue;
+    }
     const uint4* rowp[ROWS_PER_STEP];
     for (int b = 0; b < pages; ++b) {
       const unsigned slot = (seq + b) % a.pages;
@@ -304,7 +313,7 @@ __device__ bool ring_gemv(const Args& a, int layer, int phase, int tile, const u
       if (lane == 0) report(a.err, ERR_FULL, layer, phase);
       break;
     }
-    if (n == ROWS_PER_STEP) {
+    if (step) {
       step_rows<ROWS_PER_STEP, NC, C>(rowp, xa, xb, parts + r0 * CONSUMERS);
     } else {  // one page, its rows one at a time
       for (int r = 0; r < n; ++r) {
@@ -318,16 +327,17 @@ __device__ bool ring_gemv(const Args& a, int layer, int phase, int tile, const u
     seq += pages;
     r0 += n;
   }
-  if (consumers_any(!ok)) return false;
-  if (t < rows) {
+  if (consumers_any<G * CTHREADS>(!ok)) return false;
+  if (threadIdx.x < rows) {
     float s = 0.f;
 #pragma unroll
-    for (int w = 0; w < CONSUMERS; ++w) s += parts[t * CONSUMERS + w];
-    tile_out(a, layer, phase, tile)[t] = s;
+    for (int w = 0; w < CONSUMERS; ++w) s += parts[threadIdx.x * CONSUMERS + w];
+    tile_out(a, layer, phase, tile)[threadIdx.x] = s;
   }
   return true;
 }
 
+template <int G>
 __device__ void ring_consumers(const Args& a, const unsigned char* ring, unsigned long long* full,
                                unsigned long long* empty) {
   __shared__ float parts[MAX_TILE_ROWS * CONSUMERS];
@@ -337,13 +347,13 @@ __device__ void ring_consumers(const Args& a, const unsigned char* ring, unsigne
     for (int phase = 0; phase < NPHASE; ++phase) {
       for (int tile = worker; tile < TILES(phase); tile += workers) {
         const bool bad = threadIdx.x == 0 && !wait_dependency(a, layer, phase);
-        if (consumers_any(bad)) return;
+        if (consumers_any<G * CTHREADS>(bad)) return;
         bool ok = true;
-        if (phase == ATTN) attn_tile(a, layer, tile, [] { consumers_any(false); });
-        else if (phase == DOWN) ok = ring_gemv<KDIM(DOWN)>(a, layer, phase, tile, ring, full, empty, seq, parts);
-        else ok = ring_gemv<KDIM(QKV)>(a, layer, phase, tile, ring, full, empty, seq, parts);
+        if (phase == ATTN) attn_tile(a, layer, tile, [] { consumers_any<G * CTHREADS>(false); });
+        else if (phase == DOWN) ok = ring_gemv<KDIM(DOWN), G>(a, layer, phase, tile, ring, full, empty, seq, parts);
+        else ok = ring_gemv<KDIM(QKV), G>(a, layer, phase, tile, ring, full, empty, seq, parts);
         if (!ok) return;
-        consumers_any(false);  // the tile's outputs are written (and parts is free again) before the signal
+        consumers_any<G * CTHREADS>(false);  // the tile's outputs are written (and parts is free again) before the signal
         if (threadIdx.x == 0) {
           red_release_add(a.counters + (size_t)layer * NPHASE + phase, 1u);
           a.phase_ns[((size_t)worker * a.layers + layer) * NPHASE + phase] = globaltimer_ns();
@@ -353,29 +363,30 @@ __device__ void ring_consumers(const Args& a, const unsigned char* ring, unsigne
   }
 }
 
+template <int G>
 __device__ void run_ring(const Args& a) {
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) unsigned long long full[32], empty[32];
   if (threadIdx.x == 0) {
     for (int s = 0; s < a.pages; ++s) {
       bar_init(&full[s], 1);             // the loader's arrive.expect_tx (+ the copy's bytes)
-      bar_init(&empty[s], CONSUMERS);    // one arrival per consumer warp
+      bar_init(&empty[s], CONSUMERS);    // one arrival per warp of the consumer group that reads the page
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  if (threadIdx.x >= CTHREADS) {
-    if (threadIdx.x == CTHREADS) ring_loader(a, ring, full, empty);
+  if (threadIdx.x >= G * CTHREADS) {
+    if (threadIdx.x == G * CTHREADS) ring_loader(a, ring, full, empty);
     __syncwarp();
   } else {
-    ring_consumers(a, ring, full, empty);
+    ring_consumers<G>(a, ring, full, empty);
   }
 }
 
-template <bool kRing>
+template <int G>  // G consumer groups of 8 warps; 0: the register kernel
 __device__ void layer_stream(const Args& a) {
   if (threadIdx.x == 0) a.worker_ns[2 * blockIdx.x] = globaltimer_ns();
-  if constexpr (kRing) run_ring(a);
+  if constexpr (G > 0) run_ring<G>(a);
   else run_regs(a);
   __syncthreads();
   if (threadIdx.x == 0) a.worker_ns[2 * blockIdx.x + 1] = globaltimer_ns();
@@ -392,5 +403,7 @@ __device__ void layer_stream(const Args& a) {
   Args{wqkv, wo, wgu, wd, xd, xf, out, counters, err, worker_ns, phase_ns, layers, wait, pf_head, pages, \
        page_bytes, attn_ns, timeout_ns}
 
-extern "C" __global__ void __launch_bounds__(256, 2) layer_regs(LS_ARGS) { layer_stream<false>(LS_PACK); }
-extern "C" __global__ void __launch_bounds__(CTHREADS + 32, 1) layer_ring(LS_ARGS) { layer_stream<true>(LS_PACK); }
+extern "C" __global__ void __launch_bounds__(256, 2) layer_regs(LS_ARGS) { layer_stream<0>(LS_PACK); }
+extern "C" __global__ void __launch_bounds__(CTHREADS + 32, 1) layer_ring(LS_ARGS) { layer_stream<1>(LS_PACK); }
+// 16 consumer warps (as HazyResearch's megakernel has): do twice the warps per SM hide the consumers' latency?
+extern "C" __global__ void __launch_bounds__(2 * CTHREADS + 32, 1) layer_ring16(LS_ARGS) { layer_stream<2>(LS_PACK); }
