@@ -190,7 +190,8 @@ class LayerStream:
         checked = sorted({0, layers // 2, layers - 1})
         self.reference = {(layer, p.name): self.w[p.name][layer].float() @ self.x[p.k]
                           for layer in checked for p in PHASES if p.k}
-        module.set_max_dynamic_shared("layer_ring", MAX_SMEM - RING_STATIC_SMEM)
+        for ring in ("layer_ring", "layer_ring16"):
+            module.set_max_dynamic_shared(ring, MAX_SMEM - RING_STATIC_SMEM)
 
     def launch(self, cfg: Config) -> dict:
         """One launch; raises (one line) when a wait missed its deadline. Returns span and per-layer times (ns)."""

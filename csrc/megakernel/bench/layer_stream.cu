@@ -196,7 +196,18 @@ __device__ void run_regs(const Args& a) {
 // ---------------------------------------------------------------------------------------------------------------
 // layer_ring. Pages hold whole rows: rows_per_page = min(tile rows, page_bytes / row bytes) (K 2048 at 16 KiB:
 // 4 rows; K 5632: 1 row, 11 KiB of the page). Pages are numbered per CTA in issue order (seq): slot seq % pages,
-// phase (seq / pages) & 1 of that slot's full / empty mbarriers.
+// phase (seq / pages) & 1 of that slot's full / empty mbarriers. Loader and consumers step a RingPos instead of
+// dividing: ncu (session 19) found the consumers' per-step divisions and modulos were ~75 of a step's 340
+// instructions, and the consumers, at 2.25 warps per scheduler, bound by dependent-instruction latency.
+struct RingPos {
+  unsigned slot = 0, parity = 0;
+  __device__ __forceinline__ void advance(int pages) {
+    if (++slot == (unsigned)pages) {
+      slot = 0;
+      parity ^= 1u;
+    }
+  }
+};
 
 __device__ __forceinline__ int rows_per_page(int phase, int page_bytes) {
   return min(TILE_ROWS(phase), page_bytes / (KDIM(phase) * 2));
@@ -206,6 +217,7 @@ __device__ __forceinline__ int rows_per_page(int phase, int page_bytes) {
 __device__ void ring_loader(const Args& a, unsigned char* ring, unsigned long long* full, unsigned long long* empty) {
   const int worker = blockIdx.x, workers = gridDim.x;
   unsigned seq = 0;
+  RingPos pos;
   bool ok = true;
   for (int layer = 0; layer < a.layers && ok; ++layer) {
     for (int phase = 0; phase < NPHASE && ok; ++phase) {
@@ -214,9 +226,9 @@ __device__ void ring_loader(const Args& a, unsigned char* ring, unsigned long lo
       const int rpp = rows_per_page(phase, a.page_bytes);
       for (int tile = worker; tile < TILES(phase) && ok; tile += workers) {
         const char* src = reinterpret_cast<const char*>(tile_weights(a, layer, phase, tile));
-        for (int r0 = 0; r0 < TILE_ROWS(phase); r0 += rpp, ++seq) {
-          const unsigned slot = seq % a.pages, round = seq / a.pages;
-          if (round > 0 && !bar_wait(&empty[slot], (round - 1) & 1u, a)) {  // the consumers freed the slot
+        for (int r0 = 0; r0 < TILE_ROWS(phase); r0 += rpp, ++seq, pos.advance(a.pages)) {
+          const unsigned slot = pos.slot;
+          if (seq >= (unsigned)a.pages && !bar_wait(&empty[slot], pos.parity ^ 1u, a)) {  // the consumers freed it
             report(a.err, ERR_EMPTY, layer, phase);  // a no-op when another wait failed first
             ok = false;
             break;
@@ -275,7 +287,7 @@ __device__ __forceinline__ void step_rows(const uint4* const* rowp, const float4
 // turn, each group's 8 warps doing what the one group of layer_ring does; each page is read by one group.
 template <int K, int G>
 __device__ bool ring_gemv(const Args& a, int layer, int phase, int tile, const unsigned char* ring,
-                          unsigned long long* full, unsigned long long* empty, unsigned& seq, float* parts) {
+                          unsigned long long* full, unsigned long long* empty, RingPos& pos, float* parts) {
   constexpr int C = K / 8, NC = (C + CTHREADS - 1) / CTHREADS;
   const int t = threadIdx.x % CTHREADS, group = threadIdx.x / CTHREADS, lane = t & 31;
   const float4* x4 = reinterpret_cast<const float4*>(phase == DOWN ? a.xf : a.xd);
@@ -288,26 +300,27 @@ __device__ bool ring_gemv(const Args& a, int layer, int phase, int tile, const u
   }
   const int rows = TILE_ROWS(phase), rpp = rows_per_page(phase, a.page_bytes);
   const bool stepped = ROWS_PER_STEP % rpp == 0 && a.pages * rpp >= ROWS_PER_STEP;  // the step's pages fit the ring
+  const int rpp_shift = __ffs(rpp) - 1;  // stepped: rpp is 1, 2 or 4
   bool ok = true;
   for (int r0 = 0, unit = 0; r0 < rows && ok; ++unit) {
     // A whole step, or one page (a tail of 4 rows on an 8-row page is a page, not a step: session 19's bug).
     const bool step = stepped && rows - r0 >= ROWS_PER_STEP;
     const int n = step ? ROWS_PER_STEP : min(rpp, rows - r0);
     const int pages = step ? ROWS_PER_STEP / rpp : 1;  // warp-uniform
-    if (unit % G != group) {  // another group's step
-      seq += pages;
+    if (unit % G != group) {  // another group's step (G is 1 or 2: no division)
+      for (int b = 0; b < pages; ++b) pos.advance(a.pages);
       r0 += n;
       continue;
     }
     const uint4* rowp[ROWS_PER_STEP];
-    for (int b = 0; b < pages; ++b) {
-      const unsigned slot = (seq + b) % a.pages;
-      ok = __all_sync(0xffffffffu, bar_wait(&full[slot], ((seq + b) / a.pages) & 1u, a));  // warp-uniform from here
+    RingPos at = pos;
+    for (int b = 0; b < pages; ++b, at.advance(a.pages)) {
+      ok = __all_sync(0xffffffffu, bar_wait(&full[at.slot], at.parity, a));  // warp-uniform from here
       if (!ok) break;
-      const uint4* page = reinterpret_cast<const uint4*>(ring + (size_t)slot * a.page_bytes);
+      const uint4* page = reinterpret_cast<const uint4*>(ring + (size_t)at.slot * a.page_bytes);
 #pragma unroll
       for (int r = 0; r < ROWS_PER_STEP; ++r)
-        if (r / rpp == b) rowp[r] = page + (r - b * rpp) * C;
+        if ((r >> rpp_shift) == b) rowp[r] = page + (r & (rpp - 1)) * C;
     }
     if (!ok) {  // report now: the other warps' waits give up once err is set
       if (lane == 0) report(a.err, ERR_FULL, layer, phase);
@@ -322,9 +335,8 @@ __device__ bool ring_gemv(const Args& a, int layer, int phase, int tile, const u
       }
     }
     __syncwarp();
-    if (lane == 0)
-      for (int b = 0; b < pages; ++b) bar_arrive(&empty[(seq + b) % a.pages]);  // this warp is done with the slots
-    seq += pages;
+    for (int b = 0; b < pages; ++b, pos.advance(a.pages))
+      if (lane == 0) bar_arrive(&empty[pos.slot]);  // this warp is done with the slot
     r0 += n;
   }
   if (consumers_any<G * CTHREADS>(!ok)) return false;
@@ -342,7 +354,7 @@ __device__ void ring_consumers(const Args& a, const unsigned char* ring, unsigne
                                unsigned long long* empty) {
   __shared__ float parts[MAX_TILE_ROWS * CONSUMERS];
   const int worker = blockIdx.x, workers = gridDim.x;
-  unsigned seq = 0;
+  RingPos pos;
   for (int layer = 0; layer < a.layers; ++layer) {
     for (int phase = 0; phase < NPHASE; ++phase) {
       for (int tile = worker; tile < TILES(phase); tile += workers) {
@@ -350,8 +362,8 @@ __device__ void ring_consumers(const Args& a, const unsigned char* ring, unsigne
         if (consumers_any<G * CTHREADS>(bad)) return;
         bool ok = true;
         if (phase == ATTN) attn_tile(a, layer, tile, [] { consumers_any<G * CTHREADS>(false); });
-        else if (phase == DOWN) ok = ring_gemv<KDIM(DOWN), G>(a, layer, phase, tile, ring, full, empty, seq, parts);
-        else ok = ring_gemv<KDIM(QKV), G>(a, layer, phase, tile, ring, full, empty, seq, parts);
+        else if (phase == DOWN) ok = ring_gemv<KDIM(DOWN), G>(a, layer, phase, tile, ring, full, empty, pos, parts);
+        else ok = ring_gemv<KDIM(QKV), G>(a, layer, phase, tile, ring, full, empty, pos, parts);
         if (!ok) return;
         consumers_any<G * CTHREADS>(false);  // the tile's outputs are written (and parts is free again) before the signal
         if (threadIdx.x == 0) {
