@@ -12,7 +12,9 @@ layer (88.1 MB; 22 layers = 1.94 GB, nothing repeats in L2). Rows:
 
 - regs: the megakernel's loop (gemv_rows / gemv_halves, 32 KiB L2 head prefetch before the wait), 2 CTAs per
   SM minus one (263 on H200: the megakernel's worker count, its 264th CTA being the scheduler);
-- ring: one CTA per SM, 8 consumer warps + 1 loader warp, `pages` x `page_kib` KiB of shared memory;
+- ring: one CTA per SM, 8 consumer warps + 1 loader warp, `pages` x `page_kib` KiB of shared memory (ring16: 16
+  consumer warps); each consumer thread owns one 16-byte chunk of every row;
+- rows: the same loader and ring, 16 consumer warps each owning whole rows (activations in shared memory);
 - *-stream: the same kernels with no dependency waits and no attention spin: how fast each streams alone.
 
 Anchor in the same run: torch copy of 1 GiB (read + write bytes / time); floor = 88.1 MB x layers / that rate.
@@ -41,9 +43,13 @@ TOLERANCE = 1e-4
 TIMEOUT_NS = 2_000_000_000  # every in-kernel wait gives up after this
 PF_HEAD = 32768  # regs: bytes of a tile's head L2-prefetched before its wait (the megakernel's MK_PF_OWN_CAP)
 MAX_SMEM = 227 * 1024  # dynamic + static shared memory of one CTA on H100 / H200
-RING_STATIC_SMEM = 4096  # layer_ring(16)'s static shared memory, with margin (cuobjdump -res-usage: 2944 bytes)
-KERNELS = {"regs": ("layer_regs", 256), "ring": ("layer_ring", 288), "ring16": ("layer_ring16", 544)}
-MODES = ("regs", "ring", "ring16", "regs-stream", "ring-stream", "ring16-stream")
+# mode: (kernel, threads per CTA, static shared memory allowed beside the pages: cuobjdump -res-usage plus margin,
+# checked by tests/test_layer_stream.py). ring: 8 consumer warps each owning a chunk of every row; ring16: 16 of
+# them; rows: 16 consumer warps each owning whole rows, activations in shared memory (layer_stream.cu: layer_rows).
+KERNELS = {"regs": ("layer_regs", 256, 0), "ring": ("layer_ring", 288, 4096), "ring16": ("layer_ring16", 544, 4096),
+           "rows": ("layer_rows", 544, 26624)}
+PAGED = ("ring", "ring16", "rows")  # the modes with a page ring
+MODES = ("regs", "ring", "ring16", "rows", "regs-stream", "ring-stream", "ring16-stream", "rows-stream")
 ERRORS = {1: "a dependency wait", 2: "a consumer's wait for a page", 3: "the loader's wait for a free page"}
 
 
@@ -73,7 +79,7 @@ OUT_PER_LAYER = sum(p.rows for p in PHASES)
 
 @dataclass(frozen=True)
 class Config:
-    mode: str  # a KERNELS key: "regs", "ring" (8 consumer warps) or "ring16" (16)
+    mode: str  # a KERNELS key
     workers: int
     pages: int = 0  # ring only
     page_kib: int = 0
@@ -128,13 +134,13 @@ def check_config(cfg: Config) -> None:
         raise ValueError(f"mode {cfg.mode!r}: valid {sorted(KERNELS)}")
     if cfg.workers < 1:
         raise ValueError(f"workers must be >= 1, got {cfg.workers}")
-    if cfg.mode.startswith("ring"):
+    if cfg.mode in PAGED:
         if not 1 <= cfg.pages <= 32:
             raise ValueError(f"ring pages must be in [1, 32] (one mbarrier pair each), got {cfg.pages}")
         longest = max(p.row_bytes for p in PHASES)
         if cfg.page_kib * 1024 < longest:
             raise ValueError(f"page of {cfg.page_kib} KiB holds no {longest}-byte Down row")
-        if cfg.smem_bytes + RING_STATIC_SMEM > MAX_SMEM:
+        if cfg.smem_bytes + KERNELS[cfg.mode][2] > MAX_SMEM:
             raise ValueError(f"{cfg.pages} x {cfg.page_kib} KiB pages exceed the {MAX_SMEM // 1024} KiB of shared "
                              "memory per CTA")
 
@@ -151,12 +157,16 @@ def configs(modes: list[str], sms: int) -> list[Config]:
         out += [Config("ring", sms, pages, 16) for pages in (4, 8, 13)] + [Config("ring", sms, 6, 32)]
     if "ring16" in modes:
         out += [Config("ring16", sms, pages, 16) for pages in (8, 13)]
+    if "rows" in modes:
+        out += [Config("rows", sms, pages, 16) for pages in (8, 12)] + [Config("rows", sms, 6, 32)]
     if "regs-stream" in modes:
         out.append(Config("regs", 2 * sms - 1, wait=False))
     if "ring-stream" in modes:
         out.append(Config("ring", sms, 13, 16, wait=False))
     if "ring16-stream" in modes:
         out.append(Config("ring16", sms, 13, 16, wait=False))
+    if "rows-stream" in modes:
+        out.append(Config("rows", sms, 12, 16, wait=False))
     for cfg in out:
         check_config(cfg)
     return out
@@ -190,14 +200,15 @@ class LayerStream:
         checked = sorted({0, layers // 2, layers - 1})
         self.reference = {(layer, p.name): self.w[p.name][layer].float() @ self.x[p.k]
                           for layer in checked for p in PHASES if p.k}
-        for ring in ("layer_ring", "layer_ring16"):
-            module.set_max_dynamic_shared(ring, MAX_SMEM - RING_STATIC_SMEM)
+        for mode in PAGED:
+            name, _, static = KERNELS[mode]
+            module.set_max_dynamic_shared(name, MAX_SMEM - static)
 
     def launch(self, cfg: Config) -> dict:
         """One launch; raises (one line) when a wait missed its deadline. Returns span and per-layer times (ns)."""
         torch = self.torch
         check_config(cfg)
-        name, threads = KERNELS[cfg.mode]
+        name, threads, _ = KERNELS[cfg.mode]
         worker_ns = torch.zeros(2 * cfg.workers, device="cuda", dtype=torch.int64)
         phase_ns = torch.zeros(cfg.workers * self.layers * len(PHASES), device="cuda", dtype=torch.int64)
         self.out.zero_()
@@ -334,8 +345,9 @@ def main() -> int:
              f"({layer_weight_bytes() / 1e6:.1f} MB), ATTN tiles spinning {args.attn_ns} ns "
              "(csrc/megakernel/bench/layer_stream.cu). regs: the megakernel's worker loop, 2 CTAs per SM minus one "
              f"(its scheduler's slot), {PF_HEAD // 1024} KiB L2 head prefetch before each wait; ring: 1 CTA per SM, "
-             "a loader warp bulk-copying whole-row pages across the waits, 8 consumer warps (activations in "
-             "registers); *-stream: no dependency waits, no attention spin. us_per_layer: steady state, (last "
+             "a loader warp bulk-copying whole-row pages across the waits, 8 consumer warps (ring16: 16) owning a chunk of "
+             "every row (activations in registers); rows: the same ring, 16 consumer warps owning whole rows "
+             "(activations in shared memory); *-stream: no dependency waits, no attention spin. us_per_layer: steady state, (last "
              "layer's end - first layer's end) / (layers - 1), %globaltimer; span_ms: first worker start to last "
              "worker end; pct_of_floor: floor (weight bytes / the copy rate) over span. JSON rows also hold "
              "layer_us (each layer of the median run) and phase_us (its steady-state mean per phase, from the "

@@ -14,7 +14,7 @@ cp benchmarks/results/layer_stream.json $OUT/ 2>/dev/null
 if [ "${NCU:-0}" = 1 ]; then
   S="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats"
   for m in ${NCU_MODES:-ring-stream regs-stream}; do
-    k=layer_ring; [ "${m#regs}" != "$m" ] && k=layer_regs
+    k=$(python3 -c "import sys; from benchmarks.layer_stream import KERNELS; print(KERNELS[sys.argv[1].removesuffix('-stream')][0])" $m)
     t0=$(date +%s)
     timeout 150 ncu --clock-control none --kernel-name $k --launch-count 1 $S --csv \
       python3 benchmarks/layer_stream.py --modes $m --reps 1 --layers ${NCU_LAYERS:-22} --no-record > $OUT/ncu_$m.csv 2>> $OUT/ncu.err

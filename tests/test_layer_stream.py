@@ -64,12 +64,15 @@ def test_default_configs_and_refusals():
     rows = ls.configs(list(ls.MODES), 132)
     assert [(c.label, c.workers, c.pages, c.page_kib) for c in rows] == [
         ("regs", 263, 0, 0), ("ring", 132, 4, 16), ("ring", 132, 8, 16), ("ring", 132, 13, 16),
-        ("ring", 132, 6, 32), ("ring16", 132, 8, 16), ("ring16", 132, 13, 16), ("regs-stream", 263, 0, 0),
-        ("ring-stream", 132, 13, 16), ("ring16-stream", 132, 13, 16)]
+        ("ring", 132, 6, 32), ("ring16", 132, 8, 16), ("ring16", 132, 13, 16), ("rows", 132, 8, 16),
+        ("rows", 132, 12, 16), ("rows", 132, 6, 32), ("regs-stream", 263, 0, 0), ("ring-stream", 132, 13, 16),
+        ("ring16-stream", 132, 13, 16), ("rows-stream", 132, 12, 16)]
     with pytest.raises(ValueError, match="unknown mode"):
         ls.configs(["ring2"], 132)
     with pytest.raises(ValueError, match="exceed"):
         ls.check_config(ls.Config("ring", 132, 14, 16))  # 224 KiB + the 4 KiB static allowance > 227 KiB
+    with pytest.raises(ValueError, match="exceed"):
+        ls.check_config(ls.Config("rows", 132, 13, 16))  # 208 KiB + its 26 KiB (activations in shared memory)
     with pytest.raises(ValueError, match="holds no 11264-byte Down row"):
         ls.check_config(ls.Config("ring16", 132, 8, 8))
     with pytest.raises(ValueError, match=r"\[1, 32\]"):
@@ -108,10 +111,10 @@ def sass():
 
 @needs_nvcc
 def test_ring_kernels_bulk_copy_and_regs_kernel_does_not(sass):
-    assert {"layer_ring", "layer_ring16", "layer_regs"} <= set(sass)
+    assert {"layer_ring", "layer_ring16", "layer_rows", "layer_regs"} <= set(sass)
     assert "UBLKCP" not in sass["layer_regs"] and "SYNCS" not in sass["layer_regs"]
     assert "LDG.E.NA.128.CONSTANT" in sass["layer_regs"]  # its weights: register loads (ld_weights)
-    for ring in ("layer_ring", "layer_ring16"):
+    for ring in ("layer_ring", "layer_ring16", "layer_rows"):
         assert "UBLKCP" in sass[ring] and "SYNCS.ARRIVE.TRANS64" in sass[ring]
         assert "LDG.E.NA.128.CONSTANT" not in sass[ring]  # the ring's consumers read shared memory only
 
@@ -121,9 +124,12 @@ def test_ring_kernels_bulk_copy_and_regs_kernel_does_not(sass):
                                  ls.Config("ring", 0, 2, 16), ls.Config("regs", 0, wait=False),
                                  ls.Config("ring", 0, 4, 16, wait=False), ls.Config("ring16", 0, 13, 16),
                                  ls.Config("ring16", 0, 6, 32), ls.Config("ring16", 0, 3, 16),
-                                 ls.Config("ring16", 0, 4, 16, wait=False)],
+                                 ls.Config("ring16", 0, 4, 16, wait=False), ls.Config("rows", 0, 12, 16),
+                                 ls.Config("rows", 0, 6, 32), ls.Config("rows", 0, 2, 16),
+                                 ls.Config("rows", 0, 4, 16, wait=False)],
                          ids=["regs", "ring13x16", "ring6x32", "ring2x16", "regs-stream", "ring-stream", "ring16-13x16",
-                              "ring16-6x32", "ring16-3x16", "ring16-stream"])
+                              "ring16-6x32", "ring16-3x16", "ring16-stream", "rows12x16", "rows6x32", "rows2x16",
+                              "rows-stream"])
 def test_two_layer_launch_matches_torch(cfg):
     import dataclasses
 
@@ -143,7 +149,7 @@ def test_two_layer_launch_matches_torch(cfg):
 
 @needs_nvcc
 def test_ring_static_shared_memory_fits_its_allowance():
-    """The pages' budget (check_config) leaves RING_STATIC_SMEM for the ring kernels' own shared memory."""
+    """The pages' budget (check_config) leaves each paged kernel's static allowance for its own shared memory."""
     import subprocess
 
     from argus_rt.tools import find_tool
@@ -151,7 +157,8 @@ def test_ring_static_shared_memory_fits_its_allowance():
     skip_without_tools("cuobjdump")
     text = subprocess.run([str(find_tool("cuobjdump")), "-res-usage", str(ls.build_cubin())], capture_output=True,
                           text=True, check=True).stdout
-    for ring in ("layer_ring", "layer_ring16"):
-        m = re.search(rf"Function {ring}:\s+REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
+    for mode in ls.PAGED:
+        name, _, allowance = ls.KERNELS[mode]
+        m = re.search(rf"Function {name}:\s+REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
         assert m, text
-        assert int(m.group(3)) <= ls.RING_STATIC_SMEM and int(m.group(2)) == 0 and int(m.group(4)) == 0
+        assert int(m.group(3)) <= allowance and int(m.group(2)) == 0 and int(m.group(4)) == 0

@@ -395,10 +395,118 @@ __device__ void run_ring(const Args& a) {
   }
 }
 
-template <int G>  // G consumer groups of 8 warps; 0: the register kernel
+// ---------------------------------------------------------------------------------------------------------------
+// layer_rows: the same loader and ring, consumers that give each warp whole rows (session 19). ncu of layer_ring
+// found its consumers, not DRAM, bound it: a thread owned one 16-byte chunk of every row, so each row's 32 lanes
+// needed their own shuffle tree (5 shuffles and adds per 512 bytes) and every page a wait, a barrier and ring
+// bookkeeping per warp. Here row g of the CTA's rows of a phase (tiles in order) belongs to warp g % NW: a lane
+// multiplies K / 256 chunks of it (8 at K 2048, 22 at 5632) with the activations in shared memory (xs, loaded once
+// per phase after the dependency wait, as the megakernel's load_vector does) and the row takes one shuffle tree.
+// Every warp waits for every page and arrives on its empty barrier (count NW) whether or not it holds one of the
+// page's rows: a warp that skipped the wait could lap the ring and arrive for a later round. The phase's outputs
+// are signalled once per CTA at the phase's end (the counter then gains this CTA's tile count: the waits compare
+// the count with the whole phase's tiles either way).
+constexpr int ROWS_WARPS = 16;
+constexpr int ROWS_THREADS = ROWS_WARPS * 32;
+
+template <int K>
+__device__ bool rows_phase(const Args& a, int layer, int phase, const unsigned char* ring, unsigned long long* full,
+                           unsigned long long* empty, RingPos& pos, const float* xs) {
+  constexpr int C = K / 8, CPL = C / 32;  // chunks per row, per lane
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int worker = blockIdx.x, workers = gridDim.x;
+  const int rows = TILE_ROWS(phase), rpp = rows_per_page(phase, a.page_bytes);
+  const float4* x4 = reinterpret_cast<const float4*>(xs);
+  unsigned turn = 0;  // the warp of the page's first row: (rows before it) % NW
+  bool ok = true;
+  for (int tile = worker; tile < TILES(phase) && ok; tile += workers) {
+    float* out = tile_out(a, layer, phase, tile);
+    for (int r0 = 0; r0 < rows; r0 += rpp) {
+      const int n = min(rpp, rows - r0);
+      ok = __all_sync(0xffffffffu, bar_wait(&full[pos.slot], pos.parity, a));
+      if (!ok) {
+        if (lane == 0) report(a.err, ERR_FULL, layer, phase);
+        break;
+      }
+      const uint4* page = reinterpret_cast<const uint4*>(ring + (size_t)pos.slot * a.page_bytes);
+      for (int i = (warp - (int)turn) & (ROWS_WARPS - 1); i < n; i += ROWS_WARPS) {
+        const uint4* row = page + (size_t)i * C;
+        float acc0 = 0.f, acc1 = 0.f;  // two chains: half the dependent adds
+#pragma unroll
+        for (int j = 0; j < CPL; j += 2) {
+          const int c = lane + 32 * j;
+          acc0 += mk::dot8(row[c], x4[2 * c], x4[2 * c + 1]);
+          if (j + 1 < CPL) acc1 += mk::dot8(row[c + 32], x4[2 * c + 64], x4[2 * c + 65]);
+        }
+        const float sum = mk::warp_sum(acc0 + acc1);
+        if (lane == 0) out[r0 + i] = sum;
+      }
+      __syncwarp();
+      if (lane == 0) bar_arrive(&empty[pos.slot]);
+      pos.advance(a.pages);
+      turn = (turn + n) & (ROWS_WARPS - 1);
+    }
+  }
+  return ok;
+}
+
+__device__ void rows_consumers(const Args& a, const unsigned char* ring, unsigned long long* full,
+                               unsigned long long* empty) {
+  __shared__ __align__(16) float xs[KDIM(DOWN)];
+  const int worker = blockIdx.x, workers = gridDim.x;
+  RingPos pos;
+  for (int layer = 0; layer < a.layers; ++layer) {
+    for (int phase = 0; phase < NPHASE; ++phase) {
+      if (worker >= TILES(phase)) continue;  // no tile of this phase here (ATTN: 32 tiles)
+      const bool bad = threadIdx.x == 0 && !wait_dependency(a, layer, phase);
+      if (consumers_any<ROWS_THREADS>(bad)) return;
+      bool ok = true;
+      if (phase == ATTN) {
+        for (int tile = worker; tile < TILES(ATTN); tile += workers)
+          attn_tile(a, layer, tile, [] { consumers_any<ROWS_THREADS>(false); });
+      } else {
+        const int K = KDIM(phase);
+        const float4* src = reinterpret_cast<const float4*>(phase == DOWN ? a.xf : a.xd);
+        for (int i = threadIdx.x; i < K / 4; i += ROWS_THREADS) reinterpret_cast<float4*>(xs)[i] = __ldcg(src + i);
+        consumers_any<ROWS_THREADS>(false);  // xs is whole
+        ok = phase == DOWN ? rows_phase<KDIM(DOWN)>(a, layer, phase, ring, full, empty, pos, xs)
+                           : rows_phase<KDIM(QKV)>(a, layer, phase, ring, full, empty, pos, xs);
+      }
+      // Every row is written (and xs free for the next phase) before the counter says so.
+      if (consumers_any<ROWS_THREADS>(!ok)) return;
+      if (threadIdx.x == 0) {
+        const unsigned tiles = (unsigned)((TILES(phase) - 1 - worker) / workers + 1);
+        red_release_add(a.counters + (size_t)layer * NPHASE + phase, tiles);
+        a.phase_ns[((size_t)worker * a.layers + layer) * NPHASE + phase] = globaltimer_ns();
+      }
+    }
+  }
+}
+
+__device__ void run_rows(const Args& a) {
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ __align__(8) unsigned long long full[32], empty[32];
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < a.pages; ++s) {
+      bar_init(&full[s], 1);
+      bar_init(&empty[s], ROWS_WARPS);  // every consumer warp arrives on every page
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x >= ROWS_THREADS) {
+    if (threadIdx.x == ROWS_THREADS) ring_loader(a, ring, full, empty);
+    __syncwarp();
+  } else {
+    rows_consumers(a, ring, full, empty);
+  }
+}
+
+template <int G>  // G consumer groups of 8 warps; 0: the register kernel; -1: layer_rows
 __device__ void layer_stream(const Args& a) {
   if (threadIdx.x == 0) a.worker_ns[2 * blockIdx.x] = globaltimer_ns();
-  if constexpr (G > 0) run_ring<G>(a);
+  if constexpr (G < 0) run_rows(a);
+  else if constexpr (G > 0) run_ring<G>(a);
   else run_regs(a);
   __syncthreads();
   if (threadIdx.x == 0) a.worker_ns[2 * blockIdx.x + 1] = globaltimer_ns();
@@ -419,3 +527,4 @@ extern "C" __global__ void __launch_bounds__(256, 2) layer_regs(LS_ARGS) { layer
 extern "C" __global__ void __launch_bounds__(CTHREADS + 32, 1) layer_ring(LS_ARGS) { layer_stream<1>(LS_PACK); }
 // 16 consumer warps (as HazyResearch's megakernel has): do twice the warps per SM hide the consumers' latency?
 extern "C" __global__ void __launch_bounds__(2 * CTHREADS + 32, 1) layer_ring16(LS_ARGS) { layer_stream<2>(LS_PACK); }
+extern "C" __global__ void __launch_bounds__(ROWS_THREADS + 32, 1) layer_rows(LS_ARGS) { layer_stream<-1>(LS_PACK); }
