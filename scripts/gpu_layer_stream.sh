@@ -7,7 +7,8 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISA
 OUT="${OUT:-$PWD/gpu_out}"; mkdir -p "$OUT"
 date -u; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
 if [ "${TESTS:-1}" = 1 ]; then
-  timeout ${TESTS_S:-200} python3 -m pytest -q -p no:cacheprovider -rs -m gpu tests/test_layer_stream.py ${TEST_EXTRA:-} 2>&1 | tail -15 | tee $OUT/gpu_tests.log
+  timeout ${TESTS_S:-200} python3 -m pytest -q -p no:cacheprovider -rs -m gpu tests/test_layer_stream.py ${TEST_EXTRA:-} > $OUT/gpu_tests.log 2>&1
+  grep -E "^(FAILED|ERROR)" $OUT/gpu_tests.log; tail -3 $OUT/gpu_tests.log
 fi
 timeout ${BENCH_S:-300} python3 benchmarks/layer_stream.py --reps ${REPS:-5} ${BENCH_ARGS:-} 2>&1 | tee $OUT/bench.log
 cp benchmarks/results/layer_stream.json $OUT/ 2>/dev/null

@@ -400,49 +400,75 @@ __device__ void run_ring(const Args& a) {
 // found its consumers, not DRAM, bound it: a thread owned one 16-byte chunk of every row, so each row's 32 lanes
 // needed their own shuffle tree (5 shuffles and adds per 512 bytes) and every page a wait, a barrier and ring
 // bookkeeping per warp. Here row g of the CTA's rows of a phase (tiles in order) belongs to warp g % NW: a lane
-// multiplies K / 256 chunks of it (8 at K 2048, 22 at 5632) with the activations in shared memory (xs, loaded once
-// per phase after the dependency wait, as the megakernel's load_vector does) and the row takes one shuffle tree.
-// Every warp waits for every page and arrives on its empty barrier (count NW) whether or not it holds one of the
-// page's rows: a warp that skipped the wait could lap the ring and arrive for a later round. The phase's outputs
-// are signalled once per CTA at the phase's end (the counter then gains this CTA's tile count: the waits compare
-// the count with the whole phase's tiles either way).
+// multiplies K / 256 chunks of it (8 at K 2048, 22 at 5632) and the row takes one shuffle tree. The activations are
+// loaded into shared memory once per phase (xs, after the dependency wait, as the megakernel's load_vector does);
+// at K 2048 each lane then keeps its 8 chunks' activations in registers.
+//
+// Only a page's row owners wait for it and arrive on its empty barrier (count NW): the owner of its first row
+// arrives for NW - (owners - 1), the others for one each. No warp arrives on a page it did not wait for, so none can
+// lap the ring. A phase takes one consumer barrier (after warp 0 waited for the dependency and loaded xs); each warp
+// then counts itself done in shared memory and the last one signals the phase's tiles (no barrier at the end).
+// The counts were measured in the 04:0x run (b60ab86): 43 instructions per page per warp when every warp waited for
+// every page (40% of all), 3 consumer barriers per phase ~23% of the stall samples.
 constexpr int ROWS_WARPS = 16;
 constexpr int ROWS_THREADS = ROWS_WARPS * 32;
+
+__device__ __forceinline__ void bar_arrive_count(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(mk::smem_addr(bar)), "r"(count) : "memory");
+}
 
 template <int K>
 __device__ bool rows_phase(const Args& a, int layer, int phase, const unsigned char* ring, unsigned long long* full,
                            unsigned long long* empty, RingPos& pos, const float* xs) {
   constexpr int C = K / 8, CPL = C / 32;  // chunks per row, per lane
+  constexpr bool kXRegs = CPL <= 8;       // K 2048: the lane's activations in registers (64 floats)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int worker = blockIdx.x, workers = gridDim.x;
   const int rows = TILE_ROWS(phase), rpp = rows_per_page(phase, a.page_bytes);
   const float4* x4 = reinterpret_cast<const float4*>(xs);
+  float4 xr[kXRegs ? 2 * CPL : 1];
+  if constexpr (kXRegs) {
+#pragma unroll
+    for (int j = 0; j < CPL; ++j) {
+      xr[2 * j] = x4[2 * (lane + 32 * j)];
+      xr[2 * j + 1] = x4[2 * (lane + 32 * j) + 1];
+    }
+  }
   unsigned turn = 0;  // the warp of the page's first row: (rows before it) % NW
   bool ok = true;
   for (int tile = worker; tile < TILES(phase) && ok; tile += workers) {
     float* out = tile_out(a, layer, phase, tile);
     for (int r0 = 0; r0 < rows; r0 += rpp) {
       const int n = min(rpp, rows - r0);
-      ok = __all_sync(0xffffffffu, bar_wait(&full[pos.slot], pos.parity, a));
-      if (!ok) {
-        if (lane == 0) report(a.err, ERR_FULL, layer, phase);
-        break;
-      }
-      const uint4* page = reinterpret_cast<const uint4*>(ring + (size_t)pos.slot * a.page_bytes);
-      for (int i = (warp - (int)turn) & (ROWS_WARPS - 1); i < n; i += ROWS_WARPS) {
-        const uint4* row = page + (size_t)i * C;
-        float acc0 = 0.f, acc1 = 0.f;  // two chains: half the dependent adds
-#pragma unroll
-        for (int j = 0; j < CPL; j += 2) {
-          const int c = lane + 32 * j;
-          acc0 += mk::dot8(row[c], x4[2 * c], x4[2 * c + 1]);
-          if (j + 1 < CPL) acc1 += mk::dot8(row[c + 32], x4[2 * c + 64], x4[2 * c + 65]);
+      const int first = (warp - (int)turn) & (ROWS_WARPS - 1);  // this warp's first row of the page
+      if (first < n) {
+        ok = __all_sync(0xffffffffu, bar_wait(&full[pos.slot], pos.parity, a));
+        if (!ok) {
+          if (lane == 0) report(a.err, ERR_FULL, layer, phase);
+          break;
         }
-        const float sum = mk::warp_sum(acc0 + acc1);
-        if (lane == 0) out[r0 + i] = sum;
+        const uint4* page = reinterpret_cast<const uint4*>(ring + (size_t)pos.slot * a.page_bytes);
+        for (int i = first; i < n; i += ROWS_WARPS) {
+          const uint4* row = page + (size_t)i * C;
+          float acc0 = 0.f, acc1 = 0.f;  // two chains: half the dependent adds
+#pragma unroll
+          for (int j = 0; j < CPL; j += 2) {
+            const int c = lane + 32 * j;
+            if constexpr (kXRegs) {
+              acc0 += mk::dot8(row[c], xr[2 * j], xr[2 * j + 1]);
+              if (j + 1 < CPL) acc1 += mk::dot8(row[c + 32], xr[2 * j + 2], xr[2 * j + 3]);
+            } else {
+              acc0 += mk::dot8(row[c], x4[2 * c], x4[2 * c + 1]);
+              if (j + 1 < CPL) acc1 += mk::dot8(row[c + 32], x4[2 * c + 64], x4[2 * c + 65]);
+            }
+          }
+          const float sum = mk::warp_sum(acc0 + acc1);
+          if (lane == 0) out[r0 + i] = sum;
+        }
+        __syncwarp();
+        const int owners = min(n, ROWS_WARPS);
+        if (lane == 0) bar_arrive_count(&empty[pos.slot], first == 0 ? ROWS_WARPS - (owners - 1) : 1u);
       }
-      __syncwarp();
-      if (lane == 0) bar_arrive(&empty[pos.slot]);
       pos.advance(a.pages);
       turn = (turn + n) & (ROWS_WARPS - 1);
     }
@@ -450,34 +476,64 @@ __device__ bool rows_phase(const Args& a, int layer, int phase, const unsigned c
   return ok;
 }
 
+// Phases of layers before `layer` and phases before `phase` of it that worker takes part in (has a tile of).
+__device__ __forceinline__ unsigned phases_before(int worker, int layer, int phase) {
+  unsigned per_layer = 0, before = 0;
+#pragma unroll
+  for (int p = 0; p < NPHASE; ++p) {
+    const unsigned in = worker < TILES(p);
+    per_layer += in;
+    before += p < phase ? in : 0u;
+  }
+  return (unsigned)layer * per_layer + before;
+}
+
+// Lane 0 of warp 0: spin until `done` (warps finished, over all phases so far) reaches `target`.
+__device__ __forceinline__ void wait_done(const unsigned* done, unsigned target) {
+  while (*(volatile const unsigned*)done < target) {}
+}
+
 __device__ void rows_consumers(const Args& a, const unsigned char* ring, unsigned long long* full,
                                unsigned long long* empty) {
   __shared__ __align__(16) float xs[KDIM(DOWN)];
-  const int worker = blockIdx.x, workers = gridDim.x;
+  __shared__ unsigned done;  // warps that finished their rows, summed over this CTA's phases
+  const int worker = blockIdx.x, workers = gridDim.x, lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) done = 0;
+  consumers_any<ROWS_THREADS>(false);
   RingPos pos;
+  bool ok = true;
   for (int layer = 0; layer < a.layers; ++layer) {
     for (int phase = 0; phase < NPHASE; ++phase) {
       if (worker >= TILES(phase)) continue;  // no tile of this phase here (ATTN: 32 tiles)
-      const bool bad = threadIdx.x == 0 && !wait_dependency(a, layer, phase);
-      if (consumers_any<ROWS_THREADS>(bad)) return;
-      bool ok = true;
+      bool bad = !ok;
+      if (threadIdx.x < 32) {  // warp 0: the dependency, every warp done with xs, then this phase's activations
+        if (lane == 0) {
+          bad = bad || !wait_dependency(a, layer, phase);
+          if (!bad) wait_done(&done, phases_before(worker, layer, phase) * ROWS_WARPS);  // stream mode's guard for xs
+        }
+        bad = __shfl_sync(0xffffffffu, bad, 0);
+        if (!bad && phase != ATTN) {
+          const int K = KDIM(phase);
+          const float4* src = reinterpret_cast<const float4*>(phase == DOWN ? a.xf : a.xd);
+          for (int i = lane; i < K / 4; i += 32) reinterpret_cast<float4*>(xs)[i] = __ldcg(src + i);
+        }
+      }
+      if (consumers_any<ROWS_THREADS>(bad)) return;  // xs is whole
       if (phase == ATTN) {
         for (int tile = worker; tile < TILES(ATTN); tile += workers)
           attn_tile(a, layer, tile, [] { consumers_any<ROWS_THREADS>(false); });
       } else {
-        const int K = KDIM(phase);
-        const float4* src = reinterpret_cast<const float4*>(phase == DOWN ? a.xf : a.xd);
-        for (int i = threadIdx.x; i < K / 4; i += ROWS_THREADS) reinterpret_cast<float4*>(xs)[i] = __ldcg(src + i);
-        consumers_any<ROWS_THREADS>(false);  // xs is whole
         ok = phase == DOWN ? rows_phase<KDIM(DOWN)>(a, layer, phase, ring, full, empty, pos, xs)
                            : rows_phase<KDIM(QKV)>(a, layer, phase, ring, full, empty, pos, xs);
       }
-      // Every row is written (and xs free for the next phase) before the counter says so.
-      if (consumers_any<ROWS_THREADS>(!ok)) return;
-      if (threadIdx.x == 0) {
-        const unsigned tiles = (unsigned)((TILES(phase) - 1 - worker) / workers + 1);
-        red_release_add(a.counters + (size_t)layer * NPHASE + phase, tiles);
-        a.phase_ns[((size_t)worker * a.layers + layer) * NPHASE + phase] = globaltimer_ns();
+      if (lane == 0) {  // this warp's rows are written ... ; the last warp of the phase signals its tiles
+        __threadfence();
+        if (atomicAdd(&done, 1u) + 1 == (phases_before(worker, layer, phase) + 1) * ROWS_WARPS) {
+          __threadfence();
+          const unsigned tiles = (unsigned)((TILES(phase) - 1 - worker) / workers + 1);
+          red_release_add(a.counters + (size_t)layer * NPHASE + phase, tiles);
+          a.phase_ns[((size_t)worker * a.layers + layer) * NPHASE + phase] = globaltimer_ns();
+        }
       }
     }
   }
