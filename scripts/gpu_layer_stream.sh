@@ -10,6 +10,11 @@ if [ "${TESTS:-1}" = 1 ]; then
   timeout ${TESTS_S:-200} python3 -m pytest -q -p no:cacheprovider -rs -m gpu tests/test_layer_stream.py ${TEST_EXTRA:-} > $OUT/gpu_tests.log 2>&1
   grep -E "^(FAILED|ERROR)" $OUT/gpu_tests.log; tail -3 $OUT/gpu_tests.log
 fi
+if [ -n "${SANITIZE_K:-}" ]; then  # compute-sanitizer memcheck on the GPU tests matching SANITIZE_K
+  timeout 200 compute-sanitizer --tool memcheck --show-backtrace device python3 -m pytest -q -p no:cacheprovider -m gpu \
+    tests/test_layer_stream.py -k "$SANITIZE_K" > $OUT/sanitize.log 2>&1
+  echo "sanitize rc $?"; grep -m 12 -E "=========|passed|failed" $OUT/sanitize.log
+fi
 timeout ${BENCH_S:-300} python3 benchmarks/layer_stream.py --reps ${REPS:-5} ${BENCH_ARGS:-} 2>&1 | tee $OUT/bench.log
 cp benchmarks/results/layer_stream.json $OUT/ 2>/dev/null
 if [ "${NCU:-0}" = 1 ]; then
