@@ -158,7 +158,9 @@ def configs(modes: list[str], sms: int) -> list[Config]:
     if "ring16" in modes:
         out += [Config("ring16", sms, pages, 16) for pages in (8, 13)]
     if "rows" in modes:
-        out += [Config("rows", sms, pages, 16) for pages in (8, 12)] + [Config("rows", sms, 6, 32)]
+        # 16 x 12 KiB: one 11 KiB Down row per page, so all 16 warps' Down rows fit the ring at once
+        out += [Config("rows", sms, pages, 16) for pages in (8, 12)] + [Config("rows", sms, 6, 32),
+                                                                        Config("rows", sms, 16, 12)]
     if "regs-stream" in modes:
         out.append(Config("regs", 2 * sms - 1, wait=False))
     if "ring-stream" in modes:
@@ -166,7 +168,7 @@ def configs(modes: list[str], sms: int) -> list[Config]:
     if "ring16-stream" in modes:
         out.append(Config("ring16", sms, 13, 16, wait=False))
     if "rows-stream" in modes:
-        out.append(Config("rows", sms, 12, 16, wait=False))
+        out += [Config("rows", sms, 12, 16, wait=False), Config("rows", sms, 16, 12, wait=False)]
     for cfg in out:
         check_config(cfg)
     return out

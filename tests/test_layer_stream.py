@@ -65,8 +65,9 @@ def test_default_configs_and_refusals():
     assert [(c.label, c.workers, c.pages, c.page_kib) for c in rows] == [
         ("regs", 263, 0, 0), ("ring", 132, 4, 16), ("ring", 132, 8, 16), ("ring", 132, 13, 16),
         ("ring", 132, 6, 32), ("ring16", 132, 8, 16), ("ring16", 132, 13, 16), ("rows", 132, 8, 16),
-        ("rows", 132, 12, 16), ("rows", 132, 6, 32), ("regs-stream", 263, 0, 0), ("ring-stream", 132, 13, 16),
-        ("ring16-stream", 132, 13, 16), ("rows-stream", 132, 12, 16)]
+        ("rows", 132, 12, 16), ("rows", 132, 6, 32), ("rows", 132, 16, 12), ("regs-stream", 263, 0, 0),
+        ("ring-stream", 132, 13, 16), ("ring16-stream", 132, 13, 16), ("rows-stream", 132, 12, 16),
+        ("rows-stream", 132, 16, 12)]
     with pytest.raises(ValueError, match="unknown mode"):
         ls.configs(["ring2"], 132)
     with pytest.raises(ValueError, match="exceed"):

@@ -404,12 +404,12 @@ __device__ void run_ring(const Args& a) {
 // loaded into shared memory once per phase (xs, after the dependency wait, as the megakernel's load_vector does);
 // at K 2048 each lane then keeps its 8 chunks' activations in registers.
 //
-// Only a page's row owners wait for it and arrive on its empty barrier (count NW): the owner of its first row
-// arrives for NW - (owners - 1), the others for one each. No warp arrives on a page it did not wait for, so none can
-// lap the ring. A phase takes one consumer barrier (after warp 0 waited for the dependency and loaded xs); each warp
-// then counts itself done in shared memory and the last one signals the phase's tiles (no barrier at the end).
-// The counts were measured in the 04:0x run (b60ab86): 43 instructions per page per warp when every warp waited for
-// every page (40% of all), 3 consumer barriers per phase ~23% of the stall samples.
+// Every warp waits for every page; only its row owners arrive on its empty barrier (count NW): the owner of its
+// first row arrives for NW - (owners - 1), the others for one each. A phase takes two consumer barriers (thread 0's
+// dependency wait, then xs loaded by all); each warp then counts itself done in shared memory and the last one
+// signals the phase's tiles (no barrier at the end). ncu of the first version (b60ab86): 43 instructions per page
+// and warp when every warp also arrived on every page (40% of all), 3 consumer barriers per phase ~23% of the stall
+// samples.
 constexpr int ROWS_WARPS = 16;
 constexpr int ROWS_THREADS = ROWS_WARPS * 32;
 
@@ -441,12 +441,15 @@ __device__ bool rows_phase(const Args& a, int layer, int phase, const unsigned c
     for (int r0 = 0; r0 < rows; r0 += rpp) {
       const int n = min(rpp, rows - r0);
       const int first = (warp - (int)turn) & (ROWS_WARPS - 1);  // this warp's first row of the page
+      // Every warp waits for every page, in order, even one it holds no row of: a warp that skipped pages could
+      // reach a slot two rounds early, and the parity wait cannot tell round r from round r - 2 (the 2-page GPU
+      // test deadlocked so, 04:2x). Having seen round r - 1 of the slot complete, its wait for round r is exact.
+      ok = __all_sync(0xffffffffu, bar_wait(&full[pos.slot], pos.parity, a));
+      if (!ok) {
+        if (lane == 0) report(a.err, ERR_FULL, layer, phase);
+        break;
+      }
       if (first < n) {
-        ok = __all_sync(0xffffffffu, bar_wait(&full[pos.slot], pos.parity, a));
-        if (!ok) {
-          if (lane == 0) report(a.err, ERR_FULL, layer, phase);
-          break;
-        }
         const uint4* page = reinterpret_cast<const uint4*>(ring + (size_t)pos.slot * a.page_bytes);
         for (int i = first; i < n; i += ROWS_WARPS) {
           const uint4* row = page + (size_t)i * C;
@@ -506,19 +509,17 @@ __device__ void rows_consumers(const Args& a, const unsigned char* ring, unsigne
     for (int phase = 0; phase < NPHASE; ++phase) {
       if (worker >= TILES(phase)) continue;  // no tile of this phase here (ATTN: 32 tiles)
       bool bad = !ok;
-      if (threadIdx.x < 32) {  // warp 0: the dependency, every warp done with xs, then this phase's activations
-        if (lane == 0) {
-          bad = bad || !wait_dependency(a, layer, phase);
-          if (!bad) wait_done(&done, phases_before(worker, layer, phase) * ROWS_WARPS);  // stream mode's guard for xs
-        }
-        bad = __shfl_sync(0xffffffffu, bad, 0);
-        if (!bad && phase != ATTN) {
-          const int K = KDIM(phase);
-          const float4* src = reinterpret_cast<const float4*>(phase == DOWN ? a.xf : a.xd);
-          for (int i = lane; i < K / 4; i += 32) reinterpret_cast<float4*>(xs)[i] = __ldcg(src + i);
-        }
+      if (threadIdx.x == 0) {  // the dependency, and every warp done with xs (the stream mode's only guard for it)
+        bad = bad || !wait_dependency(a, layer, phase);
+        if (!bad) wait_done(&done, phases_before(worker, layer, phase) * ROWS_WARPS);
       }
-      if (consumers_any<ROWS_THREADS>(bad)) return;  // xs is whole
+      if (consumers_any<ROWS_THREADS>(bad)) return;
+      if (phase != ATTN) {  // this phase's activations, every consumer thread a share: one L2 round trip
+        const int K = KDIM(phase);
+        const float4* src = reinterpret_cast<const float4*>(phase == DOWN ? a.xf : a.xd);
+        for (int i = threadIdx.x; i < K / 4; i += ROWS_THREADS) reinterpret_cast<float4*>(xs)[i] = __ldcg(src + i);
+        consumers_any<ROWS_THREADS>(false);  // xs is whole
+      }
       if (phase == ATTN) {
         for (int tile = worker; tile < TILES(ATTN); tile += workers)
           attn_tile(a, layer, tile, [] { consumers_any<ROWS_THREADS>(false); });
