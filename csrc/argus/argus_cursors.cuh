@@ -587,21 +587,28 @@ __device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u3
  * gives the mask's lowest set bit, so bit 0 is known to the decoder; the time's high bits come from the sub-ring's end
  * record. Per marker this is the default marker with the `lanes &= active` AND replaced by the writer test (one
  * LOP3 to a predicate), the kind OR applied to the mask instead of the time's high word (off the timer-to-store
- * chain), and the store and count update predicated on the writer. */
+ * chain), and the store and count update predicated on the writer.
+ * The coordinate window is not in the store's predicate: as in the default build, a writer's record outside the
+ * window is stored at its slot and the count does not advance, so its next record (or its sub-ring's end record at
+ * scope exit, which every lane writes at its own count) overwrites it; the decoder never sees it. A predicate costs
+ * ~13 cycles from the instruction that sets it to the first instruction it guards (ptxas's stall counts, nvcc 13.0
+ * sm_90a), against ~4 as an operand: with the window folded into the writer test (session 18's build), the window's
+ * ISETP/SEL came before that test on every BEGIN and the store waited for both (docs/marker_cost_anatomy.md, "Lanes
+ * build, session 19 anatomy"). The window now only gates the count update (`@p add count, take`, p the writer test). */
 __device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
-  /* skip: 0 for a marker in the coordinate window, else nonzero (the same for BEGIN and END of one coordinate, so
-   * ptxas computes it once per pair); the writer test folds it in: one 3-input LOP3 to a predicate */
-  const argus_u32 skip = (argus_u32)!in_window(coord, rc.coord_begin, rc.coord_span);
+  const argus_u32 take = (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
   const argus_u32 active = __activemask();
-  const argus_u32 writer = (argus_u32)(((active & rc.lanes) | skip) == 0u);
+  const argus_u32 writer = (argus_u32)((active & rc.lanes) == 0u);
   __syncwarp(active);
   const argus_u64 t = global_timer();
   const argus_u64 at = rc.records + (argus_u64)(rc.count & rc.mask_flags & ARGUS_REG_CAP_BITS_) * sizeof(ArgusRecord);
   const argus_u32 hi = (active & ~1u) | (kind == ARGUS_KIND_END ? 1u : 0u);
-  /* the store and the count update under one predicate (written as `count += writer`, ptxas spends a SEL and an add) */
   asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %0, 0;\n\t@p st.global.v4.b32 [%1], {%2, %3, %4, %5};\n\t}"
                ::"r"(writer), "l"(at), "r"(id), "r"(coord), "r"((argus_u32)t), "r"(hi));
-  asm("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %1, 0;\n\t@p add.u32 %0, %0, 1;\n\t}" : "+r"(rc.count) : "r"(writer));
+  /* count += take on the writer (written as `count += writer & take` or `if (writer) count += take`, ptxas adds a SEL
+   * and a second add per pair and schedules them in front of the BEGIN's store: 105 stall cycles per loop iteration
+   * against 99 for this form, refexec_compute at 256 occurrences) */
+  asm("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %1, 0;\n\t@p add.u32 %0, %0, %2;\n\t}" : "+r"(rc.count) : "r"(writer), "r"(take));
 }
 #else
 /* One marker. The lanes' mask is folded into `lanes` beside the chain (no branch); the __syncwarp on those lanes
