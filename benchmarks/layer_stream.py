@@ -15,6 +15,8 @@ layer (88.1 MB; 22 layers = 1.94 GB, nothing repeats in L2). Rows:
 - ring: one CTA per SM, 8 consumer warps + 1 loader warp, `pages` x `page_kib` KiB of shared memory (ring16: 16
   consumer warps); each consumer thread owns one 16-byte chunk of every row;
 - rows: the same loader and ring, 16 consumer warps each owning whole rows (activations in shared memory);
+- mma: rows with the K-2048 phases multiplied on the tensor cores (mma.m16n8k16, activations as bf16 high part plus
+  bf16 remainder, fp32 accumulation), 8 rows per warp at a time;
 - *-stream: the same kernels with no dependency waits and no attention spin: how fast each streams alone.
 
 Anchor in the same run: torch copy of 1 GiB (read + write bytes / time); floor = 88.1 MB x layers / that rate.
@@ -47,9 +49,10 @@ MAX_SMEM = 227 * 1024  # dynamic + static shared memory of one CTA on H100 / H20
 # checked by tests/test_layer_stream.py). ring: 8 consumer warps each owning a chunk of every row; ring16: 16 of
 # them; rows: 16 consumer warps each owning whole rows, activations in shared memory (layer_stream.cu: layer_rows).
 KERNELS = {"regs": ("layer_regs", 256, 0), "ring": ("layer_ring", 288, 4096), "ring16": ("layer_ring16", 544, 4096),
-           "rows": ("layer_rows", 544, 26624)}
-PAGED = ("ring", "ring16", "rows")  # the modes with a page ring
-MODES = ("regs", "ring", "ring16", "rows", "regs-stream", "ring-stream", "ring16-stream", "rows-stream")
+           "rows": ("layer_rows", 544, 26624), "mma": ("layer_mma", 544, 33792)}
+PAGED = ("ring", "ring16", "rows", "mma")  # the modes with a page ring
+MODES = ("regs", "ring", "ring16", "rows", "mma", "regs-stream", "ring-stream", "ring16-stream", "rows-stream",
+         "mma-stream")
 ERRORS = {1: "a dependency wait", 2: "a consumer's wait for a page", 3: "the loader's wait for a free page"}
 
 
@@ -134,6 +137,8 @@ def check_config(cfg: Config) -> None:
         raise ValueError(f"mode {cfg.mode!r}: valid {sorted(KERNELS)}")
     if cfg.workers < 1:
         raise ValueError(f"workers must be >= 1, got {cfg.workers}")
+    if cfg.mode == "mma" and cfg.page_kib != 16:
+        raise ValueError(f"mma pages must be 16 KiB (4 rows of K 2048, taken in pairs), got {cfg.page_kib}")
     if cfg.mode in PAGED:
         if not 1 <= cfg.pages <= 32:
             raise ValueError(f"ring pages must be in [1, 32] (one mbarrier pair each), got {cfg.pages}")
@@ -161,6 +166,8 @@ def configs(modes: list[str], sms: int) -> list[Config]:
         # 16 x 12 KiB: one 11 KiB Down row per page, so all 16 warps' Down rows fit the ring at once
         out += [Config("rows", sms, pages, 16) for pages in (8, 12)] + [Config("rows", sms, 6, 32),
                                                                         Config("rows", sms, 16, 12)]
+    if "mma" in modes:
+        out += [Config("mma", sms, pages, 16) for pages in (8, 12)]
     if "regs-stream" in modes:
         out.append(Config("regs", 2 * sms - 1, wait=False))
     if "ring-stream" in modes:
@@ -169,6 +176,8 @@ def configs(modes: list[str], sms: int) -> list[Config]:
         out.append(Config("ring16", sms, 13, 16, wait=False))
     if "rows-stream" in modes:
         out += [Config("rows", sms, 12, 16, wait=False), Config("rows", sms, 16, 12, wait=False)]
+    if "mma-stream" in modes:
+        out.append(Config("mma", sms, 12, 16, wait=False))
     for cfg in out:
         check_config(cfg)
     return out
@@ -349,7 +358,8 @@ def main() -> int:
              f"(its scheduler's slot), {PF_HEAD // 1024} KiB L2 head prefetch before each wait; ring: 1 CTA per SM, "
              "a loader warp bulk-copying whole-row pages across the waits, 8 consumer warps (ring16: 16) owning a chunk of "
              "every row (activations in registers); rows: the same ring, 16 consumer warps owning whole rows "
-             "(activations in shared memory); *-stream: no dependency waits, no attention spin. us_per_layer: steady state, (last "
+             "(activations in shared memory); mma: rows with QKV / O / gate-up on the tensor cores (activations as "
+             "bf16 high part + bf16 remainder); *-stream: no dependency waits, no attention spin. us_per_layer: steady state, (last "
              "layer's end - first layer's end) / (layers - 1), %globaltimer; span_ms: first worker start to last "
              "worker end; pct_of_floor: floor (weight bytes / the copy rate) over span. JSON rows also hold "
              "layer_us (each layer of the median run) and phase_us (its steady-state mean per phase, from the "

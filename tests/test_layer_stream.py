@@ -65,15 +65,17 @@ def test_default_configs_and_refusals():
     assert [(c.label, c.workers, c.pages, c.page_kib) for c in rows] == [
         ("regs", 263, 0, 0), ("ring", 132, 4, 16), ("ring", 132, 8, 16), ("ring", 132, 13, 16),
         ("ring", 132, 6, 32), ("ring16", 132, 8, 16), ("ring16", 132, 13, 16), ("rows", 132, 8, 16),
-        ("rows", 132, 12, 16), ("rows", 132, 6, 32), ("rows", 132, 16, 12), ("regs-stream", 263, 0, 0),
-        ("ring-stream", 132, 13, 16), ("ring16-stream", 132, 13, 16), ("rows-stream", 132, 12, 16),
-        ("rows-stream", 132, 16, 12)]
+        ("rows", 132, 12, 16), ("rows", 132, 6, 32), ("rows", 132, 16, 12), ("mma", 132, 8, 16),
+        ("mma", 132, 12, 16), ("regs-stream", 263, 0, 0), ("ring-stream", 132, 13, 16), ("ring16-stream", 132, 13, 16),
+        ("rows-stream", 132, 12, 16), ("rows-stream", 132, 16, 12), ("mma-stream", 132, 12, 16)]
     with pytest.raises(ValueError, match="unknown mode"):
         ls.configs(["ring2"], 132)
     with pytest.raises(ValueError, match="exceed"):
         ls.check_config(ls.Config("ring", 132, 14, 16))  # 224 KiB + the 4 KiB static allowance > 227 KiB
     with pytest.raises(ValueError, match="exceed"):
         ls.check_config(ls.Config("rows", 132, 13, 16))  # 208 KiB + its 26 KiB (activations in shared memory)
+    with pytest.raises(ValueError, match="mma pages must be 16 KiB"):
+        ls.check_config(ls.Config("mma", 132, 6, 32))
     with pytest.raises(ValueError, match="holds no 11264-byte Down row"):
         ls.check_config(ls.Config("ring16", 132, 8, 8))
     with pytest.raises(ValueError, match=r"\[1, 32\]"):
@@ -112,10 +114,11 @@ def sass():
 
 @needs_nvcc
 def test_ring_kernels_bulk_copy_and_regs_kernel_does_not(sass):
-    assert {"layer_ring", "layer_ring16", "layer_rows", "layer_regs"} <= set(sass)
+    assert {"layer_ring", "layer_ring16", "layer_rows", "layer_mma", "layer_regs"} <= set(sass)
     assert "UBLKCP" not in sass["layer_regs"] and "SYNCS" not in sass["layer_regs"]
     assert "LDG.E.NA.128.CONSTANT" in sass["layer_regs"]  # its weights: register loads (ld_weights)
-    for ring in ("layer_ring", "layer_ring16", "layer_rows"):
+    assert "HMMA.16816.F32.BF16" in sass["layer_mma"] and "HMMA" not in sass["layer_rows"]
+    for ring in ("layer_ring", "layer_ring16", "layer_rows", "layer_mma"):
         assert "UBLKCP" in sass[ring] and "SYNCS.ARRIVE.TRANS64" in sass[ring]
         assert "LDG.E.NA.128.CONSTANT" not in sass[ring]  # the ring's consumers read shared memory only
 
@@ -127,10 +130,11 @@ def test_ring_kernels_bulk_copy_and_regs_kernel_does_not(sass):
                                  ls.Config("ring16", 0, 6, 32), ls.Config("ring16", 0, 3, 16),
                                  ls.Config("ring16", 0, 4, 16, wait=False), ls.Config("rows", 0, 12, 16),
                                  ls.Config("rows", 0, 6, 32), ls.Config("rows", 0, 2, 16),
-                                 ls.Config("rows", 0, 4, 16, wait=False)],
+                                 ls.Config("rows", 0, 4, 16, wait=False), ls.Config("mma", 0, 12, 16),
+                                 ls.Config("mma", 0, 2, 16), ls.Config("mma", 0, 4, 16, wait=False)],
                          ids=["regs", "ring13x16", "ring6x32", "ring2x16", "regs-stream", "ring-stream", "ring16-13x16",
                               "ring16-6x32", "ring16-3x16", "ring16-stream", "rows12x16", "rows6x32", "rows2x16",
-                              "rows-stream"])
+                              "rows-stream", "mma12x16", "mma2x16", "mma-stream"])
 def test_two_layer_launch_matches_torch(cfg):
     import dataclasses
 

@@ -479,6 +479,82 @@ __device__ bool rows_phase(const Args& a, int layer, int phase, const unsigned c
   return ok;
 }
 
+// layer_mma: layer_rows with the K-2048 phases' multiply on the tensor cores (session 19). layer_rows' consumers, at
+// ~29 us per layer streaming, are slower than DRAM (21), so pages prefetched across a wait only queue for them.
+// mma.m16n8k16 (bf16 in, fp32 accumulate) multiplies 8 weight rows (its n) by 32 k per pair of instructions:
+// A holds the activations, row 0 their bf16 high part and row 1 the bf16 remainder x - hi (rows 2-15 zero), so
+// row 0 + row 1 of D is W x with ~16-bit activations, not 8. Thread (g, t) feeds row g's 16-byte chunk 4s + t of
+// each step s, the two halves of the chunk to the two instructions; the A operand's slots take the same real k
+// (x's chunk 4s + t, from lanes 0-3 the high parts, 4-7 the remainders), so every k meets its own activation.
+// ~6 instructions per 512 bytes and warp against ~17 on the CUDA cores. Pages are taken in pairs (8 rows, pages of
+// 4 rows: 16 KiB at K 2048), pair q to warp q % NW; every warp still waits for every page (layer_rows' reason),
+// the pair's owner arrives for all NW.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a2, unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
+template <int K>
+__device__ bool mma_phase(const Args& a, int layer, int phase, const unsigned char* ring, unsigned long long* full,
+                          unsigned long long* empty, RingPos& pos, const __nv_bfloat16* xh, const __nv_bfloat16* xl) {
+  constexpr int C = K / 8, STEPS = C / 4;  // 16-byte chunks per row; a step: 4 chunks (32 k) of 8 rows
+  static_assert(STEPS % 4 == 0, "steps unrolled by 4");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int worker = blockIdx.x, workers = gridDim.x, rows = TILE_ROWS(phase);
+  const int total = ((TILES(phase) - 1 - worker) / workers + 1) * rows;  // this CTA's rows, tiles in order
+  const int npages = total / 4;
+  const uint4* xsrc = reinterpret_cast<const uint4*>(g == 0 ? xh : xl);
+  bool ok = true;
+  for (int p = 0; p < npages; p += 2) {
+    const int np = min(2, npages - p);
+    unsigned slot[2] = {0u, 0u};
+    const uint4* pg[2] = {nullptr, nullptr};
+    for (int b = 0; b < np; ++b) {
+      ok = __all_sync(0xffffffffu, bar_wait(&full[pos.slot], pos.parity, a));
+      if (!ok) break;
+      slot[b] = pos.slot;
+      pg[b] = reinterpret_cast<const uint4*>(ring + (size_t)pos.slot * a.page_bytes);
+      pos.advance(a.pages);
+    }
+    if (!ok) {
+      if (lane == 0) report(a.err, ERR_FULL, layer, phase);
+      break;
+    }
+    if (((p >> 1) & (ROWS_WARPS - 1)) != warp) continue;  // another warp's pair
+    const bool has_row = (g >> 2) < np;                      // a 1-page pair has rows 0-3 only
+    const uint4* row = ((g >> 2) ? pg[1] : pg[0]) + (g & 3) * C;
+    const bool xlane = g < 2;
+    float d[4][4] = {};  // four accumulator chains
+#pragma unroll 2
+    for (int s = 0; s < STEPS; s += 2) {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int c = 4 * (s + u) + t;
+        const uint4 w = has_row ? row[c] : make_uint4(0u, 0u, 0u, 0u);
+        const uint4 x = xlane ? xsrc[c] : make_uint4(0u, 0u, 0u, 0u);
+        mma_bf16(d[2 * u], x.x, x.y, w.x, w.y);
+        mma_bf16(d[2 * u + 1], x.z, x.w, w.z, w.w);
+      }
+    }
+    float d0 = (d[0][0] + d[1][0]) + (d[2][0] + d[3][0]), d1 = (d[0][1] + d[1][1]) + (d[2][1] + d[3][1]);
+    d0 += __shfl_down_sync(0xffffffffu, d0, 4);  // lanes 0-3: the high parts' sums plus lanes 4-7's remainders'
+    d1 += __shfl_down_sync(0xffffffffu, d1, 4);
+    if (lane < 4) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int R = 4 * p + 2 * t + e;  // the CTA's row: W row n = 2t + e of the pair
+        if (R < total) tile_out(a, layer, phase, worker + (R / rows) * workers)[R % rows] = e ? d1 : d0;
+      }
+    }
+    __syncwarp();
+    if (lane == 0)
+      for (int b = 0; b < np; ++b) bar_arrive_count(&empty[slot[b]], ROWS_WARPS);
+  }
+  return ok;
+}
+
 // Phases of layers before `layer` and phases before `phase` of it that worker takes part in (has a tile of).
 __device__ __forceinline__ unsigned phases_before(int worker, int layer, int phase) {
   unsigned per_layer = 0, before = 0;
@@ -496,9 +572,11 @@ __device__ __forceinline__ void wait_done(const unsigned* done, unsigned target)
   while (*(volatile const unsigned*)done < target) {}
 }
 
+template <bool kMma>
 __device__ void rows_consumers(const Args& a, const unsigned char* ring, unsigned long long* full,
                                unsigned long long* empty) {
   __shared__ __align__(16) float xs[KDIM(DOWN)];
+  __shared__ __align__(16) __nv_bfloat16 xh[kMma ? KDIM(QKV) : 8], xl[kMma ? KDIM(QKV) : 8];  // layer_mma's A
   __shared__ unsigned done;  // warps that finished their rows, summed over this CTA's phases
   const int worker = blockIdx.x, workers = gridDim.x, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) done = 0;
@@ -519,13 +597,23 @@ __device__ void rows_consumers(const Args& a, const unsigned char* ring, unsigne
         const float4* src = reinterpret_cast<const float4*>(phase == DOWN ? a.xf : a.xd);
         for (int i = threadIdx.x; i < K / 4; i += ROWS_THREADS) reinterpret_cast<float4*>(xs)[i] = __ldcg(src + i);
         consumers_any<ROWS_THREADS>(false);  // xs is whole
+        if (kMma && phase != DOWN) {  // the tensor cores' activations: bf16 high part and remainder
+          for (int k = threadIdx.x; k < KDIM(QKV); k += ROWS_THREADS) {
+            const __nv_bfloat16 hi = __float2bfloat16(xs[k]);
+            xh[k] = hi;
+            xl[k] = __float2bfloat16(xs[k] - __bfloat162float(hi));
+          }
+          consumers_any<ROWS_THREADS>(false);
+        }
       }
       if (phase == ATTN) {
         for (int tile = worker; tile < TILES(ATTN); tile += workers)
           attn_tile(a, layer, tile, [] { consumers_any<ROWS_THREADS>(false); });
       } else {
-        ok = phase == DOWN ? rows_phase<KDIM(DOWN)>(a, layer, phase, ring, full, empty, pos, xs)
-                           : rows_phase<KDIM(QKV)>(a, layer, phase, ring, full, empty, pos, xs);
+        if (phase == DOWN) ok = rows_phase<KDIM(DOWN)>(a, layer, phase, ring, full, empty, pos, xs);
+        else if (kMma && rows_per_page(phase, a.page_bytes) == 4)  // pages of 4 rows (16 KiB): pairs of 8
+          ok = mma_phase<KDIM(QKV)>(a, layer, phase, ring, full, empty, pos, xh, xl);
+        else ok = rows_phase<KDIM(QKV)>(a, layer, phase, ring, full, empty, pos, xs);
       }
       // This warp's rows are written ... ; the last warp of the phase signals its tiles. CTA-scope fences around the
       // shared count (release, then the last warp's acquire) chain into the counter's gpu-scope release; the
@@ -543,6 +631,7 @@ __device__ void rows_consumers(const Args& a, const unsigned char* ring, unsigne
   }
 }
 
+template <bool kMma>
 __device__ void run_rows(const Args& a) {
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) unsigned long long full[32], empty[32];
@@ -558,14 +647,14 @@ __device__ void run_rows(const Args& a) {
     if (threadIdx.x == ROWS_THREADS) ring_loader(a, ring, full, empty);
     __syncwarp();
   } else {
-    rows_consumers(a, ring, full, empty);
+    rows_consumers<kMma>(a, ring, full, empty);
   }
 }
 
-template <int G>  // G consumer groups of 8 warps; 0: the register kernel; -1: layer_rows
+template <int G>  // G consumer groups of 8 warps; 0: the register kernel; -1: layer_rows; -2: layer_mma
 __device__ void layer_stream(const Args& a) {
   if (threadIdx.x == 0) a.worker_ns[2 * blockIdx.x] = globaltimer_ns();
-  if constexpr (G < 0) run_rows(a);
+  if constexpr (G < 0) run_rows<G == -2>(a);
   else if constexpr (G > 0) run_ring<G>(a);
   else run_regs(a);
   __syncthreads();
@@ -588,3 +677,4 @@ extern "C" __global__ void __launch_bounds__(CTHREADS + 32, 1) layer_ring(LS_ARG
 // 16 consumer warps (as HazyResearch's megakernel has): do twice the warps per SM hide the consumers' latency?
 extern "C" __global__ void __launch_bounds__(2 * CTHREADS + 32, 1) layer_ring16(LS_ARGS) { layer_stream<2>(LS_PACK); }
 extern "C" __global__ void __launch_bounds__(ROWS_THREADS + 32, 1) layer_rows(LS_ARGS) { layer_stream<-1>(LS_PACK); }
+extern "C" __global__ void __launch_bounds__(ROWS_THREADS + 32, 1) layer_mma(LS_ARGS) { layer_stream<-2>(LS_PACK); }
