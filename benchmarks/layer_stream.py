@@ -49,7 +49,7 @@ MAX_SMEM = 227 * 1024  # dynamic + static shared memory of one CTA on H100 / H20
 # checked by tests/test_layer_stream.py). ring: 8 consumer warps each owning a chunk of every row; ring16: 16 of
 # them; rows: 16 consumer warps each owning whole rows, activations in shared memory (layer_stream.cu: layer_rows).
 KERNELS = {"regs": ("layer_regs", 256, 0), "ring": ("layer_ring", 288, 4096), "ring16": ("layer_ring16", 544, 4096),
-           "rows": ("layer_rows", 544, 26624), "mma": ("layer_mma", 544, 33792)}
+           "rows": ("layer_rows", 544, 26624), "mma": ("layer_mma", 544, 35840)}
 PAGED = ("ring", "ring16", "rows", "mma")  # the modes with a page ring
 MODES = ("regs", "ring", "ring16", "rows", "mma", "regs-stream", "ring-stream", "ring16-stream", "rows-stream",
          "mma-stream")

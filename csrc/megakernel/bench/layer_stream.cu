@@ -200,21 +200,38 @@ __device__ void run_regs(const Args& a) {
 // dividing: ncu (session 19) found the consumers' per-step divisions and modulos were ~75 of a step's 340
 // instructions, and the consumers, at 2.25 warps per scheduler, bound by dependent-instruction latency.
 struct RingPos {
-  unsigned slot = 0, parity = 0;
+  unsigned slot = 0, parity = 0, round = 0;
   __device__ __forceinline__ void advance(int pages) {
     if (++slot == (unsigned)pages) {
       slot = 0;
       parity ^= 1u;
+      ++round;
     }
   }
 };
+
+// layer_rows / layer_mma: a warp waits only for the pages it holds rows of, so it may come to a slot rounds after
+// its last visit, and a parity wait cannot tell round r from r - 2 (a 2-page GPU test deadlocked so, session 19).
+// The loader writes each slot's round into `rounds` before its copy; once it reads r there, round r - 1 landed and
+// was consumed, and round r + 1 cannot be issued before this warp (an owner) arrives: the parity wait is exact.
+__device__ bool page_wait(const unsigned* rounds, unsigned long long* full, const RingPos& pos, const Args& a) {
+  const volatile unsigned* r = rounds + pos.slot;
+  if (*r < pos.round) {
+    const unsigned long long start = globaltimer_ns();
+    for (unsigned spins = 1; *r < pos.round; ++spins)
+      if ((spins & 15u) == 0 && (globaltimer_ns() - start > a.timeout_ns || failed(a.err))) return false;
+  }
+  return bar_wait(full + pos.slot, pos.parity, a);
+}
 
 __device__ __forceinline__ int rows_per_page(int phase, int page_bytes) {
   return min(TILE_ROWS(phase), page_bytes / (KDIM(phase) * 2));
 }
 
 // Lane 0 of the loader warp: every weight page of this CTA, all layers, in the consumers' order.
-__device__ void ring_loader(const Args& a, unsigned char* ring, unsigned long long* full, unsigned long long* empty) {
+// `rounds` (layer_rows, layer_mma; null for layer_ring): each slot's round, written before its copy (page_wait).
+__device__ void ring_loader(const Args& a, unsigned char* ring, unsigned long long* full, unsigned long long* empty,
+                            unsigned* rounds = nullptr) {
   const int worker = blockIdx.x, workers = gridDim.x;
   unsigned seq = 0;
   RingPos pos;
@@ -234,6 +251,7 @@ __device__ void ring_loader(const Args& a, unsigned char* ring, unsigned long lo
             break;
           }
           const unsigned bytes = (unsigned)min(rpp, TILE_ROWS(phase) - r0) * row_bytes;
+          if (rounds) *(volatile unsigned*)(rounds + slot) = pos.round;
           asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
                        ::"r"(mk::smem_addr(&full[slot])), "r"(bytes) : "memory");
           asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
@@ -404,8 +422,8 @@ __device__ void run_ring(const Args& a) {
 // loaded into shared memory once per phase (xs, after the dependency wait, as the megakernel's load_vector does);
 // at K 2048 each lane then keeps its 8 chunks' activations in registers.
 //
-// Every warp waits for every page; only its row owners arrive on its empty barrier (count NW): the owner of its
-// first row arrives for NW - (owners - 1), the others for one each. A phase takes two consumer barriers (thread 0's
+// A page's row owners wait for it (page_wait) and arrive on its empty barrier (count NW): the owner of its first row
+// arrives for NW - (owners - 1), the others for one each. A phase takes two consumer barriers (thread 0's
 // dependency wait, then xs loaded by all); each warp then counts itself done in shared memory and the last one
 // signals the phase's tiles (no barrier at the end). ncu of the first version (b60ab86): 43 instructions per page
 // and warp when every warp also arrived on every page (40% of all), 3 consumer barriers per phase ~23% of the stall
@@ -419,7 +437,7 @@ __device__ __forceinline__ void bar_arrive_count(unsigned long long* bar, unsign
 
 template <int K>
 __device__ bool rows_phase(const Args& a, int layer, int phase, const unsigned char* ring, unsigned long long* full,
-                           unsigned long long* empty, RingPos& pos, const float* xs) {
+                           unsigned long long* empty, const unsigned* rounds, RingPos& pos, const float* xs) {
   constexpr int C = K / 8, CPL = C / 32;  // chunks per row, per lane
   constexpr bool kXRegs = CPL <= 8;       // K 2048: the lane's activations in registers (64 floats)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -441,15 +459,12 @@ __device__ bool rows_phase(const Args& a, int layer, int phase, const unsigned c
     for (int r0 = 0; r0 < rows; r0 += rpp) {
       const int n = min(rpp, rows - r0);
       const int first = (warp - (int)turn) & (ROWS_WARPS - 1);  // this warp's first row of the page
-      // Every warp waits for every page, in order, even one it holds no row of: a warp that skipped pages could
-      // reach a slot two rounds early, and the parity wait cannot tell round r from round r - 2 (the 2-page GPU
-      // test deadlocked so, 04:2x). Having seen round r - 1 of the slot complete, its wait for round r is exact.
-      ok = __all_sync(0xffffffffu, bar_wait(&full[pos.slot], pos.parity, a));
-      if (!ok) {
-        if (lane == 0) report(a.err, ERR_FULL, layer, phase);
-        break;
-      }
       if (first < n) {
+        ok = __all_sync(0xffffffffu, page_wait(rounds, full, pos, a));
+        if (!ok) {
+          if (lane == 0) report(a.err, ERR_FULL, layer, phase);
+          break;
+        }
         const uint4* page = reinterpret_cast<const uint4*>(ring + (size_t)pos.slot * a.page_bytes);
         for (int i = first; i < n; i += ROWS_WARPS) {
           const uint4* row = page + (size_t)i * C;
@@ -487,8 +502,7 @@ __device__ bool rows_phase(const Args& a, int layer, int phase, const unsigned c
 // each step s, the two halves of the chunk to the two instructions; the A operand's slots take the same real k
 // (x's chunk 4s + t, from lanes 0-3 the high parts, 4-7 the remainders), so every k meets its own activation.
 // ~6 instructions per 512 bytes and warp against ~17 on the CUDA cores. Pages are taken in pairs (8 rows, pages of
-// 4 rows: 16 KiB at K 2048), pair q to warp q % NW; every warp still waits for every page (layer_rows' reason),
-// the pair's owner arrives for all NW.
+// 4 rows: 16 KiB at K 2048).
 __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a2, unsigned b0, unsigned b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                "{%0, %1, %2, %3};"
@@ -496,23 +510,37 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a2
                : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
 }
 
+// Pair q's k range is split in MMA_SPLIT parts, part j to warp (MMA_SPLIT q + j) % NW (QKV and O hold only 2-4
+// pairs per CTA: whole pairs would leave most warps idle); each writes its 8 rows' partial sums to parts[j][row] and
+// the phase's last warp adds them in a fixed order (rows_consumers).
+constexpr int MMA_SPLIT = 4;
+constexpr int MMA_MAX_ROWS = 2 * MAX_TILE_ROWS;  // a CTA's rows of one K-2048 phase (gate/up: 2 tiles of 44)
+
 template <int K>
 __device__ bool mma_phase(const Args& a, int layer, int phase, const unsigned char* ring, unsigned long long* full,
-                          unsigned long long* empty, RingPos& pos, const __nv_bfloat16* xh, const __nv_bfloat16* xl) {
+                          unsigned long long* empty, const unsigned* rounds, RingPos& pos, const __nv_bfloat16* xh,
+                          const __nv_bfloat16* xl, float (*parts)[MMA_MAX_ROWS]) {
   constexpr int C = K / 8, STEPS = C / 4;  // 16-byte chunks per row; a step: 4 chunks (32 k) of 8 rows
-  static_assert(STEPS % 4 == 0, "steps unrolled by 4");
+  constexpr int PART = STEPS / MMA_SPLIT;
+  static_assert(PART % 2 == 0, "two steps per iteration");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int worker = blockIdx.x, workers = gridDim.x, rows = TILE_ROWS(phase);
   const int total = ((TILES(phase) - 1 - worker) / workers + 1) * rows;  // this CTA's rows, tiles in order
   const int npages = total / 4;
-  const uint4* xsrc = reinterpret_cast<const uint4*>(g == 0 ? xh : xl);
   bool ok = true;
   for (int p = 0; p < npages; p += 2) {
     const int np = min(2, npages - p);
+    const int j = (warp - MMA_SPLIT * (p >> 1)) & (ROWS_WARPS - 1);  // this warp's part of the pair, if < SPLIT
+    if (j >= MMA_SPLIT) {
+      for (int b = 0; b < np; ++b) pos.advance(a.pages);
+      continue;
+    }
     unsigned slot[2] = {0u, 0u};
     const uint4* pg[2] = {nullptr, nullptr};
-    for (int b = 0; b < np; ++b) {
-      ok = __all_sync(0xffffffffu, bar_wait(&full[pos.slot], pos.parity, a));
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {  // (b < 2, not np: constant indices keep slot and pg in registers)
+      if (b >= np) break;
+      ok = __all_sync(0xffffffffu, page_wait(rounds, full, pos, a));
       if (!ok) break;
       slot[b] = pos.slot;
       pg[b] = reinterpret_cast<const uint4*>(ring + (size_t)pos.slot * a.page_bytes);
@@ -522,13 +550,13 @@ __device__ bool mma_phase(const Args& a, int layer, int phase, const unsigned ch
       if (lane == 0) report(a.err, ERR_FULL, layer, phase);
       break;
     }
-    if (((p >> 1) & (ROWS_WARPS - 1)) != warp) continue;  // another warp's pair
-    const bool has_row = (g >> 2) < np;                      // a 1-page pair has rows 0-3 only
+    const bool has_row = (g >> 2) < np;  // a 1-page pair has rows 0-3 only
     const uint4* row = ((g >> 2) ? pg[1] : pg[0]) + (g & 3) * C;
     const bool xlane = g < 2;
+    const uint4* xsrc = reinterpret_cast<const uint4*>(g == 0 ? xh : xl);
     float d[4][4] = {};  // four accumulator chains
-#pragma unroll 2
-    for (int s = 0; s < STEPS; s += 2) {
+#pragma unroll 1
+    for (int s = j * PART; s < (j + 1) * PART; s += 2) {  // (unrolled further, ptxas spills at its 96 registers)
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const int c = 4 * (s + u) + t;
@@ -542,17 +570,28 @@ __device__ bool mma_phase(const Args& a, int layer, int phase, const unsigned ch
     d0 += __shfl_down_sync(0xffffffffu, d0, 4);  // lanes 0-3: the high parts' sums plus lanes 4-7's remainders'
     d1 += __shfl_down_sync(0xffffffffu, d1, 4);
     if (lane < 4) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int R = 4 * p + 2 * t + e;  // the CTA's row: W row n = 2t + e of the pair
-        if (R < total) tile_out(a, layer, phase, worker + (R / rows) * workers)[R % rows] = e ? d1 : d0;
-      }
+      parts[j][4 * p + 2 * t] = d0;  // the CTA's rows 4p + n, W row n = 2t, 2t + 1 of the pair
+      parts[j][4 * p + 2 * t + 1] = d1;
     }
     __syncwarp();
-    if (lane == 0)
-      for (int b = 0; b < np; ++b) bar_arrive_count(&empty[slot[b]], ROWS_WARPS);
+    if (lane == 0) {
+      bar_arrive_count(&empty[slot[0]], ROWS_WARPS / MMA_SPLIT);
+      if (np > 1) bar_arrive_count(&empty[slot[1]], ROWS_WARPS / MMA_SPLIT);
+    }
   }
   return ok;
+}
+
+// layer_mma's phase end (the phase's last warp): each of the CTA's rows is the sum of its MMA_SPLIT parts.
+__device__ void mma_write(const Args& a, int layer, int phase, const float (*parts)[MMA_MAX_ROWS]) {
+  const int worker = blockIdx.x, workers = gridDim.x, rows = TILE_ROWS(phase);
+  const int total = ((TILES(phase) - 1 - worker) / workers + 1) * rows;
+  for (int R = threadIdx.x & 31; R < total; R += 32) {
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < MMA_SPLIT; ++j) sum += parts[j][R];
+    tile_out(a, layer, phase, worker + (R / rows) * workers)[R % rows] = sum;
+  }
 }
 
 // Phases of layers before `layer` and phases before `phase` of it that worker takes part in (has a tile of).
@@ -574,12 +613,15 @@ __device__ __forceinline__ void wait_done(const unsigned* done, unsigned target)
 
 template <bool kMma>
 __device__ void rows_consumers(const Args& a, const unsigned char* ring, unsigned long long* full,
-                               unsigned long long* empty) {
+                               unsigned long long* empty, const unsigned* rounds) {
   __shared__ __align__(16) float xs[KDIM(DOWN)];
   __shared__ __align__(16) __nv_bfloat16 xh[kMma ? KDIM(QKV) : 8], xl[kMma ? KDIM(QKV) : 8];  // layer_mma's A
-  __shared__ unsigned done;  // warps that finished their rows, summed over this CTA's phases
+  __shared__ float parts[kMma ? MMA_SPLIT : 1][MMA_MAX_ROWS];  // layer_mma's partial row sums
+  // done: warps that finished their part of a phase; finished: phases whose last warp also wrote and signalled
+  // (summed over this CTA's phases). The next phase may reuse xs and parts once `finished` counts this one.
+  __shared__ unsigned done, finished;
   const int worker = blockIdx.x, workers = gridDim.x, lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) done = 0;
+  if (threadIdx.x == 0) done = finished = 0;
   consumers_any<ROWS_THREADS>(false);
   RingPos pos;
   bool ok = true;
@@ -589,7 +631,7 @@ __device__ void rows_consumers(const Args& a, const unsigned char* ring, unsigne
       bool bad = !ok;
       if (threadIdx.x == 0) {  // the dependency, and every warp done with xs (the stream mode's only guard for it)
         bad = bad || !wait_dependency(a, layer, phase);
-        if (!bad) wait_done(&done, phases_before(worker, layer, phase) * ROWS_WARPS);
+        if (!bad) wait_done(&finished, phases_before(worker, layer, phase));
       }
       if (consumers_any<ROWS_THREADS>(bad)) return;
       if (phase != ATTN) {  // this phase's activations, every consumer thread a share: one L2 round trip
@@ -606,25 +648,35 @@ __device__ void rows_consumers(const Args& a, const unsigned char* ring, unsigne
           consumers_any<ROWS_THREADS>(false);
         }
       }
+      // pages of 4 rows (16 KiB) pair into mma's 8 rows
+      const bool mma = kMma && phase != DOWN && phase != ATTN && rows_per_page(phase, a.page_bytes) == 4;
       if (phase == ATTN) {
         for (int tile = worker; tile < TILES(ATTN); tile += workers)
           attn_tile(a, layer, tile, [] { consumers_any<ROWS_THREADS>(false); });
       } else {
-        if (phase == DOWN) ok = rows_phase<KDIM(DOWN)>(a, layer, phase, ring, full, empty, pos, xs);
-        else if (kMma && rows_per_page(phase, a.page_bytes) == 4)  // pages of 4 rows (16 KiB): pairs of 8
-          ok = mma_phase<KDIM(QKV)>(a, layer, phase, ring, full, empty, pos, xh, xl);
-        else ok = rows_phase<KDIM(QKV)>(a, layer, phase, ring, full, empty, pos, xs);
+        if (phase == DOWN) ok = rows_phase<KDIM(DOWN)>(a, layer, phase, ring, full, empty, rounds, pos, xs);
+        else if (mma) ok = mma_phase<KDIM(QKV)>(a, layer, phase, ring, full, empty, rounds, pos, xh, xl, parts);
+        else ok = rows_phase<KDIM(QKV)>(a, layer, phase, ring, full, empty, rounds, pos, xs);
       }
       // This warp's rows are written ... ; the last warp of the phase signals its tiles. CTA-scope fences around the
       // shared count (release, then the last warp's acquire) chain into the counter's gpu-scope release; the
       // __threadfence (fence.sc.gpu, an L1 invalidate per warp) they replace was 22% of the stall samples (b60ab86+1).
+      const unsigned nth = phases_before(worker, layer, phase) + 1;
+      bool last = false;
       if (lane == 0) {
         asm volatile("fence.acq_rel.cta;" ::: "memory");
-        if (atomicAdd(&done, 1u) + 1 == (phases_before(worker, layer, phase) + 1) * ROWS_WARPS) {
-          asm volatile("fence.acq_rel.cta;" ::: "memory");
+        last = atomicAdd(&done, 1u) + 1 == nth * ROWS_WARPS;
+        if (last) asm volatile("fence.acq_rel.cta;" ::: "memory");
+      }
+      if (__shfl_sync(0xffffffffu, last, 0)) {
+        if (mma) mma_write(a, layer, phase, parts);
+        __syncwarp();
+        if (lane == 0) {
           const unsigned tiles = (unsigned)((TILES(phase) - 1 - worker) / workers + 1);
           red_release_add(a.counters + (size_t)layer * NPHASE + phase, tiles);
           a.phase_ns[((size_t)worker * a.layers + layer) * NPHASE + phase] = globaltimer_ns();
+          asm volatile("fence.acq_rel.cta;" ::: "memory");
+          atomicAdd(&finished, 1u);
         }
       }
     }
@@ -635,19 +687,21 @@ template <bool kMma>
 __device__ void run_rows(const Args& a) {
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) unsigned long long full[32], empty[32];
+  __shared__ unsigned rounds[32];  // page_wait
   if (threadIdx.x == 0) {
     for (int s = 0; s < a.pages; ++s) {
+      rounds[s] = 0;
       bar_init(&full[s], 1);
-      bar_init(&empty[s], ROWS_WARPS);  // every consumer warp arrives on every page
+      bar_init(&empty[s], ROWS_WARPS);  // the page's owners' arrivals add up to NW
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
   if (threadIdx.x >= ROWS_THREADS) {
-    if (threadIdx.x == ROWS_THREADS) ring_loader(a, ring, full, empty);
+    if (threadIdx.x == ROWS_THREADS) ring_loader(a, ring, full, empty, rounds);
     __syncwarp();
   } else {
-    rows_consumers<kMma>(a, ring, full, empty);
+    rows_consumers<kMma>(a, ring, full, empty, rounds);
   }
 }
 
