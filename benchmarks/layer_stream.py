@@ -17,7 +17,9 @@ layer (88.1 MB; 22 layers = 1.94 GB, nothing repeats in L2). Rows:
 - rows: the same loader and ring, 16 consumer warps each owning whole rows (activations in shared memory);
 - mma: rows with the K-2048 phases multiplied on the tensor cores (mma.m16n8k16, activations as bf16 high part plus
   bf16 remainder, fp32 accumulation), 8 rows per warp at a time;
-- *-stream: the same kernels with no dependency waits and no attention spin: how fast each streams alone.
+- *-stream: the same kernels with no dependency waits and no attention spin: how fast each streams alone;
+- regs+stamps: regs with each tile's hand-off stamped in three parts (handoff_us: the previous phase's end to the
+  dependency seen, the activations' load, the GEMV), medians over workers and steady layers.
 
 Anchor in the same run: torch copy of 1 GiB (read + write bytes / time); floor = 88.1 MB x layers / that rate.
 Every configuration's GEMV outputs (layers 0, L/2, L-1) are checked against W.float() @ x (relative L2 error
@@ -51,7 +53,7 @@ MAX_SMEM = 227 * 1024  # dynamic + static shared memory of one CTA on H100 / H20
 KERNELS = {"regs": ("layer_regs", 256, 0), "ring": ("layer_ring", 288, 4096), "ring16": ("layer_ring16", 544, 4096),
            "rows": ("layer_rows", 544, 26624), "mma": ("layer_mma", 544, 35840)}
 PAGED = ("ring", "ring16", "rows", "mma")  # the modes with a page ring
-MODES = ("regs", "ring", "ring16", "rows", "mma", "regs-stream", "ring-stream", "ring16-stream", "rows-stream",
+MODES = ("regs", "ring", "ring16", "rows", "mma", "regs-stamps", "regs-stream", "ring-stream", "ring16-stream", "rows-stream",
          "mma-stream")
 ERRORS = {1: "a dependency wait", 2: "a consumer's wait for a page", 3: "the loader's wait for a free page"}
 
@@ -87,10 +89,11 @@ class Config:
     pages: int = 0  # ring only
     page_kib: int = 0
     wait: bool = True  # False: the streaming control (no dependency waits, no attention spin)
+    stamps: bool = False  # regs: stamp each tile's hand-off parts (two %globaltimer stores by thread 0 per tile)
 
     @property
     def label(self) -> str:
-        return self.mode + ("" if self.wait else "-stream")
+        return self.mode + ("" if self.wait else "-stream") + ("+stamps" if self.stamps else "")
 
     @property
     def smem_bytes(self) -> int:
@@ -137,6 +140,8 @@ def check_config(cfg: Config) -> None:
         raise ValueError(f"mode {cfg.mode!r}: valid {sorted(KERNELS)}")
     if cfg.workers < 1:
         raise ValueError(f"workers must be >= 1, got {cfg.workers}")
+    if cfg.stamps and cfg.mode != "regs":
+        raise ValueError(f"hand-off stamps are layer_regs' only, not {cfg.mode!r}'s")
     if cfg.mode == "mma" and cfg.page_kib != 16:
         raise ValueError(f"mma pages must be 16 KiB (4 rows of K 2048, taken in pairs), got {cfg.page_kib}")
     if cfg.mode in PAGED:
@@ -168,6 +173,8 @@ def configs(modes: list[str], sms: int) -> list[Config]:
                                                                         Config("rows", sms, 16, 12)]
     if "mma" in modes:
         out += [Config("mma", sms, pages, 16) for pages in (8, 12)]
+    if "regs-stamps" in modes:  # regs with its tiles' hand-off parts stamped
+        out.append(Config("regs", 2 * sms - 1, stamps=True))
     if "regs-stream" in modes:
         out.append(Config("regs", 2 * sms - 1, wait=False))
     if "ring-stream" in modes:
@@ -222,11 +229,14 @@ class LayerStream:
         name, threads, _ = KERNELS[cfg.mode]
         worker_ns = torch.zeros(2 * cfg.workers, device="cuda", dtype=torch.int64)
         phase_ns = torch.zeros(cfg.workers * self.layers * len(PHASES), device="cuda", dtype=torch.int64)
+        stamps = torch.zeros(cfg.workers * self.layers * len(PHASES) * 2, device="cuda", dtype=torch.int64) \
+            if cfg.stamps else None
         self.out.zero_()
         self.counters.zero_()
         self.err.zero_()
         args = [self.w["qkv"], self.w["o"], self.w["gu"], self.w["down"], self.x[2048], self.x[5632], self.out,
-                self.counters, self.err, worker_ns, phase_ns, np.int32(self.layers), np.int32(cfg.wait),
+                self.counters, self.err, worker_ns, phase_ns, stamps if stamps is not None else np.uint64(0),
+                np.int32(self.layers), np.int32(cfg.wait),
                 np.int32(PF_HEAD if cfg.mode == "regs" else 0), np.int32(cfg.pages), np.int32(cfg.page_kib * 1024),
                 np.uint64(self.attn_ns if cfg.wait else 0), np.uint64(TIMEOUT_NS)]
         # cooperative: the launch fails unless every worker is co-resident (the spin waits need them all)
@@ -240,8 +250,13 @@ class LayerStream:
                              f"{PHASES[err[2]].name if 0 <= err[2] < len(PHASES) else err[2]}, block {err[3]})")
         ns = worker_ns.view(-1, 2).cpu().numpy()
         start = int(ns[:, 0].min())
-        ends = phase_ns.view(cfg.workers, -1).cpu().numpy().max(axis=0)  # each (layer, phase)'s last tile, in order
-        return {"span_ns": int(ns[:, 1].max()) - start, **phase_times(start, ends.reshape(self.layers, len(PHASES)))}
+        per_worker = phase_ns.view(cfg.workers, self.layers, len(PHASES)).cpu().numpy()
+        ends = per_worker.max(axis=0)  # each (layer, phase)'s last tile
+        out = {"span_ns": int(ns[:, 1].max()) - start, **phase_times(start, ends)}
+        if stamps is not None:
+            out["handoff_us"] = handoff_parts(per_worker, stamps.view(cfg.workers, self.layers, len(PHASES), 2)
+                                              .cpu().numpy())
+        return out
 
     def rel_err(self, check_attn: bool = True) -> float:
         """Max relative L2 error of the checked layers' GEMV outputs against W.float() @ x; raises when ATTN's
@@ -287,6 +302,28 @@ def phase_times(start_ns: int, ends_ns) -> dict:
     return {"layer_us": [float(v) for v in phase_us.sum(axis=1)], "phase_us": phase_us.tolist()}
 
 
+def handoff_parts(ends, stamps) -> dict:
+    """Per phase, the median over workers and steady layers (all but the first) of a tile's hand-off in three parts
+    (us): `propagate`, from the previous phase's last end (its counter's completion, QKV: the previous layer's Down)
+    to the worker seeing it; `activations`, loading the input vector; `stream`, the tile's GEMV to its end.
+    ends [workers, layers, phases] (ns, 0 where the worker has no tile), stamps [..., 2] (seen, loaded)."""
+    ends, stamps = np.asarray(ends, dtype=np.int64), np.asarray(stamps, dtype=np.int64)
+    layers, nphase = ends.shape[1], ends.shape[2]
+    last = ends.max(axis=0).reshape(-1)  # (layer, phase) in chain order
+    out = {}
+    for i, p in enumerate(PHASES[:nphase]):
+        parts = {"propagate": [], "activations": [], "stream": []}
+        for layer in range(1, layers):
+            prev = last[layer * nphase + i - 1]
+            has = ends[:, layer, i] > 0
+            seen, loaded, end = stamps[has, layer, i, 0], stamps[has, layer, i, 1], ends[has, layer, i]
+            parts["propagate"] += list((seen - prev) / 1e3)
+            parts["activations"] += list((loaded - seen) / 1e3)
+            parts["stream"] += list((end - loaded) / 1e3)
+        out[p.name] = {k: round(float(np.median(v)), 3) if v else None for k, v in parts.items()}
+    return out
+
+
 def steady_us_per_layer(layer_us: list[float]) -> float:
     """Mean layer time without the first layer (its ramp: every CTA starting, the ring filling)."""
     return float(np.mean(layer_us[1:])) if len(layer_us) > 1 else float(layer_us[0])
@@ -309,6 +346,7 @@ def measure(bench: LayerStream, cfg: Config, reps: int, floor_ms: float) -> dict
             "pct_of_floor": 100.0 * floor_ms / float(np.median(span)), "rel_err": err,
             "layer_us": [round(v, 3) for v in median_run["layer_us"]],
             "phase_us": {p.name: round(float(v), 3) for p, v in zip(PHASES, steady.mean(axis=0))},
+            **({"handoff_us": median_run["handoff_us"]} if "handoff_us" in median_run else {}),
             "spread": {"us_per_layer": spread(per_layer), "span_ms": spread(span)}}
 
 
@@ -352,6 +390,10 @@ def main() -> int:
               f"{row['us_per_layer']:.2f} us/layer, span {row['span_ms']:.3f} ms ({row['pct_of_floor']:.0f}% of "
               f"floor), rel err {row['rel_err']:.2g}; per phase (us) "
               + " ".join(f"{k} {v:.2f}" for k, v in row["phase_us"].items()), flush=True)
+        if "handoff_us" in row:  # median propagate / activations / stream per phase
+            print("    hand-off (us, propagate + activations + stream): " + "; ".join(
+                f"{k} " + " + ".join("-" if v is None else f"{v:.2f}" for v in parts.values())
+                for k, parts in row["handoff_us"].items()), flush=True)
     notes = (f"{args.layers} layers of TinyLlama-1.1B's phase chain, fresh bf16 weights per layer "
              f"({layer_weight_bytes() / 1e6:.1f} MB), ATTN tiles spinning {args.attn_ns} ns "
              "(csrc/megakernel/bench/layer_stream.cu). regs: the megakernel's worker loop, 2 CTAs per SM minus one "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from benchmarks import layer_stream as ls
@@ -66,8 +67,8 @@ def test_default_configs_and_refusals():
         ("regs", 263, 0, 0), ("ring", 132, 4, 16), ("ring", 132, 8, 16), ("ring", 132, 13, 16),
         ("ring", 132, 6, 32), ("ring16", 132, 8, 16), ("ring16", 132, 13, 16), ("rows", 132, 8, 16),
         ("rows", 132, 12, 16), ("rows", 132, 6, 32), ("rows", 132, 16, 12), ("mma", 132, 8, 16),
-        ("mma", 132, 12, 16), ("regs-stream", 263, 0, 0), ("ring-stream", 132, 13, 16), ("ring16-stream", 132, 13, 16),
-        ("rows-stream", 132, 12, 16), ("rows-stream", 132, 16, 12), ("mma-stream", 132, 12, 16)]
+        ("mma", 132, 12, 16), ("regs+stamps", 263, 0, 0), ("regs-stream", 263, 0, 0), ("ring-stream", 132, 13, 16),
+        ("ring16-stream", 132, 13, 16), ("rows-stream", 132, 12, 16), ("rows-stream", 132, 16, 12), ("mma-stream", 132, 12, 16)]
     with pytest.raises(ValueError, match="unknown mode"):
         ls.configs(["ring2"], 132)
     with pytest.raises(ValueError, match="exceed"):
@@ -87,6 +88,26 @@ def test_phase_times_run_from_the_previous_phase_end():
     t = ls.phase_times(100, ends)
     assert t["phase_us"] == [[0.01] * 5, [0.01, 0.02, 0.02, 0.02, 0.03]]
     assert t["layer_us"] == pytest.approx([0.05, 0.1])
+
+
+def test_handoff_parts_split_each_tile_from_the_previous_phase_end():
+    layers, nphase = 2, len(ls.PHASES)
+    ends = np.zeros((2, layers, nphase), dtype=np.int64)  # [workers, layers, phases], ns
+    stamps = np.zeros((2, layers, nphase, 2), dtype=np.int64)
+    t = 1000
+    for layer in range(layers):
+        for i in range(nphase):
+            for w in range(2):
+                if i == 1 and w == 1:
+                    continue  # worker 1 has no ATTN tile
+                stamps[w, layer, i] = (t + 100 + 10 * w, t + 300 + 10 * w)  # seen, loaded
+                ends[w, layer, i] = t + 1000 + 100 * w
+            t = ends[:, layer, i].max()
+    parts = ls.handoff_parts(ends, stamps)
+    assert parts["qkv"] == {"propagate": 0.105, "activations": 0.2, "stream": 0.745}  # medians of workers 0 and 1
+    assert parts["attn"] == {"propagate": 0.1, "activations": 0.2, "stream": 0.7}  # worker 0 only
+    with pytest.raises(ValueError, match="layer_regs' only"):
+        ls.check_config(ls.Config("ring", 132, 8, 16, stamps=True))
 
 
 def test_steady_state_drops_the_first_layer():
@@ -131,10 +152,11 @@ def test_ring_kernels_bulk_copy_and_regs_kernel_does_not(sass):
                                  ls.Config("ring16", 0, 4, 16, wait=False), ls.Config("rows", 0, 12, 16),
                                  ls.Config("rows", 0, 6, 32), ls.Config("rows", 0, 2, 16),
                                  ls.Config("rows", 0, 4, 16, wait=False), ls.Config("mma", 0, 12, 16),
-                                 ls.Config("mma", 0, 2, 16), ls.Config("mma", 0, 4, 16, wait=False)],
+                                 ls.Config("mma", 0, 2, 16), ls.Config("mma", 0, 4, 16, wait=False),
+                                 ls.Config("regs", 0, stamps=True)],
                          ids=["regs", "ring13x16", "ring6x32", "ring2x16", "regs-stream", "ring-stream", "ring16-13x16",
                               "ring16-6x32", "ring16-3x16", "ring16-stream", "rows12x16", "rows6x32", "rows2x16",
-                              "rows-stream", "mma12x16", "mma2x16", "mma-stream"])
+                              "rows-stream", "mma12x16", "mma2x16", "mma-stream", "regs-stamps"])
 def test_two_layer_launch_matches_torch(cfg):
     import dataclasses
 
@@ -150,6 +172,10 @@ def test_two_layer_launch_matches_torch(cfg):
     assert len(res["layer_us"]) == 2 and all(v > 0 for v in res["layer_us"]) and res["span_ns"] > 0
     if cfg.wait:  # each layer waits for 3 us of attention at least
         assert min(res["layer_us"]) > 3.0
+    if cfg.stamps:  # layer 1's hand-offs: each part took time, attention's tiles spin >= 3 us after their wait
+        parts = res["handoff_us"]
+        assert all(v is not None and v >= 0 for p in parts.values() for v in p.values())
+        assert parts["attn"]["stream"] > 3.0 and parts["gu"]["activations"] > 0 and parts["down"]["propagate"] > 0
 
 
 @needs_nvcc

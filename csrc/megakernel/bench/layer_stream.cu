@@ -62,6 +62,8 @@ struct Args {
   int* err;                        // 4 words
   unsigned long long* worker_ns;   // [workers, 2]: start, end
   unsigned long long* phase_ns;    // [workers, layers, NPHASE]: end of the worker's last tile of it (0: none)
+  unsigned long long* stamps;      // layer_regs, or null: [workers, layers, NPHASE, 2], its last tile's dependency
+                                   // seen and activations loaded (%globaltimer), for the hand-off's parts
   int layers, wait, pf_head, pages, page_bytes;
   unsigned long long attn_ns, timeout_ns;
 };
@@ -173,12 +175,16 @@ __device__ void run_regs(const Args& a) {
         if (W && a.pf_head > 0 && threadIdx.x < 32)
           mk::prefetch_tile(reinterpret_cast<const char*>(W), min((unsigned)a.pf_head, (unsigned)(TILE_ROWS(phase) * K * 2)));
         if (threadIdx.x == 0) bad = !wait_dependency(a, layer, phase);
+        unsigned long long* stamp = a.stamps ? a.stamps + (((size_t)worker * a.layers + layer) * NPHASE + phase) * 2
+                                             : nullptr;
+        if (stamp && threadIdx.x == 0) stamp[0] = stamp[1] = globaltimer_ns();
         __syncthreads();
         if (bad) return;
         if (phase == ATTN) {
           attn_tile(a, layer, tile, [] { __syncthreads(); });
         } else {
           mk::load_vector(phase == DOWN ? a.xf : a.xd, K, xs);  // ends with a barrier
+          if (stamp && threadIdx.x == 0) stamp[1] = globaltimer_ns();
           float* out = tile_out(a, layer, phase, tile);
           if (phase == DOWN) mk::gemv_halves<mk::NWARPS>(W, K, TILE_ROWS(phase), xs, out);
           else mk::gemv_tile(W, K, TILE_ROWS(phase), xs, out);  // gemv_rows<false>, __noinline__ as there
@@ -720,10 +726,10 @@ __device__ void layer_stream(const Args& a) {
 #define LS_ARGS                                                                                                    \
   const __nv_bfloat16 *wqkv, const __nv_bfloat16 *wo, const __nv_bfloat16 *wgu, const __nv_bfloat16 *wd,           \
       const float *xd, const float *xf, float *out, unsigned *counters, int *err, unsigned long long *worker_ns,   \
-      unsigned long long *phase_ns, int layers, int wait, int pf_head, int pages, int page_bytes,                  \
-      unsigned long long attn_ns, unsigned long long timeout_ns
+      unsigned long long *phase_ns, unsigned long long *stamps, int layers, int wait, int pf_head, int pages,      \
+      int page_bytes, unsigned long long attn_ns, unsigned long long timeout_ns
 #define LS_PACK                                                                                                    \
-  Args{wqkv, wo, wgu, wd, xd, xf, out, counters, err, worker_ns, phase_ns, layers, wait, pf_head, pages, \
+  Args{wqkv, wo, wgu, wd, xd, xf, out, counters, err, worker_ns, phase_ns, stamps, layers, wait, pf_head, pages, \
        page_bytes, attn_ns, timeout_ns}
 
 extern "C" __global__ void __launch_bounds__(256, 2) layer_regs(LS_ARGS) { layer_stream<0>(LS_PACK); }
