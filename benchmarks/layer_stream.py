@@ -227,6 +227,7 @@ class LayerStream:
         torch = self.torch
         check_config(cfg)
         name, threads, _ = KERNELS[cfg.mode]
+        name += "_stamps" if cfg.stamps else ""  # layer_regs_stamps: the same loop, stamps compiled in
         worker_ns = torch.zeros(2 * cfg.workers, device="cuda", dtype=torch.int64)
         phase_ns = torch.zeros(cfg.workers * self.layers * len(PHASES), device="cuda", dtype=torch.int64)
         stamps = torch.zeros(cfg.workers * self.layers * len(PHASES) * 2, device="cuda", dtype=torch.int64) \

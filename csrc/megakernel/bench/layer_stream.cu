@@ -62,7 +62,7 @@ struct Args {
   int* err;                        // 4 words
   unsigned long long* worker_ns;   // [workers, 2]: start, end
   unsigned long long* phase_ns;    // [workers, layers, NPHASE]: end of the worker's last tile of it (0: none)
-  unsigned long long* stamps;      // layer_regs, or null: [workers, layers, NPHASE, 2], its last tile's dependency
+  unsigned long long* stamps;      // layer_regs_stamps (else unused): [workers, layers, NPHASE, 2], its last tile's dependency
                                    // seen and activations loaded (%globaltimer), for the hand-off's parts
   int layers, wait, pf_head, pages, page_bytes;
   unsigned long long attn_ns, timeout_ns;
@@ -162,6 +162,9 @@ __device__ __forceinline__ void attn_tile(const Args& a, int layer, int tile, Sy
 
 // ---------------------------------------------------------------------------------------------------------------
 // layer_regs: the megakernel's worker loop (megakernel.cu: worker, op_*), static tiles.
+// kStamps (layer_regs_stamps): thread 0 stamps each tile's hand-off parts into a.stamps. A template, not a null
+// test in layer_regs: the test alone made ptxas spill there (STACK 8 at 128 registers) and cost ~0.6 us per layer.
+template <bool kStamps>
 __device__ void run_regs(const Args& a) {
   __shared__ __align__(16) float xs[mk::SMEM_FLOATS];
   __shared__ int bad;
@@ -175,16 +178,16 @@ __device__ void run_regs(const Args& a) {
         if (W && a.pf_head > 0 && threadIdx.x < 32)
           mk::prefetch_tile(reinterpret_cast<const char*>(W), min((unsigned)a.pf_head, (unsigned)(TILE_ROWS(phase) * K * 2)));
         if (threadIdx.x == 0) bad = !wait_dependency(a, layer, phase);
-        unsigned long long* stamp = a.stamps ? a.stamps + (((size_t)worker * a.layers + layer) * NPHASE + phase) * 2
-                                             : nullptr;
-        if (stamp && threadIdx.x == 0) stamp[0] = stamp[1] = globaltimer_ns();
+        unsigned long long* stamp = kStamps ? a.stamps + (((size_t)worker * a.layers + layer) * NPHASE + phase) * 2
+                                            : nullptr;
+        if (kStamps && threadIdx.x == 0) stamp[0] = stamp[1] = globaltimer_ns();
         __syncthreads();
         if (bad) return;
         if (phase == ATTN) {
           attn_tile(a, layer, tile, [] { __syncthreads(); });
         } else {
           mk::load_vector(phase == DOWN ? a.xf : a.xd, K, xs);  // ends with a barrier
-          if (stamp && threadIdx.x == 0) stamp[1] = globaltimer_ns();
+          if (kStamps && threadIdx.x == 0) stamp[1] = globaltimer_ns();
           float* out = tile_out(a, layer, phase, tile);
           if (phase == DOWN) mk::gemv_halves<mk::NWARPS>(W, K, TILE_ROWS(phase), xs, out);
           else mk::gemv_tile(W, K, TILE_ROWS(phase), xs, out);  // gemv_rows<false>, __noinline__ as there
@@ -216,7 +219,7 @@ struct RingPos {
   }
 };
 
-// layer_rows / layer_mma: a warp waits only for the pages it holds rows of, so it may come to a slot rounds after
+// A warp that waits only for its own pages (layer_rows, layer_mma; ring16's two groups) may come to a slot rounds after
 // its last visit, and a parity wait cannot tell round r from r - 2 (a 2-page GPU test deadlocked so, session 19).
 // The loader writes each slot's round into `rounds` before its copy; once it reads r there, round r - 1 landed and
 // was consumed, and round r + 1 cannot be issued before this warp (an owner) arrives: the parity wait is exact.
@@ -235,9 +238,9 @@ __device__ __forceinline__ int rows_per_page(int phase, int page_bytes) {
 }
 
 // Lane 0 of the loader warp: every weight page of this CTA, all layers, in the consumers' order.
-// `rounds` (layer_rows, layer_mma; null for layer_ring): each slot's round, written before its copy (page_wait).
+// `rounds`: each slot's round, written before its copy (page_wait).
 __device__ void ring_loader(const Args& a, unsigned char* ring, unsigned long long* full, unsigned long long* empty,
-                            unsigned* rounds = nullptr) {
+                            unsigned* rounds) {
   const int worker = blockIdx.x, workers = gridDim.x;
   unsigned seq = 0;
   RingPos pos;
@@ -257,7 +260,7 @@ __device__ void ring_loader(const Args& a, unsigned char* ring, unsigned long lo
             break;
           }
           const unsigned bytes = (unsigned)min(rpp, TILE_ROWS(phase) - r0) * row_bytes;
-          if (rounds) *(volatile unsigned*)(rounds + slot) = pos.round;
+          *(volatile unsigned*)(rounds + slot) = pos.round;
           asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
                        ::"r"(mk::smem_addr(&full[slot])), "r"(bytes) : "memory");
           asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
@@ -311,7 +314,8 @@ __device__ __forceinline__ void step_rows(const uint4* const* rowp, const float4
 // turn, each group's 8 warps doing what the one group of layer_ring does; each page is read by one group.
 template <int K, int G>
 __device__ bool ring_gemv(const Args& a, int layer, int phase, int tile, const unsigned char* ring,
-                          unsigned long long* full, unsigned long long* empty, RingPos& pos, float* parts) {
+                          unsigned long long* full, unsigned long long* empty, const unsigned* rounds, RingPos& pos,
+                          float* parts) {
   constexpr int C = K / 8, NC = (C + CTHREADS - 1) / CTHREADS;
   const int t = threadIdx.x % CTHREADS, group = threadIdx.x / CTHREADS, lane = t & 31;
   const float4* x4 = reinterpret_cast<const float4*>(phase == DOWN ? a.xf : a.xd);
@@ -339,7 +343,9 @@ __device__ bool ring_gemv(const Args& a, int layer, int phase, int tile, const u
     const uint4* rowp[ROWS_PER_STEP];
     RingPos at = pos;
     for (int b = 0; b < pages; ++b, at.advance(a.pages)) {
-      ok = __all_sync(0xffffffffu, bar_wait(&full[at.slot], at.parity, a));  // warp-uniform from here
+      // page_wait, not a bare parity wait: with G = 2 a group skips the other's pages and could take round r - 2 of a
+      // slot for round r (ring16 with 3 pages returned wrong sums so at 04:34, session 19)
+      ok = __all_sync(0xffffffffu, page_wait(rounds, full, at, a));  // warp-uniform from here
       if (!ok) break;
       const uint4* page = reinterpret_cast<const uint4*>(ring + (size_t)at.slot * a.page_bytes);
 #pragma unroll
@@ -375,7 +381,7 @@ __device__ bool ring_gemv(const Args& a, int layer, int phase, int tile, const u
 
 template <int G>
 __device__ void ring_consumers(const Args& a, const unsigned char* ring, unsigned long long* full,
-                               unsigned long long* empty) {
+                               unsigned long long* empty, const unsigned* rounds) {
   __shared__ float parts[MAX_TILE_ROWS * CONSUMERS];
   const int worker = blockIdx.x, workers = gridDim.x;
   RingPos pos;
@@ -386,8 +392,8 @@ __device__ void ring_consumers(const Args& a, const unsigned char* ring, unsigne
         if (consumers_any<G * CTHREADS>(bad)) return;
         bool ok = true;
         if (phase == ATTN) attn_tile(a, layer, tile, [] { consumers_any<G * CTHREADS>(false); });
-        else if (phase == DOWN) ok = ring_gemv<KDIM(DOWN), G>(a, layer, phase, tile, ring, full, empty, pos, parts);
-        else ok = ring_gemv<KDIM(QKV), G>(a, layer, phase, tile, ring, full, empty, pos, parts);
+        else if (phase == DOWN) ok = ring_gemv<KDIM(DOWN), G>(a, layer, phase, tile, ring, full, empty, rounds, pos, parts);
+        else ok = ring_gemv<KDIM(QKV), G>(a, layer, phase, tile, ring, full, empty, rounds, pos, parts);
         if (!ok) return;
         consumers_any<G * CTHREADS>(false);  // the tile's outputs are written (and parts is free again) before the signal
         if (threadIdx.x == 0) {
@@ -403,8 +409,10 @@ template <int G>
 __device__ void run_ring(const Args& a) {
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) unsigned long long full[32], empty[32];
+  __shared__ unsigned rounds[32];  // page_wait
   if (threadIdx.x == 0) {
     for (int s = 0; s < a.pages; ++s) {
+      rounds[s] = 0;
       bar_init(&full[s], 1);             // the loader's arrive.expect_tx (+ the copy's bytes)
       bar_init(&empty[s], CONSUMERS);    // one arrival per warp of the consumer group that reads the page
     }
@@ -412,10 +420,10 @@ __device__ void run_ring(const Args& a) {
   }
   __syncthreads();
   if (threadIdx.x >= G * CTHREADS) {
-    if (threadIdx.x == G * CTHREADS) ring_loader(a, ring, full, empty);
+    if (threadIdx.x == G * CTHREADS) ring_loader(a, ring, full, empty, rounds);
     __syncwarp();
   } else {
-    ring_consumers<G>(a, ring, full, empty);
+    ring_consumers<G>(a, ring, full, empty, rounds);
   }
 }
 
@@ -711,12 +719,12 @@ __device__ void run_rows(const Args& a) {
   }
 }
 
-template <int G>  // G consumer groups of 8 warps; 0: the register kernel; -1: layer_rows; -2: layer_mma
+template <int G, bool kStamps = false>  // G consumer groups of 8 warps; 0: the register kernel; -1: rows; -2: mma
 __device__ void layer_stream(const Args& a) {
   if (threadIdx.x == 0) a.worker_ns[2 * blockIdx.x] = globaltimer_ns();
   if constexpr (G < 0) run_rows<G == -2>(a);
   else if constexpr (G > 0) run_ring<G>(a);
-  else run_regs(a);
+  else run_regs<kStamps>(a);
   __syncthreads();
   if (threadIdx.x == 0) a.worker_ns[2 * blockIdx.x + 1] = globaltimer_ns();
 }
@@ -733,6 +741,7 @@ __device__ void layer_stream(const Args& a) {
        page_bytes, attn_ns, timeout_ns}
 
 extern "C" __global__ void __launch_bounds__(256, 2) layer_regs(LS_ARGS) { layer_stream<0>(LS_PACK); }
+extern "C" __global__ void __launch_bounds__(256, 2) layer_regs_stamps(LS_ARGS) { layer_stream<0, true>(LS_PACK); }
 extern "C" __global__ void __launch_bounds__(CTHREADS + 32, 1) layer_ring(LS_ARGS) { layer_stream<1>(LS_PACK); }
 // 16 consumer warps (as HazyResearch's megakernel has): do twice the warps per SM hide the consumers' latency?
 extern "C" __global__ void __launch_bounds__(2 * CTHREADS + 32, 1) layer_ring16(LS_ARGS) { layer_stream<2>(LS_PACK); }
