@@ -17,10 +17,14 @@
 //   layer_regs: the megakernel's worker (256 threads, 2 CTAs per SM, <= 128 registers): warp 0 L2-prefetches
 //               the tile's first pf_head bytes, thread 0 waits, load_vector, then gemv_tile (gemv_rows<false>;
 //               Down: gemv_halves, the megakernel's default MK_DOWN_PIECES=1) with loads straight from global.
-//   layer_ring: one CTA per SM, 8 consumer warps + 1 loader warp (layer_ring16: 16 consumer warps in 2 groups). Lane 0 of the loader walks the CTA's whole
+//               layer_regs_stamps: the same with each tile's hand-off parts stamped (benchmarks: regs+stamps).
+//   layer_ring: one CTA per SM, 8 consumer warps + 1 loader warp. Lane 0 of the loader walks the CTA's whole
 //               tile list (all layers) and bulk-copies (cp.async.bulk) each tile's contiguous weight bytes, whole
 //               rows per page, into a ring of `pages` x `page_bytes` of dynamic shared memory, waiting only for
-//               a free page, never for a dependency. Consumers take the tiles in the same order.
+//               a free page, never for a dependency. Consumers take the tiles in the same order, each thread a
+//               16-byte chunk of every row (layer_ring16: 16 consumer warps in 2 groups taking steps in turn).
+//   layer_rows: the same loader, 16 consumer warps owning whole rows; layer_mma: layer_rows with the K-2048
+//               phases on the tensor cores. Both described at their code below (session 19, benchmarks: rows, mma).
 #include <cuda_bf16.h>
 #include <stdint.h>
 
