@@ -230,8 +230,8 @@ class LayerStream:
         name += "_stamps" if cfg.stamps else ""  # layer_regs_stamps: the same loop, stamps compiled in
         worker_ns = torch.zeros(2 * cfg.workers, device="cuda", dtype=torch.int64)
         phase_ns = torch.zeros(cfg.workers * self.layers * len(PHASES), device="cuda", dtype=torch.int64)
-        stamps = torch.zeros(cfg.workers * self.layers * len(PHASES) * 2, device="cuda", dtype=torch.int64) \
-            if cfg.stamps else None
+        n_stamps = cfg.workers * self.layers * len(PHASES) * 2  # then one SM id per worker
+        stamps = torch.zeros(n_stamps + cfg.workers, device="cuda", dtype=torch.int64) if cfg.stamps else None
         self.out.zero_()
         self.counters.zero_()
         self.err.zero_()
@@ -255,8 +255,9 @@ class LayerStream:
         ends = per_worker.max(axis=0)  # each (layer, phase)'s last tile
         out = {"span_ns": int(ns[:, 1].max()) - start, **phase_times(start, ends)}
         if stamps is not None:
-            out["handoff_us"] = handoff_parts(per_worker, stamps.view(cfg.workers, self.layers, len(PHASES), 2)
-                                              .cpu().numpy())
+            host = stamps.cpu().numpy()
+            out["handoff_us"] = handoff_parts(per_worker, host[:n_stamps].reshape(cfg.workers, self.layers,
+                                                                                  len(PHASES), 2), host[n_stamps:])
         return out
 
     def rel_err(self, check_attn: bool = True) -> float:
@@ -303,17 +304,21 @@ def phase_times(start_ns: int, ends_ns) -> dict:
     return {"layer_us": [float(v) for v in phase_us.sum(axis=1)], "phase_us": phase_us.tolist()}
 
 
-def handoff_parts(ends, stamps) -> dict:
+def handoff_parts(ends, stamps, sm=None) -> dict:
     """Per phase, the median over workers and steady layers (all but the first) of a tile's hand-off in three parts
     (us): `propagate`, from the previous phase's last end (its counter's completion, QKV: the previous layer's Down)
-    to the worker seeing it; `activations`, loading the input vector; `stream`, the tile's GEMV to its end.
-    ends [workers, layers, phases] (ns, 0 where the worker has no tile), stamps [..., 2] (seen, loaded)."""
+    to the worker seeing it; `activations`, loading the input vector; `stream`, the tile's GEMV to its end. With
+    each worker's SM (`sm`), also `stream_sm1` / `stream_sm2`: the stream part of tiles whose SM runs one tile of the
+    phase / two (is the slowest tile the one sharing its SM?). ends [workers, layers, phases] (ns, 0 where the worker
+    has no tile), stamps [..., 2] (seen, loaded)."""
     ends, stamps = np.asarray(ends, dtype=np.int64), np.asarray(stamps, dtype=np.int64)
     layers, nphase = ends.shape[1], ends.shape[2]
     last = ends.max(axis=0).reshape(-1)  # (layer, phase) in chain order
     out = {}
     for i, p in enumerate(PHASES[:nphase]):
         parts = {"propagate": [], "activations": [], "stream": []}
+        if sm is not None:
+            parts.update(stream_sm1=[], stream_sm2=[])
         for layer in range(1, layers):
             prev = last[layer * nphase + i - 1]
             has = ends[:, layer, i] > 0
@@ -321,6 +326,11 @@ def handoff_parts(ends, stamps) -> dict:
             parts["propagate"] += list((seen - prev) / 1e3)
             parts["activations"] += list((loaded - seen) / 1e3)
             parts["stream"] += list((end - loaded) / 1e3)
+            if sm is not None:
+                on = np.asarray(sm)[has]
+                busy = {s: int(n) for s, n in zip(*np.unique(on, return_counts=True))}
+                for s_id, t in zip(on, (end - loaded) / 1e3):
+                    parts["stream_sm2" if busy[s_id] > 1 else "stream_sm1"].append(t)
         out[p.name] = {k: round(float(np.median(v)), 3) if v else None for k, v in parts.items()}
     return out
 
@@ -391,10 +401,13 @@ def main() -> int:
               f"{row['us_per_layer']:.2f} us/layer, span {row['span_ms']:.3f} ms ({row['pct_of_floor']:.0f}% of "
               f"floor), rel err {row['rel_err']:.2g}; per phase (us) "
               + " ".join(f"{k} {v:.2f}" for k, v in row["phase_us"].items()), flush=True)
-        if "handoff_us" in row:  # median propagate / activations / stream per phase
-            print("    hand-off (us, propagate + activations + stream): " + "; ".join(
-                f"{k} " + " + ".join("-" if v is None else f"{v:.2f}" for v in parts.values())
-                for k, parts in row["handoff_us"].items()), flush=True)
+        if "handoff_us" in row:  # median propagate / activations / stream per phase, stream by tiles on the SM
+            def us(v):
+                return "-" if v is None else f"{v:.2f}"
+            print("    hand-off (us, propagate + activations + stream [stream on 1-tile / 2-tile SMs]): " + "; ".join(
+                f"{k} {us(p['propagate'])} + {us(p['activations'])} + {us(p['stream'])} "
+                f"[{us(p.get('stream_sm1'))} / {us(p.get('stream_sm2'))}]" for k, p in row["handoff_us"].items()),
+                flush=True)
     notes = (f"{args.layers} layers of TinyLlama-1.1B's phase chain, fresh bf16 weights per layer "
              f"({layer_weight_bytes() / 1e6:.1f} MB), ATTN tiles spinning {args.attn_ns} ns "
              "(csrc/megakernel/bench/layer_stream.cu). regs: the megakernel's worker loop, 2 CTAs per SM minus one "

@@ -106,6 +106,11 @@ def test_handoff_parts_split_each_tile_from_the_previous_phase_end():
     parts = ls.handoff_parts(ends, stamps)
     assert parts["qkv"] == {"propagate": 0.105, "activations": 0.2, "stream": 0.745}  # medians of workers 0 and 1
     assert parts["attn"] == {"propagate": 0.1, "activations": 0.2, "stream": 0.7}  # worker 0 only
+    shared = ls.handoff_parts(ends, stamps, sm=[5, 5])  # both workers on SM 5: every GEMV tile shares its SM
+    assert shared["qkv"]["stream_sm2"] == 0.745 and shared["qkv"]["stream_sm1"] is None
+    assert shared["attn"]["stream_sm1"] == 0.7  # ATTN: worker 0 alone on it
+    apart = ls.handoff_parts(ends, stamps, sm=[5, 6])
+    assert apart["qkv"]["stream_sm1"] == 0.745 and apart["qkv"]["stream_sm2"] is None
     with pytest.raises(ValueError, match="layer_regs' only"):
         ls.check_config(ls.Config("ring", 132, 8, 16, stamps=True))
 
@@ -176,7 +181,8 @@ def test_two_layer_launch_matches_torch(cfg):
         assert min(res["layer_us"]) > 3.0
     if cfg.stamps:  # layer 1's hand-offs: each part took time, attention's tiles spin >= 3 us after their wait
         parts = res["handoff_us"]
-        assert all(v is not None and v >= 0 for p in parts.values() for v in p.values())
+        assert all(p[k] is not None and p[k] >= 0 for p in parts.values() for k in ("propagate", "activations", "stream"))
+        assert all(p["stream_sm1"] is not None or p["stream_sm2"] is not None for p in parts.values())
         assert parts["attn"]["stream"] > 3.0 and parts["gu"]["activations"] > 0 and parts["down"]["propagate"] > 0
 
 

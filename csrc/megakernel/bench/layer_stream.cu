@@ -66,7 +66,8 @@ struct Args {
   int* err;                        // 4 words
   unsigned long long* worker_ns;   // [workers, 2]: start, end
   unsigned long long* phase_ns;    // [workers, layers, NPHASE]: end of the worker's last tile of it (0: none)
-  unsigned long long* stamps;      // layer_regs_stamps (else unused): [workers, layers, NPHASE, 2], its last tile's dependency
+  unsigned long long* stamps;      // layer_regs_stamps (else unused): [workers, layers, NPHASE, 2] then [workers] (SM),
+                                   // per worker, layer and phase its last tile's dependency
                                    // seen and activations loaded (%globaltimer), for the hand-off's parts
   int layers, wait, pf_head, pages, page_bytes;
   unsigned long long attn_ns, timeout_ns;
@@ -166,13 +167,19 @@ __device__ __forceinline__ void attn_tile(const Args& a, int layer, int tile, Sy
 
 // ---------------------------------------------------------------------------------------------------------------
 // layer_regs: the megakernel's worker loop (megakernel.cu: worker, op_*), static tiles.
-// kStamps (layer_regs_stamps): thread 0 stamps each tile's hand-off parts into a.stamps. A template, not a null
-// test in layer_regs: the test alone made ptxas spill there (STACK 8 at 128 registers) and cost ~0.6 us per layer.
+// kStamps (layer_regs_stamps): thread 0 stamps each tile's hand-off parts into a.stamps, and the worker's SM after
+// them (is a phase's slowest tile on an SM running two tiles?). A template, not a null test in layer_regs: the test
+// alone made ptxas spill there (STACK 8 at 128 registers) and cost ~0.6 us per layer.
 template <bool kStamps>
 __device__ void run_regs(const Args& a) {
   __shared__ __align__(16) float xs[mk::SMEM_FLOATS];
   __shared__ int bad;
   const int worker = blockIdx.x, workers = gridDim.x;
+  if (kStamps && threadIdx.x == 0) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    a.stamps[(size_t)workers * a.layers * NPHASE * 2 + worker] = sm;
+  }
   for (int layer = 0; layer < a.layers; ++layer) {
     for (int phase = 0; phase < NPHASE; ++phase) {
       for (int tile = worker; tile < TILES(phase); tile += workers) {
