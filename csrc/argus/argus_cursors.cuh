@@ -594,10 +594,8 @@ __device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u3
  * ~13 cycles from the instruction that sets it to the first instruction it guards (ptxas's stall counts, nvcc 13.0
  * sm_90a), against ~4 as an operand: with the window folded into the writer test (session 18's build), the window's
  * ISETP/SEL came before that test on every BEGIN and the store waited for both (docs/marker_cost_anatomy.md, "Lanes
- * build, session 19 anatomy"). The window now only gates the count update (`@p add count, take`, p the writer test).
- * This form is the kernel body's (the cursor itself, RegCursor: ARGUS_WARP_STATE()); markers in a helper given the
- * cursor (RegState: ARGUS_STATE_PARAM or ARGUS_STATE_VALUE_PARAM) take the overload below. */
-__device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
+ * build, session 19 anatomy"). The window now only gates the count update (`@p add count, take`, p the writer test). */
+__device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
   const argus_u32 take = (argus_u32)in_window(coord, rc.coord_begin, rc.coord_span);
   const argus_u32 active = __activemask();
   const argus_u32 writer = (argus_u32)((active & rc.lanes) == 0u);
@@ -611,30 +609,6 @@ __device__ __forceinline__ void emit_with(RegCursor& rc, argus_u32 kind, argus_u
    * and a second add per pair and schedules them in front of the BEGIN's store: 105 stall cycles per loop iteration
    * against 99 for this form, refexec_compute at 256 occurrences) */
   asm("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %1, 0;\n\t@p add.u32 %0, %0, %2;\n\t}" : "+r"(rc.count) : "r"(writer), "r"(take));
-}
-/* The same marker in a helper given the cursor (RegState&: ARGUS_STATE_PARAM, or a __noinline__ helper's by-value
- * ARGUS_STATE_VALUE_PARAM): session 18's form (69a8eec), the coordinate window folded into the writer test,
- * ((active & lanemask_lt) | skip) == 0, so a record outside the window is not stored and the count update is one
- * predicated add. In the by-value helper the body's form above compiles to 51 non-FFMA instructions (ptxas keeps the
- * window as a predicate there and makes `@p add count, take` a VIADD, a window-predicated IADD3 and a writer-predicated
- * move per marker) and measured 27.7 ns per marker (H200, eaa5301); this form compiles to 49, the SASS of 69a8eec's
- * helper, which measured 25.0 (docs/marker_cost_anatomy.md, "Lanes by-value helper after 125a093"). The two forms
- * agree on the ring: an out-of-window record is either not stored or stored at the lane's count and overwritten, and
- * the count advances only in the window. C++ cannot tell a by-value cursor from a reference one, so a
- * __forceinline__ helper (RegState&) gets this form too: 69a8eec's SASS, 147 stall cycles per loop against the
- * body form's 141 (refexec_compute_helper_inline, OCCURRENCES=256). */
-__device__ __forceinline__ void emit_with(RegState& rc, argus_u32 kind, argus_u32 id, argus_u32 coord) {
-  /* skip: 0 for a marker in the coordinate window, else nonzero (the same for BEGIN and END of one coordinate) */
-  const argus_u32 skip = (argus_u32)!in_window(coord, rc.coord_begin, rc.coord_span);
-  const argus_u32 active = __activemask();
-  const argus_u32 writer = (argus_u32)(((active & rc.lanes) | skip) == 0u);
-  __syncwarp(active);
-  const argus_u64 t = global_timer();
-  const argus_u64 at = rc.records + (argus_u64)(rc.count & rc.mask_flags & ARGUS_REG_CAP_BITS_) * sizeof(ArgusRecord);
-  const argus_u32 hi = (active & ~1u) | (kind == ARGUS_KIND_END ? 1u : 0u);
-  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %0, 0;\n\t@p st.global.v4.b32 [%1], {%2, %3, %4, %5};\n\t}"
-               ::"r"(writer), "l"(at), "r"(id), "r"(coord), "r"((argus_u32)t), "r"(hi));
-  asm("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %1, 0;\n\t@p add.u32 %0, %0, 1;\n\t}" : "+r"(rc.count) : "r"(writer));
 }
 #else
 /* One marker. The lanes' mask is folded into `lanes` beside the chain (no branch); the __syncwarp on those lanes
