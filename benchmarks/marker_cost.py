@@ -13,8 +13,9 @@ register_helper_value in the __noinline__ helper taking it by value and returnin
 (register_divergent: the register cursor refuses that ring, so the row's check expects the decoder's refusal and the
 row is not timed); the register_apart* rows are the body, by-value helper and divergent kernels built with the opt-in
 -DARGUS_REG_APART=1 (lane groups recorded: register_apart_divergent is checked per lane group like shared_divergent),
-and the register_lanes* rows the same three with the opt-in -DARGUS_REG_LANES=1 (per-lane sub-rings: each lane group
-writes into its lowest lane's sub-ring; register_lanes_divergent checked per lane group).
+and the register_lanes* rows the same three and the __forceinline__ helper with the opt-in -DARGUS_REG_LANES=1
+(per-lane sub-rings: each lane group writes into its lowest lane's sub-ring; register_lanes_divergent checked per lane
+group).
 Row names before issue 20's default change (records up to the 2026-12-02 14:00 run):
 shared / shared_helper measured a58e52b's shared-cursor markers (removed), lean_shared / lean_shared_helper /
 lean_shared_divergent the -DARGUS_LEAN_MARKERS=1 build that is now the shared cursor, so today's shared,
@@ -93,6 +94,7 @@ PATHS = {
     # the lanes build (LANES): the same three kernels; the divergent one is checked per lane group, as above
     "register_lanes": ("refexec_compute", LANES),
     "register_lanes_helper_value": ("refexec_compute_helper_value", LANES),
+    "register_lanes_helper_inline": ("refexec_compute_helper_inline", LANES),  # the helper path that can meet 20 ns
     "register_lanes_divergent": ("refexec_compute_divergent", LANES),
 }
 # paths armed with another clock than %globaltimer; armed only (disarmed, the build is its globaltimer row's)
@@ -316,8 +318,9 @@ def main() -> int:
              "cursor, whose trace the decoder must refuse (check `refused`, not timed); register_apart / "
              "register_apart_helper_value / register_apart_divergent = the body, the by-value helper and the half-warps "
              "with the opt-in -DARGUS_REG_APART=1 build, whose divergent markers are recorded per lane group, per "
-             "marker of each half-warp); register_lanes / register_lanes_helper_value / register_lanes_divergent = "
-             "the same three with the opt-in -DARGUS_REG_LANES=1 build (per-lane sub-rings: a lane group's records go "
+             "marker of each half-warp); register_lanes / register_lanes_helper_value / register_lanes_helper_inline / "
+             "register_lanes_divergent = the same three and the __forceinline__ helper with the opt-in "
+             "-DARGUS_REG_LANES=1 build (per-lane sub-rings: a lane group's records go "
              "to its lowest lane's sub-ring, no shared memory or atomic), the divergent one checked per lane group; "
              "`check` = the path's output and decoded-trace check (a failed path is not timed); "
              "`per_marker_ns` / `fixed_us` = least-squares slope / intercept against markers per warp. "

@@ -375,6 +375,7 @@ def test_marker_cost_rows_of_the_lanes_build():
     assert ROWS_LANES == LANES
     assert PATHS["register_lanes"] == ("refexec_compute", LANES)
     assert PATHS["register_lanes_helper_value"] == ("refexec_compute_helper_value", LANES)
+    assert PATHS["register_lanes_helper_inline"] == ("refexec_compute_helper_inline", LANES)
     assert PATHS["register_lanes_divergent"] == ("refexec_compute_divergent", LANES)
     assert "register_lanes_divergent" not in REFUSED
 

@@ -34,8 +34,9 @@ def _cache(tmp_path_factory):
     os.environ.setdefault("ARGUS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
 
 
-def test_the_lanes_rows_are_the_three_kernels():
-    assert LANES_PATHS == ["register_lanes", "register_lanes_helper_value", "register_lanes_divergent"]
+def test_the_lanes_rows_are_the_four_kernels():
+    assert LANES_PATHS == ["register_lanes", "register_lanes_helper_value", "register_lanes_helper_inline",
+                           "register_lanes_divergent"]
 
 
 @pytest.mark.parametrize("path", LANES_PATHS)
