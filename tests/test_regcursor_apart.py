@@ -28,6 +28,7 @@ import pytest
 
 from argus_rt.trace import TraceConfig, decode, layout, pair_intervals
 from argus_rt.trace.decode import LANES_WHOLE_WARP
+from occurrences import occurrence_key
 from toolchain import needs_nvcc, parse_sass
 
 KERNELS = ("refexec_compute", "refexec_compute_helper", "refexec_compute_helper_value", "refexec_compute_helper_inline",
@@ -245,13 +246,6 @@ def _rows(raw, cfg):
     return t, pair_intervals(t).rows
 
 
-def _key(rows, i):
-    r = rows[i]
-    parent = int(r["parent"])
-    return (int(r["region_id"]), int(r["coord"]), int(r["lanes"]), int(r["depth"]),
-            None if parent < 0 else (int(rows[parent]["region_id"]), int(rows[parent]["coord"])))
-
-
 def test_half_warps_in_different_regions_pair_per_lane_group():
     """The divergent kernel's ring (each half its own pairs, the halves interleaved in any order) decodes to exactly
     the occurrences marker_cost's register_apart_divergent check expects."""
@@ -305,7 +299,7 @@ def test_whole_warp_regions_around_lane_groups_nest_and_a_leftover_is_overwritte
     w.leave(FULL)
     t_, rows = _rows(raw, cfg)
     assert not t_.incomplete, t_.problems
-    assert Counter(_key(rows, k) for k in range(len(rows))) == Counter(want)
+    assert Counter(occurrence_key(rows, k) for k in range(len(rows))) == Counter(want)
     for k in range(len(rows)):  # each occurrence lies inside its parent's
         p = int(rows[k]["parent"])
         if p >= 0:
@@ -371,7 +365,7 @@ def test_appended_launch_continues_after_the_first_launch_s_lane_groups():
         w.leave(FULL)
     t, rows = _rows(raw, cfg)
     assert not t.incomplete and int(t.rings["claims"][0]) == 2 and int(t.rings["written"][0]) == 12
-    assert Counter(_key(rows, k) for k in range(len(rows))) == Counter(
+    assert Counter(occurrence_key(rows, k) for k in range(len(rows))) == Counter(
         [(OUTER, c, FULL, 0, None) for c in (0, 1)] + [(LOW, c, 0x0000FFFF, 1, (OUTER, c)) for c in (0, 1)])
 
 

@@ -27,6 +27,7 @@ import pytest
 from argus_rt.trace import TraceConfig, decode, layout, pair_intervals
 from argus_rt.trace.decode import LANES_WHOLE_WARP
 from argus_rt.trace.errors import CorruptTraceError, MismatchedMarkersError
+from occurrences import occurrence_key
 from toolchain import needs_nvcc, parse_sass
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,13 +97,6 @@ def _raw(cfg):
     return np.zeros(cfg.buffer_bytes, dtype=np.uint8)
 
 
-def _key(rows, i):
-    r = rows[i]
-    parent = int(r["parent"])
-    return (int(r["region_id"]), int(r["coord"]), int(r["lanes"]), int(r["depth"]),
-            None if parent < 0 else (int(rows[parent]["region_id"]), int(rows[parent]["coord"])))
-
-
 # ---- decoder --------------------------------------------------------------------------------------------------------
 
 
@@ -141,7 +135,7 @@ def test_converged_warp_nested_regions_and_full_times_across_a_2_32_boundary():
     assert list(tr.rings["written"]) == [24, 24] and list(tr.rings["dropped"]) == [0, 0]
     rows = pair_intervals(tr).rows
     for ring in (0, 1):
-        assert Counter(_key(rows, k) for k in range(len(rows)) if rows["ring"][k] == ring) == Counter(want)
+        assert Counter(occurrence_key(rows, k) for k in range(len(rows)) if rows["ring"][k] == ring) == Counter(want)
     times = tr.ring_events(0)["time"].astype(np.int64)
     assert times.tolist() == [base + 40 * (k + 1) for k in range(24)]  # exact, with the high word across the wrap
 
@@ -204,7 +198,7 @@ def test_nested_regions_in_a_divergent_group_with_clock_ties():
     tr = decode(raw.tobytes(), cfg)
     assert not tr.incomplete, tr.problems
     rows = pair_intervals(tr).rows
-    assert Counter(_key(rows, k) for k in range(len(rows))) == Counter(want)
+    assert Counter(occurrence_key(rows, k) for k in range(len(rows))) == Counter(want)
     for k in range(len(rows)):  # each occurrence lies inside its parent's
         p = int(rows[k]["parent"])
         if p >= 0:

@@ -139,6 +139,18 @@ __device__ __forceinline__ bool consumers_any(bool v) {
   return r != 0;
 }
 
+// Tiles of `phase` this CTA runs (tile t to worker t % gridDim.x).
+__device__ __forceinline__ int cta_tiles(int phase) {
+  return (TILES(phase) - 1 - (int)blockIdx.x) / (int)gridDim.x + 1;
+}
+
+// One thread, after a barrier that orders the tiles' output writes before it: `tiles` more of (layer, phase) are
+// done (the counter the next phase waits on), and the worker's end stamp of it.
+__device__ __forceinline__ void signal_tiles(const Args& a, int layer, int phase, unsigned tiles) {
+  red_release_add(a.counters + (size_t)layer * NPHASE + phase, tiles);
+  a.phase_ns[((size_t)blockIdx.x * a.layers + layer) * NPHASE + phase] = globaltimer_ns();
+}
+
 __device__ __forceinline__ const __nv_bfloat16* tile_weights(const Args& a, int layer, int phase, int tile) {
   // a select, not an indexed array: that would put Args in local memory
   const __nv_bfloat16* w = phase == QKV ? a.wqkv : phase == OPROJ ? a.wo : phase == GU ? a.wgu : a.wd;
@@ -204,10 +216,7 @@ __device__ void run_regs(const Args& a) {
           else mk::gemv_tile(W, K, TILE_ROWS(phase), xs, out);  // gemv_rows<false>, __noinline__ as there
           __syncthreads();  // every warp's rows are written (and xs is free again) ...
         }
-        if (threadIdx.x == 0) {
-          red_release_add(a.counters + (size_t)layer * NPHASE + phase, 1u);  // ... before the counter says so
-          a.phase_ns[((size_t)worker * a.layers + layer) * NPHASE + phase] = globaltimer_ns();
-        }
+        if (threadIdx.x == 0) signal_tiles(a, layer, phase, 1u);  // ... before the counter says so
       }
     }
   }
@@ -220,6 +229,7 @@ __device__ void run_regs(const Args& a) {
 // dividing: ncu (session 19) found the consumers' per-step divisions and modulos were ~75 of a step's 340
 // instructions, and the consumers, at 2.25 warps per scheduler, bound by dependent-instruction latency.
 struct RingPos {
+  // parity is round & 1, kept as its own field: deriving it cost layer_ring 4 registers (nvcc 13.0)
   unsigned slot = 0, parity = 0, round = 0;
   __device__ __forceinline__ void advance(int pages) {
     if (++slot == (unsigned)pages) {
@@ -265,7 +275,7 @@ __device__ void ring_loader(const Args& a, unsigned char* ring, unsigned long lo
         const char* src = reinterpret_cast<const char*>(tile_weights(a, layer, phase, tile));
         for (int r0 = 0; r0 < TILE_ROWS(phase); r0 += rpp, ++seq, pos.advance(a.pages)) {
           const unsigned slot = pos.slot;
-          if (seq >= (unsigned)a.pages && !bar_wait(&empty[slot], pos.parity ^ 1u, a)) {  // the consumers freed it
+          if (pos.round > 0 && !bar_wait(&empty[slot], pos.parity ^ 1u, a)) {  // the consumers freed it
             report(a.err, ERR_EMPTY, layer, phase);  // a no-op when another wait failed first
             ok = false;
             break;
@@ -407,35 +417,43 @@ __device__ void ring_consumers(const Args& a, const unsigned char* ring, unsigne
         else ok = ring_gemv<KDIM(QKV), G>(a, layer, phase, tile, ring, full, empty, rounds, pos, parts);
         if (!ok) return;
         consumers_any<G * CTHREADS>(false);  // the tile's outputs are written (and parts is free again) before the signal
-        if (threadIdx.x == 0) {
-          red_release_add(a.counters + (size_t)layer * NPHASE + phase, 1u);
-          a.phase_ns[((size_t)worker * a.layers + layer) * NPHASE + phase] = globaltimer_ns();
-        }
+        if (threadIdx.x == 0) signal_tiles(a, layer, phase, 1u);
       }
     }
   }
 }
 
-template <int G>
-__device__ void run_ring(const Args& a) {
+// The ring kernels' layout: the ring and its barriers set up once, then threads [0, consumer_threads) consume and
+// the first thread of the warp after them loads. `empty_arrivals`: the arrivals that free a page.
+template <class Consumers>
+__device__ void run_with_loader(const Args& a, int consumer_threads, unsigned empty_arrivals, Consumers consumers) {
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) unsigned long long full[32], empty[32];
   __shared__ unsigned rounds[32];  // page_wait
   if (threadIdx.x == 0) {
     for (int s = 0; s < a.pages; ++s) {
       rounds[s] = 0;
-      bar_init(&full[s], 1);             // the loader's arrive.expect_tx (+ the copy's bytes)
-      bar_init(&empty[s], CONSUMERS);    // one arrival per warp of the consumer group that reads the page
+      bar_init(&full[s], 1);  // the loader's arrive.expect_tx (+ the copy's bytes)
+      bar_init(&empty[s], empty_arrivals);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  if (threadIdx.x >= G * CTHREADS) {
-    if (threadIdx.x == G * CTHREADS) ring_loader(a, ring, full, empty, rounds);
+  if ((int)threadIdx.x >= consumer_threads) {
+    if ((int)threadIdx.x == consumer_threads) ring_loader(a, ring, full, empty, rounds);
     __syncwarp();
   } else {
-    ring_consumers<G>(a, ring, full, empty, rounds);
+    consumers(ring, full, empty, rounds);
   }
+}
+
+template <int G>
+__device__ void run_ring(const Args& a) {
+  // a page is free once every warp of the consumer group that read it arrived
+  run_with_loader(a, G * CTHREADS, CONSUMERS, [&](unsigned char* ring, unsigned long long* full,
+                                                 unsigned long long* empty, unsigned* rounds) {
+    ring_consumers<G>(a, ring, full, empty, rounds);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -526,8 +544,8 @@ __device__ bool rows_phase(const Args& a, int layer, int phase, const unsigned c
 // row 0 + row 1 of D is W x with ~16-bit activations, not 8. Thread (g, t) feeds row g's 16-byte chunk 4s + t of
 // each step s, the two halves of the chunk to the two instructions; the A operand's slots take the same real k
 // (x's chunk 4s + t, from lanes 0-3 the high parts, 4-7 the remainders), so every k meets its own activation.
-// ~6 instructions per 512 bytes and warp against ~17 on the CUDA cores. Pages are taken in pairs (8 rows, pages of
-// 4 rows: 16 KiB at K 2048).
+// Estimated from the source, not measured: ~6 instructions per 512 bytes and warp against ~17 on the CUDA cores.
+// Pages are taken in pairs (8 rows, pages of 4 rows: 16 KiB at K 2048).
 __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a2, unsigned b0, unsigned b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                "{%0, %1, %2, %3};"
@@ -549,8 +567,8 @@ __device__ bool mma_phase(const Args& a, int layer, int phase, const unsigned ch
   constexpr int PART = STEPS / MMA_SPLIT;
   static_assert(PART % 2 == 0, "two steps per iteration");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int worker = blockIdx.x, workers = gridDim.x, rows = TILE_ROWS(phase);
-  const int total = ((TILES(phase) - 1 - worker) / workers + 1) * rows;  // this CTA's rows, tiles in order
+  const int rows = TILE_ROWS(phase);
+  const int total = cta_tiles(phase) * rows;  // this CTA's rows, tiles in order
   const int npages = total / 4;
   bool ok = true;
   for (int p = 0; p < npages; p += 2) {
@@ -610,7 +628,7 @@ __device__ bool mma_phase(const Args& a, int layer, int phase, const unsigned ch
 // layer_mma's phase end (the phase's last warp): each of the CTA's rows is the sum of its MMA_SPLIT parts.
 __device__ void mma_write(const Args& a, int layer, int phase, const float (*parts)[MMA_MAX_ROWS]) {
   const int worker = blockIdx.x, workers = gridDim.x, rows = TILE_ROWS(phase);
-  const int total = ((TILES(phase) - 1 - worker) / workers + 1) * rows;
+  const int total = cta_tiles(phase) * rows;
   for (int R = threadIdx.x & 31; R < total; R += 32) {
     float sum = 0.f;
 #pragma unroll
@@ -631,9 +649,9 @@ __device__ __forceinline__ unsigned phases_before(int worker, int layer, int pha
   return (unsigned)layer * per_layer + before;
 }
 
-// Lane 0 of warp 0: spin until `done` (warps finished, over all phases so far) reaches `target`.
-__device__ __forceinline__ void wait_done(const unsigned* done, unsigned target) {
-  while (*(volatile const unsigned*)done < target) {}
+// Lane 0 of warp 0: spin until `count` (a shared count of finished work, summed over phases so far) reaches `target`.
+__device__ __forceinline__ void wait_done(const unsigned* count, unsigned target) {
+  while (*(volatile const unsigned*)count < target) {}
 }
 
 template <bool kMma>
@@ -686,6 +704,7 @@ __device__ void rows_consumers(const Args& a, const unsigned char* ring, unsigne
       // This warp's rows are written ... ; the last warp of the phase signals its tiles. CTA-scope fences around the
       // shared count (release, then the last warp's acquire) chain into the counter's gpu-scope release; the
       // __threadfence (fence.sc.gpu, an L1 invalidate per warp) they replace was 22% of the stall samples (b60ab86+1).
+      // recomputed, not kept from the wait above: live across the phase it cost layer_mma a stack slot (nvcc 13.0)
       const unsigned nth = phases_before(worker, layer, phase) + 1;
       bool last = false;
       if (lane == 0) {
@@ -697,9 +716,7 @@ __device__ void rows_consumers(const Args& a, const unsigned char* ring, unsigne
         if (mma) mma_write(a, layer, phase, parts);
         __syncwarp();
         if (lane == 0) {
-          const unsigned tiles = (unsigned)((TILES(phase) - 1 - worker) / workers + 1);
-          red_release_add(a.counters + (size_t)layer * NPHASE + phase, tiles);
-          a.phase_ns[((size_t)worker * a.layers + layer) * NPHASE + phase] = globaltimer_ns();
+          signal_tiles(a, layer, phase, (unsigned)cta_tiles(phase));
           asm volatile("fence.acq_rel.cta;" ::: "memory");
           atomicAdd(&finished, 1u);
         }
@@ -710,24 +727,11 @@ __device__ void rows_consumers(const Args& a, const unsigned char* ring, unsigne
 
 template <bool kMma>
 __device__ void run_rows(const Args& a) {
-  extern __shared__ __align__(128) unsigned char ring[];
-  __shared__ __align__(8) unsigned long long full[32], empty[32];
-  __shared__ unsigned rounds[32];  // page_wait
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < a.pages; ++s) {
-      rounds[s] = 0;
-      bar_init(&full[s], 1);
-      bar_init(&empty[s], ROWS_WARPS);  // the page's owners' arrivals add up to NW
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  if (threadIdx.x >= ROWS_THREADS) {
-    if (threadIdx.x == ROWS_THREADS) ring_loader(a, ring, full, empty, rounds);
-    __syncwarp();
-  } else {
+  // the page's owners' arrivals add up to ROWS_WARPS
+  run_with_loader(a, ROWS_THREADS, ROWS_WARPS, [&](unsigned char* ring, unsigned long long* full,
+                                                  unsigned long long* empty, unsigned* rounds) {
     rows_consumers<kMma>(a, ring, full, empty, rounds);
-  }
+  });
 }
 
 template <int G, bool kStamps = false>  // G consumer groups of 8 warps; 0: the register kernel; -1: rows; -2: mma
