@@ -170,6 +170,15 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if (MK_EARLY_REGS & 2) && (MK_BATCH_O || MK_O_PIECES || !MK_ONE_SPLIT)
 #error "MK_EARLY_REGS=2 or 3 replaces one-split O-proj tiles' GEMV loop: build it with MK_ONE_SPLIT=1, without MK_BATCH_O and MK_O_PIECES"
 #endif
+#ifndef MK_LL
+// Row 53 (opt-in): the residual stream carries its own readiness (ll.cuh). Every x / x_mid store also writes an
+// 8-byte word (value, step + 1) to x_ll / x_mid_ll, and early QKV and gate/up tiles spin on those words instead of
+// thread 0 polling the counter and then loading the vector: one L2 round trip per hand-off instead of two. 0: off.
+#define MK_LL 0
+#endif
+#if MK_LL && ((MK_EARLY_REGS & 5) != 5 || (MK_EARLY_REGS & 8) || !MK_DOWN_PIECES)
+#error "MK_LL reads the residual in early QKV and gate/up tiles: build it with MK_EARLY_REGS bits 1 and 4, without bit 8, with MK_DOWN_PIECES"
+#endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)
 #endif
