@@ -176,6 +176,12 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 // thread 0 polling the counter and then loading the vector: one L2 round trip per hand-off instead of two. 0: off.
 #define MK_LL 0
 #endif
+#ifndef MK_LL_TAIL
+#define MK_LL_TAIL 8  // row 53b: an early MK_LL tile spins on the words once all but 1 / MK_LL_TAIL producers signalled
+#endif
+#if MK_LL_TAIL < 1
+#error "MK_LL_TAIL is the share of a phase's producers (1 / MK_LL_TAIL) an MK_LL tile spins for: >= 1"
+#endif
 #if MK_LL && ((MK_EARLY_REGS & 5) != 5 || (MK_EARLY_REGS & 8) || !MK_DOWN_PIECES)
 #error "MK_LL reads the residual in early QKV and gate/up tiles: build it with MK_EARLY_REGS bits 1 and 4, without bit 8, with MK_DOWN_PIECES"
 #endif

@@ -151,6 +151,19 @@ __device__ __forceinline__ bool early_ll_wait(const Params& p, Smem& s, unsigned
                                               int layer, const __nv_bfloat16* g, float& ss) {
   const unsigned long long* src =
       (op == OP_QKV_HEAD ? p.x_ll : p.x_mid_ll) + (size_t)layer * EARLY_K + 8 * threadIdx.x;
+  // Row 53b: every thread spinning from the tile's start flooded L2 (row 53: +19%; gate/up tiles spin through
+  // attention and O-proj), so thread 0 first polls the counter, as early_wait does, until all but the last
+  // 1 / MK_LL_TAIL of the producers signalled; the CTA's spin then covers only the phase's tail.
+  if (threadIdx.x == 0 && s.ins[W_WAIT] != NO_COUNTER) {
+    const int count = s.ins[W_WAIT_COUNT];
+    const int need = (step + 1 + s.ins[W_WAIT_DELTA]) * count - count / MK_LL_TAIL;
+    const WaitSite site{(int)t, step, index, op, layer, s.ins[W_WAIT]};
+    // a failed wait is left to the spin's budget and then early_wait, which reports it
+    if (need > 0)
+      (void)wait_counter_impl<false>(p, p.counters + s.ins[W_WAIT], (unsigned)need, site,
+                                     (unsigned long long)p.timeout_ns, nullptr);
+  }
+  __syncthreads();
   ss = 0.f;
   const auto share = [&](float4 a, float4 b) { ss = early_norm_chunk(a, b, g, s.xs); };
   bool got = ll_read8(src, step, LL_SPIN_CYCLES, share);
