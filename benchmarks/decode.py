@@ -340,6 +340,9 @@ def variant_rows() -> dict[str, dict]:
         "mk_ll": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_LL=1",)},
         "mk_ll_t2": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_LL=1", "-DMK_LL_TAIL=2")},
         "mk_ll_t32": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_LL=1", "-DMK_LL_TAIL=32")},
+        # 53c: mk_ll_t2 with a back-off between the spin's reads (MK_LL_SLEEP ns)
+        "mk_ll_s100": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_LL=1", "-DMK_LL_TAIL=2", "-DMK_LL_SLEEP=100")},
+        "mk_ll_s400": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_LL=1", "-DMK_LL_TAIL=2", "-DMK_LL_SLEEP=400")},
     }
     # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
     # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were
