@@ -177,10 +177,7 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #define MK_LL 0
 #endif
 #ifndef MK_LL_TAIL
-#define MK_LL_TAIL 8  // row 53b: an early MK_LL tile spins on the words once all but 1 / MK_LL_TAIL producers signalled
-#endif
-#ifndef MK_LL_SLEEP
-#define MK_LL_SLEEP 0  // row 53c: ns an MK_LL tile's thread sleeps between reads of its words that found one missing
+#define MK_LL_TAIL 2  // row 53b: an early MK_LL tile spins on the words once all but 1 / MK_LL_TAIL producers signalled
 #endif
 #if MK_LL_TAIL < 1
 #error "MK_LL_TAIL is the share of a phase's producers (1 / MK_LL_TAIL) an MK_LL tile spins for: >= 1"

@@ -47,11 +47,10 @@ __device__ __forceinline__ bool early_eligible(const Params& p, const int* ins, 
 
 // load_rmsnorm (gemv.cuh) at n = EARLY_K (EARLY_SHAPES), inlined: one 8-float chunk per thread, the same products and
 // sum order (xs = x * g; returns rsqrt(mean(x^2) + eps)).
-// A thread's share of the norm, its chunk already loaded (a, b: x's floats 8c .. 8c + 7): xs = x * g over the
-// chunk, and the chunk's sum of squares.
-__device__ __forceinline__ float early_norm_chunk(float4 a, float4 b, const __nv_bfloat16* __restrict__ g, float* xs) {
+// A thread's share of the norm, its chunk and its norm weights already loaded (a, b: x's floats 8c .. 8c + 7; w: g's
+// 8 bf16 there): xs = x * g over the chunk, and the chunk's sum of squares.
+__device__ __forceinline__ float early_norm_chunk(float4 a, float4 b, uint4 w, float* xs) {
   const int c = threadIdx.x;
-  const uint4 w = __ldg(reinterpret_cast<const uint4*>(g) + c);
   const float ss = a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
   float4* xs4 = reinterpret_cast<float4*>(xs);
   xs4[2 * c] = make_float4(a.x * bf_lo(w.x), a.y * bf_hi(w.x), a.z * bf_lo(w.y), a.w * bf_hi(w.y));
@@ -70,7 +69,8 @@ __device__ __forceinline__ float early_rmsnorm(const float* x, const __nv_bfloat
   const int c = threadIdx.x;
   const float4 a = __ldcg(reinterpret_cast<const float4*>(x) + 2 * c);
   const float4 b = __ldcg(reinterpret_cast<const float4*>(x) + 2 * c + 1);
-  return early_rstd(early_norm_chunk(a, b, g, xs), eps, scratch);
+  const uint4 w = __ldg(reinterpret_cast<const uint4*>(g) + c);
+  return early_rstd(early_norm_chunk(a, b, w, xs), eps, scratch);
 }
 
 // xs = x (EARLY_K floats through L2), both of a thread's loads before its stores (one round trip), then a barrier.
@@ -151,9 +151,13 @@ __device__ __forceinline__ bool early_ll_wait(const Params& p, Smem& s, unsigned
                                               int layer, const __nv_bfloat16* g, float& ss) {
   const unsigned long long* src =
       (op == OP_QKV_HEAD ? p.x_ll : p.x_mid_ll) + (size_t)layer * EARLY_K + 8 * threadIdx.x;
-  // Row 53b: every thread spinning from the tile's start flooded L2 (row 53: +19%; gate/up tiles spin through
-  // attention and O-proj), so thread 0 first polls the counter, as early_wait does, until all but the last
-  // 1 / MK_LL_TAIL of the producers signalled; the CTA's spin then covers only the phase's tail.
+  // Row 53e: the norm weights' load goes out before any wait; issued after the spin it was one more dependent L2
+  // trip (rows 53-53c: the input's arrival, gap + norm in the timeline, 0.6-0.7 us later than the default's).
+  const uint4 w = __ldg(reinterpret_cast<const uint4*>(g) + threadIdx.x);
+  // Row 53b: every thread spinning from the tile's start cost +19% (gate/up tiles spin through attention and
+  // O-proj), so thread 0 first polls the counter, as early_wait does, until all but the last 1 / MK_LL_TAIL of the
+  // producers signalled; the CTA's spin then covers only the phase's tail (tails 2, 8, 32 within 1%, a back-off
+  // between the spin's reads no change: rows 53b-c).
   if (threadIdx.x == 0 && s.ins[W_WAIT] != NO_COUNTER) {
     const int count = s.ins[W_WAIT_COUNT];
     const int need = (step + 1 + s.ins[W_WAIT_DELTA]) * count - count / MK_LL_TAIL;
@@ -165,7 +169,7 @@ __device__ __forceinline__ bool early_ll_wait(const Params& p, Smem& s, unsigned
   }
   __syncthreads();
   ss = 0.f;
-  const auto share = [&](float4 a, float4 b) { ss = early_norm_chunk(a, b, g, s.xs); };
+  const auto share = [&](float4 a, float4 b) { ss = early_norm_chunk(a, b, w, s.xs); };
   bool got = ll_read8(src, step, LL_SPIN_CYCLES, share);
   if (__syncthreads_or(!got)) {
     if (!early_wait(p, s, t, step, index, op, layer)) return false;

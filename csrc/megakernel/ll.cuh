@@ -46,9 +46,6 @@ __device__ __forceinline__ bool ll_read8(const unsigned long long* src, int step
       return true;
     }
     if ((unsigned)clock() - start > budget_cycles) return false;
-#if MK_LL_SLEEP
-    __nanosleep(MK_LL_SLEEP);  // row 53c: fewer re-reads of the lines every waiting CTA reads
-#endif
   }
 }
 
