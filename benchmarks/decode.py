@@ -334,12 +334,6 @@ def variant_rows() -> dict[str, dict]:
         # Row 49 (NOTES.md "Ready: row 49"): the default with row 44's K/V prefetch (attention tiles L2-prefetch their
         # split's K/V rows before their wait), now that early weight loads fill DRAM during the attention phase
         "mk_early_kvpf": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",)},
-        # Row 53 (NOTES.md "Ready: row 53"; csrc/megakernel/ll.cuh): the default with the residual stream's values
-        # tagged by step (x_ll / x_mid_ll), so early QKV and gate/up tiles wait and load in one round trip; 53b: the
-        # spin only over the last 1 / MK_LL_TAIL of the producers (2 in mk_ll, 8 in mk_ll_t8), the counter before;
-        # 53e: the norm weights loaded before the wait
-        "mk_ll": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_LL=1",)},
-        "mk_ll_t8": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_LL=1", "-DMK_LL_TAIL=8")},
     }
     # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
     # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were

@@ -26,7 +26,6 @@ PARAM_FIELDS: tuple[tuple[str, str], ...] = (
     ("n_forced", I64),
     ("sample_counter", I64), ("seed", I64), ("timeout_ns", I64), ("prefetch_ahead", I64), ("stage_bytes", I64),
     ("eps", "double"), ("temperature", "double"),
-    ("x_ll", "unsigned long long*"), ("x_mid_ll", "unsigned long long*"),  # row 53 (MK_LL): (value, step + 1) words
 )
 PARAM_BYTES = 8 * len(PARAM_FIELDS)
 

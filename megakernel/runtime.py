@@ -39,7 +39,7 @@ from .params import (
     pack_params,
 )
 from .regions import coordinate, region_tree
-from .state import LL_BUFFERS, DecodeState
+from .state import DecodeState
 
 CONFIG_CUH = CSRC / "megakernel" / "config.cuh"
 # Dynamic shared memory for weight staging: H200 allows 227 KiB per CTA, the static part is ~35 KiB.
@@ -479,8 +479,6 @@ class MegakernelDecoder:
         grow within a sequence; counters left from an earlier one would satisfy every wait at once)."""
         self.state.set_prompt(tokens)
         self.state.t["counters"].zero_()
-        for name in LL_BUFFERS:  # their tags, too, only grow within a sequence
-            self.state.t[name].zero_()
         self.n_forced = len(tokens)
 
     def tokens(self, n: int | None = None) -> list[int]:
@@ -500,7 +498,7 @@ class MegakernelDecoder:
             "step_begin": step_begin, "step_end": step_end,
             **{k: ptr[k] for k in ("embed", "wqkv", "wo", "wgu", "wd", "attn_norm", "ffn_norm", "final_norm",
                                    "lm_head", "k_cache", "v_cache", "x", "x_mid", "q", "attn_part", "h", "logits",
-                                   "rope_cos", "rope_sin", "tokens", *LL_BUFFERS)},
+                                   "rope_cos", "rope_sin", "tokens")},
             "n_layers": c.n_layers, "hidden": c.hidden, "ffn": c.ffn, "n_heads": c.n_heads,
             "n_kv_heads": c.n_kv_heads, "head_dim": c.head_dim, "vocab": c.vocab, "max_seq": c.max_seq,
             # the launch's split length; n_splits: the state's partial slots per head (their stride), in every launch

@@ -17,7 +17,6 @@ from tinyllama.weights import LlamaWeights
 from .dag import Program
 
 WEIGHT_NAMES = ("embed", "wqkv", "wo", "wgu", "wd", "attn_norm", "ffn_norm", "final_norm", "lm_head")
-LL_BUFFERS = ("x_ll", "x_mid_ll")  # row 53 (MK_LL): outside BUFFER_NAMES, which every build writes alike
 BUFFER_NAMES = ("x", "x_mid", "q", "attn_part", "h", "logits", "k_cache", "v_cache", "rope_cos", "rope_sin",
                 "tokens", "counters", "sample_val", "sample_idx")
 
@@ -116,9 +115,6 @@ class DecodeState:
             "rope_sin": sin[:, :half].contiguous().to(device),
             "tokens": torch.zeros(c.max_seq + 1, device=device, dtype=torch.int32),
             "counters": torch.zeros(len(program.counters), device=device, dtype=torch.int32),
-            # row 53 (MK_LL builds): x / x_mid as (value, step + 1) words; zero (no step's tag) with the counters
-            "x_ll": torch.zeros(c.n_layers + 1, c.hidden, device=device, dtype=torch.int64),
-            "x_mid_ll": torch.zeros(c.n_layers, c.hidden, device=device, dtype=torch.int64),
         })
         # The attention partials and, after them in the same allocation, the fused sampling's
         # per-Logits-tile best (value, vocabulary index) (TileShape.fused_sample).

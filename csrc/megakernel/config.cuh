@@ -127,6 +127,9 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if defined(MK_ATTN_U) || defined(MK_ATTN_O) || defined(MK_ATTN_O_LINES) || defined(MK_EARLY_KSPLIT)
 #error "MK_ATTN_U (row 50), MK_ATTN_O and MK_ATTN_O_LINES (rows 51-51c) and MK_EARLY_KSPLIT (row 52) were removed in session 18 (NOTES.md \"Rows 50-51 removed\", \"Row 52 measured\"): drop the flag"
 #endif
+#if defined(MK_LL) || defined(MK_LL_TAIL)
+#error "MK_LL and MK_LL_TAIL (rows 53-53e, flag-in-data residual words on the early tiles) were removed in session 21 (NOTES.md \"Row 53 measured\"): drop the flag"
+#endif
 #ifndef MK_KV_PREFETCH
 // Row 44 (opt-in, not yet GPU-run; NOTES.md "Ready: row 44"): 1: an AttnPartial tile's warp 0 bulk-prefetches its
 // split's K and V rows (up to this step's position) into L2 before the tile's dependency wait, as the weight tiles
@@ -169,21 +172,6 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #endif
 #if (MK_EARLY_REGS & 2) && (MK_BATCH_O || MK_O_PIECES || !MK_ONE_SPLIT)
 #error "MK_EARLY_REGS=2 or 3 replaces one-split O-proj tiles' GEMV loop: build it with MK_ONE_SPLIT=1, without MK_BATCH_O and MK_O_PIECES"
-#endif
-#ifndef MK_LL
-// Row 53 (opt-in): the residual stream carries its own readiness (ll.cuh). Every x / x_mid store also writes an
-// 8-byte word (value, step + 1) to x_ll / x_mid_ll, and early QKV and gate/up tiles spin on those words instead of
-// thread 0 polling the counter and then loading the vector: one L2 round trip per hand-off instead of two. 0: off.
-#define MK_LL 0
-#endif
-#ifndef MK_LL_TAIL
-#define MK_LL_TAIL 2  // row 53b: an early MK_LL tile spins on the words once all but 1 / MK_LL_TAIL producers signalled
-#endif
-#if MK_LL_TAIL < 1
-#error "MK_LL_TAIL is the share of a phase's producers (1 / MK_LL_TAIL) an MK_LL tile spins for: >= 1"
-#endif
-#if MK_LL && ((MK_EARLY_REGS & 5) != 5 || (MK_EARLY_REGS & 8) || !MK_DOWN_PIECES)
-#error "MK_LL reads the residual in early QKV and gate/up tiles: build it with MK_EARLY_REGS bits 1 and 4, without bit 8, with MK_DOWN_PIECES"
 #endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)

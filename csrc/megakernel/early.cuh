@@ -47,30 +47,18 @@ __device__ __forceinline__ bool early_eligible(const Params& p, const int* ins, 
 
 // load_rmsnorm (gemv.cuh) at n = EARLY_K (EARLY_SHAPES), inlined: one 8-float chunk per thread, the same products and
 // sum order (xs = x * g; returns rsqrt(mean(x^2) + eps)).
-// A thread's share of the norm, its chunk and its norm weights already loaded (a, b: x's floats 8c .. 8c + 7; w: g's
-// 8 bf16 there): xs = x * g over the chunk, and the chunk's sum of squares.
-__device__ __forceinline__ float early_norm_chunk(float4 a, float4 b, uint4 w, float* xs) {
-  const int c = threadIdx.x;
-  const float ss = a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
-  float4* xs4 = reinterpret_cast<float4*>(xs);
-  xs4[2 * c] = make_float4(a.x * bf_lo(w.x), a.y * bf_hi(w.x), a.z * bf_lo(w.y), a.w * bf_hi(w.y));
-  xs4[2 * c + 1] = make_float4(b.x * bf_lo(w.z), b.y * bf_hi(w.z), b.z * bf_lo(w.w), b.w * bf_hi(w.w));
-  return ss;
-}
-
-// The norm's end: every thread's chunk sum (its barriers also publish xs; 0 + ss: load_rmsnorm's sum order).
-__device__ __forceinline__ float early_rstd(float ss, float eps, float* scratch) {
-  const float total = block_sum(0.f + ss, scratch);
-  return rsqrtf(total / (float)EARLY_K + eps);
-}
-
 __device__ __forceinline__ float early_rmsnorm(const float* x, const __nv_bfloat16* __restrict__ g, float eps,
                                                float* xs, float* scratch) {
   const int c = threadIdx.x;
   const float4 a = __ldcg(reinterpret_cast<const float4*>(x) + 2 * c);
   const float4 b = __ldcg(reinterpret_cast<const float4*>(x) + 2 * c + 1);
   const uint4 w = __ldg(reinterpret_cast<const uint4*>(g) + c);
-  return early_rstd(early_norm_chunk(a, b, w, xs), eps, scratch);
+  const float ss = a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
+  float4* xs4 = reinterpret_cast<float4*>(xs);
+  xs4[2 * c] = make_float4(a.x * bf_lo(w.x), a.y * bf_hi(w.x), a.z * bf_lo(w.y), a.w * bf_hi(w.y));
+  xs4[2 * c + 1] = make_float4(b.x * bf_lo(w.z), b.y * bf_hi(w.z), b.z * bf_lo(w.w), b.w * bf_hi(w.w));
+  const float total = block_sum(0.f + ss, scratch);  // its barriers also publish xs; 0 + ss: load_rmsnorm's sum
+  return rsqrtf(total / (float)EARLY_K + eps);
 }
 
 // xs = x (EARLY_K floats through L2), both of a thread's loads before its stores (one round trip), then a barrier.
@@ -137,55 +125,6 @@ __device__ __forceinline__ bool early_wait(const Params& p, Smem& s, unsigned t,
   ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
   return s.ok;
 }
-
-#if MK_LL
-// past this (~200 us at H200's clocks), a tile takes the counter's wait (and its watchdog)
-constexpr unsigned LL_SPIN_CYCLES = 400000;
-
-// Row 53: a QKV or gate/up tile's wait, input load and norm share in one: every thread spins on its 8 words of x_ll /
-// x_mid_ll (ll.cuh) until they carry this step's tag, then takes its share of the norm at once (only its sum of
-// squares lives across the barrier: the chunk itself there spilled, ptxas 13.0). Only when some thread gives up after
-// LL_SPIN_CYCLES does the tile take early_wait (whose watchdog reports a deadlock or a failed CTA) and read again.
-// Returns the chunk's sum of squares in `ss`; false if the kernel must stop.
-__device__ __forceinline__ bool early_ll_wait(const Params& p, Smem& s, unsigned t, int step, int index, int op,
-                                              int layer, const __nv_bfloat16* g, float& ss) {
-  const unsigned long long* src =
-      (op == OP_QKV_HEAD ? p.x_ll : p.x_mid_ll) + (size_t)layer * EARLY_K + 8 * threadIdx.x;
-  // Row 53e: the norm weights' load goes out before any wait; issued after the spin it was one more dependent L2
-  // trip (rows 53-53c: the input's arrival, gap + norm in the timeline, 0.6-0.7 us later than the default's).
-  const uint4 w = __ldg(reinterpret_cast<const uint4*>(g) + threadIdx.x);
-  // Row 53b: every thread spinning from the tile's start cost +19% (gate/up tiles spin through attention and
-  // O-proj), so thread 0 first polls the counter, as early_wait does, until all but the last 1 / MK_LL_TAIL of the
-  // producers signalled; the CTA's spin then covers only the phase's tail (tails 2, 8, 32 within 1%, a back-off
-  // between the spin's reads no change: rows 53b-c).
-  if (threadIdx.x == 0 && s.ins[W_WAIT] != NO_COUNTER) {
-    const int count = s.ins[W_WAIT_COUNT];
-    const int need = (step + 1 + s.ins[W_WAIT_DELTA]) * count - count / MK_LL_TAIL;
-    const WaitSite site{(int)t, step, index, op, layer, s.ins[W_WAIT]};
-    // a failed wait is left to the spin's budget and then early_wait, which reports it
-    if (need > 0)
-      (void)wait_counter_impl<false>(p, p.counters + s.ins[W_WAIT], (unsigned)need, site,
-                                     (unsigned long long)p.timeout_ns, nullptr);
-  }
-  __syncthreads();
-  ss = 0.f;
-  const auto share = [&](float4 a, float4 b) { ss = early_norm_chunk(a, b, w, s.xs); };
-  bool got = ll_read8(src, step, LL_SPIN_CYCLES, share);
-  if (__syncthreads_or(!got)) {
-    if (!early_wait(p, s, t, step, index, op, layer)) return false;
-    got = got || ll_read8(src, step, LL_SPIN_CYCLES, share);
-    // the counter says every producer stored its words: missing ones are a broken run
-    if (!got) raise_error(p, ERROR_DEADLOCK, (int)t, step, index, op);
-    return __syncthreads_and(got);
-  }
-  if (threadIdx.x == 0) {  // early_wait's bookkeeping (the norm's barriers publish it)
-    s.next_ticket = t + (gridDim.x - 1);
-    s.ok = true;
-  }
-  ARGUS_END_AT(ARGUS_REGION_DECODE_CORE_LOOP, coord(step, layer));
-  return true;
-}
-#endif
 
 #if MK_EARLY_REGS & 8
 // load_vector (gemv.cuh, MK_VEC_BATCH) inlined: xs = x (n floats), a thread's first VEC_SLOTS loads before its stores.
@@ -288,21 +227,6 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
 #pragma unroll
     for (int i = 0; i < GEMV_ROWS; ++i)
       wr[u][i] = ld_weights(w + (size_t)(warp * GEMV_ROWS + i) * row_bytes + (size_t)(lane + 32 * u) * 16);
-#if MK_LL
-  float rstd = 1.f;
-  if (op != OP_O_PROJ) {  // QKV, gate/up: the residual by its tags (row 53)
-    float ss;
-    if (!early_ll_wait(p, s, t, step, index, op, layer,
-                       (op == OP_QKV_HEAD ? p.attn_norm : p.ffn_norm) + (size_t)layer * D, ss))
-      return false;
-    MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
-    rstd = early_rstd(ss, (float)p.eps, s.scratch);
-  } else {
-    if (!early_wait(p, s, t, step, index, op, layer)) return false;
-    MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
-    early_vector(attn_out_of(p) + (size_t)layer * D, s.xs);
-  }
-#else
   if (!early_wait(p, s, t, step, index, op, layer)) return false;
   float rstd = 1.f;
   if (op == OP_QKV_HEAD) {
@@ -315,7 +239,6 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
     MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
     early_vector(attn_out_of(p) + (size_t)layer * D, s.xs);
   }
-#endif
   {
     MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
     const float4* x4 = reinterpret_cast<const float4*>(s.xs);
@@ -349,12 +272,8 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
     }
   } else {
     const int row0 = s.ins[W_A0], rows = s.ins[W_A1];
-#if MK_LL
-    ll_residual(p, p.x_ll, p.x_mid, p.x_mid_ll, (size_t)layer * D + row0, rows, s.out, step, OP_O_PROJ);
-#else
     for (int r = threadIdx.x; r < rows; r += THREADS)  // op_oproj's residual: x_mid = x + attn . Wo
       p.x_mid[(size_t)layer * D + row0 + r] = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
-#endif
   }
   return true;
 }

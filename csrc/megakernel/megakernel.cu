@@ -41,7 +41,6 @@
 #include "attention.cuh"
 #include "stage.cuh"
 #include "ring.cuh"
-#include "ll.cuh"  // row 53 (MK_LL): empty without the flag
 
 namespace mk {
 
@@ -261,14 +260,6 @@ __device__ void op_embed(const Params& p, Smem& s, int step, bool* bad) {
     const uint4 w = __ldg(row + c);
     x4[2 * c] = make_float4(bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y));
     x4[2 * c + 1] = make_float4(bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w));
-#if MK_LL
-    const unsigned u[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      ll_store(p.x_ll + 8 * c + 2 * i, step, bf_lo(u[i]));
-      ll_store(p.x_ll + 8 * c + 2 * i + 1, step, bf_hi(u[i]));
-    }
-#endif
   }
 }
 
@@ -378,12 +369,8 @@ __device__ void op_oproj(const Params& p, Smem& s, int layer, int row0, int rows
   tile_gemv<MK_BATCH_O != 0>(p, s, p.wo + ((size_t)layer * D + row0) * D, D, rows);
 #endif
   __syncthreads();
-#if MK_LL
-  ll_residual(p, p.x_ll, p.x_mid, p.x_mid_ll, (size_t)layer * D + row0, rows, s.out, step, OP_O_PROJ);
-#else
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x_mid[(size_t)layer * D + row0 + r] = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
-#endif
 }
 
 __device__ void op_gate_up(const Params& p, Smem& s, int layer, int f0, int nf, int step) {
@@ -421,12 +408,8 @@ __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows,
 #endif
   __syncthreads();
   MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
-#if MK_LL
-  ll_residual(p, p.x_mid_ll, p.x + D, p.x_ll + D, (size_t)layer * D + row0, rows, s.out, step, OP_DOWN);
-#else
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x[(size_t)(layer + 1) * D + row0 + r] = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
-#endif
 }
 
 __device__ void op_logits(const Params& p, Smem& s, int row0, int rows, int step) {

@@ -52,10 +52,8 @@ struct Params {
   long long stage_bytes;
   double eps;
   double temperature;
-  unsigned long long* x_ll;
-  unsigned long long* x_mid_ll;
 };
-static_assert(sizeof(Params) == 416, "Params: every field is 8 bytes");
+static_assert(sizeof(Params) == 400, "Params: every field is 8 bytes");
 #define ERR_CODE 0
 #define ERR_TICKET 1
 #define ERR_STEP 2
