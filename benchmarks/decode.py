@@ -334,6 +334,11 @@ def variant_rows() -> dict[str, dict]:
         # Row 49 (NOTES.md "Ready: row 49"): the default with row 44's K/V prefetch (attention tiles L2-prefetch their
         # split's K/V rows before their wait), now that early weight loads fill DRAM during the attention phase
         "mk_early_kvpf": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_KV_PREFETCH=1",)},
+        # Row 54 (NOTES.md "Ready: row 54"): the default's tiles with half as many Down (16 rows) or gate/up (44
+        # features) tiles, so ~135 workers have no tile of that phase and take the next phase's early tiles while it
+        # streams (the static ticket order deals tickets round the workers)
+        "mk_early_down16": {"tiles": replace(DEFAULT_TILES, down_rows=16)},
+        "mk_early_gate44": {"tiles": replace(DEFAULT_TILES, gate_features=44)},
     }
     # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
     # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were
