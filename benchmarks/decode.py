@@ -339,6 +339,10 @@ def variant_rows() -> dict[str, dict]:
         # streams (the static ticket order deals tickets round the workers)
         "mk_early_down16": {"tiles": replace(DEFAULT_TILES, down_rows=16)},
         "mk_early_gate44": {"tiles": replace(DEFAULT_TILES, gate_features=44)},
+        # Row 55 (NOTES.md "Ready: row 55"; MK_TAIL_LOADS, config.cuh): the default issues each tile's last loads
+        # early (Down's and the early O-proj's residual input, the early QKV tile's RoPE angle); this is the control,
+        # the kernel before it (its SASS is 5939ed3's default's, nvcc 13.0)
+        "mk_tail_late": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_TAIL_LOADS=0",)},
     }
     # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
     # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were

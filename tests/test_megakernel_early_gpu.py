@@ -10,7 +10,13 @@ import dataclasses
 import pytest
 
 from megakernel.dag import DEFAULT_TILES, NOEARLY_TILES
-from test_megakernel_fusions_gpu import SEED, TINY_TILES, _assert_flag_equals_plain_tiny, _assert_full_model_bit_for_bit
+from test_megakernel_fusions_gpu import (
+    SEED,
+    TINY_TILES,
+    _assert_flag_equals_plain_tiny,
+    _assert_flag_row_is_its_tiles_bit_for_bit,
+    _assert_full_model_bit_for_bit,
+)
 
 pytestmark = pytest.mark.gpu
 TINY = dataclasses.replace(TINY_TILES, attn_split_long=32, split_threshold=20, single_split=12)
@@ -28,3 +34,11 @@ def test_early_tiles_equal_the_plain_build_full_model(mask, kv):
     NOEARLY_TILES, every buffer bit for bit."""
     early = {"tiles": dataclasses.replace(DEFAULT_TILES, early_regs=mask)}
     _assert_full_model_bit_for_bit({"tiles": NOEARLY_TILES}, early, kv, SEED + 113, f"early_regs={mask}")
+
+
+@pytest.mark.parametrize("kv", [128, 1024])
+def test_tail_loads_leave_every_buffer_as_the_control(kv):
+    """Row 55: the default loads Down's and the early O-proj's residual input and the early QKV tile's RoPE angle
+    before they are needed; mk_tail_late (MK_TAIL_LOADS=0) loads them where they are used. The same values."""
+    _assert_flag_row_is_its_tiles_bit_for_bit("mk_tail_late", ("-DMK_TAIL_LOADS=0",), kv, SEED + 117)
+

@@ -173,6 +173,11 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if (MK_EARLY_REGS & 2) && (MK_BATCH_O || MK_O_PIECES || !MK_ONE_SPLIT)
 #error "MK_EARLY_REGS=2 or 3 replaces one-split O-proj tiles' GEMV loop: build it with MK_ONE_SPLIT=1, without MK_BATCH_O and MK_O_PIECES"
 #endif
+#ifndef MK_TAIL_LOADS
+// Row 55 (the default since its H200 run; 0 = the control, mk_tail_late): the last loads of a tile issued early, off
+// its critical path: Down's and the early O-proj's residual input, the early QKV tile's RoPE angle.
+#define MK_TAIL_LOADS 1
+#endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)
 #endif

@@ -73,9 +73,21 @@ __device__ __forceinline__ void early_vector(const float* x, float* xs) {
   __syncthreads();
 }
 
+// Row 55: a q / k tile's RoPE angle for thread t < rows / 2 (early_qkv_store's c, sn), loaded at the tile's start
+// (static tables): loaded at the store, its round trip was the tile's last step, on the phase's critical path.
+__device__ __forceinline__ void early_rope(const Params& p, int kind, int part, int step, float& c, float& sn) {
+  const int half = (int)p.head_dim / 2, h = (int)p.head_dim / (int)p.qkv_parts / 2, t = threadIdx.x;
+  c = sn = 0.f;
+  if (kind != HEAD_V && t < h) {
+    const size_t i = (size_t)step * half + part * h + t;
+    c = p.rope_cos[i];
+    sn = p.rope_sin[i];
+  }
+}
+
 // A copy of op_qkv's KV update (megakernel.cu): V rows into the cache, q / k rotated (RoPE) into q / the K cache.
 __device__ __forceinline__ void early_qkv_store(const Params& p, const Smem& s, int layer, int kind, int head, int part,
-                                                int step, float rstd) {
+                                                int step, float rstd, float rope_c, float rope_s) {
   const int D = (int)p.hidden, Dh = (int)p.head_dim, half = Dh / 2;
   const int rows = Dh / (int)p.qkv_parts, h = rows / 2;
   MK_REGION(ARGUS_REGION_DECODE_KV_UPDATE, coord(step, layer));
@@ -88,7 +100,12 @@ __device__ __forceinline__ void early_qkv_store(const Params& p, const Smem& s, 
   }
   if (t < h) {
     const int d = part * h + t;
+#if MK_TAIL_LOADS  // this thread's RoPE angle, loaded at the tile's start (early_rope)
+    const float c = rope_c, sn = rope_s;
+#else
+    (void)rope_c, (void)rope_s;
     const float c = p.rope_cos[(size_t)step * half + d], sn = p.rope_sin[(size_t)step * half + d];
+#endif
     const float a = s.out[t] * rstd, b = s.out[h + t] * rstd;
     const float y0 = a * c - b * sn, y1 = b * c + a * sn;
     if (kind == HEAD_Q) {
@@ -218,6 +235,10 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
       : op == OP_O_PROJ ? p.wo + ((size_t)layer * D + a0) * D
                         : p.wgu + ((size_t)layer * 2 * p.ffn + 2 * (size_t)a0) * D;
   const int rows = op == OP_GATE_UP ? 2 * s.ins[W_A1] : EARLY_ROWS;  // gate/up: 16 early, the rest after
+  float rope_c = 0.f, rope_s = 0.f;
+#if MK_TAIL_LOADS
+  if (op == OP_QKV_HEAD) early_rope(p, a0, s.ins[W_A2], step, rope_c, rope_s);
+#endif
   const char* w = reinterpret_cast<const char*>(first);
   // gemv_rows<false>'s load order: chunk by chunk, the warp's rows side by side; unconditional (a load under a
   // branch used after a barrier was stored to the stack: row 14's lesson 1)
@@ -229,6 +250,9 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
       wr[u][i] = ld_weights(w + (size_t)(warp * GEMV_ROWS + i) * row_bytes + (size_t)(lane + 32 * u) * 16);
   if (!early_wait(p, s, t, step, index, op, layer)) return false;
   float rstd = 1.f;
+#if MK_TAIL_LOADS
+  float x_r = 0.f;
+#endif
   if (op == OP_QKV_HEAD) {
     MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
     rstd = early_rmsnorm(p.x + (size_t)layer * D, p.attn_norm + (size_t)layer * D, (float)p.eps, s.xs, s.scratch);
@@ -237,6 +261,11 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
     rstd = early_rmsnorm(p.x_mid + (size_t)layer * D, p.ffn_norm + (size_t)layer * D, (float)p.eps, s.xs, s.scratch);
   } else {
     MK_REGION(ARGUS_REGION_DECODE_ATTENTION, coord(step, layer));
+    // row 55: the residual's input x (final since the wait) in the same round trip as the attention vector; loaded
+    // at the residual, its trip was the tile's last step. The tile's rows (16) <= THREADS.
+#if MK_TAIL_LOADS
+    if (threadIdx.x < EARLY_ROWS) x_r = __ldcg(p.x + (size_t)layer * D + a0 + threadIdx.x);
+#endif
     early_vector(attn_out_of(p) + (size_t)layer * D, s.xs);
   }
   {
@@ -263,7 +292,7 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
     __syncthreads();
   }
   if (op == OP_QKV_HEAD) {
-    early_qkv_store(p, s, layer, s.ins[W_A0], s.ins[W_A1], s.ins[W_A2], step, rstd);
+    early_qkv_store(p, s, layer, s.ins[W_A0], s.ins[W_A1], s.ins[W_A2], step, rstd, rope_c, rope_s);
   } else if (op == OP_GATE_UP) {
     const int f0 = s.ins[W_A0], nf = s.ins[W_A1];
     for (int f = threadIdx.x; f < nf; f += THREADS) {  // op_gate_up's SiLU(gate) * up
@@ -271,9 +300,14 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
       p.h[(size_t)layer * p.ffn + f0 + f] = g / (1.f + expf(-g)) * u;
     }
   } else {
+#if MK_TAIL_LOADS
+    if (threadIdx.x < EARLY_ROWS)  // op_oproj's residual: x_mid = x + attn . Wo (x_r: x loaded after the wait)
+      p.x_mid[(size_t)layer * D + a0 + threadIdx.x] = x_r + s.out[threadIdx.x];
+#else
     const int row0 = s.ins[W_A0], rows = s.ins[W_A1];
     for (int r = threadIdx.x; r < rows; r += THREADS)  // op_oproj's residual: x_mid = x + attn . Wo
       p.x_mid[(size_t)layer * D + row0 + r] = __ldcg(p.x + (size_t)layer * D + row0 + r) + s.out[r];
+#endif
   }
   return true;
 }
