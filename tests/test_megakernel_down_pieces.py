@@ -45,6 +45,9 @@ def _down_pieces(row: dict) -> str:
     return flag_value(tuple(row.get("build_flags", ())), "MK_DOWN_PIECES") or "1"  # unset: config.cuh's default
 
 
+PIECES_16_ROWS = {"mk_early_down16"}  # row 54 measured 16-row Down tiles in pieces on purpose (NOTES.md)
+
+
 def test_every_row_says_which_down_it_measures():
     """Since row 36 an explicit TileShape has 16-row Down tiles and the default build streams them in pieces, a mix
     no row measured before. Each row with its own tiles either takes the default's 8-row Down tiles (the default plus
@@ -55,7 +58,7 @@ def test_every_row_says_which_down_it_measures():
 
     for name, row in variant_rows().items():
         flags, pieces = tuple(row.get("build_flags", ())), _down_pieces(row)
-        if "tiles" in row and pieces == "1":
+        if "tiles" in row and pieces == "1" and name not in PIECES_16_ROWS:
             assert row["tiles"].down_rows == 8, name
         if row.get("stage_bytes") or row.get("ring_pages"):
             assert pieces == "0", name
