@@ -178,6 +178,16 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 // its critical path: Down's and the early O-proj's residual input, the early QKV tile's RoPE angle.
 #define MK_TAIL_LOADS 1
 #endif
+#ifndef MK_INS_AHEAD
+// Row 56 (0 = the control, mk_ins_late): each tile copies in the next ticket's instruction words while it runs
+// (cp.async), so no tile starts with an L2 round trip for them. It needs the static next ticket: a build with
+// -DMK_STATIC_TICKETS=0 (dynamic tickets, megakernel.cu) goes without it.
+#if defined(MK_STATIC_TICKETS) && !MK_STATIC_TICKETS
+#define MK_INS_AHEAD 0
+#else
+#define MK_INS_AHEAD 1
+#endif
+#endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)
 #endif
