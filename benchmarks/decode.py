@@ -343,9 +343,6 @@ def variant_rows() -> dict[str, dict]:
         # early (Down's and the early O-proj's residual input, the early QKV tile's RoPE angle); this is the control,
         # the kernel before it (its SASS is 5939ed3's default's, nvcc 13.0)
         "mk_tail_late": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_TAIL_LOADS=0",)},
-        # Row 56 (NOTES.md "Ready: row 56"; MK_INS_AHEAD, config.cuh): the default copies the next ticket's
-        # instruction words in during each tile; this is the control (its SASS is row 55's default's, nvcc 13.0)
-        "mk_ins_late": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_INS_AHEAD=0",)},
     }
     # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
     # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were

@@ -42,10 +42,3 @@ def test_tail_loads_leave_every_buffer_as_the_control(kv):
     before they are needed; mk_tail_late (MK_TAIL_LOADS=0) loads them where they are used. The same values."""
     _assert_flag_row_is_its_tiles_bit_for_bit("mk_tail_late", ("-DMK_TAIL_LOADS=0",), kv, SEED + 117)
 
-
-@pytest.mark.parametrize("kv", [128, 1024])
-def test_ins_ahead_leaves_every_buffer_as_the_control(kv):
-    """Row 56: the default copies each next ticket's instruction words in during the tile before it (cp.async);
-    mk_ins_late (MK_INS_AHEAD=0) loads them at the tile's start. The same instructions, so the same buffers."""
-    _assert_flag_row_is_its_tiles_bit_for_bit("mk_ins_late", ("-DMK_INS_AHEAD=0",), kv, SEED + 119)
-

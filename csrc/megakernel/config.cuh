@@ -127,8 +127,8 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if defined(MK_ATTN_U) || defined(MK_ATTN_O) || defined(MK_ATTN_O_LINES) || defined(MK_EARLY_KSPLIT)
 #error "MK_ATTN_U (row 50), MK_ATTN_O and MK_ATTN_O_LINES (rows 51-51c) and MK_EARLY_KSPLIT (row 52) were removed in session 18 (NOTES.md \"Rows 50-51 removed\", \"Row 52 measured\"): drop the flag"
 #endif
-#if defined(MK_LL) || defined(MK_LL_TAIL)
-#error "MK_LL and MK_LL_TAIL (rows 53-53e, flag-in-data residual words on the early tiles) were removed in session 21 (NOTES.md \"Row 53 measured\"): drop the flag"
+#if defined(MK_LL) || defined(MK_LL_TAIL) || defined(MK_INS_AHEAD)
+#error "MK_LL and MK_LL_TAIL (rows 53-53e, flag-in-data residual words on the early tiles) and MK_INS_AHEAD (row 56, the next ticket's words by cp.async) were removed in session 21 (NOTES.md \"Row 53 measured\", \"Row 56 measured\"): drop the flag"
 #endif
 #ifndef MK_KV_PREFETCH
 // Row 44 (opt-in, not yet GPU-run; NOTES.md "Ready: row 44"): 1: an AttnPartial tile's warp 0 bulk-prefetches its
@@ -177,16 +177,6 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 // Row 55 (the default since its H200 run; 0 = the control, mk_tail_late): the last loads of a tile issued early, off
 // its critical path: Down's and the early O-proj's residual input, the early QKV tile's RoPE angle.
 #define MK_TAIL_LOADS 1
-#endif
-#ifndef MK_INS_AHEAD
-// Row 56 (0 = the control, mk_ins_late): each tile copies in the next ticket's instruction words while it runs
-// (cp.async), so no tile starts with an L2 round trip for them. It needs the static next ticket: a build with
-// -DMK_STATIC_TICKETS=0 (dynamic tickets, megakernel.cu) goes without it.
-#if defined(MK_STATIC_TICKETS) && !MK_STATIC_TICKETS
-#define MK_INS_AHEAD 0
-#else
-#define MK_INS_AHEAD 1
-#endif
 #endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)

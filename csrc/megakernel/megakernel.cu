@@ -87,9 +87,6 @@ struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
   float out[MAX_TILE_ROWS];
   float scratch[2 * NWARPS];
   int ins[INSTR_WORDS];
-#if MK_INS_AHEAD
-  __align__(16) int ins_next[INSTR_WORDS];  // row 56: the next ticket's words, copied in during this tile
-#endif
   int argmax_idx[NWARPS];
   unsigned long long stage_bar;  // mbarrier of the weight-staging copies
   unsigned stage_phase;          // parity of the next staged tile
@@ -552,9 +549,6 @@ __device__ __forceinline__ unsigned take_ticket(const Params& p, unsigned end) {
 #ifndef MK_STATIC_TICKETS
 #define MK_STATIC_TICKETS 1
 #endif
-#if MK_INS_AHEAD && !MK_STATIC_TICKETS  // MK_INS_AHEAD: config.cuh
-#error "MK_INS_AHEAD copies in the static next ticket's words: build it with MK_STATIC_TICKETS=1"
-#endif
 // MK_SM_SPREAD (the default with the static tickets since row 23, NOTES.md: 1.001 vs 1.022 ms/token at kv 128,
 // 1.125 vs 1.177 at kv 1024, with 22-feature gate/up tiles; benchmarks/decode.py mk_nospread is the block-index
 // order with 32-feature tiles as measured before): the static tickets go by an SM-spread rank, not blockIdx.x - 1. Workers ordered by (slot on their SM, smid) put each SM's first
@@ -620,20 +614,6 @@ __device__ __forceinline__ unsigned first_ticket(const Params& p, unsigned end) 
 
 #include "early.cuh"  // row 48 (MK_EARLY_REGS): empty without the flag
 
-#if MK_INS_AHEAD
-// Row 56: ticket `next`'s instruction words (one 64-byte row) into s.ins_next by asynchronous copies (cp.async: no
-// register waits for them), issued at a tile's start; the tile's last barrier waits for them.
-__device__ __forceinline__ void ins_ahead_issue(const Params& p, Smem& s, unsigned next) {
-  static_assert(INSTR_WORDS * 4 % 16 == 0, "whole 16-byte copies");
-  const int* src = p.instructions + (size_t)(next % (unsigned)p.n_instr) * INSTR_WORDS;
-#pragma unroll
-  for (int i = 0; i < INSTR_WORDS * 4 / 16; ++i)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(s.ins_next + 4 * i)), "l"(src + 4 * i)
-                 : "memory");
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-#endif
-
 __device__ void worker(const Params& p, Smem& s) {
   const unsigned n_instr = (unsigned)p.n_instr, end = (unsigned)p.ticket_end;
 #if MK_SM_SPREAD
@@ -656,25 +636,12 @@ __device__ void worker(const Params& p, Smem& s) {
 #endif
   }
   __syncthreads();
-#if MK_INS_AHEAD
-  bool ahead = false;  // s.ins_next holds this ticket's words (every tile after the CTA's first)
-#endif
   for (;;) {
     const unsigned t = s.ticket;
     if (t >= end) break;
     const int step = (int)(t / n_instr), index = (int)(t % n_instr);
-#if MK_INS_AHEAD
-    // Row 56: the words came in during the previous tile (ins_ahead_issue; waited for before its last barrier), so
-    // the tile's first loads need no L2 round trip for its instruction first; the CTA's first tile loads them here.
-    if (threadIdx.x < INSTR_WORDS)
-      s.ins[threadIdx.x] = ahead ? s.ins_next[threadIdx.x] : __ldg(p.instructions + (size_t)index * INSTR_WORDS + threadIdx.x);
-    __syncthreads();
-    if (threadIdx.x == 32) ins_ahead_issue(p, s, t + (gridDim.x - 1));  // the static next ticket (s.next_ticket)
-    ahead = true;
-#else
     if (threadIdx.x < INSTR_WORDS) s.ins[threadIdx.x] = __ldg(p.instructions + (size_t)index * INSTR_WORDS + threadIdx.x);
     __syncthreads();
-#endif
     const int op = s.ins[W_OPCODE], layer = s.ins[W_LAYER];
 #if MK_EARLY_REGS
     if (early_eligible(p, s.ins, op)) {  // the same for every thread: s.ins was written before a barrier
@@ -802,14 +769,8 @@ __device__ void worker(const Params& p, Smem& s) {
       s.poll_seen = 0;  // both pollers left their loops before the barrier after the wait
 #endif
     }
-#if MK_INS_AHEAD
-    if (threadIdx.x == 32) asm volatile("cp.async.wait_all;" ::: "memory");  // the next words, before the barrier
-#endif
     __syncthreads();
   }
-#if MK_INS_AHEAD
-  if (threadIdx.x == 32) asm volatile("cp.async.wait_all;" ::: "memory");  // a break leaves no copy in flight
-#endif
 }
 
 // Block 0: device-side timestamps of step boundaries (step_ns[0] = start, step_ns[i + 1] = end of
