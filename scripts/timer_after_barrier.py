@@ -15,7 +15,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "examples" / "cuda" / "experiments" / "timer_after_barrier.cu"
-METHODS = ("plain", "lo32", "lds", "syncwarp", "membar")
+METHODS = ("plain", "lo32", "lds", "syncwarp", "membar", "activemask")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,13 +43,23 @@ __device__ __forceinline__ uint64_t timer_after_membar() {
   return timer_plain();
 }
 
+// The lanes marker's first instruction is a VOTE.ANY (__activemask). If that vote holds the warp until the barrier
+// releases it, a timer read after it is late enough without the marker's __syncwarp, whose convergence check is most
+// of the divergent path's extra cost (docs/marker_cost_anatomy.md "The divergent path"). The vote's result feeds
+// the stamp so it is not dead; a running warp's mask is never 0.
+__device__ __forceinline__ uint64_t timer_after_activemask() {
+  const unsigned m = __activemask();
+  return timer_plain() + (m == 0u ? 1u : 0u);
+}
+
 template <int M>
 __device__ __forceinline__ uint64_t stamp(const volatile uint32_t* flag) {
   if constexpr (M == 0) return timer_plain();
   else if constexpr (M == 1) return timer_lo32();
   else if constexpr (M == 2) return timer_after_lds(flag);
   else if constexpr (M == 3) return timer_after_syncwarp();
-  else return timer_after_membar();
+  else if constexpr (M == 4) return timer_after_membar();
+  else return timer_after_activemask();
 }
 
 template <int M>
@@ -81,6 +91,7 @@ extern "C" __global__ void after_barrier_lo32(uint64_t* o, int n, unsigned d) { 
 extern "C" __global__ void after_barrier_lds(uint64_t* o, int n, unsigned d) { after_barrier<2>(o, n, d); }
 extern "C" __global__ void after_barrier_syncwarp(uint64_t* o, int n, unsigned d) { after_barrier<3>(o, n, d); }
 extern "C" __global__ void after_barrier_membar(uint64_t* o, int n, unsigned d) { after_barrier<4>(o, n, d); }
+extern "C" __global__ void after_barrier_activemask(uint64_t* o, int n, unsigned d) { after_barrier<5>(o, n, d); }
 
 // Cost: 1024 dependent-free stamps summed (so none is dead), clock64 cycles for the whole loop.
 template <int M>
@@ -104,3 +115,4 @@ extern "C" __global__ void cost_lo32(uint64_t* o) { cost<1>(o); }
 extern "C" __global__ void cost_lds(uint64_t* o) { cost<2>(o); }
 extern "C" __global__ void cost_syncwarp(uint64_t* o) { cost<3>(o); }
 extern "C" __global__ void cost_membar(uint64_t* o) { cost<4>(o); }
+extern "C" __global__ void cost_activemask(uint64_t* o) { cost<5>(o); }
