@@ -185,11 +185,17 @@ __device__ __noinline__ bool early_down_tile(const Params& p, Smem& s, unsigned 
     w1[u] = ld_weights(hi + c);
   }
   if (!early_wait(p, s, t, step, index, OP_DOWN, layer)) return false;
+#if MK_TAIL_LOADS
+  float x_mid_r = 0.f;
+#endif
   {
     MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));
     MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_GEMM_DOWN_VECTOR, coord(step, layer));
     early_vector_n(p.h + (size_t)layer * F, F, s.xs);
     MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_VECTOR, coord(step, layer));
+#if MK_TAIL_LOADS  // row 55, as op_down: the residual's input beside the rest of the stream
+    if (threadIdx.x < NWARPS) x_mid_r = __ldcg(p.x_mid + (size_t)layer * D + row0 + threadIdx.x);
+#endif
     MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
     const float4* x4 = reinterpret_cast<const float4*>(s.xs);
     float acc0 = 0.f, acc1 = 0.f;
@@ -210,8 +216,12 @@ __device__ __noinline__ bool early_down_tile(const Params& p, Smem& s, unsigned 
     __syncthreads();
     MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
   }
+#if MK_TAIL_LOADS
+  if (threadIdx.x < NWARPS) p.x[(size_t)(layer + 1) * D + row0 + threadIdx.x] = x_mid_r + s.out[threadIdx.x];
+#else
   for (int r = threadIdx.x; r < NWARPS; r += THREADS)  // op_down's residual: x[L + 1] = x_mid + h . Wd
     p.x[(size_t)(layer + 1) * D + row0 + r] = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
+#endif
   return true;
 }
 #endif
