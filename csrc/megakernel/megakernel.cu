@@ -402,21 +402,20 @@ __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows,
   // Row 55: the residual's input (x_mid, final since this tile's wait) loads beside the weight stream; loaded after
   // it, its L2 round trip was the tile's last step, on the phase's critical path. rows <= THREADS (MAX_TILE_ROWS).
   const float x_mid_r = threadIdx.x < rows ? __ldcg(p.x_mid + (size_t)layer * D + row0 + threadIdx.x) : 0.f;
+#endif
+#if MK_DOWN_PIECES
   // Row 36 (the default): every warp streams (row, K-half) pieces (gemv.cuh: gemv_tile_pieces). No staged or ring
   // path: the host refuses stage_bytes and ring_pages unless -DMK_DOWN_PIECES=0 (runtime.py), MK_RING refuses the
   // pieces at compile time (config.cuh).
-  gemv_tile_pieces(p.wd + ((size_t)layer * D + row0) * F, F, rows, s.xs, s.out);
-  __syncthreads();
-  MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
-  if (threadIdx.x < rows) p.x[(size_t)(layer + 1) * D + row0 + threadIdx.x] = x_mid_r + s.out[threadIdx.x];
-#else
-#if MK_DOWN_PIECES
   gemv_tile_pieces(p.wd + ((size_t)layer * D + row0) * F, F, rows, s.xs, s.out);
 #else
   tile_gemv(p, s, p.wd + ((size_t)layer * D + row0) * F, F, rows);
 #endif
   __syncthreads();
   MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
+#if MK_DOWN_PIECES && MK_TAIL_LOADS
+  if (threadIdx.x < rows) p.x[(size_t)(layer + 1) * D + row0 + threadIdx.x] = x_mid_r + s.out[threadIdx.x];
+#else
   for (int r = threadIdx.x; r < rows; r += THREADS)
     p.x[(size_t)(layer + 1) * D + row0 + r] = __ldcg(p.x_mid + (size_t)layer * D + row0 + r) + s.out[r];
 #endif
