@@ -343,6 +343,9 @@ def variant_rows() -> dict[str, dict]:
         # early (Down's and the early O-proj's residual input, the early QKV tile's RoPE angle); this is the control,
         # the kernel before it (its SASS is 5939ed3's default's, nvcc 13.0)
         "mk_tail_late": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_TAIL_LOADS=0",)},
+        # Row 57 (NOTES.md "Ready: row 57"; TileShape(last_combine="long")): the long-split launches (kv > 512) combine
+        # by each group's last attention tile, so their O-proj tiles load attn_out and take the early path
+        "mk_long_last": {"tiles": replace(DEFAULT_TILES, last_combine="long")},
     }
     # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
     # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were

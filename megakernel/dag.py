@@ -63,6 +63,9 @@ class TileShape:
     # the O-proj tiles load instead of each combining every head's splits itself (the default, False).
     # "auto" (row 27, MK_LAST_COMBINE=2: one binary with both paths): each launch runs the O-proj combine when its
     # largest KV length is <= combine_threshold and the last-arrival combine above it (combine_last_at).
+    # "long" (row 57, opt-in; MK_LAST_COMBINE=2 with the default's MK_ONE_SPLIT and MK_EARLY_REGS): only the
+    # attn_split_long program combines by last arrival, so its O-proj tiles load attn_out (OProj.combined = 1) and
+    # take the early path as the one-split launches' do; the short and one-split programs keep their forms.
     last_combine: bool | str = False
     # KV positions (used by last_combine="auto" only). 512 = 4 splits of 128. H200 2026-12-02 02:41: the last-arrival
     # form +1.7% at kv 128 (2-3 used splits), -1.7% at kv 1024 (9-10). Break-even by the count of dependent L2 round
@@ -107,8 +110,8 @@ class TileShape:
                            f"query group ({c.group} heads per KV head)")
         if not isinstance(self.fused_sample, bool):
             raise DagError(f"TileShape.fused_sample must be a bool, got {self.fused_sample!r}")
-        if not (isinstance(self.last_combine, bool) or self.last_combine == "auto"):
-            raise DagError(f"TileShape.last_combine must be a bool or 'auto', got {self.last_combine!r}")
+        if not (isinstance(self.last_combine, bool) or self.last_combine in ("auto", "long")):
+            raise DagError(f"TileShape.last_combine must be a bool, 'auto' or 'long', got {self.last_combine!r}")
         if not isinstance(self.combine_threshold, int) or isinstance(self.combine_threshold, bool) or \
                 self.combine_threshold < 0:
             raise DagError(f"TileShape.combine_threshold must be an int >= 0 (KV positions), got "
@@ -117,17 +120,20 @@ class TileShape:
         if not isinstance(long, int) or isinstance(long, bool) or long < 0 or long % 2 or 0 < long <= self.attn_split:
             raise DagError(f"TileShape.attn_split_long must be 0 (off) or an even int > attn_split ({self.attn_split}), "
                            f"got {long!r}")
-        if long and self.last_combine is not False:
-            raise DagError(f"TileShape.attn_split_long={long} needs last_combine=False (the last-arrival count per group "
-                           f"is one split length's), got last_combine={self.last_combine!r}")
+        if long and self.last_combine not in (False, "long"):
+            raise DagError(f"TileShape.attn_split_long={long} needs last_combine=False or 'long' (the last-arrival "
+                           f"count per group is one split length's), got last_combine={self.last_combine!r}")
+        if self.last_combine == "long" and not long:
+            raise DagError("TileShape.last_combine='long' combines in the attn_split_long launches: set attn_split_long")
         if not isinstance(self.split_threshold, int) or isinstance(self.split_threshold, bool) or \
                 self.split_threshold < 0:
             raise DagError(f"TileShape.split_threshold must be an int >= 0 (KV positions), got {self.split_threshold!r}")
         one = self.single_split
         if not isinstance(one, int) or isinstance(one, bool) or one < 0 or one % 2:
             raise DagError(f"TileShape.single_split must be 0 (off) or a positive even int (KV positions), got {one!r}")
-        if one and self.last_combine is not False:
-            raise DagError(f"TileShape.single_split={one} needs last_combine=False (both write attn_out), got "
+        if one and self.last_combine not in (False, "long"):
+            raise DagError(f"TileShape.single_split={one} needs last_combine=False or 'long' (both write attn_out in the "
+                           f"same launches otherwise), got "
                            f"last_combine={self.last_combine!r}")
         early = self.early_regs
         if not isinstance(early, int) or isinstance(early, bool) or not 0 <= early <= 15:
@@ -139,9 +145,12 @@ class TileShape:
 
     def combine_last_at(self, kv_len: int) -> bool:
         """Whether a launch whose largest KV length is ``kv_len`` (its last step's position + 1) runs the
-        last-arrival combine: always (True), never (False), or above combine_threshold ("auto")."""
+        last-arrival combine: always (True), never (False), above combine_threshold ("auto"), or when it runs the
+        attn_split_long program ("long")."""
         if self.last_combine == "auto":
             return kv_len > self.combine_threshold
+        if self.last_combine == "long":
+            return self.launch_key(kv_len) == self.attn_split_long
         return self.last_combine
 
     def one_split_at(self, kv_len: int) -> bool:
@@ -173,6 +182,11 @@ class TileShape:
         """AttnPartial tiles per KV head (covers the whole KV-cache capacity) of attn_split; with attn_split_long also
         the state's partial slots per head (the kernel's p.n_splits: their stride in every launch)."""
         return -(-c.max_seq // self.attn_split)
+
+    def splits_at(self, c: LlamaConfig, kv_len: int) -> int:
+        """AttnPartial tiles per (KV head, head part) in a launch whose largest KV length is ``kv_len``: its split
+        length's cover of the KV-cache capacity (the kernel's last-arrival count per group, with head_parts)."""
+        return -(-c.max_seq // self.split_at(kv_len))
 
 
 # Program.split_programs' key of the one-split program (TileShape.single_split): not a split length, since
@@ -211,6 +225,11 @@ class Program:
         arrive on their counters, O-proj loads attn_out), else each O-proj tile combines. A last_combine="auto"
         program's own list is the last-arrival form, the other one differs only there (same waits, signals and
         counters: a launch may run either on the same state); other programs have only their own form."""
+        if self.tiles.last_combine == "long":  # a composite program's own list is attn_split's, the O-proj combine
+            if last:
+                raise DagError("a TileShape.last_combine='long' program's own list has no last-arrival form: take its "
+                               "launch program's (launch_form)")
+            return self.instructions
         if self.tiles.last_combine != "auto":
             if last != self.tiles.last_combine:
                 raise DagError(f"a TileShape.last_combine={self.tiles.last_combine} program has no "
@@ -218,8 +237,7 @@ class Program:
             return self.instructions
         if last:
             return self.instructions
-        return [replace(ins, arrive=NO_COUNTER) if isinstance(ins, AttnPartial) else
-                replace(ins, combined=0) if isinstance(ins, OProj) else ins for ins in self.instructions]
+        return oproj_combine_list(self.instructions)
 
     def launch_program(self, step_end: int) -> "Program":
         """The program a launch ending before step ``step_end`` runs: with TileShape.attn_split_long the one of
@@ -279,7 +297,8 @@ class Program:
         for ins in self.instructions:
             if isinstance(ins, AttnPartial) and ins.arrive >= 0:
                 arrivals.setdefault(ins.arrive, []).append(ins)
-        if bool(arrivals) != bool(tiles.last_combine):
+        last = tiles.last_combine if tiles.last_combine != "long" else False  # "long": the composite's own list
+        if bool(arrivals) != bool(last):
             raise DagError(f"TileShape.last_combine={tiles.last_combine} but {len(arrivals)} arrival counters")
         direct = [ins for ins in self.instructions if isinstance(ins, AttnPartial) and ins.arrive == ATTN_DIRECT]
         attn = [ins for ins in self.instructions if isinstance(ins, AttnPartial)]
@@ -287,7 +306,7 @@ class Program:
             raise DagError(f"one_split={self.one_split} but {len(direct)} of {len(attn)} AttnPartial tiles write attn_out "
                            f"(a one-split program has split 0 only, every tile direct)")
         combined = {ins.combined for ins in self.instructions if isinstance(ins, OProj)}
-        if combined != {int(bool(tiles.last_combine) or self.one_split)}:
+        if combined != {int(bool(last) or self.one_split)}:
             raise DagError(f"TileShape.last_combine={tiles.last_combine}, one_split={self.one_split} but OProj.combined "
                            f"in {sorted(combined)}")
         waited = {ins.wait for ins in self.instructions} | {ins.signal for ins in self.instructions}
@@ -328,11 +347,17 @@ def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) ->
     tiles.check(c)
     if tiles.attn_split_long or tiles.single_split:  # row 35: one program per split length on one state
         # (Program.launch_program); row 40: and the one-split program
-        plain = replace(tiles, attn_split_long=0, single_split=0)
-        forms: dict[int | str, Program] = {s: build_decode_program(c, replace(plain, attn_split=s))
-                                           for s in tiles.splits()}
+        # "long" (row 57): every program has the arrival counters (one counter set), only the long one arrives
+        long_last = tiles.last_combine == "long"
+        plain = replace(tiles, attn_split_long=0, single_split=0, last_combine=long_last)
+
+        def split_program(split: int) -> Program:
+            prog = build_decode_program(c, replace(plain, attn_split=split))
+            return oproj_combine_program(prog) if long_last and split != tiles.attn_split_long else prog
+
+        forms: dict[int | str, Program] = {s: split_program(s) for s in tiles.splits()}
         if tiles.single_split:
-            forms[ONE_SPLIT] = one_split_program(build_decode_program(c, replace(plain, attn_split=tiles.single_split)))
+            forms[ONE_SPLIT] = one_split_program(split_program(tiles.single_split))
         short = forms[tiles.attn_split]
         if any(p.counters != short.counters for p in forms.values()):
             raise DagError("the split programs' counters differ: a launch of one could not follow a launch of another")
@@ -384,6 +409,23 @@ def build_decode_program(config: LlamaConfig, tiles: TileShape | None = None) ->
     prog.instructions[embed_pos] = Embed(0, sample_ctr_index, 1, -1, embed_ctr)
     prog.check()
     return prog
+
+
+def oproj_combine_list(instructions: list[Instruction]) -> list[Instruction]:
+    """A last-arrival list in its O-proj combine form: no AttnPartial arrives, every O-proj tile combines."""
+    return [replace(ins, arrive=NO_COUNTER) if isinstance(ins, AttnPartial) else
+            replace(ins, combined=0) if isinstance(ins, OProj) else ins for ins in instructions]
+
+
+def oproj_combine_program(prog: Program) -> Program:
+    """A plain last_combine=True program in the O-proj combine form, with its counters (the arrival counters stay,
+    unused): the short and one-split programs of a last_combine="long" composite (one counter set for every launch)."""
+    if prog.split_programs or prog.tiles.last_combine is not True:
+        raise DagError("oproj_combine_program takes a plain program with last_combine=True")
+    out = Program(prog.config, replace(prog.tiles, last_combine=False), oproj_combine_list(prog.instructions),
+                  list(prog.counters))
+    out.check()
+    return out
 
 
 def one_split_program(prog: Program) -> Program:

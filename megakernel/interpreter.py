@@ -176,11 +176,12 @@ class Interpreter:
                 t["attn_out"][L, heads.start * c.head_dim: heads.stop * c.head_dim] = self._combine(L, step, heads)
 
     def _last_arrival(self, count: int, step: int) -> bool:
-        """The kernel's test (megakernel.cu: attn_arrive) on the arrival counter after this tile's add. "auto": a
-        whole multiple of the tiles per group, since launches of the O-proj form add no arrivals (every tile of a
-        step arrives before any of the next, so the multiple is this step's count); True: (step + 1) of them."""
-        per_step = self.tiles.n_splits(self.c) * self.tiles.head_parts(self.c)
-        if self.tiles.last_combine == "auto":
+        """The kernel's test (megakernel.cu: attn_arrive) on the arrival counter after this tile's add. "auto" and
+        "long": a whole multiple of the launch's tiles per group, since launches of the O-proj form add no arrivals
+        (every tile of a step arrives before any of the next, so the multiple is this step's count); True: (step + 1)
+        of them."""
+        per_step = -(-self.c.max_seq // self.split) * self.tiles.head_parts(self.c)
+        if self.tiles.last_combine in ("auto", "long"):
             return count % per_step == 0
         return count == (step + 1) * per_step
 
@@ -288,12 +289,13 @@ def outputs_of(ins: Instruction, state: DecodeState, step: int, launch_end: int 
         return (t["k_cache"] if ins.kind == HEAD_K else t["v_cache"])[ins.layer, ins.head, step, dims]
     if isinstance(ins, AttnPartial):
         tiles = state.program.tiles
-        lo = ins.split * tiles.split_at(step + 1 if launch_end is None else launch_end)
+        kv_len = step + 1 if launch_end is None else launch_end
+        lo = ins.split * tiles.split_at(kv_len)
         heads = _attn_heads(ins, c, tiles)
         if ins.arrive == ATTN_DIRECT:  # row 40, a one-split launch: its heads' rows of attn_out
             return t["attn_out"][ins.layer, heads.start * c.head_dim: heads.stop * c.head_dim]
         part = t["attn_part"][ins.layer, heads.start: heads.stop, ins.split] if lo <= step else t["attn_part"][:0]
-        if ins.arrive >= 0 and (ins.split, ins.head_part) == (tiles.n_splits(c) - 1, tiles.head_parts(c) - 1):
+        if ins.arrive >= 0 and (ins.split, ins.head_part) == (tiles.splits_at(c, kv_len) - 1, tiles.head_parts(c) - 1):
             # last_combine: the group's combined output, charged to its last tile in stream order (on the device
             # whichever tile arrives last writes it)
             rows = slice(ins.kv_head * c.group * c.head_dim, (ins.kv_head + 1) * c.group * c.head_dim)

@@ -198,12 +198,12 @@ OPTION_MACROS = ("MK_FUSED_SAMPLE", "MK_LAST_COMBINE", "MK_ONE_SPLIT", "MK_EARLY
 
 def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ...]:
     """Build flags of the tile options. Fused sampling is the kernel's default (no flag);
-    TileShape(fused_sample=False) compiles
-    the Sample over all logits; TileShape(last_combine=True) the combine by each group's last attention tile
-    (MK_LAST_COMBINE=1, row 26), last_combine="auto" both combines, picked per instruction (MK_LAST_COMBINE=2, row
-    27); TileShape(single_split=N) the one-split launches' direct attention output (MK_ONE_SPLIT=1, row 40: the state
-    has attn_out); TileShape(early_regs=N) the tiles that load their weights before their wait (MK_EARLY_REGS=N, row
-    48). ``given`` (the caller's build flags) must not set the options' macros."""
+    TileShape(fused_sample=False) compiles the Sample over all logits; TileShape(last_combine=True) the combine by
+    each group's last attention tile (MK_LAST_COMBINE=1, row 26), last_combine="auto" both combines, picked per
+    instruction (MK_LAST_COMBINE=2, row 27; "long", row 57: the same build, only the long-split launches arrive);
+    TileShape(single_split=N) the one-split launches' direct attention output (MK_ONE_SPLIT=1, row 40: the state has
+    attn_out); TileShape(early_regs=N) the tiles that load their weights before their wait (MK_EARLY_REGS=N, row 48).
+    ``given`` (the caller's build flags) must not set the options' macros."""
     if tiles.early_regs & 2 and not tiles.single_split:  # the build's check, as a one-line error before nvcc
         raise ValueError(f"TileShape.early_regs={tiles.early_regs} has bit 2 (O-proj tiles of one-split launches) but "
                          "single_split is 0: set single_split or drop bit 2")
@@ -212,7 +212,7 @@ def option_flags(tiles: TileShape, given: tuple[str, ...] = ()) -> tuple[str, ..
         raise ValueError(f"build flags {clash} are set by TileShape.fused_sample / last_combine / single_split / "
                          "early_regs, not by hand")
     return (() if tiles.fused_sample else ("-DMK_FUSED_SAMPLE=0",)) + \
-        ((f"-DMK_LAST_COMBINE={2 if tiles.last_combine == 'auto' else 1}",) if tiles.last_combine else ()) + \
+        ((f"-DMK_LAST_COMBINE={1 if tiles.last_combine is True else 2}",) if tiles.last_combine else ()) + \
         (("-DMK_ONE_SPLIT=1",) if tiles.single_split else ()) + \
         ((f"-DMK_EARLY_REGS={tiles.early_regs}",) if tiles.early_regs else ())
 
@@ -452,7 +452,7 @@ class MegakernelDecoder:
         (TileShape.attn_split_long, single_split), per launch key (TileShape.launch_key: the split length, or
         ONE_SPLIT): the program plus this decoder's prefetch plan."""
         if program.split_programs:
-            words = {s: form_words(p, self.prefetch_window, self.prefetch_own, self.prefetch_gate)[False]
+            words = {s: form_words(p, self.prefetch_window, self.prefetch_own, self.prefetch_gate)[bool(p.tiles.last_combine)]
                      for s, p in program.split_programs.items()}
         else:
             words = form_words(program, self.prefetch_window, self.prefetch_own, self.prefetch_gate)

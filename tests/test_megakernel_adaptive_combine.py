@@ -41,7 +41,7 @@ def test_auto_is_a_tile_option_and_a_row(tiny):
         "tiles": TileShape(last_combine="auto", down_rows=8)}  # the default's Down tiles since row 36
     for bad in ({"last_combine": "Auto"}, {"last_combine": 2}, {"combine_threshold": -1},
                 {"combine_threshold": 512.0}, {"combine_threshold": True}):
-        with pytest.raises(DagError, match="last_combine must be a bool or 'auto'|combine_threshold must be"):
+        with pytest.raises(DagError, match="last_combine must be a bool, 'auto' or 'long'|combine_threshold must be"):
             TileShape(**bad).check(c)
 
 

@@ -8,15 +8,23 @@ also splits each gate/up tile into its first 16 rows (early) and the rest (gemv_
 import dataclasses
 
 import pytest
+import torch
 
 from megakernel.dag import DEFAULT_TILES, NOEARLY_TILES
 from test_megakernel_fusions_gpu import (
     SEED,
     TINY_TILES,
+    _arrivals,
     _assert_flag_equals_plain_tiny,
     _assert_flag_row_is_its_tiles_bit_for_bit,
     _assert_full_model_bit_for_bit,
+    _differing_buffers,
+    _launches_to,
+    _named_buffers,
+    _same_launches,
 )
+from tinyllama.config import get_config
+from tinyllama.weights import random_weights
 
 pytestmark = pytest.mark.gpu
 TINY = dataclasses.replace(TINY_TILES, attn_split_long=32, split_threshold=20, single_split=12)
@@ -42,3 +50,35 @@ def test_tail_loads_leave_every_buffer_as_the_control(kv):
     before they are needed; mk_tail_late (MK_TAIL_LOADS=0) loads them where they are used. The same values."""
     _assert_flag_row_is_its_tiles_bit_for_bit("mk_tail_late", ("-DMK_TAIL_LOADS=0",), kv, SEED + 117)
 
+
+
+def _assert_long_last_is_the_default(weights, prompt, launches, base, label: str) -> None:
+    """Row 57: the tiles ``base`` with last_combine="long" leave every buffer but attn_out (which only they write in
+    long-split launches) bit for bit as ``base`` after the same launches (the group combine sums as the O-proj
+    combine does), and their arrival counters hold the long launches' tiles."""
+    long = dataclasses.replace(base, last_combine="long")
+    rows = {"base": {"tiles": base}, "long": {"tiles": long}}
+    states = _same_launches(weights, prompt, launches, rows, lambda dec: (_named_buffers(dec), _arrivals(dec).cpu()))
+    assert _differing_buffers(states["long"][0], states["base"][0]) == [], label
+    c = weights.config
+    long_steps = sum(n for first, n in launches if long.combine_last_at(first + n))
+    assert long_steps > 0, label
+    assert (states["long"][1] == long_steps * long.splits_at(c, c.max_seq) * long.head_parts(c)).all(), label
+
+
+def test_long_last_combine_equals_the_default_tiny():
+    """The tiny model (the plain path: no early tiles), launches of the one-split (to 12), short (to 20) and long
+    programs, of multi-step and one-step lengths."""
+    weights = random_weights(get_config("tiny"), seed=SEED + 119, device="cuda")
+    prompt = torch.randint(0, weights.config.vocab, (6,), generator=torch.Generator().manual_seed(SEED + 120)).tolist()
+    launches = [(0, 8), (8, 4), (12, 8), (20, 16), (36, 1), (37, 27)]
+    _assert_long_last_is_the_default(weights, prompt, launches, TINY, "tiny")
+
+
+def test_long_last_combine_equals_the_default_full_model():
+    """Full TinyLlama, 64-step launches to KV position 1026: the launches ending past 512 combine by last arrival and
+    their O-proj tiles take the early path; every other buffer bit for bit the default's."""
+    c = get_config("tinyllama-1.1b", max_seq=1152)
+    weights = random_weights(c, seed=SEED + 121, device="cuda")
+    prompt = torch.randint(0, c.vocab, (1028,), generator=torch.Generator().manual_seed(SEED + 122)).tolist()
+    _assert_long_last_is_the_default(weights, prompt, _launches_to(1024), DEFAULT_TILES, "full model kv 1024")

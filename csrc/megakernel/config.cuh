@@ -48,7 +48,9 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 // 1: the attention combine once per KV-head group, by its last-arriving AttnPartial tile, into a buffer O-proj
 // loads (attention.cuh: combine_group; TileShape(last_combine=True) sets it: benchmarks/decode.py mk_lastcombine).
 // 0: every O-proj tile combines all heads' splits itself (load_attention_combined), the default. 2 (row 27,
-// TileShape(last_combine="auto")): both, chosen per instruction (megakernel.cu), so per launch by the host.
+// TileShape(last_combine="auto")): both, chosen per instruction (megakernel.cu), so per launch by the host; with
+// MK_ONE_SPLIT and MK_EARLY_REGS (row 57, TileShape(last_combine="long")) the long-split launches combine by last
+// arrival and their O-proj tiles take the early path.
 #define MK_LAST_COMBINE 0
 #endif
 #if MK_LAST_COMBINE < 0 || MK_LAST_COMBINE > 2
@@ -115,8 +117,8 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if MK_ONE_SPLIT < 0 || MK_ONE_SPLIT > 1
 #error "MK_ONE_SPLIT is 0 (off) or 1 (one-split launches write attn_out, O-proj loads it)"
 #endif
-#if MK_ONE_SPLIT && MK_LAST_COMBINE
-#error "MK_ONE_SPLIT and MK_LAST_COMBINE both write attn_out: build one of them"
+#if MK_ONE_SPLIT && MK_LAST_COMBINE == 1
+#error "MK_ONE_SPLIT and MK_LAST_COMBINE=1 both write attn_out in every launch: build MK_LAST_COMBINE=2 with it"
 #endif
 // Removed experiments (NOTES.md "Rows 37, 37b-c and 39 removed", "Row 43 removed"): refused rather than silently built
 // without them.
@@ -164,8 +166,8 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if MK_EARLY_REGS < 0 || MK_EARLY_REGS > 15
 #error "MK_EARLY_REGS is a mask of 1 (QKV tiles), 2 (one-split O-proj tiles), 4 (gate/up tiles' first rows) and 8 (Down tiles' first trips); 0 is off"
 #endif
-#if MK_EARLY_REGS && (MK_RING || MK_PF_GATE || MK_POLL2 || MK_GEMV_BATCH || MK_LAST_COMBINE)
-#error "MK_EARLY_REGS replaces the wait and the GEMV of its tiles: build it without MK_RING, MK_PF_GATE, MK_POLL2, MK_GEMV_BATCH and MK_LAST_COMBINE"
+#if MK_EARLY_REGS && (MK_RING || MK_PF_GATE || MK_POLL2 || MK_GEMV_BATCH || MK_LAST_COMBINE == 1)
+#error "MK_EARLY_REGS replaces the wait and the GEMV of its tiles: build it without MK_RING, MK_PF_GATE, MK_POLL2, MK_GEMV_BATCH and MK_LAST_COMBINE=1"
 #endif
 #if (MK_EARLY_REGS & 1) && MK_BATCH_QKV
 #error "MK_EARLY_REGS=1 or 3 replaces QKV's GEMV loop: build it without MK_BATCH_QKV"

@@ -313,11 +313,14 @@ __device__ void op_qkv(const Params& p, Smem& s, int layer, int kind, int head, 
 // (by the same ordering, this step's multiple).
 __device__ __noinline__ void attn_arrive(const Params& p, Smem& s, int layer, int kv_head, int step) {
 #if MK_LAST_COMBINE == 2
-  if (s.ins[W_A3] == NO_COUNTER) return;  // the same for every thread: s.ins was written before a barrier
+  // the same for every thread (s.ins was written before a barrier); MK_ONE_SPLIT's ATTN_DIRECT tiles arrive nowhere
+  if (s.ins[W_A3] < 0) return;
 #endif
   __syncthreads();  // the partial's writes are done before thread 0's release
   if (threadIdx.x == 0) {
-    const unsigned per_step = (unsigned)(p.n_splits * p.attn_head_parts);
+    // the launch's tiles per group: its split length's cover of the capacity (row 57: a long-split launch's, not the
+    // state's n_splits slots of the short split)
+    const unsigned per_step = (unsigned)(((p.max_seq + p.attn_split - 1) / p.attn_split) * p.attn_head_parts);
     const unsigned before = atom_acq_rel_add(p.counters + s.ins[W_A3], 1u);
 #if MK_LAST_COMBINE == 2
     (void)step;
