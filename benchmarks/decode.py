@@ -371,6 +371,8 @@ def main() -> int:
     ap.add_argument("--variants", default="", help="comma-separated extra megakernel rows (tuning experiments)")
     ap.add_argument("--timeline-rows", default="", help="comma-separated megakernel rows that also get the trace-build "
                     "region profile and phase timeline (the fastest row always does)")
+    ap.add_argument("--timeline-kv", type=int, default=None, help="KV position the region profile and phase timeline "
+                    "start after (one of --kv; default the first): e.g. 1024 for the long-split launches")
     ap.add_argument("--seed", type=int, default=time.time_ns() % 2**31)
     a = ap.parse_args()
     more = variant_rows()
@@ -386,6 +388,10 @@ def main() -> int:
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
     kvs = [int(k) for k in a.kv.split(",")]
+    if a.timeline_kv is not None and a.timeline_kv not in kvs:
+        print(f"--timeline-kv {a.timeline_kv} is not a measured KV position; --kv has {', '.join(map(str, kvs))}",
+              file=sys.stderr)
+        return 2
     max_pos = max(kvs) + 1 + a.steps * a.reps + 1
     max_seq = max(1024, -(-(max_pos + 1) // 128) * 128)
     c = get_config("tinyllama-1.1b", max_seq=max_seq)
@@ -558,11 +564,13 @@ def main() -> int:
 
     if not a.no_profile:
         fastest = min(variants, key=lambda n: by.get((n, kvs[0])) or float("inf"))
+        timeline_prompt = 1 + (kvs[0] if a.timeline_kv is None else a.timeline_kv)
         extra_rows = [n for n in dict.fromkeys(filter(None, a.timeline_rows.split(","))) if n != fastest]
         for name in [fastest, *extra_rows]:
             try:  # the fastest row's files keep their names; each other row's carry its name
                 tag = "" if name == fastest else name
-                notes.append(f"[{name}] " + profile_regions(weights, tokens, tag=tag, **variants[name]))
+                notes.append(f"[{name}] " + profile_regions(weights, tokens, prompt=timeline_prompt, tag=tag,
+                                                            **variants[name]))
             except Exception as exc:  # noqa: BLE001
                 notes.append(f"[{name}] region profile unmeasured: {type(exc).__name__}: {exc}".splitlines()[0])
                 traceback.print_exc()
@@ -577,9 +585,10 @@ def main() -> int:
     return 0
 
 
-def profile_regions(weights, tokens, steps: range = range(PROMPT + 2, PROMPT + 4), tag: str = "", **decoder_kw) -> str:
-    """Share of worker-CTA time per Argus region over a few steps (trace build, warp 0 of each CTA). ``tag``:
-    a row name for the printed lines and the files under $OUT (decode_regions_<tag>.json, ...)."""
+def profile_regions(weights, tokens, prompt: int = PROMPT, tag: str = "", **decoder_kw) -> str:
+    """Share of worker-CTA time per Argus region over two steps after a ``prompt``-token prefix (trace build, warp 0
+    of each CTA). ``tag``: a row name for the printed lines and the files under $OUT (decode_regions_<tag>.json,
+    ...)."""
     import numpy as np
 
     from argus_rt.trace import pair_intervals
@@ -588,7 +597,8 @@ def profile_regions(weights, tokens, steps: range = range(PROMPT + 2, PROMPT + 4
 
     dec = MegakernelDecoder(weights, argus_mode=2, **decoder_kw)
     start = time.perf_counter()
-    dec.generate(tokens[:PROMPT], n_new=steps.stop - PROMPT + 1, chunk=64, profile_steps=steps)
+    steps = range(prompt + 2, prompt + 4)
+    dec.generate(tokens[:prompt], n_new=steps.stop - prompt + 1, chunk=64, profile_steps=steps)
     tree = region_tree()
     iv = pair_intervals(dec.traces[0][1].decode(known_ids=[r.id for r in tree]))
     rows = iv.rows[(iv.rows["warp"] == 0) & (iv.rows["cta"] > 0) & (iv.rows["depth"] == 0)]
