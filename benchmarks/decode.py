@@ -346,6 +346,10 @@ def variant_rows() -> dict[str, dict]:
         # Row 57 (NOTES.md "Ready: row 57"; TileShape(last_combine="long")): the long-split launches (kv > 512) combine
         # by each group's last attention tile, so their O-proj tiles load attn_out and take the early path
         "mk_long_last": {"tiles": replace(DEFAULT_TILES, last_combine="long")},
+        # Row 58 (NOTES.md "Ready: row 58"; MK_COMBINE_AHEAD, attention.cuh): the O-proj combine of the kv > 384
+        # launches loads 4 or 5 splits' outputs per chunk, the first chunk during its weights pass
+        "mk_comb4": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_COMBINE_AHEAD=4",)},
+        "mk_comb5": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_COMBINE_AHEAD=5",)},
     }
     # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
     # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were

@@ -447,6 +447,66 @@ __device__ __forceinline__ void combine_weights_head(const float* base, size_t o
 // First one thread per head turns the splits' (max, sum) into weights e^(m_s - M) / sum_s'(...);
 // then every thread sums its COMBINE_PER_THREAD outputs over the splits with all loads in flight.
 // Shared memory: xs[hidden] then the weights [n_heads][used] (host-checked to fit).
+#if MK_COMBINE_AHEAD
+// Row 58 (MK_COMBINE_AHEAD = C splits per chunk): the same combine with the partials' loads off the weights' path.
+// Each thread issues its first C splits' outputs (C x COMBINE_PER_THREAD loads) before the weights pass, so they fly
+// during it, and each next chunk's after the FMAs of the one before: ceil(used / C) L2 trips in all, the first beside
+// the weights, against 1 + ceil(used / 2) for the loop below. The same FMAs in the same order per output (splits
+// past used add w = 0 times a clamped, finite split), so the values are the loop's.
+__device__ __noinline__ void load_attention_combined(const Params& p, int layer, int pos, float* xs) {
+  constexpr int C = MK_COMBINE_AHEAD;
+  const int Dh = (int)p.head_dim, H = (int)p.n_heads, NS = (int)p.n_splits, D = (int)p.hidden;
+  const int used = (pos + (int)p.attn_split) / (int)p.attn_split;  // ceil((pos + 1) / S)
+  const float* attn = p.attn_part;
+  const size_t off = (size_t)layer * H * NS * (Dh + 2);
+  const float* part = attn + off;
+  float* wts = xs + D;
+  int first[COMBINE_PER_THREAD];  // each output's split-0 offset in part (32-bit: fewer registers live)
+#pragma unroll
+  for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
+    const int i = min((int)threadIdx.x + k * THREADS, D - 1);
+    const int h = i / Dh;
+    first[k] = h * NS * (Dh + 2) + (i - h * Dh);
+  }
+  float v[C][COMBINE_PER_THREAD];
+  auto load_chunk = [&](int s0) {
+#pragma unroll
+    for (int u = 0; u < C; ++u) {
+      const int row = min(s0 + u, used - 1) * (Dh + 2);
+#pragma unroll
+      for (int k = 0; k < COMBINE_PER_THREAD; ++k) v[u][k] = __ldcg(part + first[k] + row);
+    }
+  };
+  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
+  load_chunk(0);
+  for (int h = threadIdx.x; h < H; h += THREADS)
+    combine_weights_head(attn, off, wts, h, NS, Dh, used);
+  __syncthreads();
+  MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
+  MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
+  float acc[COMBINE_PER_THREAD];
+#pragma unroll
+  for (int k = 0; k < COMBINE_PER_THREAD; ++k) acc[k] = 0.f;
+  for (int s0 = 0; s0 < used; s0 += C) {
+    if (s0 > 0) load_chunk(s0);
+#pragma unroll
+    for (int u = 0; u < C; ++u)
+#pragma unroll
+      for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
+        const int i = min((int)threadIdx.x + k * THREADS, D - 1);
+        const float w = s0 + u < used ? wts[(i / Dh) * used + s0 + u] : 0.f;
+        acc[k] = fmaf(w, v[u][k], acc[k]);
+      }
+  }
+#pragma unroll
+  for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
+    const int i = threadIdx.x + k * THREADS;
+    if (i < D) xs[i] = acc[k];
+  }
+  __syncthreads();
+  MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
+}
+#else
 __device__ __noinline__ void load_attention_combined(const Params& p, int layer, int pos, float* xs) {
   const int Dh = (int)p.head_dim, H = (int)p.n_heads, NS = (int)p.n_splits, D = (int)p.hidden;
   const int used = (pos + (int)p.attn_split) / (int)p.attn_split;  // ceil((pos + 1) / S)
@@ -490,6 +550,7 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
   __syncthreads();
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
 }
+#endif
 
 #if MK_LAST_COMBINE
 // The combined attention output of one KV head's query group (MK_LAST_COMBINE): what load_attention_combined

@@ -175,6 +175,14 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if (MK_EARLY_REGS & 2) && (MK_BATCH_O || MK_O_PIECES || !MK_ONE_SPLIT)
 #error "MK_EARLY_REGS=2 or 3 replaces one-split O-proj tiles' GEMV loop: build it with MK_ONE_SPLIT=1, without MK_BATCH_O and MK_O_PIECES"
 #endif
+#ifndef MK_COMBINE_AHEAD
+// Row 58 (opt-in): the O-proj combine (load_attention_combined) loads C = MK_COMBINE_AHEAD splits' outputs per chunk,
+// the first chunk during the weights pass. 0: the loop of 2 splits after the weights (the default).
+#define MK_COMBINE_AHEAD 0
+#endif
+#if MK_COMBINE_AHEAD < 0 || MK_COMBINE_AHEAD > 8
+#error "MK_COMBINE_AHEAD is 0 (off) or the splits per chunk, 1 to 8"
+#endif
 #ifndef MK_TAIL_LOADS
 // Row 55 (the default since its H200 run; 0 = the control, mk_tail_late): the last loads of a tile issued early, off
 // its critical path: Down's and the early O-proj's residual input, the early QKV tile's RoPE angle.

@@ -1,0 +1,45 @@
+"""Row 58 (megakernel/NOTES.md "Ready: row 58"; MK_COMBINE_AHEAD, csrc/megakernel/attention.cuh): the O-proj combine
+with its partials' loads issued C splits per chunk, the first chunk beside the weights pass. On the CPU (with nvcc):
+the rows, the build's spills (none in the combine, the worker's spill stores the default's), the default's SASS
+without the flag, and bad values refused by the build. GPU: tests/test_megakernel_early_gpu.py
+(test_combine_ahead_*, bit for bit against the default)."""
+import re
+
+import pytest
+
+from benchmarks.decode import variant_rows
+from megakernel.dag import DEFAULT_TILES
+from megakernel.runtime import option_flags
+from test_megakernel_lastcombine import _spills
+from toolchain import needs_nvcc
+
+
+def test_the_rows_are_the_default_with_the_flag():
+    rows = variant_rows()
+    for chunk in (4, 5):
+        assert rows[f"mk_comb{chunk}"] == {"tiles": DEFAULT_TILES, "build_flags": (f"-DMK_COMBINE_AHEAD={chunk}",)}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("chunk", [4, 5])
+def test_the_combine_does_not_spill(tmp_path, chunk):
+    """ptxas, nvcc 13.0, 2026-12-04: 0 B in load_attention_combined for 4 and 5 splits per chunk (6 spills the
+    worker, 8 the combine itself), and the worker's 8 B of spill stores as the default's (its frame 72 B, default 56)."""
+    from megakernel.build import build
+
+    flag = build(0, build_dir=tmp_path / "flag", extra_flags=option_flags(DEFAULT_TILES) + (f"-DMK_COMBINE_AHEAD={chunk}",))
+    base = build(0, build_dir=tmp_path / "base", extra_flags=option_flags(DEFAULT_TILES))
+    got, ref = _spills(flag.ptxas_log), _spills(base.ptxas_log)
+    combine = [f for f in got if "load_attention_combined" in f]
+    assert combine and all(got[f] == 0 for f in combine)
+    assert got["argus_megakernel"] <= ref["argus_megakernel"] and flag.registers() == 128
+
+
+@needs_nvcc
+@pytest.mark.parametrize("bad", ["-1", "9"])
+def test_a_bad_chunk_is_refused_by_the_build(tmp_path, bad):
+    from megakernel.build import BuildError, build
+
+    with pytest.raises(BuildError) as e:
+        build(0, build_dir=tmp_path, extra_flags=option_flags(DEFAULT_TILES) + (f"-DMK_COMBINE_AHEAD={bad}",))
+    assert re.search(r"MK_COMBINE_AHEAD is 0 \(off\) or the splits per chunk, 1 to 8", str(e.value))
