@@ -341,15 +341,16 @@ def variant_rows() -> dict[str, dict]:
         "mk_early_gate44": {"tiles": replace(DEFAULT_TILES, gate_features=44)},
         # Row 55 (NOTES.md "Ready: row 55"; MK_TAIL_LOADS, config.cuh): the default issues each tile's last loads
         # early (Down's and the early O-proj's residual input, the early QKV tile's RoPE angle); this is the control,
-        # the kernel before it (its SASS is 5939ed3's default's, nvcc 13.0)
+        # the kernel before it (its SASS was 5939ed3's default's, nvcc 13.0, until row 58 changed the default)
         "mk_tail_late": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_TAIL_LOADS=0",)},
         # Row 57 (NOTES.md "Ready: row 57"; TileShape(last_combine="long")): the long-split launches (kv > 512) combine
         # by each group's last attention tile, so their O-proj tiles load attn_out and take the early path
         "mk_long_last": {"tiles": replace(DEFAULT_TILES, last_combine="long")},
-        # Row 58 (NOTES.md "Ready: row 58"; MK_COMBINE_AHEAD, attention.cuh): the O-proj combine of the kv > 384
-        # launches loads 4 or 5 splits' outputs per chunk, the first chunk during its weights pass
+        # Row 58 (NOTES.md "Row 58 measured"; MK_COMBINE_AHEAD, attention.cuh): the default's O-proj combine (the kv >
+        # 384 launches) loads 5 splits' outputs per chunk, the first chunk during its weights pass; mk_comb4 4 per
+        # chunk, mk_comb_loop the control (the loop of 2 splits after the weights, the default before row 58)
         "mk_comb4": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_COMBINE_AHEAD=4",)},
-        "mk_comb5": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_COMBINE_AHEAD=5",)},
+        "mk_comb_loop": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_COMBINE_AHEAD=0",)},
     }
     # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
     # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were

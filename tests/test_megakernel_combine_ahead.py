@@ -1,7 +1,7 @@
-"""Row 58 (megakernel/NOTES.md "Ready: row 58"; MK_COMBINE_AHEAD, csrc/megakernel/attention.cuh): the O-proj combine
+"""Row 58 (megakernel/NOTES.md "Row 58 measured", the default since; MK_COMBINE_AHEAD, csrc/megakernel/attention.cuh): the O-proj combine
 with its partials' loads issued C splits per chunk, the first chunk beside the weights pass. On the CPU (with nvcc):
-the rows, the build's spills (none in the combine, the worker's spill stores the default's), the default's SASS
-without the flag, and bad values refused by the build. GPU: tests/test_megakernel_early_gpu.py
+the rows, the build's spills (none in the combine, the worker's spill stores the control's), and bad values refused
+by the build. GPU: tests/test_megakernel_early_gpu.py
 (test_combine_ahead_*, bit for bit against the default)."""
 import re
 
@@ -16,19 +16,22 @@ from toolchain import needs_nvcc
 
 def test_the_rows_are_the_default_with_the_flag():
     rows = variant_rows()
-    for chunk in (4, 5):
-        assert rows[f"mk_comb{chunk}"] == {"tiles": DEFAULT_TILES, "build_flags": (f"-DMK_COMBINE_AHEAD={chunk}",)}
+    for row, chunk in (("mk_comb4", 4), ("mk_comb_loop", 0)):
+        assert rows[row] == {"tiles": DEFAULT_TILES, "build_flags": (f"-DMK_COMBINE_AHEAD={chunk}",)}
+    assert "mk_comb5" not in rows  # the default since its H200 run
 
 
 @needs_nvcc
-@pytest.mark.parametrize("chunk", [4, 5])
+@pytest.mark.parametrize("chunk", [4, None])
 def test_the_combine_does_not_spill(tmp_path, chunk):
-    """ptxas, nvcc 13.0, 2026-12-04: 0 B in load_attention_combined for 4 and 5 splits per chunk (6 spills the
-    worker, 8 the combine itself), and the worker's 8 B of spill stores as the default's (its frame 72 B, default 56)."""
+    """ptxas, nvcc 13.0, 2026-12-04: 0 B in load_attention_combined for 4 and (the default) 5 splits per chunk (6
+    spills the worker, 8 the combine itself), and the worker's 8 B of spill stores as the control's (the loop: its
+    frame 56 B, 72 with row 58)."""
     from megakernel.build import build
 
-    flag = build(0, build_dir=tmp_path / "flag", extra_flags=option_flags(DEFAULT_TILES) + (f"-DMK_COMBINE_AHEAD={chunk}",))
-    base = build(0, build_dir=tmp_path / "base", extra_flags=option_flags(DEFAULT_TILES))
+    flags = option_flags(DEFAULT_TILES) + ((f"-DMK_COMBINE_AHEAD={chunk}",) if chunk else ())
+    flag = build(0, build_dir=tmp_path / "flag", extra_flags=flags)
+    base = build(0, build_dir=tmp_path / "base", extra_flags=option_flags(DEFAULT_TILES) + ("-DMK_COMBINE_AHEAD=0",))
     got, ref = _spills(flag.ptxas_log), _spills(base.ptxas_log)
     combine = [f for f in got if "load_attention_combined" in f]
     assert combine and all(got[f] == 0 for f in combine)

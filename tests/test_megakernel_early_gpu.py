@@ -84,17 +84,17 @@ def test_long_last_combine_equals_the_default_full_model():
     _assert_long_last_is_the_default(weights, prompt, _launches_to(1024), DEFAULT_TILES, "full model kv 1024")
 
 
-@pytest.mark.parametrize("chunk", [4, 5])
+
+@pytest.mark.parametrize("chunk", [0, 4])
 def test_combine_ahead_equals_the_default_tiny(chunk):
-    """Row 58 on the tiny model: the O-proj combine with its partials loaded C splits per chunk leaves every buffer as
-    the default's across the one-split, short and long launches."""
+    """Row 58 on the tiny model: the default's O-proj combine (5 splits per chunk) leaves every buffer as the control's
+    (0: the loop) and mk_comb4's across the one-split, short and long launches."""
     _assert_flag_equals_plain_tiny(TINY, (f"-DMK_COMBINE_AHEAD={chunk}",), SEED + 123)
 
 
-@pytest.mark.parametrize("row", ["mk_comb4", "mk_comb5"])
+@pytest.mark.parametrize("row,chunk", [("mk_comb_loop", 0), ("mk_comb4", 4)])
 @pytest.mark.parametrize("kv", [512, 1024])
-def test_combine_ahead_leaves_every_buffer_as_the_default(row, kv):
+def test_combine_ahead_leaves_every_buffer_as_the_default(row, chunk, kv):
     """Row 58, full TinyLlama to KV position kv + 2 (the launches past 384 combine in O-proj: 128-position splits to
-    512, 256-position splits after): the same values, bit for bit."""
-    chunk = int(row[-1])
+    512, 256-position splits after): the default and the row, bit for bit."""
     _assert_flag_row_is_its_tiles_bit_for_bit(row, (f"-DMK_COMBINE_AHEAD={chunk}",), kv, SEED + 125)

@@ -176,9 +176,10 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #error "MK_EARLY_REGS=2 or 3 replaces one-split O-proj tiles' GEMV loop: build it with MK_ONE_SPLIT=1, without MK_BATCH_O and MK_O_PIECES"
 #endif
 #ifndef MK_COMBINE_AHEAD
-// Row 58 (opt-in): the O-proj combine (load_attention_combined) loads C = MK_COMBINE_AHEAD splits' outputs per chunk,
-// the first chunk during the weights pass. 0: the loop of 2 splits after the weights (the default).
-#define MK_COMBINE_AHEAD 0
+// Row 58 (the default since its H200 run, 2026-12-04 20:56: kv 1024 0.889 vs 0.916 ms/token): the O-proj combine
+// (load_attention_combined) loads C = MK_COMBINE_AHEAD splits' outputs per chunk, the first chunk during the weights
+// pass. 0: the loop of 2 splits after the weights (the control, mk_comb_loop).
+#define MK_COMBINE_AHEAD 5
 #endif
 #if MK_COMBINE_AHEAD < 0 || MK_COMBINE_AHEAD > 8
 #error "MK_COMBINE_AHEAD is 0 (off) or the splits per chunk, 1 to 8"
