@@ -72,11 +72,11 @@ def test_vecbatch_issues_all_its_loads_before_a_store(builds):
     assert re.search(r"load_vector\S*\n\s+0 bytes stack frame, 0 bytes spill stores", r.ptxas_log), r.ptxas_log
     # Row 36's default (Down pieces, nvcc 13.0) stored the first chunk after 4 of load_vector's VEC_SLOTS loads (NOTES.md
     # "Row 36 measured": a lever, not a fault); row 55's default (session 21) has all VEC_SLOTS before the first store
-    # again, and its control (-DMK_TAIL_LOADS=0) still 4
+    # again, and its control (-DMK_TAIL_LOADS=0, on the kernel it was measured with: row 58's loop combine) still 4
     d = builds(0)
     d_loads, d_before, d_branches = _load_vector_batch(d.cubin)
     assert (d_loads, d_branches) == (loads, 0) and d_before == kernel_limits()["VEC_SLOTS"]
-    c_loads, c_before, c_branches = _load_vector_batch(builds(0, ("-DMK_TAIL_LOADS=0",)).cubin)
+    c_loads, c_before, c_branches = _load_vector_batch(builds(0, ("-DMK_TAIL_LOADS=0", "-DMK_COMBINE_AHEAD=0")).cubin)
     assert (c_loads, c_branches) == (loads, 0) and c_before == 4
     assert re.search(r"load_vector\S*\n\s+0 bytes stack frame, 0 bytes spill stores", d.ptxas_log), d.ptxas_log
 
