@@ -18,18 +18,20 @@ def test_the_rows_are_the_default_with_the_flag():
     rows = variant_rows()
     for row, chunk in (("mk_comb4", 4), ("mk_comb_loop", 0)):
         assert rows[row] == {"tiles": DEFAULT_TILES, "build_flags": (f"-DMK_COMBINE_AHEAD={chunk}",)}
+    assert rows["mk_comb_lanes"] == {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_COMBINE_LANES=1",)}  # row 59
     assert "mk_comb5" not in rows  # the default since its H200 run
 
 
 @needs_nvcc
-@pytest.mark.parametrize("chunk", [4, None])
+@pytest.mark.parametrize("chunk", [4, None, "lanes"])
 def test_the_combine_does_not_spill(tmp_path, chunk):
     """ptxas, nvcc 13.0, 2026-12-04: 0 B in load_attention_combined for 4 and (the default) 5 splits per chunk (6
     spills the worker, 8 the combine itself), and the worker's 8 B of spill stores as the control's (the loop: its
     frame 56 B, 72 with row 58)."""
     from megakernel.build import build
 
-    flags = option_flags(DEFAULT_TILES) + ((f"-DMK_COMBINE_AHEAD={chunk}",) if chunk else ())
+    extra = {4: ("-DMK_COMBINE_AHEAD=4",), None: (), "lanes": ("-DMK_COMBINE_LANES=1",)}[chunk]  # lanes: row 59
+    flags = option_flags(DEFAULT_TILES) + extra
     flag = build(0, build_dir=tmp_path / "flag", extra_flags=flags)
     base = build(0, build_dir=tmp_path / "base", extra_flags=option_flags(DEFAULT_TILES) + ("-DMK_COMBINE_AHEAD=0",))
     got, ref = _spills(flag.ptxas_log), _spills(base.ptxas_log)
@@ -39,10 +41,14 @@ def test_the_combine_does_not_spill(tmp_path, chunk):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("bad", ["-1", "9"])
-def test_a_bad_chunk_is_refused_by_the_build(tmp_path, bad):
+@pytest.mark.parametrize("bad,message", [
+    (("-DMK_COMBINE_AHEAD=-1",), r"MK_COMBINE_AHEAD is 0 \(off\) or the splits per chunk, 1 to 8"),
+    (("-DMK_COMBINE_AHEAD=9",), r"MK_COMBINE_AHEAD is 0 \(off\) or the splits per chunk, 1 to 8"),
+    (("-DMK_COMBINE_LANES=1", "-DMK_COMBINE_AHEAD=0"), r"MK_COMBINE_LANES is 0 \(off\) or 1 .*needs MK_COMBINE_AHEAD"),
+])
+def test_a_bad_value_is_refused_by_the_build(tmp_path, bad, message):
     from megakernel.build import BuildError, build
 
     with pytest.raises(BuildError) as e:
-        build(0, build_dir=tmp_path, extra_flags=option_flags(DEFAULT_TILES) + (f"-DMK_COMBINE_AHEAD={bad}",))
-    assert re.search(r"MK_COMBINE_AHEAD is 0 \(off\) or the splits per chunk, 1 to 8", str(e.value))
+        build(0, build_dir=tmp_path, extra_flags=option_flags(DEFAULT_TILES) + bad)
+    assert re.search(message, str(e.value))

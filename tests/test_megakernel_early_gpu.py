@@ -85,16 +85,20 @@ def test_long_last_combine_equals_the_default_full_model():
 
 
 
-@pytest.mark.parametrize("chunk", [0, 4])
-def test_combine_ahead_equals_the_default_tiny(chunk):
-    """Row 58 on the tiny model: the default's O-proj combine (5 splits per chunk) leaves every buffer as the control's
-    (0: the loop) and mk_comb4's across the one-split, short and long launches."""
-    _assert_flag_equals_plain_tiny(TINY, (f"-DMK_COMBINE_AHEAD={chunk}",), SEED + 123)
+COMBINE_ROWS = {"mk_comb_loop": ("-DMK_COMBINE_AHEAD=0",), "mk_comb4": ("-DMK_COMBINE_AHEAD=4",),
+                "mk_comb_lanes": ("-DMK_COMBINE_LANES=1",)}
 
 
-@pytest.mark.parametrize("row,chunk", [("mk_comb_loop", 0), ("mk_comb4", 4)])
+@pytest.mark.parametrize("row", list(COMBINE_ROWS))
+def test_combine_ahead_equals_the_default_tiny(row):
+    """Rows 58-59 on the tiny model: the default's O-proj combine (5 splits per chunk) leaves every buffer as the
+    control's (the loop), mk_comb4's and mk_comb_lanes' (row 59) across the one-split, short and long launches."""
+    _assert_flag_equals_plain_tiny(TINY, COMBINE_ROWS[row], SEED + 123)
+
+
+@pytest.mark.parametrize("row", list(COMBINE_ROWS))
 @pytest.mark.parametrize("kv", [512, 1024])
-def test_combine_ahead_leaves_every_buffer_as_the_default(row, chunk, kv):
-    """Row 58, full TinyLlama to KV position kv + 2 (the launches past 384 combine in O-proj: 128-position splits to
-    512, 256-position splits after): the default and the row, bit for bit."""
-    _assert_flag_row_is_its_tiles_bit_for_bit(row, (f"-DMK_COMBINE_AHEAD={chunk}",), kv, SEED + 125)
+def test_combine_ahead_leaves_every_buffer_as_the_default(row, kv):
+    """Rows 58-59, full TinyLlama to KV position kv + 2 (the launches past 384 combine in O-proj: 128-position splits
+    to 512, 256-position splits after): the default and the row, bit for bit."""
+    _assert_flag_row_is_its_tiles_bit_for_bit(row, COMBINE_ROWS[row], kv, SEED + 125)

@@ -443,6 +443,38 @@ __device__ __forceinline__ void combine_weights_head(const float* base, size_t o
   for (int s = 0; s < used; ++s) wts[h * used + s] = __expf(wts[h * used + s] - M) * inv;
 }
 
+#if MK_COMBINE_LANES
+// Row 59 (MK_COMBINE_LANES): combine_weights_head for used <= 8 splits with its 16 loads per head spread over 8 lanes:
+// lane j of head h = threadIdx.x / 8 loads split min(j, used - 1)'s (max, sum) pair as one 8-byte load, shuffles give
+// the group's lane 0 all 8 pairs, and it runs the same chunk arithmetic (the same weights, bit for bit). Called by
+// whole warps: threadIdx.x < 8 x n_heads, a multiple of 32.
+__device__ __forceinline__ void combine_weights_lanes(const float* base, size_t off, float* wts, int NS, int Dh,
+                                                      int used) {
+  const int h = (int)threadIdx.x >> 3, j = (int)threadIdx.x & 7;
+  const float* ph = base + off + (size_t)h * NS * (Dh + 2);
+  const float2 ml = __ldcg(reinterpret_cast<const float2*>(ph + min(j, used - 1) * (Dh + 2) + Dh));
+  const int lane0 = (int)(threadIdx.x & 31) & ~7;
+  float m[8], l[8];
+#pragma unroll
+  for (int s = 0; s < 8; ++s) {
+    m[s] = __shfl_sync(0xffffffffu, ml.x, lane0 + s);
+    l[s] = __shfl_sync(0xffffffffu, ml.y, lane0 + s);
+  }
+  if (j == 0) {  // combine_weights_head's one chunk, operation for operation (folding the two into one helper
+                 // changed the default's SASS, nvcc 13.0): M = max, den = sum e^(m_s - M) l_s, then the weights
+    float M = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) M = fmaxf(M, m[s]);
+    float den = 0.f;  // the head's first chunk: its den *= e^(-inf - M) leaves 0
+#pragma unroll
+    for (int s = 0; s < 8; ++s)
+      if (s < used) den = fmaf(__expf(m[s] - M), l[s], den);
+    const float inv = 1.f / den;
+    for (int s = 0; s < used; ++s) wts[h * used + s] = __expf(m[s] - M) * inv;
+  }
+}
+#endif
+
 // xs[h * Dh + d] = combined attention output of layer `layer` at position `pos`.
 // First one thread per head turns the splits' (max, sum) into weights e^(m_s - M) / sum_s'(...);
 // then every thread sums its COMBINE_PER_THREAD outputs over the splits with all loads in flight.
@@ -479,6 +511,11 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
   };
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
   load_chunk(0);
+#if MK_COMBINE_LANES
+  if (used <= 8 && H * 8 <= THREADS && H % 4 == 0) {  // 8 lanes per head in whole warps (uniform)
+    if ((int)threadIdx.x < H * 8) combine_weights_lanes(attn, off, wts, NS, Dh, used);
+  } else
+#endif
   for (int h = threadIdx.x; h < H; h += THREADS)
     combine_weights_head(attn, off, wts, h, NS, Dh, used);
   __syncthreads();

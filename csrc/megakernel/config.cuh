@@ -184,6 +184,14 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #if MK_COMBINE_AHEAD < 0 || MK_COMBINE_AHEAD > 8
 #error "MK_COMBINE_AHEAD is 0 (off) or the splits per chunk, 1 to 8"
 #endif
+#ifndef MK_COMBINE_LANES
+// Row 59 (opt-in): row 58's combine weights with each head's (max, sum) loads spread over 8 lanes (one 8-byte load
+// each, then shuffles) instead of 16 loads on one lane (attention.cuh: combine_weights_lanes). 0: off.
+#define MK_COMBINE_LANES 0
+#endif
+#if MK_COMBINE_LANES < 0 || MK_COMBINE_LANES > 1 || (MK_COMBINE_LANES && !MK_COMBINE_AHEAD)
+#error "MK_COMBINE_LANES is 0 (off) or 1 (row 58's combine weights by 8 lanes per head: needs MK_COMBINE_AHEAD)"
+#endif
 #ifndef MK_TAIL_LOADS
 // Row 55 (the default since its H200 run; 0 = the control, mk_tail_late): the last loads of a tile issued early, off
 // its critical path: Down's and the early O-proj's residual input, the early QKV tile's RoPE angle.
