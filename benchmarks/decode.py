@@ -351,9 +351,10 @@ def variant_rows() -> dict[str, dict]:
         # chunk, mk_comb_loop the control (the loop of 2 splits after the weights, the default before row 58)
         "mk_comb4": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_COMBINE_AHEAD=4",)},
         "mk_comb_loop": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_COMBINE_AHEAD=0",)},
-        # Row 59 (NOTES.md "Ready: row 59"; MK_COMBINE_LANES): row 58's combine weights with each head's 16 (max, sum)
-        # loads spread over 8 lanes (one 8-byte load each, then shuffles)
-        "mk_comb_lanes": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_COMBINE_LANES=1",)},
+        # Row 59 (NOTES.md "Row 59 measured"; MK_COMBINE_LANES, the default since): the combine weights' 16 (max, sum)
+        # loads per head spread over 8 lanes (one 8-byte load each, then shuffles); mk_comb_heads is the control, one
+        # lane per head (row 58's default)
+        "mk_comb_heads": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_COMBINE_LANES=0",)},
     }
     # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
     # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were

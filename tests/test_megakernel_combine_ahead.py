@@ -1,8 +1,9 @@
-"""Row 58 (megakernel/NOTES.md "Row 58 measured", the default since; MK_COMBINE_AHEAD, csrc/megakernel/attention.cuh): the O-proj combine
-with its partials' loads issued C splits per chunk, the first chunk beside the weights pass. On the CPU (with nvcc):
-the rows, the build's spills (none in the combine, the worker's spill stores the control's), and bad values refused
-by the build. GPU: tests/test_megakernel_early_gpu.py
-(test_combine_ahead_*, bit for bit against the default)."""
+"""Rows 58-59 (megakernel/NOTES.md "Row 58 measured", "Row 59 measured", the default since; MK_COMBINE_AHEAD and
+MK_COMBINE_LANES, csrc/megakernel/attention.cuh): the O-proj combine with its partials' loads issued C splits per
+chunk, the first chunk beside the weights pass, and the weights' loads spread over 8 lanes per head. On the CPU (with
+nvcc): the rows, the build's spills (none in the combine, the worker's spill stores the control's), and bad values
+refused by the build. GPU: tests/test_megakernel_early_gpu.py (test_combine_ahead_*, bit for bit against the
+default)."""
 import re
 
 import pytest
@@ -18,19 +19,20 @@ def test_the_rows_are_the_default_with_the_flag():
     rows = variant_rows()
     for row, chunk in (("mk_comb4", 4), ("mk_comb_loop", 0)):
         assert rows[row] == {"tiles": DEFAULT_TILES, "build_flags": (f"-DMK_COMBINE_AHEAD={chunk}",)}
-    assert rows["mk_comb_lanes"] == {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_COMBINE_LANES=1",)}  # row 59
+    assert rows["mk_comb_heads"] == {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_COMBINE_LANES=0",)}  # row 59's
+    assert "mk_comb_lanes" not in rows  # row 59: the default since its H200 run
     assert "mk_comb5" not in rows  # the default since its H200 run
 
 
 @needs_nvcc
-@pytest.mark.parametrize("chunk", [4, None, "lanes"])
+@pytest.mark.parametrize("chunk", [4, None, "heads"])
 def test_the_combine_does_not_spill(tmp_path, chunk):
-    """ptxas, nvcc 13.0, 2026-12-04: 0 B in load_attention_combined for 4 and (the default) 5 splits per chunk (6
-    spills the worker, 8 the combine itself), and the worker's 8 B of spill stores as the control's (the loop: its
-    frame 56 B, 72 with row 58)."""
+    """ptxas, nvcc 13.0, 2026-12-04: 0 B in load_attention_combined for 4 and (the default) 5 splits per chunk, with
+    the weights by 8 lanes per head (the default) or by one (6 splits spill the worker, 8 the combine itself), and the
+    worker's 8 B of spill stores as the control's (the loop: its frame 56 B; 72 with row 58, 112 with row 59)."""
     from megakernel.build import build
 
-    extra = {4: ("-DMK_COMBINE_AHEAD=4",), None: (), "lanes": ("-DMK_COMBINE_LANES=1",)}[chunk]  # lanes: row 59
+    extra = {4: ("-DMK_COMBINE_AHEAD=4",), None: (), "heads": ("-DMK_COMBINE_LANES=0",)}[chunk]  # heads: row 58
     flags = option_flags(DEFAULT_TILES) + extra
     flag = build(0, build_dir=tmp_path / "flag", extra_flags=flags)
     base = build(0, build_dir=tmp_path / "base", extra_flags=option_flags(DEFAULT_TILES) + ("-DMK_COMBINE_AHEAD=0",))

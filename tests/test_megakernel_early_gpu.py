@@ -86,13 +86,14 @@ def test_long_last_combine_equals_the_default_full_model():
 
 
 COMBINE_ROWS = {"mk_comb_loop": ("-DMK_COMBINE_AHEAD=0",), "mk_comb4": ("-DMK_COMBINE_AHEAD=4",),
-                "mk_comb_lanes": ("-DMK_COMBINE_LANES=1",)}
+                "mk_comb_heads": ("-DMK_COMBINE_LANES=0",)}
 
 
 @pytest.mark.parametrize("row", list(COMBINE_ROWS))
 def test_combine_ahead_equals_the_default_tiny(row):
-    """Rows 58-59 on the tiny model: the default's O-proj combine (5 splits per chunk) leaves every buffer as the
-    control's (the loop), mk_comb4's and mk_comb_lanes' (row 59) across the one-split, short and long launches."""
+    """Rows 58-59 on the tiny model: the default's O-proj combine (5 splits per chunk, the weights by 8 lanes per head)
+    leaves every buffer as the loop's (mk_comb_loop), mk_comb4's and one lane per head's (mk_comb_heads) across the
+    one-split, short and long launches."""
     _assert_flag_equals_plain_tiny(TINY, COMBINE_ROWS[row], SEED + 123)
 
 

@@ -185,9 +185,10 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #error "MK_COMBINE_AHEAD is 0 (off) or the splits per chunk, 1 to 8"
 #endif
 #ifndef MK_COMBINE_LANES
-// Row 59 (opt-in): row 58's combine weights with each head's (max, sum) loads spread over 8 lanes (one 8-byte load
-// each, then shuffles) instead of 16 loads on one lane (attention.cuh: combine_weights_lanes). 0: off.
-#define MK_COMBINE_LANES 0
+// Row 59 (the default with row 58's combine since its H200 run, 2026-12-04 21:29: kv 1024 0.876 vs 0.891 ms/token):
+// row 58's combine weights with each head's (max, sum) loads spread over 8 lanes (one 8-byte load each, then
+// shuffles) instead of 16 loads on one lane (attention.cuh: combine_weights_lanes). 0: the control, mk_comb_heads.
+#define MK_COMBINE_LANES (MK_COMBINE_AHEAD != 0)
 #endif
 #if MK_COMBINE_LANES < 0 || MK_COMBINE_LANES > 1 || (MK_COMBINE_LANES && !MK_COMBINE_AHEAD)
 #error "MK_COMBINE_LANES is 0 (off) or 1 (row 58's combine weights by 8 lanes per head: needs MK_COMBINE_AHEAD)"
