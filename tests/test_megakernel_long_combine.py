@@ -12,11 +12,13 @@ import pytest
 import torch
 
 from benchmarks.decode import variant_rows
+from decoder_stub import cpu_decoder
 from megakernel.dag import DEFAULT_TILES, ONE_SPLIT, DagError, TileShape, build_decode_program
 from megakernel.instructions import NO_COUNTER, AttnPartial, OProj
 from megakernel.interpreter import relative_error
-from megakernel.runtime import MegakernelDecoder, form_words, option_flags
-from megakernel.state import BUFFER_NAMES, DecodeState
+from megakernel.runtime import form_words, option_flags
+from megakernel.state import BUFFER_NAMES
+from test_megakernel_adaptive_combine import _run
 from test_megakernel_interpreter import TILES, _prompt, tiny  # noqa: F401  (the tiny model fixture)
 from test_megakernel_lastcombine import CountingInterpreter, _spills
 from tinyllama.config import get_config
@@ -93,17 +95,6 @@ def test_only_the_long_program_arrives_and_its_o_proj_loads_attn_out(step_end):
         long.counters.index(base.counters[i]): v for i, v in base.launch_counters(64, step_end).items()}
 
 
-def _run(c, w, tiles, launches, prompt, order="list"):
-    state = DecodeState.create(build_decode_program(c, tiles), w)
-    state.set_prompt(prompt)
-    interp = CountingInterpreter(state, n_forced=len(prompt))
-    after = []
-    for first, count in launches:
-        interp.run_steps(first, count, order=order, seed=first)
-        after.append({n: state.t[n].clone() for n in BUFFER_NAMES} | {"attn_out": state.t["attn_out"].clone()})
-    return interp, state, after
-
-
 @pytest.mark.parametrize("order", ["list", "random"])
 def test_interpreter_equals_the_default_across_the_programs(tiny, order):
     """Launches of the one-split, short, long, short (a new start would be a new sequence: here one past the
@@ -112,9 +103,9 @@ def test_interpreter_equals_the_default_across_the_programs(tiny, order):
     count only the long launches' tiles."""
     c, w = tiny
     prompt = _prompt(c, 46, seed=57)
-    launches = [(0, 12), (12, 12), (24, 16), (40, 1), (41, 5)]
-    _, _, base = _run(c, w, TINY_BASE, launches, prompt)
-    interp, state, long = _run(c, w, TINY_LONG, launches, prompt, order=order)
+    launches = [(0, 12, None), (12, 12, None), (24, 16, None), (40, 1, None), (41, 5, None)]
+    _, _, base = _run(c, w, TINY_BASE, launches, prompt, interp_cls=CountingInterpreter)
+    interp, state, long = _run(c, w, TINY_LONG, launches, prompt, order=order, interp_cls=CountingInterpreter)
     for k, (a, b) in enumerate(zip(long, base)):
         assert relative_error(a["logits"], b["logits"]) < 1e-6, k
         assert torch.equal(a["tokens"], b["tokens"]), k
@@ -135,19 +126,10 @@ def test_the_decoder_words_each_launch_key_in_its_own_form(tiny):
     """MegakernelDecoder's words per launch key: the long program's in its last-arrival form (A3 names the arrival
     counter, O-proj's A2 set), the short and one-split programs' as theirs; the parameter block points at them."""
     from megakernel import instructions as I
-    from megakernel.interpreter import SamplingParams
 
     c, w = tiny
-    prog = build_decode_program(c, TINY_LONG)
-    dec = object.__new__(MegakernelDecoder)  # no GPU: only what _instruction_words and _param_values read
-    dec.config, dec.tiles, dec.program, dec.device = c, TINY_LONG, prog, torch.device("cpu")
-    dec.prefetch_window, dec.prefetch_own, dec.prefetch_gate = None, True, ()
-    dec.state = DecodeState.create(prog, w)
-    dec.forms = dec._instruction_words(prog)
-    dec.ticket = dec.error = dec.stuck = torch.zeros(4, dtype=torch.int32)
-    dec.step_ns = torch.zeros(4, dtype=torch.int64)
-    dec.n_forced, dec.timeout_ns, dec.prefetch_ahead, dec.stage_bytes = 1, 1, 0, 0
-    dec.sampling = SamplingParams()
+    dec = cpu_decoder(c, w, TINY_LONG)
+    prog = dec.program
     assert set(dec.forms) == {16, 32, ONE_SPLIT}
     for key, sub in prog.split_programs.items():
         assert np.array_equal(dec.forms[key].numpy(), form_words(sub, None, True)[key == 32])

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from benchmarks.decode import O_PIECES, variant_rows
+from decoder_stub import cpu_decoder
 from megakernel import instructions as I
 from megakernel.dag import (
     COMBINE_TILES,
@@ -26,8 +27,8 @@ from megakernel.dag import (
     default_tiles,
 )
 from megakernel.instructions import ATTN_DIRECT, NO_COUNTER, AttnPartial, OProj
-from megakernel.interpreter import Interpreter, InterpreterError, SamplingParams, localise, relative_error
-from megakernel.runtime import CSRC, MegakernelDecoder, check_fits, form_words, option_flags
+from megakernel.interpreter import Interpreter, InterpreterError, localise, relative_error
+from megakernel.runtime import CSRC, check_fits, form_words, option_flags
 from megakernel.state import BUFFER_NAMES, DecodeState
 from test_megakernel_interpreter import TILES, _prompt, replay_step, tiny  # noqa: F401  (the tiny model fixture)
 from test_megakernel_split_auto import _run, _same_bits
@@ -139,23 +140,9 @@ def test_a_one_split_program_is_checked():
         plain.check()
 
 
-def _decoder(c, w, tiles):
-    dec = object.__new__(MegakernelDecoder)  # no GPU: only what _instruction_words and _param_values read
-    prog = build_decode_program(c, tiles)
-    dec.config, dec.tiles, dec.program, dec.launched, dec.device = c, tiles, prog, prog, torch.device("cpu")
-    dec.prefetch_window, dec.prefetch_own, dec.prefetch_gate = None, True, ()
-    dec.state = DecodeState.create(prog, w)
-    dec.forms = dec._instruction_words(prog)
-    dec.ticket = dec.error = dec.stuck = torch.zeros(4, dtype=torch.int32)
-    dec.step_ns = torch.zeros(4, dtype=torch.int64)
-    dec.n_forced, dec.timeout_ns, dec.prefetch_ahead, dec.stage_bytes = 1, 1, 0, 0
-    dec.sampling = SamplingParams()
-    return dec
-
-
 def test_each_launch_gets_the_words_and_parameters_of_its_program(tiny):
     c, w = tiny
-    dec = _decoder(c, w, ONE_TINY)
+    dec = cpu_decoder(c, w, ONE_TINY)
     prog = dec.program
     assert set(dec.forms) == {16, 32, ONE_SPLIT} and "attn_out" in dec.state.t
     for key, words in dec.forms.items():

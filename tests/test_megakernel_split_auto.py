@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from benchmarks.decode import variant_rows
+from decoder_stub import cpu_decoder
 from megakernel.dag import COMBINE_TILES, DagError, Program, TileShape, build_decode_program
 from megakernel.instructions import AttnPartial, OProj
 from megakernel.interpreter import Interpreter, SamplingParams, localise, relative_error
@@ -101,16 +102,8 @@ def test_each_launch_gets_the_words_and_parameters_of_its_split(tiny):
     """The parameter block of a launch (runtime: _param_values) points at its split's words, with that list's length
     as n_instr and ticket stride, its split length, and the state's slot count as the partials' stride."""
     c, w = tiny
-    prog = build_decode_program(c, AUTO)
-    dec = object.__new__(MegakernelDecoder)  # no GPU: only what _instruction_words and _param_values read
-    dec.config, dec.tiles, dec.program, dec.device = c, AUTO, prog, torch.device("cpu")
-    dec.prefetch_window, dec.prefetch_own, dec.prefetch_gate = None, True, ()
-    dec.state = DecodeState.create(prog, w)
-    dec.forms = dec._instruction_words(prog)
-    dec.ticket = dec.error = dec.stuck = torch.zeros(4, dtype=torch.int32)
-    dec.step_ns = torch.zeros(4, dtype=torch.int64)
-    dec.n_forced, dec.timeout_ns, dec.prefetch_ahead, dec.stage_bytes = 1, 1, 0, 0
-    dec.sampling = SamplingParams()
+    dec = cpu_decoder(c, w, AUTO)
+    prog = dec.program
     assert set(dec.forms) == {16, 32} and dec.instructions is dec.forms[16]
     for split, words in dec.forms.items():  # each with the prefetch plan of its own list
         assert np.array_equal(words.numpy(), form_words(prog.split_programs[split], None, True)[False])

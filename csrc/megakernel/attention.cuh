@@ -475,6 +475,16 @@ __device__ __forceinline__ void combine_weights_lanes(const float* base, size_t 
 }
 #endif
 
+// The combined outputs to xs[0, D), then a barrier (the O-proj GEMV reads them): both forms of load_attention_combined.
+__device__ __forceinline__ void store_combined(const float (&acc)[COMBINE_PER_THREAD], float* xs, int D) {
+#pragma unroll
+  for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
+    const int i = threadIdx.x + k * THREADS;
+    if (i < D) xs[i] = acc[k];
+  }
+  __syncthreads();
+}
+
 // xs[h * Dh + d] = combined attention output of layer `layer` at position `pos`.
 // First one thread per head turns the splits' (max, sum) into weights e^(m_s - M) / sum_s'(...);
 // then every thread sums its COMBINE_PER_THREAD outputs over the splits with all loads in flight.
@@ -527,7 +537,7 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
   for (int s0 = 0; s0 < used; s0 += C) {
     if (s0 > 0) load_chunk(s0);
 #pragma unroll
-    for (int u = 0; u < C; ++u)
+    for (int u = 0; u < C; ++u)  // the loop form's FMAs in its order (it keeps its unsigned index: the control's SASS)
 #pragma unroll
       for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
         const int i = min((int)threadIdx.x + k * THREADS, D - 1);
@@ -535,12 +545,7 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
         acc[k] = fmaf(w, v[u][k], acc[k]);
       }
   }
-#pragma unroll
-  for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
-    const int i = threadIdx.x + k * THREADS;
-    if (i < D) xs[i] = acc[k];
-  }
-  __syncthreads();
+  store_combined(acc, xs, D);
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
 }
 #else
@@ -579,12 +584,7 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
         acc[k] = fmaf(w, v[u][k], acc[k]);
       }
   }
-#pragma unroll
-  for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
-    const int i = threadIdx.x + k * THREADS;
-    if (i < D) xs[i] = acc[k];
-  }
-  __syncthreads();
+  store_combined(acc, xs, D);
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
 }
 #endif
