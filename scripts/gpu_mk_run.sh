@@ -2,12 +2,18 @@
 # One device call for megakernel tuning: build, GPU tests of the default path, decode benchmark
 # (extra rows from $VARIANTS, args from $BENCH_ARGS), phase timeline of the fastest row, with
 # FUSION_TESTS=1 the opt-in fusion variants' GPU tests (tests/test_megakernel_fusions_gpu.py), and with
-# NCU=1 Nsight Compute per-PC source counters of one generation launch. Logs under $OUT.
+# NCU=1 Nsight Compute per-PC source counters of one generation launch, and with WS=1 first
+# benchmarks/weight_stream.py (its probe paths' GPU tests, then its rows: ws.log, weight_stream.json). Logs under $OUT.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT="${OUT:-$PWD/gpu_out}"; mkdir -p "$OUT"
 date -u; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
 timeout 60 python3 -m megakernel.build 2>&1 | grep -E "registers|error" | tee $OUT/build.log  # the plain build (the default decoder adds -DMK_ONE_SPLIT=1)
+if [ "${WS:-0}" = 1 ]; then  # the weight-stream rates and the probe paths' round trips under load
+  timeout ${WS_TEST_S:-120} python3 -m pytest -q -p no:cacheprovider tests/test_weight_stream.py 2>&1 | tail -5 | tee $OUT/ws.log
+  timeout ${WS_S:-180} python3 benchmarks/weight_stream.py --reps ${WS_REPS:-5} 2>&1 | tee -a $OUT/ws.log
+  cp benchmarks/results/weight_stream.json $OUT/ 2>/dev/null
+fi
 if [ "${TESTS:-1}" = 1 ]; then
   timeout ${TESTS_S:-200} python3 -m pytest -q -x -p no:cacheprovider tests/test_megakernel_gpu.py ${TEST_EXTRA:-} -k "${TEST_K:-not staged}" 2>&1 | tail -15 | tee $OUT/gpu_tests.log
 fi
@@ -39,4 +45,4 @@ if [ "${SASS:-0}" = 1 ]; then  # SASS of the default build (cuobjdump on the dev
   cuobjdump -sass "$cubin" > $OUT/megakernel.sass 2>&1; echo "sass: $(wc -l < $OUT/megakernel.sass) lines" | tee -a $OUT/bench.log
 fi
 # at most 8 files come back: everything but the logs in one archive
-(cd $OUT && tar czf extras.tgz --remove-files $(ls | grep -v -E '^(bench.log|gpu_tests.log|build.log)$'))
+(cd $OUT && tar czf extras.tgz --remove-files $(ls | grep -v -E '^(bench.log|gpu_tests.log|build.log|ws.log)$'))

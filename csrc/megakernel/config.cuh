@@ -198,6 +198,15 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 // its critical path: Down's and the early O-proj's residual input, the early QKV tile's RoPE angle.
 #define MK_TAIL_LOADS 1
 #endif
+#ifndef MK_TMA_INPUT
+// Row 60 (opt-in, NOTES.md "Ready: row 60"; early.cuh): an early tile's input vector comes by bulk copies, issued by
+// thread 0 the moment its poll sees the counter, instead of by every thread's loads after the barrier: bit 1 the
+// QKV and gate/up norms' x and norm weights, bit 2 the early O-proj's attn_out. 0: off (the loads).
+#define MK_TMA_INPUT 0
+#endif
+#if MK_TMA_INPUT < 0 || MK_TMA_INPUT > 3 || (MK_TMA_INPUT && !MK_EARLY_REGS)
+#error "MK_TMA_INPUT is a mask of 1 (the early QKV / gate/up norms' inputs) and 2 (the early O-proj's attn_out), with MK_EARLY_REGS; 0 is off"
+#endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)
 #endif

@@ -120,9 +120,67 @@ __device__ __forceinline__ void early_qkv_store(const Params& p, const Smem& s, 
   }
 }
 
+#if MK_TMA_INPUT
+// Row 60: the early ops whose input comes by bulk copies (config.cuh MK_TMA_INPUT's bits).
+__device__ __forceinline__ bool tma_input_op(int op) {
+  return op == OP_O_PROJ ? (MK_TMA_INPUT & 2) != 0 : (op == OP_QKV_HEAD || op == OP_GATE_UP) && (MK_TMA_INPUT & 1);
+}
+
+// The tile's input vector: where tma_input_issue copies it from (computed before the wait, off the poll's path).
+__device__ __forceinline__ const float* tma_input_source(const Params& p, int op, int layer) {
+  const size_t off = (size_t)layer * EARLY_K;
+  return op == OP_QKV_HEAD ? p.x + off : op == OP_GATE_UP ? p.x_mid + off : attn_out_of(p) + off;
+}
+
+// Thread 0, its poll having seen the counter (an acquire): the tile's input vector x into xs[0, EARLY_K) and, for a
+// norm, the norm's bf16 weights into the floats after it, by bulk copies completing on s.input_bar. The copy engine
+// reads memory through the async proxy: the proxy fence orders those reads after the acquire.
+__device__ __forceinline__ void tma_input_issue(const Params& p, Smem& s, int op, int layer, const float* x) {
+  const bool norm = op != OP_O_PROJ;
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+  stage_expect(&s.input_bar, EARLY_K * 4 + (norm ? EARLY_K * 2 : 0));
+  stage_copy(&s.input_bar, reinterpret_cast<unsigned char*>(s.xs), reinterpret_cast<const char*>(x), EARLY_K * 4);
+  if (norm)
+    stage_copy(&s.input_bar, reinterpret_cast<unsigned char*>(s.xs + EARLY_K),
+               reinterpret_cast<const char*>((op == OP_QKV_HEAD ? p.attn_norm : p.ffn_norm) + (size_t)layer * EARLY_K),
+               EARLY_K * 2);
+  s.input_parity = s.input_uses & 1u;
+  ++s.input_uses;
+}
+
+// Every thread: wait until this tile's input copies landed; false (an error raised) if they did not by the deadline.
+__device__ __forceinline__ bool tma_input_landed(const Params& p, Smem& s) {
+  const bool landed = stage_wait(&s.input_bar, s.input_parity, (unsigned long long)p.timeout_ns);
+  if (__syncthreads_or(!landed)) {  // every thread takes the same branch, even at the deadline's edge
+    if (threadIdx.x == 0) raise_error(p, ERROR_STAGE_TIMEOUT, -1, -1, -1, -1);
+    return false;
+  }
+  return true;
+}
+
+// early_rmsnorm with x and the norm weights already in shared memory (x in xs, g after it): the same products and sum
+// order, so the same bits.
+__device__ __forceinline__ float early_rmsnorm_landed(float* xs, float eps, float* scratch) {
+  const int c = threadIdx.x;
+  float4* xs4 = reinterpret_cast<float4*>(xs);
+  const float4 a = xs4[2 * c], b = xs4[2 * c + 1];
+  const uint4 w = reinterpret_cast<const uint4*>(xs + EARLY_K)[c];
+  const float ss = a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
+  xs4[2 * c] = make_float4(a.x * bf_lo(w.x), a.y * bf_hi(w.x), a.z * bf_lo(w.y), a.w * bf_hi(w.y));
+  xs4[2 * c + 1] = make_float4(b.x * bf_lo(w.z), b.y * bf_hi(w.z), b.z * bf_lo(w.w), b.w * bf_hi(w.w));
+  const float total = block_sum(0.f + ss, scratch);
+  return rsqrtf(total / (float)EARLY_K + eps);
+}
+#endif
+
 // Thread 0 waits for the tile's dependency (the worker's wait block, with the wait loop inlined); then every thread:
 // false if the kernel must stop. Sets s.ok and s.next_ticket as the worker does; ends the core_loop region.
+#if MK_TMA_INPUT
+__device__ __forceinline__ bool early_wait(const Params& p, Smem& s, unsigned t, int step, int index, int op, int layer,
+                                           const float* tma_src = nullptr) {
+#else
 __device__ __forceinline__ bool early_wait(const Params& p, Smem& s, unsigned t, int step, int index, int op, int layer) {
+#endif
   if (threadIdx.x == 0) {
     bool ok = true;
     s.next_ticket = t + (gridDim.x - 1);
@@ -136,6 +194,9 @@ __device__ __forceinline__ bool early_wait(const Params& p, Smem& s, unsigned t,
                                       nullptr);
       }
     }
+#if MK_TMA_INPUT
+    if (ok && tma_src) tma_input_issue(p, s, op, layer, tma_src);  // row 60: before the barrier
+#endif
     s.ok = ok;
   }
   __syncthreads();
@@ -258,10 +319,22 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
 #pragma unroll
     for (int i = 0; i < GEMV_ROWS; ++i)
       wr[u][i] = ld_weights(w + (size_t)(warp * GEMV_ROWS + i) * row_bytes + (size_t)(lane + 32 * u) * 16);
+#if MK_TMA_INPUT
+  const float* tma_src = tma_input_op(op) ? tma_input_source(p, op, layer) : nullptr;
+  if (!early_wait(p, s, t, step, index, op, layer, tma_src)) return false;
+#else
   if (!early_wait(p, s, t, step, index, op, layer)) return false;
+#endif
   float rstd = 1.f;
 #if MK_TAIL_LOADS
   float x_r = 0.f;
+#endif
+#if MK_TMA_INPUT & 1
+  if (op == OP_QKV_HEAD || op == OP_GATE_UP) {  // row 60: x and the norm weights landed by bulk copies
+    MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
+    if (!tma_input_landed(p, s)) return false;
+    rstd = early_rmsnorm_landed(s.xs, (float)p.eps, s.scratch);
+  } else
 #endif
   if (op == OP_QKV_HEAD) {
     MK_REGION(ARGUS_REGION_DECODE_NORM, coord(step, layer));
@@ -276,7 +349,11 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
 #if MK_TAIL_LOADS
     if (threadIdx.x < EARLY_ROWS) x_r = __ldcg(p.x + (size_t)layer * D + a0 + threadIdx.x);
 #endif
+#if MK_TMA_INPUT & 2
+    if (!tma_input_landed(p, s)) return false;  // row 60: attn_out landed by a bulk copy
+#else
     early_vector(attn_out_of(p) + (size_t)layer * D, s.xs);
+#endif
   }
   {
     MK_REGION(ARGUS_REGION_DECODE_GEMM, coord(step, layer));

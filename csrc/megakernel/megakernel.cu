@@ -103,6 +103,11 @@ struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
 #if MK_POLL2
   int poll_seen;  // the two pollers' flag (sync.cuh: wait_counter_pair, poll_helper): 0 polling, 1 helper saw it, 2 done
 #endif
+#if MK_TMA_INPUT
+  unsigned long long input_bar;  // row 60: the mbarrier of an early tile's input copies (early.cuh: tma_input_issue)
+  unsigned input_uses;           // thread 0's count of those copies: the next one's parity is its low bit
+  unsigned input_parity;         // this tile's copy's parity, written by thread 0 before the wait's barrier
+#endif
 };
 
 
@@ -635,6 +640,10 @@ __device__ void worker(const Params& p, Smem& s) {
     if (p.stage_bytes > 0) stage_init(&s.stage_bar);
 #if MK_RING
     ring_init(s.ring);
+#endif
+#if MK_TMA_INPUT
+    stage_init(&s.input_bar);
+    s.input_uses = 0;
 #endif
   }
   __syncthreads();
