@@ -358,9 +358,11 @@ def variant_rows() -> dict[str, dict]:
         # Row 60 (NOTES.md "Ready: row 60"; MK_TMA_INPUT, early.cuh): an early tile's input vector by bulk copies that
         # thread 0 issues when its poll sees the counter (the copy engine's path to L2, which a register-streaming
         # neighbour may slow less: benchmarks/weight_stream.py's probes), instead of every thread's loads after the
-        # barrier; mk_tma_norm: the QKV and gate/up norms' inputs only (bit 1), mk_tma_in: + the early O-proj's attn_out
+        # barrier; mk_tma_norm: the QKV and gate/up norms' inputs only (bit 1), mk_tma_in: + the early O-proj's attn_out,
+        # mk_tma_all: + Down's h (bit 4, a copy issued in op_down after the barrier)
         "mk_tma_norm": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_TMA_INPUT=1",)},
         "mk_tma_in": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_TMA_INPUT=3",)},
+        "mk_tma_all": {"tiles": DEFAULT_TILES, "build_flags": ("-DMK_TMA_INPUT=7",)},
     }
     # The rows on the decoder's default tiles whose flags replace the early tiles' wait or loop (MK_BATCH_QKV /
     # MK_BATCH_O, MK_POLL2, MK_STATIC_TICKETS=0: config.cuh refuses them with MK_EARLY_REGS) keep the default they were

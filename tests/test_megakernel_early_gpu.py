@@ -105,18 +105,19 @@ def test_combine_ahead_leaves_every_buffer_as_the_default(row, kv):
     _assert_flag_row_is_its_tiles_bit_for_bit(row, COMBINE_ROWS[row], kv, SEED + 125)
 
 
-TMA_ROWS = {"mk_tma_norm": ("-DMK_TMA_INPUT=1",), "mk_tma_in": ("-DMK_TMA_INPUT=3",)}
+TMA_ROWS = {"mk_tma_norm": ("-DMK_TMA_INPUT=1",), "mk_tma_in": ("-DMK_TMA_INPUT=3",), "mk_tma_all": ("-DMK_TMA_INPUT=7",)}
 
 
 def test_tma_input_equals_the_default_tiny():
-    """Row 60 on the tiny model (hidden != 2048: no early tile, so no bulk copy runs): the flag build's buffers are the
-    default's."""
-    _assert_flag_equals_plain_tiny(TINY, TMA_ROWS["mk_tma_in"], SEED + 127)
+    """Row 60 on the tiny model (hidden != 2048: no early tile; its Down tiles take h by bulk copy in mk_tma_all): the
+    flag build's buffers are the default's."""
+    _assert_flag_equals_plain_tiny(TINY, TMA_ROWS["mk_tma_all"], SEED + 127)
 
 
 @pytest.mark.parametrize("row", list(TMA_ROWS))
 @pytest.mark.parametrize("kv", [128, 1024])
 def test_tma_input_leaves_every_buffer_as_the_default(row, kv):
     """Row 60, full TinyLlama to KV position kv + 2: the early tiles' inputs by bulk copies (the norms' x and weights;
-    mk_tma_in also the one-split launches' O-proj attn_out) give the same values as the loads, bit for bit."""
+    mk_tma_in also the one-split launches' O-proj attn_out, mk_tma_all also Down's h) give the same values as the
+    loads, bit for bit."""
     _assert_flag_row_is_its_tiles_bit_for_bit(row, TMA_ROWS[row], kv, SEED + 129)

@@ -201,11 +201,12 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #ifndef MK_TMA_INPUT
 // Row 60 (opt-in, NOTES.md "Ready: row 60"; early.cuh): an early tile's input vector comes by bulk copies, issued by
 // thread 0 the moment its poll sees the counter, instead of by every thread's loads after the barrier: bit 1 the
-// QKV and gate/up norms' x and norm weights, bit 2 the early O-proj's attn_out. 0: off (the loads).
+// QKV and gate/up norms' x and norm weights, bit 2 the early O-proj's attn_out, bit 4 Down's h (issued from the
+// worker's wait block). 0: off (the loads).
 #define MK_TMA_INPUT 0
 #endif
-#if MK_TMA_INPUT < 0 || MK_TMA_INPUT > 3 || (MK_TMA_INPUT && !MK_EARLY_REGS)
-#error "MK_TMA_INPUT is a mask of 1 (the early QKV / gate/up norms' inputs) and 2 (the early O-proj's attn_out), with MK_EARLY_REGS; 0 is off"
+#if MK_TMA_INPUT < 0 || MK_TMA_INPUT > 7 || (MK_TMA_INPUT && !MK_EARLY_REGS)
+#error "MK_TMA_INPUT is a mask of 1 (the early QKV / gate/up norms' inputs), 2 (the early O-proj's attn_out) and 4 (Down's h), with MK_EARLY_REGS; 0 is off"
 #endif
 #ifndef MK_SAMPLE_BATCH
 #define MK_SAMPLE_BATCH 16  // logit loads per thread in flight in the unfused Sample op (MK_FUSED_SAMPLE=0)

@@ -132,31 +132,13 @@ __device__ __forceinline__ const float* tma_input_source(const Params& p, int op
   return op == OP_QKV_HEAD ? p.x + off : op == OP_GATE_UP ? p.x_mid + off : attn_out_of(p) + off;
 }
 
-// Thread 0, its poll having seen the counter (an acquire): the tile's input vector x into xs[0, EARLY_K) and, for a
-// norm, the norm's bf16 weights into the floats after it, by bulk copies completing on s.input_bar. The copy engine
-// reads memory through the async proxy: the proxy fence orders those reads after the acquire.
-__device__ __forceinline__ void tma_input_issue(const Params& p, Smem& s, int op, int layer, const float* x) {
-  const bool norm = op != OP_O_PROJ;
-  asm volatile("fence.proxy.async.global;" ::: "memory");
-  stage_expect(&s.input_bar, EARLY_K * 4 + (norm ? EARLY_K * 2 : 0));
-  stage_copy(&s.input_bar, reinterpret_cast<unsigned char*>(s.xs), reinterpret_cast<const char*>(x), EARLY_K * 4);
-  if (norm)
-    stage_copy(&s.input_bar, reinterpret_cast<unsigned char*>(s.xs + EARLY_K),
-               reinterpret_cast<const char*>((op == OP_QKV_HEAD ? p.attn_norm : p.ffn_norm) + (size_t)layer * EARLY_K),
-               EARLY_K * 2);
-  s.input_parity = s.input_uses & 1u;
-  ++s.input_uses;
+// An early tile's copies (tma_input_op): x / x_mid with the norm's weights, or attn_out.
+__device__ __forceinline__ void tma_early_issue(const Params& p, Smem& s, int op, int layer, const float* x) {
+  const size_t off = (size_t)layer * EARLY_K;
+  tma_input_issue(s, x, EARLY_K * 4,
+                  op == OP_QKV_HEAD ? p.attn_norm + off : op == OP_GATE_UP ? p.ffn_norm + off : nullptr, EARLY_K * 2);
 }
 
-// Every thread: wait until this tile's input copies landed; false (an error raised) if they did not by the deadline.
-__device__ __forceinline__ bool tma_input_landed(const Params& p, Smem& s) {
-  const bool landed = stage_wait(&s.input_bar, s.input_parity, (unsigned long long)p.timeout_ns);
-  if (__syncthreads_or(!landed)) {  // every thread takes the same branch, even at the deadline's edge
-    if (threadIdx.x == 0) raise_error(p, ERROR_STAGE_TIMEOUT, -1, -1, -1, -1);
-    return false;
-  }
-  return true;
-}
 
 // early_rmsnorm with x and the norm weights already in shared memory (x in xs, g after it): the same products and sum
 // order, so the same bits.
@@ -195,7 +177,7 @@ __device__ __forceinline__ bool early_wait(const Params& p, Smem& s, unsigned t,
       }
     }
 #if MK_TMA_INPUT
-    if (ok && tma_src) tma_input_issue(p, s, op, layer, tma_src);  // row 60: before the barrier
+    if (ok && tma_src) tma_early_issue(p, s, op, layer, tma_src);  // row 60: before the barrier
 #endif
     s.ok = ok;
   }

@@ -103,12 +103,14 @@ struct __align__(16) Smem {  // 16-byte aligned: xs and out are read as float4
 #if MK_POLL2
   int poll_seen;  // the two pollers' flag (sync.cuh: wait_counter_pair, poll_helper): 0 polling, 1 helper saw it, 2 done
 #endif
-#if MK_TMA_INPUT
-  unsigned long long input_bar;  // row 60: the mbarrier of an early tile's input copies (early.cuh: tma_input_issue)
+#if MK_TMA_INPUT  // row 60 (tma_input.cuh)
+  unsigned long long input_bar;  // the mbarrier of a tile's input copies (tma_input_issue)
   unsigned input_uses;           // thread 0's count of those copies: the next one's parity is its low bit
   unsigned input_parity;         // this tile's copy's parity, written by thread 0 before the wait's barrier
 #endif
 };
+
+#include "tma_input.cuh"  // row 60 (MK_TMA_INPUT): empty without the flag
 
 
 // Weight bytes a GEMV instruction streams (0 for other ops): what the L2 prefetch covers.
@@ -403,7 +405,13 @@ __device__ void op_down(const Params& p, Smem& s, int layer, int row0, int rows,
   // Detail builds split the gemm region: the activation load (h, written by gate/up this step) and the
   // weight loop, each ending at a CTA barrier (NOTES.md "Ready: row 25").
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_GEMM_DOWN_VECTOR, coord(step, layer));
+#if MK_TMA_INPUT & 4
+  // row 60: h by one bulk copy (a branch here to load_vector made ptxas spill attention_partial_v2: the choice is
+  // inside the helper)
+  if (!tma_down_vector(p, s, layer)) return;  // the error is raised; the launch stops
+#else
   load_vector(p.h + (size_t)layer * F, F, s.xs);
+#endif
   MK_DETAIL_END(ARGUS_REGION_DECODE_GEMM_DOWN_VECTOR, coord(step, layer));
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_GEMM_DOWN_WEIGHTS, coord(step, layer));
 #if MK_DOWN_PIECES && MK_TAIL_LOADS
