@@ -139,7 +139,6 @@ __device__ __forceinline__ void tma_early_issue(const Params& p, Smem& s, int op
                   op == OP_QKV_HEAD ? p.attn_norm + off : op == OP_GATE_UP ? p.ffn_norm + off : nullptr, EARLY_K * 2);
 }
 
-
 // early_rmsnorm with x and the norm weights already in shared memory (x in xs, g after it): the same products and sum
 // order, so the same bits.
 __device__ __forceinline__ float early_rmsnorm_landed(float* xs, float eps, float* scratch) {
