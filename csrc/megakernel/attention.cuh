@@ -489,6 +489,16 @@ __device__ __forceinline__ void store_combined(const float (&acc)[COMBINE_PER_TH
 // First one thread per head turns the splits' (max, sum) into weights e^(m_s - M) / sum_s'(...);
 // then every thread sums its COMBINE_PER_THREAD outputs over the splits with all loads in flight.
 // Shared memory: xs[hidden] then the weights [n_heads][used] (host-checked to fit).
+// Both forms' names for the launch's shapes, the splits used at `pos`, layer `layer`'s partials (p.attn_part read once:
+// the weights pass stores to shared memory, where p lives) and the weights' place in xs. A macro, not a function
+// returning a struct: that form changed the loop form's SASS (the measured control, mk_comb_loop; nvcc 13.0).
+#define MK_COMBINE_FRAME                                                                       \
+  const int Dh = (int)p.head_dim, H = (int)p.n_heads, NS = (int)p.n_splits, D = (int)p.hidden; \
+  const int used = (pos + (int)p.attn_split) / (int)p.attn_split; /* ceil((pos + 1) / S) */   \
+  const float* attn = p.attn_part;                                                             \
+  const size_t off = (size_t)layer * H * NS * (Dh + 2);                                        \
+  const float* part = attn + off;                                                              \
+  float* wts = xs + D;
 #if MK_COMBINE_AHEAD
 // Row 58 (MK_COMBINE_AHEAD = C splits per chunk): the same combine with the partials' loads off the weights' path.
 // Each thread issues its first C splits' outputs (C x COMBINE_PER_THREAD loads) before the weights pass, so they fly
@@ -497,12 +507,7 @@ __device__ __forceinline__ void store_combined(const float (&acc)[COMBINE_PER_TH
 // past used add w = 0 times a clamped, finite split), so the values are the loop's.
 __device__ __noinline__ void load_attention_combined(const Params& p, int layer, int pos, float* xs) {
   constexpr int C = MK_COMBINE_AHEAD;
-  const int Dh = (int)p.head_dim, H = (int)p.n_heads, NS = (int)p.n_splits, D = (int)p.hidden;
-  const int used = (pos + (int)p.attn_split) / (int)p.attn_split;  // ceil((pos + 1) / S)
-  const float* attn = p.attn_part;
-  const size_t off = (size_t)layer * H * NS * (Dh + 2);
-  const float* part = attn + off;
-  float* wts = xs + D;
+  MK_COMBINE_FRAME
   int first[COMBINE_PER_THREAD];  // each output's split-0 offset in part (32-bit: fewer registers live)
 #pragma unroll
   for (int k = 0; k < COMBINE_PER_THREAD; ++k) {
@@ -550,12 +555,7 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
 }
 #else
 __device__ __noinline__ void load_attention_combined(const Params& p, int layer, int pos, float* xs) {
-  const int Dh = (int)p.head_dim, H = (int)p.n_heads, NS = (int)p.n_splits, D = (int)p.hidden;
-  const int used = (pos + (int)p.attn_split) / (int)p.attn_split;  // ceil((pos + 1) / S)
-  const float* attn = p.attn_part;  // read once: the weights loop stores to shared memory, where p lives
-  const size_t off = (size_t)layer * H * NS * (Dh + 2);
-  const float* part = attn + off;
-  float* wts = xs + D;
+  MK_COMBINE_FRAME
   MK_DETAIL_BEGIN(ARGUS_REGION_DECODE_ATTENTION_COMBINE_WEIGHTS, coord(pos, layer));
   for (int h = threadIdx.x; h < H; h += THREADS)
     combine_weights_head(attn, off, wts, h, NS, Dh, used);
@@ -588,6 +588,7 @@ __device__ __noinline__ void load_attention_combined(const Params& p, int layer,
   MK_DETAIL_END(ARGUS_REGION_DECODE_ATTENTION_COMBINE_SUM, coord(pos, layer));
 }
 #endif
+#undef MK_COMBINE_FRAME
 
 #if MK_LAST_COMBINE
 // The combined attention output of one KV head's query group (MK_LAST_COMBINE): what load_attention_combined

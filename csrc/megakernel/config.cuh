@@ -199,10 +199,10 @@ constexpr int MAX_TILE_ROWS = 256;       // GEMV tile outputs kept in shared mem
 #define MK_TAIL_LOADS 1
 #endif
 #ifndef MK_TMA_INPUT
-// Row 60 (opt-in, NOTES.md "Ready: row 60"; early.cuh): an early tile's input vector comes by bulk copies, issued by
-// thread 0 the moment its poll sees the counter, instead of by every thread's loads after the barrier: bit 1 the
-// QKV and gate/up norms' x and norm weights, bit 2 the early O-proj's attn_out, bit 4 Down's h (issued from the
-// worker's wait block). 0: off (the loads).
+// Row 60 (opt-in, NOTES.md "Ready: row 60"; tma_input.cuh, early.cuh): an early tile's input vector comes by bulk
+// copies, issued by thread 0 the moment its poll sees the counter, instead of by every thread's loads after the
+// barrier: bit 1 the QKV and gate/up norms' x and norm weights, bit 2 the early O-proj's attn_out, bit 4 Down's h
+// (issued in op_down, after the worker's barrier). 0: off (the loads).
 #define MK_TMA_INPUT 0
 #endif
 #if MK_TMA_INPUT < 0 || MK_TMA_INPUT > 7 || (MK_TMA_INPUT && !MK_EARLY_REGS)

@@ -156,12 +156,10 @@ __device__ __forceinline__ float early_rmsnorm_landed(float* xs, float eps, floa
 
 // Thread 0 waits for the tile's dependency (the worker's wait block, with the wait loop inlined); then every thread:
 // false if the kernel must stop. Sets s.ok and s.next_ticket as the worker does; ends the core_loop region.
-#if MK_TMA_INPUT
+// tma_src (row 60, MK_TMA_INPUT): where thread 0 bulk-copies the tile's input from once it saw the counter; null: no
+// copy (the tile loads its input itself).
 __device__ __forceinline__ bool early_wait(const Params& p, Smem& s, unsigned t, int step, int index, int op, int layer,
                                            const float* tma_src = nullptr) {
-#else
-__device__ __forceinline__ bool early_wait(const Params& p, Smem& s, unsigned t, int step, int index, int op, int layer) {
-#endif
   if (threadIdx.x == 0) {
     bool ok = true;
     s.next_ticket = t + (gridDim.x - 1);
@@ -177,6 +175,8 @@ __device__ __forceinline__ bool early_wait(const Params& p, Smem& s, unsigned t,
     }
 #if MK_TMA_INPUT
     if (ok && tma_src) tma_early_issue(p, s, op, layer, tma_src);  // row 60: before the barrier
+#else
+    (void)tma_src;
 #endif
     s.ok = ok;
   }
@@ -302,10 +302,10 @@ __device__ __noinline__ bool early_tile(const Params& p, Smem& s, unsigned t, in
       wr[u][i] = ld_weights(w + (size_t)(warp * GEMV_ROWS + i) * row_bytes + (size_t)(lane + 32 * u) * 16);
 #if MK_TMA_INPUT
   const float* tma_src = tma_input_op(op) ? tma_input_source(p, op, layer) : nullptr;
-  if (!early_wait(p, s, t, step, index, op, layer, tma_src)) return false;
 #else
-  if (!early_wait(p, s, t, step, index, op, layer)) return false;
+  const float* tma_src = nullptr;
 #endif
+  if (!early_wait(p, s, t, step, index, op, layer, tma_src)) return false;
   float rstd = 1.f;
 #if MK_TAIL_LOADS
   float x_r = 0.f;

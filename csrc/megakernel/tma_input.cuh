@@ -2,7 +2,7 @@
 // copies (cp.async.bulk into the CTA's xs, completing on one mbarrier) that thread 0 issues the moment its poll sees
 // the counter, instead of every thread's loads after the barrier: the copy engine's path to L2, which a
 // register-streaming neighbour on the SM may slow less than it slows loads (benchmarks/weight_stream.py's probes).
-// The early tiles' uses are in early.cuh; Down's (bit 4) in megakernel.cu's wait block and op_down.
+// The early tiles' uses are in early.cuh; Down's (bit 4) is tma_down_vector below, called by op_down.
 //
 // Included by megakernel.cu inside namespace mk, after Smem.
 #pragma once

@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "gemv.cuh"
-#include "mbarrier.cuh"  // bar_init, bar_arrive, bar_try (and stage.cuh: smem_addr)
+#include "mbarrier.cuh"  // bar_init, bar_arrive, bar_try (and stage.cuh: smem_addr, stage_expect, stage_copy)
 
 namespace {
 
@@ -55,18 +55,11 @@ __device__ __forceinline__ unsigned chase_load(const unsigned* p) {
   return v;
 }
 
-// Thread 0: the barrier's next phase completes when `bytes` from `src` landed at `dst` (one bulk copy, bytes % 16 == 0).
-__device__ __forceinline__ void bulk_fetch(unsigned long long* bar, void* dst, const void* src, unsigned bytes) {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // earlier generic reads of dst come first
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mk::smem_addr(bar)), "r"(bytes) : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               ::"r"(mk::smem_addr(dst)), "l"(src), "r"(bytes), "r"(mk::smem_addr(bar)) : "memory");
-}
-
 // One 16-byte bulk copy of the ring word at ring[cur] (lines are 128 or 256 bytes apart: 16-byte aligned).
 __device__ __forceinline__ unsigned chase_bulk(const unsigned* ring, unsigned cur, unsigned long long* bar,
                                                unsigned* slot, unsigned& parity) {
-  bulk_fetch(bar, slot, ring + cur, 16);
+  mk::stage_expect(bar, 16);
+  mk::stage_copy(bar, reinterpret_cast<unsigned char*>(slot), reinterpret_cast<const char*>(ring + cur), 16);
   bar_wait(bar, parity);
   parity ^= 1u;
   return *reinterpret_cast<volatile unsigned*>(slot);
@@ -112,7 +105,11 @@ __device__ void probe(const unsigned* l2_ring, const unsigned* dram_ring, const 
           }
           __syncthreads();
         } else {
-          if (threadIdx.x == 0) bulk_fetch(&bars[0], buf, v, VEC_FLOATS * 4);
+          if (threadIdx.x == 0) {  // stage.cuh's copy: the megakernel's own bulk-copy path
+            mk::stage_expect(&bars[0], VEC_FLOATS * 4);
+            mk::stage_copy(&bars[0], reinterpret_cast<unsigned char*>(buf), reinterpret_cast<const char*>(v),
+                           VEC_FLOATS * 4);
+          }
           bar_wait(&bars[0], parity);
           parity ^= 1u;
         }
